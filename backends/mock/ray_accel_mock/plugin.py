@@ -1,0 +1,93 @@
+"""The mock DevicePlugin: a preset or TOML node, presented as Neuron or GPU."""
+
+from __future__ import annotations
+
+import os
+
+from ray_accel.devices import FAMILY_NEURON, Device, NodeInfo, all_core_ids
+from ray_accel.plugin import MOCK_ENV, DevicePlugin
+from ray_accel.samples import DeviceSample, ProcessSample
+from ray_accel_mock.spec import NodeSpec, load_spec
+
+RESOURCES = {FAMILY_NEURON: ("neuron_cores", "NEURON_RT_VISIBLE_CORES")}
+GPU_RESOURCE = ("GPU", "CUDA_VISIBLE_DEVICES")
+
+
+class MockPlugin(DevicePlugin):
+    """Impersonates the family of its spec, so Ray sees `neuron_cores` or `GPU`."""
+
+    name = "mock"
+
+    def __init__(self, spec: NodeSpec | None = None) -> None:
+        self._spec = spec
+        self._env_value = os.environ.get(MOCK_ENV, "")
+
+    @property
+    def spec(self) -> NodeSpec:
+        if self._spec is None:
+            self._spec = load_spec(self._env_value)
+        return self._spec
+
+    @property
+    def family(self) -> str:
+        return self.spec.family
+
+    @property
+    def resource_name(self) -> str:
+        return RESOURCES.get(self.family, GPU_RESOURCE)[0]
+
+    @property
+    def visible_ids_env(self) -> str:
+        return RESOURCES.get(self.family, GPU_RESOURCE)[1]
+
+    def probe(self) -> str | None:
+        if self._spec is None and not self._env_value:
+            return f"{MOCK_ENV} is not set"
+        self.spec  # noqa: B018 - loading validates the spec; a bad one raises
+        return None
+
+    def list_devices(self) -> tuple[Device, ...]:
+        return self.spec.devices
+
+    def node_info(self) -> NodeInfo:
+        devices = self.spec.devices
+        return NodeInfo(
+            plugin=self.name,
+            family=self.family,
+            accelerator_type=self.spec.accelerator_type,
+            resource_name=self.resource_name,
+            visible_ids_env=self.visible_ids_env,
+            device_count=len(devices),
+            core_count=len(all_core_ids(devices)),
+            instance_type=self.spec.instance_type,
+            driver_version="mock",
+            runtime_version="mock",
+            attributes={"preset": self.spec.name},
+        )
+
+    def collective_backend(self) -> str:
+        # The mock has no collective hardware: training on it runs on CPU.
+        return "gloo"
+
+    def gather_node_metrics(self) -> list[DeviceSample]:
+        # Fixed functions of the index: tests can predict every value.
+        out = []
+        for d in self.spec.devices:
+            i = d.index
+            healthy = d.attributes.get("healthy", "true") == "true"
+            out.append(
+                DeviceSample(
+                    device_id=d.id,
+                    utilization=((i * 37) % 100) / 100,
+                    memory_used_bytes=d.memory_bytes * ((i * 13) % 60) // 100,
+                    memory_total_bytes=d.memory_bytes,
+                    power_watts=100.0 + 10 * i,
+                    temperature_c=40.0 + i,
+                    healthy=healthy,
+                    health_reason=None if healthy else "marked unhealthy in spec",
+                )
+            )
+        return out
+
+    def gather_process_metrics(self, pid: int) -> ProcessSample:
+        return ProcessSample(pid=pid, device_memory_bytes={})

@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI = str(Path(sys.executable).parent / "ray-accel")
+
+CliRunner = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def run_cli(*args: str, env: Mapping[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run the installed console script with a clean RAYACCEL_* environment."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith("RAYACCEL_")}
+    full.update(env or {})
+    return subprocess.run([CLI, *args], env=full, capture_output=True, text=True, timeout=timeout)
+
+
+def cli_json(*args: str, env: Mapping[str, str] | None = None) -> Any:
+    proc = run_cli(*args, "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.fixture
+def cli() -> CliRunner:
+    return run_cli
+
+
+@pytest.fixture(autouse=True)
+def _no_inherited_seams(monkeypatch: pytest.MonkeyPatch) -> None:
+    for k in list(os.environ):
+        if k.startswith("RAYACCEL_"):
+            monkeypatch.delenv(k)

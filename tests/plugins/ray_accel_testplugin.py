@@ -1,0 +1,39 @@
+"""Backends that exist only in the tests, registered through a real entry point."""
+
+from __future__ import annotations
+
+from ray_accel.devices import Device, NodeInfo
+from ray_accel.plugin import DevicePlugin
+
+
+class FakeTPU(DevicePlugin):
+    name = "faketpu"
+    resource_name = "FAKETPU"
+    visible_ids_env = "FAKE_TPU_VISIBLE_CHIPS"
+    family = "faketpu"
+
+    def probe(self) -> str | None:
+        return None
+
+    def list_devices(self) -> tuple[Device, ...]:
+        return tuple(
+            Device(id=f"chip{i}", family=self.family, index=i, model="FakeTPU v1", memory_bytes=16 << 30, core_ids=(i,))
+            for i in range(4)
+        )
+
+    def node_info(self) -> NodeInfo:
+        return NodeInfo(self.name, self.family, "FakeTPU-v1", self.resource_name, self.visible_ids_env, 4, 4)
+
+
+class Exploding(FakeTPU):
+    name = "exploding"
+
+    def probe(self) -> str | None:
+        raise RuntimeError("driver went away")
+
+
+class Absent(FakeTPU):
+    name = "absent"
+
+    def probe(self) -> str | None:
+        return "no /dev/fake found"

@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import CliRunner, cli_json
+
+TRN1 = {"RAYACCEL_MOCK": "trn1.32xlarge"}
+
+
+@pytest.mark.parametrize("agents", [2, 4, 8, 16])
+def test_auto_split_trn1(agents: int) -> None:
+    out = cli_json("plan", "--mode", "auto-split", "--agents", str(agents), env=TRN1)
+    size = 32 // agents
+    parts = out["partitions"]
+    assert len(parts) == agents
+    for i, p in enumerate(parts):
+        assert p["core_ids"] == list(range(i * size, (i + 1) * size)), "contiguous and aligned"
+        assert p["visible_ids"] == ",".join(map(str, p["core_ids"]))
+        assert len(p["device_ids"]) == size // 2
+        assert p["connected"] is True and p["contiguous"] is True and p["aligned"] is True
+    assert out["unassigned"] == []
+    assert out["warnings"] == []
+
+
+def test_devices_of_a_4_way_partition_are_linked() -> None:
+    devices = {d["id"]: d for d in cli_json("devices", env=TRN1)["devices"]}
+    for p in cli_json("plan", "--agents", "4", env=TRN1)["partitions"]:
+        members = set(p["device_ids"])
+        for did in members:
+            assert members & set(devices[did]["peers"]), f"{did} has no neighbour in its partition"
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--mode", "manual", "--manual", "a=0-3;b=2-5"], "neuron:2"),
+        (["--mode", "manual", "--manual", "a=0-3;b=40"], "40"),
+        (["--agents", "0"], "got 0"),
+        (["--agents", "32"], "more agents (32)"),
+        (["--mode", "shared"], "SHARED mode is impossible on neuron"),
+        (["--agents", "5"], "into 5 agents"),
+        (["--agents", "two"], "'two'"),
+    ],
+)
+def test_bad_plans_exit_2_naming_the_value(args: list[str], needle: str, cli: CliRunner) -> None:
+    proc = cli("plan", *args, env=TRN1)
+    assert proc.returncode == 2, proc.stdout
+    assert needle in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_shared_on_gpus(cli: CliRunner) -> None:
+    out = cli_json("plan", "--mode", "shared", "--agents", "2", env={"RAYACCEL_MOCK": "p5.48xlarge"})
+    assert [len(p["device_ids"]) for p in out["partitions"]] == [8, 8]
+    assert any("no memory isolation" in w for w in out["warnings"])
+
+
+def test_plan_without_hardware_is_a_runtime_error(cli: CliRunner) -> None:
+    proc = cli("plan", "--agents", "2", "--backend", "mock")  # RAYACCEL_MOCK unset: mock is inactive
+    assert proc.returncode == 1
+    assert "no active accelerator backend" in proc.stderr
+
+
+def test_plan_text_output(cli: CliRunner) -> None:
+    proc = cli("plan", "--agents", "2", env=TRN1)
+    assert proc.returncode == 0
+    assert "connected=yes contiguous=yes aligned=yes" in proc.stdout
+    assert "neuron:0-7" in proc.stdout

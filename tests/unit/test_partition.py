@@ -1,0 +1,126 @@
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from ray_accel_mock.spec import load_spec
+
+from ray_accel.devices import Device
+from ray_accel.partition import Mode, PartitionError, plan_partitions
+from tests.strategies import node_and_agents, nodes
+
+
+@given(node_and_agents())
+def test_auto_split_is_disjoint_and_covers_the_node(case: tuple[tuple[Device, ...], int]) -> None:
+    devices, agents = case
+    plan = plan_partitions(devices, "auto-split", agents)
+    assert len(plan) == agents
+    seen = [d for p in plan for d in p.device_ids]
+    assert sorted(seen) == sorted(d.id for d in devices)
+    assert len(set(seen)) == len(seen)
+    cores = [c for p in plan for c in p.core_ids]
+    assert sorted(cores) == sorted(c for d in devices for c in d.core_ids)
+    assert len({len(p.device_ids) for p in plan}) == 1
+    assert plan.unassigned == ()
+
+
+@given(node_and_agents(family="neuron"))
+def test_neuron_core_ranges_are_contiguous_and_aligned(case: tuple[tuple[Device, ...], int]) -> None:
+    devices, agents = case
+    for p, q in zip(
+        plan_partitions(devices, "auto-split", agents),
+        plan_partitions(devices, "auto-split", agents).quality,
+        strict=True,
+    ):
+        assert list(p.core_ids) == list(range(p.core_ids[0], p.core_ids[0] + len(p.core_ids)))
+        assert p.core_ids[0] % len(p.core_ids) == 0
+        assert q.contiguous and q.aligned
+
+
+@given(node_and_agents())
+def test_auto_split_keeps_linked_groups_when_the_topology_allows(case: tuple[tuple[Device, ...], int]) -> None:
+    devices, agents = case
+    plan = plan_partitions(devices, "auto-split", agents)
+    all_to_all = len(devices) > 1 and all(len(d.peers) == len(devices) - 1 for d in devices)
+    ring = all(len(d.peers) == min(2, len(devices) - 1) for d in devices) and len(devices) > 1
+    if all_to_all or (ring and devices[0].family == "neuron"):
+        assert all(q.connected for q in plan.quality)
+
+
+@given(nodes(family="gpu"), st.integers(1, 4))
+def test_shared_gives_every_agent_every_gpu(devices: tuple[Device, ...], agents: int) -> None:
+    plan = plan_partitions(devices, Mode.SHARED, agents)
+    assert len(plan) == agents
+    assert all(set(p.device_ids) == {d.id for d in devices} for p in plan)
+
+
+@given(nodes(family="neuron"))
+def test_shared_is_refused_on_neuron(devices: tuple[Device, ...]) -> None:
+    with pytest.raises(PartitionError, match="SHARED mode is impossible on neuron"):
+        plan_partitions(devices, "shared")
+
+
+@given(nodes(), st.data())
+def test_manual_partitions_are_what_was_asked(devices: tuple[Device, ...], data: st.DataObject) -> None:
+    n = len(devices)
+    cut = data.draw(st.integers(0, n))
+    spec = f"a=0-{cut - 1}" if cut else ""
+    if cut < n:
+        spec += f";b={cut}-{n - 1}" if spec else f"b={cut}-{n - 1}"
+    plan = plan_partitions(devices, "manual", manual=spec)
+    assert sorted(d for p in plan for d in p.device_ids) == sorted(d.id for d in devices)
+
+
+def test_trn1_auto_split_shapes() -> None:
+    devices = load_spec("trn1.32xlarge").devices
+    for agents, cores in [(2, 16), (4, 8), (8, 4), (16, 2)]:
+        plan = plan_partitions(devices, "auto-split", agents)
+        assert [len(p.core_ids) for p in plan] == [cores] * agents
+        assert all(q.connected and q.contiguous and q.aligned for q in plan.quality)
+
+
+def test_p4d_split_keeps_numa_together() -> None:
+    plan = plan_partitions(load_spec("p4d.24xlarge").devices, "auto-split", 2)
+    assert [q.numa_nodes for q in plan.quality] == [(0,), (1,)]
+
+
+def test_gpu_islands_kept_together() -> None:
+    # Two NVLink islands {0,2} and {1,3}: index order would split them.
+    base = load_spec("p4d.24xlarge").devices[:4]
+    ids = [d.id for d in base]
+    links = {0: (2,), 2: (0,), 1: (3,), 3: (1,)}
+    from dataclasses import replace
+
+    devices = [replace(d, peers=tuple(ids[j] for j in links[i]), numa_node=0) for i, d in enumerate(base)]
+    plan = plan_partitions(devices, "auto-split", 2)
+    assert [set(p.core_ids) for p in plan] == [{0, 2}, {1, 3}]
+    assert all(q.connected for q in plan.quality)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"mode": "manual", "manual": "a=0-3;b=3-5"}, r"neuron:3 \(index 3\) is in both agent 'a' and agent 'b'"),
+        ({"mode": "manual", "manual": "a=0-3;b=99"}, "unknown device index 99"),
+        ({"mode": "manual", "manual": "a=0;b="}, "agent 'b' has no devices"),
+        ({"mode": "manual", "manual": "a=0;a=1"}, "agent 'a' appears twice"),
+        ({"mode": "manual", "manual": "a=zz"}, "unknown device 'zz'"),
+        ({"mode": "manual"}, "needs a spec"),
+        ({"mode": "auto-split", "agents": 0}, "at least 1, got 0"),
+        ({"mode": "auto-split", "agents": 17}, r"more agents \(17\) than devices \(16\)"),
+        ({"mode": "auto-split", "agents": 3}, "cannot split 16 devices evenly into 3"),
+        ({"mode": "shared"}, "SHARED mode is impossible on neuron"),
+        ({"mode": "sideways"}, "unknown mode 'sideways'"),
+    ],
+)
+def test_plan_errors_name_the_offending_value(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(PartitionError, match=message):
+        plan_partitions(load_spec("trn1.32xlarge").devices, **kwargs)  # type: ignore[arg-type]
+
+
+def test_manual_reports_unassigned_and_accepts_ids() -> None:
+    devices = load_spec("trn1.32xlarge").devices
+    plan = plan_partitions(devices, "manual", manual={"x": ["neuron:0", "neuron:1"], "y": "2-3"})
+    assert [p.core_ids for p in plan] == [(0, 1, 2, 3), (4, 5, 6, 7)]
+    assert len(plan.unassigned) == 12
+    assert any("assigned to no agent" in w for w in plan.warnings)
