@@ -87,42 +87,43 @@ def _amount(value: int | float | str | Decimal) -> Decimal:
     return amount
 
 
-def _aligned_candidates(state: AllocState, n: int) -> list[tuple[int, ...]]:
-    mask = set(state.units)
-    free = set(state.free_units())
+def _aligned_candidates(state: AllocState, free: set[int], n: int) -> list[tuple[int, ...]]:
     out = []
     for start in state.units:
-        if start % n:
-            continue
-        block = tuple(range(start, start + n))
-        if all(u in mask and u in free for u in block):
-            out.append(block)
+        if start % n == 0 and all(u in free for u in range(start, start + n)):
+            out.append(tuple(range(start, start + n)))
     return out
 
 
-def _crowding(state: AllocState, block: tuple[int, ...]) -> tuple[int, ...]:
-    """Free units in each enclosing aligned block, smallest enclosing first."""
-    free = set(state.free_units())
-    size = len(block) * 2
+def _crowding(prefix: list[int], block: tuple[int, ...]) -> tuple[int, ...]:
+    """Free units in each enclosing aligned block, smallest enclosing first.
+
+    `prefix[i]` is the number of free units below i, so each count is O(1).
+    """
+    top = len(prefix) - 1
     out = []
-    limit = (max(state.units) + 1) * 2
-    while size <= limit:
+    size = len(block) * 2
+    while size <= 2 * top:
         base = block[0] - block[0] % size
-        out.append(sum(1 for u in range(base, base + size) if u in free))
+        out.append(prefix[min(base + size, top)] - prefix[min(base, top)])
         size *= 2
     return tuple(out)
 
 
 def _pick_discrete(state: AllocState, n: int) -> tuple[tuple[int, ...], bool]:
-    candidates = _aligned_candidates(state, n)
+    free_list = state.free_units()
+    free = set(free_list)
+    candidates = _aligned_candidates(state, free, n)
     if candidates:
-        return min(candidates, key=lambda b: (_crowding(state, b), b[0])), True
-    free = state.free_units()
-    for i in range(len(free) - n + 1):
-        run = free[i : i + n]
+        prefix = [0]
+        for u in range(state.units[-1] + 1):
+            prefix.append(prefix[-1] + (u in free))
+        return min(candidates, key=lambda b: (_crowding(prefix, b), b[0])), True
+    for i in range(len(free_list) - n + 1):
+        run = free_list[i : i + n]
         if run[-1] - run[0] == n - 1:
             return tuple(run), False
-    return tuple(free[:n]), False
+    return tuple(free_list[:n]), False
 
 
 def allocate(
