@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from ray_accel.devices import Device, DeviceError, NodeInfo, all_core_ids, validate_inventory
 from ray_accel.hooks import LifecycleHook, Workload
 from ray_accel.samples import DeviceSample, ProcessSample
+from ray_accel.visibility import VisibilityError, parse_visible_ids
 
 if TYPE_CHECKING:
     from ray_accel.allocmap import AllocMap
@@ -62,6 +63,16 @@ class DevicePlugin(ABC):
 
     @abstractmethod
     def node_info(self) -> NodeInfo: ...
+
+    def parse_visible(self, value: str | None) -> list[int] | None:
+        """Read this family's visibility variable into schedulable ids."""
+        cores = set(all_core_ids(self.list_devices()))
+        ids = parse_visible_ids(value)
+        if ids is not None and cores:
+            unknown = [i for i in ids if i not in cores]
+            if unknown:
+                raise VisibilityError(f"{self.visible_ids_env}={value!r} names {unknown[0]}, not on this node")
+        return ids
 
     def configurable_slots(self) -> dict[str, float]:
         return {self.resource_name: float(len(all_core_ids(self.list_devices())))}

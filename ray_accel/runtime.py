@@ -22,6 +22,13 @@ class RankInfo:
     node_rank: int
     master_addr: str
     master_port: int
+    # Port for a collective's own rendezvous (Neuron's NEURON_RT_ROOT_COMM_ID);
+    # None: the port after MASTER_PORT.
+    comm_port: int | None = None
+
+    @property
+    def root_comm_port(self) -> int:
+        return self.comm_port if self.comm_port is not None else self.master_port + 1
 
     def __post_init__(self) -> None:
         if not 0 <= self.world_rank < self.world_size:

@@ -1,0 +1,62 @@
+"""A stub `neuron-ls`: prints the inventory of a preset as `--json-output` does.
+
+Behaviour from the environment: STUB_PRESET (default trn1.32xlarge) and
+STUB_MODE: ok | fail | hang | invalid | old | short-bdf.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve()
+
+
+def inventory(preset: str, mode: str) -> list[dict[str, object]]:
+    sys.path.insert(0, str(HERE.parents[2]))
+    from ray_accel_mock.spec import load_spec
+
+    out: list[dict[str, object]] = []
+    for d in load_spec(preset).devices:
+        physical = int(d.attributes["physical_cores"])
+        entry: dict[str, object] = {
+            "neuron_device": d.index,
+            "bdf": f"{0x10 + d.index:02x}:1e.0" if mode == "short-bdf" else f"0000:{0x10 + d.index:02x}:1e.0",
+            "cpu_affinity": "0-47",
+            "numa_node": str(d.numa_node) if mode != "numa-minus-one" else "-1",
+            "connected_to": [int(p.removeprefix("neuron:")) for p in d.peers] or None,
+            "nc_count": physical,
+            "memory_size": d.memory_bytes,
+            "neuroncore_ids": list(d.core_ids),
+            "neuron_processes": [{"pid": 4242, "command": "python train.py"}] if d.index == 0 else [],
+        }
+        if mode == "old":
+            for key in ("numa_node", "cpu_affinity", "neuroncore_ids", "memory_size", "neuron_processes"):
+                entry.pop(key)
+        out.append(entry)
+    return out
+
+
+def main() -> int:
+    if "--json-output" not in sys.argv:
+        print("stub supports only --json-output", file=sys.stderr)
+        return 2
+    mode = os.environ.get("STUB_MODE", "ok")
+    if mode == "fail":
+        print("2026-Nov-22 10:00:00.000 1234:1234 ERROR  TDRV:tdrv_init  Failed to open /dev/neuron0", file=sys.stderr)
+        print("2026-Nov-22 10:00:00.001 1234:1234 FATAL  NRT:nrt_init  Neuron driver is not loaded", file=sys.stderr)
+        return 1
+    if mode == "hang":
+        time.sleep(60)
+    if mode == "invalid":
+        print('[{"neuron_device": 0, "nc_count": ')
+        return 0
+    print(json.dumps(inventory(os.environ.get("STUB_PRESET", "trn1.32xlarge"), mode)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,190 @@
+"""CUDA backend driven by the fake NVML scenario catalogue."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from ray_accel_cuda import NA, CudaPlugin, Nvml
+from ray_accel_cuda.plugin import XID_WINDOW_S, accelerator_type
+
+from ray_accel.runtime import RankInfo
+from ray_accel.visibility import VisibilityError
+from tests.fakes import fake_nvml
+from tests.fakes.fake_nvml import FakeGpu, FakeNvml
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def active(nv: FakeNvml, clock: Clock | None = None) -> CudaPlugin:
+    plugin = CudaPlugin(nv, clock=clock or Clock())
+    assert plugin.probe() is None
+    nv.discovered = True
+    return plugin
+
+
+def test_a100x8_nvlink() -> None:
+    plugin = active(fake_nvml.a100x8_nvlink())
+    devices = plugin.list_devices()
+    assert len(devices) == 8
+    assert all(d.id.startswith("GPU-") for d in devices)
+    assert [d.core_ids for d in devices] == [(i,) for i in range(8)]
+    assert all(len(d.peers) == 7 for d in devices)
+    assert [d.numa_node for d in devices] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert devices[2].pci_bus_id == "00000000:12:00.0"
+    info = plugin.node_info()
+    assert (info.accelerator_type, info.driver_version, info.runtime_version) == ("A100", "550.90.07", "12.4")
+    samples = plugin.gather_node_metrics()
+    assert samples[0].utilization == 0.5 and samples[0].power_watts == 250.0 and samples[0].healthy
+
+
+def test_nvlink_queries_are_cached() -> None:
+    nv = fake_nvml.a100x8_nvlink()
+    plugin = active(nv)
+    before = nv.calls["nvmlDeviceGetP2PStatus"]
+    assert before == 2 * 28  # each pair once, two handle checks per call
+    plugin.list_devices()
+    plugin.gather_node_metrics()
+    assert nv.calls["nvmlDeviceGetP2PStatus"] == before
+
+
+def test_lost_gpu_is_skipped_and_reported() -> None:
+    plugin = active(fake_nvml.lost_gpu())
+    assert [d.index for d in plugin.list_devices()] == [0, 1, 2, 4, 5, 6, 7]
+    assert plugin.node_info().attributes["lost_gpus"] == "3"
+
+
+def test_gpu_lost_after_discovery_is_unhealthy_and_others_still_report() -> None:
+    nv = fake_nvml.a100x8_nvlink()
+    plugin = active(nv)
+    nv.gpus[5].lost_after_discovery = True
+    samples = {s.device_id: s for s in plugin.gather_node_metrics()}
+    lost = samples[nv.gpus[5].uuid]
+    assert not lost.healthy and lost.health_reason == "GPU is lost"
+    assert sum(s.healthy for s in samples.values()) == 7
+
+
+def test_not_supported_fields_become_none() -> None:
+    plugin = active(fake_nvml.not_supported_fields())
+    s = plugin.gather_node_metrics()[0]
+    assert s.power_watts is None and s.temperature_c is None
+    assert s.utilization == 0.5
+    assert plugin.list_devices()[0].numa_node == -1  # NVML unsupported, no sysfs entry
+
+
+def test_mig_gpu_is_one_opaque_device() -> None:
+    plugin = active(fake_nvml.mig_enabled())
+    d0, d1 = plugin.list_devices()
+    assert d0.attributes["mig"] == "enabled" and "opaque" in d0.attributes["mig_note"]
+    assert d1.attributes["mig"] == "disabled"
+    assert d0.core_ids == (0,)
+
+
+def test_function_not_found_is_na_and_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        plugin = active(fake_nvml.function_not_found())
+        plugin.gather_node_metrics()
+        plugin.gather_node_metrics()
+    warnings = [r for r in caplog.records if "binding is newer than the driver" in r.getMessage()]
+    assert len(warnings) == 1
+    assert plugin.list_devices()[0].numa_node == -1
+    assert all(s.healthy for s in plugin.gather_node_metrics())
+
+
+@pytest.mark.parametrize(("scenario", "reason"), [("library_missing", "NVML library"), ("no_gpu", "no NVIDIA GPU")])
+def test_inactive_without_library_or_gpu(scenario: str, reason: str) -> None:
+    plugin = CudaPlugin(fake_nvml.SCENARIOS[scenario]())
+    got = plugin.probe()
+    assert got is not None and reason in got
+
+
+def test_real_nvml_on_this_machine_is_inactive_not_crashing() -> None:
+    reason = CudaPlugin().probe()
+    # CI machines have no NVIDIA driver; a GPU machine must find its GPUs.
+    assert reason is None or "NVML" in reason or "nvidia-ml-py" in reason
+
+
+def test_xid_health_ignores_application_xids_and_heals() -> None:
+    clock = Clock()
+    nv = fake_nvml.a100x8_nvlink()
+    plugin = active(nv, clock)
+    nv.events += [(0, 13), (0, 43), (1, 79)]  # 13/43: application faults; 79: fell off the bus
+    samples = {s.device_id: s for s in plugin.gather_node_metrics()}
+    assert samples[nv.gpus[0].uuid].healthy
+    assert samples[nv.gpus[1].uuid].health_reason == f"XID 79 in the last {XID_WINDOW_S:.0f}s"
+    clock.now += XID_WINDOW_S + 1
+    assert all(s.healthy for s in plugin.gather_node_metrics()), "health is re-evaluated, not sticky"
+
+
+def test_ecc_uncorrected_marks_unhealthy() -> None:
+    nv = fake_nvml.a100x8_nvlink()
+    nv.gpus[2].ecc_uncorrected = 3
+    samples = {s.device_id: s for s in active(nv).gather_node_metrics()}
+    assert samples[nv.gpus[2].uuid].health_reason == "3 uncorrected ECC errors since the driver loaded"
+
+
+def test_process_memory() -> None:
+    nv = FakeNvml([FakeGpu(0, processes=[(77, 500), (88, 1)]), FakeGpu(1, processes=[(77, 20)])])
+    plugin = active(nv)
+    sample = plugin.gather_process_metrics(77)
+    assert sample.device_memory_bytes == {nv.gpus[0].uuid: 500, nv.gpus[1].uuid: 20}
+
+
+def test_cuda_visible_devices_forms() -> None:
+    nv = fake_nvml.a100x8_nvlink()
+    plugin = active(nv)
+    assert plugin.parse_visible("2,0-1") == [2, 0, 1]
+    assert plugin.parse_visible(f"{nv.gpus[4].uuid},1") == [4, 1]
+    assert plugin.parse_visible("NoDevFiles") == []
+    assert plugin.parse_visible(None) is None
+    with pytest.raises(VisibilityError, match="out of range"):
+        plugin.parse_visible("9")
+    with pytest.raises(VisibilityError, match="matches 0 GPUs"):
+        plugin.parse_visible("GPU-nope")
+
+
+def test_worker_env_for_nccl() -> None:
+    plugin = active(fake_nvml.a100x8_nvlink())
+    env = plugin.worker_env(RankInfo(0, 2, 0, 2, 0, "127.0.0.1", 29500), [2, 3])
+    assert plugin.collective_backend() == "nccl"
+    assert env["CUDA_VISIBLE_DEVICES"] == "2,3"
+    assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+
+
+def test_nvml_wrapper_query_sentinel_and_single_init() -> None:
+    nv = fake_nvml.not_supported_fields()
+    calls = {"n": 0}
+    original = nv.nvmlInit
+
+    def counting_init() -> None:
+        calls["n"] += 1
+        original()
+
+    nv.nvmlInit = counting_init  # type: ignore[method-assign]
+    w = Nvml(nv)
+    h = w.query("nvmlDeviceGetHandleByIndex", 0)
+    assert w.query("nvmlDeviceGetPowerUsage", h) is NA
+    assert w.query("nvmlDeviceGetPowerUsage", h, default=None) is None
+    assert w.query("nvmlNoSuchFunction") is NA
+    assert calls["n"] == 1
+    assert not NA
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("NVIDIA A100-SXM4-40GB", "A100"),
+        ("NVIDIA H100 80GB HBM3", "H100"),
+        ("NVIDIA RTX PRO 6000 Blackwell", "RTX-PRO-6000"),
+        ("Tesla V100-SXM2-16GB", "V100"),
+    ],
+)
+def test_accelerator_type(name: str, expected: str) -> None:
+    assert accelerator_type(name) == expected
