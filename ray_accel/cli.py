@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -94,6 +95,83 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return _emit(args, payload, text)
 
 
+def _progress(args: argparse.Namespace) -> Callable[[str], None]:
+    started = time.monotonic()
+
+    def say(message: str) -> None:
+        print(f"[ray-accel {time.monotonic() - started:5.1f}s] {message}", file=sys.stderr, flush=True)
+
+    return say
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    from ray_accel import launcher
+
+    if args.recover:
+        record = launcher.recover(_progress(args), args.timeout)
+    else:
+        req = launcher.StartRequest(
+            head=args.head,
+            address=args.address,
+            mode=args.mode,
+            agents=args.agents,
+            manual=args.manual,
+            port=args.port,
+            port_base=args.port_base,
+            ray_args=[a for a in args.ray_args if a != "--"],
+            backend=args.backend,
+            timeout_s=args.timeout,
+        )
+        record = launcher.start(req, _progress(args))
+    payload = launcher.status()
+
+    def text() -> str:
+        hint = f"RAY_AUTH_MODE={payload['auth_mode']} " if payload.get("auth_mode") else ""
+        return (
+            _status_text(payload)
+            + f"\ncluster address: {record['gcs_address']}"
+            + f"\nconnect a driver: {hint}python -c \"import ray; ray.init(address='{record['gcs_address']}')\""
+            + "\ntarget a partition: .options(label_selector={'ray-accel.io/partition': '<agent>'})"
+        )
+
+    return _emit(args, payload, text)
+
+
+def _status_text(payload: dict[str, Any]) -> str:
+    if not payload["partitions"]:
+        return "no ray-accel partitions recorded on this node"
+    rows = [
+        [
+            p["agent_id"] + (" (head)" if p["head"] else ""),
+            "alive" if p["alive"] else "DEAD",
+            p["pid"],
+            (p["node_id"] or "-")[:12],
+            format_visible_ids(p["core_ids"], "ranges"),
+            ", ".join(f"{k} {v:g}/{p['total'][k]:g}" for k, v in p["in_use"].items()) or "-",
+        ]
+        for p in payload["partitions"]
+    ]
+    return render(["PARTITION", "STATE", "RAYLET PID", "NODE", "CORES", "IN USE"], rows)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from ray_accel import launcher
+
+    payload = launcher.status()
+    return _emit(args, payload, lambda: _status_text(payload))
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    from ray_accel import launcher
+
+    payload = launcher.stop(args.grace)
+    return _emit(
+        args,
+        payload,
+        lambda: payload.get("message") or f"stopped {', '.join(payload['stopped'])} ({len(payload['pids'])} processes)",
+    )
+
+
 def format_id_list(ids: Sequence[str]) -> str:
     """`neuron:0..neuron:3` for a run of Neuron ids, else the ids themselves."""
     if ids and all(i.startswith("neuron:") for i in ids):
@@ -117,11 +195,44 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--backend", help="plan for this backend's devices")
     p.set_defaults(handler=cmd_plan)
+
+    p = sub.add_parser(
+        "start",
+        help="start one raylet per partition",
+        description="Start one raylet per partition. Options ray-accel does not know go to every `ray start`.",
+    )
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--head", action="store_true", help="start a new cluster; the first partition is its head")
+    where.add_argument("--address", help="join the cluster at ADDR")
+    where.add_argument("--recover", action="store_true", help="restart dead partitions with their recorded masks")
+    p.add_argument("--mode", default="auto-split", help="shared, auto-split or manual (default auto-split)")
+    p.add_argument("--agents", type=int, help="number of partitions (default 1)")
+    p.add_argument("--manual", metavar="SPEC", help="devices per agent, e.g. 'a=0-3;b=4-7'")
+    p.add_argument("--port", type=int, help="GCS port of the head (default 6379)")
+    p.add_argument("--port-base", type=int, help="first port of the partitions' port blocks (default: first free)")
+    p.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for the raylets (default 180)")
+    p.add_argument("--backend", help="partition this backend's devices")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(handler=cmd_start, ray_args=[])
+
+    p = sub.add_parser("status", help="show this node's partitions")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(handler=cmd_status)
+
+    p = sub.add_parser("stop", help="stop the raylets ray-accel started, by PID")
+    p.add_argument("--grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL (default 5)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(handler=cmd_stop)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if args.command != "start":
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.ray_args = extra
     handler: Handler = args.handler
     try:
         return handler(args)

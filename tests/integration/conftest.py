@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from tests.conftest import run_cli
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])
+
+
+def raylet_pids() -> set[int]:
+    out = set()
+    for p in psutil.process_iter(["name", "status"]):
+        if p.info["name"] == "raylet" and p.info["status"] != psutil.STATUS_ZOMBIE:
+            out.add(p.pid)
+    return out
+
+
+@dataclass
+class Cluster:
+    env: dict[str, str]
+    status: dict[str, Any]
+
+    @property
+    def address(self) -> str:
+        return str(self.status["gcs_address"])
+
+    def part(self, agent_id: str) -> dict[str, Any]:
+        return next(p for p in self.status["partitions"] if p["agent_id"] == agent_id)
+
+    def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        return run_cli(*args, env=self.env, timeout=timeout)
+
+    def refresh(self) -> dict[str, Any]:
+        proc = self.cli("status", "--json")
+        assert proc.returncode == 0, proc.stderr
+        self.status = json.loads(proc.stdout)
+        return self.status
+
+    def driver(self, script: str, *args: str, timeout: float = 300) -> Any:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RAYACCEL_")}
+        env["RAY_AUTH_MODE"] = self.status.get("auth_mode") or "token"
+        proc = subprocess.run(
+            [sys.executable, "-c", script, self.address, *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def start_cluster(tmp: Path, preset: str, agents: int) -> Cluster:
+    env = {"RAYACCEL_MOCK": preset, "RAYACCEL_STATE_DIR": str(tmp / "state")}
+    proc = run_cli(
+        "start", "--head", "--agents", str(agents), "--port", str(free_port()), "--json", env=env, timeout=300
+    )
+    if proc.returncode != 0:
+        run_cli("stop", "--grace", "2", env=env)
+        pytest.fail(f"ray-accel start failed ({proc.returncode}): {proc.stderr[-3000:]}")
+    return Cluster(env, json.loads(proc.stdout))
+
+
+@pytest.fixture(scope="module")
+def trn1_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    cluster = start_cluster(tmp_path_factory.mktemp("trn1"), "trn1.32xlarge", 2)
+    try:
+        yield cluster
+    finally:
+        cluster.cli("stop", "--grace", "2")

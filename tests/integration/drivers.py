@@ -1,0 +1,69 @@
+"""Driver scripts run as subprocesses against a cluster the test started.
+
+Each prints one JSON line (the last line of stdout) for the test to check.
+"""
+
+from __future__ import annotations
+
+NEURON_TASKS = r"""
+import json, os, sys, time
+import ray
+ray.init(address=sys.argv[1], log_to_driver=False)
+parts = sys.argv[2].split(",")
+n = int(sys.argv[3])
+
+@ray.remote(resources={"neuron_cores": 2}, num_cpus=0)
+def task(part):
+    start = time.time()
+    cores = os.environ.get("NEURON_RT_VISIBLE_CORES")
+    time.sleep(0.05)
+    return {"part": part, "cores": cores, "start": start, "end": time.time(), "pid": os.getpid()}
+
+refs = [task.options(label_selector={"ray-accel.io/partition": parts[i % len(parts)]}).remote(parts[i % len(parts)]) for i in range(n)]
+print(json.dumps(ray.get(refs, timeout=240)))
+"""
+
+GPU_ACTORS = r"""
+import json, os, sys
+import ray
+ray.init(address=sys.argv[1], log_to_driver=False)
+parts = sys.argv[2].split(",")
+
+@ray.remote(num_gpus=1, num_cpus=0)
+class Probe:
+    def seen(self, part):
+        return {"part": part, "cvd": os.environ.get("CUDA_VISIBLE_DEVICES"), "gpu_ids": ray.get_gpu_ids()}
+
+actors = [Probe.options(label_selector={"ray-accel.io/partition": p}).remote() for p in parts for _ in range(2)]
+parts2 = [p for p in parts for _ in range(2)]
+print(json.dumps(ray.get([a.seen.remote(p) for a, p in zip(actors, parts2)], timeout=240)))
+"""
+
+INIT_RANGES = r"""
+import json, os
+import ray, ray_accel
+ray_accel.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+
+@ray.remote(resources={"neuron_cores": 2}, num_cpus=0)
+def task():
+    return os.environ.get("NEURON_RT_VISIBLE_CORES")
+
+seen = sorted(set(ray.get([task.remote() for _ in range(8)])))
+print(json.dumps({"neuron_cores": ray.cluster_resources().get("neuron_cores"), "seen": seen,
+                  "type": [k for k in ray.cluster_resources() if k.startswith("accelerator_type:")]}))
+ray.shutdown()
+"""
+
+# Plain Ray 2.60 on the same environment. Only the hardware is faked: Ray's own
+# Neuron detection (which would run neuron-ls) answers 32 cores, as on a real
+# trn1.32xlarge; everything after that is Ray's unmodified code.
+PLAIN_RAY_RANGES = r"""
+import json
+import ray
+from ray._private.accelerators.neuron import NeuronAcceleratorManager
+NeuronAcceleratorManager.get_current_node_num_accelerators = staticmethod(lambda: 32)
+ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+print(json.dumps({"neuron_cores": ray.cluster_resources().get("neuron_cores"),
+                  "parsed": NeuronAcceleratorManager.get_current_process_visible_accelerator_ids()}))
+ray.shutdown()
+"""

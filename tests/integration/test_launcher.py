@@ -1,0 +1,146 @@
+"""Issue 5 acceptance with a real Ray: partitions as raylets, by `ray-accel start`."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import run_cli
+from tests.integration import drivers
+from tests.integration.conftest import Cluster, free_port, raylet_pids, start_cluster
+
+pytestmark = pytest.mark.ray
+
+
+def _cores(mask: str) -> set[int]:
+    return {int(c) for c in mask.split(",")}
+
+
+def test_labelled_tasks_see_only_their_partition_and_never_share(trn1_cluster: Cluster) -> None:
+    results = trn1_cluster.driver(drivers.NEURON_TASKS, "p0,p1", "200")
+    assert len(results) == 200
+    owned = {p["agent_id"]: set(p["core_ids"]) for p in trn1_cluster.status["partitions"]}
+    assert owned == {"p0": set(range(16)), "p1": set(range(16, 32))}
+    for r in results:
+        cores = _cores(r["cores"])
+        assert len(cores) == 2
+        assert cores <= owned[r["part"]], f"{r['part']} task saw {r['cores']}"
+        assert r["cores"] == ",".join(str(c) for c in sorted(cores)), "masks are written sorted"
+    overlapping = 0
+    for i, a in enumerate(results):
+        for b in results[i + 1 :]:
+            if a["start"] < b["end"] and b["start"] < a["end"]:
+                overlapping += 1
+                assert not (_cores(a["cores"]) & _cores(b["cores"])), f"concurrent tasks share a core: {a} {b}"
+    assert overlapping > 0, "the check needs tasks that ran at the same time"
+
+
+def test_status_json(trn1_cluster: Cluster) -> None:
+    status = trn1_cluster.refresh()
+    assert status["running"] is True
+    for p in status["partitions"]:
+        assert {"agent_id", "device_ids", "core_ids", "visible_ids", "pid", "node_id", "alive"} <= set(p)
+        assert p["alive"] and p["registered"]
+        assert p["total"]["neuron_cores"] == 16
+    state = Path(trn1_cluster.env["RAYACCEL_STATE_DIR"])
+    assert state.stat().st_mode & 0o777 == 0o700
+    assert (state / "node.json").stat().st_mode & 0o777 == 0o600
+
+
+def test_second_start_is_refused(trn1_cluster: Cluster) -> None:
+    before = raylet_pids()
+    proc = trn1_cluster.cli("start", "--head", "--agents", "2", "--port", str(free_port()))
+    assert proc.returncode == 2
+    assert "already running" in proc.stderr
+    assert raylet_pids() == before
+    assert trn1_cluster.refresh()["running"]
+
+
+def test_killed_partition_is_seen_dead_others_serve_and_recover_restores(trn1_cluster: Cluster) -> None:
+    victim = trn1_cluster.part("p1")
+    mask = victim["visible_ids"]
+    psutil.Process(victim["pid"]).kill()
+    killed_at = time.monotonic()
+    while True:
+        status = trn1_cluster.refresh()
+        p1 = next(p for p in status["partitions"] if p["agent_id"] == "p1")
+        if not p1["alive"]:
+            break
+        assert time.monotonic() - killed_at < 5, "status must show the dead raylet within 5 s"
+        time.sleep(0.2)
+    assert time.monotonic() - killed_at < 5
+    assert next(p for p in status["partitions"] if p["agent_id"] == "p0")["alive"]
+    served = trn1_cluster.driver(drivers.NEURON_TASKS, "p0", "10")
+    assert all(_cores(r["cores"]) <= set(range(16)) for r in served)
+
+    proc = trn1_cluster.cli("start", "--recover", "--json")
+    assert proc.returncode == 0, proc.stderr
+    status = trn1_cluster.refresh()
+    p1 = next(p for p in status["partitions"] if p["agent_id"] == "p1")
+    assert p1["alive"] and p1["visible_ids"] == mask and p1["pid"] != victim["pid"]
+    again = trn1_cluster.driver(drivers.NEURON_TASKS, "p1", "10")
+    assert all(_cores(r["cores"]) <= set(range(16, 32)) for r in again)
+
+
+def test_p4d_split_four_ways_actors_see_their_gpus(tmp_path: Path) -> None:
+    cluster = start_cluster(tmp_path, "p4d.24xlarge", 4)
+    try:
+        parts = {p["agent_id"]: {str(c) for c in p["core_ids"]} for p in cluster.status["partitions"]}
+        assert sorted(len(v) for v in parts.values()) == [2, 2, 2, 2]
+        seen = cluster.driver(drivers.GPU_ACTORS, ",".join(sorted(parts)))
+        assert len(seen) == 8
+        for s in seen:
+            assert set(s["cvd"].split(",")) <= parts[s["part"]], s
+            assert [str(g) for g in s["gpu_ids"]] == s["cvd"].split(",")
+        by_part: dict[str, set[str]] = {}
+        for s in seen:
+            by_part.setdefault(s["part"], set()).update(s["cvd"].split(","))
+        assert by_part == parts, "two actors per partition took both of its GPUs"
+    finally:
+        stopped = cluster.cli("stop", "--grace", "2", "--json")
+    assert stopped.returncode == 0
+    assert json.loads(stopped.stdout)["stopped"]
+    assert run_cli("stop", env=cluster.env).returncode == 0, "stop is idempotent"
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--mode", "manual", "--manual", "a=0-3;b=2-5"], "neuron:2"),
+        (["--agents", "17"], "more agents (17)"),
+        (["--agents", "2", "--num-gpus", "1"], "--num-gpus is set per partition"),
+        (["--agents", "2", "--address", "127.0.0.1:1"], "not allowed with argument --head"),
+    ],
+)
+def test_bad_input_exits_2_and_starts_nothing(args: list[str], needle: str, tmp_path: Path) -> None:
+    env = {"RAYACCEL_MOCK": "trn1.32xlarge", "RAYACCEL_STATE_DIR": str(tmp_path / "state")}
+    before = raylet_pids()
+    proc = run_cli("start", "--head", "--port", str(free_port()), *args, env=env)
+    assert proc.returncode == 2, proc.stderr
+    assert needle in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert raylet_pids() == before
+    assert not (tmp_path / "state" / "node.json").exists()
+
+
+def test_taken_ports_exit_2(tmp_path: Path) -> None:
+    env = {"RAYACCEL_MOCK": "trn1.32xlarge", "RAYACCEL_STATE_DIR": str(tmp_path / "state")}
+    before = raylet_pids()
+    with socket.socket() as s:
+        s.bind(("", 0))
+        s.listen()
+        taken = s.getsockname()[1]
+        proc = run_cli("start", "--head", "--agents", "2", "--port", str(taken), env=env)
+        assert proc.returncode == 2 and f"port {taken} is already in use" in proc.stderr
+        base = taken - 3
+        proc = run_cli(
+            "start", "--head", "--agents", "2", "--port", str(free_port()), "--port-base", str(base), env=env
+        )
+        assert proc.returncode == 2 and f"port {taken} is already in use" in proc.stderr
+    assert raylet_pids() == before
+    assert not (tmp_path / "state" / "node.json").exists()
