@@ -155,9 +155,12 @@ def make_manager(spec: BridgeSpec) -> Any:
 
 
 def check_ray_version() -> str:
-    import ray
+    import importlib.metadata
 
-    version = str(ray.__version__)
+    try:
+        version = importlib.metadata.version("ray")
+    except importlib.metadata.PackageNotFoundError:
+        raise BridgeUnsupported("ray is not installed") from None
     if not version.startswith(TESTED_RAY_VERSIONS):
         raise BridgeUnsupported(
             f"ray {version} is outside the versions the ray-accel bridge was tested with "

@@ -320,8 +320,32 @@ def stop(grace_s: float = 5.0) -> dict[str, Any]:
     signalled: list[int] = []
     for p in ordered:
         signalled += procs.terminate(_all_pids([p]), grace_s)
+    if record.get("head"):
+        _forget_cluster_address(record)
     state.clear()
     return {"stopped": [p["agent_id"] for p in ordered], "pids": signalled}
+
+
+def _flag_value(args: Sequence[str], name: str) -> str | None:
+    for i, a in enumerate(args):
+        if a == name and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(name + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def _forget_cluster_address(record: dict[str, Any]) -> None:
+    """Remove Ray's "current cluster" file if it names the head we stopped, as
+    `ray stop` does; a later plain `ray.init()` would try to join it."""
+    from ray._common.utils import get_ray_address_file
+
+    path = Path(get_ray_address_file(_flag_value(record.get("ray_args", []), "--temp-dir")))
+    try:
+        if path.read_text().strip() == record.get("gcs_address"):
+            path.unlink()
+    except OSError:
+        pass
 
 
 def _raylet_record(p: dict[str, Any]) -> list[float] | None:

@@ -19,7 +19,8 @@ def task(part):
     time.sleep(0.05)
     return {"part": part, "cores": cores, "start": start, "end": time.time(), "pid": os.getpid()}
 
-refs = [task.options(label_selector={"ray-accel.io/partition": parts[i % len(parts)]}).remote(parts[i % len(parts)]) for i in range(n)]
+targets = [parts[i % len(parts)] for i in range(n)]
+refs = [task.options(label_selector={"ray-accel.io/partition": p}).remote(p) for p in targets]
 print(json.dumps(ray.get(refs, timeout=240)))
 """
 
@@ -42,7 +43,7 @@ print(json.dumps(ray.get([a.seen.remote(p) for a, p in zip(actors, parts2)], tim
 INIT_RANGES = r"""
 import json, os
 import ray, ray_accel
-ray_accel.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+ray_accel.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
 
 @ray.remote(resources={"neuron_cores": 2}, num_cpus=0)
 def task():
@@ -62,7 +63,7 @@ import json
 import ray
 from ray._private.accelerators.neuron import NeuronAcceleratorManager
 NeuronAcceleratorManager.get_current_node_num_accelerators = staticmethod(lambda: 32)
-ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
 print(json.dumps({"neuron_cores": ray.cluster_resources().get("neuron_cores"),
                   "parsed": NeuronAcceleratorManager.get_current_process_visible_accelerator_ids()}))
 ray.shutdown()

@@ -1,0 +1,138 @@
+"""Question: how long until 4 partitions are registered, with `ray-accel start`
+against the way users split a node today: 4 hand-written `ray start`
+commands with masks, run one after the other?
+
+Node: mock trn1.32xlarge split into 4 (8 cores each). Both sides use the same
+port blocks, CPU and object-store settings. The baseline runs each `ray start`
+with `--block` in the background and waits for its node to register before
+the next (the same order and timing as sequential non-blocking commands);
+`--block` makes each command own its processes, so the benchmark stops them
+by PID. Medians of several runs.
+
+    python benchmarks/bench_startup.py [--runs 3] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ray_accel.launcher import gcs_nodes
+from ray_accel.ports import plan_ports
+from ray_accel.table import render
+
+BIN = Path(sys.executable).parent
+AGENTS = 4
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])
+
+
+def run_ray_accel() -> float:
+    with tempfile.TemporaryDirectory() as state:
+        env = {**os.environ, "RAYACCEL_MOCK": "trn1.32xlarge", "RAYACCEL_STATE_DIR": state}
+        start = time.perf_counter()
+        proc = subprocess.run(
+            [str(BIN / "ray-accel"), "start", "--head", "--agents", str(AGENTS), "--port", str(free_port())],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        took = time.perf_counter() - start
+        subprocess.run([str(BIN / "ray-accel"), "stop", "--grace", "2"], env=env, capture_output=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"ray-accel start failed: {proc.stderr[-2000:]}")
+        return took
+
+
+def run_hand_written() -> float:
+    port = free_port()
+    blocks = plan_ports(AGENTS, None)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAYACCEL_")}
+    env["RAY_AUTH_MODE"] = "token"
+    address = f"{socket.gethostbyname(socket.gethostname())}:{port}"
+    procs: list[subprocess.Popen[bytes]] = []
+    start = time.perf_counter()
+    try:
+        for i, ports in enumerate(blocks):
+            cores = ",".join(str(c) for c in range(i * 8, (i + 1) * 8))
+            args = [str(BIN / "ray"), "start", "--block", "--disable-usage-stats", "--num-cpus", "1"]
+            args += (
+                ["--head", "--port", str(port), "--include-dashboard", "false"] if i == 0 else ["--address", address]
+            )
+            args += ports.ray_start_args(head=i == 0)
+            args += ["--resources", json.dumps({"neuron_cores": 8}), "--object-store-memory", str(1 << 30)]
+            args += ["--labels", f"ray-accel.io/partition=p{i}"]
+            procs.append(
+                subprocess.Popen(
+                    args,
+                    env={**env, "NEURON_RT_VISIBLE_CORES": cores},
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+            while True:  # this command is "done" once its node is registered
+                nodes = gcs_nodes(address, 2.0, "token") or {}
+                if sum(1 for n in nodes.values() if n["alive"]) >= i + 1:
+                    break
+                if procs[-1].poll() is not None:
+                    raise SystemExit(f"ray start #{i} exited with {procs[-1].returncode}")
+                time.sleep(0.1)
+        return time.perf_counter() - start
+    finally:
+        for p in reversed(procs):
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    ours: list[float] = []
+    base: list[float] = []
+    for _ in range(args.runs):
+        ours.append(run_ray_accel())
+        base.append(run_hand_written())
+    rows: list[dict[str, Any]] = [
+        {"method": "ray-accel start --agents 4 (parallel)", "median_s": statistics.median(ours), "runs": ours},
+        {"method": "4 sequential `ray start` with masks", "median_s": statistics.median(base), "runs": base},
+    ]
+    ratio = rows[1]["median_s"] / rows[0]["median_s"]
+    if args.json:
+        print(json.dumps({"agents": AGENTS, "rows": rows, "speedup_vs_baseline": ratio}, indent=2))
+        return
+    print(
+        f"time until {AGENTS} partitions are registered (mock trn1.32xlarge, {os.cpu_count()} cores), {args.runs} runs"
+    )
+    print(
+        render(
+            ["METHOD", "MEDIAN", "RUNS"],
+            [[r["method"], f"{r['median_s']:.1f} s", " ".join(f"{x:.1f}" for x in r["runs"])] for r in rows],
+        )
+    )
+    print(f"ray-accel start is {ratio:.2f}x the speed of the hand-written baseline")
+
+
+if __name__ == "__main__":
+    main()

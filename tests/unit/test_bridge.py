@@ -1,0 +1,150 @@
+"""The bridge's pure parts, and its managers inside this process's Ray registry."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ray_accel import procs
+from ray_accel.bridge import (
+    RAY_DEFAULT_UNIT_RESOURCES,
+    BridgeSpec,
+    install,
+    make_manager,
+    raylet_env,
+    specs_from_env,
+    unit_resources_env,
+    visible_tokens,
+)
+from ray_accel.errors import InputError
+from ray_accel.launcher import _without, validate_ray_args
+from ray_accel.ports import PortError, agent_ports, plan_ports
+from ray_accel.visibility import format_visible_ids
+
+NEURON = BridgeSpec("neuron_cores", "NEURON_RT_VISIBLE_CORES", "neuron", "Trainium", tuple(range(32)))
+GPU = BridgeSpec("GPU", "CUDA_VISIBLE_DEVICES", "gpu", "A100", tuple(range(8)))
+TPU = BridgeSpec("FAKETPU", "FAKE_TPU_VISIBLE_CHIPS", "faketpu", "FakeTPU-v1", (0, 1, 2, 3))
+
+
+def test_spec_round_trips_through_the_environment() -> None:
+    env = raylet_env([NEURON], {})
+    assert specs_from_env(env["RAYACCEL_BRIDGE_SPEC"]) == [NEURON]
+    assert env["RAY_preload_python_modules"] == "ray_accel.autoinstall"
+    assert "RAY_custom_unit_instance_resources" not in env, "neuron_cores is already per-instance in Ray"
+    with pytest.raises(InputError, match="bad RAYACCEL_BRIDGE_SPEC"):
+        specs_from_env("[{]")
+
+
+def test_new_resource_names_become_unit_instance_resources() -> None:
+    env = raylet_env([TPU], {"RAY_preload_python_modules": "mine"})
+    assert env["RAY_custom_unit_instance_resources"] == ",".join([*RAY_DEFAULT_UNIT_RESOURCES, "FAKETPU"])
+    assert env["RAY_preload_python_modules"] == "mine,ray_accel.autoinstall"
+    assert unit_resources_env([GPU], None) is None
+    assert unit_resources_env([TPU], "A,B") == "A,B,FAKETPU"
+
+
+@given(st.sets(st.integers(0, 31), max_size=32), st.sampled_from(["list", "ranges"]))
+def test_visible_tokens_expand_ranges(ids: set[int], style: str) -> None:
+    tokens = visible_tokens(NEURON, format_visible_ids(ids, style))  # type: ignore[arg-type]
+    assert tokens == [str(i) for i in sorted(ids)]
+
+
+def test_visible_tokens_keep_gpu_uuids_and_nodevfiles() -> None:
+    assert visible_tokens(GPU, "GPU-aaa,GPU-bbb") == ["GPU-aaa", "GPU-bbb"]
+    assert visible_tokens(GPU, "NoDevFiles") == []
+    assert visible_tokens(GPU, None) is None
+
+
+def test_manager_answers_from_its_spec(monkeypatch: pytest.MonkeyPatch) -> None:
+    m = make_manager(NEURON)
+    assert m.get_resource_name() == "neuron_cores"
+    assert m.get_current_node_num_accelerators() == 32
+    assert m.get_current_node_accelerator_type() == "Trainium"
+    assert m.validate_resource_request_quantity(2.0) == (True, None)
+    ok, why = m.validate_resource_request_quantity(0.5)
+    assert not ok and "whole numbers" in str(why)
+    assert make_manager(GPU).validate_resource_request_quantity(0.5) == (True, None)
+    monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "0-3")
+    assert m.get_current_process_visible_accelerator_ids() == ["0", "1", "2", "3"]
+    m.set_current_process_visible_accelerator_ids(["7", "6"])
+    assert os.environ["NEURON_RT_VISIBLE_CORES"] == "6,7", "written sorted (Ray writes '7,6')"
+    monkeypatch.setenv("RAY_EXPERIMENTAL_NOSET_NEURON_RT_VISIBLE_CORES", "1")
+    m.set_current_process_visible_accelerator_ids(["1"])
+    assert os.environ["NEURON_RT_VISIBLE_CORES"] == "6,7"
+    monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "3-1")
+    with pytest.raises(ValueError, match="descending range '3-1'"):
+        m.get_current_process_visible_accelerator_ids()
+
+
+def test_install_replaces_rays_manager_for_that_name() -> None:
+    import ray._private.accelerators as acc
+
+    install([NEURON, TPU])
+    names = acc.get_all_accelerator_resource_names()
+    assert {"neuron_cores", "FAKETPU", "GPU", "TPU"} <= names
+    assert acc.get_accelerator_manager_for_resource("neuron_cores").ray_accel_spec == NEURON
+    assert acc.get_accelerator_manager_for_resource("FAKETPU").get_current_node_num_accelerators() == 4
+    assert sum(1 for m in acc.get_all_accelerator_managers() if m.get_resource_name() == "neuron_cores") == 1
+    install([NEURON])  # idempotent
+    assert sum(1 for m in acc.get_all_accelerator_managers() if m.get_resource_name() == "neuron_cores") == 1
+
+
+@given(st.integers(1024, 60000), st.integers(0, 7))
+def test_port_blocks_are_disjoint_and_named_ports_distinct(base: int, agents: int) -> None:
+    blocks = [agent_ports(base, i) for i in range(agents + 1)]
+    seen: list[int] = [p for b in blocks for p in b.all()]
+    assert len(seen) == len(set(seen))
+
+
+def test_plan_ports_refuses_a_taken_port() -> None:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        s.listen()
+        taken = s.getsockname()[1]
+        with pytest.raises(PortError, match=f"port {taken} is already in use"):
+            plan_ports(2, taken - 1)
+    assert len(plan_ports(3, None)) == 3
+
+
+def test_ray_args_filters() -> None:
+    assert _without(
+        ["--include-dashboard", "true", "--num-cpus", "2", "--include-dashboard=false"], {"--include-dashboard"}
+    ) == [
+        "--num-cpus",
+        "2",
+    ]
+    validate_ray_args(["--num-cpus", "2", "--temp-dir", "/x"])
+    with pytest.raises(InputError, match="--node-manager-port is set per partition"):
+        validate_ray_args(["--node-manager-port=5"])
+
+
+def test_terminate_stops_exactly_the_recorded_tree() -> None:
+    sleeper = "import time; time.sleep(60)"
+    code = f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {sleeper!r}]); time.sleep(60)"
+    parent = subprocess.Popen([sys.executable, "-c", code])
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        deadline = time.monotonic() + 10
+        while not psutil.Process(parent.pid).children() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        child = psutil.Process(parent.pid).children()[0]
+        record = [parent.pid, psutil.Process(parent.pid).create_time()]
+        assert procs.alive(record)
+        assert not procs.alive([parent.pid, record[1] - 100]), "a reused PID is not ours"
+        signalled = procs.terminate([record], grace_s=2)
+        assert set(signalled) == {parent.pid, child.pid}
+        parent.wait(timeout=5)
+        assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
+        assert bystander.poll() is None, "a process we did not record is untouched"
+        assert not procs.alive(record)
+    finally:
+        bystander.kill()
+        bystander.wait()
