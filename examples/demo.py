@@ -1,50 +1,131 @@
-"""`make demo`: discover this node's accelerators (or the mock trn1.32xlarge),
-plan a two-way split and show it. Training in each partition comes with the
-training backend."""
+"""`make demo`: a partitioned local cluster, two training jobs at once, teardown.
+
+1. Discover this node's accelerators (the mock trn1.32xlarge when none).
+2. `ray-accel start --head --agents 2`: one raylet per partition.
+3. A 2-worker TorchTrainer with AcceleratorTorchConfig in each partition, both
+   at the same time; print every worker's ranks and devices and the loss.
+4. Stop exactly the processes that were started.
+"""
 
 from __future__ import annotations
 
+import concurrent.futures
+import json
 import os
+import socket
+import subprocess
 import sys
+import tempfile
+import time
+from pathlib import Path
 
-from ray_accel.inventory import discover
-from ray_accel.partition import plan_partitions
-from ray_accel.table import gib, render
-from ray_accel.visibility import format_visible_ids
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from ray_accel import launcher  # noqa: E402
+from ray_accel.inventory import discover  # noqa: E402
+from ray_accel.table import gib, render  # noqa: E402
+from ray_accel.visibility import format_visible_ids  # noqa: E402
+
+
+def say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])
 
 
 def main() -> int:
-    inv = discover()
-    if inv.primary is None and "RAYACCEL_MOCK" not in os.environ:
-        print("no accelerator found on this machine: using the mock trn1.32xlarge")
+    started = time.monotonic()
+    if discover().primary is None and "RAYACCEL_MOCK" not in os.environ:
+        say("no accelerator found on this machine: using the mock trn1.32xlarge")
         os.environ["RAYACCEL_MOCK"] = "trn1.32xlarge"
-        inv = discover()
-    plugin = inv.primary
+    plugin = discover().primary
     if plugin is None:
         print("no active backend", file=sys.stderr)
         return 1
     info = plugin.node_info()
-    print(
-        f"\nnode: {info.accelerator_type} x {info.device_count} devices, "
-        f"{info.core_count} {info.resource_name} (backend {plugin.name})"
+    say(
+        f"\n== node: {info.device_count} x {info.accelerator_type}, "
+        f"{info.core_count} {info.resource_name} ({plugin.name})"
     )
-    rows = [
-        [d.id, d.model, format_visible_ids(d.core_ids, "ranges"), gib(d.memory_bytes), d.numa_node, len(d.peers)]
-        for d in plugin.list_devices()
-    ]
-    print(render(["DEVICE", "MODEL", "CORES", "MEMORY", "NUMA", "PEERS"], rows))
-    plan = plan_partitions(plugin.list_devices(), "auto-split", 2)
-    print("\nplanned 2-way split:")
-    print(
+    say(
         render(
-            ["AGENT", "CORES", "QUALITY"],
+            ["DEVICE", "MODEL", "CORES", "MEMORY", "NUMA", "PEERS"],
             [
-                [p.agent_id, format_visible_ids(p.core_ids, "ranges"), q.describe()]
-                for p, q in zip(plan, plan.quality, strict=True)
+                [
+                    d.id,
+                    d.model,
+                    format_visible_ids(d.core_ids, "ranges"),
+                    gib(d.memory_bytes),
+                    d.numa_node,
+                    len(d.peers),
+                ]
+                for d in plugin.list_devices()
             ],
         )
     )
-    return 0
+    work = Path(tempfile.mkdtemp(prefix="ray-accel-demo-"))
+    os.environ["RAYACCEL_STATE_DIR"] = str(work / "state")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    say("\n== starting one raylet per partition")
+    request = launcher.StartRequest(head=True, agents=2, port=free_port(), ray_args=["--num-cpus", "2"])
+    try:
+        launcher.start(request, lambda m: say(f"   {m}"))
+        status = launcher.status()
+        address = status["gcs_address"]
+        say(
+            render(
+                ["PARTITION", "RAYLET PID", "CORES", "MASK"],
+                [
+                    [p["agent_id"], p["pid"], format_visible_ids(p["core_ids"], "ranges"), p["visible_ids"]]
+                    for p in status["partitions"]
+                ],
+            )
+        )
+        gpu = info.resource_name == "GPU"
+        say("\n== two 2-worker training jobs, one per partition, at the same time")
+        env = dict(os.environ, RAY_AUTH_MODE=status.get("auth_mode") or "token")
+
+        def run(part: str) -> subprocess.CompletedProcess[str]:
+            cmd = [
+                sys.executable, str(ROOT / "examples" / "train_partitions.py"), "--address", address,
+                "--partition", part, "--out", str(work / part), "--resource", info.resource_name,
+                "--per-worker", "1" if gpu else "2",
+            ]  # fmt: skip
+            return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            procs = dict(zip(("p0", "p1"), pool.map(run, ("p0", "p1")), strict=True))
+        ok = True
+        rows = []
+        for part, proc in procs.items():
+            if proc.returncode != 0:
+                ok = False
+                say(f"job in {part} failed:\n{proc.stderr[-2000:]}")
+                continue
+            reports = [json.loads((work / part / f"rank{r}.json").read_text()) for r in (0, 1)]
+            for r in reports:
+                losses = r["losses"]
+                rows.append(
+                    [
+                        part, r["world_rank"], r["local_rank"], r["local_world_size"], r["node_rank"], r["visible"],
+                        r["backend"], f"{losses[0]:.3f} -> {losses[len(losses) // 2]:.3f} -> {losses[-1]:.4f}",
+                    ]
+                )  # fmt: skip
+            same = reports[0]["weights"] == reports[1]["weights"]
+            ok = ok and same
+            say(f"   {part}: weights identical on both ranks: {'yes' if same else 'NO'}")
+        say(render(["PARTITION", "RANK", "LOCAL", "LOCAL WS", "NODE", "VISIBLE", "BACKEND", "LOSS"], rows))
+    finally:
+        say("\n== teardown")
+        result = launcher.stop(grace_s=3)
+        say(f"   stopped {', '.join(result['stopped'])} ({len(result['pids'])} processes, by PID)")
+    say(f"\ndemo {'finished' if ok else 'FAILED'} in {time.monotonic() - started:.0f}s; files in {work}")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

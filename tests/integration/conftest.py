@@ -54,6 +54,7 @@ class Cluster:
     def driver(self, script: str, *args: str, timeout: float = 300) -> Any:
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAYACCEL_")}
         env["RAY_AUTH_MODE"] = self.status.get("auth_mode") or "token"
+        env["PYTHONPATH"] = str(ROOT)
         proc = subprocess.run(
             [sys.executable, "-c", script, self.address, *args],
             env=env,
@@ -65,10 +66,23 @@ class Cluster:
         return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def start_cluster(tmp: Path, preset: str, agents: int) -> Cluster:
-    env = {"RAYACCEL_MOCK": preset, "RAYACCEL_STATE_DIR": str(tmp / "state")}
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def start_cluster(tmp: Path, preset: str, agents: int, *ray_args: str) -> Cluster:
+    # Workers import the example hooks and train loop from the repository.
+    env = {"RAYACCEL_MOCK": preset, "RAYACCEL_STATE_DIR": str(tmp / "state"), "PYTHONPATH": str(ROOT)}
     proc = run_cli(
-        "start", "--head", "--agents", str(agents), "--port", str(free_port()), "--json", env=env, timeout=300
+        "start",
+        "--head",
+        "--agents",
+        str(agents),
+        "--port",
+        str(free_port()),
+        "--json",
+        *ray_args,
+        env=env,
+        timeout=300,
     )
     if proc.returncode != 0:
         run_cli("stop", "--grace", "2", env=env)

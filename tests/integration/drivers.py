@@ -68,3 +68,16 @@ print(json.dumps({"neuron_cores": ray.cluster_resources().get("neuron_cores"),
                   "parsed": NeuronAcceleratorManager.get_current_process_visible_accelerator_ids()}))
 ray.shutdown()
 """
+
+TRAIN_JOB = r"""
+import json, sys
+from examples.hooks import Recording
+from examples.train_partitions import run_job
+kw = json.loads(sys.argv[2])
+hooks = [Recording(**h) for h in kw.pop("recording", [])]
+try:
+    run_job(sys.argv[1], hooks=hooks, **kw)
+    print(json.dumps({"ok": True}))
+except Exception as e:
+    print(json.dumps({"ok": False, "error": f"{type(e).__name__}: {e}"}))
+"""

@@ -1,0 +1,50 @@
+"""`AcceleratorTorchConfig`: pass it as `TorchTrainer(torch_config=...)`."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ray.train.torch.config import TorchConfig
+
+from ray_accel.errors import InputError
+from ray_accel.lifecycle import HookFactory
+
+
+@dataclass
+class AcceleratorTorchConfig(TorchConfig):
+    """Distributed torch inside ray-accel partitions.
+
+    backend: "auto" (the partition's plugin decides: nccl for GPUs, xla for
+        Neuron, gloo for CPU and the mock), or "nccl", "xla", "gloo".
+    hooks: LifecycleHook classes (or factories taking a Workload) run around
+        every worker: pre_create, post_create, pre_terminate, post_terminate.
+    pre_terminate_timeout_s: bound on the pre_terminate hooks.
+    run_id: names this run's hook ledger; the same across restarts of one fit().
+    """
+
+    backend: str | None = "auto"
+    hooks: Sequence[HookFactory] = ()
+    pre_terminate_timeout_s: float = 30.0
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+
+    def __post_init__(self) -> None:
+        from ray_accel.train.backend import BACKENDS
+
+        if self.backend not in BACKENDS:
+            raise InputError(f"backend {self.backend!r}: use one of {', '.join(BACKENDS)}")
+        self.hooks = tuple(self.hooks)
+
+    @property
+    def backend_cls(self) -> Any:
+        from ray_accel.train.backend import AcceleratorBackend
+
+        return AcceleratorBackend
+
+    @property
+    def train_func_context(self) -> Any:
+        from ray_accel.train.worker import WorkerTrainContext
+
+        return WorkerTrainContext

@@ -1,0 +1,135 @@
+"""Issue 6 acceptance with real Ray and real torch: training inside partitions."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration import drivers
+from tests.integration.conftest import Cluster, start_cluster
+
+pytestmark = pytest.mark.ray
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    # 2 CPUs per raylet: a 2-worker job plus Ray Train's controller.
+    c = start_cluster(tmp_path_factory.mktemp("train"), "trn1.32xlarge", 2, "--num-cpus", "2")
+    try:
+        yield c
+    finally:
+        c.cli("stop", "--grace", "2")
+
+
+def job(cluster: Cluster, **kw: Any) -> dict[str, Any]:
+    result: dict[str, Any] = cluster.driver(drivers.TRAIN_JOB, json.dumps(kw), timeout=400)
+    return result
+
+
+def ranks(out: Path) -> list[dict[str, Any]]:
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+
+
+def events(log: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def check_job(out: Path, partition_cores: set[int]) -> None:
+    r0, r1 = ranks(out)
+    for r in (r0, r1):
+        assert r["local_rank"] in (0, 1) and r["local_world_size"] == 2 and r["node_rank"] == 0
+        assert r["env"]["LOCAL_RANK"] == str(r["local_rank"]) and r["env"]["LOCAL_WORLD_SIZE"] == "2"
+        assert r["losses"][-1] < r["losses"][0] / 10, "the loss goes down"
+    assert {r0["local_rank"], r1["local_rank"]} == {0, 1}
+    union = sorted({int(i) for r in (r0, r1) for i in r["own_ids"]})
+    assert r0["visible"] == r1["visible"] == ",".join(map(str, union)), "the sorted union of the partition's workers"
+    assert set(union) <= partition_cores
+    assert r0["weights"] == r1["weights"], "identical weights on both ranks"
+
+
+def test_two_jobs_in_two_partitions_at_once(cluster: Cluster, tmp_path: Path) -> None:
+    cores = {p["agent_id"]: set(p["core_ids"]) for p in cluster.status["partitions"]}
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        futures = {part: pool.submit(job, cluster, partition=part, out=str(tmp_path / part)) for part in ("p0", "p1")}
+        results = {part: f.result() for part, f in futures.items()}
+    for part, result in results.items():
+        assert result["ok"], result
+        check_job(tmp_path / part, cores[part])
+        assert {r["partition"] for r in ranks(tmp_path / part)} == {part}
+
+
+def test_hooks_run_in_order_with_matching_counts(cluster: Cluster, tmp_path: Path) -> None:
+    log = tmp_path / "hooks.log"
+    result = job(cluster, partition="p0", out=str(tmp_path / "out"), steps=5, recording=[{"log": str(log)}])
+    assert result["ok"], result
+    evs = events(log)
+    per_workload: dict[str, list[str]] = {}
+    for e in evs:
+        per_workload.setdefault(e["workload"], []).append(e["event"])
+    assert len(per_workload) == 2
+    for seq in per_workload.values():
+        assert seq == ["pre_create", "post_create", "pre_terminate", "post_terminate"]
+    r0, r1 = ranks(tmp_path / "out")
+    assert r0["hook_env"] == r1["hook_env"] == "granted", "pre_create's env vars reach the worker"
+    assert r0["resource_file"] and r0["resource_file"].endswith(".resources")
+    assert not Path(r0["resource_file"]).exists(), "the per-workload resource file is removed after the run"
+
+
+def test_denying_hook_fails_fit_with_its_reason(cluster: Cluster, tmp_path: Path) -> None:
+    log = tmp_path / "hooks.log"
+    result = job(
+        cluster, partition="p1", out=str(tmp_path / "out"), recording=[{"log": str(log), "deny": "quota exhausted"}]
+    )
+    assert not result["ok"]
+    assert "hook Recording denied workload" in result["error"] and "quota exhausted" in result["error"]
+    counts = Counter(e["event"] for e in events(log))
+    assert counts["pre_create"] == counts["post_terminate"] == 2
+    assert counts["post_create"] == 0
+    assert not (tmp_path / "out" / "rank0.json").exists(), "training never started"
+
+
+def test_retry_request_counts_as_a_worker_failure(cluster: Cluster, tmp_path: Path) -> None:
+    log = tmp_path / "hooks.log"
+    marker = tmp_path / "retried"
+    result = job(
+        cluster, partition="p1", out=str(tmp_path / "out"), steps=5, max_failures=1,
+        recording=[{"log": str(log), "retry_marker": str(marker)}],
+    )  # fmt: skip
+    assert result["ok"], result
+    assert marker.exists()
+    counts = Counter(e["event"] for e in events(log))
+    assert counts["pre_create"] == counts["post_terminate"] == 4, counts
+    refused = tmp_path / "refused"
+    result = job(
+        cluster, partition="p1", out=str(tmp_path / "out2"), steps=5, max_failures=0,
+        recording=[{"log": str(tmp_path / "h2.log"), "retry_marker": str(refused)}],
+    )  # fmt: skip
+    assert not result["ok"] and "asked to retry" in result["error"]
+
+
+def test_killed_worker_restarts_and_hook_counts_reconcile(cluster: Cluster, tmp_path: Path) -> None:
+    log = tmp_path / "hooks.log"
+    marker = tmp_path / "died"
+    result = job(
+        cluster, partition="p0", out=str(tmp_path / "out"), max_failures=1,
+        die_once_marker=str(marker), recording=[{"log": str(log)}],
+    )  # fmt: skip
+    assert result["ok"], result
+    assert marker.exists(), "a worker was killed mid-run"
+    evs = events(log)
+    counts = Counter(e["event"] for e in evs)
+    assert counts["pre_create"] == counts["post_terminate"] == 4, counts
+    killed_pid = int(marker.read_text())
+    killed = [e for e in evs if e["pid"] == killed_pid]
+    assert [e["event"] for e in killed] == ["pre_create", "post_create"], (
+        "the killed worker never ran its own terminate hooks"
+    )
+    reconciled = [e for e in evs if e["event"] == "post_terminate" and e["workload"] == killed[0]["workload"]]
+    assert len(reconciled) == 1 and reconciled[0]["pid"] != killed_pid, "another worker ran its post_terminate"
+    check_job(tmp_path / "out", set(range(16)))

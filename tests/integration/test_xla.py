@@ -1,0 +1,51 @@
+"""The XLA lane (make test-xla): torch-xla on PJRT CPU inside mock Neuron partitions."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration import drivers
+from tests.integration.conftest import Cluster, start_cluster
+from tests.integration.test_train import ranks
+
+pytestmark = [pytest.mark.xla, pytest.mark.ray]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    pytest.importorskip("torch_xla", reason="the XLA lane runs in .venv-xla (make test-xla)")
+    c = start_cluster(tmp_path_factory.mktemp("xla"), "trn1.32xlarge", 2, "--num-cpus", "2")
+    try:
+        yield c
+    finally:
+        c.cli("stop", "--grace", "2")
+
+
+def test_xla_jobs_in_both_partitions_keep_ranks_in_sync(cluster: Cluster, tmp_path: Path) -> None:
+    cores = {p["agent_id"]: set(p["core_ids"]) for p in cluster.status["partitions"]}
+
+    def run(part: str) -> dict[str, Any]:
+        kw = {"partition": part, "out": str(tmp_path / part), "backend": "xla", "steps": 20}
+        result: dict[str, Any] = cluster.driver(drivers.TRAIN_JOB, json.dumps(kw), timeout=500)
+        return result
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        results = dict(zip(("p0", "p1"), pool.map(run, ("p0", "p1")), strict=True))
+    for part, result in results.items():
+        assert result["ok"], result
+        r0, r1 = ranks(tmp_path / part)
+        for r in (r0, r1):
+            assert r["backend"] == "xla" and r["env"]["PJRT_DEVICE"] == "CPU"
+            assert r["device"].startswith("xla"), r["device"]
+            assert r["local_world_size"] == 2 and r["partition"] == part
+            assert r["losses"][-1] < r["losses"][0] / 5
+        union = sorted({int(i) for r in (r0, r1) for i in r["own_ids"]})
+        assert r0["visible"] == r1["visible"] == ",".join(map(str, union))
+        assert set(union) <= cores[part]
+        assert r0["weights"] == r1["weights"], "XLA ranks stay in sync through the gloo reduction"
