@@ -81,3 +81,37 @@ try:
 except Exception as e:
     print(json.dumps({"ok": False, "error": f"{type(e).__name__}: {e}"}))
 """
+
+TASK_ACTOR_HOOKS = r"""
+import json, os, sys
+import ray, ray_accel
+from examples.hooks import Recording
+from ray_accel.workloads import with_hooks
+log = sys.argv[1]
+ray_accel.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+               runtime_env={"env_vars": {"PYTHONPATH": os.environ["PYTHONPATH"], "RAYACCEL_HOOK_DIR": sys.argv[2]}})
+
+@ray.remote(resources={"neuron_cores": 2})
+@with_hooks(Recording(log), run_id="demo")
+def task():
+    return os.environ.get("EXAMPLE_HOOK_TOKEN"), os.environ.get("NEURON_RT_VISIBLE_CORES")
+
+@ray.remote(resources={"neuron_cores": 1})
+@with_hooks(Recording(log), run_id="demo")
+class Actor:
+    def token(self):
+        return os.environ.get("EXAMPLE_HOOK_TOKEN")
+
+first = ray.get(task.remote())
+after = ray.get(task.remote())
+a = Actor.remote()
+token = ray.get(a.token.remote())
+ray.kill(a)  # killed outright: no terminate hooks in the actor itself
+import time; time.sleep(1)
+b = Actor.remote()
+ray.get(b.token.remote())
+ray.get(b.ray_accel_terminate.remote())
+ray.get(task.remote())
+print(json.dumps({"first": first, "actor_token": token}))
+ray.shutdown()
+"""

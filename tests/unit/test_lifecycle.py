@@ -1,0 +1,109 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from examples.hooks import Recording, RecordingHook
+from ray_accel.hooks import LifecycleHook, Workload, WorkloadDenied, WorkloadRetry
+from ray_accel.lifecycle import RESOURCE_FILE_ENV, HookRun, ledger_dir, reconcile
+
+
+@pytest.fixture(autouse=True)
+def _hook_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAYACCEL_HOOK_DIR", str(tmp_path / "ledger"))
+
+
+def _events(log: Path) -> list[str]:
+    import json
+
+    return [json.loads(x)["event"] for x in log.read_text().splitlines()] if log.exists() else []
+
+
+def test_full_cycle_applies_env_and_resource_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("EXAMPLE_HOOK_TOKEN", raising=False)
+    log = tmp_path / "log"
+    run = HookRun("r1", Workload("w1", "p0", (0, 1)), [Recording(str(log))])
+    run.pre_create()
+    assert os.environ["EXAMPLE_HOOK_TOKEN"] == "granted"
+    resource = Path(os.environ[RESOURCE_FILE_ENV])
+    assert resource.read_text() == "LEASE=w1\n"
+    run.post_create()
+    assert run.pre_terminate(5)
+    run.post_terminate()
+    run.post_terminate()  # idempotent
+    assert _events(log) == ["pre_create", "post_create", "pre_terminate", "post_terminate"]
+    assert not resource.exists()
+    assert list(ledger_dir("r1").iterdir()) == []
+    monkeypatch.delenv(RESOURCE_FILE_ENV)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "text"), [({"deny": "no quota"}, WorkloadDenied, "hook Recording denied workload w2: no quota")]
+)
+def test_denial_names_the_hook_and_still_terminates(
+    kwargs: dict[str, str], error: type, text: str, tmp_path: Path
+) -> None:
+    log = tmp_path / "log"
+    run = HookRun("r2", Workload("w2", "p0"), [Recording(str(log), **kwargs)])
+    with pytest.raises(error, match=text):
+        run.pre_create()
+    assert _events(log) == ["pre_create", "post_terminate"]
+
+
+def test_retry(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    run = HookRun("r3", Workload("w3", "p0"), [Recording(str(log), retry_marker=str(tmp_path / "m"))])
+    with pytest.raises(WorkloadRetry, match="asked to retry w3"):
+        run.pre_create()
+    assert _events(log) == ["pre_create", "post_terminate"]
+
+
+class Hangs(LifecycleHook):
+    def pre_terminate(self) -> None:
+        time.sleep(30)
+
+
+def test_pre_terminate_is_bounded() -> None:
+    run = HookRun("r4", Workload("w4", "p0"), [Hangs])
+    run.pre_create()
+    start = time.monotonic()
+    assert run.pre_terminate(0.3) is False
+    assert time.monotonic() - start < 5
+    run.post_terminate()
+
+
+def test_reconcile_runs_post_terminate_once_for_a_dead_process(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]);"
+        "from examples.hooks import Recording; from ray_accel.hooks import Workload;"
+        "from ray_accel.lifecycle import HookRun;"
+        "HookRun('r5', Workload('dead', 'p0'), [Recording(sys.argv[2])]).pre_create()"
+    )
+    root = str(Path(__file__).resolve().parents[2])
+    subprocess.run([sys.executable, "-c", code, root, str(log)], check=True, env=os.environ.copy())
+    alive = HookRun("r5", Workload("alive", "p0"), [Recording(str(log))])
+    alive.pre_create()
+    assert reconcile("r5", [Recording(str(log))]) == ["dead"]
+    assert reconcile("r5", [Recording(str(log))]) == [], "claimed once"
+    assert _events(log) == ["pre_create", "pre_create", "post_terminate"]
+    alive.post_terminate()
+    assert reconcile("r5", [Recording(str(log))]) == []
+
+
+def test_hook_factory_type_is_checked() -> None:
+    class Bad(LifecycleHook):
+        def pre_create(self):  # type: ignore[no-untyped-def]
+            return {"env_vars": {}}
+
+    with pytest.raises(TypeError, match="returned dict"):
+        HookRun("r6", Workload("w6", "p0"), [Bad]).pre_create()
+
+
+def test_recording_hook_class_is_a_factory() -> None:
+    assert isinstance(Recording("/dev/null")(Workload("w", "p")), RecordingHook)
