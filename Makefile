@@ -6,8 +6,8 @@ STAMP := $(VENV)/.installed
 XLA_VENV := .venv-xla
 XLA_STAMP := $(XLA_VENV)/.installed
 BACKENDS := $(wildcard backends/*/pyproject.toml)
-PINS := "ray[train]==2.60.0" "torch==2.13.0" nvidia-ml-py psutil pytest hypothesis ruff mypy
-XLA_PINS := "torch==2.9.0" "torch-xla==2.9.0" "ray[train]==2.60.0" nvidia-ml-py psutil pytest hypothesis
+PINS := "ray[default,train]==2.60.0" "torch==2.13.0" nvidia-ml-py psutil pytest hypothesis ruff mypy
+XLA_PINS := "torch==2.9.0" "torch-xla==2.9.0" "ray[default,train]==2.60.0" nvidia-ml-py psutil pytest hypothesis
 
 .PHONY: demo test lint unit test-xla clean
 

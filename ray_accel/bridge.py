@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -34,6 +35,7 @@ from ray_accel.visibility import VisibilityError, format_visible_ids, parse_visi
 log = logging.getLogger(__name__)
 
 SPEC_ENV = "RAYACCEL_BRIDGE_SPEC"
+MASK_DIR_ENV = "RAYACCEL_MASK_DIR"
 PRELOAD_ENV = "RAY_preload_python_modules"
 UNIT_RESOURCES_ENV = "RAY_custom_unit_instance_resources"
 AUTOINSTALL_MODULE = "ray_accel.autoinstall"
@@ -127,6 +129,7 @@ def make_manager(spec: BridgeSpec) -> Any:
             os.environ[spec.visible_ids_env] = format_visible_ids(int(i) for i in ids)
         else:
             os.environ[spec.visible_ids_env] = ",".join(ids)
+        publish_mask(os.environ[spec.visible_ids_env])
 
     def validate(quantity: float) -> tuple[bool, str | None]:
         if spec.whole_units_only and isinstance(quantity, float) and not quantity.is_integer():
@@ -152,6 +155,46 @@ def make_manager(spec: BridgeSpec) -> Any:
     }
     name = f"RayAccel{spec.resource_name.title().replace('_', '')}Manager"
     return type(name, (AcceleratorManager,), attrs)
+
+
+def mask_dir() -> str:
+    return os.environ.get(MASK_DIR_ENV) or os.path.join(tempfile.gettempdir(), "ray-accel-masks")
+
+
+def publish_mask(mask: str) -> None:
+    """Record this process's current mask where samplers on the node can read it.
+
+    /proc/<pid>/environ shows a process's environment at exec time only, and
+    Ray sets the mask in-process for each task, so outside tools would see the
+    raylet's whole mask. The PID's start time guards against PID reuse.
+    """
+    try:
+        import psutil
+
+        d = mask_dir()
+        os.makedirs(d, exist_ok=True)
+        tmp = os.path.join(d, f".{os.getpid()}.tmp")
+        with open(tmp, "w") as f:
+            f.write(f"{mask}\n{psutil.Process().create_time()}\n")
+        os.replace(tmp, os.path.join(d, str(os.getpid())))
+    except Exception as e:  # never break task start for a metrics aid
+        log.debug("could not publish mask: %s", e)
+
+
+def published_mask(pid: int) -> str | None:
+    """The mask `pid` published, if it is still that process."""
+    try:
+        import psutil
+
+        with open(os.path.join(mask_dir(), str(pid))) as f:
+            mask, created = f.read().split("\n")[:2]
+        if abs(psutil.Process(pid).create_time() - float(created)) > 0.5:
+            return None
+        return mask
+    except (OSError, ValueError, ImportError):
+        return None
+    except Exception:
+        return None
 
 
 def check_ray_version() -> str:

@@ -121,6 +121,7 @@ def cmd_start(args: argparse.Namespace) -> int:
             ray_args=[a for a in args.ray_args if a != "--"],
             backend=args.backend,
             timeout_s=args.timeout,
+            metrics=not args.no_metrics,
         )
         record = launcher.start(req, _progress(args))
     payload = launcher.status()
@@ -172,6 +173,94 @@ def cmd_stop(args: argparse.Namespace) -> int:
     )
 
 
+def top_payload(status: dict[str, Any], snaps: dict[str, Any]) -> dict[str, Any]:
+    devices: list[dict[str, Any]] = []
+    workloads: list[dict[str, Any]] = []
+    errors: list[str] = []
+    for agent, snap in snaps.items():
+        if isinstance(snap, str):
+            errors.append(f"{agent}: {snap}")
+            continue
+        for d in snap.get("devices", []):
+            devices.append(
+                {
+                    "id": d["id"],
+                    "partition": d["partition"],
+                    "family": d["family"],
+                    "accelerator_type": d["accelerator_type"],
+                    "utilization": d["utilization"],
+                    "memory_used_bytes": d["memory_used_bytes"],
+                    "memory_total_bytes": d["memory_total_bytes"],
+                    "healthy": d["healthy"],
+                    "reason": d["reason"],
+                }
+            )
+        workloads += snap.get("workloads", [])
+        errors += [f"{agent}: {e}" for e in snap.get("errors", [])]
+    return {"partitions": status["partitions"], "devices": devices, "workloads": workloads, "errors": errors}
+
+
+def _top_text(payload: dict[str, Any]) -> str:
+    def pct(v: float | None) -> str:
+        return "-" if v is None else f"{v:.0%}"
+
+    parts = _status_text(payload)
+    devs = render(
+        ["DEVICE", "PARTITION", "UTIL", "MEMORY", "HEALTH"],
+        [
+            [
+                d["id"],
+                d["partition"],
+                pct(d["utilization"]),
+                f"{gib(d['memory_used_bytes'])} / {gib(d['memory_total_bytes'])}",
+                "ok"
+                if d["healthy"]
+                else ("?" if d["healthy"] is None else "BAD") + (f" ({d['reason']})" if d["reason"] else ""),
+            ]
+            for d in payload["devices"]
+        ],
+    )
+    work = render(
+        ["WORKLOAD", "PARTITION", "PIDS", "CPU S", "RSS", "DEVICE MEMORY"],
+        [
+            [
+                w["workload"],
+                w["partition"],
+                len(w["pids"]),
+                f"{w['cpu_seconds']:.1f}",
+                f"{w['rss_bytes'] / 1024**2:.0f} MiB",
+                ", ".join(f"{k} {v / 1024**2:.0f} MiB" for k, v in w["device_memory_bytes"].items()) or "-",
+            ]
+            for w in payload["workloads"]
+        ],
+    )
+    errors = "\n".join(f"error: {e}" for e in payload["errors"])
+    return "\n\n".join(x for x in (parts, devs, work, errors) if x)
+
+
+def cmd_top(args: argparse.Namespace) -> int:
+    from ray_accel import exporter, launcher
+
+    status = launcher.status()
+    if not status["partitions"]:
+        raise RayAccelError("no ray-accel partitions recorded on this node (start them with `ray-accel start`)")
+    if status.get("auth_mode"):
+        launcher.gcs_nodes(status["gcs_address"], 3.0, status["auth_mode"])  # sets the auth mode for this process
+    exporter.connect(status["gcs_address"])
+    while True:
+        payload = top_payload(status, exporter.snapshots([p["agent_id"] for p in status["partitions"]]))
+        if args.json:
+            print(json.dumps(payload, indent=2))
+        else:
+            if not args.once:
+                print("\033[2J\033[H", end="")
+            print(_top_text(payload), flush=True)
+        if args.once:
+            return 0
+        time.sleep(args.interval)
+        status = launcher.status()
+
+
 def format_id_list(ids: Sequence[str]) -> str:
     """`neuron:0..neuron:3` for a run of Neuron ids, else the ids themselves."""
     if ids and all(i.startswith("neuron:") for i in ids):
@@ -212,12 +301,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port-base", type=int, help="first port of the partitions' port blocks (default: first free)")
     p.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for the raylets (default 180)")
     p.add_argument("--backend", help="partition this backend's devices")
+    p.add_argument("--no-metrics", action="store_true", help="do not start the per-partition metrics agents")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=cmd_start, ray_args=[])
 
     p = sub.add_parser("status", help="show this node's partitions")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=cmd_status)
+
+    p = sub.add_parser("top", help="live view of partitions, devices and workloads")
+    p.add_argument("--once", action="store_true", help="print one view and exit")
+    p.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes (default 2)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(handler=cmd_top)
 
     p = sub.add_parser("stop", help="stop the raylets ray-accel started, by PID")
     p.add_argument("--grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL (default 5)")

@@ -62,6 +62,7 @@ class StartRequest:
     ray_args: list[str] = field(default_factory=list)
     backend: str | None = None
     timeout_s: float = 180.0
+    metrics: bool = True
 
 
 def _flag_names(args: Sequence[str]) -> list[str]:
@@ -307,7 +308,23 @@ def start(req: StartRequest, progress: Progress) -> dict[str, Any]:
         procs.terminate(_all_pids(started))
         state.clear()
         raise
+    if req.metrics:
+        _deploy_metrics(record, started, progress)
     return record
+
+
+def _deploy_metrics(record: dict[str, Any], parts: Sequence[dict[str, Any]], progress: Progress) -> None:
+    """Metrics are secondary: a failure here is reported, not fatal."""
+    from ray_accel import exporter
+
+    try:
+        names = exporter.deploy(record["gcs_address"], parts)
+        progress(f"metrics agents: {', '.join(names)}")
+        record["metrics"] = True
+    except Exception as e:
+        progress(f"warning: metrics agents not started: {type(e).__name__}: {e}")
+        record["metrics"] = False
+    state.save(record)
 
 
 def stop(grace_s: float = 5.0) -> dict[str, Any]:
@@ -438,4 +455,6 @@ def recover(progress: Progress, timeout_s: float = 180.0) -> dict[str, Any]:
         p.update({k: v for k, v in result.items() if k != "pids"}, pids=new_pids)
         state.save(record)
     _wait_registered(record["gcs_address"], [p["node_id"] for p in dead], timeout_s, progress, record.get("auth_mode"))
+    if record.get("metrics"):
+        _deploy_metrics(record, dead, progress)
     return record

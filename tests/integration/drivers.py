@@ -115,3 +115,18 @@ ray.get(task.remote())
 print(json.dumps({"first": first, "actor_token": token}))
 ray.shutdown()
 """
+
+HOLD_ACTORS = r"""
+import json, os, sys, time
+import ray
+ray.init(address=sys.argv[1], log_to_driver=False)
+
+@ray.remote(resources={"neuron_cores": 2}, num_cpus=0)
+class Holder:
+    def where(self):
+        return {"pid": os.getpid(), "cores": os.environ.get("NEURON_RT_VISIBLE_CORES")}
+
+actors = {p: Holder.options(label_selector={"ray-accel.io/partition": p}).remote() for p in ("p0", "p1")}
+print(json.dumps({p: ray.get(a.where.remote()) for p, a in actors.items()}), flush=True)
+time.sleep(float(sys.argv[2]))
+"""

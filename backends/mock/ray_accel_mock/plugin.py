@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import os
 
+from ray_accel.bridge import published_mask
 from ray_accel.devices import FAMILY_NEURON, Device, NodeInfo, all_core_ids
 from ray_accel.plugin import MOCK_ENV, DevicePlugin
 from ray_accel.samples import DeviceSample, ProcessSample
+from ray_accel.visibility import parse_visible_ids
 from ray_accel_mock.spec import NodeSpec, load_spec
 
+FAULTS_ENV = "RAYACCEL_MOCK_FAULTS"
+PROCESS_MEMORY_PER_CORE = 64 * 1024**2
 RESOURCES = {FAMILY_NEURON: ("neuron_cores", "NEURON_RT_VISIBLE_CORES")}
 GPU_RESOURCE = ("GPU", "CUDA_VISIBLE_DEVICES")
 
@@ -69,10 +74,30 @@ class MockPlugin(DevicePlugin):
         # The mock has no collective hardware: training on it runs on CPU.
         return "gloo"
 
+    def _faults(self) -> dict[str, object]:
+        """Faults injected while running (RAYACCEL_MOCK_FAULTS: a JSON file,
+        re-read on every sample): {"lost": [device ids], "fail": true}."""
+        path = os.environ.get(FAULTS_ENV)
+        if not path:
+            return {}
+        try:
+            with open(path) as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
     def gather_node_metrics(self) -> list[DeviceSample]:
         # Fixed functions of the index: tests can predict every value.
+        faults = self._faults()
+        if faults.get("fail"):
+            raise RuntimeError("mock metrics source failed (injected)")
+        listed = faults.get("lost", [])
+        lost = {str(x) for x in listed} if isinstance(listed, list) else set()
         out = []
         for d in self.spec.devices:
+            if d.id in lost:
+                continue
             i = d.index
             healthy = d.attributes.get("healthy", "true") == "true"
             out.append(
@@ -90,4 +115,16 @@ class MockPlugin(DevicePlugin):
         return out
 
     def gather_process_metrics(self, pid: int) -> ProcessSample:
-        return ProcessSample(pid=pid, device_memory_bytes={})
+        """64 MiB per core the process's current mask names (as the bridge
+        published it): deterministic, and only on processes that hold cores."""
+        mask = published_mask(pid)
+        try:
+            ids = parse_visible_ids(mask) if mask else []
+        except ValueError:
+            return ProcessSample(pid=pid, device_memory_bytes={})
+        held: dict[str, int] = {}
+        for d in self.spec.devices:
+            n = len(set(d.core_ids) & set(ids or []))
+            if n:
+                held[d.id] = n * PROCESS_MEMORY_PER_CORE
+        return ProcessSample(pid=pid, device_memory_bytes=held)

@@ -1,0 +1,192 @@
+"""Issue 7 acceptance with real Ray: metrics per partition on Ray's Prometheus endpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.integration import drivers
+from tests.integration.conftest import ROOT, Cluster, free_port
+
+pytestmark = pytest.mark.ray
+SAMPLE = re.compile(r"^(\w+)\{(.*)\}\s+(\S+)$")
+LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def scrape(port: int) -> list[tuple[str, dict[str, str], float]]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out = []
+    for line in text.splitlines():
+        m = SAMPLE.match(line)
+        if m and "ray_accel_" in m.group(1):
+            out.append((m.group(1).removeprefix("ray_"), dict(LABEL.findall(m.group(2))), float(m.group(3))))
+    return out
+
+
+def scrape_all(cluster: Cluster) -> list[tuple[str, dict[str, str], float]]:
+    state = json.loads((Path(cluster.env["RAYACCEL_STATE_DIR"]) / "node.json").read_text())
+    return [s for p in state["partitions"] for s in scrape(p["ports"]["named"]["metrics_export_port"])]
+
+
+def top(cluster: Cluster) -> dict[str, Any]:
+    proc = cluster.cli("top", "--once", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result: dict[str, Any] = json.loads(proc.stdout)
+    return result
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    tmp = tmp_path_factory.mktemp("metrics")
+    env = {
+        "RAYACCEL_MOCK": "trn1.32xlarge",
+        "RAYACCEL_STATE_DIR": str(tmp / "state"),
+        "RAYACCEL_MOCK_FAULTS": str(tmp / "faults.json"),
+        "RAYACCEL_METRICS_INTERVAL_S": "1",
+        "RAY_metrics_report_interval_ms": "1000",
+        "PYTHONPATH": str(ROOT),
+    }
+    proc = run_cli("start", "--head", "--agents", "2", "--port", str(free_port()), "--json", env=env, timeout=300)
+    if proc.returncode != 0:
+        run_cli("stop", "--grace", "2", env=env)
+        pytest.fail(proc.stderr[-3000:])
+    c = Cluster(env, json.loads(proc.stdout))
+    try:
+        yield c
+    finally:
+        c.cli("stop", "--grace", "2")
+
+
+@pytest.fixture(scope="module")
+def holders(cluster: Cluster) -> Iterator[dict[str, Any]]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAYACCEL_")}
+    env.update(RAY_AUTH_MODE="token", PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", drivers.HOLD_ACTORS, cluster.address, "600"], env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        yield json.loads(proc.stdout.readline())
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def wait_for(check: Any, timeout: float = 60) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            result = check()
+            if result:
+                return result
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(1)
+
+
+def test_scrape_shows_every_device_once_with_its_partition(cluster: Cluster, holders: dict[str, Any]) -> None:
+    owner = {d: p["agent_id"] for p in cluster.status["partitions"] for d in p["device_ids"]}
+
+    def check() -> list[tuple[str, dict[str, str], float]]:
+        samples = scrape_all(cluster)
+        util = [
+            (labels["device_id"], labels["partition"])
+            for name, labels, _ in samples
+            if name == "ray_accel_device_utilization"
+        ]
+        assert sorted(util) == sorted(owner.items()), "every device exactly once, with its partition"
+        pids = {int(h["pid"]) for h in holders.values()}
+        seen = {
+            int(labels["workload"].rsplit("[", 1)[1].rstrip("]"))
+            for n, labels, _ in samples
+            if n == "ray_accel_workload_rss_bytes"
+        }
+        assert pids <= seen
+        return samples
+
+    samples = wait_for(check)
+    node = [s for s in samples if s[0] == "ray_accel_node_devices"]
+    assert len(node) == 1 and node[0][2] == 16, "node-level values once per host, not once per raylet"
+    for part, h in holders.items():
+        dev_mem = {
+            labels["device_id"]: value
+            for name, labels, value in samples
+            if name == "ray_accel_workload_device_memory_bytes" and labels["workload"].endswith(f"[{h['pid']}]")
+        }
+        cores = [int(c) for c in h["cores"].split(",")]
+        expected = {f"neuron:{c // 2}" for c in cores}
+        assert set(dev_mem) == expected, (part, dev_mem, cores)
+        assert all(
+            labels["partition"] == part
+            for n, labels, _ in samples
+            if n.startswith("ray_accel_workload") and labels["workload"].endswith(f"[{h['pid']}]")
+        )
+        assert sum(dev_mem.values()) == 2 * 64 * 1024**2, "64 MiB per held core, on its own process only"
+
+
+def test_top_agrees_with_the_scrape(cluster: Cluster, holders: dict[str, Any]) -> None:
+    view = top(cluster)
+    assert {"partitions", "devices", "workloads"} <= set(view)
+    scraped = {
+        labels["device_id"]: (labels["partition"], value)
+        for name, labels, value in scrape_all(cluster)
+        if name == "ray_accel_device_utilization"
+    }
+    assert len(view["devices"]) == 16
+    for d in view["devices"]:
+        assert {"id", "partition", "utilization", "memory_used_bytes", "memory_total_bytes", "healthy"} <= set(d)
+        assert scraped[d["id"]] == (d["partition"], pytest.approx(d["utilization"]))
+    pids = {w["pid"]: w for w in view["workloads"]}
+    for part, h in holders.items():
+        assert pids[h["pid"]]["partition"] == part
+
+
+def test_vanished_device_and_failing_source_are_reported(cluster: Cluster, holders: dict[str, Any]) -> None:
+    faults = Path(cluster.env["RAYACCEL_MOCK_FAULTS"])
+    faults.write_text(json.dumps({"lost": ["neuron:3"]}))
+    try:
+
+        def lost() -> dict[str, Any]:
+            view = top(cluster)
+            d3 = next(d for d in view["devices"] if d["id"] == "neuron:3")
+            assert d3["healthy"] is False and d3["reason"] == "device disappeared"
+            return view
+
+        view = wait_for(lost)
+        assert all(d["healthy"] for d in view["devices"] if d["id"] != "neuron:3"), "the others are still collected"
+        assert any("neuron:3 disappeared" in e for e in view["errors"])
+        wait_for(
+            lambda: any(
+                name == "ray_accel_device_healthy" and labels["device_id"] == "neuron:3" and value == 0.0
+                for name, labels, value in scrape_all(cluster)
+            )
+        )
+        faults.write_text(json.dumps({"fail": True}))
+
+        def failing() -> dict[str, Any]:
+            view = top(cluster)
+            assert all(d["healthy"] is None and "metric source failed" in d["reason"] for d in view["devices"])
+            return view
+
+        view = wait_for(failing)
+        assert {w["pid"] for w in view["workloads"]} >= {h["pid"] for h in holders.values()}, (
+            "workloads still collected"
+        )
+    finally:
+        faults.unlink(missing_ok=True)
+    wait_for(lambda: all(d["healthy"] for d in top(cluster)["devices"]))
