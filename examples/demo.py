@@ -12,7 +12,6 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,18 +23,13 @@ sys.path.insert(0, str(ROOT))
 
 from ray_accel import launcher  # noqa: E402
 from ray_accel.inventory import discover  # noqa: E402
+from ray_accel.ports import free_port  # noqa: E402
 from ray_accel.table import gib, render  # noqa: E402
 from ray_accel.visibility import format_visible_ids  # noqa: E402
 
 
 def say(msg: str) -> None:
     print(msg, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return int(s.getsockname()[1])
 
 
 def main() -> int:

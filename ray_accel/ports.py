@@ -60,6 +60,13 @@ def is_free(port: int, host: str = "") -> bool:
     return True
 
 
+def free_port() -> int:
+    """A port the kernel says is free now (for a GCS port or a test)."""
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])
+
+
 def agent_ports(base: int, index: int) -> AgentPorts:
     start = base + index * BLOCK
     return AgentPorts(

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,13 +12,8 @@ from typing import Any
 import psutil
 import pytest
 
+from ray_accel.ports import free_port
 from tests.conftest import run_cli
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return int(s.getsockname()[1])
 
 
 def raylet_pids() -> set[int]:
