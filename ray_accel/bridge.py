@@ -43,7 +43,6 @@ TESTED_RAY_VERSIONS = ("2.60.",)
 # Ray's C++ default for custom_unit_instance_resources (read from _raylet.so).
 RAY_DEFAULT_UNIT_RESOURCES = ("neuron_cores", "TPU", "NPU", "HPU", "RBLN", "FURIOSA", "TTNPU", "MBLT")
 PREDEFINED_UNIT_RESOURCES = ("GPU",)
-PARTITION_LABEL = "ray-accel.io/partition"
 
 
 class BridgeUnsupported(RayAccelError):

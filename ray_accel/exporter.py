@@ -21,8 +21,8 @@ from typing import Any
 
 import psutil
 
-from ray_accel.bridge import PARTITION_LABEL
 from ray_accel.metrics import Snapshot, collect, ray_workers
+from ray_accel.partition import PARTITION_LABEL
 
 log = logging.getLogger(__name__)
 

@@ -26,10 +26,10 @@ from typing import Any
 import psutil
 
 from ray_accel import procs, state
-from ray_accel.bridge import PARTITION_LABEL, BridgeSpec, BridgeUnsupported, check_ray_version, raylet_env
+from ray_accel.bridge import BridgeSpec, BridgeUnsupported, check_ray_version, raylet_env
 from ray_accel.errors import InputError, RayAccelError
 from ray_accel.inventory import discover
-from ray_accel.partition import Partition, plan_partitions
+from ray_accel.partition import PARTITION_LABEL, Partition, plan_partitions
 from ray_accel.ports import AgentPorts, agent_ports, check_free, plan_ports
 from ray_accel.raylet_launch import AGENT_ENV
 

@@ -24,6 +24,10 @@ from ray_accel.devices import FAMILY_NEURON, SHAREABLE_FAMILIES, Device, DeviceI
 from ray_accel.errors import InputError
 from ray_accel.visibility import VisibilityError, format_visible_ids, parse_visible_ids
 
+# The node label that names a raylet's partition, so work can target it with
+# `label_selector={PARTITION_LABEL: agent_id}`.
+PARTITION_LABEL = "ray-accel.io/partition"
+
 
 class PartitionError(InputError):
     """A plan that cannot be made: overlap, unknown id, impossible split."""

@@ -9,9 +9,10 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from ray_accel.bridge import PARTITION_LABEL, SPEC_ENV, specs_from_env
+from ray_accel.bridge import SPEC_ENV, specs_from_env
 from ray_accel.hooks import Workload, WorkloadDenied, WorkloadRetry
 from ray_accel.lifecycle import HookFactory, HookRun, reconcile
+from ray_accel.partition import PARTITION_LABEL
 from ray_accel.plugin import DevicePlugin
 from ray_accel.runtime import RankInfo
 from ray_accel.train.context import TrainContext, get_context, set_context
