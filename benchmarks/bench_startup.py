@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -60,7 +59,9 @@ def run_hand_written() -> float:
     blocks = plan_ports(AGENTS, None)
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAYACCEL_")}
     env["RAY_AUTH_MODE"] = "token"
-    address = f"{socket.gethostbyname(socket.gethostname())}:{port}"
+    from ray.util import get_node_ip_address
+
+    address = f"{get_node_ip_address()}:{port}"  # as Ray writes it (the hostname may resolve to 127.0.0.1)
     procs: list[subprocess.Popen[bytes]] = []
     start = time.perf_counter()
     try:
@@ -97,6 +98,13 @@ def run_hand_written() -> float:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+        # `ray start --head` leaves Ray's current-cluster file naming it; a
+        # later plain ray.init() would try to join the stopped cluster.
+        from ray._common.utils import get_ray_address_file
+
+        address_file = Path(get_ray_address_file(None))
+        if address_file.exists() and address_file.read_text().strip() == address:
+            address_file.unlink()
 
 
 def main() -> None:

@@ -79,7 +79,7 @@ def main() -> None:
     args = ap.parse_args()
     import ray
 
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
     samples: dict[str, list[dict[str, float]]] = {"stock": [], "ray-accel": []}
     try:
         run("stock", 10)  # warm-up: imports, worker processes
