@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import psutil
+
 from ray_accel.devices import Device, DeviceError, NodeInfo, all_core_ids, validate_inventory
 from ray_accel.hooks import LifecycleHook, Workload
 from ray_accel.samples import DeviceSample, ProcessSample
@@ -134,8 +136,21 @@ class AgentContext:
         mine = {d.id for d in self._devices}
         return [s for s in self.plugin.gather_node_metrics() if s.device_id in mine]
 
-    def gather_workload_metrics(self, workload_id: str) -> list[DeviceSample]:
-        return self.gather_agent_metrics()
+    def gather_workload_metrics(self, workload_id: str) -> ProcessSample:
+        """Device memory held by a workload's whole process tree, on this
+        agent's devices. `workload_id` names the root pid ("1234", or the
+        metrics layer's "title[1234]")."""
+        root = int(workload_id.rsplit("[", 1)[-1].rstrip("]"))
+        try:
+            proc = psutil.Process(root)
+            pids = [root, *(c.pid for c in proc.children(recursive=True))]
+        except psutil.Error:
+            return ProcessSample(root, {})
+        held: dict[str, int] = {}
+        for pid in pids:
+            for dev, nbytes in self.gather_process_metrics(pid).device_memory_bytes.items():
+                held[dev] = held.get(dev, 0) + nbytes
+        return ProcessSample(root, held)
 
     def gather_process_metrics(self, pid: int) -> ProcessSample:
         sample = self.plugin.gather_process_metrics(pid)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import psutil
+import pytest
 from ray_accel_mock import MockPlugin, load_spec
 
 from ray_accel.devices import Device
@@ -87,3 +89,19 @@ def test_a_workload_that_ends_mid_collection_is_skipped() -> None:
     plugin = MockPlugin(load_spec("trn1.2xlarge"))
     snap = collect(plugin, _devices(plugin), "p0", None, [handle, psutil.Process(os.getpid())])
     assert [w.pid for w in snap.workloads] == [os.getpid()], "the ended one is skipped, the other still read"
+
+
+def test_agent_workload_metrics_sum_the_process_tree_on_its_own_devices(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ray_accel.bridge import publish_mask
+
+    monkeypatch.setenv("RAYACCEL_MASK_DIR", str(tmp_path))
+    plugin = MockPlugin(load_spec("trn1.32xlarge"))
+    publish_mask("0,1,2")  # this process holds cores 0-2: devices neuron:0 (2 cores) and neuron:1 (1 core)
+    mine = plugin.create_agent_context(["neuron:0"], "p0")
+    sample = mine.gather_workload_metrics(f"python[{os.getpid()}]")
+    assert sample.device_memory_bytes == {"neuron:0": 2 * 64 * 1024**2}, "only the agent's own device"
+    other = plugin.create_agent_context(["neuron:1", "neuron:2"], "p1")
+    assert other.gather_workload_metrics(str(os.getpid())).device_memory_bytes == {"neuron:1": 64 * 1024**2}
+    assert mine.gather_workload_metrics("999999999").device_memory_bytes == {}
