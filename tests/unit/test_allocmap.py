@@ -65,6 +65,11 @@ def test_failed_allocation_changes_nothing(mask: set[int], amount: int) -> None:
         with pytest.raises(AllocationError):
             m.allocate("second", amount)
         assert m.state is before
+    else:
+        alloc = m.allocate("second", amount)
+        assert len(alloc.units) == amount and set(alloc.units) <= mask
+        m.free("second")
+        assert m.state == before, "a grant that fits, then freed, restores the exact prior state"
 
 
 @given(masks, st.sets(st.integers(0, 80), min_size=1, max_size=4))

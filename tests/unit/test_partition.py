@@ -45,6 +45,11 @@ def test_auto_split_keeps_linked_groups_when_the_topology_allows(case: tuple[tup
     ring = all(len(d.peers) == min(2, len(devices) - 1) for d in devices) and len(devices) > 1
     if all_to_all or (ring and devices[0].family == "neuron"):
         assert all(q.connected for q in plan.quality)
+    has_links = any(d.peers for d in devices)
+    for p, q in zip(plan, plan.quality, strict=True):
+        assert (q.connected is None) == (not has_links), "unknown exactly when the inventory has no links"
+        if q.connected is False:
+            assert any(p.agent_id in w and "not all linked" in w for w in plan.warnings)
 
 
 @given(nodes(family="gpu"), st.integers(1, 4))
