@@ -62,10 +62,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
 
 
 def _primary_devices(backend: str | None) -> list[Device]:
-    plugin = discover(backend).primary
-    if plugin is None:
-        raise RayAccelError("no active accelerator backend on this node (see `ray-accel devices`)")
-    return list(plugin.list_devices())
+    return list(discover(backend).require_primary().list_devices())
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -245,7 +242,7 @@ def cmd_top(args: argparse.Namespace) -> int:
     if not status["partitions"]:
         raise RayAccelError("no ray-accel partitions recorded on this node (start them with `ray-accel start`)")
     if status.get("auth_mode"):
-        launcher.gcs_nodes(status["gcs_address"], 3.0, status["auth_mode"])  # sets the auth mode for this process
+        launcher.use_auth_mode(status["auth_mode"])
     exporter.connect(status["gcs_address"])
     while True:
         payload = top_payload(status, exporter.snapshots([p["agent_id"] for p in status["partitions"]]))

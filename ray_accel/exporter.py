@@ -133,7 +133,7 @@ def deploy(address: str, partitions: Sequence[dict[str, Any]], interval_s: float
 
     interval = interval_s or float(os.environ.get(INTERVAL_ENV, "5"))
     remote_cls = ray.remote(num_cpus=0, max_restarts=0)(MetricsAgent)
-    ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING)
+    connect(address)
     try:
         handles = []
         for i, p in enumerate(partitions):

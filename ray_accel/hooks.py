@@ -16,6 +16,8 @@ from ray_accel.errors import InputError, RayAccelError
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
+RESOURCE_FILE_ENV = "RAYACCEL_RESOURCE_FILE"
+
 # Variables that define what a worker may touch or how Ray reaches it; a hook
 # that sets one would break the partition, so it is refused.
 PROTECTED_ENV_VARS = frozenset(
@@ -23,7 +25,7 @@ PROTECTED_ENV_VARS = frozenset(
         "CUDA_VISIBLE_DEVICES",
         "NEURON_RT_VISIBLE_CORES",
         "HIP_VISIBLE_DEVICES",
-        "RAYACCEL_RESOURCE_FILE",
+        RESOURCE_FILE_ENV,
         "RAY_ADDRESS",
         "LD_PRELOAD",
     }

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ray_accel.devices import Device
-from ray_accel.errors import InputError
+from ray_accel.errors import InputError, RayAccelError
 from ray_accel.plugin import DevicePlugin, PluginStatus, active_plugins, discover_plugins
 
 
@@ -24,6 +24,12 @@ class Inventory:
         """The plugin a raylet is split by: Ray resolves one family per node."""
         plugins = self.plugins
         return plugins[0] if plugins else None
+
+    def require_primary(self) -> DevicePlugin:
+        plugin = self.primary
+        if plugin is None:
+            raise RayAccelError("no active accelerator backend on this node (see `ray-accel devices`)")
+        return plugin
 
     def devices(self) -> list[tuple[str, Device]]:
         return [(p.name, d) for p in self.plugins for d in p.list_devices()]

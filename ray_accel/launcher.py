@@ -134,6 +134,11 @@ def _without(args: Sequence[str], flags: set[str]) -> list[str]:
     return out
 
 
+def _partition_env(base_env: dict[str, str], spec: BridgeSpec, part: Partition) -> dict[str, str]:
+    """A partition raylet's environment: its mask (a comma list) and its name."""
+    return {**base_env, spec.visible_ids_env: part.visible_ids, AGENT_ENV: part.agent_id}
+
+
 def _launch(agent_id: str, args: list[str], env: dict[str, str], log_dir: Path, timeout_s: float) -> dict[str, Any]:
     result_path = log_dir / f"{agent_id}.result.json"
     result_path.unlink(missing_ok=True)
@@ -159,18 +164,26 @@ def _all_pids(parts: Sequence[dict[str, Any]]) -> list[list[float]]:
     return [r for p in parts for rs in p.get("pids", {}).values() for r in rs]
 
 
+def use_auth_mode(mode: str) -> None:
+    """Make this process talk to the cluster with `mode` (RAY_AUTH_MODE).
+
+    Ray's C++ config reads the mode once; re-read it as Ray's own
+    _enable_token_auth does, so our GCS client and driver send the token.
+    """
+    if os.environ.get(AUTH_MODE_ENV) != mode:
+        from ray._raylet import Config
+
+        os.environ[AUTH_MODE_ENV] = mode
+        Config.initialize("")
+
+
 def gcs_nodes(address: str, timeout_s: float = 5.0, auth_mode: str | None = None) -> dict[str, dict[str, Any]] | None:
     """Node id -> {alive, total, available}, read from the GCS directly (no
     driver); None if the GCS does not answer within `timeout_s`."""
     out: dict[str, Any] = {}
 
-    if auth_mode and os.environ.get(AUTH_MODE_ENV) != auth_mode:
-        # Ray's C++ config reads the mode once; re-read it as Ray's own
-        # _enable_token_auth does, so our GCS client sends the token.
-        from ray._raylet import Config
-
-        os.environ[AUTH_MODE_ENV] = auth_mode
-        Config.initialize("")
+    if auth_mode:
+        use_auth_mode(auth_mode)
 
     def query() -> None:
         try:
@@ -235,9 +248,7 @@ def start(req: StartRequest, progress: Progress) -> dict[str, Any]:
             "run `ray-accel stop` first, or `ray-accel start --recover`"
         )
     state.clear()  # a record whose processes are all gone is stale
-    plugin = discover(req.backend).primary
-    if plugin is None:
-        raise RayAccelError("no active accelerator backend on this node (see `ray-accel devices`)")
+    plugin = discover(req.backend).require_primary()
     plan = plan_partitions(plugin.list_devices(), req.mode, req.agents, req.manual)
     req.agents = len(plan)
     spec = BridgeSpec.from_plugin(plugin)
@@ -273,9 +284,7 @@ def start(req: StartRequest, progress: Progress) -> dict[str, Any]:
     }
 
     def launch(i: int, part: Partition, gcs: str | None) -> dict[str, Any]:
-        env = dict(base_env)
-        env[spec.visible_ids_env] = part.visible_ids
-        env[AGENT_ENV] = part.agent_id
+        env = _partition_env(base_env, spec, part)
         args = _ray_start_args(part, ports[i], spec, req.head and i == 0, gcs, req, gcs_port)
         progress(f"starting {part.agent_id}: {spec.visible_ids_env}={part.visible_ids}")
         result = _launch(part.agent_id, args, env, log_dir, req.timeout_s)
@@ -439,9 +448,7 @@ def recover(progress: Progress, timeout_s: float = 180.0) -> dict[str, Any]:
             [ports.named["node_manager_port"], ports.named["object_manager_port"]], f"recovering {p['agent_id']}"
         )
         part = Partition(p["agent_id"], tuple(p["device_ids"]), tuple(p["core_ids"]))
-        env = dict(base_env)
-        env[spec.visible_ids_env] = part.visible_ids
-        env[AGENT_ENV] = part.agent_id
+        env = _partition_env(base_env, spec, part)
         args = _ray_start_args(part, ports, spec, False, record["gcs_address"], req, 0)
         progress(f"restarting {part.agent_id}: {spec.visible_ids_env}={part.visible_ids}")
         result = _launch(part.agent_id, args, env, state.state_dir(), timeout_s)

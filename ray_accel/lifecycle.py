@@ -21,12 +21,11 @@ from pathlib import Path
 
 import psutil
 
-from ray_accel.hooks import LifecycleHook, Workload, WorkloadConfig, WorkloadDenied, WorkloadRetry
+from ray_accel.hooks import RESOURCE_FILE_ENV, LifecycleHook, Workload, WorkloadConfig, WorkloadDenied, WorkloadRetry
 
 log = logging.getLogger(__name__)
 
 HOOK_DIR_ENV = "RAYACCEL_HOOK_DIR"
-RESOURCE_FILE_ENV = "RAYACCEL_RESOURCE_FILE"
 
 HookFactory = Callable[[Workload], LifecycleHook]
 

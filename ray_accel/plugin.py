@@ -20,12 +20,12 @@ import psutil
 
 from ray_accel.devices import Device, DeviceError, NodeInfo, all_core_ids, validate_inventory
 from ray_accel.hooks import LifecycleHook, Workload
+from ray_accel.runtime import RankInfo, base_worker_env
 from ray_accel.samples import DeviceSample, ProcessSample
 from ray_accel.visibility import VisibilityError, parse_visible_ids
 
 if TYPE_CHECKING:
     from ray_accel.allocmap import AllocMap
-    from ray_accel.runtime import RankInfo
 
 ENTRY_POINT_GROUP = "ray_accel.backends"
 MOCK_ENV = "RAYACCEL_MOCK"
@@ -97,8 +97,6 @@ class DevicePlugin(ABC):
         return "gloo"
 
     def worker_env(self, rank: RankInfo, visible_ids: Sequence[int]) -> dict[str, str]:
-        from ray_accel.runtime import base_worker_env
-
         return base_worker_env(self.visible_ids_env, rank, visible_ids)
 
 

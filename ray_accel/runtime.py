@@ -39,9 +39,9 @@ class RankInfo:
             raise InputError(f"bad master port {self.master_port}")
 
 
-def base_worker_env(visible_ids_env: str, rank: RankInfo, visible_ids: Sequence[int]) -> dict[str, str]:
-    """torchrun-style variables plus the shared, sorted visibility mask."""
-    return {
+def base_worker_env(visible_ids_env: str | None, rank: RankInfo, visible_ids: Sequence[int]) -> dict[str, str]:
+    """torchrun-style variables plus, when a variable is named, the shared, sorted mask."""
+    env = {
         "RANK": str(rank.world_rank),
         "WORLD_SIZE": str(rank.world_size),
         "LOCAL_RANK": str(rank.local_rank),
@@ -49,5 +49,7 @@ def base_worker_env(visible_ids_env: str, rank: RankInfo, visible_ids: Sequence[
         "NODE_RANK": str(rank.node_rank),
         "MASTER_ADDR": rank.master_addr,
         "MASTER_PORT": str(rank.master_port),
-        visible_ids_env: format_visible_ids(visible_ids),
     }
+    if visible_ids_env is not None:
+        env[visible_ids_env] = format_visible_ids(visible_ids)
+    return env

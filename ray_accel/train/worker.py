@@ -14,7 +14,7 @@ from ray_accel.hooks import Workload, WorkloadDenied, WorkloadRetry
 from ray_accel.lifecycle import HookFactory, HookRun, reconcile
 from ray_accel.partition import PARTITION_LABEL
 from ray_accel.plugin import DevicePlugin
-from ray_accel.runtime import RankInfo
+from ray_accel.runtime import RankInfo, base_worker_env
 from ray_accel.train.context import TrainContext, get_context, set_context
 
 log = logging.getLogger(__name__)
@@ -93,10 +93,7 @@ def prepare(setup: dict[str, Any], factories: Sequence[HookFactory]) -> dict[str
     if plugin is not None and setup["env"] == plugin.visible_ids_env and all(v.isdigit() for v in visible):
         env = plugin.worker_env(rank, [int(v) for v in visible])
     else:
-        from ray_accel.runtime import base_worker_env
-
-        env = base_worker_env("RAYACCEL_UNUSED_MASK", rank, [])
-        env.pop("RAYACCEL_UNUSED_MASK")
+        env = base_worker_env(None, rank, [])
         if setup["env"]:
             env[setup["env"]] = ",".join(visible)
     if setup["backend"] == "xla":

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from examples.hooks import Recording, RecordingHook
-from ray_accel.hooks import LifecycleHook, Workload, WorkloadDenied, WorkloadRetry
-from ray_accel.lifecycle import RESOURCE_FILE_ENV, HookRun, ledger_dir, reconcile
+from ray_accel.hooks import RESOURCE_FILE_ENV, LifecycleHook, Workload, WorkloadDenied, WorkloadRetry
+from ray_accel.lifecycle import HookRun, ledger_dir, reconcile
 
 
 @pytest.fixture(autouse=True)
