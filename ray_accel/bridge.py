@@ -19,6 +19,7 @@ aws-neuron-core), and any plugin's resource name.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -160,6 +161,16 @@ def mask_dir() -> str:
     return os.environ.get(MASK_DIR_ENV) or os.path.join(tempfile.gettempdir(), "ray-accel-masks")
 
 
+@functools.cache
+def _mask_home(d: str) -> tuple[str, float]:
+    """Make `d` once and read this process's start time once: publish_mask
+    runs at every task start."""
+    import psutil
+
+    os.makedirs(d, exist_ok=True)
+    return d, psutil.Process().create_time()
+
+
 def publish_mask(mask: str) -> None:
     """Record this process's current mask where samplers on the node can read it.
 
@@ -168,13 +179,10 @@ def publish_mask(mask: str) -> None:
     raylet's whole mask. The PID's start time guards against PID reuse.
     """
     try:
-        import psutil
-
-        d = mask_dir()
-        os.makedirs(d, exist_ok=True)
+        d, created = _mask_home(mask_dir())
         tmp = os.path.join(d, f".{os.getpid()}.tmp")
         with open(tmp, "w") as f:
-            f.write(f"{mask}\n{psutil.Process().create_time()}\n")
+            f.write(f"{mask}\n{created}\n")
         os.replace(tmp, os.path.join(d, str(os.getpid())))
     except Exception as e:  # never break task start for a metrics aid
         log.debug("could not publish mask: %s", e)
