@@ -28,6 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from ray_accel import auth
 from ray_accel.launcher import gcs_nodes
 from ray_accel.ports import free_port, plan_ports
 from ray_accel.table import render
@@ -58,7 +59,9 @@ def run_hand_written() -> float:
     port = free_port()
     blocks = plan_ports(AGENTS, None)
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAYACCEL_")}
-    env["RAY_AUTH_MODE"] = "token"
+    scratch = tempfile.TemporaryDirectory()  # the same token `ray-accel start` would use or make
+    cluster_auth = auth.resolve(os.environ, Path(scratch.name), create=True)
+    env.update(cluster_auth.env())
     from ray.util import get_node_ip_address
 
     address = f"{get_node_ip_address()}:{port}"  # as Ray writes it (the hostname may resolve to 127.0.0.1)
@@ -83,7 +86,7 @@ def run_hand_written() -> float:
                 )
             )
             while True:  # this command is "done" once its node is registered
-                nodes = gcs_nodes(address, 2.0, "token") or {}
+                nodes = gcs_nodes(address, 2.0, cluster_auth) or {}
                 if sum(1 for n in nodes.values() if n["alive"]) >= i + 1:
                     break
                 if procs[-1].poll() is not None:
@@ -105,6 +108,7 @@ def run_hand_written() -> float:
         address_file = Path(get_ray_address_file(None))
         if address_file.exists() and address_file.read_text().strip() == address:
             address_file.unlink()
+        scratch.cleanup()
 
 
 def main() -> None:

@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from ray_accel import launcher  # noqa: E402
+from ray_accel.errors import RayAccelError  # noqa: E402
 from ray_accel.inventory import discover  # noqa: E402
 from ray_accel.ports import free_port  # noqa: E402
 from ray_accel.table import gib, render  # noqa: E402
@@ -67,59 +68,77 @@ def main() -> int:
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     say("\n== starting one raylet per partition")
     request = launcher.StartRequest(head=True, agents=2, port=free_port(), ray_args=["--num-cpus", "2"])
+    ok = False
+    failure: str | None = None
     try:
         launcher.start(request, lambda m: say(f"   {m}"))
-        status = launcher.status()
-        address = status["gcs_address"]
-        say(
-            render(
-                ["PARTITION", "RAYLET PID", "CORES", "MASK"],
-                [
-                    [p["agent_id"], p["pid"], format_visible_ids(p["core_ids"], "ranges"), p["visible_ids"]]
-                    for p in status["partitions"]
-                ],
-            )
-        )
-        gpu = info.resource_name == "GPU"
-        say("\n== two 2-worker training jobs, one per partition, at the same time")
-        env = dict(os.environ, RAY_AUTH_MODE=status.get("auth_mode") or "token")
-
-        def run(part: str) -> subprocess.CompletedProcess[str]:
-            cmd = [
-                sys.executable, str(ROOT / "examples" / "train_partitions.py"), "--address", address,
-                "--partition", part, "--out", str(work / part), "--resource", info.resource_name,
-                "--per-worker", "1" if gpu else "2",
-            ]  # fmt: skip
-            return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-
-        with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            procs = dict(zip(("p0", "p1"), pool.map(run, ("p0", "p1")), strict=True))
-        ok = True
-        rows = []
-        for part, proc in procs.items():
-            if proc.returncode != 0:
-                ok = False
-                say(f"job in {part} failed:\n{proc.stderr[-2000:]}")
-                continue
-            reports = [json.loads((work / part / f"rank{r}.json").read_text()) for r in (0, 1)]
-            for r in reports:
-                losses = r["losses"]
-                rows.append(
-                    [
-                        part, r["world_rank"], r["local_rank"], r["local_world_size"], r["node_rank"], r["visible"],
-                        r["backend"], f"{losses[0]:.3f} -> {losses[len(losses) // 2]:.3f} -> {losses[-1]:.4f}",
-                    ]
-                )  # fmt: skip
-            same = reports[0]["weights"] == reports[1]["weights"]
-            ok = ok and same
-            say(f"   {part}: weights identical on both ranks: {'yes' if same else 'NO'}")
-        say(render(["PARTITION", "RANK", "LOCAL", "LOCAL WS", "NODE", "VISIBLE", "BACKEND", "LOSS"], rows))
+        ok = train_both(work, info.resource_name)
+    except (RayAccelError, OSError, subprocess.SubprocessError) as e:
+        failure = f"{type(e).__name__}: {e}"
     finally:
         say("\n== teardown")
-        result = launcher.stop(grace_s=3)
-        say(f"   stopped {', '.join(result['stopped'])} ({len(result['pids'])} processes, by PID)")
+        try:
+            result = launcher.stop(grace_s=3)
+            say(f"   {result['message']} (by PID)")
+        except RayAccelError as e:  # reported, but never in place of the first error
+            say(f"   teardown failed: {e}")
+            ok = False
+    if failure is not None:
+        print(f"\ndemo FAILED: {failure}", file=sys.stderr)
+        return 1
     say(f"\ndemo {'finished' if ok else 'FAILED'} in {time.monotonic() - started:.0f}s; files in {work}")
     return 0 if ok else 1
+
+
+def train_both(work: Path, resource: str) -> bool:
+    """One 2-worker job per partition, both at once; True if both trained to
+    identical weights on their two ranks."""
+    status = launcher.status()
+    address = status["gcs_address"]
+    say(
+        render(
+            ["PARTITION", "RAYLET PID", "CORES", "MASK"],
+            [
+                [p["agent_id"], p["pid"], format_visible_ids(p["core_ids"], "ranges"), p["visible_ids"]]
+                for p in status["partitions"]
+            ],
+        )
+    )
+    gpu = resource == "GPU"
+    say("\n== two 2-worker training jobs, one per partition, at the same time")
+    env = {**os.environ, **status["env"]}  # what `ray-accel status --json` tells any driver
+
+    def run(part: str) -> subprocess.CompletedProcess[str]:
+        cmd = [
+            sys.executable, str(ROOT / "examples" / "train_partitions.py"), "--address", address,
+            "--partition", part, "--out", str(work / part), "--resource", resource,
+            "--per-worker", "1" if gpu else "2",
+        ]  # fmt: skip
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        procs = dict(zip(("p0", "p1"), pool.map(run, ("p0", "p1")), strict=True))
+    ok = True
+    rows = []
+    for part, proc in procs.items():
+        if proc.returncode != 0:
+            ok = False
+            say(f"job in {part} failed:\n{proc.stderr[-2000:]}")
+            continue
+        reports = [json.loads((work / part / f"rank{r}.json").read_text()) for r in (0, 1)]
+        for r in reports:
+            losses = r["losses"]
+            rows.append(
+                [
+                    part, r["world_rank"], r["local_rank"], r["local_world_size"], r["node_rank"], r["visible"],
+                    r["backend"], f"{losses[0]:.3f} -> {losses[len(losses) // 2]:.3f} -> {losses[-1]:.4f}",
+                ]
+            )  # fmt: skip
+        same = reports[0]["weights"] == reports[1]["weights"]
+        ok = ok and same
+        say(f"   {part}: weights identical on both ranks: {'yes' if same else 'NO'}")
+    say(render(["PARTITION", "RANK", "LOCAL", "LOCAL WS", "NODE", "VISIBLE", "BACKEND", "LOSS"], rows))
+    return ok
 
 
 if __name__ == "__main__":

@@ -124,11 +124,12 @@ def cmd_start(args: argparse.Namespace) -> int:
     payload = launcher.status()
 
     def text() -> str:
-        hint = f"RAY_AUTH_MODE={payload['auth_mode']} " if payload.get("auth_mode") else ""
+        env = " ".join(f"{k}={v}" for k, v in payload["env"].items())
         return (
             _status_text(payload)
             + f"\ncluster address: {record['gcs_address']}"
-            + f"\nconnect a driver: {hint}python -c \"import ray; ray.init(address='{record['gcs_address']}')\""
+            + f"\ndriver environment: export {env}"
+            + f"\nconnect a driver: python -c \"import ray; ray.init(address='{record['gcs_address']}')\""
             + "\ntarget a partition: .options(label_selector={'ray-accel.io/partition': '<agent>'})"
         )
 
@@ -236,13 +237,12 @@ def _top_text(payload: dict[str, Any]) -> str:
 
 
 def cmd_top(args: argparse.Namespace) -> int:
-    from ray_accel import exporter, launcher
+    from ray_accel import auth, exporter, launcher
 
     status = launcher.status()
     if not status["partitions"]:
         raise RayAccelError("no ray-accel partitions recorded on this node (start them with `ray-accel start`)")
-    if status.get("auth_mode"):
-        launcher.use_auth_mode(status["auth_mode"])
+    auth.apply(auth.Auth.from_json(status["auth"]))
     exporter.connect(status["gcs_address"])
     while True:
         payload = top_payload(status, exporter.snapshots([p["agent_id"] for p in status["partitions"]]))

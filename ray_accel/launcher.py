@@ -25,7 +25,7 @@ from typing import Any
 
 import psutil
 
-from ray_accel import procs, state
+from ray_accel import auth, procs, state
 from ray_accel.bridge import BridgeSpec, BridgeUnsupported, check_ray_version, raylet_env
 from ray_accel.errors import InputError, RayAccelError
 from ray_accel.inventory import discover
@@ -43,7 +43,6 @@ RESERVED_FLAGS = {
     "--metrics-export-port", "--ray-client-server-port", "--dashboard-port", "--block",
 }  # fmt: skip
 
-AUTH_MODE_ENV = "RAY_AUTH_MODE"
 # Ray refuses these on a raylet that joins a cluster.
 HEAD_ONLY_FLAGS = {"--include-dashboard", "--redis-shard-ports"}
 
@@ -134,6 +133,17 @@ def _without(args: Sequence[str], flags: set[str]) -> list[str]:
     return out
 
 
+def _raylet_base_env(cluster_auth: auth.Auth) -> dict[str, str]:
+    """This process's environment with the cluster's auth, and the same auth
+    applied here so our own GCS client and driver can reach the cluster."""
+    auth.apply(cluster_auth)
+    env = dict(os.environ)
+    if cluster_auth.token_path is not None:
+        env.pop(auth.TOKEN_ENV, None)  # raylets read the file, never an env value
+    env.update(cluster_auth.env())
+    return env
+
+
 def _partition_env(base_env: dict[str, str], spec: BridgeSpec, part: Partition) -> dict[str, str]:
     """A partition raylet's environment: its mask (a comma list) and its name."""
     return {**base_env, spec.visible_ids_env: part.visible_ids, AGENT_ENV: part.agent_id}
@@ -164,26 +174,19 @@ def _all_pids(parts: Sequence[dict[str, Any]]) -> list[list[float]]:
     return [r for p in parts for rs in p.get("pids", {}).values() for r in rs]
 
 
-def use_auth_mode(mode: str) -> None:
-    """Make this process talk to the cluster with `mode` (RAY_AUTH_MODE).
-
-    Ray's C++ config reads the mode once; re-read it as Ray's own
-    _enable_token_auth does, so our GCS client and driver send the token.
-    """
-    if os.environ.get(AUTH_MODE_ENV) != mode:
-        from ray._raylet import Config
-
-        os.environ[AUTH_MODE_ENV] = mode
-        Config.initialize("")
+def record_auth(record: dict[str, Any]) -> auth.Auth:
+    return auth.Auth.from_json(record.get("auth") or {})
 
 
-def gcs_nodes(address: str, timeout_s: float = 5.0, auth_mode: str | None = None) -> dict[str, dict[str, Any]] | None:
+def gcs_nodes(
+    address: str, timeout_s: float = 5.0, cluster_auth: auth.Auth | None = None
+) -> dict[str, dict[str, Any]] | None:
     """Node id -> {alive, total, available}, read from the GCS directly (no
     driver); None if the GCS does not answer within `timeout_s`."""
     out: dict[str, Any] = {}
 
-    if auth_mode:
-        use_auth_mode(auth_mode)
+    if cluster_auth is not None:
+        auth.apply(cluster_auth)
 
     def query() -> None:
         try:
@@ -221,12 +224,12 @@ def gcs_nodes(address: str, timeout_s: float = 5.0, auth_mode: str | None = None
 
 
 def _wait_registered(
-    address: str, node_ids: Sequence[str], timeout_s: float, progress: Progress, auth_mode: str | None
+    address: str, node_ids: Sequence[str], timeout_s: float, progress: Progress, cluster_auth: auth.Auth
 ) -> None:
     deadline = time.monotonic() + timeout_s
     seen = -1
     while time.monotonic() < deadline:
-        nodes = gcs_nodes(address, auth_mode=auth_mode) or {}
+        nodes = gcs_nodes(address, cluster_auth=cluster_auth) or {}
         up = sum(1 for n in node_ids if nodes.get(n, {}).get("alive"))
         if up != seen:
             progress(f"registered {up}/{len(node_ids)} raylets")
@@ -247,7 +250,6 @@ def start(req: StartRequest, progress: Progress) -> dict[str, Any]:
             f"ray-accel partitions are already running on this node ({state.state_dir() / state.STATE_FILE}); "
             "run `ray-accel stop` first, or `ray-accel start --recover`"
         )
-    state.clear()  # a record whose processes are all gone is stale
     plugin = discover(req.backend).require_primary()
     plan = plan_partitions(plugin.list_devices(), req.mode, req.agents, req.manual)
     req.agents = len(plan)
@@ -258,10 +260,13 @@ def start(req: StartRequest, progress: Progress) -> dict[str, Any]:
     ports = plan_ports(len(plan), req.port_base)
     if req.head and any(gcs_port in p.all() for p in ports):
         raise InputError(f"--port {gcs_port} falls inside the partitions' port blocks; choose another --port-base")
-    base_env = dict(os.environ)
-    # Ray 2.60 turns token auth on for a new head when RAY_AUTH_MODE is unset,
-    # but not for a joining raylet: pin one mode for every raylet we start.
-    base_env.setdefault(AUTH_MODE_ENV, "token")
+    # Last of the checks, so refused input never leaves a new token behind. A
+    # head makes a token if there is none; a joining raylet must be given one.
+    cluster_auth = auth.resolve(os.environ, state.state_dir(), create=req.head)
+    if cluster_auth.warning:
+        progress(f"warning: {cluster_auth.warning}")
+    base_env = _raylet_base_env(cluster_auth)
+    state.clear()  # a record whose processes are all gone is stale
     try:
         check_ray_version()
         base_env.update(raylet_env([spec], base_env))
@@ -279,7 +284,7 @@ def start(req: StartRequest, progress: Progress) -> dict[str, Any]:
         "gcs_address": req.address,
         "port_base": ports[0].base,
         "gcs_port": gcs_port if req.head else None,
-        "auth_mode": base_env[AUTH_MODE_ENV],
+        "auth": cluster_auth.to_json(),
         "partitions": [],
     }
 
@@ -310,9 +315,7 @@ def start(req: StartRequest, progress: Progress) -> dict[str, Any]:
             raise RayAccelError(f"partition {failed[0]['agent_id']} failed: {failed[0]['error']}")
         record["partitions"] = started
         state.save(record)
-        _wait_registered(
-            record["gcs_address"], [p["node_id"] for p in started], req.timeout_s, progress, record["auth_mode"]
-        )
+        _wait_registered(record["gcs_address"], [p["node_id"] for p in started], req.timeout_s, progress, cluster_auth)
     except BaseException:
         procs.terminate(_all_pids(started))
         state.clear()
@@ -339,7 +342,7 @@ def _deploy_metrics(record: dict[str, Any], parts: Sequence[dict[str, Any]], pro
 def stop(grace_s: float = 5.0) -> dict[str, Any]:
     record = state.load()
     if record is None:
-        return {"stopped": [], "message": "nothing to stop: no partitions recorded"}
+        return {"stopped": [], "pids": [], "message": "nothing to stop: no partitions recorded"}
     parts = record["partitions"]
     # Worker raylets first, the head (GCS) last, so no raylet sees its GCS vanish.
     ordered = [p for p in parts if not p.get("head")] + [p for p in parts if p.get("head")]
@@ -349,7 +352,12 @@ def stop(grace_s: float = 5.0) -> dict[str, Any]:
     if record.get("head"):
         _forget_cluster_address(record)
     state.clear()
-    return {"stopped": [p["agent_id"] for p in ordered], "pids": signalled}
+    stopped = [p["agent_id"] for p in ordered]
+    return {
+        "stopped": stopped,
+        "pids": signalled,
+        "message": f"stopped {', '.join(stopped)} ({len(signalled)} processes)",
+    }
 
 
 def _flag_value(args: Sequence[str], name: str) -> str | None:
@@ -382,11 +390,12 @@ def _raylet_record(p: dict[str, Any]) -> list[float] | None:
 def status() -> dict[str, Any]:
     record = state.load()
     if record is None:
-        return {"running": False, "partitions": []}
+        return {"running": False, "gcs_address": None, "gcs_alive": False, "auth": None, "env": {}, "partitions": []}
     address = record.get("gcs_address")
     gcs_pids = [r for p in record["partitions"] for r in p.get("pids", {}).get("gcs_server", [])]
     gcs_up = any(procs.alive(r) for r in gcs_pids) if gcs_pids else True
-    nodes = gcs_nodes(address, 3.0, record.get("auth_mode")) if address and gcs_up else None
+    cluster_auth = record_auth(record)
+    nodes = gcs_nodes(address, 3.0, cluster_auth) if address and gcs_up else None
     resource = record["spec"]["resource_name"]
     out = []
     for p in record["partitions"]:
@@ -415,7 +424,9 @@ def status() -> dict[str, Any]:
         "running": any(p["alive"] for p in out),
         "gcs_address": address,
         "gcs_alive": gcs_up,
-        "auth_mode": record.get("auth_mode"),
+        "auth": cluster_auth.to_json(),
+        # Exactly what a driver needs in its environment (a path, never the token).
+        "env": cluster_auth.env(),
         "partitions": out,
     }
 
@@ -434,8 +445,10 @@ def recover(progress: Progress, timeout_s: float = 180.0) -> dict[str, Any]:
     if not dead:
         progress("every partition is alive: nothing to recover")
         return record
-    base_env = dict(os.environ)
-    base_env[AUTH_MODE_ENV] = record.get("auth_mode", "token")
+    cluster_auth = record_auth(record)
+    if cluster_auth.token_path is not None and not Path(cluster_auth.token_path).is_file():
+        raise InputError(f"the cluster's token file {cluster_auth.token_path} is gone; cannot restart raylets")
+    base_env = _raylet_base_env(cluster_auth)
     base_env.update(raylet_env([spec], base_env))
     req = StartRequest(address=record["gcs_address"], agents=len(record["partitions"]), ray_args=record["ray_args"])
     for p in dead:
@@ -461,7 +474,7 @@ def recover(progress: Progress, timeout_s: float = 180.0) -> dict[str, Any]:
                 new_pids[k] = p["pids"][k]
         p.update({k: v for k, v in result.items() if k != "pids"}, pids=new_pids)
         state.save(record)
-    _wait_registered(record["gcs_address"], [p["node_id"] for p in dead], timeout_s, progress, record.get("auth_mode"))
+    _wait_registered(record["gcs_address"], [p["node_id"] for p in dead], timeout_s, progress, cluster_auth)
     if record.get("metrics"):
         _deploy_metrics(record, dead, progress)
     return record

@@ -36,11 +36,39 @@ def _partition_ids(partition: PartitionArg, spec: BridgeSpec, plugin_parse: Any)
     return ids
 
 
+def _apply_recorded_auth(address: str | None) -> None:
+    """A driver joining a cluster that `ray-accel start` made on this host gets
+    that cluster's auth environment (mode and token path) without guesswork."""
+    if address in (None, "local"):
+        return
+    from ray_accel import auth, state
+
+    record = state.load()
+    if record is None or record.get("auth") is None:
+        return
+    if address != "auto" and address.removeprefix("ray://") != record.get("gcs_address"):
+        return
+    recorded = auth.Auth.from_json(record["auth"])
+    if auth.TOKEN_ENV in os.environ or (auth.TOKEN_PATH_ENV in os.environ and recorded.token_path is not None):
+        return  # the user's own token wins, as it does for Ray itself
+    auth.apply(recorded)
+
+
 def init(partition: PartitionArg = None, backend: str | None = None, **ray_init_kwargs: Any) -> Any:
     """`ray.init(**ray_init_kwargs)` with the accelerators of this node registered
     through ray-accel. With `partition` (a `Partition`, a mask such as "0-7",
-    or ids), the local raylet and its workers see only those devices."""
+    or ids), the local raylet and its workers see only those devices. With
+    `address` naming a cluster that `ray-accel start` made on this host, the
+    driver also gets that cluster's auth environment."""
     import ray
+
+    address = ray_init_kwargs.get("address")
+    if partition is not None and address not in (None, "local"):
+        raise InputError(
+            f"partition={partition!r} restricts a local cluster; with address={address!r} the raylets already exist "
+            "(target a partition with label_selector instead)"
+        )
+    _apply_recorded_auth(address)
 
     plugin = discover(backend).primary
     if plugin is None:

@@ -47,7 +47,7 @@ class Cluster:
 
     def driver(self, script: str, *args: str, timeout: float = 300) -> Any:
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAYACCEL_")}
-        env["RAY_AUTH_MODE"] = self.status.get("auth_mode") or "token"
+        env.update(self.status["env"])  # exactly what `status --json` tells a driver
         env["PYTHONPATH"] = str(ROOT)
         proc = subprocess.run(
             [sys.executable, "-c", script, self.address, *args],

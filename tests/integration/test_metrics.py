@@ -72,7 +72,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 @pytest.fixture(scope="module")
 def holders(cluster: Cluster) -> Iterator[dict[str, Any]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAYACCEL_")}
-    env.update(RAY_AUTH_MODE="token", PYTHONPATH=str(ROOT))
+    env.update(cluster.status["env"], PYTHONPATH=str(ROOT))
     proc = subprocess.Popen(
         [sys.executable, "-c", drivers.HOLD_ACTORS, cluster.address, "600"], env=env, stdout=subprocess.PIPE, text=True
     )

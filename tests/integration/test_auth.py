@@ -1,0 +1,100 @@
+"""Issue 11: token auth from nothing, on a machine where Ray never ran.
+
+Every test here runs the CLI with a HOME of its own that starts empty, so no
+token left by an earlier test or run can make it pass.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ray_accel.ports import free_port
+from tests.conftest import run_cli
+from tests.integration.conftest import ROOT, raylet_pids
+
+pytestmark = pytest.mark.ray
+
+DRIVER = r"""
+import json, os, sys
+import ray
+ray.init(address=sys.argv[1], log_to_driver=False)
+
+@ray.remote(num_cpus=0, resources={"neuron_cores": 1})
+def where():
+    return ray.get_runtime_context().get_node_labels().get("ray-accel.io/partition")
+
+parts = sys.argv[2].split(",")
+print(json.dumps(ray.get([where.options(label_selector={"ray-accel.io/partition": p}).remote() for p in parts])))
+"""
+
+
+def test_head_with_no_token_anywhere_makes_one_and_a_driver_needs_only_status_json(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"HOME": str(home), "RAYACCEL_MOCK": "trn1.32xlarge", "RAYACCEL_STATE_DIR": str(tmp_path / "state")}
+    env.update(dict.fromkeys(("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE"), ""))  # none inherited
+    started = run_cli("start", "--head", "--agents", "2", "--port", str(free_port()), "--no-metrics", env=env)
+    try:
+        assert started.returncode == 0, started.stderr[-3000:]
+        status = json.loads(run_cli("status", "--json", env=env).stdout)
+        token_file = Path(status["env"]["RAY_AUTH_TOKEN_PATH"])
+        assert status["env"]["RAY_AUTH_MODE"] == "token"
+        assert token_file == home / ".ray" / "auth_token"
+        assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+        token = token_file.read_text().strip()
+        assert len(token) >= 32
+
+        # A driver in another, empty HOME: it can only know what status --json said.
+        driver_home = tmp_path / "driver-home"
+        driver_home.mkdir()
+        driver_env = {
+            k: v for k, v in os.environ.items() if not k.startswith(("RAYACCEL_", "RAY_AUTH")) and k != "HOME"
+        }
+        driver_env.update(status["env"], HOME=str(driver_home), PYTHONPATH=str(ROOT))
+        proc = subprocess.run(
+            [sys.executable, "-c", DRIVER, status["gcs_address"], "p0,p1"],
+            env=driver_env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert json.loads(proc.stdout.strip().splitlines()[-1]) == ["p0", "p1"]
+        assert not (driver_home / ".ray" / "auth_token").exists()
+
+        outputs = started.stdout + started.stderr + json.dumps(status) + proc.stdout + proc.stderr
+        assert token not in outputs, "the token is never printed"
+        assert "RAY_AUTH_TOKEN_PATH" in started.stdout + started.stderr, "start prints the driver's environment"
+        leaked = [str(p) for p in tmp_path.rglob("*") if p.is_file() and p != token_file and token in _text(p)]
+        assert not leaked, f"the token was written outside its 0600 file: {leaked}"
+    finally:
+        run_cli("stop", "--grace", "2", env=env)
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def test_joining_with_no_token_exits_2_naming_it_and_starts_nothing(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    state = tmp_path / "state"
+    env = {"HOME": str(home), "RAYACCEL_MOCK": "trn1.32xlarge", "RAYACCEL_STATE_DIR": str(state)}
+    env.update(dict.fromkeys(("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE"), ""))
+    before = raylet_pids()
+    proc = run_cli("start", "--address", f"127.0.0.1:{free_port()}", "--agents", "2", env=env)
+    assert proc.returncode == 2, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "no Ray cluster token on this host" in lines[0] and "RAY_AUTH_TOKEN_PATH" in lines[0]
+    assert raylet_pids() == before
+    assert not (state / "node.json").exists() and not (home / ".ray").exists()
