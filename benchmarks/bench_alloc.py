@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 from ray_accel_mock.spec import load_spec
 
-from ray_accel.allocmap import AllocationError, AllocState, allocate, new_state, release
-from ray_accel.table import render
+from ray_accel.cli.render import render
+from ray_accel.partition.allocmap import AllocationError, AllocState, allocate, new_state, release
 
 Picker = Callable[[AllocState, str, int], tuple[AllocState, tuple[int, ...]]]
 

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ray_accel_neuron import NeuronPlugin
 
-from ray_accel.table import render
+from ray_accel.cli.render import render
 from tests.fakes.neuron_ls_stub import inventory
 from tests.fakes.neuron_sysfs import make_tree
 

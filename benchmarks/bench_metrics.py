@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ray_accel_mock import MockPlugin, load_spec
 
-from ray_accel.metrics import collect
-from ray_accel.table import render
+from ray_accel.cli.render import render
+from ray_accel.metrics.collect import device_readings, workload_readings
 
 
 def spawn(n: int) -> list[subprocess.Popen[bytes]]:
@@ -37,12 +37,16 @@ def spawn(n: int) -> list[subprocess.Popen[bytes]]:
     return [subprocess.Popen(["sh", "-c", "sleep 300 & wait"]) for _ in range(n)]
 
 
-def median_latency(plugin: MockPlugin, roots: list[psutil.Process], repeats: int) -> float:
+def median_latency(plugin: MockPlugin, roots: list[int], repeats: int) -> float:
+    """What an exporter does per sample: its devices, then its workers' trees."""
     devices = plugin.list_devices()
+    telemetry = plugin.telemetry
+    mine = {d.id for d in devices}
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        collect(plugin, devices, "p0", plugin.node_info().accelerator_type, roots)
+        device_readings(telemetry, devices, "p0", plugin.node_info().accelerator_type)
+        workload_readings(telemetry, roots, "p0", mine)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -60,7 +64,7 @@ def main() -> None:
             procs = spawn(n)
             try:
                 time.sleep(0.5)  # let the children start
-                roots = [psutil.Process(p.pid) for p in procs]
+                roots = [p.pid for p in procs]
                 lat = median_latency(plugin, roots, args.repeats)
             finally:
                 for p in procs:

@@ -28,13 +28,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ray_accel import auth
-from ray_accel.launcher import gcs_nodes
-from ray_accel.ports import free_port, plan_ports
-from ray_accel.table import render
+from ray_accel.cli.render import render
+from ray_accel.cluster import auth
+from ray_accel.cluster.gcs import gcs_nodes
+from ray_accel.cluster.ports import free_port, plan_ports
 
 BIN = Path(sys.executable).parent
-AGENTS = 4
+PARTITIONS = 4
 
 
 def run_ray_accel(metrics: bool) -> float:
@@ -43,7 +43,16 @@ def run_ray_accel(metrics: bool) -> float:
         extra = [] if metrics else ["--no-metrics"]
         start = time.perf_counter()
         proc = subprocess.run(
-            [str(BIN / "ray-accel"), "start", "--head", "--agents", str(AGENTS), "--port", str(free_port()), *extra],
+            [
+                str(BIN / "ray-accel"),
+                "start",
+                "--head",
+                "--partitions",
+                str(PARTITIONS),
+                "--port",
+                str(free_port()),
+                *extra,
+            ],
             env=env,
             capture_output=True,
             text=True,
@@ -57,7 +66,7 @@ def run_ray_accel(metrics: bool) -> float:
 
 def run_hand_written() -> float:
     port = free_port()
-    blocks = plan_ports(AGENTS, None)
+    blocks = plan_ports(PARTITIONS, None)
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAYACCEL_")}
     scratch = tempfile.TemporaryDirectory()  # the same token `ray-accel start` would use or make
     cluster_auth = auth.resolve(os.environ, Path(scratch.name), create=True)
@@ -134,10 +143,11 @@ def main() -> None:
     ]
     ratio = rows[2]["median_s"] / rows[0]["median_s"]
     if args.json:
-        print(json.dumps({"agents": AGENTS, "rows": rows, "speedup_vs_baseline": ratio}, indent=2))
+        print(json.dumps({"partitions": PARTITIONS, "rows": rows, "speedup_vs_baseline": ratio}, indent=2))
         return
     print(
-        f"time until {AGENTS} partitions are registered (mock trn1.32xlarge, {os.cpu_count()} cores), {args.runs} runs"
+        f"time until {PARTITIONS} partitions are registered "
+        f"(mock trn1.32xlarge, {os.cpu_count()} cores), {args.runs} runs"
     )
     print(
         render(

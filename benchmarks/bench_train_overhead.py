@@ -93,7 +93,7 @@ def main() -> None:
     if args.json:
         print(json.dumps({"runs": args.runs, "steps": args.steps, "median": med, "ratio_vs_stock": ratios}, indent=2))
         return
-    from ray_accel.table import render
+    from ray_accel.cli.render import render
 
     print(f"2 workers, gloo, {args.steps} steps; medians of {args.runs} runs; baseline: Ray's TorchConfig")
     print(

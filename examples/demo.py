@@ -21,12 +21,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ray_accel import launcher  # noqa: E402
-from ray_accel.errors import RayAccelError  # noqa: E402
-from ray_accel.inventory import discover  # noqa: E402
-from ray_accel.ports import free_port  # noqa: E402
-from ray_accel.table import gib, render  # noqa: E402
-from ray_accel.visibility import format_visible_ids  # noqa: E402
+from ray_accel.cli.render import gib, render  # noqa: E402
+from ray_accel.cluster.ports import free_port  # noqa: E402
+from ray_accel.cluster.raylet import StartRequest  # noqa: E402
+from ray_accel.cluster.start import start  # noqa: E402
+from ray_accel.cluster.status import status as host_status  # noqa: E402
+from ray_accel.cluster.stop import stop  # noqa: E402
+from ray_accel.core.errors import RayAccelError  # noqa: E402
+from ray_accel.core.visibility import format_visible_ids  # noqa: E402
+from ray_accel.plugins.inventory import discover  # noqa: E402
 
 
 def say(msg: str) -> None:
@@ -67,18 +70,18 @@ def main() -> int:
     os.environ["RAYACCEL_STATE_DIR"] = str(work / "state")
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     say("\n== starting one raylet per partition")
-    request = launcher.StartRequest(head=True, agents=2, port=free_port(), ray_args=["--num-cpus", "2"])
+    request = StartRequest(head=True, partitions=2, port=free_port(), ray_args=["--num-cpus", "2"])
     ok = False
     failure: str | None = None
     try:
-        launcher.start(request, lambda m: say(f"   {m}"))
+        start(request, lambda m: say(f"   {m}"))
         ok = train_both(work, info.resource_name)
     except (RayAccelError, OSError, subprocess.SubprocessError) as e:
         failure = f"{type(e).__name__}: {e}"
     finally:
         say("\n== teardown")
         try:
-            result = launcher.stop(grace_s=3)
+            result = stop(grace_s=3)
             say(f"   {result['message']} (by PID)")
         except RayAccelError as e:  # reported, but never in place of the first error
             say(f"   teardown failed: {e}")
@@ -93,13 +96,13 @@ def main() -> int:
 def train_both(work: Path, resource: str) -> bool:
     """One 2-worker job per partition, both at once; True if both trained to
     identical weights on their two ranks."""
-    status = launcher.status()
+    status = host_status()
     address = status["gcs_address"]
     say(
         render(
             ["PARTITION", "RAYLET PID", "CORES", "MASK"],
             [
-                [p["agent_id"], p["pid"], format_visible_ids(p["core_ids"], "ranges"), p["visible_ids"]]
+                [p["partition"], p["pid"], format_visible_ids(p["core_ids"], "ranges"), p["visible_ids"]]
                 for p in status["partitions"]
             ],
         )

@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ray_accel.hooks import LifecycleHook, Workload, WorkloadConfig, WorkloadDenied, WorkloadRetry
+from ray_accel.hooks.config import LifecycleHook, Workload, WorkloadConfig, WorkloadDenied, WorkloadRetry
 
 
 class ScratchDirHook(LifecycleHook):

@@ -16,6 +16,13 @@ CLI = str(Path(sys.executable).parent / "ray-accel")
 CliRunner = Callable[..., subprocess.CompletedProcess[str]]
 
 
+def repo_pythonpath() -> str:
+    """PYTHONPATH for a child process: this checkout first (workers import the
+    examples), then whatever the caller had, which in a worktree or CI run is
+    where the product itself comes from. Never replaced outright."""
+    return os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+
+
 def run_cli(*args: str, env: Mapping[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """Run the installed console script with a clean RAYACCEL_* environment."""
     full = {k: v for k, v in os.environ.items() if not k.startswith("RAYACCEL_")}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 from ray_accel_mock.spec import build_node
 
-from ray_accel.devices import Device
+from ray_accel.core.devices import Device
 
 TOPOLOGIES = ["none", "ring", "all-to-all"]
 

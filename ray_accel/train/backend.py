@@ -21,9 +21,9 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 from ray.train.backend import Backend
 
-from ray_accel.hooks import WorkloadDenied
+from ray_accel.hooks.config import WorkloadDenied
 from ray_accel.train import worker
-from ray_accel.train.ranks import assign_ranks, shared_visible
+from ray_accel.train.ranks import assign_ranks
 
 log = logging.getLogger(__name__)
 
@@ -47,29 +47,38 @@ class AcceleratorBackend(Backend):
         infos: list[dict[str, Any]] = worker_group.execute(worker.describe)
         node_ids = [i["node_id"] for i in infos]
         placements = assign_ranks(node_ids)
-        visible = shared_visible(node_ids, [i["ids"] for i in infos])
         backend = resolve_backend(backend_config.backend, infos)
         addr, port, comm_port = worker_group.execute_single(0, worker.address_and_ports)
+        # Every worker gets the whole job: its backend's runtime decides from
+        # it what this worker sees (CUDA: its raylet's GPUs; Neuron: its cores).
+        job = [
+            {
+                "rank": {
+                    "world_rank": p.world_rank,
+                    "world_size": p.world_size,
+                    "local_rank": p.local_rank,
+                    "local_world_size": p.local_world_size,
+                    "node_rank": p.node_rank,
+                    "master_addr": addr,
+                    "master_port": port,
+                    "comm_port": comm_port,
+                },
+                "raylet": info["node_id"],
+                "own_ids": info["ids"],
+            }
+            for p, info in zip(placements, infos, strict=True)
+        ]
         setups = [
             {
                 "run_id": backend_config.run_id,
-                "world_rank": p.world_rank,
-                "world_size": p.world_size,
-                "local_rank": p.local_rank,
-                "local_world_size": p.local_world_size,
-                "node_rank": p.node_rank,
-                "master_addr": addr,
-                "master_port": port,
-                "comm_port": comm_port,
-                "node_id": info["node_id"],
+                "index": i,
+                "job": job,
                 "partition": info["partition"],
                 "backend": backend,
                 "env": info["env"],
                 "family": info["family"],
-                "visible_ids": visible[p.world_rank],
-                "own_ids": info["ids"],
             }
-            for p, info in zip(placements, infos, strict=True)
+            for i, info in enumerate(infos)
         ]
         hooks = list(backend_config.hooks)
         outcomes = ray.get(

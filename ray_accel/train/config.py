@@ -9,8 +9,8 @@ from typing import Any
 
 from ray.train.torch.config import TorchConfig
 
-from ray_accel.errors import InputError
-from ray_accel.lifecycle import HookFactory
+from ray_accel.core.errors import InputError
+from ray_accel.hooks.ledger import HookFactory
 
 
 @dataclass

@@ -34,19 +34,3 @@ def assign_ranks(node_ids: Sequence[str]) -> list[Placement]:
         seen[n] = local + 1
         out.append(Placement(len(out), len(node_ids), local, counts[n], order.index(n)))
     return out
-
-
-def shared_visible(node_ids: Sequence[str], assigned: Sequence[Sequence[str]]) -> list[list[str]]:
-    """Per worker: the sorted union of the ids assigned to the workers of its raylet.
-
-    Ids are sorted as numbers where they are numbers ('10' after '2'; Ray
-    sorts them as strings).
-    """
-    union: dict[str, set[str]] = {}
-    for n, ids in zip(node_ids, assigned, strict=True):
-        union.setdefault(n, set()).update(ids)
-
-    def key(i: str) -> tuple[int, int | str]:
-        return (0, int(i)) if i.isdigit() else (1, i)
-
-    return [sorted(union[n], key=key) for n in node_ids]

@@ -9,12 +9,14 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from ray_accel.bridge import SPEC_ENV, specs_from_env
-from ray_accel.hooks import Workload, WorkloadDenied, WorkloadRetry
-from ray_accel.lifecycle import HookFactory, HookRun, reconcile
-from ray_accel.partition import PARTITION_LABEL
-from ray_accel.plugin import DevicePlugin
-from ray_accel.runtime import RankInfo, base_worker_env
+from ray_accel.bridge.managers import SPEC_ENV, specs_from_env
+from ray_accel.core.visibility import VisibilityError, parse_visible_ids
+from ray_accel.hooks.config import PROTECTED_ENV_VARS, Workload, WorkloadDenied, WorkloadRetry
+from ray_accel.hooks.ledger import HookFactory, reconcile
+from ray_accel.hooks.run import HookRun
+from ray_accel.partition.labels import PARTITION_LABEL
+from ray_accel.plugins.interface import DevicePlugin
+from ray_accel.plugins.runtime import RANK_ENV_VARS, RankInfo, WorkerSlot, own_ids_env, rank_env
 from ray_accel.train.context import TrainContext, get_context, set_context
 
 log = logging.getLogger(__name__)
@@ -25,7 +27,7 @@ _state: dict[str, Any] = {"hooks": None, "retry": None, "group": False, "plugin"
 def _plugin() -> DevicePlugin | None:
     """This worker's accelerator plugin (discovery runs once per process)."""
     if _state["plugin"] is None:
-        from ray_accel.inventory import discover
+        from ray_accel.plugins.inventory import discover
 
         try:
             _state["plugin"] = discover().primary or False
@@ -54,7 +56,7 @@ def describe() -> dict[str, Any]:
         "family": spec.family if spec else ("gpu" if resource == "GPU" else None),
         "ids": ids,
         "partition": labels.get(PARTITION_LABEL),
-        "collective": plugin.collective_backend() if plugin is not None and ids else "gloo",
+        "collective": plugin.runtime.collective_backend() if plugin is not None and plugin.runtime and ids else "gloo",
         "pid": os.getpid(),
     }
 
@@ -74,30 +76,49 @@ def address_and_ports() -> tuple[str, int, int]:
     return ray.util.get_node_ip_address(), ports[0], ports[1]
 
 
+def _slot(raw: dict[str, Any]) -> WorkerSlot:
+    return WorkerSlot(rank=RankInfo(**raw["rank"]), raylet=raw["raylet"], own_ids=tuple(raw["own_ids"]))
+
+
+def _visible(value: str | None) -> tuple[str, ...]:
+    """A mask as the list of ids it names (ranges expanded; UUIDs kept)."""
+    if not value:
+        return ()
+    try:
+        return tuple(str(i) for i in parse_visible_ids(value) or [])
+    except VisibilityError:
+        return tuple(t.strip() for t in value.split(","))
+
+
+def worker_env(setup: dict[str, Any], plugin: DevicePlugin | None) -> dict[str, str]:
+    """This worker's environment: the backend's runtime decides from the whole
+    job; without one, rank variables and exactly its own ids."""
+    job = [_slot(w) for w in setup["job"]]
+    me = job[setup["index"]]
+    runtime = plugin.runtime if plugin is not None and setup["env"] == plugin.visible_ids_env else None
+    if runtime is not None:
+        env = runtime.worker_env(me, job)
+    elif setup["env"]:
+        env = own_ids_env(setup["env"], me)
+    else:
+        env = rank_env(me.rank)
+    if setup["backend"] == "xla":
+        env.setdefault("PJRT_DEVICE", "CPU")  # CPU hosts: PJRT on CPU
+    return env
+
+
+def protected_vars(env: dict[str, str], visible_env: str | None) -> frozenset[str]:
+    """What no hook may set: every variable the runtime set, the visibility
+    variable, the rank and collective variables."""
+    return frozenset(env) | RANK_ENV_VARS | PROTECTED_ENV_VARS | ({visible_env} if visible_env else set())
+
+
 def prepare(setup: dict[str, Any], factories: Sequence[HookFactory]) -> dict[str, Any]:
     """Reconcile crashed workloads, set the environment, run pre_create."""
     reconciled = reconcile(setup["run_id"], factories)
-    rank = RankInfo(
-        world_rank=setup["world_rank"],
-        world_size=setup["world_size"],
-        local_rank=setup["local_rank"],
-        local_world_size=setup["local_world_size"],
-        node_rank=setup["node_rank"],
-        master_addr=setup["master_addr"],
-        master_port=setup["master_port"],
-        comm_port=setup["comm_port"],
-    )
-    visible: list[str] = setup["visible_ids"]
-    plugin = _plugin()
-    env: dict[str, str]
-    if plugin is not None and setup["env"] == plugin.visible_ids_env and all(v.isdigit() for v in visible):
-        env = plugin.worker_env(rank, [int(v) for v in visible])
-    else:
-        env = base_worker_env(None, rank, [])
-        if setup["env"]:
-            env[setup["env"]] = ",".join(visible)
-    if setup["backend"] == "xla":
-        env.setdefault("PJRT_DEVICE", "CPU")  # the mock and CPU hosts: PJRT on CPU
+    me = _slot(setup["job"][setup["index"]])
+    rank = me.rank
+    env = worker_env(setup, _plugin())
     os.environ.update(env)
     set_context(
         TrainContext(
@@ -106,25 +127,25 @@ def prepare(setup: dict[str, Any], factories: Sequence[HookFactory]) -> dict[str
             local_rank=rank.local_rank,
             local_world_size=rank.local_world_size,
             node_rank=rank.node_rank,
-            node_id=setup["node_id"],
+            node_id=me.raylet,
             partition=setup["partition"],
             backend=setup["backend"],
-            visible_ids=tuple(visible),
-            own_ids=tuple(setup["own_ids"]),
+            visible_ids=_visible(env.get(setup["env"])) if setup["env"] else (),
+            own_ids=me.own_ids,
             device_family=setup["family"],
         )
     )
     _state["retry"] = None
     workload = Workload(
         workload_id=f"{setup['run_id']}-rank{rank.world_rank}-pid{os.getpid()}",
-        agent_id=setup["partition"] or setup["node_id"][:12],
-        visible_ids=tuple(int(v) for v in setup["own_ids"] if v.isdigit()),
+        partition=setup["partition"] or me.raylet[:12],
+        visible_ids=tuple(int(v) for v in me.own_ids if v.isdigit()),
         pid=os.getpid(),
         labels={"run_id": setup["run_id"], "world_rank": str(rank.world_rank)},
     )
     hooks = HookRun(setup["run_id"], workload, factories)
     try:
-        hooks.pre_create()
+        hooks.pre_create(protected=protected_vars(env, setup["env"]))
     except WorkloadDenied as e:
         return {"status": "denied", "reason": str(e), "reconciled": reconciled}
     except WorkloadRetry as e:

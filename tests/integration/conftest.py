@@ -12,8 +12,8 @@ from typing import Any
 import psutil
 import pytest
 
-from ray_accel.ports import free_port
-from tests.conftest import run_cli
+from ray_accel.cluster.ports import free_port
+from tests.conftest import repo_pythonpath, run_cli
 
 
 def raylet_pids() -> set[int]:
@@ -33,8 +33,8 @@ class Cluster:
     def address(self) -> str:
         return str(self.status["gcs_address"])
 
-    def part(self, agent_id: str) -> dict[str, Any]:
-        return next(p for p in self.status["partitions"] if p["agent_id"] == agent_id)
+    def part(self, name: str) -> dict[str, Any]:
+        return next(p for p in self.status["partitions"] if p["partition"] == name)
 
     def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         return run_cli(*args, env=self.env, timeout=timeout)
@@ -48,7 +48,7 @@ class Cluster:
     def driver(self, script: str, *args: str, timeout: float = 300) -> Any:
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAYACCEL_")}
         env.update(self.status["env"])  # exactly what `status --json` tells a driver
-        env["PYTHONPATH"] = str(ROOT)
+        env["PYTHONPATH"] = repo_pythonpath()
         proc = subprocess.run(
             [sys.executable, "-c", script, self.address, *args],
             env=env,
@@ -65,7 +65,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def start_cluster(tmp: Path, preset: str, agents: int, *ray_args: str) -> Cluster:
     # Workers import the example hooks and train loop from the repository.
-    env = {"RAYACCEL_MOCK": preset, "RAYACCEL_STATE_DIR": str(tmp / "state"), "PYTHONPATH": str(ROOT)}
+    env = {"RAYACCEL_MOCK": preset, "RAYACCEL_STATE_DIR": str(tmp / "state"), "PYTHONPATH": repo_pythonpath()}
     proc = run_cli(
         "start",
         "--head",
@@ -74,7 +74,7 @@ def start_cluster(tmp: Path, preset: str, agents: int, *ray_args: str) -> Cluste
         "--port",
         str(free_port()),
         "--json",
-        *ray_args,
+        *(["--", *ray_args] if ray_args else []),
         env=env,
         timeout=300,
     )

@@ -86,7 +86,7 @@ TASK_ACTOR_HOOKS = r"""
 import json, os, sys
 import ray, ray_accel
 from examples.hooks import Recording
-from ray_accel.workloads import with_hooks
+from ray_accel.hooks.tasks import with_hooks
 log = sys.argv[1]
 ray_accel.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
                runtime_env={"env_vars": {"PYTHONPATH": os.environ["PYTHONPATH"], "RAYACCEL_HOOK_DIR": sys.argv[2]}})

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from ray_accel.ports import free_port
-from tests.conftest import run_cli
-from tests.integration.conftest import ROOT, raylet_pids
+from ray_accel.cluster.ports import free_port
+from tests.conftest import repo_pythonpath, run_cli
+from tests.integration.conftest import raylet_pids
 
 pytestmark = pytest.mark.ray
 
@@ -57,7 +57,7 @@ def test_head_with_no_token_anywhere_makes_one_and_a_driver_needs_only_status_js
         driver_env = {
             k: v for k, v in os.environ.items() if not k.startswith(("RAYACCEL_", "RAY_AUTH")) and k != "HOME"
         }
-        driver_env.update(status["env"], HOME=str(driver_home), PYTHONPATH=str(ROOT))
+        driver_env.update(status["env"], HOME=str(driver_home), PYTHONPATH=repo_pythonpath())
         proc = subprocess.run(
             [sys.executable, "-c", DRIVER, status["gcs_address"], "p0,p1"],
             env=driver_env,

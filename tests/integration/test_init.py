@@ -33,7 +33,7 @@ def test_ray_accel_init_counts_a_range_as_four_cores() -> None:
 
 
 def test_plain_ray_reads_the_same_range_as_one_core() -> None:
-    # Recorded behaviour of Ray 2.60 (../shared/reference, section 2): the
+    # Ray 2.60 behaviour (ray/_private/accelerators/neuron.py parses with split(",")): the
     # range is split on commas only, so the node registers a single core.
     out = _run(drivers.PLAIN_RAY_RANGES, NEURON_RT_VISIBLE_CORES="0-3")
     assert out["parsed"] == ["0-3"]

@@ -24,7 +24,7 @@ def _cores(mask: str) -> set[int]:
 def test_labelled_tasks_see_only_their_partition_and_never_share(trn1_cluster: Cluster) -> None:
     results = trn1_cluster.driver(drivers.NEURON_TASKS, "p0,p1", "200")
     assert len(results) == 200
-    owned = {p["agent_id"]: set(p["core_ids"]) for p in trn1_cluster.status["partitions"]}
+    owned = {p["partition"]: set(p["core_ids"]) for p in trn1_cluster.status["partitions"]}
     assert owned == {"p0": set(range(16)), "p1": set(range(16, 32))}
     for r in results:
         cores = _cores(r["cores"])
@@ -44,7 +44,7 @@ def test_status_json(trn1_cluster: Cluster) -> None:
     status = trn1_cluster.refresh()
     assert status["running"] is True
     for p in status["partitions"]:
-        assert {"agent_id", "device_ids", "core_ids", "visible_ids", "pid", "node_id", "alive"} <= set(p)
+        assert {"partition", "device_ids", "core_ids", "visible_ids", "pid", "node_id", "alive"} <= set(p)
         assert p["alive"] and p["registered"]
         assert p["total"]["neuron_cores"] == 16
     state = Path(trn1_cluster.env["RAYACCEL_STATE_DIR"])
@@ -68,20 +68,20 @@ def test_killed_partition_is_seen_dead_others_serve_and_recover_restores(trn1_cl
     killed_at = time.monotonic()
     while True:
         status = trn1_cluster.refresh()
-        p1 = next(p for p in status["partitions"] if p["agent_id"] == "p1")
+        p1 = next(p for p in status["partitions"] if p["partition"] == "p1")
         if not p1["alive"]:
             break
         assert time.monotonic() - killed_at < 5, "status must show the dead raylet within 5 s"
         time.sleep(0.2)
     assert time.monotonic() - killed_at < 5
-    assert next(p for p in status["partitions"] if p["agent_id"] == "p0")["alive"]
+    assert next(p for p in status["partitions"] if p["partition"] == "p0")["alive"]
     served = trn1_cluster.driver(drivers.NEURON_TASKS, "p0", "10")
     assert all(_cores(r["cores"]) <= set(range(16)) for r in served)
 
     proc = trn1_cluster.cli("start", "--recover", "--json")
     assert proc.returncode == 0, proc.stderr
     status = trn1_cluster.refresh()
-    p1 = next(p for p in status["partitions"] if p["agent_id"] == "p1")
+    p1 = next(p for p in status["partitions"] if p["partition"] == "p1")
     assert p1["alive"] and p1["visible_ids"] == mask and p1["pid"] != victim["pid"]
     again = trn1_cluster.driver(drivers.NEURON_TASKS, "p1", "10")
     assert all(_cores(r["cores"]) <= set(range(16, 32)) for r in again)
@@ -90,7 +90,7 @@ def test_killed_partition_is_seen_dead_others_serve_and_recover_restores(trn1_cl
 def test_p4d_split_four_ways_actors_see_their_gpus(tmp_path: Path) -> None:
     cluster = start_cluster(tmp_path, "p4d.24xlarge", 4)
     try:
-        parts = {p["agent_id"]: {str(c) for c in p["core_ids"]} for p in cluster.status["partitions"]}
+        parts = {p["partition"]: {str(c) for c in p["core_ids"]} for p in cluster.status["partitions"]}
         assert sorted(len(v) for v in parts.values()) == [2, 2, 2, 2]
         seen = cluster.driver(drivers.GPU_ACTORS, ",".join(sorted(parts)))
         assert len(seen) == 8
@@ -112,9 +112,10 @@ def test_p4d_split_four_ways_actors_see_their_gpus(tmp_path: Path) -> None:
     ("args", "needle"),
     [
         (["--mode", "manual", "--manual", "a=0-3;b=2-5"], "neuron:2"),
-        (["--agents", "17"], "more agents (17)"),
-        (["--agents", "2", "--num-gpus", "1"], "--num-gpus is set per partition"),
-        (["--agents", "2", "--address", "127.0.0.1:1"], "not allowed with argument --head"),
+        (["--agents", "17"], "more partitions (17)"),
+        (["--agents", "2", "--", "--num-gpus", "1"], "--num-gpus is set per partition"),
+        (["--agents", "2", "--num-gpus", "1"], "No such option '--num-gpus'"),
+        (["--agents", "2", "--address", "127.0.0.1:1"], "give exactly one of --head, --address"),
     ],
 )
 def test_bad_input_exits_2_and_starts_nothing(args: list[str], needle: str, tmp_path: Path) -> None:

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import repo_pythonpath, run_cli
 from tests.integration import drivers
-from tests.integration.conftest import ROOT, Cluster, free_port
+from tests.integration.conftest import Cluster, free_port
 
 pytestmark = pytest.mark.ray
 SAMPLE = re.compile(r"^(\w+)\{(.*)\}\s+(\S+)$")
@@ -56,7 +56,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         "RAYACCEL_MOCK_FAULTS": str(tmp / "faults.json"),
         "RAYACCEL_METRICS_INTERVAL_S": "1",
         "RAY_metrics_report_interval_ms": "1000",
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": repo_pythonpath(),
     }
     proc = run_cli("start", "--head", "--agents", "2", "--port", str(free_port()), "--json", env=env, timeout=300)
     if proc.returncode != 0:
@@ -72,7 +72,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 @pytest.fixture(scope="module")
 def holders(cluster: Cluster) -> Iterator[dict[str, Any]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAYACCEL_")}
-    env.update(cluster.status["env"], PYTHONPATH=str(ROOT))
+    env.update(cluster.status["env"], PYTHONPATH=repo_pythonpath())
     proc = subprocess.Popen(
         [sys.executable, "-c", drivers.HOLD_ACTORS, cluster.address, "600"], env=env, stdout=subprocess.PIPE, text=True
     )
@@ -100,7 +100,7 @@ def wait_for(check: Any, timeout: float = 60) -> Any:
 
 
 def test_scrape_shows_every_device_once_with_its_partition(cluster: Cluster, holders: dict[str, Any]) -> None:
-    owner = {d: p["agent_id"] for p in cluster.status["partitions"] for d in p["device_ids"]}
+    owner = {d: p["partition"] for p in cluster.status["partitions"] for d in p["device_ids"]}
 
     def check() -> list[tuple[str, dict[str, str], float]]:
         samples = scrape_all(cluster)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import repo_pythonpath
 from tests.integration import drivers
-from tests.integration.conftest import ROOT
 
 pytestmark = pytest.mark.ray
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.ray
 def test_tasks_and_actors_run_hooks_and_a_killed_actor_is_reconciled(tmp_path: Path) -> None:
     log = tmp_path / "hooks.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAYACCEL_", "RAY_"))}
-    env.update(RAYACCEL_MOCK="trn1.32xlarge", PYTHONPATH=str(ROOT))
+    env.update(RAYACCEL_MOCK="trn1.32xlarge", PYTHONPATH=repo_pythonpath())
     proc = subprocess.run(
         [sys.executable, "-c", drivers.TASK_ACTOR_HOOKS, str(log), str(tmp_path / "ledger")],
         env=env, capture_output=True, text=True, timeout=300,

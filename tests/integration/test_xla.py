@@ -28,7 +28,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 def test_xla_jobs_in_both_partitions_keep_ranks_in_sync(cluster: Cluster, tmp_path: Path) -> None:
-    cores = {p["agent_id"]: set(p["core_ids"]) for p in cluster.status["partitions"]}
+    cores = {p["partition"]: set(p["core_ids"]) for p in cluster.status["partitions"]}
 
     def run(part: str) -> dict[str, Any]:
         kw = {"partition": part, "out": str(tmp_path / part), "backend": "xla", "steps": 20}

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ray_accel.devices import Device, NodeInfo
-from ray_accel.plugin import DevicePlugin
+from ray_accel.core.devices import Device, NodeInfo
+from ray_accel.plugins.interface import DevicePlugin
 
 
 class FakeTPU(DevicePlugin):

@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from ray_accel_mock.spec import load_spec
 
-from ray_accel.allocmap import (
+from ray_accel.core.errors import InputError
+from ray_accel.partition.allocmap import (
     AllocationError,
     AllocMap,
     MaskError,
@@ -18,7 +19,6 @@ from ray_accel.allocmap import (
     rebuild,
     release,
 )
-from ray_accel.errors import InputError
 
 masks = st.sets(st.integers(0, 63), min_size=1, max_size=32)
 ops = st.lists(

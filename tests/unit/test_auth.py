@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ray_accel import auth
+from ray_accel.cluster import auth
 
 
 def mode(path: str | Path) -> int:

@@ -13,8 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ray_accel import procs
-from ray_accel.bridge import (
+from ray_accel.bridge.managers import (
     RAY_DEFAULT_UNIT_RESOURCES,
     BridgeSpec,
     install,
@@ -24,10 +23,12 @@ from ray_accel.bridge import (
     unit_resources_env,
     visible_tokens,
 )
-from ray_accel.errors import InputError
-from ray_accel.launcher import _without, validate_ray_args
-from ray_accel.ports import PortError, agent_ports, plan_ports
-from ray_accel.visibility import format_visible_ids
+from ray_accel.cluster import procs
+from ray_accel.cluster.ports import PortError, plan_ports, raylet_ports
+from ray_accel.cluster.raylet import validate_ray_args, without
+from ray_accel.core.errors import InputError
+from ray_accel.core.processes import ProcessRecord
+from ray_accel.core.visibility import format_visible_ids
 
 NEURON = BridgeSpec("neuron_cores", "NEURON_RT_VISIBLE_CORES", "neuron", "Trainium", tuple(range(32)))
 GPU = BridgeSpec("GPU", "CUDA_VISIBLE_DEVICES", "gpu", "A100", tuple(range(8)))
@@ -37,7 +38,7 @@ TPU = BridgeSpec("FAKETPU", "FAKE_TPU_VISIBLE_CHIPS", "faketpu", "FakeTPU-v1", (
 def test_spec_round_trips_through_the_environment() -> None:
     env = raylet_env([NEURON], {})
     assert specs_from_env(env["RAYACCEL_BRIDGE_SPEC"]) == [NEURON]
-    assert env["RAY_preload_python_modules"] == "ray_accel.autoinstall"
+    assert env["RAY_preload_python_modules"] == "ray_accel.bridge.autoinstall"
     assert "RAY_custom_unit_instance_resources" not in env, "neuron_cores is already per-instance in Ray"
     with pytest.raises(InputError, match="bad RAYACCEL_BRIDGE_SPEC"):
         specs_from_env("[{]")
@@ -46,7 +47,7 @@ def test_spec_round_trips_through_the_environment() -> None:
 def test_new_resource_names_become_unit_instance_resources() -> None:
     env = raylet_env([TPU], {"RAY_preload_python_modules": "mine"})
     assert env["RAY_custom_unit_instance_resources"] == ",".join([*RAY_DEFAULT_UNIT_RESOURCES, "FAKETPU"])
-    assert env["RAY_preload_python_modules"] == "mine,ray_accel.autoinstall"
+    assert env["RAY_preload_python_modules"] == "mine,ray_accel.bridge.autoinstall"
     assert unit_resources_env([GPU], None) is None
     assert unit_resources_env([TPU], "A,B") == "A,B,FAKETPU"
 
@@ -99,7 +100,7 @@ def test_install_replaces_rays_manager_for_that_name() -> None:
 
 @given(st.integers(1024, 60000), st.integers(0, 7))
 def test_port_blocks_are_disjoint_and_named_ports_distinct(base: int, agents: int) -> None:
-    blocks = [agent_ports(base, i) for i in range(agents + 1)]
+    blocks = [raylet_ports(base, i) for i in range(agents + 1)]
     seen: list[int] = [p for b in blocks for p in b.all()]
     assert len(seen) == len(set(seen))
 
@@ -115,7 +116,7 @@ def test_plan_ports_refuses_a_taken_port() -> None:
 
 
 def test_ray_args_filters() -> None:
-    assert _without(
+    assert without(
         ["--include-dashboard", "true", "--num-cpus", "2", "--include-dashboard=false"], {"--include-dashboard"}
     ) == [
         "--num-cpus",
@@ -136,9 +137,9 @@ def test_terminate_stops_exactly_the_recorded_tree() -> None:
         while not psutil.Process(parent.pid).children() and time.monotonic() < deadline:
             time.sleep(0.05)
         child = psutil.Process(parent.pid).children()[0]
-        record = [parent.pid, psutil.Process(parent.pid).create_time()]
-        assert procs.alive(record)
-        assert not procs.alive([parent.pid, record[1] - 100]), "a reused PID is not ours"
+        record = ProcessRecord.of(parent.pid)
+        assert record is not None and procs.alive(record)
+        assert not procs.alive(ProcessRecord(parent.pid, record.start_ticks - 100)), "a reused PID is not ours"
         signalled = procs.terminate([record], grace_s=2)
         assert set(signalled) == {parent.pid, child.pid}
         parent.wait(timeout=5)

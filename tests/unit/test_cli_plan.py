@@ -35,10 +35,10 @@ def test_devices_of_a_4_way_partition_are_linked() -> None:
     [
         (["--mode", "manual", "--manual", "a=0-3;b=2-5"], "neuron:2"),
         (["--mode", "manual", "--manual", "a=0-3;b=40"], "40"),
-        (["--agents", "0"], "got 0"),
-        (["--agents", "32"], "more agents (32)"),
+        (["--agents", "0"], "'0' is below the minimum 1"),
+        (["--agents", "32"], "more partitions (32)"),
         (["--mode", "shared"], "SHARED mode is impossible on neuron"),
-        (["--agents", "5"], "into 5 agents"),
+        (["--agents", "5"], "into 5 partitions"),
         (["--agents", "two"], "'two'"),
     ],
 )

@@ -6,10 +6,10 @@ import logging
 
 import pytest
 from ray_accel_cuda import NA, CudaPlugin, Nvml
-from ray_accel_cuda.plugin import XID_WINDOW_S, accelerator_type
+from ray_accel_cuda.plugin import accelerator_type
+from ray_accel_cuda.telemetry import XID_WINDOW_S
 
-from ray_accel.runtime import RankInfo
-from ray_accel.visibility import VisibilityError
+from ray_accel.core.visibility import VisibilityError
 from tests.fakes import fake_nvml
 from tests.fakes.fake_nvml import FakeGpu, FakeNvml
 
@@ -40,7 +40,7 @@ def test_a100x8_nvlink() -> None:
     assert devices[2].pci_bus_id == "00000000:12:00.0"
     info = plugin.node_info()
     assert (info.accelerator_type, info.driver_version, info.runtime_version) == ("A100", "550.90.07", "12.4")
-    samples = plugin.gather_node_metrics()
+    samples = plugin.telemetry.device_samples()
     assert samples[0].utilization == 0.5 and samples[0].power_watts == 250.0 and samples[0].healthy
 
 
@@ -50,7 +50,7 @@ def test_nvlink_queries_are_cached() -> None:
     before = nv.calls["nvmlDeviceGetP2PStatus"]
     assert before == 2 * 28  # each pair once, two handle checks per call
     plugin.list_devices()
-    plugin.gather_node_metrics()
+    plugin.telemetry.device_samples()
     assert nv.calls["nvmlDeviceGetP2PStatus"] == before
 
 
@@ -64,7 +64,7 @@ def test_gpu_lost_after_discovery_is_unhealthy_and_others_still_report() -> None
     nv = fake_nvml.a100x8_nvlink()
     plugin = active(nv)
     nv.gpus[5].lost_after_discovery = True
-    samples = {s.device_id: s for s in plugin.gather_node_metrics()}
+    samples = {s.device_id: s for s in plugin.telemetry.device_samples()}
     lost = samples[nv.gpus[5].uuid]
     assert not lost.healthy and lost.health_reason == "GPU is lost"
     assert sum(s.healthy for s in samples.values()) == 7
@@ -72,7 +72,7 @@ def test_gpu_lost_after_discovery_is_unhealthy_and_others_still_report() -> None
 
 def test_not_supported_fields_become_none() -> None:
     plugin = active(fake_nvml.not_supported_fields())
-    s = plugin.gather_node_metrics()[0]
+    s = plugin.telemetry.device_samples()[0]
     assert s.power_watts is None and s.temperature_c is None
     assert s.utilization == 0.5
     assert plugin.list_devices()[0].numa_node == -1  # NVML unsupported, no sysfs entry
@@ -89,12 +89,12 @@ def test_mig_gpu_is_one_opaque_device() -> None:
 def test_function_not_found_is_na_and_logged_once(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING):
         plugin = active(fake_nvml.function_not_found())
-        plugin.gather_node_metrics()
-        plugin.gather_node_metrics()
+        plugin.telemetry.device_samples()
+        plugin.telemetry.device_samples()
     warnings = [r for r in caplog.records if "binding is newer than the driver" in r.getMessage()]
     assert len(warnings) == 1
     assert plugin.list_devices()[0].numa_node == -1
-    assert all(s.healthy for s in plugin.gather_node_metrics())
+    assert all(s.healthy for s in plugin.telemetry.device_samples())
 
 
 @pytest.mark.parametrize(("scenario", "reason"), [("library_missing", "NVML library"), ("no_gpu", "no NVIDIA GPU")])
@@ -115,25 +115,25 @@ def test_xid_health_ignores_application_xids_and_heals() -> None:
     nv = fake_nvml.a100x8_nvlink()
     plugin = active(nv, clock)
     nv.events += [(0, 13), (0, 43), (1, 79)]  # 13/43: application faults; 79: fell off the bus
-    samples = {s.device_id: s for s in plugin.gather_node_metrics()}
+    samples = {s.device_id: s for s in plugin.telemetry.device_samples()}
     assert samples[nv.gpus[0].uuid].healthy
     assert samples[nv.gpus[1].uuid].health_reason == f"XID 79 in the last {XID_WINDOW_S:.0f}s"
     clock.now += XID_WINDOW_S + 1
-    assert all(s.healthy for s in plugin.gather_node_metrics()), "health is re-evaluated, not sticky"
+    assert all(s.healthy for s in plugin.telemetry.device_samples()), "health is re-evaluated, not sticky"
 
 
 def test_ecc_uncorrected_marks_unhealthy() -> None:
     nv = fake_nvml.a100x8_nvlink()
     nv.gpus[2].ecc_uncorrected = 3
-    samples = {s.device_id: s for s in active(nv).gather_node_metrics()}
+    samples = {s.device_id: s for s in active(nv).telemetry.device_samples()}
     assert samples[nv.gpus[2].uuid].health_reason == "3 uncorrected ECC errors since the driver loaded"
 
 
 def test_process_memory() -> None:
     nv = FakeNvml([FakeGpu(0, processes=[(77, 500), (88, 1)]), FakeGpu(1, processes=[(77, 20)])])
     plugin = active(nv)
-    sample = plugin.gather_process_metrics(77)
-    assert sample.device_memory_bytes == {nv.gpus[0].uuid: 500, nv.gpus[1].uuid: 20}
+    held = plugin.telemetry.process_device_memory([77, 99])
+    assert held == {77: {nv.gpus[0].uuid: 500, nv.gpus[1].uuid: 20}}, "only asked PIDs, only held devices"
 
 
 def test_cuda_visible_devices_forms() -> None:
@@ -147,15 +147,6 @@ def test_cuda_visible_devices_forms() -> None:
         plugin.parse_visible("9")
     with pytest.raises(VisibilityError, match="matches 0 GPUs"):
         plugin.parse_visible("GPU-nope")
-
-
-def test_worker_env_for_nccl() -> None:
-    plugin = active(fake_nvml.a100x8_nvlink())
-    env = plugin.worker_env(RankInfo(0, 2, 0, 2, 0, "127.0.0.1", 29500), [2, 3])
-    assert plugin.collective_backend() == "nccl"
-    assert env["CUDA_VISIBLE_DEVICES"] == "2,3"
-    assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
-    assert env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
 
 
 def test_nvml_wrapper_query_sentinel_and_single_init() -> None:

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ray_accel.hooks import HookConfigError, LifecycleHook, Workload, WorkloadConfig
+from ray_accel.hooks.config import HookConfigError, LifecycleHook, Workload, WorkloadConfig
 
 
 @pytest.mark.parametrize(
@@ -26,7 +26,7 @@ def test_bad_configs_are_refused(kwargs: dict[str, object], message: str) -> Non
 
 @given(st.dictionaries(st.from_regex(r"\A[A-Z_][A-Z0-9_]{0,10}\Z"), st.text(max_size=20), max_size=5))
 def test_env_vars_accepted_iff_safe(env: dict[str, str]) -> None:
-    from ray_accel.hooks import PROTECTED_ENV_VARS
+    from ray_accel.hooks.config import PROTECTED_ENV_VARS
 
     unsafe = any(k in PROTECTED_ENV_VARS or "\n" in v or "\0" in v for k, v in env.items())
     try:

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from examples.hooks import Recording, RecordingHook
-from ray_accel.hooks import RESOURCE_FILE_ENV, LifecycleHook, Workload, WorkloadDenied, WorkloadRetry
-from ray_accel.lifecycle import HookRun, ledger_dir, reconcile
+from ray_accel.hooks.config import RESOURCE_FILE_ENV, LifecycleHook, Workload, WorkloadDenied, WorkloadRetry
+from ray_accel.hooks.ledger import ledger_dir, reconcile
+from ray_accel.hooks.run import HookRun
 
 
 @pytest.fixture(autouse=True)
@@ -81,8 +82,8 @@ def test_reconcile_runs_post_terminate_once_for_a_dead_process(tmp_path: Path) -
     log = tmp_path / "log"
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]);"
-        "from examples.hooks import Recording; from ray_accel.hooks import Workload;"
-        "from ray_accel.lifecycle import HookRun;"
+        "from examples.hooks import Recording; from ray_accel.hooks.config import Workload;"
+        "from ray_accel.hooks.run import HookRun;"
         "HookRun('r5', Workload('dead', 'p0'), [Recording(sys.argv[2])]).pre_create()"
     )
     root = str(Path(__file__).resolve().parents[2])

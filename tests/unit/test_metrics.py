@@ -5,37 +5,41 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
 import pytest
-from ray_accel_mock import MockPlugin, load_spec
+from ray_accel_mock import load_spec
+from ray_accel_mock.plugin import MockTelemetry
 
-from ray_accel.devices import Device
-from ray_accel.metrics import children_map, collect, descendants, device_readings
-from ray_accel.samples import DeviceSample
+from ray_accel.core import masks
+from ray_accel.core.devices import Device
+from ray_accel.core.processes import children_map, descendants, snapshot
+from ray_accel.core.samples import DeviceSample
+from ray_accel.metrics.collect import device_readings, workload_readings
 
 
-class Flaky(MockPlugin):
+class Flaky(MockTelemetry):
     def __init__(self, mode: str) -> None:
         super().__init__(load_spec("p5.48xlarge"))
         self.mode = mode
 
-    def gather_node_metrics(self) -> list[DeviceSample]:
+    def device_samples(self) -> list[DeviceSample]:
         if self.mode == "raise":
             raise OSError("NVML went away")
-        samples = super().gather_node_metrics()
+        samples = super().device_samples()
         return samples[1:] if self.mode == "lose-first" else samples
 
 
-def _devices(plugin: MockPlugin) -> tuple[Device, ...]:
-    return plugin.list_devices()
+def _devices(telemetry: MockTelemetry) -> tuple[Device, ...]:
+    return telemetry.spec.devices
 
 
 def test_readings_cover_exactly_the_partition() -> None:
-    plugin = MockPlugin(load_spec("p5.48xlarge"))
-    mine = _devices(plugin)[:4]
-    readings, errors = device_readings(plugin, mine, "p0", "H100")
+    telemetry = MockTelemetry(load_spec("p5.48xlarge"))
+    mine = _devices(telemetry)[:4]
+    readings, errors = device_readings(telemetry, mine, "p0", "H100")
     assert [r.id for r in readings] == [d.id for d in mine]
     assert all(r.partition == "p0" and r.healthy for r in readings) and errors == []
 
@@ -57,23 +61,22 @@ def test_a_vanished_device_is_reported_and_the_rest_collected() -> None:
 
 
 def test_workloads_cover_the_process_tree() -> None:
-    parent = subprocess.Popen(
-        [sys.executable, "-c", "import subprocess,time; subprocess.Popen(['sleep','30']); time.sleep(30)"]
-    )
+    code = "import subprocess,time; subprocess.Popen(['sleep','30']); time.sleep(30)"
+    parent = subprocess.Popen([sys.executable, "-c", code])
     try:
         root = psutil.Process(parent.pid)
         for _ in range(100):
             if root.children():
                 break
-            psutil.wait_procs([], timeout=0.05)
-        plugin = MockPlugin(load_spec("trn1.32xlarge"))
-        snap = collect(plugin, _devices(plugin), "p1", "Trainium", [root])
-        (w,) = snap.workloads
+            time.sleep(0.05)
+        telemetry = MockTelemetry(load_spec("trn1.32xlarge"))
+        (w,) = workload_readings(telemetry, [parent.pid], "p1", {d.id for d in _devices(telemetry)})
         assert w.pid == parent.pid and len(w.processes) == 2 and w.partition == "p1"
-        assert w.rss_bytes > 0
-        assert {p.pid for p in descendants(parent.pid, children_map())} == {
+        assert w.rss_bytes > 0 and w.workload.endswith(f"[{parent.pid}]")
+        table = snapshot()
+        assert set(descendants(parent.pid, children_map(table.values()))) == {
             c.pid for c in root.children(recursive=True)
-        }
+        }, "one pass over /proc finds what psutil's recursive walk finds"
     finally:
         for c in psutil.Process(parent.pid).children(recursive=True):
             c.kill()
@@ -81,27 +84,22 @@ def test_workloads_cover_the_process_tree() -> None:
         parent.wait()
 
 
-def test_a_workload_that_ends_mid_collection_is_skipped() -> None:
+def test_a_workload_that_ends_before_collection_is_skipped() -> None:
     proc = subprocess.Popen(["sleep", "30"])
-    handle = psutil.Process(proc.pid)  # taken while it runs, as ray_workers does
     proc.kill()
     proc.wait()
-    plugin = MockPlugin(load_spec("trn1.2xlarge"))
-    snap = collect(plugin, _devices(plugin), "p0", None, [handle, psutil.Process(os.getpid())])
-    assert [w.pid for w in snap.workloads] == [os.getpid()], "the ended one is skipped, the other still read"
+    telemetry = MockTelemetry(load_spec("trn1.2xlarge"))
+    readings = workload_readings(telemetry, [proc.pid, os.getpid()], "p0", set())
+    assert [w.pid for w in readings] == [os.getpid()], "the ended one is skipped, the other still read"
 
 
-def test_agent_workload_metrics_sum_the_process_tree_on_its_own_devices(
+def test_process_device_memory_is_on_the_partitions_own_devices(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ray_accel.bridge import publish_mask
-
     monkeypatch.setenv("RAYACCEL_MASK_DIR", str(tmp_path))
-    plugin = MockPlugin(load_spec("trn1.32xlarge"))
-    publish_mask("0,1,2")  # this process holds cores 0-2: devices neuron:0 (2 cores) and neuron:1 (1 core)
-    mine = plugin.create_agent_context(["neuron:0"], "p0")
-    sample = mine.gather_workload_metrics(f"python[{os.getpid()}]")
-    assert sample.device_memory_bytes == {"neuron:0": 2 * 64 * 1024**2}, "only the agent's own device"
-    other = plugin.create_agent_context(["neuron:1", "neuron:2"], "p1")
-    assert other.gather_workload_metrics(str(os.getpid())).device_memory_bytes == {"neuron:1": 64 * 1024**2}
-    assert mine.gather_workload_metrics("999999999").device_memory_bytes == {}
+    telemetry = MockTelemetry(load_spec("trn1.32xlarge"))
+    masks.publish("0,1,2")  # this process holds cores 0-2: neuron:0 (2 cores) and neuron:1 (1 core)
+    (mine,) = workload_readings(telemetry, [os.getpid()], "p0", {"neuron:0"})
+    assert mine.device_memory_bytes == {"neuron:0": 2 * 64 * 1024**2}, "only the partition's own device"
+    (other,) = workload_readings(telemetry, [os.getpid()], "p1", {"neuron:1", "neuron:2"})
+    assert other.device_memory_bytes == {"neuron:1": 64 * 1024**2}

@@ -149,8 +149,8 @@ def test_unknown_backend_exits_2(cli: CliRunner) -> None:
 def test_mock_metrics_are_deterministic() -> None:
     from ray_accel_mock import MockPlugin
 
-    a = MockPlugin(load_spec("p5.48xlarge")).gather_node_metrics()
-    b = MockPlugin(load_spec("p5.48xlarge")).gather_node_metrics()
+    a = MockPlugin(load_spec("p5.48xlarge")).telemetry.device_samples()
+    b = MockPlugin(load_spec("p5.48xlarge")).telemetry.device_samples()
     assert a == b
     assert len(a) == 8
     assert all(0 <= s.utilization <= 1 for s in a if s.utilization is not None)

@@ -11,9 +11,8 @@ import pytest
 from ray_accel_mock.spec import load_spec
 from ray_accel_neuron import NeuronPlugin
 from ray_accel_neuron.neuron_ls import NeuronLsError, normalize_bdf, parse_output
-from ray_accel_neuron.plugin import efa_present
+from ray_accel_neuron.runtime import efa_present
 
-from ray_accel.runtime import RankInfo
 from tests.conftest import CliRunner, cli_json
 from tests.fakes.neuron_sysfs import make_tree
 
@@ -66,14 +65,14 @@ def test_sysfs_metrics_and_ecc_health(tmp_path: Path) -> None:
     root = make_tree(tmp_path / "sys", "trn1.32xlarge", ecc_uncorrected={5: 2})
     plugin = NeuronPlugin({"RAYACCEL_NEURON_SYSFS_ROOT": str(root)})
     assert plugin.probe() is None
-    samples = {s.device_id: s for s in plugin.gather_node_metrics()}
+    samples = {s.device_id: s for s in plugin.telemetry.device_samples()}
     assert samples["neuron:0"].memory_used_bytes == 1000 + 1001
     assert samples["neuron:0"].healthy
     assert not samples["neuron:5"].healthy
     assert samples["neuron:5"].health_reason == "mem_ecc_uncorrected=2"
     # Re-evaluated each time: the counter going back (driver reload) heals it.
     (root / "neuron5" / "stats" / "hardware" / "mem_ecc_uncorrected" / "total").write_text("0\n")
-    assert {s.device_id: s for s in plugin.gather_node_metrics()}["neuron:5"].healthy
+    assert {s.device_id: s for s in plugin.telemetry.device_samples()}["neuron:5"].healthy
 
 
 def test_sysfs_path_runs_no_subprocess(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -154,30 +153,6 @@ def test_parse_output_edge_cases() -> None:
         parse_output('{"x": 1}')
     assert normalize_bdf("0000:10:1C.0") == "0000:10:1c.0"
     assert normalize_bdf(None) is None
-
-
-def test_worker_env_for_pjrt(tmp_path: Path) -> None:
-    plugin = NeuronPlugin({"RAYACCEL_NEURON_SYSFS_ROOT": str(make_tree(tmp_path / "s", "trn1.32xlarge"))})
-    assert plugin.probe() is None
-    rank = RankInfo(
-        world_rank=3,
-        world_size=4,
-        local_rank=1,
-        local_world_size=2,
-        node_rank=1,
-        master_addr="10.0.0.1",
-        master_port=29500,
-        comm_port=41000,
-    )
-    env = plugin.worker_env(rank, [8, 9, 10, 11])
-    assert plugin.collective_backend() == "xla"
-    assert env["PJRT_DEVICE"] == "NEURON"
-    assert env["NEURON_RT_ROOT_COMM_ID"] == "10.0.0.1:41000"
-    assert env["NEURON_PJRT_PROCESS_INDEX"] == "3"
-    assert env["NEURON_PJRT_PROCESSES_NUM_DEVICES"] == "2,2,2,2"
-    assert env["NEURON_RT_VISIBLE_CORES"] == "8,9,10,11"
-    assert (env["LOCAL_RANK"], env["LOCAL_WORLD_SIZE"], env["NODE_RANK"]) == ("1", "2", "1")
-    assert ("FI_PROVIDER" in env) == efa_present(), "EFA variables only where EFA exists"
 
 
 def test_visible_ranges_through_plugin(tmp_path: Path) -> None:

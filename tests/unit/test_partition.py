@@ -5,8 +5,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from ray_accel_mock.spec import load_spec
 
-from ray_accel.devices import Device
-from ray_accel.partition import Mode, PartitionError, plan_partitions
+from ray_accel.core.devices import Device
+from ray_accel.partition.plan import Mode, PartitionError, plan_partitions
 from tests.strategies import node_and_agents, nodes
 
 
@@ -49,7 +49,7 @@ def test_auto_split_keeps_linked_groups_when_the_topology_allows(case: tuple[tup
     for p, q in zip(plan, plan.quality, strict=True):
         assert (q.connected is None) == (not has_links), "unknown exactly when the inventory has no links"
         if q.connected is False:
-            assert any(p.agent_id in w and "not all linked" in w for w in plan.warnings)
+            assert any(p.name in w and "not all linked" in w for w in plan.warnings)
 
 
 @given(nodes(family="gpu"), st.integers(1, 4))
@@ -105,15 +105,18 @@ def test_gpu_islands_kept_together() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"mode": "manual", "manual": "a=0-3;b=3-5"}, r"neuron:3 \(index 3\) is in both agent 'a' and agent 'b'"),
+        (
+            {"mode": "manual", "manual": "a=0-3;b=3-5"},
+            r"neuron:3 \(index 3\) is in both partition 'a' and partition 'b'",
+        ),
         ({"mode": "manual", "manual": "a=0-3;b=99"}, "unknown device index 99"),
-        ({"mode": "manual", "manual": "a=0;b="}, "agent 'b' has no devices"),
-        ({"mode": "manual", "manual": "a=0;a=1"}, "agent 'a' appears twice"),
+        ({"mode": "manual", "manual": "a=0;b="}, "partition 'b' has no devices"),
+        ({"mode": "manual", "manual": "a=0;a=1"}, "partition 'a' appears twice"),
         ({"mode": "manual", "manual": "a=zz"}, "unknown device 'zz'"),
         ({"mode": "manual"}, "needs a spec"),
-        ({"mode": "auto-split", "agents": 0}, "at least 1, got 0"),
-        ({"mode": "auto-split", "agents": 17}, r"more agents \(17\) than devices \(16\)"),
-        ({"mode": "auto-split", "agents": 3}, "cannot split 16 devices evenly into 3"),
+        ({"mode": "auto-split", "partitions": 0}, "at least 1, got 0"),
+        ({"mode": "auto-split", "partitions": 17}, r"more partitions \(17\) than devices \(16\)"),
+        ({"mode": "auto-split", "partitions": 3}, "cannot split 16 devices evenly into 3"),
         ({"mode": "shared"}, "SHARED mode is impossible on neuron"),
         ({"mode": "sideways"}, "unknown mode 'sideways'"),
     ],
@@ -128,4 +131,4 @@ def test_manual_reports_unassigned_and_accepts_ids() -> None:
     plan = plan_partitions(devices, "manual", manual={"x": ["neuron:0", "neuron:1"], "y": "2-3"})
     assert [p.core_ids for p in plan] == [(0, 1, 2, 3), (4, 5, 6, 7)]
     assert len(plan.unassigned) == 12
-    assert any("assigned to no agent" in w for w in plan.warnings)
+    assert any("in no partition" in w for w in plan.warnings)

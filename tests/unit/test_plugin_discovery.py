@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ray_accel.plugin import discover_plugins
+from ray_accel.plugins.discovery import discover_plugins
 from tests.conftest import cli_json
 from tests.plugins import install_test_plugins
 
@@ -58,14 +58,3 @@ def test_discovery_in_process(plugin_path: Path) -> None:
     assert isinstance(statuses["exploding"].error, RuntimeError)
     only = discover_plugins(only="faketpu")
     assert [s.name for s in only] == ["faketpu"]
-
-
-def test_agent_context_masks_devices(plugin_path: Path) -> None:
-    plugin = next(s.plugin for s in discover_plugins() if s.name == "faketpu")
-    assert plugin is not None
-    ctx = plugin.create_agent_context(["chip3", "chip1"], "a0")
-    assert [d.id for d in ctx.list_devices()] == ["chip1", "chip3"]
-    assert ctx.available_slots() == {"FAKETPU": 2.0}
-    assert ctx.visible_ids() == [1, 3]
-    with pytest.raises(ValueError, match="unknown device"):
-        plugin.create_agent_context(["chip9"], "a1")

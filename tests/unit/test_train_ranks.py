@@ -5,7 +5,7 @@ from collections import Counter
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ray_accel.train.ranks import assign_ranks, shared_visible
+from ray_accel.train.ranks import assign_ranks
 
 nodes = st.lists(st.sampled_from(["raylet-a", "raylet-b", "raylet-c"]), min_size=1, max_size=16)
 
@@ -28,21 +28,3 @@ def test_two_raylets_on_one_host() -> None:
     # What Ray Train V2 gets wrong: grouping by IP gives LOCAL_RANK 0..3 here.
     p = assign_ranks(["a", "a", "b", "b"])
     assert [(x.local_rank, x.local_world_size, x.node_rank) for x in p] == [(0, 2, 0), (1, 2, 0), (0, 2, 1), (1, 2, 1)]
-
-
-@given(
-    st.lists(
-        st.tuples(st.sampled_from("ab"), st.lists(st.integers(0, 40).map(str), max_size=3)), min_size=1, max_size=8
-    )
-)
-def test_shared_visible_is_the_sorted_union_per_raylet(rows: list[tuple[str, list[str]]]) -> None:
-    node_ids = [n for n, _ in rows]
-    out = shared_visible(node_ids, [ids for _, ids in rows])
-    for (node, _), seen in zip(rows, out, strict=True):
-        union = {i for n, ids in rows if n == node for i in ids}
-        assert set(seen) == union
-        assert seen == sorted(seen, key=int), "numeric order, not string order"
-
-
-def test_numeric_order() -> None:
-    assert shared_visible(["a", "a"], [["10"], ["2"]]) == [["2", "10"], ["2", "10"]]

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ray_accel.visibility import MAX_VISIBLE_ID, VisibilityError, format_visible_ids, parse_visible_ids
+from ray_accel.core.visibility import MAX_VISIBLE_ID, VisibilityError, format_visible_ids, parse_visible_ids
 
 
 @pytest.mark.parametrize(

@@ -4,22 +4,16 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ray_accel.devices import FAMILY_GPU, Device, NodeInfo
-from ray_accel.plugin import DevicePlugin
-from ray_accel.runtime import RankInfo, base_worker_env
-from ray_accel.samples import DeviceSample, ProcessSample
-from ray_accel.visibility import VisibilityError, parse_visible_ids
+from ray_accel.core.devices import FAMILY_GPU, Device, NodeInfo
+from ray_accel.core.visibility import VisibilityError, parse_visible_ids
+from ray_accel.plugins.interface import DevicePlugin
 from ray_accel_cuda.nvml import NA, GpuLost, Nvml, NvmlUnavailable, text
+from ray_accel_cuda.runtime import CudaRuntime
+from ray_accel_cuda.telemetry import CudaTelemetry
 
-# XIDs caused by the application, not the hardware (the Kubernetes device
-# plugin's list): a crashing kernel must not mark the GPU unhealthy.
-APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
-NVML_TIMEOUT = 10
-XID_WINDOW_S = 300.0
 _NAME = re.compile(r"\w+\s+((?:[A-Z]+\s+)*[A-Z0-9]*\d[A-Z0-9]*)")
 
 
@@ -56,8 +50,7 @@ class CudaPlugin(DevicePlugin):
         self._devices: tuple[Device, ...] = ()
         self._handles: dict[str, Any] = {}
         self._lost: list[int] = []
-        self._events: Any = None
-        self._xids: list[tuple[float, str, int]] = []  # (when, device id, xid)
+        self._telemetry: CudaTelemetry | None = None
         self._driver: str | None = None
         self._cuda: str | None = None
 
@@ -136,6 +129,16 @@ class CudaPlugin(DevicePlugin):
     def list_devices(self) -> tuple[Device, ...]:
         return self._devices
 
+    @property
+    def runtime(self) -> CudaRuntime:
+        return CudaRuntime()
+
+    @property
+    def telemetry(self) -> CudaTelemetry:
+        if self._telemetry is None:
+            self._telemetry = CudaTelemetry(self.nvml, self._devices, self._handles, self._clock)
+        return self._telemetry
+
     def parse_visible(self, value: str | None) -> list[int] | None:
         """CUDA masks may name GPUs by index, by UUID (or a unique prefix), or be NoDevFiles."""
         if value is None:
@@ -172,98 +175,3 @@ class CudaPlugin(DevicePlugin):
             runtime_version=self._cuda,
             attributes=attrs,
         )
-
-    def _poll_xids(self) -> None:
-        q = self.nvml.query
-        m = self.nvml.module
-        if self._events is None:
-            self._events = q("nvmlEventSetCreate")
-            if self._events is NA:
-                return
-            for h in self._handles.values():
-                try:
-                    q("nvmlDeviceRegisterEvents", h, getattr(m, "nvmlEventTypeXidCriticalError", 8), self._events)
-                except GpuLost:
-                    pass
-        if self._events is NA:
-            return
-        by_handle = {id(h): uuid for uuid, h in self._handles.items()}
-        for _ in range(256):  # bounded: never spin on a flood of events
-            try:
-                event = self.nvml.module.nvmlEventSetWait(self._events, 0)
-            except Exception as e:
-                if getattr(e, "value", None) != NVML_TIMEOUT:
-                    pass
-                return
-            xid = int(getattr(event, "eventData", 0))
-            uuid = by_handle.get(id(getattr(event, "device", None)))
-            if uuid is not None and xid not in APPLICATION_XIDS:
-                self._xids.append((self._clock(), uuid, xid))
-
-    def _health(self, device_id: str, h: Any) -> str | None:
-        now = self._clock()
-        self._xids = [x for x in self._xids if now - x[0] < XID_WINDOW_S]
-        recent = sorted({x for _, d, x in self._xids if d == device_id})
-        if recent:
-            return f"XID {','.join(map(str, recent))} in the last {XID_WINDOW_S:.0f}s"
-        m = self.nvml.module
-        ecc = self.nvml.query(
-            "nvmlDeviceGetTotalEccErrors",
-            h,
-            getattr(m, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1),
-            getattr(m, "NVML_VOLATILE_ECC", 0),
-        )
-        if ecc is not NA and ecc > 0:
-            return f"{ecc} uncorrected ECC errors since the driver loaded"
-        return None
-
-    def gather_node_metrics(self) -> list[DeviceSample]:
-        q = self.nvml.query
-        self._poll_xids()
-        out = []
-        for d in self._devices:
-            h = self._handles[d.id]
-            try:
-                util = q("nvmlDeviceGetUtilizationRates", h)
-                mem = q("nvmlDeviceGetMemoryInfo", h)
-                power = q("nvmlDeviceGetPowerUsage", h)
-                temp = q("nvmlDeviceGetTemperature", h, getattr(self.nvml.module, "NVML_TEMPERATURE_GPU", 0))
-                reason = self._health(d.id, h)
-            except GpuLost:
-                out.append(DeviceSample(d.id, None, None, d.memory_bytes, healthy=False, health_reason="GPU is lost"))
-                continue
-            out.append(
-                DeviceSample(
-                    device_id=d.id,
-                    utilization=None if util is NA else util.gpu / 100,
-                    memory_used_bytes=None if mem is NA else int(mem.used),
-                    memory_total_bytes=d.memory_bytes if mem is NA else int(mem.total),
-                    power_watts=None if power is NA else power / 1000,
-                    temperature_c=None if temp is NA else float(temp),
-                    healthy=reason is None,
-                    health_reason=reason,
-                )
-            )
-        return out
-
-    def gather_process_metrics(self, pid: int) -> ProcessSample:
-        held: dict[str, int] = {}
-        for d in self._devices:
-            try:
-                procs = self.nvml.query("nvmlDeviceGetComputeRunningProcesses", self._handles[d.id], default=[])
-            except GpuLost:
-                continue
-            for p in procs:
-                if p.pid == pid and p.usedGpuMemory is not None:
-                    held[d.id] = held.get(d.id, 0) + int(p.usedGpuMemory)
-        return ProcessSample(pid, held)
-
-    def collective_backend(self) -> str:
-        return "nccl"
-
-    def worker_env(self, rank: RankInfo, visible_ids: Sequence[int]) -> dict[str, str]:
-        env = base_worker_env(self.visible_ids_env, rank, visible_ids)
-        # Ordinals must mean what NVML's indexes mean; CUDA's default is
-        # fastest-first. Async error handling: Ray's own NCCL default.
-        env.update({"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"})
-        return env

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Collection
 
-from ray_accel.bridge import published_mask
-from ray_accel.devices import FAMILY_NEURON, Device, NodeInfo, all_core_ids
-from ray_accel.plugin import MOCK_ENV, DevicePlugin
-from ray_accel.samples import DeviceSample, ProcessSample
-from ray_accel.visibility import parse_visible_ids
+from ray_accel_cuda.runtime import CudaRuntime
+from ray_accel_neuron.runtime import NeuronRuntime
+
+from ray_accel.core import masks
+from ray_accel.core.devices import FAMILY_NEURON, Device, NodeInfo, all_core_ids
+from ray_accel.core.samples import DeviceSample
+from ray_accel.core.visibility import parse_visible_ids
+from ray_accel.plugins.discovery import MOCK_ENV
+from ray_accel.plugins.interface import DevicePlugin, Runtime, Telemetry
 from ray_accel_mock.spec import NodeSpec, load_spec
 
 FAULTS_ENV = "RAYACCEL_MOCK_FAULTS"
@@ -70,9 +75,25 @@ class MockPlugin(DevicePlugin):
             attributes={"preset": self.spec.name},
         )
 
-    def collective_backend(self) -> str:
-        # The mock has no collective hardware: training on it runs on CPU.
-        return "gloo"
+    @property
+    def runtime(self) -> Runtime:
+        # The real runtime of the family impersonated, so training on the mock
+        # exercises the same visibility rules; but on the CPU: gloo, PJRT CPU.
+        if self.family == FAMILY_NEURON:
+            return NeuronRuntime(pjrt_device="CPU", collective="gloo")
+        return CudaRuntime(collective="gloo")
+
+    @property
+    def telemetry(self) -> MockTelemetry:
+        return MockTelemetry(self.spec)
+
+
+class MockTelemetry(Telemetry):
+    """Deterministic samples, so tests can predict every value; faults can be
+    injected while running."""
+
+    def __init__(self, spec: NodeSpec) -> None:
+        self.spec = spec
 
     def _faults(self) -> dict[str, object]:
         """Faults injected while running (RAYACCEL_MOCK_FAULTS: a JSON file,
@@ -87,7 +108,7 @@ class MockPlugin(DevicePlugin):
             return {}
         return data if isinstance(data, dict) else {}
 
-    def gather_node_metrics(self) -> list[DeviceSample]:
+    def device_samples(self) -> list[DeviceSample]:
         # Fixed functions of the index: tests can predict every value.
         faults = self._faults()
         if faults.get("fail"):
@@ -114,17 +135,21 @@ class MockPlugin(DevicePlugin):
             )
         return out
 
-    def gather_process_metrics(self, pid: int) -> ProcessSample:
-        """64 MiB per core the process's current mask names (as the bridge
+    def process_device_memory(self, pids: Collection[int]) -> dict[int, dict[str, int]]:
+        """64 MiB per core each process's current mask names (as the bridge
         published it): deterministic, and only on processes that hold cores."""
-        mask = published_mask(pid)
-        try:
-            ids = parse_visible_ids(mask) if mask else []
-        except ValueError:
-            return ProcessSample(pid=pid, device_memory_bytes={})
-        held: dict[str, int] = {}
-        for d in self.spec.devices:
-            n = len(set(d.core_ids) & set(ids or []))
-            if n:
-                held[d.id] = n * PROCESS_MEMORY_PER_CORE
-        return ProcessSample(pid=pid, device_memory_bytes=held)
+        out: dict[int, dict[str, int]] = {}
+        for pid in pids:
+            mask = masks.published(pid)
+            try:
+                ids = set(parse_visible_ids(mask) or []) if mask else set()
+            except ValueError:
+                continue
+            held = {
+                d.id: len(ids & set(d.core_ids)) * PROCESS_MEMORY_PER_CORE
+                for d in self.spec.devices
+                if ids & set(d.core_ids)
+            }
+            if held:
+                out[pid] = held
+        return out

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ray_accel.devices import FAMILY_GPU, FAMILY_NEURON, Device, DeviceError, validate_inventory
-from ray_accel.errors import InputError
+from ray_accel.core.devices import FAMILY_GPU, FAMILY_NEURON, Device, DeviceError, validate_inventory
+from ray_accel.core.errors import InputError
 
 GIB = 1024**3
 

@@ -14,7 +14,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any
 
-from ray_accel.errors import RayAccelError
+from ray_accel.core.errors import RayAccelError
 
 DEFAULT_PATH = "/opt/aws/neuron/bin/neuron-ls"
 PATH_ENV = "RAYACCEL_NEURON_LS"

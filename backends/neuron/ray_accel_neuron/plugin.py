@@ -7,26 +7,18 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ray_accel.devices import FAMILY_NEURON, Device, NodeInfo, all_core_ids
-from ray_accel.plugin import DevicePlugin
-from ray_accel.runtime import RankInfo, base_worker_env
-from ray_accel.samples import DeviceSample
+from ray_accel.core.devices import FAMILY_NEURON, Device, NodeInfo, all_core_ids
+from ray_accel.plugins.interface import DevicePlugin
 from ray_accel_neuron import sysfs
 from ray_accel_neuron.arch import INFERENTIA2, TRAINIUM, TRAINIUM2, Arch, classify, logical_core_size
 from ray_accel_neuron.neuron_ls import PATH_ENV, LsDevice, NeuronLsError, find_neuron_ls, run_neuron_ls
+from ray_accel_neuron.runtime import NeuronRuntime
+from ray_accel_neuron.telemetry import NeuronTelemetry
 
 SYSFS_ENV = "RAYACCEL_NEURON_SYSFS_ROOT"
 DMI_PRODUCT = "/sys/devices/virtual/dmi/id/product_name"  # EC2 puts the instance type here
-EFA_CLASS = "/sys/class/infiniband"
 
 log = logging.getLogger(__name__)
-
-
-def efa_present(root: str = EFA_CLASS) -> bool:
-    try:
-        return any(name.startswith(("efa", "rdmap")) for name in os.listdir(root))
-    except OSError:
-        return False
 
 
 def _guess_arch_from_shape(ls: Sequence[LsDevice]) -> Arch:
@@ -149,15 +141,6 @@ class NeuronPlugin(DevicePlugin):
     def list_devices(self) -> tuple[Device, ...]:
         return self._devices
 
-    def held_by_processes(self) -> dict[str, tuple[int, ...]]:
-        """Device id -> pids the tools say hold it (for orphan detection)."""
-        out = {}
-        for d in self._devices:
-            pids = tuple(int(p) for p in d.attributes.get("pids", "").split(",") if p)
-            if pids:
-                out[d.id] = pids
-        return out
-
     def node_info(self) -> NodeInfo:
         return NodeInfo(
             plugin=self.name,
@@ -171,49 +154,10 @@ class NeuronPlugin(DevicePlugin):
             attributes={"source": self.source or "none"},
         )
 
-    def gather_node_metrics(self) -> list[DeviceSample]:
-        out = []
-        for d in self._devices:
-            used: int | None = None
-            ecc: dict[str, int] = {}
-            if self.source == "sysfs":
-                per_core = [
-                    sysfs.core_memory_used(self._root, d.index, c) for c in range(int(d.attributes["physical_cores"]))
-                ]
-                known = [v for v in per_core if v is not None]
-                used = sum(known) if known else None
-                ecc = {k: v for k, v in sysfs.ecc_uncorrected(self._root, d.index).items() if v > 0}
-            gone = self.source == "sysfs" and not (self._root / f"neuron{d.index}").is_dir()
-            reason = (
-                "device disappeared from sysfs" if gone else (", ".join(f"{k}={v}" for k, v in ecc.items()) or None)
-            )
-            out.append(
-                DeviceSample(
-                    device_id=d.id,
-                    utilization=None,  # the sysfs tree has no utilisation counter
-                    memory_used_bytes=used,
-                    memory_total_bytes=d.memory_bytes,
-                    healthy=reason is None,
-                    health_reason=reason,
-                )
-            )
-        return out
+    @property
+    def runtime(self) -> NeuronRuntime:
+        return NeuronRuntime()
 
-    def collective_backend(self) -> str:
-        return "xla"
-
-    def worker_env(self, rank: RankInfo, visible_ids: Sequence[int]) -> dict[str, str]:
-        env = base_worker_env(self.visible_ids_env, rank, visible_ids)
-        per_process = max(1, len(visible_ids) // rank.local_world_size)
-        env.update(
-            {
-                "PJRT_DEVICE": "NEURON",
-                "NEURON_RT_ROOT_COMM_ID": f"{rank.master_addr}:{rank.root_comm_port}",
-                "NEURON_PJRT_PROCESS_INDEX": str(rank.world_rank),
-                "NEURON_PJRT_PROCESSES_NUM_DEVICES": ",".join([str(per_process)] * rank.world_size),
-                "NEURON_PJRT_WORLD_SIZE": str(rank.world_size),
-            }
-        )
-        if efa_present():
-            env.update({"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_FORK_SAFE": "1"})
-        return env
+    @property
+    def telemetry(self) -> NeuronTelemetry:
+        return NeuronTelemetry(self._root, self._devices, self.source)

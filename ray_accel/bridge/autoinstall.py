@@ -1,0 +1,30 @@
+"""Imported into every worker of a ray-accel raylet (RAY_preload_python_modules).
+
+Installs the bridge from RAYACCEL_BRIDGE_SPEC (set by whoever started the
+raylet) and re-reads the inherited masks through it. A failure here is logged,
+never raised: a worker that cannot install the bridge still runs, with Ray's
+own masking.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+log = logging.getLogger(__name__)
+
+
+def _autoinstall() -> None:
+    from ray_accel.bridge.managers import SPEC_ENV, install, refresh_worker_masks, specs_from_env
+
+    specs = specs_from_env(os.environ.get(SPEC_ENV))
+    if not specs:
+        return
+    install(specs)
+    refresh_worker_masks()
+
+
+try:
+    _autoinstall()
+except Exception as e:  # a worker must start even if the bridge cannot
+    log.warning("ray-accel bridge not installed in this worker: %s", e)

@@ -1,0 +1,236 @@
+"""The bridge into Ray's accelerator registry (private API, version-gated).
+
+Ray 2.60 keeps a hard-coded set of `AcceleratorManager` classes. For each
+active plugin we build a manager class from a small, serialisable
+`BridgeSpec`, and put it in place of Ray's own for that resource name. That
+must happen in three kinds of process (docs/design.md, "How Ray is wired"):
+
+- the process that starts a raylet (`ray-accel start`'s launcher, or the
+  driver of a local `ray_accel.init()`): detection and resource counts;
+- every worker of that raylet: masking; carried by
+  ``RAY_preload_python_modules=ray_accel.bridge.autoinstall`` and the spec in
+  ``RAYACCEL_BRIDGE_SPEC``, so workers never re-run discovery;
+- every submitting driver: request validation (whole Neuron cores).
+
+What our managers fix over Ray's: masks with ranges (`0-3` is four cores),
+masks written sorted, a real accelerator type (Trainium2, not
+aws-neuron-core), and any plugin's resource name.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ray_accel.core import masks
+from ray_accel.core.devices import SHAREABLE_FAMILIES, all_core_ids
+from ray_accel.core.errors import InputError, RayAccelError
+from ray_accel.core.visibility import VisibilityError, format_mask, parse_visible_ids
+from ray_accel.plugins.interface import DevicePlugin
+
+log = logging.getLogger(__name__)
+
+SPEC_ENV = "RAYACCEL_BRIDGE_SPEC"
+PRELOAD_ENV = "RAY_preload_python_modules"
+UNIT_RESOURCES_ENV = "RAY_custom_unit_instance_resources"
+AUTOINSTALL_MODULE = "ray_accel.bridge.autoinstall"
+TESTED_RAY_VERSIONS = ("2.60.",)
+# Ray's C++ default for custom_unit_instance_resources (read from _raylet.so).
+RAY_DEFAULT_UNIT_RESOURCES = ("neuron_cores", "TPU", "NPU", "HPU", "RBLN", "FURIOSA", "TTNPU", "MBLT")
+PREDEFINED_UNIT_RESOURCES = ("GPU",)
+
+
+class BridgeUnsupported(RayAccelError):
+    """This Ray version is outside the range the bridge was tested against."""
+
+
+@dataclass(frozen=True)
+class BridgeSpec:
+    resource_name: str
+    visible_ids_env: str
+    family: str
+    accelerator_type: str | None
+    unit_ids: tuple[int, ...]  # every schedulable id on the node
+
+    @classmethod
+    def from_plugin(cls, plugin: DevicePlugin) -> BridgeSpec:
+        return cls(
+            resource_name=plugin.resource_name,
+            visible_ids_env=plugin.visible_ids_env,
+            family=plugin.family,
+            accelerator_type=plugin.node_info().accelerator_type,
+            unit_ids=tuple(all_core_ids(plugin.list_devices())),
+        )
+
+    @property
+    def whole_units_only(self) -> bool:
+        return self.family not in SHAREABLE_FAMILIES
+
+    @property
+    def noset_env(self) -> str:
+        return f"RAY_EXPERIMENTAL_NOSET_{self.visible_ids_env}"
+
+    def to_env(self) -> str:
+        return json.dumps([asdict(self)])
+
+
+def specs_from_env(value: str | None) -> list[BridgeSpec]:
+    if not value:
+        return []
+    try:
+        rows = json.loads(value)
+        return [BridgeSpec(**{**r, "unit_ids": tuple(r["unit_ids"])}) for r in rows]
+    except (ValueError, TypeError, KeyError) as e:
+        raise InputError(f"bad {SPEC_ENV}: {e}") from None
+
+
+def visible_tokens(spec: BridgeSpec, value: str | None) -> list[str] | None:
+    """The mask as Ray wants it: one string per unit, ranges expanded.
+
+    GPU masks may name devices by UUID; those tokens pass through unchanged,
+    since Ray only maps slot i to the i-th token.
+    """
+    if value is None:
+        return None
+    text = value.strip()
+    if text in ("", "NoDevFiles"):
+        return []
+    tokens = [t.strip() for t in text.split(",")]
+    if spec.family in SHAREABLE_FAMILIES and any(t.startswith(("GPU-", "MIG-")) for t in tokens):
+        return tokens
+    ids = parse_visible_ids(text)
+    return [str(i) for i in ids or []]
+
+
+def make_manager(spec: BridgeSpec) -> Any:
+    """An `AcceleratorManager` subclass answering from `spec`."""
+    from ray._private.accelerators.accelerator import AcceleratorManager
+
+    def num_accelerators() -> int:
+        return len(spec.unit_ids)
+
+    def visible_ids() -> list[str] | None:
+        try:
+            return visible_tokens(spec, os.environ.get(spec.visible_ids_env))
+        except VisibilityError as e:
+            # Raised inside Ray's resource resolution; keep the message clear.
+            raise ValueError(str(e)) from None
+
+    def set_visible(ids: list[str]) -> None:
+        if os.environ.get(spec.noset_env, "").lower() in ("1", "true"):
+            return
+        os.environ[spec.visible_ids_env] = format_mask(ids)
+        masks.publish(os.environ[spec.visible_ids_env])
+
+    def validate(quantity: float) -> tuple[bool, str | None]:
+        if spec.whole_units_only and isinstance(quantity, float) and not quantity.is_integer():
+            return (
+                False,
+                f"{spec.resource_name} resource quantity must be whole numbers: a core belongs to one process. "
+                f"The specified quantity {quantity} is invalid.",
+            )
+        return True, None
+
+    attrs: dict[str, Any] = {
+        "get_resource_name": staticmethod(lambda: spec.resource_name),
+        "get_visible_accelerator_ids_env_var": staticmethod(lambda: spec.visible_ids_env),
+        "get_current_node_num_accelerators": staticmethod(num_accelerators),
+        "get_current_node_accelerator_type": staticmethod(lambda: spec.accelerator_type),
+        "get_current_node_additional_resources": staticmethod(lambda: None),
+        "validate_resource_request_quantity": staticmethod(validate),
+        "get_current_process_visible_accelerator_ids": staticmethod(visible_ids),
+        "set_current_process_visible_accelerator_ids": staticmethod(set_visible),
+        "get_ec2_instance_num_accelerators": staticmethod(lambda instance_type, instances: None),
+        "get_ec2_instance_accelerator_type": staticmethod(lambda instance_type, instances: None),
+        "ray_accel_spec": spec,
+    }
+    name = f"RayAccel{spec.resource_name.title().replace('_', '')}Manager"
+    return type(name, (AcceleratorManager,), attrs)
+
+
+def check_ray_version() -> str:
+    import importlib.metadata
+
+    try:
+        version = importlib.metadata.version("ray")
+    except importlib.metadata.PackageNotFoundError:
+        raise BridgeUnsupported("ray is not installed") from None
+    if not version.startswith(TESTED_RAY_VERSIONS):
+        raise BridgeUnsupported(
+            f"ray {version} is outside the versions the ray-accel bridge was tested with "
+            f"({', '.join(v + 'x' for v in TESTED_RAY_VERSIONS)}): pass resources explicitly "
+            "(--resources / num_gpus) and set the visibility variable yourself"
+        )
+    return version
+
+
+_installed: dict[str, Any] = {}
+
+
+def install(specs: Sequence[BridgeSpec]) -> list[Any]:
+    """Put our managers in Ray's registry in this process. Idempotent."""
+    check_ray_version()
+    import ray._private.accelerators as acc
+
+    managers = [make_manager(s) for s in specs]
+    for m in managers:
+        _installed[m.get_resource_name()] = m
+    ours = dict(_installed)
+    original = getattr(acc.get_all_accelerator_managers, "__wrapped_ray_accel__", acc.get_all_accelerator_managers)
+
+    def all_managers() -> set[Any]:
+        return {m for m in original() if m.get_resource_name() not in ours} | set(ours.values())
+
+    all_managers.__wrapped_ray_accel__ = original  # type: ignore[attr-defined]
+    acc.get_all_accelerator_managers = all_managers
+    # Let Ray build its cached name -> manager map (with its GPU vendor probe
+    # for the names we do not own), then put ours over it.
+    lookup: Any = acc.get_accelerator_manager_for_resource
+    if hasattr(lookup, "_resource_name_to_accelerator_manager"):
+        del lookup._resource_name_to_accelerator_manager
+    lookup("GPU")
+    lookup._resource_name_to_accelerator_manager.update(ours)
+    return managers
+
+
+def refresh_worker_masks() -> None:
+    """In a worker, Ray recorded the inherited masks at import, with its own
+    managers; record them again through ours."""
+    import ray._private.utils as ray_utils
+    import ray._private.worker as ray_worker
+
+    ray_worker.global_worker.original_visible_accelerator_ids = ray_utils.get_visible_accelerator_ids()
+
+
+def unit_resources_env(specs: Sequence[BridgeSpec], current: str | None) -> str | None:
+    """The value RAY_custom_unit_instance_resources needs, or None if unchanged.
+
+    A resource Ray does not already treat per-instance would hand every task
+    slot 0, so two tasks would share one device.
+    """
+    names = [n.strip() for n in (current or ",".join(RAY_DEFAULT_UNIT_RESOURCES)).split(",") if n.strip()]
+    missing = [
+        s.resource_name
+        for s in specs
+        if s.resource_name not in names and s.resource_name not in PREDEFINED_UNIT_RESOURCES
+    ]
+    if not missing:
+        return None
+    return ",".join(names + missing)
+
+
+def raylet_env(specs: Sequence[BridgeSpec], base: dict[str, str]) -> dict[str, str]:
+    """Variables a raylet needs so that its workers install the bridge."""
+    env: dict[str, str] = {SPEC_ENV: json.dumps([asdict(s) for s in specs])}
+    preload = [m for m in base.get(PRELOAD_ENV, "").split(",") if m]
+    if AUTOINSTALL_MODULE not in preload:
+        preload.append(AUTOINSTALL_MODULE)
+    env[PRELOAD_ENV] = ",".join(preload)
+    units = unit_resources_env(specs, base.get(UNIT_RESOURCES_ENV))
+    if units is not None:
+        env[UNIT_RESOURCES_ENV] = units
+    return env

@@ -1,0 +1,65 @@
+"""`ray-accel`: the command line (click, as Ray's own CLI).
+
+Exit 0 on success, 2 for bad input (usage errors included), 1 for a run-time
+failure, 130 on Ctrl-C. With --json an error is a JSON object on stderr
+(`{"error": ..., "kind": ..., "exit_code": ...}`) with the same exit code.
+Options meant for `ray start` go after `--` and are never guessed at: a
+mistyped ray-accel flag is an error, not a `ray start` option.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+
+import click
+
+from ray_accel import __version__
+from ray_accel.cli.cluster import start, status_command, stop
+from ray_accel.cli.node import devices, plan
+from ray_accel.cli.top import top
+from ray_accel.core.errors import InputError, RayAccelError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="ray-accel")
+def cli() -> None:
+    """Accelerator partitions for Ray."""
+
+
+for command in (devices, plan, start, status_command, stop, top):
+    cli.add_command(command)
+
+
+def _fail(message: str, kind: str, code: int, as_json: bool) -> int:
+    if as_json:
+        print(json.dumps({"error": message, "kind": kind, "exit_code": code}), file=sys.stderr)
+    else:
+        print(f"ray-accel: {'error' if code == 2 else 'failed'}: {message}", file=sys.stderr)
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    ray_args: list[str] = []
+    if "--" in args:
+        cut = args.index("--")
+        args, ray_args = args[:cut], args[cut + 1 :]
+    as_json = "--json" in args
+    try:
+        code = cli.main(args=args, prog_name="ray-accel", standalone_mode=False, obj={"ray_args": ray_args})
+    except click.UsageError as e:
+        hint = f" (see `{e.ctx.command_path} --help`)" if e.ctx is not None else ""
+        return _fail(e.format_message() + hint, "usage", 2, as_json)
+    except click.ClickException as e:
+        return _fail(e.format_message(), "usage", e.exit_code, as_json)
+    except InputError as e:
+        return _fail(str(e), "input", 2, as_json)
+    except RayAccelError as e:
+        return _fail(str(e), "failure", 1, as_json)
+    except (KeyboardInterrupt, click.Abort):
+        return _fail("interrupted", "interrupted", 130, as_json)
+    if ray_args and not (len(args) >= 1 and "start" in args):
+        return _fail(f"options after `--` are for `ray start` only: {' '.join(ray_args)}", "usage", 2, as_json)
+    return code if isinstance(code, int) else 0

@@ -1,0 +1,103 @@
+"""`ray-accel start | stop | status`: the raylets of this host's partitions."""
+
+from __future__ import annotations
+
+import click
+
+from ray_accel.cli import render
+from ray_accel.cli.node import json_option
+from ray_accel.cli.output import emit, progress
+from ray_accel.cli.params import PARTITION_COUNT, PORT, FiniteFloat, HostPort
+from ray_accel.core.errors import InputError
+
+
+@click.command(
+    epilog="Options for every `ray start` go after `--`: ray-accel start --head -- --temp-dir /data/ray",
+)
+@click.option("--head", is_flag=True, help="start a new cluster; the first partition is its head")
+@click.option("--address", type=HostPort(), help="join the cluster whose GCS is at HOST:PORT")
+@click.option("--recover", is_flag=True, help="restart dead partitions with their recorded masks")
+@click.option("--mode", default="auto-split", show_default=True, help="shared, auto-split or manual")
+@click.option("--partitions", "--agents", "partitions", type=PARTITION_COUNT, help="number of partitions (default 1)")
+@click.option("--manual", metavar="SPEC", help="devices per partition, e.g. 'a=0-3;b=4-7'")
+@click.option("--port", type=PORT, help="GCS port of the head (default 6379)")
+@click.option("--port-base", type=PORT, help="first port of the raylets' port blocks (default: first free)")
+@click.option(
+    "--timeout", type=FiniteFloat(1, 3600), default=180.0, show_default=True, help="seconds to wait for the raylets"
+)
+@click.option("--backend", help="partition this backend's devices")
+@click.option("--no-metrics", is_flag=True, help="do not start the per-partition metrics exporters")
+@json_option
+@click.pass_context
+def start(
+    ctx: click.Context,
+    head: bool,
+    address: str | None,
+    recover: bool,
+    mode: str,
+    partitions: int | None,
+    manual: str | None,
+    port: int | None,
+    port_base: int | None,
+    timeout: float,
+    backend: str | None,
+    no_metrics: bool,
+    as_json: bool,
+) -> int:
+    """Start one raylet per partition of this host."""
+    from ray_accel.cluster.raylet import StartRequest
+    from ray_accel.cluster.recover import recover as recover_partitions
+    from ray_accel.cluster.start import start as start_partitions
+    from ray_accel.cluster.status import status
+
+    ray_args: list[str] = ctx.obj["ray_args"] if ctx.obj else []
+    if sum((head, address is not None, recover)) != 1:
+        raise click.UsageError("give exactly one of --head, --address HOST:PORT or --recover")
+    given = [
+        f"--{name.replace('_', '-')}"
+        for name in ("mode", "partitions", "manual", "port", "port_base", "backend", "no_metrics")
+        if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
+    ]
+    if recover and (given or ray_args):
+        raise InputError(f"--recover restarts partitions as recorded; it takes no {(given or ray_args)[0]}")
+    if address is not None and port is not None:
+        raise InputError("--port is the new head's GCS port; a raylet joining --address takes no --port")
+    if recover:
+        recover_partitions(progress(), timeout)
+    else:
+        request = StartRequest(
+            head=head,
+            address=address,
+            mode=mode,
+            partitions=partitions,
+            manual=manual,
+            port=port,
+            port_base=port_base,
+            ray_args=ray_args,
+            backend=backend,
+            timeout_s=timeout,
+            metrics=not no_metrics,
+        )
+        start_partitions(request, progress())
+    return emit(as_json, status(), render.started_text)
+
+
+@click.command("status")
+@json_option
+def status_command(as_json: bool) -> int:
+    """Show this host's partitions: masks, raylet PIDs, alive or dead, what is in use."""
+    from ray_accel.cluster.status import status
+
+    return emit(as_json, status(), render.status_text)
+
+
+@click.command()
+@click.option(
+    "--grace", type=FiniteFloat(0, 600), default=5.0, show_default=True, help="seconds between SIGTERM and SIGKILL"
+)
+@json_option
+def stop(grace: float, as_json: bool) -> int:
+    """Stop exactly the processes `start` started on this host, by PID."""
+    from ray_accel.cluster.stop import stop as stop_partitions
+
+    return emit(as_json, stop_partitions(grace), lambda p: str(p["message"]))

@@ -1,0 +1,160 @@
+"""The cluster token: found or made before any raylet starts, and handed on by path.
+
+Ray (2.52+) reads its token from, in order, ``RAY_AUTH_TOKEN`` (the value),
+``RAY_AUTH_TOKEN_PATH`` (a file; unreadable or empty is fatal) and
+``~/.ray/auth_token`` (docs.ray.io, "Token Authentication", token sources and
+precedence). Ray 2.60 turns token auth on for a new head when ``RAY_AUTH_MODE``
+is unset but generates a token only inside ``ray.init()``; ``ray start`` with no
+token fails. So `start --head` makes sure a token exists (the user's, or a new
+one from Ray's own generator in a 0600 file), and every raylet, driver and tool
+of ours gets ``RAY_AUTH_MODE`` plus ``RAY_AUTH_TOKEN_PATH``: a path, never the
+value, so the token appears in no environment listing, log or state record.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from ray_accel.core.errors import InputError
+
+MODE_ENV = "RAY_AUTH_MODE"
+TOKEN_ENV = "RAY_AUTH_TOKEN"
+TOKEN_PATH_ENV = "RAY_AUTH_TOKEN_PATH"
+MODES = ("token", "disabled")
+# Where a token given by value is written so raylets can be handed a path.
+STATE_TOKEN_FILE = "auth_token"
+
+
+class AuthError(InputError):
+    """No usable token, or an auth mode ray-accel cannot honour."""
+
+
+@dataclass(frozen=True)
+class Auth:
+    mode: str  # "token" or "disabled"
+    token_path: str | None  # absolute; None when auth is disabled
+    source: str  # where the token came from, for messages (never the token)
+    warning: str | None = None
+
+    def env(self) -> dict[str, str]:
+        """What a raylet or driver needs in its environment to reach the cluster."""
+        out = {MODE_ENV: self.mode}
+        if self.token_path is not None:
+            out[TOKEN_PATH_ENV] = self.token_path
+        return out
+
+    def to_json(self) -> dict[str, object]:
+        return {"mode": self.mode, "token_path": self.token_path, "source": self.source}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> Auth:
+        mode = data.get("mode")
+        path = data.get("token_path")
+        if mode not in MODES or (path is not None and not isinstance(path, str)):
+            raise AuthError(f"bad auth entry in the state record: mode {mode!r}, token_path {path!r}")
+        return cls(str(mode), path, str(data.get("source", "state record")))
+
+
+def default_token_path(home: Path | None = None) -> Path:
+    """Ray's default token file (what `ray get-auth-token --generate` writes)."""
+    return (home or Path.home()) / ".ray" / "auth_token"
+
+
+def _readable_token(path: Path) -> bool:
+    try:
+        return path.is_file() and bool(path.read_text().strip())
+    except OSError:
+        return False
+
+
+def _loose_mode_warning(path: Path) -> str | None:
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except OSError:
+        return None
+    if mode & 0o077:
+        return f"token file {path} is readable by other users (mode {mode:o}); chmod 600 it"
+    return None
+
+
+def write_token_file(path: Path, token: str) -> None:
+    """Create `path` with mode 0600 from the first byte (never a wider window)."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token)
+
+
+def _new_token() -> str:
+    try:
+        from ray._private.authentication.authentication_token_generator import generate_new_authentication_token
+
+        return str(generate_new_authentication_token())
+    except ImportError:  # another Ray: the same 256 bits Ray 2.60 uses
+        import secrets
+
+        return secrets.token_hex(32)
+
+
+def resolve(environ: Mapping[str, str], state_dir: Path, create: bool, home: Path | None = None) -> Auth:
+    """Find the token this host should use, or make one when `create` (a new head).
+
+    A token given by value is copied into a 0600 file in the state directory so
+    that raylets and drivers can be given its path. Raises `AuthError` when no
+    token can be had and `create` is False (a raylet joining a cluster).
+    """
+    raw_mode = environ.get(MODE_ENV)
+    mode = (raw_mode or "token").strip().lower()
+    if mode not in MODES:
+        raise AuthError(f"{MODE_ENV}={raw_mode!r} is not supported by ray-accel: use 'token' or 'disabled'")
+    if mode == "disabled":
+        return Auth("disabled", None, f"{MODE_ENV}=disabled")
+    value = environ.get(TOKEN_ENV, "").strip()
+    if value:
+        path = state_dir / STATE_TOKEN_FILE
+        path.unlink(missing_ok=True)
+        write_token_file(path, value)
+        return Auth("token", str(path), f"{TOKEN_ENV} (copied to {path})")
+    named = environ.get(TOKEN_PATH_ENV)
+    if named:
+        path = Path(named).expanduser().absolute()
+        if _readable_token(path):
+            return Auth("token", str(path), TOKEN_PATH_ENV, _loose_mode_warning(path))
+        if path.exists() or not create:
+            raise AuthError(f"{TOKEN_PATH_ENV}={named!r}: no readable, non-empty token file there")
+        write_token_file(path, _new_token())
+        return Auth("token", str(path), f"generated at {TOKEN_PATH_ENV}")
+    path = default_token_path(home)
+    if _readable_token(path):
+        return Auth("token", str(path), str(path), _loose_mode_warning(path))
+    if path.exists():
+        raise AuthError(f"{path} exists but holds no readable token: fix or remove it")
+    if not create:
+        raise AuthError(
+            f"no Ray cluster token on this host: set {TOKEN_PATH_ENV} to a copy of the head's token file "
+            f"(or {TOKEN_ENV}), or place it at {path}; or set {MODE_ENV}=disabled if the cluster has auth off"
+        )
+    write_token_file(path, _new_token())
+    return Auth("token", str(path), f"generated at {path}")
+
+
+def apply(auth: Auth) -> None:
+    """Make this process talk to the cluster with `auth`.
+
+    Ray's C++ config reads the mode once and its token loader caches; refresh
+    both, as Ray's own `_enable_token_auth` does, so our GCS client sends it.
+    """
+    wanted = auth.env()
+    if all(os.environ.get(k) == v for k, v in wanted.items()) and (auth.token_path or TOKEN_ENV not in os.environ):
+        return
+    os.environ.update(wanted)
+    if auth.token_path is not None:
+        os.environ.pop(TOKEN_ENV, None)
+    from ray._raylet import AuthenticationTokenLoader, Config
+
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()

@@ -1,0 +1,100 @@
+"""Run `ray start` in this process with the bridge installed, and report the
+exact processes it started.
+
+Usage (by the launcher): python -m ray_accel.cluster.raylet_launch RESULT_JSON -- start ARGS...
+
+Detection runs in the process that starts a raylet, so this is where our
+managers must be registered. Ray's `Node` keeps a handle on every process it
+spawns; we record their PIDs, so `ray-accel stop` never matches by name. If
+the start fails half-way, the processes started so far are killed here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+PARTITION_ENV = "RAYACCEL_PARTITION"
+
+
+def _pids(node: Any) -> dict[str, list[list[int]]]:
+    from ray_accel.core.processes import ProcessRecord
+
+    out: dict[str, list[list[int]]] = {}
+    for kind, infos in dict(node.all_processes).items():
+        for info in infos:
+            record = ProcessRecord.of(info.process.pid)
+            if record is not None:
+                out.setdefault(kind, []).append(record.to_json())
+    return out
+
+
+def main(argv: list[str]) -> int:
+    result_path, sep, *ray_args = argv
+    if sep != "--":
+        print("usage: python -m ray_accel.cluster.raylet_launch RESULT -- start ARGS...", file=sys.stderr)
+        return 2
+    from ray_accel.bridge.managers import SPEC_ENV, install, specs_from_env
+
+    install(specs_from_env(os.environ.get(SPEC_ENV)))
+
+    import ray._private.node as ray_node
+    from ray.scripts.scripts import cli
+
+    captured: list[Any] = []
+    original_init = ray_node.Node.__init__
+
+    def capturing_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        captured.append(self)
+        original_init(self, *args, **kwargs)
+
+    ray_node.Node.__init__ = capturing_init
+    # Ray names a raylet's socket files raylet, raylet.1, ... by looking at the
+    # disk, so raylets started at the same moment on one host pick the same
+    # name and all but one die with "Address already in use". Name them by
+    # partition and pid instead (the pid keeps a recovered raylet off the dead
+    # one's file).
+    original_prepare = ray_node.Node._prepare_socket_file
+    partition = os.environ.get(PARTITION_ENV, "partition")
+
+    def unique_socket(self: Any, socket_path: str | None, default_prefix: str) -> Any:
+        if socket_path is None:
+            socket_path = os.path.join(self._sockets_dir, f"{default_prefix}.{partition}.{os.getpid()}")
+        return original_prepare(self, socket_path, default_prefix)
+
+    ray_node.Node._prepare_socket_file = unique_socket
+    error: str | None = None
+    started = time.time()
+    try:
+        cli.main(args=ray_args, prog_name="ray", standalone_mode=False)
+    except SystemExit as e:
+        if e.code not in (0, None):
+            error = f"ray start exited with {e.code}"
+    except Exception as e:
+        error = f"{type(e).__name__}: {e}"
+    node = captured[0] if captured else None
+    result: dict[str, Any] = {
+        "ok": error is None and node is not None,
+        "error": error,
+        "seconds": time.time() - started,
+    }
+    if node is not None:
+        result["pids"] = _pids(node)
+        if error is None:
+            result["node_id"] = node.node_id
+            result["gcs_address"] = node.gcs_address
+            result["node_ip"] = node.node_ip_address
+        else:
+            node.kill_all_processes(check_alive=False, allow_graceful=False)
+    elif error is None:
+        result["error"] = "ray start created no node"
+    with open(result_path, "w") as f:
+        json.dump(result, f)
+    return 0 if result["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

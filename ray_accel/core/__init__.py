@@ -1,0 +1,1 @@
+"""The bottom layer: devices, visibility masks, samples, /proc, validators (pure, no Ray)."""

@@ -1,0 +1,140 @@
+"""The device model: what a node has, as frozen values.
+
+A `Device` is one physical accelerator (a GPU, a Neuron device). Its
+`core_ids` are the schedulable units the visibility variable names: global
+NeuronCore indexes for Neuron, the device's own index for a GPU. Everything
+here is pure; discovery (sysfs, NVML, a spec file) lives in the backends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ray_accel.core.errors import RayAccelError
+
+DeviceId = str
+
+FAMILY_GPU = "gpu"
+FAMILY_NEURON = "neuron"
+
+# Families whose devices can be used by several processes at once. A
+# NeuronCore belongs to exactly one process, so Neuron is absent.
+SHAREABLE_FAMILIES = frozenset({FAMILY_GPU})
+
+
+class DeviceError(RayAccelError):
+    """An inventory that contradicts itself (duplicate ids, unknown peers).
+
+    Not an `InputError`: when a driver or tool reports it, it is data from the
+    machine, and discovery lists that backend inactive with this reason. A spec
+    the user wrote (the mock's) turns it into its own input error.
+    """
+
+
+@dataclass(frozen=True)
+class Device:
+    id: DeviceId
+    family: str
+    index: int
+    model: str
+    memory_bytes: int
+    core_ids: tuple[int, ...]
+    numa_node: int = -1
+    pci_bus_id: str | None = None
+    peers: tuple[DeviceId, ...] = ()
+    serial: str | None = None
+    architecture: str | None = None
+    attributes: Mapping[str, str] = field(default_factory=dict, hash=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "family": self.family,
+            "index": self.index,
+            "model": self.model,
+            "memory_bytes": self.memory_bytes,
+            "core_ids": list(self.core_ids),
+            "numa_node": self.numa_node,
+            "pci_bus_id": self.pci_bus_id,
+            "peers": list(self.peers),
+            "serial": self.serial,
+            "architecture": self.architecture,
+            "attributes": dict(self.attributes),
+        }
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """What a plugin knows about the node as a whole."""
+
+    plugin: str
+    family: str
+    accelerator_type: str | None
+    resource_name: str
+    visible_ids_env: str
+    device_count: int
+    core_count: int
+    instance_type: str | None = None
+    driver_version: str | None = None
+    runtime_version: str | None = None
+    attributes: Mapping[str, str] = field(default_factory=dict, hash=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "plugin": self.plugin,
+            "family": self.family,
+            "accelerator_type": self.accelerator_type,
+            "resource_name": self.resource_name,
+            "visible_ids_env": self.visible_ids_env,
+            "device_count": self.device_count,
+            "core_count": self.core_count,
+            "instance_type": self.instance_type,
+            "driver_version": self.driver_version,
+            "runtime_version": self.runtime_version,
+            "attributes": dict(self.attributes),
+        }
+
+
+def all_core_ids(devices: Iterable[Device]) -> list[int]:
+    """Sorted union of the schedulable ids of `devices`."""
+    return sorted(c for d in devices for c in d.core_ids)
+
+
+def validate_inventory(devices: Iterable[Device]) -> tuple[Device, ...]:
+    """Check that an inventory is self-consistent and return it sorted by index.
+
+    Rejects duplicate ids, indexes or core ids, devices without cores, peers
+    that name unknown devices or the device itself, and one-sided links.
+    """
+    items = sorted(devices, key=lambda d: d.index)
+    by_id: dict[DeviceId, Device] = {}
+    indexes: set[int] = set()
+    cores: dict[int, DeviceId] = {}
+    for d in items:
+        if d.id in by_id:
+            raise DeviceError(f"duplicate device id {d.id!r}")
+        if d.index in indexes:
+            raise DeviceError(f"duplicate device index {d.index} (device {d.id!r})")
+        if not d.core_ids:
+            raise DeviceError(f"device {d.id!r} has no cores")
+        if d.memory_bytes < 0:
+            raise DeviceError(f"device {d.id!r} has negative memory {d.memory_bytes}")
+        for c in d.core_ids:
+            if c < 0:
+                raise DeviceError(f"device {d.id!r} has negative core id {c}")
+            if c in cores:
+                raise DeviceError(f"core {c} belongs to both {cores[c]!r} and {d.id!r}")
+            cores[c] = d.id
+        by_id[d.id] = d
+        indexes.add(d.index)
+    for d in items:
+        for p in d.peers:
+            if p == d.id:
+                raise DeviceError(f"device {d.id!r} lists itself as a peer")
+            if p not in by_id:
+                raise DeviceError(f"device {d.id!r} names unknown peer {p!r}")
+            if d.id not in by_id[p].peers:
+                raise DeviceError(f"link {d.id!r} -> {p!r} is one-sided: {p!r} does not list {d.id!r}")
+    return tuple(items)

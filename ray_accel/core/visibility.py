@@ -1,0 +1,111 @@
+"""Parsing and formatting of device visibility masks.
+
+`CUDA_VISIBLE_DEVICES` and `NEURON_RT_VISIBLE_CORES` are lists of integer ids.
+The Neuron runtime also accepts ranges (`0-3,8`); Ray 2.60 splits on commas
+only and reads `0-3` as one id, so every value we hand to Ray is a plain comma
+list and only values for the Neuron runtime may use ranges.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+from typing import Literal
+
+from ray_accel.core.errors import InputError
+
+# A mask names devices or cores on one node; a bound keeps `0-999999999` from
+# allocating a billion-element list before anything can reject it.
+MAX_VISIBLE_ID = 65535
+
+Style = Literal["list", "ranges"]
+
+
+class VisibilityError(InputError):
+    """A visibility mask that cannot be parsed or formatted."""
+
+
+def _parse_int(token: str, whole: str) -> int:
+    if not token.isascii() or not token.isdigit():
+        raise VisibilityError(f"bad id {token!r} in visibility mask {whole!r}")
+    value = int(token)
+    if value > MAX_VISIBLE_ID:
+        raise VisibilityError(f"id {token!r} in visibility mask {whole!r} is above {MAX_VISIBLE_ID}")
+    return value
+
+
+def parse_visible_ids(value: str | None, total: int | None = None) -> list[int] | None:
+    """Parse a mask such as ``"0-3,8"`` into ``[0, 1, 2, 3, 8]``.
+
+    ``None`` means the variable is unset (everything visible) and gives None;
+    an empty string hides everything and gives ``[]``. Order is kept as
+    written, because the first listed device is device 0 inside the process.
+    """
+    if value is None:
+        return None
+    text = value.strip()
+    if text == "":
+        return []
+    ids: list[int] = []
+    seen: set[int] = set()
+    for raw in text.split(","):
+        token = raw.strip()
+        if token == "":
+            raise VisibilityError(f"empty entry in visibility mask {value!r}")
+        if "-" in token:
+            lo_text, _, hi_text = token.partition("-")
+            lo = _parse_int(lo_text.strip(), value)
+            hi = _parse_int(hi_text.strip(), value)
+            if lo > hi:
+                raise VisibilityError(f"descending range {token!r} in visibility mask {value!r}")
+            expanded = range(lo, hi + 1)
+        else:
+            single = _parse_int(token, value)
+            expanded = range(single, single + 1)
+        for i in expanded:
+            if i in seen:
+                raise VisibilityError(f"duplicate id {i} (from {token!r}) in visibility mask {value!r}")
+            if total is not None and i >= total:
+                raise VisibilityError(
+                    f"id {i} (from {token!r}) in visibility mask {value!r} is out of range: the node has {total}"
+                )
+            seen.add(i)
+            ids.append(i)
+    return ids
+
+
+def format_mask(tokens: Iterable[str]) -> str:
+    """A mask from device tokens: integer ids sorted numerically as a comma list
+    (Ray sorts them as strings, '10' before '2'); opaque ids such as GPU UUIDs
+    kept in the order given, since the order is the device numbering inside the
+    process."""
+    values = [str(t).strip() for t in tokens]
+    if all(v.isascii() and v.isdigit() for v in values):
+        return format_visible_ids(int(v) for v in values)
+    return ",".join(values)
+
+
+def format_visible_ids(ids: Iterable[int], style: Style = "list") -> str:
+    """Format ids as a sorted comma list, or with runs collapsed to ``a-b``."""
+    values = list(ids)
+    for i in values:
+        if isinstance(i, bool) or not isinstance(i, int) or i < 0 or i > MAX_VISIBLE_ID:
+            raise VisibilityError(f"bad id {i!r}: ids are integers 0..{MAX_VISIBLE_ID}")
+    ordered = sorted(values)
+    for a, b in itertools.pairwise(ordered):
+        if a == b:
+            raise VisibilityError(f"duplicate id {a}")
+    if style == "list":
+        return ",".join(str(i) for i in ordered)
+    if style != "ranges":
+        raise VisibilityError(f"unknown style {style!r}: use 'list' or 'ranges'")
+    parts: list[str] = []
+    start = 0
+    while start < len(ordered):
+        end = start
+        while end + 1 < len(ordered) and ordered[end + 1] == ordered[end] + 1:
+            end += 1
+        lo, hi = ordered[start], ordered[end]
+        parts.append(str(lo) if lo == hi else f"{lo}-{hi}")
+        start = end + 1
+    return ",".join(parts)

@@ -1,0 +1,100 @@
+"""Lifecycle hooks around a workload, and the config a hook may return.
+
+A hook is stateless: what it needs after a restart it reads back from the
+`Workload`. `pre_create` may refuse (`WorkloadDenied`) or ask to be retried
+later (`WorkloadRetry`); whatever it returns is validated before use, so a
+hook cannot inject newlines into an environment or override the mask.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ray_accel.core.errors import InputError, RayAccelError
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+RESOURCE_FILE_ENV = "RAYACCEL_RESOURCE_FILE"
+
+# Variables that define what a worker may touch or how Ray reaches it; a hook
+# that sets one would break the partition, so it is refused.
+PROTECTED_ENV_VARS = frozenset(
+    {
+        "CUDA_VISIBLE_DEVICES",
+        "NEURON_RT_VISIBLE_CORES",
+        "HIP_VISIBLE_DEVICES",
+        RESOURCE_FILE_ENV,
+        "RAY_ADDRESS",
+        "LD_PRELOAD",
+    }
+)
+
+
+class WorkloadDenied(RayAccelError):
+    """The hook refuses this workload; it is not retried."""
+
+
+class WorkloadRetry(RayAccelError):
+    """The hook cannot admit the workload now; the caller may try again."""
+
+
+class HookConfigError(InputError):
+    """A hook returned a config that is not allowed."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    workload_id: str
+    partition: str
+    visible_ids: tuple[int, ...] = ()
+    pid: int | None = None
+    labels: Mapping[str, str] = field(default_factory=dict, hash=False)
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    mounts: tuple[tuple[str, str], ...] = ()
+    env_vars: Mapping[str, str] = field(default_factory=dict, hash=False)
+    resource_data: Mapping[str, str] = field(default_factory=dict, hash=False)
+    networks: tuple[str, ...] = ()
+    extra_gids: tuple[int, ...] = ()
+    extra_syscalls: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name, value in self.env_vars.items():
+            if not _ENV_NAME.match(name):
+                raise HookConfigError(f"bad environment variable name {name!r}")
+            if name in PROTECTED_ENV_VARS:
+                raise HookConfigError(f"hook may not set protected variable {name}")
+            if not isinstance(value, str) or "\n" in value or "\0" in value:
+                raise HookConfigError(f"bad value for {name}: must be one line of text")
+        for key, value in self.resource_data.items():
+            if not _ENV_NAME.match(key) or "\n" in str(value):
+                raise HookConfigError(f"bad resource_data entry {key!r}")
+        for src, dst in self.mounts:
+            if not src.startswith("/") or not dst.startswith("/"):
+                raise HookConfigError(f"mount {src!r}:{dst!r} must use absolute paths")
+        for gid in self.extra_gids:
+            if gid < 0:
+                raise HookConfigError(f"bad gid {gid}")
+
+
+class LifecycleHook:
+    """Default hook: admits everything and does nothing."""
+
+    def __init__(self, workload: Workload) -> None:
+        self.workload = workload
+
+    def pre_create(self) -> WorkloadConfig:
+        return WorkloadConfig()
+
+    def post_create(self) -> None:
+        return None
+
+    def pre_terminate(self) -> None:
+        return None
+
+    def post_terminate(self) -> None:
+        return None

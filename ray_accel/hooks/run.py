@@ -1,0 +1,113 @@
+"""Running the lifecycle hooks of one workload in this process, in order.
+
+A denial or a retry request in `pre_create` still gets its `post_terminate`,
+so the counts always match; a process that dies is covered by the ledger.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Collection, Sequence
+from pathlib import Path
+
+from ray_accel.hooks.config import RESOURCE_FILE_ENV, Workload, WorkloadConfig, WorkloadDenied, WorkloadRetry
+from ray_accel.hooks.ledger import HookFactory, entry_path, hook_name, open_entry
+
+log = logging.getLogger(__name__)
+
+
+class HookRun:
+    """The hooks of one workload in this process, in order."""
+
+    def __init__(self, run_id: str, workload: Workload, factories: Sequence[HookFactory]) -> None:
+        self.run_id = run_id
+        self.workload = workload
+        self.factories = list(factories)
+        self.hooks = [f(workload) for f in self.factories]
+        self._entry = entry_path(run_id, workload.workload_id)
+        self.resource_file: Path | None = None
+        self._terminated = False
+
+    def pre_create(self, protected: Collection[str] = ()) -> WorkloadConfig:
+        """Run every pre_create; apply their env vars and resource data here.
+
+        A denial or a retry request still gets its post_terminate, so the
+        counts always match.
+        """
+        open_entry(self.run_id, self.workload, self.factories)
+        merged_env: dict[str, str] = {}
+        merged_data: dict[str, str] = {}
+        try:
+            for factory, hook in zip(self.factories, self.hooks, strict=True):
+                try:
+                    config = hook.pre_create()
+                except WorkloadDenied as e:
+                    raise WorkloadDenied(
+                        f"hook {hook_name(factory)} denied workload {self.workload.workload_id}: {e}"
+                    ) from e
+                except WorkloadRetry as e:
+                    raise WorkloadRetry(
+                        f"hook {hook_name(factory)} asked to retry {self.workload.workload_id}: {e}"
+                    ) from e
+                if not isinstance(config, WorkloadConfig):
+                    raise TypeError(f"hook {hook_name(factory)}.pre_create returned {type(config).__name__}")
+                clash = sorted(set(config.env_vars) & set(protected))
+                if clash:
+                    # Overriding a rank, collective or visibility variable would
+                    # break the job for every worker: refuse the run outright.
+                    raise WorkloadDenied(
+                        f"hook {hook_name(factory)} may not set {', '.join(clash)}: "
+                        "ray-accel sets it for this worker's ranks, collective or devices"
+                    )
+                merged_env.update(config.env_vars)
+                merged_data.update(config.resource_data)
+        except BaseException:
+            self.post_terminate()
+            raise
+        os.environ.update(merged_env)
+        if merged_data:
+            self.resource_file = self._entry.with_suffix(".resources")
+            self.resource_file.write_text("".join(f"{k}={v}\n" for k, v in sorted(merged_data.items())))
+            os.environ[RESOURCE_FILE_ENV] = str(self.resource_file)
+        return WorkloadConfig(env_vars=merged_env, resource_data=merged_data)
+
+    def post_create(self) -> None:
+        for hook in self.hooks:
+            hook.post_create()
+
+    def pre_terminate(self, timeout_s: float) -> bool:
+        """Run pre_terminate hooks, giving up after `timeout_s` (they may hang
+        on a stuck device); True if they finished."""
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                for hook in self.hooks:
+                    hook.pre_terminate()
+            except Exception:
+                log.exception("pre_terminate hook failed for %s", self.workload.workload_id)
+            finally:
+                done.set()
+
+        threading.Thread(target=run, daemon=True, name="ray-accel-pre-terminate").start()
+        if not done.wait(timeout_s):
+            log.warning("pre_terminate hooks of %s did not finish within %ss", self.workload.workload_id, timeout_s)
+            return False
+        return True
+
+    def post_terminate(self) -> None:
+        if self._terminated:
+            return
+        self._terminated = True
+        try:
+            for hook in reversed(self.hooks):
+                try:
+                    hook.post_terminate()
+                except Exception:
+                    log.exception("post_terminate hook failed for %s", self.workload.workload_id)
+        finally:
+            self._entry.unlink(missing_ok=True)
+            if self.resource_file is not None:
+                self.resource_file.unlink(missing_ok=True)

@@ -1,0 +1,1 @@
+"""Samples per device, partition, workload and process, exported into Ray's metrics."""

@@ -1,0 +1,316 @@
+"""Splitting one node's devices into partitions, one raylet each.
+
+Modes:
+- SHARED: every partition sees every device. Only for families that can share a
+  device (GPUs, with no memory isolation between the partitions); refused for
+  Neuron, where a core belongs to one process.
+- AUTO_SPLIT: N partitions of equal size. Neuron keeps whole devices together in
+  consecutive index blocks, so each partition's core ids form one contiguous
+  range aligned to its size (what multi-core Neuron jobs need) and, on the
+  torus and ring, neighbouring devices. GPUs are grouped by NUMA node and
+  NVLink island first. When N does not divide the device count the plan is
+  refused: an uneven split would leave devices idle without anyone asking.
+- MANUAL: explicit device indexes, ranges or ids per partition.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ray_accel.core import validate
+from ray_accel.core.devices import FAMILY_NEURON, SHAREABLE_FAMILIES, Device, DeviceId
+from ray_accel.core.errors import InputError
+from ray_accel.core.visibility import VisibilityError, format_visible_ids, parse_visible_ids
+
+
+class PartitionError(InputError):
+    """A plan that cannot be made: overlap, unknown id, impossible split."""
+
+
+class Mode(enum.Enum):
+    SHARED = "shared"
+    AUTO_SPLIT = "auto-split"
+    MANUAL = "manual"
+
+    @classmethod
+    def parse(cls, value: str | Mode) -> Mode:
+        if isinstance(value, Mode):
+            return value
+        key = value.strip().lower().replace("_", "-")
+        for m in cls:
+            if m.value == key:
+                return m
+        raise PartitionError(f"unknown mode {value!r}: use shared, auto-split or manual")
+
+
+@dataclass(frozen=True)
+class Quality:
+    connected: bool | None  # None: the inventory has no topology to judge by
+    contiguous: bool
+    aligned: bool
+    numa_nodes: tuple[int, ...]
+
+    def describe(self) -> str:
+        conn = "n/a" if self.connected is None else ("yes" if self.connected else "NO")
+        return (
+            f"connected={conn} contiguous={'yes' if self.contiguous else 'NO'} "
+            f"aligned={'yes' if self.aligned else 'NO'} numa={','.join(map(str, self.numa_nodes))}"
+        )
+
+
+@dataclass(frozen=True)
+class Partition:
+    name: str
+    device_ids: tuple[DeviceId, ...]
+    core_ids: tuple[int, ...]
+
+    @property
+    def visible_ids(self) -> str:
+        """The mask as a comma list, the only form Ray 2.60 parses."""
+        return format_visible_ids(self.core_ids)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "partition": self.name,
+            "device_ids": list(self.device_ids),
+            "core_ids": list(self.core_ids),
+            "visible_ids": self.visible_ids,
+        }
+
+
+@dataclass(frozen=True)
+class Plan:
+    mode: Mode
+    partitions: tuple[Partition, ...]
+    unassigned: tuple[DeviceId, ...]
+    warnings: tuple[str, ...]
+    quality: tuple[Quality, ...]
+
+    def __iter__(self) -> Iterator[Partition]:
+        return iter(self.partitions)
+
+    def __len__(self) -> int:
+        return len(self.partitions)
+
+    def __getitem__(self, i: int) -> Partition:
+        return self.partitions[i]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode.value,
+            "partitions": [
+                dict(
+                    p.to_json(), quality=q.describe(), connected=q.connected, contiguous=q.contiguous, aligned=q.aligned
+                )
+                for p, q in zip(self.partitions, self.quality, strict=True)
+            ],
+            "unassigned": list(self.unassigned),
+            "warnings": list(self.warnings),
+        }
+
+
+def _connected(group: Sequence[Device]) -> bool | None:
+    if not any(d.peers for d in group):
+        return None if len(group) > 1 else True
+    ids = {d.id for d in group}
+    by_id = {d.id: d for d in group}
+    seen = {group[0].id}
+    stack = [group[0].id]
+    while stack:
+        for p in by_id[stack.pop()].peers:
+            if p in ids and p not in seen:
+                seen.add(p)
+                stack.append(p)
+    return len(seen) == len(ids)
+
+
+def assess(group: Sequence[Device], topology: bool) -> Quality:
+    cores = sorted(c for d in group for c in d.core_ids)
+    contiguous = bool(cores) and cores[-1] - cores[0] + 1 == len(cores)
+    connected = _connected(group) if topology else None
+    if connected is None and topology and len(group) > 1:
+        connected = False
+    return Quality(
+        connected=connected,
+        contiguous=contiguous,
+        aligned=contiguous and cores[0] % len(cores) == 0,
+        numa_nodes=tuple(sorted({d.numa_node for d in group})),
+    )
+
+
+def _make(name: str, group: Sequence[Device]) -> Partition:
+    ordered = sorted(group, key=lambda d: d.index)
+    return Partition(name, tuple(d.id for d in ordered), tuple(sorted(c for d in ordered for c in d.core_ids)))
+
+
+def _islands(devices: Sequence[Device]) -> dict[DeviceId, int]:
+    """Connected components of the link graph, numbered by lowest index."""
+    by_id = {d.id: d for d in devices}
+    island: dict[DeviceId, int] = {}
+    for d in sorted(devices, key=lambda d: d.index):
+        if d.id in island:
+            continue
+        n = len(set(island.values()))
+        stack = [d.id]
+        island[d.id] = n
+        while stack:
+            for p in by_id[stack.pop()].peers:
+                if p in by_id and p not in island:
+                    island[p] = n
+                    stack.append(p)
+    return island
+
+
+def _grow(devices: Sequence[Device], size: int) -> list[list[Device]] | None:
+    """Greedy connected groups: from the lowest free device, add free peers."""
+    by_id = {d.id: d for d in devices}
+    free = dict.fromkeys(d.id for d in devices)
+    groups = []
+    while free:
+        seed = by_id[next(iter(free))]
+        group = [seed]
+        del free[seed.id]
+        frontier = list(seed.peers)
+        while len(group) < size:
+            nxt = sorted((by_id[p] for p in frontier if p in free), key=lambda d: (d.numa_node, d.index))
+            if not nxt:
+                return None
+            group.append(nxt[0])
+            del free[nxt[0].id]
+            frontier.extend(nxt[0].peers)
+        groups.append(group)
+    return groups
+
+
+def _auto_split(devices: Sequence[Device], count: int) -> list[list[Device]]:
+    if len(devices) % count:
+        divisors = [n for n in range(1, len(devices) + 1) if len(devices) % n == 0]
+        raise PartitionError(
+            f"cannot split {len(devices)} devices evenly into {count} partitions: "
+            f"use --partitions {', '.join(map(str, divisors))}, or --mode manual"
+        )
+    size = len(devices) // count
+    if devices[0].family == FAMILY_NEURON:
+        order = sorted(devices, key=lambda d: d.index)
+    else:
+        island = _islands(devices)
+        order = sorted(devices, key=lambda d: (d.numa_node, island[d.id], d.index))
+    blocks = [order[i : i + size] for i in range(0, len(order), size)]
+    has_topology = any(d.peers for d in devices)
+    if devices[0].family == FAMILY_NEURON or not has_topology or all(_connected(b) for b in blocks):
+        return blocks
+    grown = _grow(order, size)
+    return grown if grown is not None else blocks
+
+
+def _manual_groups(
+    devices: Sequence[Device], manual: str | Mapping[str, str | Sequence[str]]
+) -> list[tuple[str, list[Device]]]:
+    if isinstance(manual, str):
+        entries: list[tuple[str, str | Sequence[str]]] = []
+        for n, chunk in enumerate(c for c in manual.split(";") if c.strip()):
+            name, sep, ids = chunk.partition("=")
+            entries.append((name.strip(), ids) if sep else (f"p{n}", name))
+    else:
+        entries = list(manual.items())
+    if not entries:
+        raise PartitionError(f"manual spec {manual!r} names no partitions")
+    by_index = {d.index: d for d in devices}
+    by_id = {d.id: d for d in devices}
+    owner: dict[DeviceId, str] = {}
+    groups: list[tuple[str, list[Device]]] = []
+    for name, spec in entries:
+        try:
+            validate.partition_name(name)
+        except InputError as e:
+            raise PartitionError(f"manual spec: {e}") from None
+        if any(a == name for a, _ in groups):
+            raise PartitionError(f"partition {name!r} appears twice in manual spec")
+        tokens = [t.strip() for t in (spec.split(",") if isinstance(spec, str) else spec)]
+        if not any(tokens):
+            raise PartitionError(f"partition {name!r} has no devices")
+        group: list[Device] = []
+        for tok in tokens:
+            if tok in by_id:
+                found = [by_id[tok]]
+            else:
+                try:
+                    idx = parse_visible_ids(tok)
+                except VisibilityError:
+                    raise PartitionError(f"partition {name!r}: unknown device {tok!r}") from None
+                missing = [i for i in idx or [] if i not in by_index]
+                if missing or not idx:
+                    raise PartitionError(f"partition {name!r}: unknown device index {missing[0] if missing else tok!r}")
+                found = [by_index[i] for i in idx]
+            for d in found:
+                if d.id in owner:
+                    raise PartitionError(
+                        f"device {d.id} (index {d.index}) is in both partition {owner[d.id]!r} and partition {name!r}"
+                    )
+                owner[d.id] = name
+                group.append(d)
+        groups.append((name, group))
+    return groups
+
+
+def plan_partitions(
+    devices: Sequence[Device],
+    mode: str | Mode,
+    partitions: int | None = None,
+    manual: str | Mapping[str, str | Sequence[str]] | None = None,
+) -> Plan:
+    """Plan which devices each partition (one raylet each) of the node gets."""
+    mode = Mode.parse(mode)
+    devices = sorted(devices, key=lambda d: d.index)
+    if not devices:
+        raise PartitionError("no devices to partition")
+    families = {d.family for d in devices}
+    if len(families) > 1:
+        raise PartitionError(f"devices of several families ({', '.join(sorted(families))}): plan one family at a time")
+    family = devices[0].family
+    if partitions is not None and partitions < 1:
+        raise PartitionError(f"--partitions must be at least 1, got {partitions}")
+    warnings: list[str] = []
+
+    if mode is Mode.MANUAL:
+        if manual is None:
+            raise PartitionError("manual mode needs a spec such as 'a=0-3;b=4-7'")
+        named = _manual_groups(devices, manual)
+        if partitions is not None and partitions != len(named):
+            raise PartitionError(
+                f"--partitions {partitions} does not match the {len(named)} partitions of the manual spec"
+            )
+    elif manual is not None:
+        raise PartitionError(f"a manual spec was given with mode {mode.value}; use --mode manual")
+    elif mode is Mode.SHARED:
+        if family not in SHAREABLE_FAMILIES:
+            raise PartitionError(
+                f"SHARED mode is impossible on {family} devices: a core belongs to one process; "
+                "use auto-split or manual"
+            )
+        warnings.append("shared: every partition sees every device, with no memory isolation between them")
+        named = [(f"p{i}", list(devices)) for i in range(partitions or 1)]
+    else:
+        n = partitions or 1
+        if n > len(devices):
+            raise PartitionError(f"more partitions ({n}) than devices ({len(devices)})")
+        named = [(f"p{i}", g) for i, g in enumerate(_auto_split(devices, n))]
+
+    topology = any(d.peers for d in devices)
+    parts = tuple(_make(a, g) for a, g in named)
+    quality = tuple(assess(g, topology) for _, g in named)
+    used = {i for p in parts for i in p.device_ids}
+    unassigned = tuple(d.id for d in devices if d.id not in used)
+    if unassigned:
+        warnings.append(f"{len(unassigned)} device(s) in no partition: {', '.join(unassigned)}")
+    for p, q in zip(parts, quality, strict=True):
+        if q.connected is False:
+            warnings.append(f"partition {p.name}: devices are not all linked to each other")
+        if mode is not Mode.SHARED and not q.aligned:
+            warnings.append(
+                f"partition {p.name}: core ids {format_visible_ids(p.core_ids, 'ranges')} are not one aligned range"
+            )
+    return Plan(mode, parts, unassigned, tuple(warnings), quality)

@@ -1,0 +1,1 @@
+"""Backends: the plugin interface, their discovery through entry points, the worker runtime model."""

@@ -1,0 +1,102 @@
+"""The backend plugin interface, cut at its seams.
+
+A backend is a `DevicePlugin`: discovery and node facts for one accelerator
+family on one node. It may also have the other two parts, and implements
+only the ones it has:
+
+- `Runtime`: what a training worker of this family needs (its collective
+  backend and its environment, computed from the whole job);
+- `Telemetry`: device samples (utilisation, memory, power, temperature,
+  health) and the device memory each process holds.
+
+Every method here is called by the product; see `tests/unit/test_interface_used.py`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Collection, Sequence
+
+from ray_accel.core.devices import Device, NodeInfo, all_core_ids
+from ray_accel.core.samples import DeviceSample
+from ray_accel.core.visibility import VisibilityError, parse_visible_ids
+from ray_accel.plugins.runtime import WorkerSlot
+
+
+class Runtime(ABC):
+    """The training side of a family: NCCL and shared GPUs, PJRT and own cores, ..."""
+
+    @abstractmethod
+    def collective_backend(self) -> str:
+        """The torch.distributed backend this family trains with."""
+
+    @abstractmethod
+    def worker_env(self, worker: WorkerSlot, job: Sequence[WorkerSlot]) -> dict[str, str]:
+        """`worker`'s environment, given every worker of the job in world-rank
+        order: rank variables, what it may see, its collective's variables."""
+
+
+class Telemetry(ABC):
+    """Samples of this family's devices, and of the processes that hold them."""
+
+    @abstractmethod
+    def device_samples(self) -> list[DeviceSample]:
+        """One sample per device still present; a device that vanished is absent."""
+
+    def process_device_memory(self, pids: Collection[int]) -> dict[int, dict[str, int]]:
+        """Device id -> bytes held, for each of `pids` that holds any (one call
+        per collection, so a backend can answer from one query per device)."""
+        return {}
+
+
+class DevicePlugin(ABC):
+    """One accelerator family on one node: discovery and node facts."""
+
+    # Read-only properties, so a backend may answer with a class attribute or
+    # (like the mock, whose family comes from its spec) compute them.
+    @property
+    @abstractmethod
+    def name(self) -> str: ...
+
+    @property
+    @abstractmethod
+    def resource_name(self) -> str: ...
+
+    @property
+    @abstractmethod
+    def visible_ids_env(self) -> str: ...
+
+    @property
+    @abstractmethod
+    def family(self) -> str: ...
+
+    @abstractmethod
+    def probe(self) -> str | None:
+        """Find the hardware; return None when present, else why not."""
+
+    @abstractmethod
+    def list_devices(self) -> tuple[Device, ...]:
+        """Every device of the node, ignoring any visibility mask."""
+
+    @abstractmethod
+    def node_info(self) -> NodeInfo: ...
+
+    def parse_visible(self, value: str | None) -> list[int] | None:
+        """Read this family's visibility variable into schedulable ids."""
+        cores = set(all_core_ids(self.list_devices()))
+        ids = parse_visible_ids(value)
+        if ids is not None and cores:
+            unknown = [i for i in ids if i not in cores]
+            if unknown:
+                raise VisibilityError(f"{self.visible_ids_env}={value!r} names {unknown[0]}, not on this node")
+        return ids
+
+    @property
+    def runtime(self) -> Runtime | None:
+        """The training runtime, if this backend has one (None: gloo, own ids)."""
+        return None
+
+    @property
+    def telemetry(self) -> Telemetry | None:
+        """Device and process samples, if this backend can take them."""
+        return None

@@ -1,0 +1,61 @@
+"""The node as the active plugins see it: one call for the CLI and the bridge."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+from ray_accel.core.devices import Device
+from ray_accel.core.errors import InputError, RayAccelError
+from ray_accel.plugins.discovery import PluginStatus, active_plugins, discover_plugins
+from ray_accel.plugins.interface import DevicePlugin
+
+
+@dataclass(frozen=True)
+class Inventory:
+    statuses: tuple[PluginStatus, ...]
+
+    @property
+    def plugins(self) -> list[DevicePlugin]:
+        return active_plugins(self.statuses)
+
+    @property
+    def primary(self) -> DevicePlugin | None:
+        """The plugin a raylet is split by: Ray resolves one family per node."""
+        plugins = self.plugins
+        return plugins[0] if plugins else None
+
+    def require_primary(self) -> DevicePlugin:
+        plugin = self.primary
+        if plugin is None:
+            raise RayAccelError("no active accelerator backend on this node (see `ray-accel devices`)")
+        return plugin
+
+    def devices(self) -> list[tuple[str, Device]]:
+        return [(p.name, d) for p in self.plugins for d in p.list_devices()]
+
+    def to_json(self) -> dict[str, Any]:
+        primary = self.primary
+        node: dict[str, Any] = {"hostname": socket.gethostname()}
+        if primary is not None:
+            node.update(primary.node_info().to_json())
+        node["backends"] = [p.node_info().to_json() for p in self.plugins]
+        return {
+            "node": node,
+            "plugins": [s.to_json() for s in self.statuses],
+            "devices": [dict(d.to_json(), plugin=name) for name, d in self.devices()],
+        }
+
+
+def discover(backend: str | None = None) -> Inventory:
+    """Discover plugins; a plugin that rejected its user-given configuration
+    (a bad RAYACCEL_MOCK, say) is a user error, not a missing device."""
+    statuses = discover_plugins(only=backend)
+    if backend is not None and not statuses:
+        known = sorted({s.name for s in discover_plugins()})
+        raise InputError(f"unknown backend {backend!r}: installed backends are {', '.join(known) or 'none'}")
+    for s in statuses:
+        if isinstance(s.error, InputError):
+            raise s.error
+    return Inventory(tuple(statuses))

@@ -1,0 +1,83 @@
+"""What a training worker needs to know about its place, as frozen values.
+
+The training layer fills one `WorkerSlot` per worker (ranks per raylet, not
+per IP; the ids Ray assigned to it) and hands the whole job to the backend's
+`Runtime.worker_env`, which decides per family what each worker sees.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ray_accel.core.errors import InputError
+from ray_accel.core.visibility import format_mask
+
+# torchrun's variables: set by ray-accel from the ranks, never by a hook.
+RANK_ENV_VARS = frozenset(
+    {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT"}
+)
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    world_rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    node_rank: int
+    master_addr: str
+    master_port: int
+    # Port for a collective's own rendezvous (Neuron's NEURON_RT_ROOT_COMM_ID);
+    # None: the port after MASTER_PORT.
+    comm_port: int | None = None
+
+    @property
+    def root_comm_port(self) -> int:
+        return self.comm_port if self.comm_port is not None else self.master_port + 1
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.world_rank < self.world_size:
+            raise InputError(f"world rank {self.world_rank} outside world size {self.world_size}")
+        if not 0 <= self.local_rank < self.local_world_size:
+            raise InputError(f"local rank {self.local_rank} outside local world size {self.local_world_size}")
+        if not 0 < self.master_port < 65536:
+            raise InputError(f"bad master port {self.master_port}")
+
+
+@dataclass(frozen=True)
+class WorkerSlot:
+    """One training worker: its ranks, its raylet (node id) and its own device ids."""
+
+    rank: RankInfo
+    raylet: str
+    own_ids: tuple[str, ...]  # as Ray assigned them: core or GPU indexes, or UUIDs
+
+
+def rank_env(rank: RankInfo) -> dict[str, str]:
+    return {
+        "RANK": str(rank.world_rank),
+        "WORLD_SIZE": str(rank.world_size),
+        "LOCAL_RANK": str(rank.local_rank),
+        "LOCAL_WORLD_SIZE": str(rank.local_world_size),
+        "NODE_RANK": str(rank.node_rank),
+        "MASTER_ADDR": rank.master_addr,
+        "MASTER_PORT": str(rank.master_port),
+    }
+
+
+def _id_key(i: str) -> tuple[int, int | str]:
+    return (0, int(i)) if i.isascii() and i.isdigit() else (1, i)
+
+
+def raylet_union(worker: WorkerSlot, job: Sequence[WorkerSlot]) -> list[str]:
+    """The ids of every worker on `worker`'s raylet, sorted as numbers where they
+    are numbers (Ray sorts them as strings, so '10' would come before '2')."""
+    ids = {i for w in job if w.raylet == worker.raylet for i in w.own_ids}
+    return sorted(ids, key=_id_key)
+
+
+def own_ids_env(visible_ids_env: str, worker: WorkerSlot) -> dict[str, str]:
+    """Rank variables, and `worker` sees exactly its own devices: the safe rule
+    for a family whose devices cannot be opened by two processes."""
+    return {**rank_env(worker.rank), visible_ids_env: format_mask(worker.own_ids)}
