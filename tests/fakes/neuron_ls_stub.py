@@ -2,6 +2,11 @@
 
 Behaviour from the environment: STUB_PRESET (default trn1.32xlarge) and
 STUB_MODE: ok | fail | hang | invalid | old | short-bdf.
+STUB_FIXTURE (a file name under tests/fixtures/neuron/neuron-ls, or a path):
+print that fixture byte for byte instead; the fixtures come from published
+neuron-ls output and are catalogued in tests/fixtures/neuron/CATALOGUE.md.
+The preset inventory's trn2 shape (8 physical cores per device) is not what
+the real tool prints (4 logical cores with logical_neuroncore_config 2).
 """
 
 from __future__ import annotations
@@ -44,6 +49,13 @@ def main() -> int:
     if "--json-output" not in sys.argv:
         print("stub supports only --json-output", file=sys.stderr)
         return 2
+    fixture = os.environ.get("STUB_FIXTURE")
+    if fixture:
+        path = Path(fixture)
+        if not path.is_absolute() and not path.exists():
+            path = HERE.parents[1] / "fixtures" / "neuron" / "neuron-ls" / fixture
+        sys.stdout.write(path.read_text())
+        return 0
     mode = os.environ.get("STUB_MODE", "ok")
     if mode == "fail":
         print("2026-Nov-22 10:00:00.000 1234:1234 ERROR  TDRV:tdrv_init  Failed to open /dev/neuron0", file=sys.stderr)
