@@ -58,7 +58,7 @@ time.sleep(float(sys.argv[3]))
 # that reports processes holding devices.
 ORPHAN = r"""
 import sys, time
-from ray_accel.bridge import publish_mask
+from ray_accel.core.masks import publish as publish_mask
 publish_mask(sys.argv[1])
 print("ready", flush=True)
 time.sleep(float(sys.argv[2]))
@@ -79,7 +79,7 @@ def cluster_env(tmp: Path, preset: str) -> dict[str, str]:
 @contextlib.contextmanager
 def metrics_cluster(tmp: Path, preset: str = "trn1.32xlarge", agents: int = 2) -> Iterator[Cluster]:
     """A partitioned mock head with the dashboard on (Ray's SD file needs it); stopped on exit."""
-    from ray_accel.ports import free_port
+    from ray_accel.cluster.ports import free_port
 
     env = cluster_env(tmp, preset)
     args = ("start", "--head", "--agents", str(agents), "--port", str(free_port()), "--include-dashboard", "true")
