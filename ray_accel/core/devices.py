@@ -2,8 +2,11 @@
 
 A `Device` is one physical accelerator (a GPU, a Neuron device). Its
 `core_ids` are the schedulable units the visibility variable names: global
-NeuronCore indexes for Neuron, the device's own index for a GPU. Everything
-here is pure; discovery (sysfs, NVML, a spec file) lives in the backends.
+NeuronCore indexes for Neuron, the device's own index for a GPU. Its
+`accelerator_type` is what Ray's `accelerator_type:<T>` resource would say
+for it alone (`A100` for an 'NVIDIA A100-SXM4-40GB'); None where the backend
+types only the node. Everything here is pure; discovery (sysfs, NVML, a spec
+file) lives in the backends.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ class Device:
     serial: str | None = None
     architecture: str | None = None
     attributes: Mapping[str, str] = field(default_factory=dict, hash=False)
+    accelerator_type: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -62,6 +66,7 @@ class Device:
             "serial": self.serial,
             "architecture": self.architecture,
             "attributes": dict(self.attributes),
+            "accelerator_type": self.accelerator_type,
         }
 
 
