@@ -57,9 +57,11 @@ def start(req: StartRequest, progress: Progress) -> dict[str, Any]:
             "run `ray-accel stop` first, or `ray-accel start --recover`"
         )
     plugin = discover(req.backend).require_primary()
-    plan = plan_partitions(plugin.list_devices(), req.mode, req.partitions, req.manual)
-    req.partitions = len(plan)
     spec = BridgeSpec.from_plugin(plugin)
+    plan = plan_partitions(plugin.list_devices(), req.mode, req.partitions, req.manual, spec.accelerator_type)
+    req.partitions = len(plan)
+    for warning in plan.warnings:
+        progress(f"warning: {warning}")
     gcs_port = req.port or DEFAULT_GCS_PORT
     if req.head:
         check_free([gcs_port], "--port")
@@ -95,8 +97,9 @@ def start(req: StartRequest, progress: Progress) -> dict[str, Any]:
     }
 
     def start_one(i: int, part: Partition, gcs: str | None) -> dict[str, Any]:
-        env = partition_env(base_env, spec, part)
-        args = ray_start_args(part, ports[i], spec, req.head and i == 0, gcs, req, gcs_port)
+        own = spec.for_partition(part)  # its raylet advertises its own devices' type
+        env = partition_env(base_env, own, part)
+        args = ray_start_args(part, ports[i], own, req.head and i == 0, gcs, req, gcs_port)
         progress(f"starting {part.name}: {spec.visible_ids_env}={part.visible_ids}")
         result = launch(part.name, args, env, log_dir, req.timeout_s)
         entry = dict(part.to_json(), head=req.head and i == 0, ports=asdict(ports[i]), **result)
