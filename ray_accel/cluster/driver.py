@@ -87,6 +87,7 @@ def init(partition: PartitionArg = None, backend: str | None = None, **ray_init_
         install([spec])
     except BridgeUnsupported as e:
         log.warning("ray-accel: %s", e)
+        os.environ.update(dict(spec.process_env))  # needed with or without the bridge
         if ids is not None:
             os.environ[spec.visible_ids_env] = format_visible_ids(ids)
             resources = dict(ray_init_kwargs.pop("resources", None) or {})

@@ -126,9 +126,10 @@ def raylet_base_env(cluster_auth: auth.Auth) -> dict[str, str]:
 
 
 def partition_env(base_env: dict[str, str], spec: BridgeSpec, part: Partition) -> dict[str, str]:
-    """A partition raylet's environment: its mask (a comma list), its name and,
-    where the bridge is on, its own spec (the type of its own devices)."""
-    env = {**base_env, spec.visible_ids_env: part.visible_ids, PARTITION_ENV: part.name}
+    """A partition raylet's environment: its mask (a comma list), its name, what
+    every process using its devices needs (bridge or not) and, where the bridge
+    is on, its own spec (the type of its own devices)."""
+    env = {**base_env, **dict(spec.process_env), spec.visible_ids_env: part.visible_ids, PARTITION_ENV: part.name}
     if SPEC_ENV in base_env:
         env[SPEC_ENV] = spec.to_env()
     return env

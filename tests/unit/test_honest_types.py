@@ -166,3 +166,22 @@ def test_devices_cli_keeps_each_models_type(cli: CliRunner) -> None:
 def test_spec_json_round_trip_keeps_no_type() -> None:
     spec = BridgeSpec("GPU", "CUDA_VISIBLE_DEVICES", "gpu", None, (0,), (("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),))
     assert BridgeSpec.from_json(json.loads(json.dumps(dataclasses.asdict(spec)))) == spec
+
+
+def test_partition_env_carries_the_process_env_with_or_without_the_bridge() -> None:
+    node = BridgeSpec("GPU", "CUDA_VISIBLE_DEVICES", "gpu", None, (0, 1, 2), (("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),))
+    part = plan_partitions(mixed(), "auto-split")[1]
+    for base in ({}, raylet_env([node], {})):
+        env = partition_env(base, node.for_partition(part), part)
+        assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID" and env["CUDA_VISIBLE_DEVICES"] == "1,2"
+
+
+def test_metrics_tag_each_device_with_its_own_type() -> None:
+    from ray_accel_mock import MockPlugin
+
+    from ray_accel.metrics.collect import device_readings
+
+    plugin = MockPlugin(load_spec(MIXED))
+    readings, errors = device_readings(plugin.telemetry, plugin.list_devices(), "p0", None)
+    assert errors == []
+    assert [r.accelerator_type for r in readings] == ["V100", "A100", "A100"]
