@@ -61,11 +61,14 @@ def devices_text(payload: dict[str, Any]) -> str:
             gib(d["memory_bytes"]),
             d["numa_node"],
             ",".join(d["peers"]) or "-",
+            ",".join(d.get("external_peers", [])) or "-",
         ]
         for d in payload["devices"]
     ]
     if rows:
-        lines.append(render(["DEVICE", "BACKEND", "MODEL", "CORES", "MEMORY", "NUMA", "PEERS"], rows))
+        lines.append(render(["DEVICE", "BACKEND", "MODEL", "CORES", "MEMORY", "NUMA", "PEERS", "EXTERNAL"], rows))
+    for backend in node.get("backends", []):
+        lines += [f"warning ({backend['plugin']}): {w}" for w in backend.get("warnings", [])]
     lines.append("")
     lines.append(
         render(

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ray_accel_neuron.limits import MAX_LOGICAL_CORES
+
 from ray_accel.core.devices import FAMILY_GPU, FAMILY_NEURON, Device, DeviceError, validate_inventory
 from ray_accel.core.errors import InputError
 
@@ -217,10 +219,14 @@ PRESETS: dict[str, Callable[[], NodeSpec]] = {
 }
 
 
-def _positive_int(table: Mapping[str, Any], key: str, where: str, default: int | None = None) -> int:
+def _positive_int(
+    table: Mapping[str, Any], key: str, where: str, default: int | None = None, hi: int | None = None
+) -> int:
     value = table.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise SpecError(f"{where}: {key} must be a positive integer, got {value!r}")
+    if hi is not None and value > hi:
+        raise SpecError(f"{where}: {key} = {value} is above the maximum {hi}")
     return value
 
 
@@ -233,7 +239,12 @@ def _from_toml(path: Path, data: Mapping[str, Any]) -> NodeSpec:
         raise SpecError(f"{path}: [node] family must be 'neuron' or 'gpu', got {family!r}")
     model = str(node.get("model", "Trainium" if family == FAMILY_NEURON else "NVIDIA GPU"))
     name = str(node.get("name", path.stem))
-    default_cores = _positive_int(node, "cores_per_device", f"{path} [node]", 2 if family == FAMILY_NEURON else 1)
+    # A NeuronCore count past the driver's MAX_NC_PER_DEVICE is refused, not
+    # expanded into a list of that many ids.
+    max_cores = MAX_LOGICAL_CORES if family == FAMILY_NEURON else None
+    default_cores = _positive_int(
+        node, "cores_per_device", f"{path} [node]", 2 if family == FAMILY_NEURON else 1, max_cores
+    )
     default_mem = int(float(node.get("memory_gib", 32)) * GIB)
     rows = data.get("devices")
     if rows is None:
@@ -265,7 +276,7 @@ def _from_toml(path: Path, data: Mapping[str, Any]) -> NodeSpec:
         ids.append(did)
     for i, row in enumerate(rows):
         where = f"{path} device {ids[i]!r}"
-        cores = _positive_int(row, "cores", where, default_cores)
+        cores = _positive_int(row, "cores", where, default_cores, max_cores)
         mem_gib = row.get("memory_gib")
         if mem_gib is not None and (not isinstance(mem_gib, (int, float)) or mem_gib < 0):
             raise SpecError(f"{where}: memory_gib must be a non-negative number, got {mem_gib!r}")
