@@ -8,10 +8,20 @@ a ring; trn2.48xlarge is 16 x 8 physical cores shown as 4 logical cores each
 A100s, the shape of Ray's own NVML test data (GPU_MOCK_DATA in
 python/ray/tests/accelerators/test_nvidia_gpu.py: two A100s and a V100), with
 a UUID per GPU: Ray 2.60 would type the whole node by its GPU 0.
+
+A TOML spec is input the user wrote, so it is read strictly: the file through
+`ray_accel.core.files` (a regular file of at most `MAX_SPEC_BYTES`; a FIFO, a
+device or a directory is refused at once), every key known (a field we could
+not honour is refused by name, never ignored), every value of its type and
+within the maxima below, checked before anything is built. Anything else is a
+`SpecError` (an `InputError`: exit 2) naming the file, the field and the value.
 """
 
 from __future__ import annotations
 
+import math
+import os
+import re
 import tomllib
 import uuid
 from collections.abc import Callable, Mapping
@@ -19,12 +29,75 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ray_accel_neuron.limits import MAX_DEVICES as MAX_NEURON_DEVICES
 from ray_accel_neuron.limits import MAX_LOGICAL_CORES
 
+from ray_accel.core import files
 from ray_accel.core.devices import FAMILY_GPU, FAMILY_NEURON, Device, DeviceError, validate_inventory
 from ray_accel.core.errors import InputError
+from ray_accel.core.validate import PARTITION_NAME
 
 GIB = 1024**3
+
+# The largest spec file read: a 64-device listing with every link is a few KiB.
+MAX_SPEC_BYTES = 1024**2
+# GPUs per host: NV_MAX_DEVICES = 32, "the maximum number of GPUs supported in
+# a single system", in NVIDIA's src/common/sdk/nvidia/inc/nvlimits.h
+# (NVIDIA/open-gpu-kernel-modules @ 1739a20efc4acb55fd1dc53dcc66057b70c2613c,
+# driver 515.43.04). Neuron devices per host: the driver's
+# MAX_NEURON_DEVICE_COUNT (ray_accel_neuron.limits).
+MAX_GPUS = 32
+MAX_DEVICES = {FAMILY_NEURON: MAX_NEURON_DEVICES, FAMILY_GPU: MAX_GPUS}
+DEVICE_LIMIT = {
+    FAMILY_NEURON: "the Neuron driver's MAX_NEURON_DEVICE_COUNT",
+    FAMILY_GPU: "the NVIDIA driver's NV_MAX_DEVICES",
+}
+# NUMA node ids: Linux's MAX_NUMNODES is 1 << CONFIG_NODES_SHIFT, and
+# NODES_SHIFT is at most 10 (arch/x86/Kconfig, arch/arm64/Kconfig); -1 is
+# NUMA_NO_NODE (include/linux/numa.h), what sysfs shows for "no node".
+MAX_NUMA_NODES = 1 << 10
+# Memory per device: our own bound (1 PiB, far past any accelerator), so the
+# byte count stays an exact integer well inside int64 for metrics and JSON.
+MAX_MEMORY_GIB = 1024**2
+# Free text (model, name, serial): NVML's name buffer is
+# NVML_DEVICE_NAME_V2_BUFFER_SIZE = 96 bytes with the terminating NUL (nvml.h).
+MAX_TEXT = 95
+# A device id: a GPU UUID (GPU-..., MIG-...), neuron:N, or a name of the
+# user's; no spaces, commas or '=' (ids are joined into lists and labels).
+DEVICE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,94}$")
+# A PCI address as sysfs (0000:10:1c.0) or NVML (00000000:10:1C.0) writes it.
+PCI_BUS_ID = re.compile(r"^(?:[0-9A-Fa-f]{4}|[0-9A-Fa-f]{8}):[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
+TORUS = re.compile(r"^torus:([1-9][0-9]{0,2})x([1-9][0-9]{0,2})$")
+TOPOLOGIES = "torus:RxC, ring, all-to-all or none"
+
+NODE_KEYS = (
+    "family",
+    "model",
+    "name",
+    "accelerator_type",
+    "instance_type",
+    "cores_per_device",
+    "memory_gib",
+    "devices",
+    "topology",
+    "numa_nodes",
+)
+# Keys of [node] that shape generated devices: with [[devices]] listed they
+# could not be honoured, so they are refused rather than ignored.
+GENERATED_ONLY = ("devices", "topology", "numa_nodes")
+DEVICE_KEYS = (
+    "id",
+    "index",
+    "model",
+    "accelerator_type",
+    "cores",
+    "memory_gib",
+    "numa_node",
+    "pci_bus_id",
+    "serial",
+    "peers",
+    "healthy",
+)
 
 
 class SpecError(InputError):
@@ -81,15 +154,13 @@ def _topology(name: str, count: int) -> Callable[[int], list[int]]:
         return lambda i: ring_peers(i, count)
     if name == "all-to-all":
         return lambda i: [j for j in range(count) if j != i]
-    if name.startswith("torus:"):
-        try:
-            rows, cols = (int(x) for x in name.removeprefix("torus:").split("x"))
-        except ValueError:
-            raise SpecError(f"bad topology {name!r}: use torus:RxC, ring, all-to-all or none") from None
+    torus = TORUS.match(name)
+    if torus is not None:
+        rows, cols = int(torus[1]), int(torus[2])
         if rows * cols != count:
             raise SpecError(f"topology {name!r} needs {rows * cols} devices, spec has {count}")
         return lambda i: torus_peers(i, rows, cols)
-    raise SpecError(f"bad topology {name!r}: use torus:RxC, ring, all-to-all or none")
+    raise SpecError(f"bad topology {_show(name)}: use {TOPOLOGIES}")
 
 
 def build_node(
@@ -219,122 +290,269 @@ PRESETS: dict[str, Callable[[], NodeSpec]] = {
 }
 
 
-def _positive_int(
-    table: Mapping[str, Any], key: str, where: str, default: int | None = None, hi: int | None = None
-) -> int:
+def _show(value: object) -> str:
+    """`repr(value)`, cut short: error messages stay one readable line."""
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):  # an integer past Python's str() digit limit
+        text = f"<{type(value).__name__} too large to show>"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _known_keys(table: Mapping[str, Any], known: tuple[str, ...], where: str) -> None:
+    for key in table:
+        if key not in known:
+            raise SpecError(f"{where}: unknown key {_show(key)}; known keys are {', '.join(known)}")
+
+
+def _int(table: Mapping[str, Any], key: str, where: str, default: object, lo: int, hi: int, limit: str) -> int:
     value = table.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise SpecError(f"{where}: {key} must be a positive integer, got {value!r}")
-    if hi is not None and value > hi:
-        raise SpecError(f"{where}: {key} = {value} is above the maximum {hi}")
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+        must = {1: "a positive integer", 0: "a non-negative integer"}.get(lo, f"an integer >= {lo}")
+        raise SpecError(f"{where}: {key} must be {must}, got {_show(value)}")
+    if value > hi:
+        raise SpecError(f"{where}: {key} = {_show(value)} is above the maximum {hi} ({limit})")
     return value
 
 
-def _from_toml(path: Path, data: Mapping[str, Any]) -> NodeSpec:
+def _gib(table: Mapping[str, Any], key: str, where: str, default: float) -> int:
+    """A memory size in GiB (an integer or a float), as bytes."""
+    value = table.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError(f"{where}: {key} must be a number of GiB, got {_show(value)}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise SpecError(f"{where}: {key} must be a finite number of GiB, got {_show(value)}")
+    if value < 0:
+        raise SpecError(f"{where}: {key} must not be negative, got {_show(value)}")
+    if value > MAX_MEMORY_GIB:
+        raise SpecError(f"{where}: {key} = {_show(value)} is above the maximum {MAX_MEMORY_GIB} (1 PiB)")
+    return int(value * GIB)
+
+
+def _text(table: Mapping[str, Any], key: str, where: str) -> str | None:
+    """A string of printable characters, or None where absent."""
+    value = table.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or len(value) > MAX_TEXT or not value.isprintable():
+        raise SpecError(f"{where}: {key} must be a string of 1-{MAX_TEXT} printable characters, got {_show(value)}")
+    return value
+
+
+def _text_or(table: Mapping[str, Any], key: str, where: str, default: str) -> str:
+    value = _text(table, key, where)
+    return default if value is None else value
+
+
+def _label(value: str, where: str, key: str, derived: bool = False) -> str:
+    """A value that becomes a Ray label (the raylet writes an accelerator type
+    with '-' for ' '), so it must follow Ray's label-value rule."""
+    if not PARTITION_NAME.match(value.replace(" ", "-")):
+        hint = " (with no accelerator_type it is the accelerator type: give accelerator_type)" if derived else ""
+        raise SpecError(
+            f"{where}: {key} {_show(value)} is not a Ray label value{hint}: use 1-63 letters, digits, "
+            "spaces, '-', '_' or '.', starting and ending with a letter or digit"
+        )
+    return value
+
+
+def _optional_label(table: Mapping[str, Any], key: str, where: str) -> str | None:
+    value = _text(table, key, where)
+    return None if value is None else _label(value, where, key)
+
+
+def _bool(table: Mapping[str, Any], key: str, where: str, default: bool) -> bool:
+    value = table.get(key, default)
+    if not isinstance(value, bool):
+        raise SpecError(f"{where}: {key} must be true or false, got {_show(value)}")
+    return value
+
+
+def _peers(row: Mapping[str, Any], where: str, ids: list[str], by_index: Mapping[int, str]) -> tuple[str, ...]:
+    """`peers` names devices by index or id; each at most once."""
+    value = row.get("peers", [])
+    if not isinstance(value, list):
+        raise SpecError(f"{where}: peers must be an array of device indexes or ids, got {_show(value)}")
+    known = set(ids)
+    out: list[str] = []
+    for p in value:
+        if isinstance(p, int) and not isinstance(p, bool) and p in by_index:
+            peer = by_index[p]
+        elif isinstance(p, str) and p in known:
+            peer = p
+        else:
+            raise SpecError(f"{where}: peer {_show(p)} names no device of this spec")
+        if peer in out:
+            raise SpecError(f"{where}: peer {_show(p)} is listed twice")
+        out.append(peer)
+    return tuple(out)
+
+
+def spec_from_table(data: Mapping[str, Any], source: str) -> NodeSpec:
+    """The node a parsed TOML spec describes, or a `SpecError` naming
+    `source`, the field and its value. Every count is checked against its
+    maximum before anything is built."""
+    for key in data:
+        if key not in ("node", "devices"):
+            raise SpecError(
+                f"{source}: unknown table or key {_show(key)}: a spec has [node] and, optionally, [[devices]]"
+            )
     node = data.get("node")
     if not isinstance(node, dict):
-        raise SpecError(f"{path}: missing [node] table")
+        raise SpecError(
+            f"{source}: missing [node] table"
+            if node is None
+            else f"{source}: node must be a [node] table, got {_show(node)}"
+        )
+    where = f"{source} [node]"
+    _known_keys(node, NODE_KEYS, where)
     family = node.get("family")
     if family not in (FAMILY_NEURON, FAMILY_GPU):
-        raise SpecError(f"{path}: [node] family must be 'neuron' or 'gpu', got {family!r}")
-    model = str(node.get("model", "Trainium" if family == FAMILY_NEURON else "NVIDIA GPU"))
-    name = str(node.get("name", path.stem))
-    # A NeuronCore count past the driver's MAX_NC_PER_DEVICE is refused, not
-    # expanded into a list of that many ids.
-    max_cores = MAX_LOGICAL_CORES if family == FAMILY_NEURON else None
-    default_cores = _positive_int(
-        node, "cores_per_device", f"{path} [node]", 2 if family == FAMILY_NEURON else 1, max_cores
+        raise SpecError(f"{where}: family must be 'neuron' or 'gpu', got {_show(family)}")
+    neuron = family == FAMILY_NEURON
+    max_devices = MAX_DEVICES[family]
+    device_limit = f"{DEVICE_LIMIT[family]} is {max_devices}"
+    max_cores, core_limit = (
+        (
+            MAX_LOGICAL_CORES,
+            f"at most {MAX_LOGICAL_CORES} NeuronCores per device: the Neuron driver's MAX_NC_PER_DEVICE",
+        )
+        if neuron
+        else (1, "a GPU is one schedulable unit")
     )
-    default_mem = int(float(node.get("memory_gib", 32)) * GIB)
+    model = _text_or(node, "model", where, "Trainium" if neuron else "NVIDIA GPU")
+    name = _text_or(node, "name", where, Path(source).stem or "spec")
+    node_type = _optional_label(node, "accelerator_type", where)
+    instance_type = _optional_label(node, "instance_type", where)
+    default_cores = _int(node, "cores_per_device", where, 2 if neuron else 1, 1, max_cores, core_limit)
+    default_mem = _gib(node, "memory_gib", where, 32)
     rows = data.get("devices")
     if rows is None:
-        count = _positive_int(node, "devices", f"{path} [node]")
-        spec = build_node(
-            name,
-            family,
-            model,
-            count,
-            default_cores,
-            default_mem,
-            str(node.get("topology", "none")),
-            _positive_int(node, "numa_nodes", f"{path} [node]", 1),
-            node.get("accelerator_type"),
-            node.get("instance_type"),
-        )
-        return spec
-    if not isinstance(rows, list) or not rows:
-        raise SpecError(f"{path}: [[devices]] must be a non-empty array of tables")
+        if "devices" not in node:
+            raise SpecError(f"{where}: give devices = N (1-{max_devices}) or list the devices as [[devices]] tables")
+        count = _int(node, "devices", where, None, 1, max_devices, device_limit)
+        topology = node.get("topology", "none")
+        if not isinstance(topology, str):
+            raise SpecError(f"{where}: topology must be {TOPOLOGIES}, got {_show(topology)}")
+        numa_nodes = _int(node, "numa_nodes", where, 1, 1, MAX_NUMA_NODES, "Linux's MAX_NUMNODES")
+        if node_type is None:
+            _label(model, where, "model", derived=True)
+        try:
+            return build_node(
+                name, family, model, count, default_cores, default_mem, topology, numa_nodes, node_type, instance_type
+            )
+        except SpecError as e:
+            raise SpecError(f"{where}: {e}") from None
+        except DeviceError as e:
+            raise SpecError(f"{source}: {e}") from None
+    for key in GENERATED_ONLY:
+        if key in node:
+            raise SpecError(
+                f"{where}: {key} shapes generated devices and cannot apply to [[devices]] listed: remove it"
+            )
+    if not isinstance(rows, list) or not rows or not all(isinstance(row, dict) for row in rows):
+        raise SpecError(f"{source}: devices must be a non-empty array of [[devices]] tables, got {_show(rows)}")
+    if len(rows) > max_devices:
+        raise SpecError(f"{source}: {len(rows)} [[devices]] listed, above the maximum {max_devices} ({device_limit})")
+    wheres = [f"{source} [[devices]][{i}]" for i in range(len(rows))]
+    ids: list[str] = []
+    by_index: dict[int, str] = {}
+    for row, at in zip(rows, wheres, strict=True):
+        _known_keys(row, DEVICE_KEYS, at)
+        index = _int(row, "index", at, len(ids), 0, max_devices - 1, device_limit)
+        if index in by_index:
+            raise SpecError(f"{at}: index {index} is taken by device {by_index[index]!r}")
+        did = row.get("id", neuron_id(index) if neuron else gpu_uuid(name, index))
+        if not isinstance(did, str) or not DEVICE_ID.match(did):
+            raise SpecError(
+                f"{at}: id must be 1-95 letters, digits, '_', '.', ':' or '-', "
+                f"starting with a letter or digit, got {_show(did)}"
+            )
+        if did in ids:
+            raise SpecError(f"{at}: duplicate device id {did!r}")
+        ids.append(did)
+        by_index[index] = did
     devices = []
     next_core = 0
-    ids: list[str] = []
-    for i, row in enumerate(rows):
-        where = f"{path} device #{i}"
-        if not isinstance(row, dict):
-            raise SpecError(f"{where}: must be a table")
-        index = row.get("index", i)
-        did = str(row.get("id", neuron_id(index) if family == FAMILY_NEURON else gpu_uuid(name, index)))
-        ids.append(did)
-    for i, row in enumerate(rows):
-        where = f"{path} device {ids[i]!r}"
-        cores = _positive_int(row, "cores", where, default_cores, max_cores)
-        mem_gib = row.get("memory_gib")
-        if mem_gib is not None and (not isinstance(mem_gib, (int, float)) or mem_gib < 0):
-            raise SpecError(f"{where}: memory_gib must be a non-negative number, got {mem_gib!r}")
-        peers = []
-        for p in row.get("peers", []):
-            if isinstance(p, int) and not isinstance(p, bool) and 0 <= p < len(ids):
-                peers.append(ids[p])
-            elif isinstance(p, str) and p in ids:
-                peers.append(p)
-            else:
-                raise SpecError(f"{where}: peer {p!r} names no device of this spec")
-        index = row.get("index", i)
-        core_ids = tuple(range(next_core, next_core + cores)) if family == FAMILY_NEURON else (index,)
-        next_core += cores if family == FAMILY_NEURON else 0
-        row_model = str(row.get("model", model))
-        node_type = node.get("accelerator_type")
+    buses: dict[str, str] = {}
+    for (index, did), row, at in zip(by_index.items(), rows, wheres, strict=True):
+        cores = _int(row, "cores", at, default_cores, 1, max_cores, core_limit)
+        memory = _gib(row, "memory_gib", at, 0) if "memory_gib" in row else default_mem
+        row_model = _text_or(row, "model", at, model)
+        row_type = _optional_label(row, "accelerator_type", at)
+        if row_type is None and node_type and row_model == model:
+            row_type = node_type
+        elif row_type is None:
+            # A device of another model than the node's is its own type.
+            row_type = _label(row_model, at if "model" in row else where, "model", derived=True)
+        bus = _text(row, "pci_bus_id", at)
+        if bus is not None:
+            if not PCI_BUS_ID.match(bus):
+                raise SpecError(f"{at}: pci_bus_id must be a PCI address like 0000:10:1c.0, got {_show(bus)}")
+            # 0000:10:1c.0 and 00000000:10:1C.0 are one address.
+            domain, rest = bus.split(":", 1)
+            key = f"{int(domain, 16):08x}:{rest.lower()}"
+            if key in buses:
+                raise SpecError(f"{at}: pci_bus_id {bus!r} is taken by device {buses[key]!r}")
+            buses[key] = did
+        healthy = _bool(row, "healthy", at, True)
         devices.append(
             Device(
-                id=ids[i],
+                id=did,
                 family=family,
                 index=index,
                 model=row_model,
-                memory_bytes=int(mem_gib * GIB) if mem_gib is not None else default_mem,
-                core_ids=core_ids,
-                numa_node=int(row.get("numa_node", 0)),
-                pci_bus_id=row.get("pci_bus_id"),
-                peers=tuple(peers),
-                serial=row.get("serial"),
+                memory_bytes=memory,
+                core_ids=tuple(range(next_core, next_core + cores)) if neuron else (index,),
+                numa_node=_int(row, "numa_node", at, 0, -1, MAX_NUMA_NODES - 1, "Linux's MAX_NUMNODES; -1: none"),
+                pci_bus_id=bus,
+                peers=_peers(row, at, ids, by_index),
+                serial=_text(row, "serial", at),
                 architecture=model,
-                attributes={"mock": "true", "healthy": str(bool(row.get("healthy", True))).lower()},
-                # A device of the node's model has the node's type; another model is its own type.
-                accelerator_type=str(
-                    row.get("accelerator_type", node_type if node_type and row_model == model else row_model)
-                ),
+                attributes={"mock": "true", "healthy": str(healthy).lower()},
+                accelerator_type=row_type,
             )
         )
+        next_core += cores if neuron else 0
     try:
         inventory = validate_inventory(devices)
     except DeviceError as e:
-        raise SpecError(f"{path}: {e}") from None
+        raise SpecError(f"{source}: {e}") from None
     kinds = {d.accelerator_type for d in inventory}
-    node_kind = str(node.get("accelerator_type", model)) if len(kinds) == 1 else None
-    return NodeSpec(name, family, model, node_kind, node.get("instance_type"), inventory)
+    return NodeSpec(name, family, model, kinds.pop() if len(kinds) == 1 else None, instance_type, inventory)
+
+
+def _read_table(value: str, shown: str) -> dict[str, Any]:
+    """The parsed TOML of a spec file, read bounded and without blocking."""
+    try:
+        raw = files.read_bytes(value, MAX_SPEC_BYTES)
+    except FileNotFoundError:
+        raise SpecError(f"mock spec file {shown} does not exist") from None
+    except files.UnreadableFile as e:
+        raise SpecError(f"cannot use mock spec file: {files.describe(e)}") from None
+    except OSError as e:
+        raise SpecError(f"cannot read mock spec file {shown}: {files.describe(e)}") from None
+    except ValueError as e:  # a NUL in the path
+        raise SpecError(f"bad mock spec path {shown}: {e}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SpecError(f"mock spec file {shown} is not UTF-8 text (byte {e.start})") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise SpecError(f"malformed TOML in mock spec {shown}: {e}") from None
+    except RecursionError:
+        raise SpecError(f"malformed TOML in mock spec {shown}: arrays or tables nested too deeply") from None
+    except ValueError as e:  # tomllib lets int()'s digit limit through
+        raise SpecError(f"malformed TOML in mock spec {shown}: {e}") from None
 
 
 def load_spec(value: str) -> NodeSpec:
     """A preset name (``trn1.32xlarge``) or the path of a TOML spec file."""
     if value in PRESETS:
         return PRESETS[value]()
-    path = Path(value)
-    if value.endswith(".toml") or path.is_file():
-        try:
-            data = tomllib.loads(path.read_text())
-        except FileNotFoundError:
-            raise SpecError(f"mock spec file {value!r} does not exist") from None
-        except (OSError, UnicodeDecodeError) as e:
-            raise SpecError(f"cannot read mock spec {value!r}: {e}") from None
-        except tomllib.TOMLDecodeError as e:
-            raise SpecError(f"malformed TOML in mock spec {value!r}: {e}") from None
-        return _from_toml(path, data)
+    if value.endswith(".toml") or os.sep in value or os.path.lexists(value):
+        shown = repr(value)
+        return spec_from_table(_read_table(value, shown), value if value.isprintable() else shown)
     raise SpecError(f"unknown mock preset {value!r}: choose one of {', '.join(PRESETS)} or give a .toml file")
