@@ -68,9 +68,12 @@ class Launch:
         return self.log_dir / f"{self.name}.log"
 
     def begin(self) -> None:
-        self.result_path.unlink(missing_ok=True)
         cmd = [sys.executable, "-m", "ray_accel.cluster.raylet_launch", str(self.result_path), "--", *self.args]
-        log = open_for_write(self.log_path)
+        try:
+            self.result_path.unlink(missing_ok=True)
+            log = open_for_write(self.log_path)
+        except OSError as e:
+            raise InputError(f"cannot write the launch files of {self.name} in {self.log_dir}: {e}") from None
         try:
             self.proc = subprocess.Popen(
                 cmd,
