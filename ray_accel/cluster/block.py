@@ -110,11 +110,14 @@ def _watch(record: NodeRecord, progress: Progress, grace_s: float, wake: threadi
             return 0
         checks = procs.check_record(record)
         for p in record.partitions:
-            raylet = p.raylet()
-            now = raylet is not None and checks[raylet].ours
+            # A partition lives while its raylet does (and, on the head, the GCS).
+            vital = p.of_kind("raylet", "gcs_server")
+            gone = [r for r in vital if not checks[r].ours]
+            now = bool(vital) and not gone
             if alive.get(p.name) != now:
                 if p.name in alive or not now:
-                    progress(f"{p.name}: raylet {raylet.pid if raylet else '?'} {'alive' if now else 'DIED'}")
+                    what = ", ".join(f"{r.kind} {r.pid}" for r in (gone or vital))
+                    progress(f"{p.name}: {what} {'alive' if now else 'DIED'}")
                 alive[p.name] = now
         if time.monotonic() >= next_gcs:
             next_gcs = time.monotonic() + GCS_EVERY_S

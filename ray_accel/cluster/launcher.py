@@ -85,8 +85,9 @@ class Launch:
             )
         finally:
             os.close(log)
-        # Not yet waited for, so the PID cannot have been reused.
-        self.leader = ProcessRecord.of(self.proc.pid) or ProcessRecord(self.proc.pid, 0)
+        # Not yet waited for, so the PID cannot have been reused; unreadable
+        # (never seen), its group is left alone rather than guessed at.
+        self.leader = ProcessRecord.of(self.proc.pid)
 
     def wait(self, abort: threading.Event) -> LaunchResult:
         """The launcher's result, killing its whole group first if it runs
@@ -112,7 +113,7 @@ class Launch:
 
     def kill(self) -> None:
         """SIGKILL the launcher and every member of its group."""
-        if self.proc is None or self.leader is None:
+        if self.proc is None:
             return
         for member in self.members():
             if member.alive():

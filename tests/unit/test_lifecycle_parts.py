@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import threading
 from pathlib import Path
 
@@ -190,3 +191,20 @@ def test_an_old_record_in_the_old_default_place_is_pointed_at(
     (tmp_path / ".ray-accel" / "node.json").write_text("{}")
     assert state.load() is None
     assert "record of an older ray-accel" in capsys.readouterr().err
+
+
+def test_a_client_port_only_where_ray_would_start_a_client_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray 2.60 starts the client server (default 10001) when `grpc` imports,
+    and refuses any client port when it does not (a minimal `pip install ray`
+    has no grpcio): ray-accel asks the same question."""
+    from ray._private.parameter import RayParams
+    from ray._private.utils import get_ray_client_dependency_error
+
+    from ray_accel.cluster.start import client_server_available
+
+    assert client_server_available() == (get_ray_client_dependency_error() is None)
+    monkeypatch.setitem(sys.modules, "grpc", None)  # as if grpcio were not installed
+    assert get_ray_client_dependency_error() is not None
+    assert not client_server_available()
+    with pytest.raises(ValueError, match=r"ray\[client\]"):
+        RayParams(ray_client_server_port=30001)
