@@ -97,7 +97,10 @@ def main(argv: list[str]) -> int:
             node.kill_all_processes(check_alive=False, allow_graceful=False)
     elif error is None:
         result["error"] = "ray start created no node"
-    with open(result_path, "w") as f:
+    # A new file, never through a link someone placed there (the state
+    # directory may be shared): `start` removed any earlier result.
+    fd = os.open(result_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
         json.dump(result, f)
     return 0 if result["ok"] else 1
 
