@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from ray_accel.cli import render
 from ray_accel.cli.node import json_option
 from ray_accel.cli.output import emit, progress
-from ray_accel.cli.params import PARTITION_COUNT, PORT, FiniteFloat, HostPort
+from ray_accel.cli.params import MAX_WORKERS, PARTITION_COUNT, PORT, FiniteFloat, HostPort
 from ray_accel.core.errors import InputError
 
 
@@ -27,6 +29,18 @@ from ray_accel.core.errors import InputError
 )
 @click.option("--backend", help="partition this backend's devices")
 @click.option("--no-metrics", is_flag=True, help="do not start the per-partition metrics exporters")
+@click.option(
+    "--max-workers",
+    type=MAX_WORKERS,
+    help="worker processes each raylet may run at once, which sizes its worker-port range "
+    "(default: 2 per CPU + 4 per device unit + 64, at least 184)",
+)
+@click.option(
+    "--block",
+    is_flag=True,
+    help="stay in the foreground once the partitions are up; stop them all on SIGTERM or Ctrl-C, "
+    "exit 1 if one dies (for systemd, KubeRay, Slurm)",
+)
 @json_option
 @click.pass_context
 def start(
@@ -42,10 +56,13 @@ def start(
     timeout: float,
     backend: str | None,
     no_metrics: bool,
+    max_workers: int | None,
+    block: bool,
     as_json: bool,
 ) -> int:
     """Start one raylet per partition of this host."""
-    from ray_accel.cluster.raylet import StartRequest
+    from ray_accel.cluster.block import supervise
+    from ray_accel.cluster.raylet import StartRequest, flag_names
     from ray_accel.cluster.recover import recover as recover_partitions
     from ray_accel.cluster.start import start as start_partitions
     from ray_accel.cluster.status import status
@@ -55,31 +72,51 @@ def start(
         raise click.UsageError("give exactly one of --head, --address HOST:PORT or --recover")
     given = [
         f"--{name.replace('_', '-')}"
-        for name in ("mode", "partitions", "manual", "port", "port_base", "backend", "no_metrics")
+        for name in (
+            "mode",
+            "partitions",
+            "manual",
+            "port",
+            "port_base",
+            "backend",
+            "no_metrics",
+            "max_workers",
+            "block",
+        )
         if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
     ]
+    if "--block" in flag_names(ray_args):
+        raise InputError(
+            "--block after `--` would block inside one partition's `ray start`: use `ray-accel start --block`, "
+            "which blocks once every partition is up and stops them all on SIGTERM"
+        )
     if recover and (given or ray_args):
         raise InputError(f"--recover restarts partitions as recorded; it takes no {(given or ray_args)[0]}")
     if address is not None and port is not None:
         raise InputError("--port is the new head's GCS port; a raylet joining --address takes no --port")
+    say = progress()
     if recover:
-        recover_partitions(progress(), timeout)
-    else:
-        request = StartRequest(
-            head=head,
-            address=address,
-            mode=mode,
-            partitions=partitions,
-            manual=manual,
-            port=port,
-            port_base=port_base,
-            ray_args=ray_args,
-            backend=backend,
-            timeout_s=timeout,
-            metrics=not no_metrics,
-        )
-        start_partitions(request, progress())
-    return emit(as_json, status(), render.started_text)
+        recover_partitions(say, timeout)
+        return emit(as_json, status(), render.started_text)
+    request = StartRequest(
+        head=head,
+        address=address,
+        mode=mode,
+        partitions=partitions,
+        manual=manual,
+        port=port,
+        port_base=port_base,
+        ray_args=ray_args,
+        backend=backend,
+        timeout_s=timeout,
+        metrics=not no_metrics,
+    )
+    record = start_partitions(request, say, max_workers)
+    emit(as_json, status(), render.started_text)
+    if not block:
+        return 0
+    sys.stdout.flush()
+    return supervise(record, say)
 
 
 @click.command("status")

@@ -64,3 +64,4 @@ class HostPort(click.ParamType[str]):
 
 PARTITION_COUNT = AsciiInt(1, 1024)
 PORT = AsciiInt(1024, 65535)
+MAX_WORKERS = AsciiInt(16, 20000)

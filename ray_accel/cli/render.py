@@ -102,8 +102,9 @@ def plan_text(payload: dict[str, Any]) -> str:
 
 
 def status_text(payload: dict[str, Any]) -> str:
+    warnings = "".join(f"\nwarning: {w}" for w in payload.get("warnings", []))
     if not payload["partitions"]:
-        return "no ray-accel partitions recorded on this host"
+        return "no ray-accel partitions recorded on this host" + warnings
     rows = [
         [
             p["partition"] + (" (head)" if p["head"] else ""),
@@ -116,7 +117,7 @@ def status_text(payload: dict[str, Any]) -> str:
         ]
         for p in payload["partitions"]
     ]
-    return render(["PARTITION", "STATE", "RAYLET PID", "NODE", "CORES", "TYPE", "IN USE"], rows)
+    return render(["PARTITION", "STATE", "RAYLET PID", "NODE", "CORES", "TYPE", "IN USE"], rows) + warnings
 
 
 def started_text(payload: dict[str, Any]) -> str:

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ray_accel.cluster.files import read_bounded
 from ray_accel.core.errors import InputError
 
 MODE_ENV = "RAY_AUTH_MODE"
@@ -27,6 +28,8 @@ TOKEN_PATH_ENV = "RAY_AUTH_TOKEN_PATH"
 MODES = ("token", "disabled")
 # Where a token given by value is written so raylets can be handed a path.
 STATE_TOKEN_FILE = "auth_token"
+# Ray's tokens are 64 hex characters; anything past this is not a token file.
+TOKEN_LIMIT = 64 * 1024
 
 
 class AuthError(InputError):
@@ -65,9 +68,11 @@ def default_token_path(home: Path | None = None) -> Path:
 
 
 def _readable_token(path: Path) -> bool:
+    """A regular file holding something: never opened blocking (a FIFO there
+    would hang `start`), never read past a size no token has."""
     try:
-        return path.is_file() and bool(path.read_text().strip())
-    except OSError:
+        return bool(read_bounded(path, TOKEN_LIMIT).strip())
+    except (OSError, InputError):
         return False
 
 

@@ -45,11 +45,11 @@ def _apply_recorded_auth(address: str | None) -> None:
     from ray_accel.cluster import auth, state
 
     record = state.load()
-    if record is None or record.get("auth") is None:
+    if record is None:
         return
-    if address != "auto" and address.removeprefix("ray://") != record.get("gcs_address"):
+    if address != "auto" and address.removeprefix("ray://") != record.gcs_address:
         return
-    recorded = auth.Auth.from_json(record["auth"])
+    recorded = record.auth
     if auth.TOKEN_ENV in os.environ or (auth.TOKEN_PATH_ENV in os.environ and recorded.token_path is not None):
         return  # the user's own token wins, as it does for Ray itself
     auth.apply(recorded)

@@ -1,15 +1,184 @@
-"""Stopping exactly the processes we started: by PID, checked against the
-kernel start time recorded with it (PIDs are reused), with their descendants."""
+"""Deciding which recorded processes are ours, and stopping exactly those.
+
+A PID from the state record names "our" process only when all of these hold:
+the kernel start time is the one recorded (PIDs are reused), the process runs
+what was recorded when it started (its identity: the executable, or the
+script or module a Python interpreter runs), that identity is the Ray process
+of the recorded kind (a raylet runs Ray's ``raylet`` binary, a dashboard
+Ray's ``dashboard.py``), and it belongs to this user. PID 1, this process and
+its ancestors are never ours, whatever the record says.
+
+A process that is simply gone (no such PID, another start time, a zombie) is
+*gone*: the record is stale. A live process that the record misnames is
+*foreign*: the record cannot be trusted, and nothing is signalled.
+"""
 
 from __future__ import annotations
 
+import enum
 import os
+import re
 import signal
 import time
-from collections.abc import Collection, Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from importlib.util import find_spec
 
-from ray_accel.core.processes import ProcessRecord, children_map, descendants, read_stat, snapshot
+from ray_accel.cluster.record import NodeRecord, RayProcess, RecordError
+from ray_accel.core.processes import (
+    ProcessRecord,
+    ProcStat,
+    children_map,
+    descendants,
+    owner,
+    read_cmdline,
+    read_stat,
+    snapshot,
+)
+
+_PYTHON = re.compile(r"^python(\d+(\.\d+)?)?[a-z]?$")
+# Interpreter options that take a value as the next argument (python(1)).
+_PYTHON_VALUE_OPTIONS = {"-W", "-X", "-Q"}
+
+# What each kind of process Ray 2.60 starts for a raylet runs (Node.all_processes
+# keys, ray/_private/ray_constants.py PROCESS_TYPE_*; the paths are those of
+# ray/_private/services.py start_* functions), as a suffix of its identity.
+RAY_PROCESSES = {
+    "raylet": ("/ray/core/src/ray/raylet/raylet",),
+    "gcs_server": ("/ray/core/src/ray/gcs/gcs_server",),
+    "monitor": ("/ray/autoscaler/_private/monitor.py",),
+    "log_monitor": ("/ray/_private/log_monitor.py",),
+    "dashboard": ("/ray/dashboard/dashboard.py",),
+    "ray_client_server": ("-m ray.util.client.server",),
+    "reporter": ("/ray/dashboard/agent.py",),
+    "dashboard_agent": ("/ray/dashboard/agent.py",),
+    "runtime_env_agent": ("/ray/_private/runtime_env/agent/main.py",),
+}
+
+
+class Verdict(enum.Enum):
+    OURS = "ours"
+    GONE = "gone"
+    FOREIGN = "foreign"
+
+
+@dataclass(frozen=True)
+class Check:
+    process: RayProcess
+    verdict: Verdict
+    reason: str  # why it is gone or foreign; "" when ours
+
+    @property
+    def ours(self) -> bool:
+        return self.verdict is Verdict.OURS
+
+    def describe(self) -> str:
+        p = self.process
+        return f"process {p.pid} ({p.kind}): {self.reason}"
+
+
+def identity(argv: Sequence[str]) -> str:
+    """What a command line runs: argv[0], or for a Python interpreter the
+    script it runs or ``-m module``."""
+    if not argv:
+        return ""
+    if not _PYTHON.match(os.path.basename(argv[0])):
+        return argv[0]
+    rest = list(argv[1:])
+    i = 0
+    while i < len(rest):
+        arg = rest[i]
+        if arg == "-m":
+            return f"-m {rest[i + 1]}" if i + 1 < len(rest) else argv[0]
+        if arg.startswith("-m") and len(arg) > 2:
+            return f"-m {arg[2:]}"
+        if arg == "-c":
+            return "-c"
+        if arg in _PYTHON_VALUE_OPTIONS:
+            i += 2
+            continue
+        if arg.startswith("-"):
+            i += 1
+            continue
+        return arg
+    return argv[0]
+
+
+def _ray_dir() -> str | None:
+    spec = find_spec("ray")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return os.path.realpath(next(iter(spec.submodule_search_locations)))
+
+
+def is_ray_process(kind: str, ident: str) -> bool:
+    """Whether `ident` is what Ray runs: what the table says for `kind`, or
+    (a kind or path another Ray version has) a file of the installed Ray
+    package or one of its modules."""
+    known = RAY_PROCESSES.get(kind, ())
+    if any(ident == s if s.startswith("-m ") else ident.endswith(s) for s in known):
+        return True
+    if ident.startswith("-m "):
+        return ident.startswith("-m ray.")
+    ray_dir = _ray_dir()
+    return ray_dir is not None and ident.startswith("/") and os.path.realpath(ident).startswith(ray_dir + os.sep)
+
+
+def never_signal() -> set[int]:
+    """PID 1, this process and every process above it."""
+    out, pid = {1}, os.getpid()
+    while pid > 0 and pid not in out:
+        out.add(pid)
+        stat = read_stat(pid)
+        pid = stat.ppid if stat is not None else 0
+    out.add(os.getpid())
+    return out
+
+
+def check(proc: RayProcess, protected: set[int] | None = None) -> Check:
+    """Whether the recorded `proc` is alive and ours, gone, or foreign."""
+    protected = never_signal() if protected is None else protected
+    if proc.pid in protected:
+        who = "PID 1 (init)" if proc.pid == 1 else "this ray-accel process or one of its parents"
+        return Check(proc, Verdict.FOREIGN, f"{who} is never a process ray-accel started")
+    stat = read_stat(proc.pid)
+    if stat is None or stat.state in ("Z", "X"):
+        return Check(proc, Verdict.GONE, "exited")
+    if stat.start_ticks != proc.start_ticks:
+        return Check(proc, Verdict.GONE, "exited (its PID now names a younger process)")
+    argv = read_cmdline(proc.pid)
+    if argv is None:
+        return Check(proc, Verdict.GONE, "exited")
+    live = identity(argv)
+    if not is_ray_process(proc.kind, proc.identity):
+        return Check(
+            proc, Verdict.FOREIGN, f"the record says it runs {proc.identity!r}, which is not Ray's {proc.kind}"
+        )
+    if live != proc.identity:
+        shown = " ".join(argv)[:200] or f"[{stat.name}]"
+        return Check(proc, Verdict.FOREIGN, f"its command line is {shown!r}, not the recorded {proc.identity!r}")
+    uid = owner(proc.pid)
+    if uid is not None and uid != os.geteuid():
+        return Check(proc, Verdict.FOREIGN, f"it belongs to user {uid}, not to this user ({os.geteuid()})")
+    return Check(proc, Verdict.OURS, "")
+
+
+def check_record(record: NodeRecord) -> dict[RayProcess, Check]:
+    protected = never_signal()
+    return {p: check(p, protected) for p in record.processes()}
+
+
+def require_trusted(record: NodeRecord, source: str, action: str) -> dict[RayProcess, Check]:
+    """The checks of every recorded process, or `RecordError` (nothing
+    signalled) when the record names a live process that is not ours."""
+    checks = check_record(record)
+    foreign = [c for c in checks.values() if c.verdict is Verdict.FOREIGN]
+    if foreign:
+        raise RecordError(
+            f"state file {source} names {foreign[0].describe()}; {action} signals nothing. "
+            f"If no ray-accel partitions run on this host, remove {source}"
+        )
+    return checks
 
 
 def alive(record: ProcessRecord) -> bool:
@@ -25,8 +194,10 @@ def _signal(pid: int, sig: int) -> bool:
 
 
 def terminate(records: Iterable[ProcessRecord], grace_s: float = 5.0) -> list[int]:
-    """SIGTERM the recorded processes that are still those processes, and their
-    descendants; SIGKILL what is left after `grace_s`. Returns the PIDs signalled."""
+    """SIGTERM the given processes that are still those processes, and their
+    descendants; SIGKILL what is left after `grace_s`. Returns the PIDs
+    signalled. The caller has checked that the records are ours; PID 1, this
+    process and its ancestors are skipped whatever it says."""
     live = [r for r in records if r.alive()]
     if not live:
         return []
@@ -38,7 +209,7 @@ def terminate(records: Iterable[ProcessRecord], grace_s: float = 5.0) -> list[in
             child = ProcessRecord.of(pid)
             if child is not None:
                 targets.setdefault(pid, child)
-    never = {1} | _ancestors()
+    never = never_signal()
     signalled = [pid for pid, r in targets.items() if pid not in never and r.alive() and _signal(pid, signal.SIGTERM)]
     deadline = time.monotonic() + max(0.0, grace_s)
     while time.monotonic() < deadline and any(targets[p].alive() for p in signalled):
@@ -52,43 +223,13 @@ def terminate(records: Iterable[ProcessRecord], grace_s: float = 5.0) -> list[in
     return sorted(signalled)
 
 
-def partition_records(
-    part: Mapping[str, Any], kinds: Collection[str] | None = None, exclude: Collection[str] = ()
-) -> list[ProcessRecord]:
-    """The recorded processes of one partition's raylet, by kind (raylet,
-    gcs_server, ...): all of them, only `kinds`, or all but `exclude`."""
-    pids = part.get("pids", {})
+def group_members(pgid: int, not_before_ticks: int, stats: Iterable[ProcStat] | None = None) -> list[ProcessRecord]:
+    """Live processes of process group `pgid` that started no earlier than
+    `not_before_ticks` (the group leader's start: an older process cannot
+    have been started by it)."""
+    never = never_signal()
     return [
-        r
-        for kind, raw in pids.items()
-        if (kinds is None or kind in kinds) and kind not in exclude
-        for r in parse_records(raw)
+        ProcessRecord(s.pid, s.start_ticks)
+        for s in (snapshot().values() if stats is None else stats)
+        if s.pgrp == pgid and s.start_ticks >= not_before_ticks and s.pid not in never and s.state not in ("Z", "X")
     ]
-
-
-def parse_records(raw: object) -> list[ProcessRecord]:
-    """`[[pid, start_ticks], ...]` from a state record, or ValueError."""
-    if not isinstance(raw, list):
-        raise ValueError(f"expected a list of [pid, start_ticks], got {type(raw).__name__}")
-    out = []
-    for item in raw:
-        if (
-            not isinstance(item, list)
-            or len(item) != 2
-            or not all(isinstance(v, int) and not isinstance(v, bool) for v in item)
-            or item[0] <= 1
-            or item[1] < 0
-        ):
-            raise ValueError(f"bad process entry {item!r}: expected [pid > 1, start_ticks >= 0]")
-        out.append(ProcessRecord(item[0], item[1]))
-    return out
-
-
-def _ancestors() -> set[int]:
-    """This process and every process above it: never ours to signal."""
-    out, pid = set(), os.getpid()
-    while pid > 0 and pid not in out:
-        out.add(pid)
-        stat = read_stat(pid)
-        pid = stat.ppid if stat is not None else 0
-    return out

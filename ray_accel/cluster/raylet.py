@@ -1,26 +1,20 @@
-"""One partition's raylet: its `ray start` arguments and environment, and the
-subprocess that starts it (`ray_accel.cluster.raylet_launch`)."""
+"""One partition's raylet: its `ray start` arguments and environment (the
+subprocess that runs it: `ray_accel.cluster.launcher`)."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 import psutil
 
 from ray_accel.bridge.managers import SPEC_ENV, BridgeSpec
 from ray_accel.cluster import auth
 from ray_accel.cluster.ports import RayletPorts
-from ray_accel.cluster.procs import partition_records
 from ray_accel.cluster.raylet_launch import PARTITION_ENV
 from ray_accel.core.errors import InputError
-from ray_accel.core.processes import ProcessRecord
 from ray_accel.partition.labels import PARTITION_LABEL, TYPE_LABEL
 from ray_accel.partition.plan import Partition
 
@@ -133,28 +127,3 @@ def partition_env(base_env: dict[str, str], spec: BridgeSpec, part: Partition) -
     if SPEC_ENV in base_env:
         env[SPEC_ENV] = spec.to_env()
     return env
-
-
-def launch(name: str, args: list[str], env: dict[str, str], log_dir: Path, timeout_s: float) -> dict[str, Any]:
-    result_path = log_dir / f"{name}.result.json"
-    result_path.unlink(missing_ok=True)
-    log_path = log_dir / f"{name}.log"
-    cmd = [sys.executable, "-m", "ray_accel.cluster.raylet_launch", str(result_path), "--", *args]
-    with open(log_path, "w") as log:
-        try:
-            subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s, check=False)
-        except subprocess.TimeoutExpired:
-            pass
-    try:
-        result: dict[str, Any] = json.loads(result_path.read_text())
-    except (OSError, ValueError):
-        result = {"ok": False, "error": f"no result within {timeout_s:g}s"}
-    result["log"] = str(log_path)
-    if not result.get("ok"):
-        tail = [ln for ln in log_path.read_text(errors="replace").splitlines() if ln.strip()][-3:]
-        result["error"] = f"{result.get('error')}; log {log_path}: " + " | ".join(tail)
-    return result
-
-
-def all_pids(parts: Sequence[dict[str, Any]]) -> list[ProcessRecord]:
-    return [r for p in parts for r in partition_records(p)]

@@ -20,15 +20,21 @@ from typing import Any
 PARTITION_ENV = "RAYACCEL_PARTITION"
 
 
-def _pids(node: Any) -> dict[str, list[list[int]]]:
-    from ray_accel.core.processes import ProcessRecord
+def _processes(node: Any) -> list[dict[str, Any]]:
+    """Every process Ray's node started, with what identifies it later: its
+    kernel start time and what its command line runs."""
+    from ray_accel.cluster.procs import identity
+    from ray_accel.core.processes import ProcessRecord, read_cmdline
 
-    out: dict[str, list[list[int]]] = {}
+    out: list[dict[str, Any]] = []
     for kind, infos in dict(node.all_processes).items():
         for info in infos:
             record = ProcessRecord.of(info.process.pid)
-            if record is not None:
-                out.setdefault(kind, []).append(record.to_json())
+            argv = read_cmdline(info.process.pid)
+            if record is not None and argv:
+                out.append(
+                    {"kind": kind, "pid": record.pid, "start_ticks": record.start_ticks, "identity": identity(argv)}
+                )
     return out
 
 
@@ -82,7 +88,7 @@ def main(argv: list[str]) -> int:
         "seconds": time.time() - started,
     }
     if node is not None:
-        result["pids"] = _pids(node)
+        result["processes"] = _processes(node)
         if error is None:
             result["node_id"] = node.node_id
             result["gcs_address"] = node.gcs_address
@@ -91,7 +97,10 @@ def main(argv: list[str]) -> int:
             node.kill_all_processes(check_alive=False, allow_graceful=False)
     elif error is None:
         result["error"] = "ray start created no node"
-    with open(result_path, "w") as f:
+    # A new file, never through a link someone placed there (the state
+    # directory may be shared): `start` removed any earlier result.
+    fd = os.open(result_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
         json.dump(result, f)
     return 0 if result["ok"] else 1
 

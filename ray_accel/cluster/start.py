@@ -4,58 +4,146 @@ Each raylet is an ordinary `ray start`, run through `ray_accel.cluster.raylet_la
 so the bridge is installed where detection happens, with its mask in the
 environment (a comma list: the only form Ray parses), its resources, its own
 block of ports, and the partition labels. Everything that can be checked is
-checked before the first raylet starts; if one fails, those already started are
-stopped, so a failed start leaves nothing behind.
+checked before the host's lock is taken and the first raylet starts. From then
+on, any failure, a launch timeout, Ctrl-C, SIGTERM or SIGHUP stops every
+process this start began (`launcher.Launches.undo`) and removes the record,
+so a failed start leaves nothing behind.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
+import math
 import os
+import signal
+import threading
 import time
-from collections.abc import Sequence
-from dataclasses import asdict
-from typing import Any
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from importlib.util import find_spec
+from types import FrameType
 
 from ray_accel.bridge.managers import BridgeSpec, BridgeUnsupported, check_ray_version, raylet_env
 from ray_accel.cluster import auth, procs, state
 from ray_accel.cluster.gcs import Progress, wait_registered
-from ray_accel.cluster.ports import check_free, plan_ports
+from ray_accel.cluster.launcher import Launches, LaunchResult
+from ray_accel.cluster.ports import RayletPorts, check_free, plan_ports, worker_port_count
 from ray_accel.cluster.raylet import (
     DEFAULT_GCS_PORT,
     StartRequest,
-    all_pids,
-    launch,
     partition_env,
     ray_start_args,
     raylet_base_env,
     validate_ray_args,
 )
+from ray_accel.cluster.record import NodeRecord, PartitionEntry
+from ray_accel.cluster.stop import flag_value
+from ray_accel.core import validate
 from ray_accel.core.errors import InputError, RayAccelError
-from ray_accel.partition.plan import Partition, plan_partitions
+from ray_accel.partition.plan import Partition, Plan, plan_partitions
 from ray_accel.plugins.inventory import discover
 
 
-def running_record() -> dict[str, Any] | None:
-    """The recorded node if any of its processes is still alive."""
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP while processes are being started: handled as Ctrl-C."""
+
+
+@contextmanager
+def interruptible() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise `Interrupted` in the main thread (as SIGINT
+    raises KeyboardInterrupt), so the cleanup of a half-done start runs
+    instead of the process dying with its raylets orphaned."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise Interrupted(signal.Signals(signum).name)
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+@contextmanager
+def shielded() -> Iterator[None]:
+    """No SIGINT, SIGTERM or SIGHUP while cleaning up: a second Ctrl-C must
+    not leave the cleanup half-done."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    old = {s: signal.signal(s, signal.SIG_IGN) for s in sigs}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def refuse_running(action: str) -> NodeRecord | None:
+    """The stale record (all its processes gone) if there is one, None if
+    there is none; `InputError` if partitions still run or the record cannot
+    be trusted."""
     record = state.load()
     if record is None:
         return None
-    if any(r.alive() for r in all_pids(record["partitions"])):
-        return record
-    return None
+    state.check_host(record, action)
+    checks = procs.require_trusted(record, str(state.state_file()), action)
+    if any(c.ours for c in checks.values()):
+        raise InputError(
+            f"ray-accel partitions are already running on this node ({state.state_file()}); "
+            "run `ray-accel stop` first, or `ray-accel start --recover`"
+        )
+    return record
 
 
-def start(req: StartRequest, progress: Progress) -> dict[str, Any]:
+def client_server_available() -> bool:
+    """Whether `ray start --head` would start Ray's client server: Ray 2.60
+    checks that `grpc` imports (`ray._private.utils.get_ray_client_dependency_error`)."""
+    return find_spec("grpc") is not None
+
+
+def cpu_share(ray_args: Sequence[str], units: int, total_units: int) -> float:
+    """The CPUs a partition's raylet may count, for sizing its worker ports:
+    the user's --num-cpus as given (an upper bound however it is divided), or
+    the host's CPUs in proportion to the partition's units."""
+    given = flag_value(ray_args, "--num-cpus")
+    if given is not None:
+        return validate.finite_float(given, "--num-cpus", 0, 1 << 20)
+    return (os.cpu_count() or 1) * units / max(1, total_units)
+
+
+def worker_ports(plan: Plan, ray_args: Sequence[str], max_workers: int | None) -> list[int]:
+    total = sum(len(p.core_ids) for p in plan)
+    if max_workers is not None:
+        return [max_workers for _ in plan]
+    return [worker_port_count(math.ceil(cpu_share(ray_args, len(p.core_ids), total)), len(p.core_ids)) for p in plan]
+
+
+def entry(part: Partition, head: bool, ports: RayletPorts, result: LaunchResult) -> PartitionEntry:
+    return PartitionEntry(
+        name=part.name,
+        device_ids=tuple(part.device_ids),
+        core_ids=tuple(part.core_ids),
+        head=head,
+        ports=ports,
+        processes=result.processes,
+        node_id=result.node_id,
+        node_ip=result.node_ip,
+        log=result.log,
+        accelerator_type=part.accelerator_type,
+        models=tuple(part.models),
+    )
+
+
+def start(req: StartRequest, progress: Progress, max_workers: int | None = None) -> NodeRecord:
     if req.head == bool(req.address):
         raise InputError("give exactly one of --head (start a cluster) or --address ADDR (join one)")
     validate_ray_args(req.ray_args)
-    running = running_record()
-    if running is not None:
-        raise InputError(
-            f"ray-accel partitions are already running on this node ({state.state_dir() / state.STATE_FILE}); "
-            "run `ray-accel stop` first, or `ray-accel start --recover`"
-        )
     plugin = discover(req.backend).require_primary()
     spec = BridgeSpec.from_plugin(plugin)
     plan = plan_partitions(plugin.list_devices(), req.mode, req.partitions, req.manual, spec.accelerator_type)
@@ -65,84 +153,114 @@ def start(req: StartRequest, progress: Progress) -> dict[str, Any]:
     gcs_port = req.port or DEFAULT_GCS_PORT
     if req.head:
         check_free([gcs_port], "--port")
-    ports = plan_ports(len(plan), req.port_base)
+    ports = plan_ports(
+        worker_ports(plan, req.ray_args, max_workers), req.port_base, req.head and client_server_available()
+    )
     if req.head and any(gcs_port in p.all() for p in ports):
         raise InputError(f"--port {gcs_port} falls inside the partitions' port blocks; choose another --port-base")
-    # Last of the checks, so refused input never leaves a new token behind. A
-    # head makes a token if there is none; a joining raylet must be given one.
-    cluster_auth = auth.resolve(os.environ, state.state_dir(), create=req.head)
-    if cluster_auth.warning:
-        progress(f"warning: {cluster_auth.warning}")
-    base_env = raylet_base_env(cluster_auth)
-    state.clear()  # a record whose processes are all gone is stale
-    try:
-        check_ray_version()
-        base_env.update(raylet_env([spec], base_env))
-    except BridgeUnsupported as e:
-        progress(f"warning: {e}")
 
-    log_dir = state.state_dir()
-    record: dict[str, Any] = {
-        "version": state.VERSION,
-        "created": time.time(),
-        "head": req.head,
-        "mode": plan.mode.value,
-        "spec": asdict(spec),
-        "ray_args": req.ray_args,
-        "gcs_address": req.address,
-        "port_base": ports[0].base,
-        "gcs_port": gcs_port if req.head else None,
-        "auth": cluster_auth.to_json(),
-        "partitions": [],
-    }
-
-    def start_one(i: int, part: Partition, gcs: str | None) -> dict[str, Any]:
-        own = spec.for_partition(part)  # its raylet advertises its own devices' type
-        env = partition_env(base_env, own, part)
-        args = ray_start_args(part, ports[i], own, req.head and i == 0, gcs, req, gcs_port)
-        progress(f"starting {part.name}: {spec.visible_ids_env}={part.visible_ids}")
-        result = launch(part.name, args, env, log_dir, req.timeout_s)
-        entry = dict(part.to_json(), head=req.head and i == 0, ports=asdict(ports[i]), **result)
-        return entry
-
-    started: list[dict[str, Any]] = []
-    try:
-        first = 0
-        if req.head:
-            head = start_one(0, plan[0], None)
-            started.append(head)
-            if not head.get("ok"):
-                raise RayAccelError(f"head partition {plan[0].name} failed: {head['error']}")
-            record["gcs_address"] = head["gcs_address"]
-            first = 1
-        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(plan) - first)) as pool:
-            futures = [pool.submit(start_one, i, plan[i], record["gcs_address"]) for i in range(first, len(plan))]
-            for fut in futures:
-                started.append(fut.result())
-        failed = [p for p in started if not p.get("ok")]
-        if failed:
-            raise RayAccelError(f"partition {failed[0]['partition']} failed: {failed[0]['error']}")
-        record["partitions"] = started
-        state.save(record)
-        wait_registered(record["gcs_address"], [p["node_id"] for p in started], req.timeout_s, progress, cluster_auth)
-    except BaseException:
-        procs.terminate(all_pids(started))
-        state.clear()
-        raise
-    if req.metrics:
-        deploy_metrics(record, started, progress)
+    with state.host_lock("start"), interruptible():
+        refuse_running("start")
+        # Last of the checks, so refused input never leaves a new token behind. A
+        # head makes a token if there is none; a joining raylet must be given one.
+        cluster_auth = auth.resolve(os.environ, state.ensure_state_dir(), create=req.head)
+        if cluster_auth.warning:
+            progress(f"warning: {cluster_auth.warning}")
+        base_env = raylet_base_env(cluster_auth)
+        try:
+            check_ray_version()
+            base_env.update(raylet_env([spec], base_env))
+        except BridgeUnsupported as e:
+            progress(f"warning: {e}")
+        state.clear()  # a record whose processes are all gone is stale
+        launches = Launches(state.ensure_state_dir(), req.timeout_s)
+        try:
+            record = _launch_all(req, plan, spec, ports, gcs_port, cluster_auth, base_env, launches, progress)
+            wait_registered(
+                record.gcs_address,
+                [p.node_id for p in record.partitions if p.node_id],
+                req.timeout_s,
+                progress,
+                cluster_auth,
+            )
+            if req.metrics:
+                record = deploy_metrics(record, record.partitions, progress)
+        except BaseException as e:
+            with shielded():
+                why = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
+                stopped = launches.undo()
+                state.clear()
+                progress(f"start {why}: stopped the {len(stopped)} processes it had started")
+            raise
     return record
 
 
-def deploy_metrics(record: dict[str, Any], parts: Sequence[dict[str, Any]], progress: Progress) -> None:
+def _launch_all(
+    req: StartRequest,
+    plan: Plan,
+    spec: BridgeSpec,
+    ports: Sequence[RayletPorts],
+    gcs_port: int,
+    cluster_auth: auth.Auth,
+    base_env: dict[str, str],
+    launches: Launches,
+    progress: Progress,
+) -> NodeRecord:
+    def job(i: int, gcs: str | None) -> tuple[str, list[str], dict[str, str]]:
+        part = plan[i]
+        own = spec.for_partition(part)  # its raylet advertises its own devices' type
+        args = ray_start_args(part, ports[i], own, req.head and i == 0, gcs, req, gcs_port)
+        progress(f"starting {part.name}: {spec.visible_ids_env}={part.visible_ids}")
+        return part.name, args, partition_env(base_env, own, part)
+
+    entries: list[PartitionEntry] = []
+    record: NodeRecord | None = None
+    gcs = req.address
+    first = 0
+    if req.head:
+        (head,) = launches.run_all([job(0, None)])
+        if not head.ok or head.gcs_address is None:
+            raise RayAccelError(f"head partition {plan[0].name} failed: {head.error}")
+        gcs = head.gcs_address
+        entries.append(entry(plan[0], True, ports[0], head))
+        first = 1
+    assert gcs is not None
+    record = NodeRecord(
+        host=state.host_name(),
+        created=time.time(),
+        head=req.head,
+        mode=plan.mode.value,
+        spec=spec,
+        ray_args=tuple(req.ray_args),
+        gcs_address=gcs,
+        gcs_port=gcs_port if req.head else None,
+        auth=cluster_auth,
+        partitions=tuple(entries),
+    )
+    if entries:
+        # Written as soon as there is something to stop: a start killed
+        # outright (SIGKILL) still leaves `stop` what it needs.
+        state.save(record)
+    results = launches.run_all([job(i, gcs) for i in range(first, len(plan))])
+    entries += [entry(plan[i], False, ports[i], r) for i, r in zip(range(first, len(plan)), results, strict=True)]
+    record = record.with_partitions(entries)
+    state.save(record)
+    failed = [r for r in results if not r.ok]
+    if failed:
+        raise RayAccelError(f"partition {failed[0].name} failed: {failed[0].error}")
+    return record
+
+
+def deploy_metrics(record: NodeRecord, parts: Sequence[PartitionEntry], progress: Progress) -> NodeRecord:
     """Metrics are secondary: a failure here is reported, not fatal."""
     from ray_accel.metrics import export as exporter
 
     try:
-        names = exporter.deploy(record["gcs_address"], parts)
+        names = exporter.deploy(record.gcs_address, [p.to_json() for p in parts])
         progress(f"metrics exporters: {', '.join(names)}")
-        record["metrics"] = True
+        record = replace(record, metrics=True)
     except Exception as e:
         progress(f"warning: metrics exporters not started: {type(e).__name__}: {e}")
-        record["metrics"] = False
+        record = replace(record, metrics=False)
     state.save(record)
+    return record

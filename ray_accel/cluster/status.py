@@ -1,68 +1,101 @@
-"""`ray-accel status`: this host's partitions, from the record, /proc and the GCS."""
+"""`ray-accel status`: this host's partitions, from the record, /proc and the GCS.
+
+Read-only: it takes no lock, creates no directory and starts nothing. A
+partition is alive only if its recorded raylet is still that raylet
+(`procs.check`); a process the record misnames is reported, never called ours.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ray_accel.cluster import auth, procs, state
+from ray_accel.cluster import procs, state
 from ray_accel.cluster.gcs import gcs_nodes
-from ray_accel.core.processes import ProcessRecord
+from ray_accel.cluster.record import NodeRecord, PartitionEntry
 
 
-def record_auth(record: dict[str, Any]) -> auth.Auth:
-    return auth.Auth.from_json(record.get("auth") or {})
-
-
-def raylet_record(p: dict[str, Any]) -> ProcessRecord | None:
-    rs = procs.partition_records(p, kinds=("raylet",))
-    return rs[0] if rs else None
-
-
-def gcs_records(record: dict[str, Any]) -> list[ProcessRecord]:
-    return [r for p in record["partitions"] for r in procs.partition_records(p, kinds=("gcs_server",))]
+def empty_status() -> dict[str, Any]:
+    return {
+        "running": False,
+        "host": state.host_name(),
+        "state_file": str(state.state_file()),
+        "gcs_address": None,
+        "gcs_alive": False,
+        "auth": None,
+        "env": {},
+        "warnings": [],
+        "partitions": [],
+    }
 
 
 def status() -> dict[str, Any]:
     record = state.load()
     if record is None:
-        return {"running": False, "gcs_address": None, "gcs_alive": False, "auth": None, "env": {}, "partitions": []}
-    address = record.get("gcs_address")
-    gcs_pids = gcs_records(record)
-    gcs_up = any(r.alive() for r in gcs_pids) if gcs_pids else True
-    cluster_auth = record_auth(record)
-    nodes = gcs_nodes(address, 3.0, cluster_auth) if address and gcs_up else None
-    resource = record["spec"]["resource_name"]
+        return empty_status()
+    return describe(record)
+
+
+def describe(record: NodeRecord) -> dict[str, Any]:
+    warnings: list[str] = []
+    here = state.host_name()
+    if record.host != here:
+        warnings.append(
+            f"the record was written on host {record.host!r}, this is {here!r}: its processes are not this host's"
+        )
+        checks: dict[Any, procs.Check] = {}
+    else:
+        checks = procs.check_record(record)
+    for c in checks.values():
+        if c.verdict is procs.Verdict.FOREIGN:
+            warnings.append(f"state file {state.state_file()} names {c.describe()}; it is not counted as ours")
+    if record.stopping:
+        warnings.append("a `ray-accel stop` is stopping these partitions")
+
+    def ours(p: PartitionEntry, *kinds: str) -> list[bool]:
+        return [checks[r].ours for r in p.of_kind(*kinds) if r in checks]
+
+    gcs_recorded = [ok for p in record.partitions for ok in ours(p, "gcs_server")]
+    has_gcs = any(p.of_kind("gcs_server") for p in record.partitions)
+    gcs_up = any(gcs_recorded) if has_gcs else True
+    nodes = gcs_nodes(record.gcs_address, 3.0, record.auth) if gcs_up else None
+    resource = record.spec.resource_name
     out = []
-    for p in record["partitions"]:
-        raylet = raylet_record(p)
-        raylet_alive = raylet is not None and raylet.alive()
-        node = (nodes or {}).get(p.get("node_id", ""), {})
+    for p in record.partitions:
+        raylet = p.raylet()
+        alive = bool(ours(p, "raylet")) and all(ours(p, "raylet"))
+        node = (nodes or {}).get(p.node_id or "", {})
         total = node.get("total", {})
         avail = node.get("available", {})
+        problems = [checks[r].describe() for r in p.processes if r in checks and not checks[r].ours]
         out.append(
             {
-                "partition": p["partition"],
-                "device_ids": p["device_ids"],
-                "core_ids": p["core_ids"],
-                "visible_ids": p["visible_ids"],
-                "accelerator_type": p.get("accelerator_type", record["spec"].get("accelerator_type")),
-                "models": p.get("models", []),
+                "partition": p.name,
+                "device_ids": list(p.device_ids),
+                "core_ids": list(p.core_ids),
+                "visible_ids": p.visible_ids,
+                "accelerator_type": p.accelerator_type,
+                "models": list(p.models),
                 "pid": raylet.pid if raylet else None,
-                "node_id": p.get("node_id"),
-                "head": p.get("head", False),
-                "alive": raylet_alive,
+                "node_id": p.node_id,
+                "head": p.head,
+                "alive": alive,
                 "registered": node.get("alive") if nodes is not None else None,
                 "in_use": {k: total[k] - avail.get(k, 0.0) for k in (resource, "CPU") if k in total},
                 "total": {k: total[k] for k in (resource, "CPU") if k in total},
-                "log": p.get("log"),
+                "worker_ports": [p.ports.min_worker_port, p.ports.max_worker_port],
+                "problems": problems,
+                "log": p.log,
             }
         )
     return {
         "running": any(p["alive"] for p in out),
-        "gcs_address": address,
+        "host": record.host,
+        "state_file": str(state.state_file()),
+        "gcs_address": record.gcs_address,
         "gcs_alive": gcs_up,
-        "auth": cluster_auth.to_json(),
+        "auth": record.auth.to_json(),
         # Exactly what a driver needs in its environment (a path, never the token).
-        "env": cluster_auth.env(),
+        "env": record.auth.env(),
+        "warnings": warnings,
         "partitions": out,
     }

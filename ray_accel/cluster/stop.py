@@ -1,34 +1,53 @@
-"""`ray-accel stop`: stop exactly the processes `start` started, by PID."""
+"""`ray-accel stop`: stop exactly the processes `start` started, by PID.
+
+Under the host's lock. The record is checked first: if it names a live
+process that is not the one recorded (PID 1, this process, another program
+that now has the PID and start time), nothing at all is signalled and the
+command exits 2 naming the record.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ray_accel.cluster import procs, state
-from ray_accel.cluster.raylet import all_pids
+from ray_accel.cluster.files import read_bounded
+from ray_accel.cluster.record import NodeRecord
 
 
 def stop(grace_s: float = 5.0) -> dict[str, Any]:
-    record = state.load()
-    if record is None:
-        return {"stopped": [], "pids": [], "message": "nothing to stop: no partitions recorded"}
-    parts = record["partitions"]
-    # Worker raylets first, the head (GCS) last, so no raylet sees its GCS vanish.
-    ordered = [p for p in parts if not p.get("head")] + [p for p in parts if p.get("head")]
-    signalled: list[int] = []
-    for p in ordered:
-        signalled += procs.terminate(all_pids([p]), grace_s)
-    if record.get("head"):
-        forget_cluster_address(record)
-    state.clear()
-    stopped = [p["partition"] for p in ordered]
+    if not state.state_dir().exists():
+        return _nothing()
+    with state.host_lock("stop"):
+        record = state.load()
+        if record is None:
+            return _nothing()
+        state.check_host(record, "stop")
+        checks = procs.require_trusted(record, str(state.state_file()), "stop")
+        # Tell a `start --block` watching these partitions that this is asked for.
+        state.save(replace(record, stopping=True))
+        parts = record.partitions
+        # Worker raylets first, the head (GCS) last, so no raylet sees its GCS vanish.
+        ordered = [p for p in parts if not p.head] + [p for p in parts if p.head]
+        signalled: list[int] = []
+        for p in ordered:
+            signalled += procs.terminate([r.record for r in p.processes if checks[r].ours], grace_s)
+        if record.head:
+            forget_cluster_address(record)
+        state.clear()
+    stopped = [p.name for p in ordered]
     return {
         "stopped": stopped,
         "pids": signalled,
         "message": f"stopped {', '.join(stopped)} ({len(signalled)} processes)",
     }
+
+
+def _nothing() -> dict[str, Any]:
+    return {"stopped": [], "pids": [], "message": "nothing to stop: no partitions recorded"}
 
 
 def flag_value(args: Sequence[str], name: str) -> str | None:
@@ -40,14 +59,14 @@ def flag_value(args: Sequence[str], name: str) -> str | None:
     return None
 
 
-def forget_cluster_address(record: dict[str, Any]) -> None:
+def forget_cluster_address(record: NodeRecord) -> None:
     """Remove Ray's "current cluster" file if it names the head we stopped, as
     `ray stop` does; a later plain `ray.init()` would try to join it."""
     from ray._common.utils import get_ray_address_file
 
-    path = Path(get_ray_address_file(flag_value(record.get("ray_args", []), "--temp-dir")))
+    path = Path(get_ray_address_file(flag_value(record.ray_args, "--temp-dir")))
     try:
-        if path.read_text().strip() == record.get("gcs_address"):
+        if read_bounded(path, 4096).decode("utf-8", "replace").strip() == record.gcs_address:
             path.unlink()
-    except OSError:
+    except (OSError, ValueError):
         pass

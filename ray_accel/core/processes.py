@@ -28,6 +28,7 @@ class ProcStat(NamedTuple):
     name: str  # the kernel's comm (at most 15 characters)
     state: str
     ppid: int
+    pgrp: int  # process group: a launcher's group holds every process it started
     cpu_ticks: int  # user + system, this process only
     start_ticks: int
     rss_bytes: int
@@ -56,11 +57,44 @@ def read_stat(pid: int, proc: str = PROC) -> ProcStat | None:
             name=head.partition("(")[2],
             state=fields[0],
             ppid=int(fields[1]),
+            pgrp=int(fields[2]),
             cpu_ticks=int(fields[11]) + int(fields[12]),
             start_ticks=int(fields[19]),
             rss_bytes=int(fields[21]) * PAGE_SIZE,
         )
     except ValueError:
+        return None
+
+
+# argv of Ray's processes holds a long base64 config; what identifies a process
+# (the executable, the interpreter's script or module) comes first.
+CMDLINE_LIMIT = 64 * 1024
+
+
+def read_cmdline(pid: int, proc: str = PROC) -> list[str] | None:
+    """The process's argv (bounded: the first `CMDLINE_LIMIT` bytes), or None
+    if it is gone or unreadable. A kernel thread has an empty one."""
+    try:
+        fd = os.open(f"{proc}/{pid}/cmdline", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        raw = os.read(fd, CMDLINE_LIMIT)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    parts = raw.split(b"\0")
+    if parts[-1] == b"":
+        parts.pop()  # argv ends with a NUL; a rewritten title may not
+    return [a.decode("utf-8", "replace") for a in parts]
+
+
+def owner(pid: int, proc: str = PROC) -> int | None:
+    """The real user id that owns the process, or None if it is gone."""
+    try:
+        return os.stat(f"{proc}/{pid}").st_uid
+    except OSError:
         return None
 
 

@@ -24,7 +24,7 @@ from ray_accel.bridge.managers import (
     visible_tokens,
 )
 from ray_accel.cluster import procs
-from ray_accel.cluster.ports import PortError, plan_ports, raylet_ports
+from ray_accel.cluster.ports import PortError, plan_ports, port_blocks
 from ray_accel.cluster.raylet import validate_ray_args, without
 from ray_accel.core.errors import InputError
 from ray_accel.core.processes import ProcessRecord
@@ -128,11 +128,14 @@ def test_install_replaces_rays_manager_for_that_name() -> None:
     assert sum(1 for m in acc.get_all_accelerator_managers() if m.get_resource_name() == "neuron_cores") == 1
 
 
-@given(st.integers(1024, 60000), st.integers(0, 7))
-def test_port_blocks_are_disjoint_and_named_ports_distinct(base: int, agents: int) -> None:
-    blocks = [raylet_ports(base, i) for i in range(agents + 1)]
+@given(st.integers(1024, 40000), st.lists(st.integers(16, 3000), min_size=1, max_size=8), st.booleans())
+def test_port_blocks_are_disjoint_and_named_ports_distinct(base: int, workers: list[int], client: bool) -> None:
+    blocks = port_blocks(base, workers, client)
     seen: list[int] = [p for b in blocks for p in b.all()]
     assert len(seen) == len(set(seen))
+    assert [b.max_worker_port - b.min_worker_port + 1 for b in blocks] == workers
+    assert ("ray_client_server_port" in blocks[0].named) == client
+    assert all("ray_client_server_port" not in b.named for b in blocks[1:])
 
 
 def test_plan_ports_refuses_a_taken_port() -> None:
@@ -141,8 +144,8 @@ def test_plan_ports_refuses_a_taken_port() -> None:
         s.listen()
         taken = s.getsockname()[1]
         with pytest.raises(PortError, match=f"port {taken} is already in use"):
-            plan_ports(2, taken - 1)
-    assert len(plan_ports(3, None)) == 3
+            plan_ports([184, 184], taken - 1)
+    assert len(plan_ports([184, 184, 500], None)) == 3
 
 
 def test_ray_args_filters() -> None:

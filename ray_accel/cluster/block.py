@@ -1,0 +1,137 @@
+"""`ray-accel start --block`: stay in the foreground with the partitions, as
+`ray start --block` does for one raylet, so a supervisor (systemd, a KubeRay
+pod, a Slurm step) can own them.
+
+While blocking, this process holds no lock and only watches: each partition's
+raylet through /proc, its registration through the GCS. It prints every
+change, and ends:
+- on SIGTERM, SIGINT or SIGHUP: it stops every partition (`ray-accel stop`'s
+  own code, under the lock) and exits 0;
+- when `ray-accel stop` from elsewhere stops them (the record says `stopping`,
+  then is gone): it exits 0;
+- when a partition dies: it stops the others and exits 1, so the supervisor
+  sees the failure and can start the whole host again.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from types import FrameType
+
+from ray_accel.cluster import procs, state
+from ray_accel.cluster.gcs import Progress, gcs_nodes
+from ray_accel.cluster.record import NodeRecord
+from ray_accel.cluster.stop import stop
+from ray_accel.core.errors import RayAccelError
+
+POLL_S = 0.5
+GCS_EVERY_S = 10.0
+STOP_WAIT_S = 120.0
+
+
+def _ours_now(record: NodeRecord) -> bool:
+    """Whether the record on disk is still this start's and not being stopped."""
+    try:
+        current = state.load()
+    except RayAccelError:
+        return True  # unreadable now: what we started is still what we watch
+    return current is not None and current.created == record.created and not current.stopping
+
+
+def _stop_all(record: NodeRecord, grace_s: float, progress: Progress) -> None:
+    """Stop the partitions with `stop`'s own code, waiting while another
+    command (a `ray-accel stop` already at work) holds the lock."""
+    deadline = time.monotonic() + STOP_WAIT_S
+    while True:
+        try:
+            current = state.load()
+        except RayAccelError:
+            current = record
+        if current is None or current.created != record.created:
+            return  # someone else stopped them (and perhaps started anew)
+        try:
+            result = stop(grace_s)
+            progress(str(result["message"]))
+            return
+        except state.LockError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(POLL_S)
+
+
+def _wait_stopped(record: NodeRecord) -> None:
+    """A `ray-accel stop` is at work: wait until the record is gone."""
+    deadline = time.monotonic() + STOP_WAIT_S
+    while time.monotonic() < deadline:
+        try:
+            current = state.load()
+        except RayAccelError:
+            current = None
+        if current is None or current.created != record.created:
+            return
+        time.sleep(POLL_S)
+
+
+def supervise(record: NodeRecord, progress: Progress, grace_s: float = 5.0) -> int:
+    """Block until asked to stop or a partition dies; see the module doc."""
+    wake = threading.Event()
+    asked: list[str] = []
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        asked.append(signal.Signals(signum).name)
+        wake.set()
+
+    sigs = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    old = {s: signal.signal(s, handler) for s in sigs}
+    try:
+        return _watch(record, progress, grace_s, wake, asked)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _watch(record: NodeRecord, progress: Progress, grace_s: float, wake: threading.Event, asked: list[str]) -> int:
+    names = ", ".join(p.name for p in record.partitions)
+    progress(f"blocking with {names}: SIGTERM, Ctrl-C or `ray-accel stop` stops them")
+    alive: dict[str, bool] = {}
+    registered: dict[str, bool | None] = {}
+    next_gcs = 0.0
+    while True:
+        if asked:
+            progress(f"{asked[0]}: stopping every partition")
+            _stop_all(record, grace_s, progress)
+            return 0
+        if not _ours_now(record):
+            progress("`ray-accel stop` is stopping the partitions")
+            _wait_stopped(record)
+            progress("stopped by `ray-accel stop`")
+            return 0
+        checks = procs.check_record(record)
+        for p in record.partitions:
+            # A partition lives while its raylet does (and, on the head, the GCS).
+            vital = p.of_kind("raylet", "gcs_server")
+            gone = [r for r in vital if not checks[r].ours]
+            now = bool(vital) and not gone
+            if alive.get(p.name) != now:
+                if p.name in alive or not now:
+                    what = ", ".join(f"{r.kind} {r.pid}" for r in (gone or vital))
+                    progress(f"{p.name}: {what} {'alive' if now else 'DIED'}")
+                alive[p.name] = now
+        if time.monotonic() >= next_gcs:
+            next_gcs = time.monotonic() + GCS_EVERY_S
+            nodes = gcs_nodes(record.gcs_address, 3.0, record.auth)
+            for p in record.partitions:
+                reg = None if nodes is None else bool(nodes.get(p.node_id or "", {}).get("alive"))
+                if registered.get(p.name, True) != reg:
+                    progress(f"{p.name}: {'registered' if reg else 'NOT registered' if reg is False else 'GCS silent'}")
+                registered[p.name] = reg
+        dead = [name for name, ok in alive.items() if not ok]
+        if dead:
+            if not _ours_now(record):
+                continue  # a stop is at work: the next round says so
+            progress(f"partition {dead[0]} died: stopping every partition")
+            _stop_all(record, grace_s, progress)
+            return 1
+        wake.wait(POLL_S)

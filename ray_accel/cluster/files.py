@@ -1,0 +1,98 @@
+"""Reading and writing the small files of the state directory without being led
+astray: a FIFO or device where a file should be would block a plain `open`
+forever, a symbolic link would redirect a write, a huge file would be read
+whole. Every read here is non-blocking, of a regular file only, and bounded.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+from ray_accel.core.errors import InputError
+
+
+class UnsafeFileError(InputError):
+    """Not a regular file of a sane size where one was expected."""
+
+
+def read_bounded(path: Path, limit: int, follow: bool = True) -> bytes:
+    """The bytes of the regular file at `path`, at most `limit` of them.
+
+    Raises FileNotFoundError when there is none, `UnsafeFileError` for a FIFO,
+    device, directory, symbolic link (unless `follow`) or a file over `limit`,
+    and OSError for what the kernel refuses.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        if not follow and e.errno == errno.ELOOP:  # the last component is a link
+            raise UnsafeFileError(f"{path} is a symbolic link; refusing to follow it") from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise UnsafeFileError(f"{path} is not a regular file ({_kind(mode)})")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit:
+            chunk = os.read(fd, min(65536, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            raise UnsafeFileError(f"{path} is larger than {limit} bytes")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISLNK, "a symbolic link"),
+    ):
+        if test(mode):
+            return name
+    return f"mode {mode:o}"
+
+
+def open_for_write(path: Path, mode: int = 0o600) -> int:
+    """A fresh, truncated regular file at `path` opened for writing: never
+    through a symbolic link (a world-writable state directory could hold one
+    pointing anywhere), never a FIFO."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UnsafeFileError(f"{path} is not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def tail_lines(path: Path, count: int, limit: int = 16384) -> list[str]:
+    """The last `count` non-blank lines of the last `limit` bytes of a log
+    (empty if it cannot be read)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return []
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return []
+        raw = os.pread(fd, limit, max(0, st.st_size - limit))
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+    return [ln for ln in raw.decode("utf-8", "replace").splitlines() if ln.strip()][-count:]

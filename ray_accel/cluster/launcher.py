@@ -1,0 +1,216 @@
+"""The launch subprocesses that start raylets, killable as a whole.
+
+Each `ray start` runs in a launcher subprocess (`ray_accel.cluster.raylet_launch`)
+that leads a session and process group of its own. Every process Ray starts
+for it (GCS, raylet, dashboard, monitors) inherits that group (Ray 2.60's
+`services.start_ray_process` neither calls `setsid` nor `setpgrp`; it blocks
+SIGINT in them, so a Ctrl-C never reaches them) and stays in it after the
+launcher exits. So on a timeout, a Ctrl-C or a failure elsewhere, the group's
+members are found and killed even when the launcher died before it could say
+what it started. Being in a session of their own also keeps the terminal's
+Ctrl-C from killing launchers half-way: `start` decides what to stop.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ray_accel.cluster import procs
+from ray_accel.cluster.files import UnsafeFileError, open_for_write, read_bounded, tail_lines
+from ray_accel.cluster.record import RayProcess, loads_json, parse_processes
+from ray_accel.core.errors import InputError
+from ray_accel.core.processes import ProcessRecord
+
+RESULT_LIMIT = 1024 * 1024
+POLL_S = 0.1
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    name: str
+    ok: bool
+    error: str | None
+    processes: tuple[RayProcess, ...]
+    node_id: str | None = None
+    gcs_address: str | None = None
+    node_ip: str | None = None
+    log: str | None = None
+
+
+@dataclass
+class Launch:
+    """One `ray start` for partition `name` in a launcher of its own session."""
+
+    name: str
+    args: Sequence[str]
+    env: Mapping[str, str]
+    log_dir: Path
+    timeout_s: float
+    proc: subprocess.Popen[bytes] | None = None
+    leader: ProcessRecord | None = None
+    result: LaunchResult | None = None
+
+    @property
+    def result_path(self) -> Path:
+        return self.log_dir / f"{self.name}.result.json"
+
+    @property
+    def log_path(self) -> Path:
+        return self.log_dir / f"{self.name}.log"
+
+    def begin(self) -> None:
+        cmd = [sys.executable, "-m", "ray_accel.cluster.raylet_launch", str(self.result_path), "--", *self.args]
+        try:
+            self.result_path.unlink(missing_ok=True)
+            log = open_for_write(self.log_path)
+        except OSError as e:
+            raise InputError(f"cannot write the launch files of {self.name} in {self.log_dir}: {e}") from None
+        try:
+            self.proc = subprocess.Popen(
+                cmd,
+                env=dict(self.env),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        finally:
+            os.close(log)
+        # Not yet waited for, so the PID cannot have been reused; unreadable
+        # (never seen), its group is left alone rather than guessed at.
+        self.leader = ProcessRecord.of(self.proc.pid)
+
+    def wait(self, abort: threading.Event) -> LaunchResult:
+        """The launcher's result, killing its whole group first if it runs
+        past its time or `abort` is set."""
+        assert self.proc is not None
+        deadline = time.monotonic() + self.timeout_s
+        why: str | None = None
+        while True:
+            try:
+                self.proc.wait(timeout=POLL_S)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            if abort.is_set():
+                why = "interrupted"
+            elif time.monotonic() > deadline:
+                why = f"no result within {self.timeout_s:g}s"
+            if why:
+                self.kill()
+                break
+        self.result = self._read_result(why)
+        return self.result
+
+    def kill(self) -> None:
+        """SIGKILL the launcher and every member of its group."""
+        if self.proc is None:
+            return
+        for member in self.members():
+            if member.alive():
+                try:
+                    os.kill(member.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        if self.proc.poll() is None:
+            self.proc.kill()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def members(self) -> list[ProcessRecord]:
+        """What is left of this launcher's process group."""
+        if self.leader is None:
+            return []
+        return procs.group_members(self.leader.pid, self.leader.start_ticks)
+
+    def _read_result(self, why: str | None) -> LaunchResult:
+        processes: tuple[RayProcess, ...] = ()
+        try:
+            data = loads_json(read_bounded(self.result_path, RESULT_LIMIT, follow=False))
+            if not isinstance(data, dict):
+                raise InputError("not an object")
+            processes = parse_processes(data.get("processes", []), "processes")
+            ok = data.get("ok") is True and why is None
+            error = why or _text(data.get("error")) or (None if ok else "the launcher reported a failure")
+            fields = {k: _text(data.get(k)) for k in ("node_id", "gcs_address", "node_ip")}
+            if ok and not all(fields.values()):
+                ok, error = False, "the launcher's result names no node"
+        except FileNotFoundError:
+            ok, error, fields = False, why or "the launcher exited without a result", {}
+        except (OSError, UnsafeFileError, InputError, ValueError, RecursionError) as e:
+            ok, error, fields = False, why or f"unreadable launcher result {self.result_path}: {e}", {}
+        if not ok:
+            error = f"{error}; log {self.log_path}: " + " | ".join(tail_lines(self.log_path, 3))
+        return LaunchResult(self.name, ok, error, processes, log=str(self.log_path), **fields)
+
+
+def _text(value: object) -> str | None:
+    return value[:2000] if isinstance(value, str) and value else None
+
+
+@dataclass
+class Launches:
+    """Every launch of one `start` or `--recover`, so that all of them can be
+    stopped, whatever state each is in."""
+
+    log_dir: Path
+    timeout_s: float
+    abort: threading.Event = field(default_factory=threading.Event)
+    launches: list[Launch] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def run(self, name: str, args: Sequence[str], env: Mapping[str, str]) -> LaunchResult:
+        launch = Launch(name, args, env, self.log_dir, self.timeout_s)
+        with self._lock:
+            if self.abort.is_set():
+                return LaunchResult(name, False, "interrupted", ())
+            self.launches.append(launch)
+            launch.begin()
+        return launch.wait(self.abort)
+
+    def run_all(self, jobs: Sequence[tuple[str, Sequence[str], Mapping[str, str]]]) -> list[LaunchResult]:
+        """Launch `jobs` at once; every result, in order. An interrupt here
+        (Ctrl-C in the main thread) aborts every launch before it propagates."""
+        if not jobs:
+            return []
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="launch")
+        try:
+            futures = [pool.submit(self.run, *job) for job in jobs]
+            pending = set(futures)
+            while pending:
+                _, pending = concurrent.futures.wait(pending, timeout=0.2)
+            return [f.result() for f in futures]
+        except BaseException:
+            self.abort.set()
+            raise
+        finally:
+            pool.shutdown(wait=True)
+
+    def processes(self) -> list[RayProcess]:
+        return [p for launch in self.launches if launch.result for p in launch.result.processes]
+
+    def undo(self, grace_s: float = 2.0) -> list[int]:
+        """Stop everything these launches started: abort those still running,
+        then terminate every recorded process that is still ours and every
+        member left in a launcher's group. Returns the PIDs signalled."""
+        self.abort.set()
+        with self._lock:
+            launches = list(self.launches)
+        for launch in launches:
+            if launch.result is None and launch.proc is not None and launch.proc.poll() is None:
+                launch.kill()
+        protected = procs.never_signal()
+        recorded = [p.record for p in self.processes() if procs.check(p, protected).ours]
+        leftovers = [m for launch in launches for m in launch.members()]
+        return procs.terminate([*recorded, *leftovers], grace_s)

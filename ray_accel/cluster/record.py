@@ -1,0 +1,487 @@
+"""The state record: what `ray-accel start` started on this host, as a typed,
+frozen value.
+
+The file is input like any other: it may be truncated, hand-edited, copied
+from another host, or written by another version. `parse_record` checks every
+field before anything acts on it and raises `RecordError` (exit 2) naming the
+file and the field; nothing else escapes it, whatever the bytes. A PID from
+the record is only a claim: `ray_accel.cluster.procs` decides whether the
+process it names is still the one recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any, TypeVar
+
+from ray_accel.bridge.managers import BridgeSpec
+from ray_accel.cluster.auth import Auth, AuthError
+from ray_accel.cluster.ports import NAMED, RayletPorts
+from ray_accel.cluster.raylet import validate_ray_args
+from ray_accel.core import validate
+from ray_accel.core.errors import InputError
+from ray_accel.core.processes import ProcessRecord
+from ray_accel.core.visibility import format_visible_ids
+from ray_accel.partition.plan import Mode, Partition
+
+# 3: processes as {kind, pid, start_ticks, identity}, the host, ports per
+# partition (2 had [pid, start ticks] pairs; 1 had wall-clock start times).
+VERSION = 3
+MAX_BYTES = 4 * 1024 * 1024
+MAX_PARTITIONS = 1024
+MAX_PROCESSES = 256
+MAX_UNITS = 1 << 17
+MAX_TEXT = 4096
+# Linux's largest PID (PID_MAX_LIMIT, include/linux/threads.h).
+PID_MAX = 1 << 22
+_KIND = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_RESOURCE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,127}$")
+_HEX_ID = re.compile(r"^[0-9a-f]{1,128}$")
+
+T = TypeVar("T")
+
+
+class RecordError(InputError):
+    """The state record cannot be trusted: it does not fit the schema, names
+    a process that is not the one recorded, or belongs to another host."""
+
+
+@dataclass(frozen=True)
+class RayProcess:
+    """One process Ray started for a raylet, as recorded when it started:
+    its kind (Ray's process type), PID, kernel start time and identity (what
+    its command line said it runs: see `procs.identity`)."""
+
+    kind: str
+    pid: int
+    start_ticks: int
+    identity: str
+
+    @property
+    def record(self) -> ProcessRecord:
+        return ProcessRecord(self.pid, self.start_ticks)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class PartitionEntry:
+    name: str
+    device_ids: tuple[str, ...]
+    core_ids: tuple[int, ...]
+    head: bool
+    ports: RayletPorts
+    processes: tuple[RayProcess, ...]
+    node_id: str | None = None
+    node_ip: str | None = None
+    log: str | None = None
+    accelerator_type: str | None = None  # the one type its raylet advertises, if any
+    models: tuple[str, ...] = ()
+
+    @property
+    def partition(self) -> Partition:
+        return Partition(self.name, self.device_ids, self.core_ids, self.accelerator_type, self.models)
+
+    @property
+    def visible_ids(self) -> str:
+        return format_visible_ids(self.core_ids)
+
+    def of_kind(self, *kinds: str) -> list[RayProcess]:
+        return [p for p in self.processes if p.kind in kinds]
+
+    def raylet(self) -> RayProcess | None:
+        found = self.of_kind("raylet")
+        return found[0] if found else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "partition": self.name,
+            "device_ids": list(self.device_ids),
+            "core_ids": list(self.core_ids),
+            "visible_ids": self.visible_ids,
+            "accelerator_type": self.accelerator_type,
+            "models": list(self.models),
+            "head": self.head,
+            "ports": asdict(self.ports),
+            "processes": [p.to_json() for p in self.processes],
+            "node_id": self.node_id,
+            "node_ip": self.node_ip,
+            "log": self.log,
+        }
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    host: str
+    created: float
+    head: bool
+    mode: str
+    spec: BridgeSpec
+    ray_args: tuple[str, ...]
+    gcs_address: str
+    gcs_port: int | None
+    auth: Auth
+    partitions: tuple[PartitionEntry, ...]
+    metrics: bool | None = None
+    # Set by `stop` before its first signal, so a `start --block` watching
+    # these partitions knows their end was asked for.
+    stopping: bool = False
+
+    def processes(self) -> list[RayProcess]:
+        return [r for p in self.partitions for r in p.processes]
+
+    def with_partitions(self, parts: Sequence[PartitionEntry]) -> NodeRecord:
+        return replace(self, partitions=tuple(parts))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": VERSION,
+            "host": self.host,
+            "created": self.created,
+            "head": self.head,
+            "mode": self.mode,
+            "spec": asdict(self.spec),
+            "ray_args": list(self.ray_args),
+            "gcs_address": self.gcs_address,
+            "gcs_port": self.gcs_port,
+            "auth": self.auth.to_json(),
+            "metrics": self.metrics,
+            "stopping": self.stopping,
+            "partitions": [p.to_json() for p in self.partitions],
+        }
+
+
+def dumps(record: NodeRecord) -> str:
+    return json.dumps(record.to_json(), indent=2, allow_nan=False)
+
+
+# ---------------------------------------------------------------- parsing
+
+
+class _Bad(Exception):
+    """A field that does not fit, with where it is."""
+
+    def __init__(self, where: str, problem: str) -> None:
+        super().__init__(f"{where}: {problem}" if where else problem)
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def loads_json(raw: bytes | str) -> object:
+    """Strict JSON: no NaN or Infinity, no duplicate surprises from deep
+    nesting (a RecursionError is reported like any other syntax error)."""
+    text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+    return json.loads(text, parse_constant=_reject_constant)
+
+
+def parse_record(raw: bytes | str, source: str) -> NodeRecord:
+    """The record in `raw` (the bytes of the state file `source`), or
+    `RecordError` naming `source` and what does not fit."""
+    try:
+        data = loads_json(raw)
+    except UnicodeDecodeError as e:
+        raise RecordError(f"state file {source} is not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except RecursionError:
+        raise RecordError(f"state file {source} is not a state record: JSON nested too deeply") from None
+    except ValueError as e:
+        raise RecordError(f"state file {source} is not valid JSON: {e}") from None
+    try:
+        return _record(data)
+    except _Bad as e:
+        raise RecordError(f"state file {source} does not fit the state record: {e}") from None
+    except RecursionError:  # pragma: no cover - the schema has a fixed depth
+        raise RecordError(f"state file {source} does not fit the state record: nested too deeply") from None
+
+
+def _record(data: object) -> NodeRecord:
+    obj = _mapping(data, "")
+    version = obj.get("version")
+    if version != VERSION or isinstance(version, bool):
+        raise _Bad(
+            "version",
+            f"{_show(version)}; this ray-accel reads version {VERSION} (stop that version's processes with the "
+            "ray-accel that wrote it, or by hand, then remove the file)",
+        )
+    spec = _spec(_key(obj, "spec", ""))
+    head = _bool(_key(obj, "head", ""), "head")
+    parts_raw = _list(_key(obj, "partitions", ""), "partitions", MAX_PARTITIONS)
+    if not parts_raw:
+        raise _Bad("partitions", "empty: a record names at least one partition")
+    parts = tuple(_partition(p, f"partitions[{i}]", spec) for i, p in enumerate(parts_raw))
+    names = [p.name for p in parts]
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup is not None:
+        raise _Bad("partitions", f"partition {dup!r} appears twice")
+    cores = [c for p in parts for c in p.core_ids]
+    shared = _first_dup(cores)
+    if shared is not None:
+        raise _Bad("partitions", f"core {shared} belongs to two partitions")
+    heads = [i for i, p in enumerate(parts) if p.head]
+    if heads != ([0] if head else []):
+        raise _Bad("partitions", "the head partition must be the first, and only in a record of a head")
+    gcs_port = obj.get("gcs_port")
+    try:
+        auth = Auth.from_json(_mapping(_key(obj, "auth", ""), "auth"))
+    except AuthError as e:
+        raise _Bad("auth", str(e)) from None
+    if auth.token_path is not None:
+        _text(auth.token_path, "auth.token_path", MAX_TEXT)
+    metrics = obj.get("metrics")
+    if metrics is not None and not isinstance(metrics, bool):
+        raise _Bad("metrics", f"{_show(metrics)} is not true, false or null")
+    return NodeRecord(
+        host=_text(_key(obj, "host", ""), "host", 255),
+        created=_number(_key(obj, "created", ""), "created", 0.0, 1e12),
+        head=head,
+        mode=_mode(_key(obj, "mode", "")),
+        spec=spec,
+        ray_args=_ray_args(_key(obj, "ray_args", "")),
+        gcs_address=_address(_key(obj, "gcs_address", ""), "gcs_address"),
+        gcs_port=None if gcs_port is None else _int(gcs_port, "gcs_port", 1, 65535),
+        auth=auth,
+        partitions=parts,
+        metrics=metrics,
+        stopping=_bool(obj.get("stopping", False), "stopping"),
+    )
+
+
+def _first_dup(values: Sequence[int]) -> int | None:
+    seen: set[int] = set()
+    for v in values:
+        if v in seen:
+            return v
+        seen.add(v)
+    return None
+
+
+def _partition(data: object, where: str, spec: BridgeSpec) -> PartitionEntry:
+    obj = _mapping(data, where)
+    name = _text(_key(obj, "partition", where), f"{where}.partition", 63)
+    try:
+        validate.partition_name(name)
+    except InputError as e:
+        raise _Bad(f"{where}.partition", str(e)) from None
+    device_ids = tuple(
+        _text(d, f"{where}.device_ids[{i}]", 256)
+        for i, d in enumerate(_list(_key(obj, "device_ids", where), f"{where}.device_ids", MAX_UNITS))
+    )
+    core_list = _list(_key(obj, "core_ids", where), f"{where}.core_ids", MAX_UNITS)
+    core_ids = tuple(_int(c, f"{where}.core_ids[{i}]", 0, MAX_UNITS) for i, c in enumerate(core_list))
+    if not core_ids:
+        raise _Bad(f"{where}.core_ids", "empty: a partition has at least one unit")
+    unknown = sorted(set(core_ids) - set(spec.unit_ids))
+    if unknown:
+        raise _Bad(f"{where}.core_ids", f"unit {unknown[0]} is not one of the node's units")
+    if len(set(core_ids)) != len(core_ids):
+        raise _Bad(f"{where}.core_ids", "a unit appears twice")
+    procs_list = _list(_key(obj, "processes", where), f"{where}.processes", MAX_PROCESSES)
+    processes = tuple(_process(p, f"{where}.processes[{i}]") for i, p in enumerate(procs_list))
+    return PartitionEntry(
+        name=name,
+        device_ids=device_ids,
+        core_ids=core_ids,
+        head=_bool(_key(obj, "head", where), f"{where}.head"),
+        ports=_ports(_key(obj, "ports", where), f"{where}.ports"),
+        processes=processes,
+        node_id=_optional(obj.get("node_id"), f"{where}.node_id", _hex_id),
+        node_ip=_optional(obj.get("node_ip"), f"{where}.node_ip", lambda v, w: _text(v, w, 255)),
+        log=_optional(obj.get("log"), f"{where}.log", lambda v, w: _text(v, w, MAX_TEXT)),
+        # A record from before types per partition: the node's type, as then.
+        accelerator_type=_optional(
+            obj.get("accelerator_type", spec.accelerator_type),
+            f"{where}.accelerator_type",
+            lambda v, w: _text(v, w, 128),
+        ),
+        models=tuple(
+            _text(m, f"{where}.models[{i}]", 128)
+            for i, m in enumerate(_list(obj.get("models", []), f"{where}.models", MAX_UNITS))
+        ),
+    )
+
+
+def parse_processes(data: object, where: str) -> tuple[RayProcess, ...]:
+    """A list of recorded processes, or InputError naming `where`."""
+    try:
+        items = _list(data, where, MAX_PROCESSES)
+        return tuple(_process(p, f"{where}[{i}]") for i, p in enumerate(items))
+    except _Bad as e:
+        raise InputError(str(e)) from None
+
+
+def _process(data: object, where: str) -> RayProcess:
+    obj = _mapping(data, where)
+    kind = _text(_key(obj, "kind", where), f"{where}.kind", 48)
+    if not _KIND.match(kind):
+        raise _Bad(f"{where}.kind", f"{kind!r} is not a process kind")
+    return RayProcess(
+        kind=kind,
+        # PID 0 and negative PIDs name process groups to kill(2): never a process.
+        pid=_int(_key(obj, "pid", where), f"{where}.pid", 1, PID_MAX),
+        start_ticks=_int(_key(obj, "start_ticks", where), f"{where}.start_ticks", 0, (1 << 63) - 1),
+        identity=_text(_key(obj, "identity", where), f"{where}.identity", MAX_TEXT),
+    )
+
+
+def _ports(data: object, where: str) -> RayletPorts:
+    obj = _mapping(data, where)
+    named_raw = _mapping(_key(obj, "named", where), f"{where}.named")
+    named: dict[str, int] = {}
+    for key, value in named_raw.items():
+        if key not in NAMED:
+            raise _Bad(f"{where}.named", f"unknown port {key!r}")
+        named[key] = _int(value, f"{where}.named.{key}", 1024, 65535)
+    for key in ("node_manager_port", "object_manager_port"):
+        if key not in named:
+            raise _Bad(f"{where}.named", f"no {key}")
+    lo = _int(_key(obj, "min_worker_port", where), f"{where}.min_worker_port", 1024, 65535)
+    hi = _int(_key(obj, "max_worker_port", where), f"{where}.max_worker_port", lo, 65535)
+    return RayletPorts(_int(_key(obj, "base", where), f"{where}.base", 1024, 65535), named, lo, hi)
+
+
+def _spec(data: object) -> BridgeSpec:
+    obj = _mapping(data, "spec")
+    resource = _text(_key(obj, "resource_name", "spec"), "spec.resource_name", 128)
+    env = _text(_key(obj, "visible_ids_env", "spec"), "spec.visible_ids_env", 128)
+    family = _text(_key(obj, "family", "spec"), "spec.family", 64)
+    if not _RESOURCE.match(resource):
+        raise _Bad("spec.resource_name", f"{resource!r} is not a resource name")
+    if not _ENV_NAME.match(env):
+        raise _Bad("spec.visible_ids_env", f"{env!r} is not an environment variable name")
+    if not _KIND.match(family):
+        raise _Bad("spec.family", f"{family!r} is not a family name")
+    units = _list(_key(obj, "unit_ids", "spec"), "spec.unit_ids", MAX_UNITS)
+    accel = obj.get("accelerator_type")
+    return BridgeSpec(
+        resource_name=resource,
+        visible_ids_env=env,
+        family=family,
+        accelerator_type=None if accel is None else _text(accel, "spec.accelerator_type", 128),
+        unit_ids=tuple(_int(u, f"spec.unit_ids[{i}]", 0, MAX_UNITS) for i, u in enumerate(units)),
+        process_env=_process_env(obj.get("process_env", [])),
+    )
+
+
+def _process_env(data: object) -> tuple[tuple[str, str], ...]:
+    out = []
+    for i, row in enumerate(_list(data, "spec.process_env", 64)):
+        pair = _list(row, f"spec.process_env[{i}]", 2)
+        if len(pair) != 2:
+            raise _Bad(f"spec.process_env[{i}]", "a [name, value] pair")
+        name = _text(pair[0], f"spec.process_env[{i}][0]", 128)
+        if not _ENV_NAME.match(name):
+            raise _Bad(f"spec.process_env[{i}][0]", f"{name!r} is not an environment variable name")
+        out.append((name, _text(pair[1], f"spec.process_env[{i}][1]", MAX_TEXT)))
+    return tuple(out)
+
+
+def _ray_args(data: object) -> tuple[str, ...]:
+    args = tuple(_text(a, f"ray_args[{i}]", MAX_TEXT) for i, a in enumerate(_list(data, "ray_args", 256)))
+    # Checked as `start` checks them: `--recover` passes them to `ray start` again.
+    try:
+        validate_ray_args(args)
+    except InputError as e:
+        raise _Bad("ray_args", str(e)) from None
+    return args
+
+
+def _address(data: object, where: str) -> str:
+    text = _text(data, where, 300)
+    try:
+        host, port = validate.host_port(text, where)
+    except InputError as e:
+        raise _Bad(where, str(e)) from None
+    return f"{host}:{port}"
+
+
+def _mode(data: object) -> str:
+    text = _text(data, "mode", 32)
+    if text not in {m.value for m in Mode}:
+        raise _Bad("mode", f"{text!r} is not a partition mode")
+    return text
+
+
+def _hex_id(data: object, where: str) -> str:
+    text = _text(data, where, 128)
+    if not _HEX_ID.match(text):
+        raise _Bad(where, f"{text!r} is not a hex node id")
+    return text
+
+
+# ------------------------------------------------------------- primitives
+
+
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _key(obj: Mapping[str, object], key: str, where: str) -> object:
+    if key not in obj:
+        raise _Bad(where or "record", f"missing {key!r}")
+    return obj[key]
+
+
+def _mapping(data: object, where: str) -> Mapping[str, object]:
+    if not isinstance(data, dict):
+        raise _Bad(where or "record", f"expected an object, got {_type(data)}")
+    return data
+
+
+def _list(data: object, where: str, limit: int) -> list[object]:
+    if not isinstance(data, list):
+        raise _Bad(where, f"expected a list, got {_type(data)}")
+    if len(data) > limit:
+        raise _Bad(where, f"{len(data)} entries, more than {limit}")
+    return data
+
+
+def _text(data: object, where: str, limit: int) -> str:
+    if not isinstance(data, str):
+        raise _Bad(where, f"expected a string, got {_type(data)}")
+    if not data or len(data) > limit:
+        raise _Bad(where, f"expected 1 to {limit} characters, got {len(data)}")
+    if any(ord(c) < 32 or ord(c) == 127 for c in data):
+        raise _Bad(where, f"control character in {_show(data)}")
+    return data
+
+
+def _int(data: object, where: str, lo: int, hi: int) -> int:
+    if not isinstance(data, int) or isinstance(data, bool):
+        raise _Bad(where, f"expected an integer, got {_type(data)} {_show(data)}")
+    if not lo <= data <= hi:
+        raise _Bad(where, f"{_show(data)} is outside {lo}..{hi}")
+    return data
+
+
+def _number(data: object, where: str, lo: float, hi: float) -> float:
+    if not isinstance(data, int | float) or isinstance(data, bool):
+        raise _Bad(where, f"expected a number, got {_type(data)}")
+    value = float(data)
+    if not math.isfinite(value) or not lo <= value <= hi:
+        raise _Bad(where, f"{_show(data)} is outside {lo:g}..{hi:g}")
+    return value
+
+
+def _bool(data: object, where: str) -> bool:
+    if not isinstance(data, bool):
+        raise _Bad(where, f"expected true or false, got {_type(data)} {_show(data)}")
+    return data
+
+
+def _optional(data: object, where: str, parse: Callable[[object, str], T]) -> T | None:
+    return None if data is None else parse(data, where)
+
+
+def _type(data: object) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "an integer"}
+    if data is None:
+        return "null"
+    return names.get(type(data), "a number" if isinstance(data, float) else type(data).__name__)

@@ -1,0 +1,527 @@
+"""Issue 17 (cluster side) at the command line, without starting Ray.
+
+What a command must never do with bad input or a state record it cannot
+trust: signal a process it did not start, start a cluster, write outside the
+state directory, change the directory's mode, or change state before
+refusing. Processes are real: a stand-in for a raylet is `sleep` run under
+the path Ray's raylet binary has (``ray/core/src/ray/raylet/raylet``, from
+``ray/_private/services.py``'s `start_raylet`), so its command line is a
+raylet's as /proc shows it; everything a test starts carries its own tag
+(`tests.tagged`) and is killed by PID at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from ray_accel.bridge.managers import BridgeSpec
+from ray_accel.cluster import state
+from ray_accel.cluster.auth import Auth
+from ray_accel.cluster.ports import port_blocks
+from ray_accel.cluster.procs import Verdict, check, identity
+from ray_accel.cluster.record import NodeRecord, PartitionEntry, RayProcess, dumps
+from ray_accel.core.processes import ProcessRecord, read_cmdline
+from tests.conftest import run_cli
+from tests.tagged import new_tag, tagged
+
+SPEC = BridgeSpec("neuron_cores", "NEURON_RT_VISIBLE_CORES", "neuron", "Trainium", tuple(range(32)))
+RAYLET_PATH = "ray/core/src/ray/raylet/raylet"
+
+
+@pytest.fixture
+def tag() -> dict[str, str]:
+    return new_tag()
+
+
+@pytest.fixture
+def env(tmp_path: Path, tag: dict[str, str]) -> dict[str, str]:
+    home = tmp_path / "home"
+    home.mkdir()
+    return {
+        "RAYACCEL_MOCK": "trn1.32xlarge",
+        "RAYACCEL_STATE_DIR": str(tmp_path / "state"),
+        "HOME": str(home),
+        "RAY_AUTH_MODE": "",
+        "RAY_AUTH_TOKEN": "",
+        "RAY_AUTH_TOKEN_PATH": "",
+        **tag,
+    }
+
+
+Spawn = Callable[..., subprocess.Popen[bytes]]
+
+
+@pytest.fixture
+def spawn(tmp_path: Path, tag: dict[str, str]) -> Iterator[Spawn]:
+    """Start `sleep` as a stand-in raylet (`as_raylet`) or as itself."""
+    fake = tmp_path / "site-packages" / RAYLET_PATH
+    fake.parent.mkdir(parents=True)
+    os.symlink(shutil.which("sleep") or "/bin/sleep", fake)
+    started: list[subprocess.Popen[bytes]] = []
+
+    def run(as_raylet: bool = True, child: bool = False) -> subprocess.Popen[bytes]:
+        exe = str(fake) if as_raylet else "sleep"
+        # With `child`, the stand-in runs a sleep of its own below it, as a raylet runs workers.
+        cmd = ["sh", "-c", f'"{exe}" 600 & exec "{exe}" 601'] if child else [exe, "600"]
+        p = subprocess.Popen(cmd, env={**os.environ, **tag})
+        started.append(p)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            argv = read_cmdline(p.pid) or []
+            if argv[:1] == [exe] and (not child or psutil.Process(p.pid).children()):
+                break
+            time.sleep(0.02)
+        return p
+
+    yield run
+    for p in started:
+        p.kill()
+        p.wait()
+    for pid in tagged(tag):
+        os.kill(pid, 9)  # our own tagged sleeps only
+
+
+def ray_process(proc: subprocess.Popen[bytes] | int, kind: str = "raylet", **over: object) -> RayProcess:
+    pid = proc if isinstance(proc, int) else proc.pid
+    record = ProcessRecord.of(pid)
+    assert record is not None
+    argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[:-1]
+    fields: dict[str, object] = {
+        "kind": kind,
+        "pid": pid,
+        "start_ticks": record.start_ticks,
+        "identity": identity([a.decode() for a in argv]),
+    }
+    fields.update(over)
+    return RayProcess(**fields)  # type: ignore[arg-type]
+
+
+def write_record(env: dict[str, str], *parts: tuple[RayProcess, ...], host: str | None = None) -> bytes:
+    """A joining host's record (no GCS of its own) with one partition per `parts`."""
+    blocks = port_blocks(41000, [184] * len(parts))
+    entries = tuple(
+        PartitionEntry(f"p{i}", (f"neuron:{2 * i}",), (4 * i, 4 * i + 1), False, blocks[i], procs)
+        for i, procs in enumerate(parts)
+    )
+    record = NodeRecord(
+        host=host or state.host_name(),
+        created=1.0,
+        head=False,
+        mode="auto-split",
+        spec=SPEC,
+        ray_args=(),
+        gcs_address="127.0.0.1:1",
+        gcs_port=None,
+        auth=Auth("disabled", None, "test"),
+        partitions=entries,
+    )
+    directory = Path(env["RAYACCEL_STATE_DIR"])
+    directory.mkdir(mode=0o700, exist_ok=True)
+    raw = dumps(record).encode()
+    (directory / "node.json").write_bytes(raw)
+    return raw
+
+
+def state_bytes(env: dict[str, str]) -> bytes | None:
+    path = Path(env["RAYACCEL_STATE_DIR"]) / "node.json"
+    return path.read_bytes() if path.exists() else None
+
+
+def assert_clean_error(proc: subprocess.CompletedProcess[str], code: int, *needles: str) -> None:
+    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    for needle in needles:
+        assert needle in proc.stderr, (needle, proc.stderr)
+
+
+# ------------------------------------------------ 17.1: never signal what is not ours
+
+
+def test_verdicts_of_the_process_check(spawn: Spawn) -> None:
+    raylet = spawn()
+    other = spawn(as_raylet=False)
+    assert check(ray_process(raylet)).verdict is Verdict.OURS
+    assert check(ray_process(1)).verdict is Verdict.FOREIGN
+    assert check(ray_process(os.getpid())).verdict is Verdict.FOREIGN
+    assert check(ray_process(os.getppid())).verdict is Verdict.FOREIGN, "an ancestor"
+    foreign = check(ray_process(other, identity=ray_process(raylet).identity))
+    assert foreign.verdict is Verdict.FOREIGN and "command line is 'sleep 600'" in foreign.reason
+    assert check(ray_process(other)).verdict is Verdict.FOREIGN, "sleep is not Ray's raylet"
+    assert check(ray_process(raylet, kind="gcs_server")).verdict is Verdict.FOREIGN, "a raylet is not a GCS"
+    reused = ray_process(raylet, start_ticks=ray_process(raylet).start_ticks - 1)
+    assert check(reused).verdict is Verdict.GONE, "a reused PID names a younger process: the recorded one is gone"
+    recorded = ray_process(raylet)
+    raylet.kill()
+    raylet.wait()
+    assert check(recorded).verdict is Verdict.GONE
+
+
+FOREIGN_CASES = ["pid-1", "test-process", "other-command-line", "not-ray"]
+
+
+def foreign_entry(case: str, spawn: Spawn) -> tuple[RayProcess, subprocess.Popen[bytes] | None]:
+    if case == "pid-1":
+        return ray_process(1, identity="/x/" + RAYLET_PATH), None
+    if case == "test-process":
+        return ray_process(os.getpid(), identity="/x/" + RAYLET_PATH), None
+    other = spawn(as_raylet=False)
+    if case == "other-command-line":
+        # The right start time, but the program is sleep, not the raylet recorded.
+        return ray_process(other, identity="/x/site-packages/" + RAYLET_PATH), other
+    return ray_process(other), other  # the record itself says "sleep": not a Ray process
+
+
+@pytest.mark.parametrize("case", FOREIGN_CASES)
+def test_acceptance_17_1_a_record_naming_a_process_not_ours(
+    case: str, spawn: Spawn, env: dict[str, str], tag: dict[str, str]
+) -> None:
+    ours = spawn()  # a live stand-in raylet in the same record: it must survive too
+    entry, bystander = foreign_entry(case, spawn)
+    raw = write_record(env, (ray_process(ours),), (entry,))
+
+    status = run_cli("status", "--json", env=env)
+    assert status.returncode == 0, status.stderr
+    payload = json.loads(status.stdout)
+    p1 = next(p for p in payload["partitions"] if p["partition"] == "p1")
+    assert p1["alive"] is False, "status never calls it ours"
+    assert any(f"process {entry.pid} (raylet)" in w for w in payload["warnings"]), payload["warnings"]
+
+    for args in (["stop"], ["stop", "--grace", "0"], ["start", "--recover"], ["start", "--head", "--agents", "2"]):
+        proc = run_cli(*args, env=env)
+        assert_clean_error(proc, 2, str(Path(env["RAYACCEL_STATE_DIR"]) / "node.json"), f"process {entry.pid}")
+        assert state_bytes(env) == raw, f"{args} changed the record"
+        assert ours.poll() is None, f"{args} signalled a process although the record cannot be trusted"
+        if bystander is not None:
+            assert bystander.poll() is None, f"{args} signalled a process it never started"
+    assert set(tagged(tag)) >= {ours.pid}
+
+
+def test_stop_stops_exactly_the_recorded_processes_and_their_children(
+    spawn: Spawn, env: dict[str, str], tag: dict[str, str]
+) -> None:
+    raylet = spawn(child=True)
+    bystander = spawn()
+    children = set(tagged(tag)) - {raylet.pid, bystander.pid}
+    assert len(children) == 1
+    write_record(env, (ray_process(raylet),))
+    status = json.loads(run_cli("status", "--json", env=env).stdout)
+    assert status["partitions"][0]["alive"] is True and status["warnings"] == []
+
+    proc = run_cli("stop", "--grace", "2", "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert set(json.loads(proc.stdout)["pids"]) == {raylet.pid, *children}
+    raylet.wait(timeout=5)
+    deadline = time.monotonic() + 5
+    while children & set(tagged(tag)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not children & set(tagged(tag)), "the raylet's children are stopped with it"
+    assert bystander.poll() is None, "a process the record does not name is untouched"
+    assert state_bytes(env) is None
+
+
+def test_a_reused_pid_is_stale_not_ours(spawn: Spawn, env: dict[str, str]) -> None:
+    sleeper = spawn()
+    reused = ray_process(sleeper, start_ticks=ray_process(sleeper).start_ticks - 5)
+    write_record(env, (reused,))
+    status = json.loads(run_cli("status", "--json", env=env).stdout)
+    assert status["partitions"][0]["alive"] is False and status["running"] is False
+    proc = run_cli("stop", "--json", env=env)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["pids"] == []
+    assert sleeper.poll() is None
+    assert state_bytes(env) is None, "a stale record is cleared"
+
+
+def test_a_record_from_another_host_is_never_acted_on(spawn: Spawn, env: dict[str, str]) -> None:
+    raylet = spawn()
+    raw = write_record(env, (ray_process(raylet),), host="host-b")
+    status = json.loads(run_cli("status", "--json", env=env).stdout)
+    assert status["partitions"][0]["alive"] is False
+    assert any("host-b" in w for w in status["warnings"])
+    for args in (["stop"], ["start", "--recover"], ["start", "--head", "--agents", "2"]):
+        assert_clean_error(run_cli(*args, env=env), 2, "'host-b'")
+        assert state_bytes(env) == raw and raylet.poll() is None
+
+
+def test_the_default_state_dir_is_per_host(tmp_path: Path, env: dict[str, str]) -> None:
+    env = {k: v for k, v in env.items() if k != "RAYACCEL_STATE_DIR"}
+    status = json.loads(run_cli("status", "--json", env=env).stdout)
+    assert status["state_file"] == str(Path(env["HOME"]) / ".ray-accel" / state.host_name() / "node.json")
+
+
+def test_host_names_become_safe_directory_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    for raw, safe in [("node-1.example", "node-1.example"), ("../../etc", "_.._etc"), ("a/b c", "a_b_c"), ("", "")]:
+        monkeypatch.setattr("socket.gethostname", lambda raw=raw: raw)
+        name = state.host_name()
+        assert "/" not in name and not name.startswith(".") and name
+        if safe:
+            assert name == safe
+
+
+# ------------------------------------------------ 17.2: top and status start nothing
+
+
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+def test_acceptance_17_2_top_once_without_a_cluster(
+    json_flag: list[str], env: dict[str, str], tag: dict[str, str]
+) -> None:
+    env = {k: v for k, v in env.items() if k != "RAYACCEL_STATE_DIR"}  # the default dir, under HOME
+    proc = run_cli("top", "--once", *json_flag, env=env)
+    assert_clean_error(proc, 1, "no cluster")
+    if json_flag:
+        assert json.loads(proc.stderr)["exit_code"] == 1
+    status = run_cli("status", *json_flag, env=env)
+    assert status.returncode == 0
+    assert list(Path(env["HOME"]).rglob("*")) == [], "nothing is written to HOME"
+    assert tagged(tag) == {}, "no Ray process was started"
+
+
+# ------------------------------------------------ 17.4: no path from unvalidated names
+
+
+@pytest.mark.parametrize("name", ["../x", "../../escape", "a/b", "$(id)", "p" * 200, "p\u0430rt", ".x", "x."], ids=repr)
+def test_acceptance_17_4_manual_names_never_become_paths(
+    name: str, tmp_path: Path, env: dict[str, str], tag: dict[str, str]
+) -> None:
+    outside = tmp_path / "x.result.json"
+    outside.write_text("keep")
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    proc = run_cli("start", "--head", "--mode", "manual", "--manual", f"{name}=0-15", env=env)
+    assert_clean_error(proc, 2, repr(name))
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before, "no file created or removed"
+    assert outside.read_text() == "keep"
+    assert tagged(tag) == {}
+
+
+# ------------------------------------------------ 17.5: the state directory's mode
+
+
+def test_acceptance_17_5_a_shared_state_dir_keeps_its_mode(tmp_path: Path, env: dict[str, str]) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    env["RAYACCEL_STATE_DIR"] = str(shared)
+    for args in (["status"], ["stop"], ["start", "--recover"], ["top", "--once"]):
+        proc = run_cli(*args, env=env)
+        assert "Traceback" not in proc.stderr
+        assert stat.S_IMODE(shared.stat().st_mode) == 0o1777, f"{args} changed the mode"
+    assert "writable by other users (mode 1777)" in run_cli("stop", env=env).stderr
+
+
+def test_a_new_state_dir_is_made_0700_with_its_parents(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAYACCEL_STATE_DIR", str(tmp_path / "a" / "b" / "state"))
+    path = state.ensure_state_dir()
+    for p in (path, path.parent, path.parent.parent):
+        assert stat.S_IMODE(p.stat().st_mode) == 0o700, p
+    os.chmod(path, 0o755)
+    state.ensure_state_dir()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o755, "an existing directory is used as it is"
+
+
+# ------------------------------------------------ bad start input never reaches the launcher
+
+BAD_START = [
+    (["--head", "--address", "garbage"], "'garbage'"),
+    (["--address", "garbage"], "'garbage'"),
+    (["--address", "host:99999"], "99999"),
+    (["--address", "host:"], "'host:'"),
+    (["--address", "127.0.0.1:٦٣٧٩"], "٦٣٧٩"),
+    (["--address", "a b:6379"], "'a b'"),
+    (["--head", "--port", "0"], "'0'"),
+    (["--head", "--port", "80"], "'80'"),
+    (["--head", "--port", "65536"], "'65536'"),
+    (["--head", "--port", "٦٣٧٩"], "'٦٣٧٩'"),
+    (["--head", "--port", "6379.0"], "'6379.0'"),
+    (["--head", "--agents", "٤"], "'٤'"),
+    (["--head", "--agents", "0"], "'0'"),
+    (["--head", "--agents", "-2"], "'-2'"),
+    (["--head", "--timeout", "-1"], "'-1'"),
+    (["--head", "--timeout", "0"], "'0'"),
+    (["--head", "--timeout", "nan"], "'nan'"),
+    (["--head", "--timeout", "inf"], "'inf'"),
+    (["--head", "--timeout", "1e9"], "'1e9'"),
+    (["--head", "--timeout", "\u0661\u0660"], "'\u0661\u0660'"),
+    (["--head", "--port-base", "0"], "'0'"),
+    (["--head", "--max-workers", "5"], "'5'"),
+    (["--head", "--max-workers", "lots"], "'lots'"),
+    (["--address", "127.0.0.1:6379", "--port", "7000"], "--port is the new head's GCS port"),
+    (["--head", "--address", "127.0.0.1:6379"], "exactly one of"),
+    (["--recover", "--agents", "2"], "--partitions"),
+    (["--recover", "--block"], "--block"),
+    (["--head", "--", "--block"], "ray-accel start --block"),
+    (["--head", "--", "--port", "7000"], "--port is set per partition"),
+    (["--head", "--", "--node-manager-port=5"], "--node-manager-port"),
+    (["--head", "--mode", "sideways"], "'sideways'"),
+    (["--head", "--agents", "3"], "3"),
+]
+
+
+# With --json the same refusals are one JSON object on stderr (every other case, to keep the run short).
+BAD_START_CASES = [(args, needle, False) for args, needle in BAD_START] + [
+    (args, needle, True) for args, needle in BAD_START[::2]
+]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle", "as_json"),
+    BAD_START_CASES,
+    ids=[" ".join(a) + (" --json" if j else "") for a, _, j in BAD_START_CASES],
+)
+def test_bad_start_input_starts_nothing_and_writes_nothing(
+    args: list[str], needle: str, as_json: bool, tmp_path: Path, env: dict[str, str], tag: dict[str, str]
+) -> None:
+    cut = args.index("--") if "--" in args else len(args)
+    argv = ["start", *args[:cut], *(["--json"] if as_json else []), *args[cut:]]
+    proc = run_cli(*argv, env=env)
+    assert_clean_error(proc, 2)
+    if as_json:
+        error = json.loads(proc.stderr.strip().splitlines()[-1])
+        assert error["exit_code"] == 2 and needle in error["error"], error
+    else:
+        assert needle in proc.stderr, proc.stderr
+    assert not Path(env["RAYACCEL_STATE_DIR"]).exists(), "refused before the state directory is touched"
+    assert list(Path(env["HOME"]).rglob("*")) == [], "no token made"
+    assert tagged(tag) == {}, "no raylet, GCS or launcher started"
+
+
+@pytest.mark.parametrize("grace", ["-1", "nan", "inf", "-inf", "abc", "1e9", "\u0665"])
+def test_stop_with_a_bad_grace_signals_nothing_and_keeps_the_record(
+    grace: str, spawn: Spawn, env: dict[str, str]
+) -> None:
+    raylet = spawn()
+    raw = write_record(env, (ray_process(raylet),))
+    assert_clean_error(run_cli("stop", "--grace", grace, env=env), 2, repr(grace))
+    assert state_bytes(env) == raw and raylet.poll() is None
+
+
+def test_a_rejected_start_keeps_a_stale_record(spawn: Spawn, env: dict[str, str]) -> None:
+    sleeper = spawn()
+    raw = write_record(env, (ray_process(sleeper, start_ticks=1),))  # stale: that process is gone
+    assert_clean_error(run_cli("start", "--head", "--agents", "3", env=env), 2, "3")
+    assert state_bytes(env) == raw, "the stale record is only removed by a start that goes ahead"
+
+
+# ------------------------------------------------ a record that does not fit: every command
+
+
+def _corrupt(env: dict[str, str], text: bytes) -> bytes:
+    directory = Path(env["RAYACCEL_STATE_DIR"])
+    directory.mkdir(mode=0o700, exist_ok=True)
+    (directory / "node.json").write_bytes(text)
+    return text
+
+
+def _valid(env: dict[str, str], spawn: Spawn) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(write_record(env, (ray_process(spawn()),)))
+    return data
+
+
+CORRUPT: dict[str, Callable[[dict[str, Any]], object]] = {
+    "list": lambda d: [],
+    "object": lambda d: {},
+    "no-partitions-key": lambda d: {k: v for k, v in d.items() if k != "partitions"},
+    "empty-partition-list": lambda d: {**d, "partitions": []},
+    "empty-partition": lambda d: {**d, "partitions": [{}]},
+    "pid-string": lambda d: json.loads(
+        json.dumps(d).replace('"pid": ', '"pid": "').replace(', "start_ticks"', '", "start_ticks"')
+    ),
+    "pid-negative": lambda d: json.loads(json.dumps(d).replace('"pid": ', '"pid": -')),
+    "pid-pair": lambda d: {**d, "partitions": [{**d["partitions"][0], "processes": [[4242, 10]]}]},
+    "nested": lambda d: None,
+    "nan": lambda d: None,
+    "version-2": lambda d: {**d, "version": 2},
+    "name-traversal": lambda d: {**d, "partitions": [{**d["partitions"][0], "partition": "../x"}]},
+}
+
+
+def _corrupt_bytes(case: str, data: dict[str, Any]) -> bytes:
+    if case == "nested":
+        return b"[" * 100_000 + b"]" * 100_000
+    if case == "nan":
+        return json.dumps(data).replace('"created": 1.0', '"created": NaN').encode()
+    return json.dumps(CORRUPT[case](data)).encode()
+
+
+@pytest.mark.parametrize("case", list(CORRUPT))
+def test_a_record_that_does_not_fit_is_exit_2_naming_the_file_for_every_command(
+    case: str, spawn: Spawn, env: dict[str, str], tag: dict[str, str]
+) -> None:
+    data = _valid(env, spawn)
+    (raylet,) = tagged(tag)
+    raw = _corrupt(env, _corrupt_bytes(case, data))
+    path = str(Path(env["RAYACCEL_STATE_DIR"]) / "node.json")
+    for args in (
+        ["status"],
+        ["status", "--json"],
+        ["stop"],
+        ["start", "--recover"],
+        ["start", "--head"],
+        ["top", "--once"],
+    ):
+        proc = run_cli(*args, env=env)
+        assert_clean_error(proc, 2, path)
+        assert state_bytes(env) == raw, f"{args} changed the record"
+    assert set(tagged(tag)) == {raylet}, "nothing signalled, nothing started"
+
+
+# ------------------------------------------------ hangs: FIFOs where files should be
+
+
+def test_a_fifo_as_the_state_file_is_an_error_not_a_hang(env: dict[str, str]) -> None:
+    directory = Path(env["RAYACCEL_STATE_DIR"])
+    directory.mkdir(mode=0o700)
+    os.mkfifo(directory / "node.json")
+    for args in (["status"], ["stop"], ["start", "--recover"], ["start", "--head"]):
+        began = time.monotonic()
+        proc = run_cli(*args, env=env, timeout=20)
+        assert_clean_error(proc, 2, "node.json", "not a regular file (a FIFO)")
+        assert time.monotonic() - began < 10
+
+
+def test_a_fifo_as_the_lock_file_is_an_error_not_a_hang(env: dict[str, str]) -> None:
+    directory = Path(env["RAYACCEL_STATE_DIR"])
+    directory.mkdir(mode=0o700)
+    os.mkfifo(directory / "lock")
+    assert_clean_error(run_cli("stop", env=env, timeout=20), 2, "lock")
+
+
+def test_a_fifo_as_the_token_file_is_an_error_not_a_hang(
+    tmp_path: Path, env: dict[str, str], tag: dict[str, str]
+) -> None:
+    fifo = tmp_path / "token"
+    os.mkfifo(fifo)
+    env["RAY_AUTH_TOKEN_PATH"] = str(fifo)
+    proc = run_cli("start", "--head", "--agents", "2", env=env, timeout=30)
+    assert_clean_error(proc, 2, str(fifo))
+    assert tagged(tag) == {}
+    assert state_bytes(env) is None
+
+
+# ------------------------------------------------ the host lock
+
+
+def test_the_lock_refuses_a_second_command_naming_the_lock(
+    spawn: Spawn, env: dict[str, str], tag: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    raylet = spawn()
+    raw = write_record(env, (ray_process(raylet),))
+    monkeypatch.setenv("RAYACCEL_STATE_DIR", env["RAYACCEL_STATE_DIR"])
+    lock = str(Path(env["RAYACCEL_STATE_DIR"]) / "lock")
+    with state.host_lock("start"):
+        for args in (["stop"], ["start", "--recover"], ["start", "--head", "--agents", "2"]):
+            proc = run_cli(*args, env=env)
+            assert_clean_error(proc, 2, lock, f"start, pid {os.getpid()}")
+            assert state_bytes(env) == raw and raylet.poll() is None
+    assert set(tagged(tag)) == {raylet.pid}, "nothing was started"
+    assert run_cli("stop", env=env).returncode == 0, "the lock is released on exit"
+    raylet.wait(timeout=10)
