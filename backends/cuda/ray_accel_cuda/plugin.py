@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from ray_accel.core.devices import FAMILY_GPU, Device, NodeInfo
-from ray_accel.core.visibility import VisibilityError, parse_visible_ids
 from ray_accel.plugins.interface import DevicePlugin
 from ray_accel_cuda.nvml import NA, GpuLost, Nvml, NvmlUnavailable, text
 from ray_accel_cuda.runtime import CudaRuntime
 from ray_accel_cuda.telemetry import CudaTelemetry
+from ray_accel_cuda.visible import parse_cuda_visible
 
 _NAME = re.compile(r"\w+\s+((?:[A-Z]+\s+)*[A-Z0-9]*\d[A-Z0-9]*)")
 
@@ -141,24 +141,7 @@ class CudaPlugin(DevicePlugin):
 
     def parse_visible(self, value: str | None) -> list[int] | None:
         """CUDA masks may name GPUs by index, by UUID (or a unique prefix), or be NoDevFiles."""
-        if value is None:
-            return None
-        if value.strip() in ("", "NoDevFiles"):
-            return []
-        out: list[int] = []
-        for token in (t.strip() for t in value.split(",")):
-            if token.startswith(("GPU-", "MIG-")):
-                match = [d.index for d in self._devices if d.id.startswith(token)]
-                if len(match) != 1:
-                    raise VisibilityError(f"{token!r} in CUDA_VISIBLE_DEVICES matches {len(match)} GPUs")
-                ids = match
-            else:
-                ids = parse_visible_ids(token, total=len(self._devices)) or []
-            for i in ids:
-                if i in out:
-                    raise VisibilityError(f"duplicate GPU {i} in CUDA_VISIBLE_DEVICES {value!r}")
-                out.append(i)
-        return out
+        return parse_cuda_visible(value, self._devices)
 
     def node_info(self) -> NodeInfo:
         first = self._devices[0].model if self._devices else None
