@@ -8,7 +8,22 @@ from ray_accel.cli import render
 from ray_accel.cli.node import json_option
 from ray_accel.cli.output import emit, progress
 from ray_accel.cli.params import PARTITION_COUNT, PORT, FiniteFloat, HostPort
+from ray_accel.core import validate
 from ray_accel.core.errors import InputError
+
+# Options that shape a new start (a recover takes none of them).
+START_OPTIONS = (
+    "mode",
+    "partitions",
+    "manual",
+    "port",
+    "port_base",
+    "backend",
+    "no_metrics",
+    "no_dashboard",
+    "labels",
+    "resources",
+)
 
 
 @click.command(
@@ -27,6 +42,14 @@ from ray_accel.core.errors import InputError
 )
 @click.option("--backend", help="partition this backend's devices")
 @click.option("--no-metrics", is_flag=True, help="do not start the per-partition metrics exporters")
+@click.option("--no-dashboard", is_flag=True, help="do not start Ray's dashboard (state API, jobs) on the head")
+@click.option("--labels", "labels", metavar="K=V,...", help="node labels for every partition (as `ray start --labels`)")
+@click.option(
+    "--resources",
+    "resources",
+    metavar="JSON",
+    help="custom resources of the host, divided between its partitions like CPUs (as `ray start --resources`)",
+)
 @json_option
 @click.pass_context
 def start(
@@ -42,6 +65,9 @@ def start(
     timeout: float,
     backend: str | None,
     no_metrics: bool,
+    no_dashboard: bool,
+    labels: str | None,
+    resources: str | None,
     as_json: bool,
 ) -> int:
     """Start one raylet per partition of this host."""
@@ -55,7 +81,7 @@ def start(
         raise click.UsageError("give exactly one of --head, --address HOST:PORT or --recover")
     given = [
         f"--{name.replace('_', '-')}"
-        for name in ("mode", "partitions", "manual", "port", "port_base", "backend", "no_metrics")
+        for name in START_OPTIONS
         if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
     ]
     if recover and (given or ray_args):
@@ -77,6 +103,9 @@ def start(
             backend=backend,
             timeout_s=timeout,
             metrics=not no_metrics,
+            dashboard=not no_dashboard,
+            labels=validate.node_labels(labels) if labels is not None else {},
+            resources=validate.resource_amounts(resources) if resources is not None else {},
         )
         start_partitions(request, progress())
     return emit(as_json, status(), render.started_text)

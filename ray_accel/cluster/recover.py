@@ -8,13 +8,16 @@ from typing import Any
 from ray_accel.bridge.managers import BridgeSpec, raylet_env
 from ray_accel.cluster import procs, state
 from ray_accel.cluster.gcs import Progress, wait_registered
+from ray_accel.cluster.host import read_host
 from ray_accel.cluster.ports import check_free, raylet_ports
 from ray_accel.cluster.raylet import StartRequest, launch, partition_env, ray_start_args, raylet_base_env
 from ray_accel.cluster.start import deploy_metrics
 from ray_accel.cluster.status import gcs_records, raylet_record, record_auth
 from ray_accel.core.errors import InputError, RayAccelError
+from ray_accel.core.numa import read_topology
 from ray_accel.core.processes import ProcessRecord
 from ray_accel.partition.plan import Partition
+from ray_accel.partition.share import Share, divide
 
 # A recovered raylet is new; the head's cluster-wide processes stay as they were.
 HEAD_KINDS = ("gcs_server", "dashboard", "monitor")
@@ -22,6 +25,18 @@ HEAD_KINDS = ("gcs_server", "dashboard", "monitor")
 
 def _alive(record: ProcessRecord | None) -> bool:
     return record is not None and record.alive()
+
+
+def recorded_share(p: dict[str, Any], record: dict[str, Any]) -> Share:
+    """The share the partition was started with; a record from before shares
+    were kept gets an even share of the host, as it had then."""
+    if p.get("share"):
+        return Share.from_json(p["share"])
+    plan = [Partition(q["partition"], tuple(q["device_ids"]), tuple(q["core_ids"])) for q in record["partitions"]]
+    host = read_host(record["ray_args"])
+    index: int = record["partitions"].index(p)
+    weights = [len(q.core_ids) for q in plan]
+    return divide([q.name for q in plan], weights, [() for _ in plan], host, read_topology(), ()).shares[index]
 
 
 def recover(progress: Progress, timeout_s: float = 180.0) -> dict[str, Any]:
@@ -43,18 +58,24 @@ def recover(progress: Progress, timeout_s: float = 180.0) -> dict[str, Any]:
         raise InputError(f"the cluster's token file {cluster_auth.token_path} is gone; cannot restart raylets")
     base_env = raylet_base_env(cluster_auth)
     base_env.update(raylet_env([spec], base_env))
-    req = StartRequest(address=record["gcs_address"], partitions=len(record["partitions"]), ray_args=record["ray_args"])
+    req = StartRequest(
+        address=record["gcs_address"],
+        partitions=len(record["partitions"]),
+        ray_args=record["ray_args"],
+        labels=dict(record.get("labels") or {}),
+    )
     for p in dead:
         # The raylet's leftovers (Ray's agents, workers) go first: they hold its ports.
         procs.terminate(procs.partition_records(p, exclude=HEAD_KINDS))
-        index = record["partitions"].index(p)
+        index: int = record["partitions"].index(p)
         ports = raylet_ports(record["port_base"], index)
         check_free(
             [ports.named["node_manager_port"], ports.named["object_manager_port"]], f"recovering {p['partition']}"
         )
         part = Partition(p["partition"], tuple(p["device_ids"]), tuple(p["core_ids"]))
-        env = partition_env(base_env, spec, part)
-        args = ray_start_args(part, ports, spec, False, record["gcs_address"], req, 0)
+        share = recorded_share(p, record)
+        env = partition_env(base_env, spec, part, share)
+        args = ray_start_args(part, ports, spec, False, record["gcs_address"], req, 0, share)
         progress(f"restarting {part.name}: {spec.visible_ids_env}={part.visible_ids}")
         result = launch(part.name, args, env, state.state_dir(), timeout_s)
         if not result.get("ok"):

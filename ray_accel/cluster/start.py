@@ -17,14 +17,22 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from ray_accel.bridge.managers import BridgeSpec, BridgeUnsupported, check_ray_version, raylet_env
+from ray_accel.bridge.managers import (
+    LOST_WITHOUT_BRIDGE,
+    BridgeSpec,
+    BridgeUnsupported,
+    check_ray_version,
+    raylet_env,
+)
 from ray_accel.cluster import auth, procs, state
 from ray_accel.cluster.gcs import Progress, wait_registered
+from ray_accel.cluster.host import divide_host, flag_value, read_host
 from ray_accel.cluster.ports import check_free, plan_ports
 from ray_accel.cluster.raylet import (
     DEFAULT_GCS_PORT,
     StartRequest,
     all_pids,
+    check_user_keys,
     launch,
     partition_env,
     ray_start_args,
@@ -32,7 +40,9 @@ from ray_accel.cluster.raylet import (
     validate_ray_args,
 )
 from ray_accel.core.errors import InputError, RayAccelError
-from ray_accel.partition.plan import Partition, plan_partitions
+from ray_accel.core.numa import format_cpulist
+from ray_accel.partition.inherited import inherited_mask, plan_within_mask
+from ray_accel.partition.plan import Partition
 from ray_accel.plugins.inventory import discover
 
 
@@ -50,6 +60,8 @@ def start(req: StartRequest, progress: Progress) -> dict[str, Any]:
     if req.head == bool(req.address):
         raise InputError("give exactly one of --head (start a cluster) or --address ADDR (join one)")
     validate_ray_args(req.ray_args)
+    if not req.dashboard and flag_value(req.ray_args, "--include-dashboard") not in (None, "false", "False", "0"):
+        raise InputError("--no-dashboard contradicts `-- --include-dashboard true`: give one of them")
     running = running_record()
     if running is not None:
         raise InputError(
@@ -57,9 +69,16 @@ def start(req: StartRequest, progress: Progress) -> dict[str, Any]:
             "run `ray-accel stop` first, or `ray-accel start --recover`"
         )
     plugin = discover(req.backend).require_primary()
-    plan = plan_partitions(plugin.list_devices(), req.mode, req.partitions, req.manual)
+    mask = inherited_mask(plugin, os.environ)
+    plan = plan_within_mask(plugin.list_devices(), req.mode, req.partitions, req.manual, mask)
     req.partitions = len(plan)
     spec = BridgeSpec.from_plugin(plugin)
+    check_user_keys(req.labels, req.resources, spec)
+    division = divide_host(plan, read_host(req.ray_args, req.resources))
+    for w in (*plan.warnings, *division.warnings):
+        progress(f"warning: {w}")
+    if plan.mask is not None:
+        progress(str(plan.mask["description"]))
     gcs_port = req.port or DEFAULT_GCS_PORT
     if req.head:
         check_free([gcs_port], "--port")
@@ -77,7 +96,7 @@ def start(req: StartRequest, progress: Progress) -> dict[str, Any]:
         check_ray_version()
         base_env.update(raylet_env([spec], base_env))
     except BridgeUnsupported as e:
-        progress(f"warning: {e}")
+        progress(f"warning: {e}; raylets start with explicit resources and masks. {LOST_WITHOUT_BRIDGE}")
 
     log_dir = state.state_dir()
     record: dict[str, Any] = {
@@ -91,15 +110,20 @@ def start(req: StartRequest, progress: Progress) -> dict[str, Any]:
         "port_base": ports[0].base,
         "gcs_port": gcs_port if req.head else None,
         "auth": cluster_auth.to_json(),
+        "labels": req.labels,
+        "inherited_mask": plan.mask,
+        "cpu_pinning": division.pinning,
         "partitions": [],
     }
 
     def start_one(i: int, part: Partition, gcs: str | None) -> dict[str, Any]:
-        env = partition_env(base_env, spec, part)
-        args = ray_start_args(part, ports[i], spec, req.head and i == 0, gcs, req, gcs_port)
-        progress(f"starting {part.name}: {spec.visible_ids_env}={part.visible_ids}")
+        share = division.shares[i]
+        env = partition_env(base_env, spec, part, share)
+        args = ray_start_args(part, ports[i], spec, req.head and i == 0, gcs, req, gcs_port, share)
+        pinned = f", CPUs {format_cpulist(share.cpu_set)}" if share.cpu_set is not None else ""
+        progress(f"starting {part.name}: {spec.visible_ids_env}={part.visible_ids}{pinned}")
         result = launch(part.name, args, env, log_dir, req.timeout_s)
-        entry = dict(part.to_json(), head=req.head and i == 0, ports=asdict(ports[i]), **result)
+        entry = dict(part.to_json(), head=req.head and i == 0, ports=asdict(ports[i]), share=share.to_json(), **result)
         return entry
 
     started: list[dict[str, Any]] = []
@@ -111,6 +135,7 @@ def start(req: StartRequest, progress: Progress) -> dict[str, Any]:
             if not head.get("ok"):
                 raise RayAccelError(f"head partition {plan[0].name} failed: {head['error']}")
             record["gcs_address"] = head["gcs_address"]
+            record["dashboard_url"] = head.get("dashboard_url")
             first = 1
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(plan) - first)) as pool:
             futures = [pool.submit(start_one, i, plan[i], record["gcs_address"]) for i in range(first, len(plan))]

@@ -25,7 +25,15 @@ def gcs_records(record: dict[str, Any]) -> list[ProcessRecord]:
 def status() -> dict[str, Any]:
     record = state.load()
     if record is None:
-        return {"running": False, "gcs_address": None, "gcs_alive": False, "auth": None, "env": {}, "partitions": []}
+        return {
+            "running": False,
+            "gcs_address": None,
+            "dashboard_address": None,
+            "gcs_alive": False,
+            "auth": None,
+            "env": {},
+            "partitions": [],
+        }
     address = record.get("gcs_address")
     gcs_pids = gcs_records(record)
     gcs_up = any(r.alive() for r in gcs_pids) if gcs_pids else True
@@ -52,6 +60,8 @@ def status() -> dict[str, Any]:
                 "registered": node.get("alive") if nodes is not None else None,
                 "in_use": {k: total[k] - avail.get(k, 0.0) for k in (resource, "CPU") if k in total},
                 "total": {k: total[k] for k in (resource, "CPU") if k in total},
+                "share": p.get("share"),
+                "cpu_set": (p.get("share") or {}).get("cpu_set"),
                 "log": p.get("log"),
             }
         )
@@ -59,6 +69,10 @@ def status() -> dict[str, Any]:
         "running": any(p["alive"] for p in out),
         "gcs_address": address,
         "gcs_alive": gcs_up,
+        # The head's dashboard (state API, jobs): `ray job submit --address <this>`.
+        "dashboard_address": record.get("dashboard_url"),
+        "cpu_pinning": record.get("cpu_pinning"),
+        "inherited_mask": record.get("inherited_mask"),
         "auth": cluster_auth.to_json(),
         # Exactly what a driver needs in its environment (a path, never the token).
         "env": cluster_auth.env(),
