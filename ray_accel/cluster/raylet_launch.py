@@ -61,7 +61,12 @@ def main(argv: list[str]) -> int:
             install(specs)
         except BridgeUnsupported as e:
             print(f"ray-accel: bridge not installed, explicit resources and masks only: {e}", file=sys.stderr)
-    pinned = _pin()
+    try:
+        pinned = _pin()
+    except (OSError, ValueError) as e:  # a CPU set this process may not use: report it, start nothing
+        with open(result_path, "w") as f:
+            json.dump({"ok": False, "error": f"cannot pin to {CPU_SET_ENV}={os.environ.get(CPU_SET_ENV)}: {e}"}, f)
+        return 1
 
     import ray._private.node as ray_node
     from ray.scripts.scripts import cli

@@ -357,3 +357,27 @@ def test_refused_start_flags_exit_2_and_start_nothing(args: list[str], needle: s
     assert "Traceback" not in proc.stderr
     assert raylet_pids() == before
     assert not (tmp_path / "state" / "node.json").exists()
+
+
+INIT_FALLBACK = r"""
+import json
+import ray, ray_accel
+ray_accel.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
+print(json.dumps({"neuron_cores": ray.cluster_resources().get("neuron_cores")}))
+ray.shutdown()
+"""
+
+
+def test_init_on_an_untested_ray_gets_explicit_resources_and_masks(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAYACCEL_", "NEURON_RT_", "RAY_"))}
+    env.update(
+        RAYACCEL_MOCK="trn1.32xlarge",
+        RAYACCEL_TEST_FAKE_RAY_VERSION="2.99.0",
+        NEURON_RT_VISIBLE_CORES="4-9",
+        PYTHONPATH=repo_pythonpath(),
+    )
+    proc = subprocess.run([sys.executable, "-c", INIT_FALLBACK], env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # Ray's own Neuron manager would read "4-9" as one core; the fallback hands it a comma list and the count.
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"neuron_cores": 6.0}
+    assert "explicit resources and masks" in proc.stderr and "Lost:" in proc.stderr
