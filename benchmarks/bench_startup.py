@@ -1,13 +1,18 @@
-"""Question: how long until 4 partitions are registered, with `ray-accel start`
-against the way users split a node today: 4 hand-written `ray start`
-commands with masks, run one after the other?
+"""Questions: how long until 4 partitions are registered, with `ray-accel start`
+against the way users split a node today (4 hand-written `ray start` commands
+with masks, run one after the other)? And what does Ray's dashboard (on by
+default, as with `ray start --head`) cost in start time and resident memory?
 
-Node: mock trn1.32xlarge split into 4 (8 cores each). Both sides use the same
-port blocks, CPU and object-store settings. The baseline runs each `ray start`
-with `--block` in the background and waits for its node to register before
-the next (the same order and timing as sequential non-blocking commands);
-`--block` makes each command own its processes, so the benchmark stops them
-by PID. Medians of several runs.
+Node: mock trn1.32xlarge split into 4 (8 cores each). Every side uses the same
+port blocks, 1 CPU and 1 GiB of object store per raylet (ray-accel is given
+the host figures `-- --num-cpus 4 --object-store-memory 4 GiB`, which it
+divides by 4). The baseline runs each `ray start` with `--block` in the
+background and waits for its node to register before the next (the same order
+and timing as sequential non-blocking commands); `--block` makes each command
+own its processes, so the benchmark stops them by PID. Resident memory is the
+sum of RSS over every process the start left running (and their children),
+taken once all partitions are registered; for the baseline that includes the
+4 blocking `ray start` processes. Medians of several runs.
 
     python benchmarks/bench_startup.py [--runs 3] [--json]
 """
@@ -23,8 +28,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -35,12 +43,27 @@ from ray_accel.cluster.ports import free_port, plan_ports
 
 BIN = Path(sys.executable).parent
 PARTITIONS = 4
+HOST_FIGURES = ["--", "--num-cpus", str(PARTITIONS), "--object-store-memory", str(PARTITIONS << 30)]
 
 
-def run_ray_accel(metrics: bool) -> float:
+def tree_rss(pids: list[int]) -> int:
+    """Bytes resident in `pids` and all their descendants, each counted once."""
+    seen: dict[int, int] = {}
+    for pid in pids:
+        try:
+            root = psutil.Process(pid)
+            for p in [root, *root.children(recursive=True)]:
+                if p.pid not in seen:
+                    seen[p.pid] = p.memory_info().rss
+        except psutil.NoSuchProcess:
+            continue
+    return sum(seen.values())
+
+
+def run_ray_accel(metrics: bool, dashboard: bool) -> tuple[float, int]:
     with tempfile.TemporaryDirectory() as state:
         env = {**os.environ, "RAYACCEL_MOCK": "trn1.32xlarge", "RAYACCEL_STATE_DIR": state}
-        extra = [] if metrics else ["--no-metrics"]
+        extra = ([] if metrics else ["--no-metrics"]) + ([] if dashboard else ["--no-dashboard"])
         start = time.perf_counter()
         proc = subprocess.run(
             [
@@ -52,19 +75,24 @@ def run_ray_accel(metrics: bool) -> float:
                 "--port",
                 str(free_port()),
                 *extra,
+                *HOST_FIGURES,
             ],
             env=env,
             capture_output=True,
             text=True,
         )
         took = time.perf_counter() - start
+        rss = 0
+        if proc.returncode == 0:
+            record = json.loads((Path(state) / "node.json").read_text())
+            rss = tree_rss([r[0] for p in record["partitions"] for rs in p["pids"].values() for r in rs])
         subprocess.run([str(BIN / "ray-accel"), "stop", "--grace", "2"], env=env, capture_output=True)
         if proc.returncode != 0:
             raise SystemExit(f"ray-accel start failed: {proc.stderr[-2000:]}")
-        return took
+        return took, rss
 
 
-def run_hand_written() -> float:
+def run_hand_written() -> tuple[float, int]:
     port = free_port()
     blocks = plan_ports(PARTITIONS, None)
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAYACCEL_")}
@@ -101,7 +129,8 @@ def run_hand_written() -> float:
                 if procs[-1].poll() is not None:
                     raise SystemExit(f"ray start #{i} exited with {procs[-1].returncode}")
                 time.sleep(0.1)
-        return time.perf_counter() - start
+        took = time.perf_counter() - start
+        return took, tree_rss([p.pid for p in procs])
     finally:
         for p in reversed(procs):
             p.send_signal(signal.SIGTERM)
@@ -125,37 +154,60 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    ours: list[float] = []
-    with_metrics: list[float] = []
-    base: list[float] = []
-    for _ in range(args.runs):
-        ours.append(run_ray_accel(metrics=False))
-        with_metrics.append(run_ray_accel(metrics=True))
-        base.append(run_hand_written())
-    rows: list[dict[str, Any]] = [
-        {"method": "ray-accel start --agents 4 --no-metrics", "median_s": statistics.median(ours), "runs": ours},
-        {
-            "method": "ray-accel start --agents 4 (+ metrics agents)",
-            "median_s": statistics.median(with_metrics),
-            "runs": with_metrics,
-        },
-        {"method": "4 sequential `ray start` with masks", "median_s": statistics.median(base), "runs": base},
+    methods: list[tuple[str, Callable[[], tuple[float, int]]]] = [
+        ("ray-accel start --no-metrics --no-dashboard", lambda: run_ray_accel(metrics=False, dashboard=False)),
+        ("ray-accel start --no-metrics (dashboard on)", lambda: run_ray_accel(metrics=False, dashboard=True)),
+        ("ray-accel start (dashboard + metrics)", lambda: run_ray_accel(metrics=True, dashboard=True)),
+        ("4 sequential `ray start` with masks, no dashboard", run_hand_written),
     ]
-    ratio = rows[2]["median_s"] / rows[0]["median_s"]
+    runs: dict[str, list[tuple[float, int]]] = {name: [] for name, _ in methods}
+    for _ in range(args.runs):
+        for name, fn in methods:  # interleaved, so drift in the machine hits every method alike
+            runs[name].append(fn())
+    rows: list[dict[str, Any]] = [
+        {
+            "method": name,
+            "median_s": statistics.median(t for t, _ in runs[name]),
+            "median_rss_mib": statistics.median(r for _, r in runs[name]) / 2**20,
+            "runs_s": [t for t, _ in runs[name]],
+        }
+        for name, _ in methods
+    ]
+    off, on, _, base = rows
+    ratios = {
+        "dashboard_time_on_over_off": on["median_s"] / off["median_s"],
+        "dashboard_rss_on_over_off": on["median_rss_mib"] / off["median_rss_mib"],
+        "baseline_time_over_ray_accel": base["median_s"] / off["median_s"],
+    }
     if args.json:
-        print(json.dumps({"partitions": PARTITIONS, "rows": rows, "speedup_vs_baseline": ratio}, indent=2))
+        print(json.dumps({"partitions": PARTITIONS, "rows": rows, **ratios}, indent=2))
         return
     print(
-        f"time until {PARTITIONS} partitions are registered "
-        f"(mock trn1.32xlarge, {os.cpu_count()} cores), {args.runs} runs"
+        f"time until {PARTITIONS} partitions are registered, and resident memory then "
+        f"(mock trn1.32xlarge, {os.cpu_count()} cores), median of {args.runs} runs"
     )
     print(
         render(
-            ["METHOD", "MEDIAN", "RUNS"],
-            [[r["method"], f"{r['median_s']:.1f} s", " ".join(f"{x:.1f}" for x in r["runs"])] for r in rows],
+            ["METHOD", "MEDIAN", "RSS", "RUNS"],
+            [
+                [
+                    r["method"],
+                    f"{r['median_s']:.1f} s",
+                    f"{r['median_rss_mib']:.0f} MiB",
+                    " ".join(f"{x:.1f}" for x in r["runs_s"]),
+                ]
+                for r in rows
+            ],
         )
     )
-    print(f"ray-accel start (no metrics) is {ratio:.2f}x the speed of the hand-written baseline")
+    print(
+        f"dashboard on / off: {ratios['dashboard_time_on_over_off']:.2f}x the time, "
+        f"{ratios['dashboard_rss_on_over_off']:.2f}x the resident memory"
+    )
+    print(
+        f"ray-accel start (no metrics, no dashboard) is {ratios['baseline_time_over_ray_accel']:.2f}x "
+        "the speed of the hand-written baseline"
+    )
 
 
 if __name__ == "__main__":

@@ -82,7 +82,7 @@ def metrics_cluster(tmp: Path, preset: str = "trn1.32xlarge", agents: int = 2) -
     from ray_accel.cluster.ports import free_port
 
     env = cluster_env(tmp, preset)
-    args = ("start", "--head", "--agents", str(agents), "--port", str(free_port()), "--include-dashboard", "true")
+    args = ("start", "--head", "--agents", str(agents), "--port", str(free_port()))  # the dashboard is on by default
     proc = run_cli(*args, "--json", env=env, timeout=300)
     try:
         if proc.returncode != 0:

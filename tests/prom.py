@@ -13,8 +13,8 @@ symlink to it in the temp dir. Its content is one target group, in the
 file_sd format (https://prometheus.io/docs/guides/file-sd/):
 `[{"labels": {"job": "ray"}, "targets": ["<node ip>:<metrics_export_port>" for
 every alive node, "<autoscaler metrics>", "<dashboard metrics>"]}]`. Without
-the dashboard (`ray start --include-dashboard false`, which `ray-accel start`
-passes unless told otherwise) nothing writes the file.
+the dashboard (`ray start --include-dashboard false`, or `ray-accel start
+--no-dashboard`; ray-accel runs it by default) nothing writes the file.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ INSTALL_COMMAND = (
 SD_FILE_NAME = "prom_metrics_service_discovery.json"
 SD_FILE_HINT = (
     "Ray writes it only from the head's dashboard (ReportHead); start the head with `--include-dashboard true` "
-    "(ray-accel start passes `--include-dashboard false` otherwise)"
+    "(ray-accel start runs it unless given --no-dashboard or `-- --include-dashboard false`)"
 )
 Series = tuple[dict[str, str], float]
 

@@ -45,6 +45,17 @@ PRELOAD_ENV = "RAY_preload_python_modules"
 UNIT_RESOURCES_ENV = "RAY_custom_unit_instance_resources"
 AUTOINSTALL_MODULE = "ray_accel.bridge.autoinstall"
 TESTED_RAY_VERSIONS = ("2.60.",)
+# TEST ONLY: a Ray version to report in place of the installed one, so tests
+# can drive the untested-version fallback on the Ray they have. Never set it
+# in production: it does not change which Ray runs.
+FAKE_RAY_VERSION_ENV = "RAYACCEL_TEST_FAKE_RAY_VERSION"
+# What a raylet started without the bridge still has, and what it loses.
+LOST_WITHOUT_BRIDGE = (
+    "Kept: each partition's devices (its mask as a comma list), its count and labels. "
+    "Lost: masks in workers are written by Ray's own manager (unsorted; for a resource Ray has no manager "
+    "for, every worker sees the partition's whole mask), Ray's own accelerator type in place of ray-accel's, "
+    "whole-core checks on requests, and per-process device attribution (top, metrics)"
+)
 # Ray's C++ default for custom_unit_instance_resources (read from _raylet.so).
 RAY_DEFAULT_UNIT_RESOURCES = ("neuron_cores", "TPU", "NPU", "HPU", "RBLN", "FURIOSA", "TTNPU", "MBLT")
 PREDEFINED_UNIT_RESOURCES = ("GPU",)
@@ -182,14 +193,13 @@ def check_ray_version() -> str:
     import importlib.metadata
 
     try:
-        version = importlib.metadata.version("ray")
+        version = os.environ.get(FAKE_RAY_VERSION_ENV) or importlib.metadata.version("ray")
     except importlib.metadata.PackageNotFoundError:
         raise BridgeUnsupported("ray is not installed") from None
     if not version.startswith(TESTED_RAY_VERSIONS):
         raise BridgeUnsupported(
             f"ray {version} is outside the versions the ray-accel bridge was tested with "
-            f"({', '.join(v + 'x' for v in TESTED_RAY_VERSIONS)}): pass resources explicitly "
-            "(--resources / num_gpus) and set the visibility variable yourself"
+            f"({', '.join(v + 'x' for v in TESTED_RAY_VERSIONS)}): the bridge is not installed"
         )
     return version
 

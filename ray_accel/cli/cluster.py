@@ -10,7 +10,24 @@ from ray_accel.cli import render
 from ray_accel.cli.node import json_option
 from ray_accel.cli.output import emit, progress
 from ray_accel.cli.params import MAX_WORKERS, PARTITION_COUNT, PORT, FiniteFloat, HostPort
+from ray_accel.core import validate
 from ray_accel.core.errors import InputError
+
+# Options that shape a new start (a recover takes none of them).
+START_OPTIONS = (
+    "mode",
+    "partitions",
+    "manual",
+    "port",
+    "port_base",
+    "backend",
+    "no_metrics",
+    "no_dashboard",
+    "labels",
+    "resources",
+    "max_workers",
+    "block",
+)
 
 
 @click.command(
@@ -29,6 +46,14 @@ from ray_accel.core.errors import InputError
 )
 @click.option("--backend", help="partition this backend's devices")
 @click.option("--no-metrics", is_flag=True, help="do not start the per-partition metrics exporters")
+@click.option("--no-dashboard", is_flag=True, help="do not start Ray's dashboard (state API, jobs) on the head")
+@click.option("--labels", "labels", metavar="K=V,...", help="node labels for every partition (as `ray start --labels`)")
+@click.option(
+    "--resources",
+    "resources",
+    metavar="JSON",
+    help="custom resources of the host, divided between its partitions like CPUs (as `ray start --resources`)",
+)
 @click.option(
     "--max-workers",
     type=MAX_WORKERS,
@@ -56,6 +81,9 @@ def start(
     timeout: float,
     backend: str | None,
     no_metrics: bool,
+    no_dashboard: bool,
+    labels: str | None,
+    resources: str | None,
     max_workers: int | None,
     block: bool,
     as_json: bool,
@@ -72,17 +100,7 @@ def start(
         raise click.UsageError("give exactly one of --head, --address HOST:PORT or --recover")
     given = [
         f"--{name.replace('_', '-')}"
-        for name in (
-            "mode",
-            "partitions",
-            "manual",
-            "port",
-            "port_base",
-            "backend",
-            "no_metrics",
-            "max_workers",
-            "block",
-        )
+        for name in START_OPTIONS
         if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
     ]
     if "--block" in flag_names(ray_args):
@@ -110,6 +128,9 @@ def start(
         backend=backend,
         timeout_s=timeout,
         metrics=not no_metrics,
+        dashboard=not no_dashboard,
+        labels=validate.node_labels(labels) if labels is not None else {},
+        resources=validate.resource_amounts(resources) if resources is not None else {},
     )
     record = start_partitions(request, say, max_workers)
     emit(as_json, status(), render.started_text)

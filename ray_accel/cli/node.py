@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from ray_accel.cli import render
 from ray_accel.cli.output import emit
 from ray_accel.cli.params import PARTITION_COUNT
-from ray_accel.partition.plan import plan_partitions
+from ray_accel.partition.inherited import inherited_mask, plan_within_mask
 from ray_accel.plugins.inventory import discover
 
 json_option = click.option("--json", "as_json", is_flag=True, help="machine-readable output")
@@ -28,9 +30,26 @@ def devices(backend: str | None, as_json: bool) -> int:
 @click.option("--backend", help="plan for this backend's devices")
 @json_option
 def plan(mode: str, partitions: int | None, manual: str | None, backend: str | None, as_json: bool) -> int:
-    """Show how this host would be split into partitions, one raylet each."""
+    """Show how this host would be split into partitions, one raylet each, and
+    each one's share of the host's CPUs and memory (as `start` would give them)."""
+    from ray_accel.cluster.host import divide_host, read_host
+
     plugin = discover(backend).require_primary()
+    mask = inherited_mask(plugin, os.environ)
     node_type = plugin.node_info().accelerator_type
-    return emit(
-        as_json, plan_partitions(plugin.list_devices(), mode, partitions, manual, node_type).to_json(), render.plan_text
-    )
+    result = plan_within_mask(plugin.list_devices(), mode, partitions, manual, mask, node_type)
+    host = read_host([])
+    division = divide_host(result, host)
+    payload = result.to_json()
+    for part, share in zip(payload["partitions"], division.shares, strict=True):
+        part.update(
+            cpus=share.cpus,
+            cpu_set=None if share.cpu_set is None else list(share.cpu_set),
+            cpu_pin=share.pin_reason,
+            memory=share.memory,
+            object_store_memory=share.object_store_memory,
+        )
+    payload["cpu_pinning"] = division.pinning
+    payload["host"] = host.to_json()
+    payload["host_warnings"] = list(division.warnings)
+    return emit(as_json, payload, render.plan_text)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ray_accel.core.numa import format_cpulist
 from ray_accel.core.visibility import format_visible_ids
 
 
@@ -16,8 +17,8 @@ def render(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return "\n".join(lines)
 
 
-def gib(n: int | None) -> str:
-    return "-" if n is None else f"{n / 1024**3:.0f} GiB"
+def gib(n: int | None, digits: int = 0) -> str:
+    return "-" if n is None else f"{n / 1024**3:.{digits}f} GiB"
 
 
 def format_id_list(ids: Sequence[str]) -> str:
@@ -79,6 +80,10 @@ def devices_text(payload: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def cpu_set_text(cpu_set: Sequence[int] | None) -> str:
+    return "-" if cpu_set is None else format_cpulist(cpu_set)
+
+
 def plan_text(payload: dict[str, Any]) -> str:
     rows = [
         [
@@ -87,24 +92,35 @@ def plan_text(payload: dict[str, Any]) -> str:
             format_visible_ids(p["core_ids"], "ranges"),
             p["visible_ids"],
             partition_kind(p),
+            p.get("cpus"),
+            cpu_set_text(p.get("cpu_set")),
+            gib(p.get("memory"), 1),
+            gib(p.get("object_store_memory"), 1),
             p["quality"],
         ]
         for p in payload["partitions"]
     ]
-    lines = [
-        f"mode {payload['mode']}: {len(rows)} partition(s)",
-        render(["PARTITION", "DEVICES", "CORES", "VISIBLE", "TYPE", "QUALITY"], rows),
-    ]
+    lines = [f"mode {payload['mode']}: {len(rows)} partition(s)"]
+    if payload.get("inherited_mask"):
+        lines.append(payload["inherited_mask"]["description"])
+    lines.append(
+        render(
+            ["PARTITION", "DEVICES", "CORES", "VISIBLE", "TYPE", "CPUS", "CPU SET", "MEMORY", "OBJ STORE", "QUALITY"],
+            rows,
+        )
+    )
+    if payload.get("cpu_pinning"):
+        lines.append(f"CPU pinning: {payload['cpu_pinning']}")
     if payload["unassigned"]:
         lines.append(f"unassigned: {', '.join(payload['unassigned'])}")
-    lines += [f"warning: {w}" for w in payload["warnings"]]
+    lines += [f"warning: {w}" for w in [*payload["warnings"], *payload.get("host_warnings", [])]]
     return "\n".join(lines)
 
 
 def status_text(payload: dict[str, Any]) -> str:
-    warnings = "".join(f"\nwarning: {w}" for w in payload.get("warnings", []))
+    warnings = [f"warning: {w}" for w in payload.get("warnings", [])]
     if not payload["partitions"]:
-        return "no ray-accel partitions recorded on this host" + warnings
+        return "\n".join(["no ray-accel partitions recorded on this host", *warnings])
     rows = [
         [
             p["partition"] + (" (head)" if p["head"] else ""),
@@ -113,11 +129,18 @@ def status_text(payload: dict[str, Any]) -> str:
             (p["node_id"] or "-")[:12],
             format_visible_ids(p["core_ids"], "ranges"),
             partition_kind(p),
+            cpu_set_text(p.get("cpu_set")),
             ", ".join(f"{k} {v:g}/{p['total'][k]:g}" for k, v in p["in_use"].items()) or "-",
         ]
         for p in payload["partitions"]
     ]
-    return render(["PARTITION", "STATE", "RAYLET PID", "NODE", "CORES", "TYPE", "IN USE"], rows) + warnings
+    table = render(["PARTITION", "STATE", "RAYLET PID", "NODE", "CORES", "TYPE", "CPU SET", "IN USE"], rows)
+    extra = [f"CPU pinning: {payload['cpu_pinning']}"] if payload.get("cpu_pinning") else []
+    if payload.get("inherited_mask"):
+        extra.append(payload["inherited_mask"]["description"])
+    if payload.get("dashboard_address"):
+        extra.append(f"dashboard: {payload['dashboard_address']}")
+    return "\n".join([table, *extra, *warnings])
 
 
 def started_text(payload: dict[str, Any]) -> str:
@@ -126,6 +149,11 @@ def started_text(payload: dict[str, Any]) -> str:
     return (
         status_text(payload)
         + f"\ncluster address: {address}"
+        + (
+            f"\nsubmit a job: ray job submit --address {payload['dashboard_address']} -- python script.py"
+            if payload.get("dashboard_address")
+            else ""
+        )
         + f"\ndriver environment: export {env}"
         + f"\nconnect a driver: python -c \"import ray; ray.init(address='{address}')\""
         + "\ntarget a partition: .options(label_selector={'ray-accel.io/partition': '<partition>'})"

@@ -5,13 +5,22 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 from collections.abc import Sequence
 from typing import Any
 
-from ray_accel.bridge.managers import BridgeSpec, BridgeUnsupported, install, raylet_env, refresh_worker_masks
+from ray_accel.bridge.managers import (
+    LOST_WITHOUT_BRIDGE,
+    BridgeSpec,
+    BridgeUnsupported,
+    install,
+    raylet_env,
+    refresh_worker_masks,
+)
 from ray_accel.core.errors import InputError
 from ray_accel.core.visibility import format_visible_ids
+from ray_accel.partition.inherited import inherited_mask
 from ray_accel.partition.plan import Partition, group_type, models_of
 from ray_accel.plugins.inventory import discover
 
@@ -55,16 +64,48 @@ def _apply_recorded_auth(address: str | None) -> None:
     auth.apply(recorded)
 
 
+def _requested(spec: BridgeSpec, kwargs: dict[str, Any]) -> Any:
+    if spec.resource_name == "GPU":
+        return kwargs.get("num_gpus")
+    return dict(kwargs.get("resources") or {}).get(spec.resource_name)
+
+
+def check_request(spec: BridgeSpec, kwargs: dict[str, Any], visible: Sequence[int], where: str) -> None:
+    """Refuse, before any Ray process starts, a local cluster asking for more
+    of our resource than `visible` holds (or a fraction of a whole unit): Ray
+    2.60 finds this only after it has started the GCS and its helpers, and
+    leaves them running."""
+    requested = _requested(spec, kwargs)
+    if requested is None:
+        return
+    what = "num_gpus" if spec.resource_name == "GPU" else f"resources[{spec.resource_name!r}]"
+    if isinstance(requested, bool) or not isinstance(requested, (int, float)) or not math.isfinite(requested):
+        raise InputError(f"ray_accel.init: {what}={requested!r} is not a number")
+    if requested < 0:
+        raise InputError(f"ray_accel.init: {what}={requested!r} is negative")
+    if spec.whole_units_only and not float(requested).is_integer():
+        raise InputError(f"ray_accel.init: {what}={requested!r}: {spec.resource_name} come in whole units")
+    if requested > len(visible):
+        raise InputError(
+            f"ray_accel.init: {what}={requested:g}, but {where} holds {len(visible)} "
+            f"({spec.visible_ids_env}={format_visible_ids(visible, 'ranges') or '<none>'}); nothing was started"
+        )
+
+
 def init(partition: PartitionArg = None, backend: str | None = None, **ray_init_kwargs: Any) -> Any:
     """`ray.init(**ray_init_kwargs)` with the accelerators of this node registered
     through ray-accel. With `partition` (a `Partition`, a mask such as "0-7",
-    or ids), the local raylet and its workers see only those devices. With
-    `address` naming a cluster that `ray-accel start` made on this host, the
-    driver also gets that cluster's auth environment."""
+    or ids), the local raylet and its workers see only those devices. A mask
+    already set in the environment (Slurm, a container) bounds what the
+    partition may name. A request for more of the accelerator resource than is
+    visible is refused before any Ray process starts. With `address` naming a
+    cluster that `ray-accel start` made on this host, the driver also gets that
+    cluster's auth environment."""
     import ray
 
     address = ray_init_kwargs.get("address")
-    if partition is not None and address not in (None, "local"):
+    local = address in (None, "local")
+    if partition is not None and not local:
         raise InputError(
             f"partition={partition!r} restricts a local cluster; with address={address!r} the raylets already exist "
             "(target a partition with label_selector instead)"
@@ -76,26 +117,44 @@ def init(partition: PartitionArg = None, backend: str | None = None, **ray_init_
         log.info("ray-accel: no active accelerator backend; plain ray.init")
         return ray.init(**ray_init_kwargs)
     spec = BridgeSpec.from_plugin(plugin)
+    mask = inherited_mask(plugin, os.environ)
     ids = _partition_ids(partition, spec, plugin.parse_visible)
+    if ids is not None and mask is not None:
+        outside = sorted(set(ids) - set(mask.ids))
+        if outside:
+            raise InputError(
+                f"partition names {spec.resource_name} id {outside[0]}, outside the inherited mask "
+                f"{mask.env}={mask.value}"
+            )
+    if ids is not None:
+        visible, where = ids, "the partition"
+    elif mask is not None:
+        visible, where = list(mask.ids), f"the inherited mask {mask.env}={mask.value}"
+    else:
+        visible, where = list(spec.unit_ids), "this node"
+    if local:
+        check_request(spec, ray_init_kwargs, visible, where)
     # The local raylet advertises the type of the devices it gets (none if several).
     devices = plugin.list_devices()
-    chosen = [d for d in devices if ids is None or set(d.core_ids) & set(ids)]
+    chosen = [d for d in devices if set(d.core_ids) & set(visible)]
     spec = dataclasses.replace(
         spec, accelerator_type=group_type(chosen, spec.accelerator_type, len(models_of(devices)))
     )
     try:
         install([spec])
     except BridgeUnsupported as e:
-        log.warning("ray-accel: %s", e)
+        log.warning("ray-accel: %s; ray.init gets explicit resources and masks. %s", e, LOST_WITHOUT_BRIDGE)
         os.environ.update(dict(spec.process_env))  # needed with or without the bridge
-        if ids is not None:
-            os.environ[spec.visible_ids_env] = format_visible_ids(ids)
-            resources = dict(ray_init_kwargs.pop("resources", None) or {})
+        if local:
+            # Ray's own managers read comma lists only, and detect nothing on
+            # a family they do not know: give them the mask and the count.
+            os.environ[spec.visible_ids_env] = format_visible_ids(visible)
             if spec.resource_name == "GPU":
-                ray_init_kwargs.setdefault("num_gpus", len(ids))
+                ray_init_kwargs.setdefault("num_gpus", len(visible))
             else:
-                resources.setdefault(spec.resource_name, len(ids))
-            ray_init_kwargs["resources"] = resources
+                resources = dict(ray_init_kwargs.pop("resources", None) or {})
+                resources.setdefault(spec.resource_name, len(visible))
+                ray_init_kwargs["resources"] = resources
         return ray.init(**ray_init_kwargs)
     # The raylet that ray.init starts inherits this environment, and so do its
     # workers: the mask, the preload of our bridge and the spec it reads.

@@ -6,12 +6,12 @@ whole. Every read here is non-blocking, of a regular file only, and bounded.
 
 from __future__ import annotations
 
-import errno
 import os
 import stat
 from pathlib import Path
 
 from ray_accel.core.errors import InputError
+from ray_accel.core.files import UnreadableFile, read_bytes
 
 
 class UnsafeFileError(InputError):
@@ -25,44 +25,10 @@ def read_bounded(path: Path, limit: int, follow: bool = True) -> bytes:
     device, directory, symbolic link (unless `follow`) or a file over `limit`,
     and OSError for what the kernel refuses.
     """
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
     try:
-        fd = os.open(path, flags)
-    except OSError as e:
-        if not follow and e.errno == errno.ELOOP:  # the last component is a link
-            raise UnsafeFileError(f"{path} is a symbolic link; refusing to follow it") from None
-        raise
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise UnsafeFileError(f"{path} is not a regular file ({_kind(mode)})")
-        chunks: list[bytes] = []
-        size = 0
-        while size <= limit:
-            chunk = os.read(fd, min(65536, limit + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > limit:
-            raise UnsafeFileError(f"{path} is larger than {limit} bytes")
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
-def _kind(mode: int) -> str:
-    for test, name in (
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISLNK, "a symbolic link"),
-    ):
-        if test(mode):
-            return name
-    return f"mode {mode:o}"
+        return read_bytes(path, limit, follow)
+    except UnreadableFile as e:
+        raise UnsafeFileError(str(e)) from None
 
 
 def open_for_write(path: Path, mode: int = 0o600) -> int:

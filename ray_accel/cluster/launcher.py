@@ -44,6 +44,7 @@ class LaunchResult:
     gcs_address: str | None = None
     node_ip: str | None = None
     log: str | None = None
+    dashboard_url: str | None = None  # the head's, when its dashboard runs
 
 
 @dataclass
@@ -146,6 +147,7 @@ class Launch:
             fields = {k: _text(data.get(k)) for k in ("node_id", "gcs_address", "node_ip")}
             if ok and not all(fields.values()):
                 ok, error = False, "the launcher's result names no node"
+            fields["dashboard_url"] = _text(data.get("dashboard_url"))
         except FileNotFoundError:
             ok, error, fields = False, why or "the launcher exited without a result", {}
         except (OSError, UnsafeFileError, InputError, ValueError, RecursionError) as e:

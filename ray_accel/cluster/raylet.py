@@ -5,29 +5,39 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-
-import psutil
 
 from ray_accel.bridge.managers import SPEC_ENV, BridgeSpec
 from ray_accel.cluster import auth
+from ray_accel.cluster.host import HOST_FLAGS
 from ray_accel.cluster.ports import RayletPorts
-from ray_accel.cluster.raylet_launch import PARTITION_ENV
+from ray_accel.cluster.raylet_launch import CPU_SET_ENV, PARTITION_ENV
 from ray_accel.core.errors import InputError
+from ray_accel.core.numa import format_cpulist
 from ray_accel.partition.labels import PARTITION_LABEL, TYPE_LABEL
 from ray_accel.partition.plan import Partition
+from ray_accel.partition.share import Share
 
 DEFAULT_GCS_PORT = 6379
 
 
 # Flags ray-accel sets per partition; a user value would break the split.
 RESERVED_FLAGS = {
-    "--head", "--address", "--port", "--resources", "--num-gpus", "--labels", "--node-manager-port",
-    "--object-manager-port", "--min-worker-port", "--max-worker-port", "--worker-port-list",
+    "--head", "--address", "--port", "--resources", "--num-gpus", "--labels", "--labels-file",
+    "--node-manager-port", "--object-manager-port", "--min-worker-port", "--max-worker-port", "--worker-port-list",
     "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port", "--runtime-env-agent-port",
     "--metrics-export-port", "--ray-client-server-port", "--dashboard-port", "--block",
 }  # fmt: skip
+# Reserved flags that have an option of ray-accel's own in their place.
+OUR_OPTION = {
+    "--labels": "ray-accel start --labels k=v,... (they go to every partition)",
+    "--labels-file": "ray-accel start --labels k=v,... (they go to every partition)",
+    "--resources": "ray-accel start --resources '{...}' (the host's amounts, divided between partitions)",
+    "--port": "ray-accel start --port",
+    "--address": "ray-accel start --address",
+    "--head": "ray-accel start --head",
+}
 
 
 # Ray refuses these on a raylet that joins a cluster.
@@ -47,6 +57,9 @@ class StartRequest:
     backend: str | None = None
     timeout_s: float = 180.0
     metrics: bool = True
+    dashboard: bool = True
+    labels: dict[str, str] = field(default_factory=dict)  # the user's, on every partition
+    resources: dict[str, float] = field(default_factory=dict)  # the user's, host totals
 
 
 def flag_names(args: Sequence[str]) -> list[str]:
@@ -60,36 +73,79 @@ def has_flag(args: Sequence[str], name: str) -> bool:
 def validate_ray_args(args: Sequence[str]) -> None:
     clash = [f for f in flag_names(args) if f.replace("_", "-") in RESERVED_FLAGS]
     if clash:
-        raise InputError(f"{clash[0]} is set per partition by ray-accel; remove it")
+        flag = clash[0].replace("_", "-")
+        hint = f"use `{OUR_OPTION[flag]}`" if flag in OUR_OPTION else "remove it"
+        raise InputError(f"{clash[0]} is set per partition by ray-accel; {hint}")
+
+
+OUR_LABEL_PREFIX = PARTITION_LABEL.split("/", 1)[0] + "/"
+# Ray's own resources: set by their own flags (--num-cpus ...), never in --resources.
+RAY_RESOURCE_FLAGS = {
+    "CPU": "-- --num-cpus",
+    "GPU": "(set per partition)",
+    "memory": "-- --memory",
+    "object_store_memory": "-- --object-store-memory",
+}
+
+
+def check_user_keys(labels: Mapping[str, str], resources: Mapping[str, float], spec: BridgeSpec) -> None:
+    """Refuse a user label or resource that ray-accel sets itself, naming it."""
+    for key in labels:
+        if key.startswith(OUR_LABEL_PREFIX):
+            raise InputError(
+                f"--labels: {key!r} is ray-accel's own label key ({OUR_LABEL_PREFIX}...: partition, type and host "
+                "labels are set per partition); choose another key"
+            )
+    for name in resources:
+        if name == spec.resource_name:
+            raise InputError(
+                f"--resources: {name!r} is the accelerator resource ray-accel sets per partition from its devices"
+            )
+        if name in RAY_RESOURCE_FLAGS:
+            raise InputError(
+                f"--resources: {name!r} is Ray's own resource; give the host's figure with {RAY_RESOURCE_FLAGS[name]}"
+            )
+        if name.startswith(("accelerator_type:", "node:")):
+            raise InputError(f"--resources: {name!r} is a resource Ray sets itself ({name.split(':')[0]}:...)")
 
 
 def ray_start_args(
-    part: Partition, ports: RayletPorts, spec: BridgeSpec, head: bool, gcs: str | None, req: StartRequest, gcs_port: int
+    part: Partition,
+    ports: RayletPorts,
+    spec: BridgeSpec,
+    head: bool,
+    gcs: str | None,
+    req: StartRequest,
+    gcs_port: int,
+    share: Share,
 ) -> list[str]:
+    """`ray start` arguments for one partition: its ports, its accelerator
+    count, its share of the host (`share`), its labels, then the user's own
+    `ray start` options less the host figures `share` replaces."""
     args = ["start"]
     args += ["--head", "--port", str(gcs_port)] if head else ["--address", str(gcs)]
     args += ports.ray_start_args(head)
     count = len(part.core_ids)
+    resources: dict[str, float] = dict(share.resources)
     if spec.resource_name == "GPU":
         args += ["--num-gpus", str(count)]
     else:
-        args += ["--resources", json.dumps({spec.resource_name: count})]
-    labels = {PARTITION_LABEL: part.name}
+        resources[spec.resource_name] = count
+    if resources:
+        args += ["--resources", json.dumps(resources)]
+    labels = {**req.labels, PARTITION_LABEL: part.name}
     if spec.accelerator_type:
         labels[TYPE_LABEL] = spec.accelerator_type.replace(" ", "-")
     args += ["--labels", ",".join(f"{k}={v}" for k, v in labels.items())]
-    count = req.partitions or 1
-    if not has_flag(req.ray_args, "--num-cpus"):
-        # Every raylet would otherwise claim every CPU of the host.
-        args += ["--num-cpus", str(max(1, (os.cpu_count() or 1) // max(1, count)))]
-    if not has_flag(req.ray_args, "--object-store-memory"):
-        share = int(psutil.virtual_memory().total * 0.3 / max(1, count))
-        args += ["--object-store-memory", str(max(100 * 1024**2, min(share, 2 * 1024**3)))]
-    if head and not has_flag(req.ray_args, "--include-dashboard"):
+    # Every raylet would otherwise claim the whole host (docs/design.md).
+    args += ["--num-cpus", str(share.cpus), "--memory", str(share.memory)]
+    args += ["--object-store-memory", str(share.object_store_memory)]
+    if head and not req.dashboard and not has_flag(req.ray_args, "--include-dashboard"):
         args += ["--include-dashboard", "false"]
     if not has_flag(req.ray_args, "--disable-usage-stats"):
         args.append("--disable-usage-stats")
-    return args + (list(req.ray_args) if head else without(req.ray_args, HEAD_ONLY_FLAGS))
+    user = without(req.ray_args, set(HOST_FLAGS))
+    return args + (user if head else without(user, HEAD_ONLY_FLAGS))
 
 
 def without(args: Sequence[str], flags: set[str]) -> list[str]:
@@ -119,11 +175,17 @@ def raylet_base_env(cluster_auth: auth.Auth) -> dict[str, str]:
     return env
 
 
-def partition_env(base_env: dict[str, str], spec: BridgeSpec, part: Partition) -> dict[str, str]:
+def partition_env(
+    base_env: dict[str, str], spec: BridgeSpec, part: Partition, share: Share | None = None
+) -> dict[str, str]:
     """A partition raylet's environment: its mask (a comma list), its name, what
-    every process using its devices needs (bridge or not) and, where the bridge
-    is on, its own spec (the type of its own devices)."""
+    every process using its devices needs (bridge or not), where the bridge is
+    on its own spec (the type of its own devices), and the CPUs its launcher
+    pins it to (when it is pinned)."""
     env = {**base_env, **dict(spec.process_env), spec.visible_ids_env: part.visible_ids, PARTITION_ENV: part.name}
     if SPEC_ENV in base_env:
         env[SPEC_ENV] = spec.to_env()
+    env.pop(CPU_SET_ENV, None)
+    if share is not None and share.cpu_set is not None:
+        env[CPU_SET_ENV] = format_cpulist(share.cpu_set)
     return env

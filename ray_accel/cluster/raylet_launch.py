@@ -18,6 +18,22 @@ import time
 from typing import Any
 
 PARTITION_ENV = "RAYACCEL_PARTITION"
+# The CPUs (kernel list format) this raylet, and so every process it starts,
+# runs on; unset: not pinned.
+CPU_SET_ENV = "RAYACCEL_CPU_SET"
+
+
+def _pin() -> str | None:
+    """Pin this process to the partition's CPUs before `ray start`: the
+    raylet, its agents and its workers inherit the affinity."""
+    from ray_accel.core.numa import parse_cpulist
+
+    text = os.environ.get(CPU_SET_ENV)
+    if not text:
+        return None
+    cpus = parse_cpulist(text)
+    os.sched_setaffinity(0, cpus)
+    return text
 
 
 def _processes(node: Any) -> list[dict[str, Any]]:
@@ -43,9 +59,20 @@ def main(argv: list[str]) -> int:
     if sep != "--":
         print("usage: python -m ray_accel.cluster.raylet_launch RESULT -- start ARGS...", file=sys.stderr)
         return 2
-    from ray_accel.bridge.managers import SPEC_ENV, install, specs_from_env
+    from ray_accel.bridge.managers import SPEC_ENV, BridgeUnsupported, install, specs_from_env
 
-    install(specs_from_env(os.environ.get(SPEC_ENV)))
+    specs = specs_from_env(os.environ.get(SPEC_ENV))
+    if specs:  # none: `start` found the bridge unsupported and passes explicit resources and masks
+        try:
+            install(specs)
+        except BridgeUnsupported as e:
+            print(f"ray-accel: bridge not installed, explicit resources and masks only: {e}", file=sys.stderr)
+    try:
+        pinned = _pin()
+    except (OSError, ValueError) as e:  # a CPU set this process may not use: report it, start nothing
+        with open(result_path, "w") as f:
+            json.dump({"ok": False, "error": f"cannot pin to {CPU_SET_ENV}={os.environ.get(CPU_SET_ENV)}: {e}"}, f)
+        return 1
 
     import ray._private.node as ray_node
     from ray.scripts.scripts import cli
@@ -86,6 +113,7 @@ def main(argv: list[str]) -> int:
         "ok": error is None and node is not None,
         "error": error,
         "seconds": time.time() - started,
+        "cpu_set": pinned,
     }
     if node is not None:
         result["processes"] = _processes(node)
@@ -93,6 +121,9 @@ def main(argv: list[str]) -> int:
             result["node_id"] = node.node_id
             result["gcs_address"] = node.gcs_address
             result["node_ip"] = node.node_ip_address
+            if node.webui_url:  # the head's dashboard, when it runs
+                url = str(node.webui_url)
+                result["dashboard_url"] = url if "://" in url else f"http://{url}"
         else:
             node.kill_all_processes(check_alive=False, allow_graceful=False)
     elif error is None:

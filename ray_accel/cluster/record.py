@@ -27,6 +27,7 @@ from ray_accel.core.errors import InputError
 from ray_accel.core.processes import ProcessRecord
 from ray_accel.core.visibility import format_visible_ids
 from ray_accel.partition.plan import Mode, Partition
+from ray_accel.partition.share import Share
 
 # 3: processes as {kind, pid, start_ticks, identity}, the host, ports per
 # partition (2 had [pid, start ticks] pairs; 1 had wall-clock start times).
@@ -83,6 +84,7 @@ class PartitionEntry:
     log: str | None = None
     accelerator_type: str | None = None  # the one type its raylet advertises, if any
     models: tuple[str, ...] = ()
+    share: Share | None = None  # its part of the host, as started (None: a record from before)
 
     @property
     def partition(self) -> Partition:
@@ -107,6 +109,7 @@ class PartitionEntry:
             "visible_ids": self.visible_ids,
             "accelerator_type": self.accelerator_type,
             "models": list(self.models),
+            "share": None if self.share is None else self.share.to_json(),
             "head": self.head,
             "ports": asdict(self.ports),
             "processes": [p.to_json() for p in self.processes],
@@ -129,6 +132,10 @@ class NodeRecord:
     auth: Auth
     partitions: tuple[PartitionEntry, ...]
     metrics: bool | None = None
+    labels: tuple[tuple[str, str], ...] = ()  # the user's --labels, on every partition
+    dashboard_url: str | None = None
+    cpu_pinning: str | None = None  # "on", or "off: <why>"
+    inherited_mask: Mapping[str, object] | None = None  # the mask set before start, as plan shows it
     # Set by `stop` before its first signal, so a `start --block` watching
     # these partitions knows their end was asked for.
     stopping: bool = False
@@ -152,6 +159,10 @@ class NodeRecord:
             "gcs_port": self.gcs_port,
             "auth": self.auth.to_json(),
             "metrics": self.metrics,
+            "labels": dict(self.labels),
+            "dashboard_url": self.dashboard_url,
+            "cpu_pinning": self.cpu_pinning,
+            "inherited_mask": None if self.inherited_mask is None else dict(self.inherited_mask),
             "stopping": self.stopping,
             "partitions": [p.to_json() for p in self.partitions],
         }
@@ -249,7 +260,56 @@ def _record(data: object) -> NodeRecord:
         auth=auth,
         partitions=parts,
         metrics=metrics,
+        labels=_labels(obj.get("labels") or {}),
+        dashboard_url=_optional(obj.get("dashboard_url"), "dashboard_url", lambda v, w: _text(v, w, 512)),
+        cpu_pinning=_optional(obj.get("cpu_pinning"), "cpu_pinning", lambda v, w: _text(v, w, MAX_TEXT)),
+        inherited_mask=_optional(obj.get("inherited_mask"), "inherited_mask", _mask),
         stopping=_bool(obj.get("stopping", False), "stopping"),
+    )
+
+
+def _labels(data: object) -> tuple[tuple[str, str], ...]:
+    obj = _mapping(data, "labels")
+    if len(obj) > 256:
+        raise _Bad("labels", f"{len(obj)} labels; at most 256")
+    try:
+        return tuple(
+            validate.node_labels(",".join(f"{k}={_text(v, f'labels.{k}', 63)}" for k, v in obj.items())).items()
+        )
+    except InputError as e:
+        raise _Bad("labels", str(e)) from None
+
+
+def _mask(data: object, where: str) -> Mapping[str, object]:
+    obj = _mapping(data, where)
+    _text(_key(obj, "description", where), f"{where}.description", MAX_TEXT)
+    if len(json.dumps(obj)) > MAX_TEXT * 16:
+        raise _Bad(where, "too large")
+    return obj
+
+
+def _share(data: object, where: str) -> Share:
+    obj = _mapping(data, where)
+    cpu_set = obj.get("cpu_set")
+    resources = _mapping(obj.get("resources") or {}, f"{where}.resources")
+    if len(resources) > 256:
+        raise _Bad(f"{where}.resources", "more than 256 resources")
+    return Share(
+        partition=_text(_key(obj, "partition", where), f"{where}.partition", 63),
+        cpus=_int(_key(obj, "cpus", where), f"{where}.cpus", 0, 1 << 20),
+        memory=_int(_key(obj, "memory", where), f"{where}.memory", 0, 1 << 62),
+        object_store_memory=_int(_key(obj, "object_store_memory", where), f"{where}.object_store_memory", 0, 1 << 62),
+        resources={
+            _text(k, f"{where}.resources", 128): _number(v, f"{where}.resources.{k}", 0.0, 1e15)
+            for k, v in resources.items()
+        },
+        cpu_set=None
+        if cpu_set is None
+        else tuple(
+            _int(c, f"{where}.cpu_set[{i}]", 0, 1 << 16)
+            for i, c in enumerate(_list(cpu_set, f"{where}.cpu_set", 1 << 16))
+        ),
+        pin_reason=_optional(obj.get("pin_reason"), f"{where}.pin_reason", lambda v, w: _text(v, w, MAX_TEXT)),
     )
 
 
@@ -300,6 +360,7 @@ def _partition(data: object, where: str, spec: BridgeSpec) -> PartitionEntry:
             f"{where}.accelerator_type",
             lambda v, w: _text(v, w, 128),
         ),
+        share=_optional(obj.get("share"), f"{where}.share", _share),
         models=tuple(
             _text(m, f"{where}.models[{i}]", 128)
             for i, m in enumerate(_list(obj.get("models", []), f"{where}.models", MAX_UNITS))

@@ -11,12 +11,15 @@ from pathlib import Path
 from ray_accel.bridge.managers import raylet_env
 from ray_accel.cluster import procs, state
 from ray_accel.cluster.gcs import Progress, wait_registered
+from ray_accel.cluster.host import read_host
 from ray_accel.cluster.launcher import Launches
 from ray_accel.cluster.ports import check_free
 from ray_accel.cluster.raylet import StartRequest, partition_env, ray_start_args, raylet_base_env
 from ray_accel.cluster.record import NodeRecord, PartitionEntry
 from ray_accel.cluster.start import deploy_metrics, interruptible, shielded
 from ray_accel.core.errors import InputError, RayAccelError
+from ray_accel.core.numa import read_topology
+from ray_accel.partition.share import Share, divide
 
 # A recovered raylet is new; the head's cluster-wide processes stay as they were.
 HEAD_KINDS = ("gcs_server", "dashboard", "monitor", "ray_client_server")
@@ -52,7 +55,10 @@ def recover(progress: Progress, timeout_s: float = 180.0) -> NodeRecord:
         base_env = raylet_base_env(cluster_auth)
         base_env.update(raylet_env([spec], base_env))
         req = StartRequest(
-            address=record.gcs_address, partitions=len(record.partitions), ray_args=list(record.ray_args)
+            address=record.gcs_address,
+            partitions=len(record.partitions),
+            ray_args=list(record.ray_args),
+            labels=dict(record.labels),
         )
         launches = Launches(state.ensure_state_dir(), timeout_s)
         try:
@@ -65,9 +71,10 @@ def recover(progress: Progress, timeout_s: float = 180.0) -> NodeRecord:
                 )
                 part = p.partition
                 own = spec.for_partition(part)
-                args = ray_start_args(part, p.ports, own, False, record.gcs_address, req, 0)
+                share = recorded_share(p, record)
+                args = ray_start_args(part, p.ports, own, False, record.gcs_address, req, 0, share)
                 progress(f"restarting {part.name}: {spec.visible_ids_env}={part.visible_ids}")
-                (result,) = launches.run_all([(part.name, args, partition_env(base_env, own, part))])
+                (result,) = launches.run_all([(part.name, args, partition_env(base_env, own, part, share))])
                 if not result.ok:
                     raise RayAccelError(f"partition {part.name} did not restart: {result.error}")
                 # The head's GCS and dashboard stay as they were; the raylet is new.
@@ -94,6 +101,18 @@ def recover(progress: Progress, timeout_s: float = 180.0) -> NodeRecord:
         if record.metrics:
             record = deploy_metrics(record, restarted, progress)
     return record
+
+
+def recorded_share(p: PartitionEntry, record: NodeRecord) -> Share:
+    """The share the partition was started with; a record from before shares
+    were kept gets its part of the host by its units, as `start` divides it."""
+    if p.share is not None:
+        return p.share
+    plan = [q.partition for q in record.partitions]
+    host = read_host(record.ray_args)
+    weights = [len(q.core_ids) for q in plan]
+    index = [q.name for q in record.partitions].index(p.name)
+    return divide([q.name for q in plan], weights, [() for _ in plan], host, read_topology(), ()).shares[index]
 
 
 def _without_new(part: PartitionEntry, launches: Launches) -> PartitionEntry:

@@ -23,24 +23,34 @@ from dataclasses import replace
 from importlib.util import find_spec
 from types import FrameType
 
-from ray_accel.bridge.managers import BridgeSpec, BridgeUnsupported, check_ray_version, raylet_env
+from ray_accel.bridge.managers import (
+    LOST_WITHOUT_BRIDGE,
+    BridgeSpec,
+    BridgeUnsupported,
+    check_ray_version,
+    raylet_env,
+)
 from ray_accel.cluster import auth, procs, state
 from ray_accel.cluster.gcs import Progress, wait_registered
+from ray_accel.cluster.host import divide_host, flag_value, read_host
 from ray_accel.cluster.launcher import Launches, LaunchResult
 from ray_accel.cluster.ports import RayletPorts, check_free, plan_ports, worker_port_count
 from ray_accel.cluster.raylet import (
     DEFAULT_GCS_PORT,
     StartRequest,
+    check_user_keys,
     partition_env,
     ray_start_args,
     raylet_base_env,
     validate_ray_args,
 )
 from ray_accel.cluster.record import NodeRecord, PartitionEntry
-from ray_accel.cluster.stop import flag_value
 from ray_accel.core import validate
 from ray_accel.core.errors import InputError, RayAccelError
-from ray_accel.partition.plan import Partition, Plan, plan_partitions
+from ray_accel.core.numa import format_cpulist
+from ray_accel.partition.inherited import inherited_mask, plan_within_mask
+from ray_accel.partition.plan import Partition, Plan
+from ray_accel.partition.share import Division, Share
 from ray_accel.plugins.inventory import discover
 
 
@@ -124,7 +134,7 @@ def worker_ports(plan: Plan, ray_args: Sequence[str], max_workers: int | None) -
     return [worker_port_count(math.ceil(cpu_share(ray_args, len(p.core_ids), total)), len(p.core_ids)) for p in plan]
 
 
-def entry(part: Partition, head: bool, ports: RayletPorts, result: LaunchResult) -> PartitionEntry:
+def entry(part: Partition, head: bool, ports: RayletPorts, result: LaunchResult, share: Share) -> PartitionEntry:
     return PartitionEntry(
         name=part.name,
         device_ids=tuple(part.device_ids),
@@ -137,6 +147,7 @@ def entry(part: Partition, head: bool, ports: RayletPorts, result: LaunchResult)
         log=result.log,
         accelerator_type=part.accelerator_type,
         models=tuple(part.models),
+        share=share,
     )
 
 
@@ -144,12 +155,19 @@ def start(req: StartRequest, progress: Progress, max_workers: int | None = None)
     if req.head == bool(req.address):
         raise InputError("give exactly one of --head (start a cluster) or --address ADDR (join one)")
     validate_ray_args(req.ray_args)
+    if not req.dashboard and flag_value(req.ray_args, "--include-dashboard") not in (None, "false", "False", "0"):
+        raise InputError("--no-dashboard contradicts `-- --include-dashboard true`: give one of them")
     plugin = discover(req.backend).require_primary()
     spec = BridgeSpec.from_plugin(plugin)
-    plan = plan_partitions(plugin.list_devices(), req.mode, req.partitions, req.manual, spec.accelerator_type)
+    mask = inherited_mask(plugin, os.environ)
+    plan = plan_within_mask(plugin.list_devices(), req.mode, req.partitions, req.manual, mask, spec.accelerator_type)
     req.partitions = len(plan)
-    for warning in plan.warnings:
+    check_user_keys(req.labels, req.resources, spec)
+    division = divide_host(plan, read_host(req.ray_args, req.resources))
+    for warning in (*plan.warnings, *division.warnings):
         progress(f"warning: {warning}")
+    if plan.mask is not None:
+        progress(str(plan.mask["description"]))
     gcs_port = req.port or DEFAULT_GCS_PORT
     if req.head:
         check_free([gcs_port], "--port")
@@ -171,11 +189,11 @@ def start(req: StartRequest, progress: Progress, max_workers: int | None = None)
             check_ray_version()
             base_env.update(raylet_env([spec], base_env))
         except BridgeUnsupported as e:
-            progress(f"warning: {e}")
+            progress(f"warning: {e}; raylets start with explicit resources and masks. {LOST_WITHOUT_BRIDGE}")
         state.clear()  # a record whose processes are all gone is stale
         launches = Launches(state.ensure_state_dir(), req.timeout_s)
         try:
-            record = _launch_all(req, plan, spec, ports, gcs_port, cluster_auth, base_env, launches, progress)
+            record = _launch_all(req, plan, division, spec, ports, gcs_port, cluster_auth, base_env, launches, progress)
             wait_registered(
                 record.gcs_address,
                 [p.node_id for p in record.partitions if p.node_id],
@@ -198,6 +216,7 @@ def start(req: StartRequest, progress: Progress, max_workers: int | None = None)
 def _launch_all(
     req: StartRequest,
     plan: Plan,
+    division: Division,
     spec: BridgeSpec,
     ports: Sequence[RayletPorts],
     gcs_port: int,
@@ -208,21 +227,25 @@ def _launch_all(
 ) -> NodeRecord:
     def job(i: int, gcs: str | None) -> tuple[str, list[str], dict[str, str]]:
         part = plan[i]
+        share = division.shares[i]
         own = spec.for_partition(part)  # its raylet advertises its own devices' type
-        args = ray_start_args(part, ports[i], own, req.head and i == 0, gcs, req, gcs_port)
-        progress(f"starting {part.name}: {spec.visible_ids_env}={part.visible_ids}")
-        return part.name, args, partition_env(base_env, own, part)
+        args = ray_start_args(part, ports[i], own, req.head and i == 0, gcs, req, gcs_port, share)
+        pinned = f", CPUs {format_cpulist(share.cpu_set)}" if share.cpu_set is not None else ""
+        progress(f"starting {part.name}: {spec.visible_ids_env}={part.visible_ids}{pinned}")
+        return part.name, args, partition_env(base_env, own, part, share)
 
     entries: list[PartitionEntry] = []
     record: NodeRecord | None = None
     gcs = req.address
     first = 0
+    dashboard_url: str | None = None
     if req.head:
         (head,) = launches.run_all([job(0, None)])
+        dashboard_url = head.dashboard_url
         if not head.ok or head.gcs_address is None:
             raise RayAccelError(f"head partition {plan[0].name} failed: {head.error}")
         gcs = head.gcs_address
-        entries.append(entry(plan[0], True, ports[0], head))
+        entries.append(entry(plan[0], True, ports[0], head, division.shares[0]))
         first = 1
     assert gcs is not None
     record = NodeRecord(
@@ -236,13 +259,20 @@ def _launch_all(
         gcs_port=gcs_port if req.head else None,
         auth=cluster_auth,
         partitions=tuple(entries),
+        labels=tuple(req.labels.items()),
+        dashboard_url=dashboard_url,
+        cpu_pinning=division.pinning,
+        inherited_mask=plan.mask,
     )
     if entries:
         # Written as soon as there is something to stop: a start killed
         # outright (SIGKILL) still leaves `stop` what it needs.
         state.save(record)
     results = launches.run_all([job(i, gcs) for i in range(first, len(plan))])
-    entries += [entry(plan[i], False, ports[i], r) for i, r in zip(range(first, len(plan)), results, strict=True)]
+    entries += [
+        entry(plan[i], False, ports[i], r, division.shares[i])
+        for i, r in zip(range(first, len(plan)), results, strict=True)
+    ]
     record = record.with_partitions(entries)
     state.save(record)
     failed = [r for r in results if not r.ok]

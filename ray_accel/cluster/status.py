@@ -20,6 +20,7 @@ def empty_status() -> dict[str, Any]:
         "host": state.host_name(),
         "state_file": str(state.state_file()),
         "gcs_address": None,
+        "dashboard_address": None,
         "gcs_alive": False,
         "auth": None,
         "env": {},
@@ -84,6 +85,8 @@ def describe(record: NodeRecord) -> dict[str, Any]:
                 "total": {k: total[k] for k in (resource, "CPU") if k in total},
                 "worker_ports": [p.ports.min_worker_port, p.ports.max_worker_port],
                 "problems": problems,
+                "share": None if p.share is None else p.share.to_json(),
+                "cpu_set": None if p.share is None or p.share.cpu_set is None else list(p.share.cpu_set),
                 "log": p.log,
             }
         )
@@ -93,6 +96,10 @@ def describe(record: NodeRecord) -> dict[str, Any]:
         "state_file": str(state.state_file()),
         "gcs_address": record.gcs_address,
         "gcs_alive": gcs_up,
+        # The head's dashboard (state API, jobs): `ray job submit --address <this>`.
+        "dashboard_address": record.dashboard_url,
+        "cpu_pinning": record.cpu_pinning,
+        "inherited_mask": None if record.inherited_mask is None else dict(record.inherited_mask),
         "auth": record.auth.to_json(),
         # Exactly what a driver needs in its environment (a path, never the token).
         "env": record.auth.env(),

@@ -8,13 +8,13 @@ command exits 2 naming the record.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ray_accel.cluster import procs, state
 from ray_accel.cluster.files import read_bounded
+from ray_accel.cluster.host import flag_value
 from ray_accel.cluster.record import NodeRecord
 
 
@@ -48,15 +48,6 @@ def stop(grace_s: float = 5.0) -> dict[str, Any]:
 
 def _nothing() -> dict[str, Any]:
     return {"stopped": [], "pids": [], "message": "nothing to stop: no partitions recorded"}
-
-
-def flag_value(args: Sequence[str], name: str) -> str | None:
-    for i, a in enumerate(args):
-        if a == name and i + 1 < len(args):
-            return args[i + 1]
-        if a.startswith(name + "="):
-            return a.split("=", 1)[1]
-    return None
 
 
 def forget_cluster_address(record: NodeRecord) -> None:

@@ -49,23 +49,32 @@ def describe(error: OSError) -> str:
     return error.strerror or type(error).__name__
 
 
-def read_bytes(path: str | os.PathLike[str], max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
+def read_bytes(path: str | os.PathLike[str], max_bytes: int = DEFAULT_MAX_BYTES, follow: bool = True) -> bytes:
     """The bytes of a regular file of at most `max_bytes` bytes.
 
     Raises `UnreadableFile` for anything that is not a regular file (checked
     before opening, and again on the open descriptor, so a file swapped for a
     FIFO in between is still refused) or that holds more than `max_bytes`;
     other `OSError`s (absent, permission denied) pass through unchanged.
+    With `follow` False a symbolic link is refused too.
     """
     if max_bytes < 0:
         raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
     shown = os.fspath(path)
-    before = os.stat(path)
+    before = os.stat(path, follow_symlinks=follow)
+    if stat.S_ISLNK(before.st_mode):
+        raise UnreadableFile(f"{shown} is a symbolic link; refusing to follow it")
     if not stat.S_ISREG(before.st_mode):
         raise UnreadableFile(f"{shown} is {kind_of(before.st_mode)}, not a regular file")
     # O_NONBLOCK: should the path become a FIFO after the stat, the open
     # returns at once instead of waiting for a writer.
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    nofollow = 0 if follow else os.O_NOFOLLOW
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | nofollow)
+    except OSError as e:
+        if e.errno == errno.ELOOP:  # swapped for a link after the stat
+            raise UnreadableFile(f"{shown} is a symbolic link; refusing to follow it") from None
+        raise
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):

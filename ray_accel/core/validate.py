@@ -76,3 +76,84 @@ def host_port(text: str, what: str) -> tuple[str, int]:
     if not _HOST.match(host):
         raise InputError(f"{what}: bad host {host!r} in {text!r}")
     return host, ascii_int(port_text, f"{what} port", 1, 65535)
+
+
+# Node labels follow Kubernetes label syntax, as Ray 2.60 checks them
+# (ray/_private/label_utils.py: LABEL_REGEX, LABEL_PREFIX_REGEX,
+# validate_label_key, validate_label_value): a key is an optional DNS-subdomain
+# prefix (at most 253 characters) and '/', then a name; name and value are at
+# most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or
+# digit (a value may be empty). Keys under `ray.io/` are Ray's own.
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?"
+_LABEL_NAME = re.compile(rf"^{_LABEL}$")
+# Prefix parts are DNS labels: no dots inside, none empty ("sub..domain" is
+# refused, as Ray's own comment says it should be).
+_DNS_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9])?"
+_LABEL_PREFIX = re.compile(rf"^{_DNS_LABEL}(?:\.{_DNS_LABEL})*$")
+RAY_LABEL_PREFIX = "ray.io/"
+
+
+def label_key(key: str, what: str) -> str:
+    prefix, sep, name = key.rpartition("/")
+    if sep and (not prefix or len(prefix) > 253 or not _LABEL_PREFIX.match(prefix)):
+        raise InputError(f"{what}: bad label key prefix {prefix!r} in {key!r}: use DNS labels separated by dots")
+    if not _LABEL_NAME.match(name):
+        raise InputError(
+            f"{what}: bad label key {key!r}: the name is 1-63 letters, digits, '-', '_' or '.', "
+            "starting and ending with a letter or digit"
+        )
+    if key.startswith(RAY_LABEL_PREFIX):
+        raise InputError(f"{what}: label key {key!r} is under {RAY_LABEL_PREFIX}, which Ray keeps for its own labels")
+    return key
+
+
+def label_value(value: str, key: str, what: str) -> str:
+    if value and not _LABEL_NAME.match(value):
+        raise InputError(
+            f"{what}: bad value {value!r} for label {key!r}: 0-63 letters, digits, '-', '_' or '.', "
+            "starting and ending with a letter or digit"
+        )
+    return value
+
+
+def node_labels(text: str, what: str = "--labels") -> dict[str, str]:
+    """`key=value,key2=value2` (the form `ray start --labels` takes) into a dict."""
+    out: dict[str, str] = {}
+    if not text.strip():
+        return out
+    for pair in text.split(","):
+        key, sep, value = pair.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or "=" in value:
+            raise InputError(f"{what}: {pair!r} is not key=value")
+        label_key(key, what)
+        label_value(value, key, what)
+        if key in out:
+            raise InputError(f"{what}: label {key!r} is given twice")
+        out[key] = value
+    return out
+
+
+def resource_amounts(text: str, what: str = "--resources") -> dict[str, float]:
+    """A JSON object of resource name -> amount (`ray start --resources`): each
+    amount a finite number >= 0 with at most 4 decimals (Ray's unit is 1/10000)."""
+    import json
+
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise InputError(f"{what}: {text!r} is not JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{what}: {text!r} is not a JSON object such as '{{\"license\": 4}}'")
+    out: dict[str, float] = {}
+    for name, amount in data.items():
+        if not name.strip() or name != name.strip():
+            raise InputError(f"{what}: bad resource name {name!r}")
+        if isinstance(amount, bool) or not isinstance(amount, (int, float)):
+            raise InputError(f"{what}: amount of {name!r} is {amount!r}, not a number")
+        if not math.isfinite(amount) or amount < 0:
+            raise InputError(f"{what}: amount of {name!r} is {amount!r}; give a finite number >= 0")
+        if abs(amount * 10000 - round(amount * 10000)) > 1e-6:
+            raise InputError(f"{what}: amount of {name!r} is {amount!r}; Ray counts in units of 0.0001")
+        out[name] = float(amount)
+    return out

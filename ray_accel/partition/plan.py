@@ -27,7 +27,7 @@ from __future__ import annotations
 import enum
 import itertools
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ray_accel.core import validate
@@ -105,6 +105,9 @@ class Plan:
     unassigned: tuple[DeviceId, ...]
     warnings: tuple[str, ...]
     quality: tuple[Quality, ...]
+    # A mask inherited from the environment that the plan stays within
+    # (`ray_accel.partition.inherited`), as JSON; None when there is none.
+    mask: Mapping[str, Any] | None = field(default=None, hash=False, compare=False)
 
     def __iter__(self) -> Iterator[Partition]:
         return iter(self.partitions)
@@ -126,6 +129,7 @@ class Plan:
             ],
             "unassigned": list(self.unassigned),
             "warnings": list(self.warnings),
+            "inherited_mask": None if self.mask is None else dict(self.mask),
         }
 
 

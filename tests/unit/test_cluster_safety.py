@@ -484,7 +484,7 @@ def test_a_fifo_as_the_state_file_is_an_error_not_a_hang(env: dict[str, str]) ->
     for args in (["status"], ["stop"], ["start", "--recover"], ["start", "--head"]):
         began = time.monotonic()
         proc = run_cli(*args, env=env, timeout=20)
-        assert_clean_error(proc, 2, "node.json", "not a regular file (a FIFO)")
+        assert_clean_error(proc, 2, "node.json", "is a FIFO, not a regular file")
         assert time.monotonic() - began < 10
 
 

@@ -8,6 +8,7 @@ from collections.abc import Collection
 
 from ray_accel_cuda.runtime import PROCESS_ENV as CUDA_PROCESS_ENV
 from ray_accel_cuda.runtime import CudaRuntime
+from ray_accel_cuda.visible import parse_cuda_visible
 from ray_accel_neuron.runtime import NeuronRuntime
 
 from ray_accel.core import masks
@@ -59,6 +60,14 @@ class MockPlugin(DevicePlugin):
 
     def list_devices(self) -> tuple[Device, ...]:
         return self.spec.devices
+
+    def parse_visible(self, value: str | None) -> list[int] | None:
+        # A GPU node reads CUDA_VISIBLE_DEVICES as the CUDA backend does (ids,
+        # UUIDs or their unique prefixes, NoDevFiles), so a Slurm-style UUID
+        # mask on a mock p4d means what it would on a real one.
+        if self.family != FAMILY_NEURON:
+            return parse_cuda_visible(value, self.spec.devices)
+        return super().parse_visible(value)
 
     def node_info(self) -> NodeInfo:
         devices = self.spec.devices

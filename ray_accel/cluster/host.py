@@ -1,0 +1,120 @@
+"""This host's amounts as plain `ray start` would claim them, and each
+partition's share of them (the division itself is `ray_accel.partition.share`).
+
+The user's `--num-cpus`, `--memory` and `--object-store-memory` (after `--`)
+are read as the host's figures, in place of what Ray would detect. Detection
+uses Ray's own functions, so a share is what Ray would size for that part of
+the host: `memory` = available memory less the object store, the object store
+= Ray's default proportion of available memory, capped by /dev/shm and Ray's
+maximum (`ray._private.utils.resolve_object_store_memory`, Ray 2.60).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ray_accel.core.errors import InputError
+from ray_accel.core.numa import NumaTopology, read_topology
+from ray_accel.partition.plan import Plan
+from ray_accel.partition.share import Division, HostResources, divide
+
+# `ray start` flags whose values are the host's figures, divided per partition.
+HOST_FLAGS = {"--num-cpus": "cpus", "--memory": "memory", "--object-store-memory": "object_store_memory"}
+# Ray 2.60's ray_constants.OBJECT_STORE_MINIMUM_MEMORY_BYTES: a raylet refuses less.
+OBJECT_STORE_MINIMUM = 75 * 1024 * 1024
+
+
+def flag_value(args: Sequence[str], name: str) -> str | None:
+    """The value of `--name v` or `--name=v` (the last one, as click takes it)."""
+    value: str | None = None
+    for i, a in enumerate(args):
+        if a == name:
+            if i + 1 >= len(args):
+                raise InputError(f"{name} needs a value")
+            value = args[i + 1]
+        elif a.startswith(name + "="):
+            value = a.split("=", 1)[1]
+    return value
+
+
+def user_figures(args: Sequence[str]) -> dict[str, int]:
+    """The host figures the user gave after `--`, checked as `ray start` would
+    (whole numbers), naming the flag and value when bad."""
+    out: dict[str, int] = {}
+    for flag, key in HOST_FLAGS.items():
+        raw = flag_value(args, flag)
+        if raw is None:
+            continue
+        text = raw.strip()
+        if not (text.isascii() and text.isdigit()):
+            raise InputError(f"{flag} {raw!r}: give a whole number (the host's total, divided between partitions)")
+        value = int(text)
+        if key != "cpus" and value == 0:
+            raise InputError(f"{flag} 0: the host's total must be above 0")
+        out[key] = value
+    return out
+
+
+def _ray_detected() -> tuple[int, int, Any]:
+    """CPUs, available memory and Ray's object-store sizing rule, from Ray's
+    own functions (psutil where this Ray lacks them)."""
+    try:
+        import ray._private.utils as ray_utils
+
+        cpus = int(ray_utils.get_num_cpus())
+        available = int(ray_utils.estimate_available_memory())
+        return cpus, available, ray_utils.resolve_object_store_memory
+    except (ImportError, AttributeError):
+        import psutil
+
+        vm = psutil.virtual_memory()
+        return os.cpu_count() or 1, int(vm.total - vm.used), lambda avail: int(avail * 0.3)
+
+
+def read_host(ray_args: Sequence[str], resources: Mapping[str, float] | None = None) -> HostResources:
+    figures = user_figures(ray_args)
+    cpus, available, size_store = _ray_detected()
+    store = figures.get("object_store_memory")
+    if store is None:
+        store = int(size_store(available))
+    memory = figures.get("memory")
+    if memory is None:
+        memory = available - store
+        if memory <= 0:
+            raise InputError(
+                f"--object-store-memory {store} leaves no memory for tasks: the host has {available} bytes available"
+            )
+    sources = {
+        key: next(f for f, k in HOST_FLAGS.items() if k == key) if key in figures else "host"
+        for key in ("cpus", "memory", "object_store_memory")
+    }
+    return HostResources(
+        cpus=figures.get("cpus", cpus),
+        memory=memory,
+        object_store_memory=store,
+        resources=dict(resources or {}),
+        sources=sources,
+    )
+
+
+def allowed_cpus() -> frozenset[int]:
+    """The CPUs this process may run on (a cpuset or `taskset` narrows them)."""
+    try:
+        return frozenset(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return frozenset(range(os.cpu_count() or 1))
+
+
+def divide_host(plan: Plan, host: HostResources, topology: NumaTopology | None = None) -> Division:
+    """Each partition of `plan` gets host amounts in proportion to its units."""
+    return divide(
+        [p.name for p in plan],
+        [len(p.core_ids) for p in plan],
+        [q.numa_nodes for q in plan.quality],
+        host,
+        topology if topology is not None else read_topology(),
+        allowed_cpus(),
+        OBJECT_STORE_MINIMUM,
+    )

@@ -1,0 +1,50 @@
+"""Issue 20 point 4: `ray_accel.init` checks a request before any Ray process
+starts (the end-to-end check, with the driver's children listed, is
+tests/integration/test_host_parity.py)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from ray_accel.bridge.managers import BridgeSpec
+from ray_accel.cluster.driver import check_request
+from ray_accel.core.errors import InputError
+
+NEURON = BridgeSpec("neuron_cores", "NEURON_RT_VISIBLE_CORES", "neuron", "Trainium", tuple(range(32)))
+GPU = BridgeSpec("GPU", "CUDA_VISIBLE_DEVICES", "gpu", "A100", tuple(range(8)))
+
+
+@pytest.mark.parametrize(
+    ("spec", "kwargs", "needle"),
+    [
+        (
+            NEURON,
+            {"resources": {"neuron_cores": 8}},
+            "resources['neuron_cores']=8, but the mask holds 4 (NEURON_RT_VISIBLE_CORES=0-3); nothing was started",
+        ),
+        (NEURON, {"resources": {"neuron_cores": 1.5}}, "neuron_cores come in whole units"),
+        (NEURON, {"resources": {"neuron_cores": "2"}}, "is not a number"),
+        (NEURON, {"resources": {"neuron_cores": -1}}, "is negative"),
+        (GPU, {"num_gpus": 5}, "num_gpus=5, but the mask holds 4"),
+    ],
+)
+def test_refused_requests_name_the_value(spec: BridgeSpec, kwargs: dict[str, object], needle: str) -> None:
+    with pytest.raises(InputError, match=re.escape(needle)) as e:
+        check_request(spec, dict(kwargs), [0, 1, 2, 3], "the mask")
+    assert isinstance(e.value, ValueError), "the same exception type Ray raises for this"
+
+
+@pytest.mark.parametrize(
+    ("spec", "kwargs"),
+    [
+        (NEURON, {}),
+        (NEURON, {"resources": {"neuron_cores": 4}}),
+        (NEURON, {"resources": {"other": 99}}),
+        (GPU, {"num_gpus": 0.5}),  # GPUs may be shared
+        (GPU, {"num_gpus": 4}),
+    ],
+)
+def test_requests_within_the_visible_units_pass(spec: BridgeSpec, kwargs: dict[str, object]) -> None:
+    assert check_request(spec, dict(kwargs), [0, 1, 2, 3], "the mask") is None

@@ -1,0 +1,202 @@
+"""What each raylet is given (issue 20 points 2, 5, 6): its `ray start`
+arguments, the user's labels and resources, the host figures, the dashboard."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ray_accel.bridge.managers import FAKE_RAY_VERSION_ENV, BridgeSpec, BridgeUnsupported, check_ray_version
+from ray_accel.cluster.host import read_host, user_figures
+from ray_accel.cluster.ports import raylet_ports
+from ray_accel.cluster.raylet import (
+    StartRequest,
+    check_user_keys,
+    partition_env,
+    ray_start_args,
+    validate_ray_args,
+)
+from ray_accel.cluster.raylet_launch import CPU_SET_ENV
+from ray_accel.core import validate
+from ray_accel.core.errors import InputError
+from ray_accel.partition.plan import Partition
+from ray_accel.partition.share import Share
+
+SPEC = BridgeSpec("neuron_cores", "NEURON_RT_VISIBLE_CORES", "neuron", "Trainium", tuple(range(32)))
+GPU = BridgeSpec("GPU", "CUDA_VISIBLE_DEVICES", "gpu", "A100", tuple(range(8)))
+PART = Partition("p1", ("neuron:8", "neuron:9"), (16, 17, 18, 19))
+SHARE = Share("p1", 3, 4_000_000_000, 1_500_000_000, {"license": 2.0}, (4, 5), "NUMA node 1")
+
+
+def value(args: list[str], flag: str) -> str:
+    return args[args.index(flag) + 1]
+
+
+def test_a_raylet_gets_its_share_not_the_host() -> None:
+    req = StartRequest(head=True, ray_args=["--num-cpus", "8", "--memory=9", "--temp-dir", "/x"], labels={"team": "a"})
+    args = ray_start_args(PART, raylet_ports(30000, 1), SPEC, True, None, req, 6379, SHARE)
+    assert value(args, "--num-cpus") == "3" and args.count("--num-cpus") == 1, "the user's host figure is replaced"
+    assert value(args, "--memory") == "4000000000" and not any(a.startswith("--memory=") for a in args)
+    assert value(args, "--object-store-memory") == "1500000000"
+    assert json.loads(value(args, "--resources")) == {"license": 2.0, "neuron_cores": 4}
+    labels = dict(kv.split("=") for kv in value(args, "--labels").split(","))
+    assert labels == {"team": "a", "ray-accel.io/partition": "p1", "ray-accel.io/accelerator-type": "Trainium"}
+    assert args[-2:] == ["--temp-dir", "/x"], "other ray start options pass through"
+
+
+def test_gpu_count_goes_to_num_gpus_and_custom_resources_stay() -> None:
+    share = Share("p0", 1, 10**9, 10**8)
+    args = ray_start_args(PART, raylet_ports(30000, 0), GPU, False, "h:1", StartRequest(), 0, share)
+    assert value(args, "--num-gpus") == "4"
+    assert "--resources" not in args, "nothing custom, nothing to pass"
+
+
+@pytest.mark.parametrize(
+    ("dashboard", "ray_args", "expect"),
+    [
+        (True, [], None),  # on by default, as `ray start --head`
+        (False, [], "false"),  # --no-dashboard
+        (True, ["--include-dashboard", "false"], "false"),  # Ray's own flag, passed through
+    ],
+)
+def test_dashboard_on_by_default_on_the_head(dashboard: bool, ray_args: list[str], expect: str | None) -> None:
+    req = StartRequest(head=True, dashboard=dashboard, ray_args=ray_args)
+    share = Share("p0", 1, 10**9, 10**8)
+    args = ray_start_args(PART, raylet_ports(30000, 0), SPEC, True, None, req, 6379, share)
+    got = value(args, "--include-dashboard") if "--include-dashboard" in args else None
+    assert got == expect
+    assert "--dashboard-port" in args, "its port comes from the head's port block"
+    worker = ray_start_args(PART, raylet_ports(30000, 1), SPEC, False, "h:1", req, 0, share)
+    assert "--include-dashboard" not in worker and "--dashboard-port" not in worker, "Ray refuses them off the head"
+
+
+def test_pinned_partition_env_names_its_cpus() -> None:
+    env = partition_env({"X": "1", CPU_SET_ENV: "stale"}, SPEC, PART, SHARE)
+    assert env[CPU_SET_ENV] == "4-5"
+    assert env["NEURON_RT_VISIBLE_CORES"] == "16,17,18,19"
+    unpinned = partition_env({CPU_SET_ENV: "stale"}, SPEC, PART, Share("p1", 1, 1, 1))
+    assert CPU_SET_ENV not in unpinned
+
+
+@pytest.mark.parametrize(
+    ("flag", "pointer"),
+    [
+        ("--labels", "ray-accel start --labels"),
+        ("--labels-file", "ray-accel start --labels"),
+        ("--resources", "ray-accel start --resources"),
+        ("--resources={}", "ray-accel start --resources"),
+        ("--node-manager-port", "remove it"),
+    ],
+)
+def test_passed_through_start_flags_point_at_our_option(flag: str, pointer: str) -> None:
+    with pytest.raises(InputError, match=re.escape(pointer)):
+        validate_ray_args([flag, "x"])
+
+
+@pytest.mark.parametrize(
+    ("labels", "resources", "needle"),
+    [
+        ({"ray-accel.io/partition": "x"}, {}, "'ray-accel.io/partition' is ray-accel's own label"),
+        ({"ray-accel.io/host": "x"}, {}, "'ray-accel.io/host' is ray-accel's own label"),
+        ({}, {"neuron_cores": 1}, "'neuron_cores' is the accelerator resource"),
+        ({}, {"CPU": 1}, "'CPU' is Ray's own resource; give the host's figure with -- --num-cpus"),
+        ({}, {"memory": 1}, "-- --memory"),
+        ({}, {"accelerator_type:A100": 1}, "'accelerator_type:A100' is a resource Ray sets itself"),
+    ],
+)
+def test_clash_with_our_keys_is_refused_naming_the_key(
+    labels: dict[str, str], resources: dict[str, float], needle: str
+) -> None:
+    with pytest.raises(InputError, match=re.escape(needle)):
+        check_user_keys(labels, resources, SPEC)
+
+
+def test_gpu_resource_clash() -> None:
+    with pytest.raises(InputError, match="'GPU' is the accelerator resource"):
+        check_user_keys({}, {"GPU": 1}, GPU)
+    check_user_keys({"team": "ml"}, {"license": 1}, GPU)
+
+
+label_part = st.from_regex(r"\A[a-z0-9]([a-z0-9_.-]{0,10}[a-z0-9])?\Z")
+
+
+@given(st.dictionaries(label_part, label_part, max_size=5))
+def test_labels_round_trip(labels: dict[str, str]) -> None:
+    text = ",".join(f"{k}={v}" for k, v in labels.items())
+    assert validate.node_labels(text) == labels
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("a", "'a' is not key=value"),
+        ("a=b=c", "'a=b=c' is not key=value"),
+        ("-a=b", "bad label key '-a'"),
+        ("a=b,a=c", "label 'a' is given twice"),
+        ("a=-b", "bad value '-b' for label 'a'"),
+        ("ray.io/node-id=x", "'ray.io/node-id' is under ray.io/"),
+        ("bad..prefix/a=b", "bad label key prefix 'bad..prefix'"),
+    ],
+)
+def test_bad_labels_name_the_value(text: str, needle: str) -> None:
+    with pytest.raises(InputError, match=re.escape(needle)):
+        validate.node_labels(text)
+
+
+@given(st.dictionaries(st.from_regex(r"\A[A-Za-z_][A-Za-z0-9_]{0,8}\Z"), st.integers(0, 10**8).map(lambda u: u / 1e4)))
+def test_resources_round_trip(resources: dict[str, float]) -> None:
+    assert validate.resource_amounts(json.dumps(resources)) == resources
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("{", "is not JSON"),
+        ("[1]", "is not a JSON object"),
+        ('{"a": "1"}', "amount of 'a' is '1', not a number"),
+        ('{"a": -1}', "amount of 'a' is -1"),
+        ('{"a": true}', "not a number"),
+        ('{"a": 0.00001}', "units of 0.0001"),
+    ],
+)
+def test_bad_resources_name_the_value(text: str, needle: str) -> None:
+    with pytest.raises(InputError, match=re.escape(needle)):
+        validate.resource_amounts(text)
+
+
+def test_user_host_figures_are_read_as_the_hosts() -> None:
+    assert user_figures(["--num-cpus", "4", "--memory=1000", "--object-store-memory", "900000000"]) == {
+        "cpus": 4,
+        "memory": 1000,
+        "object_store_memory": 900000000,
+    }
+    with pytest.raises(InputError, match="--num-cpus 'x'"):
+        user_figures(["--num-cpus", "x"])
+    with pytest.raises(InputError, match="--memory 0"):
+        user_figures(["--memory", "0"])
+    host = read_host(["--num-cpus", "6", "--object-store-memory", "200000000"], {"license": 3})
+    assert host.cpus == 6 and host.object_store_memory == 200000000
+    assert host.sources == {"cpus": "--num-cpus", "memory": "host", "object_store_memory": "--object-store-memory"}
+
+
+def test_detected_host_stays_within_physical_memory() -> None:
+    import psutil
+    import ray._private.utils as ray_utils
+
+    host = read_host([])
+    assert host.cpus == int(ray_utils.get_num_cpus())
+    assert 0 < host.memory + host.object_store_memory <= psutil.virtual_memory().total
+    # Ray's own rule for the object store, for the whole host (no fixed 2 GiB cap).
+    assert host.object_store_memory > 2 * 1024**3 or psutil.virtual_memory().total < 8 * 1024**3
+
+
+def test_version_check_test_seam(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(FAKE_RAY_VERSION_ENV, "2.99.0")
+    with pytest.raises(BridgeUnsupported, match="ray 2.99.0 is outside"):
+        check_ray_version()
+    monkeypatch.delenv(FAKE_RAY_VERSION_ENV)
+    assert check_ray_version().startswith("2.60.")
