@@ -7,7 +7,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,7 +70,14 @@ def validate_ray_args(args: Sequence[str]) -> None:
 
 
 def ray_start_args(
-    part: Partition, ports: RayletPorts, spec: BridgeSpec, head: bool, gcs: str | None, req: StartRequest, gcs_port: int
+    part: Partition,
+    ports: RayletPorts,
+    spec: BridgeSpec,
+    head: bool,
+    gcs: str | None,
+    req: StartRequest,
+    gcs_port: int,
+    extra_labels: Mapping[str, str] | None = None,
 ) -> list[str]:
     args = ["start"]
     args += ["--head", "--port", str(gcs_port)] if head else ["--address", str(gcs)]
@@ -80,7 +87,7 @@ def ray_start_args(
         args += ["--num-gpus", str(count)]
     else:
         args += ["--resources", json.dumps({spec.resource_name: count})]
-    labels = {PARTITION_LABEL: part.name}
+    labels = {**(extra_labels or {}), PARTITION_LABEL: part.name}
     if spec.accelerator_type:
         labels[TYPE_LABEL] = spec.accelerator_type.replace(" ", "-")
     args += ["--labels", ",".join(f"{k}={v}" for k, v in labels.items())]

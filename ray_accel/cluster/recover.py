@@ -54,7 +54,7 @@ def recover(progress: Progress, timeout_s: float = 180.0) -> dict[str, Any]:
         )
         part = Partition(p["partition"], tuple(p["device_ids"]), tuple(p["core_ids"]))
         env = partition_env(base_env, spec, part)
-        args = ray_start_args(part, ports, spec, False, record["gcs_address"], req, 0)
+        args = ray_start_args(part, ports, spec, False, record["gcs_address"], req, 0, p.get("labels"))
         progress(f"restarting {part.name}: {spec.visible_ids_env}={part.visible_ids}")
         result = launch(part.name, args, env, state.state_dir(), timeout_s)
         if not result.get("ok"):

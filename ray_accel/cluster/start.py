@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import socket
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -32,6 +33,7 @@ from ray_accel.cluster.raylet import (
     validate_ray_args,
 )
 from ray_accel.core.errors import InputError, RayAccelError
+from ray_accel.partition.labels import topology_labels
 from ray_accel.partition.plan import Partition, plan_partitions
 from ray_accel.plugins.inventory import discover
 
@@ -57,9 +59,12 @@ def start(req: StartRequest, progress: Progress) -> dict[str, Any]:
             "run `ray-accel stop` first, or `ray-accel start --recover`"
         )
     plugin = discover(req.backend).require_primary()
-    plan = plan_partitions(plugin.list_devices(), req.mode, req.partitions, req.manual)
+    devices = plugin.list_devices()
+    plan = plan_partitions(devices, req.mode, req.partitions, req.manual)
     req.partitions = len(plan)
     spec = BridgeSpec.from_plugin(plugin)
+    # What a placement policy on any host needs to know of each partition.
+    labels = topology_labels(plan.partitions, devices, socket.gethostname(), spec.family, spec.resource_name)
     gcs_port = req.port or DEFAULT_GCS_PORT
     if req.head:
         check_free([gcs_port], "--port")
@@ -96,10 +101,12 @@ def start(req: StartRequest, progress: Progress) -> dict[str, Any]:
 
     def start_one(i: int, part: Partition, gcs: str | None) -> dict[str, Any]:
         env = partition_env(base_env, spec, part)
-        args = ray_start_args(part, ports[i], spec, req.head and i == 0, gcs, req, gcs_port)
+        args = ray_start_args(part, ports[i], spec, req.head and i == 0, gcs, req, gcs_port, labels[part.name])
         progress(f"starting {part.name}: {spec.visible_ids_env}={part.visible_ids}")
         result = launch(part.name, args, env, log_dir, req.timeout_s)
-        entry = dict(part.to_json(), head=req.head and i == 0, ports=asdict(ports[i]), **result)
+        entry = dict(
+            part.to_json(), head=req.head and i == 0, ports=asdict(ports[i]), labels=labels[part.name], **result
+        )
         return entry
 
     started: list[dict[str, Any]] = []
