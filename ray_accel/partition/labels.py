@@ -37,6 +37,7 @@ CONNECTED_LABEL = "ray-accel.io/connected"  # "true"/"false": its own devices li
 # Ray 2.60, python/ray/_private/label_utils.py: LABEL_REGEX (values).
 LABEL_VALUE = re.compile(r"^[a-zA-Z0-9]([a-zA-Z0-9_.-]{0,61}[a-zA-Z0-9])?$")
 MAX_VALUE = 63
+ID_SET = re.compile(r"^[0-9]+(-[0-9]+)?(_[0-9]+(-[0-9]+)?)*$")
 
 
 class LabelError(InputError):
@@ -54,7 +55,7 @@ def encode_ids(ids: Iterable[int]) -> str | None:
 
 def decode_ids(text: str) -> tuple[int, ...]:
     """`"0-3_8"` -> `(0, 1, 2, 3, 8)`; a bad value raises `LabelError` naming it."""
-    if not text or "," in text:
+    if not ID_SET.match(text):
         raise LabelError(f"bad id set label value {text!r}: use ranges joined by '_', e.g. 0-3_8")
     try:
         ids = parse_visible_ids(text.replace("_", ","))
