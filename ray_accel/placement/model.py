@@ -182,8 +182,8 @@ def capacity(job: Job, part: FreePartition) -> int:
     if not eligible(job, part):
         return 0
     n = part.free // job.devices_per_worker
-    if job.cpus_per_worker > 0:
-        n = min(n, int(part.cpus_free // job.cpus_per_worker + 1e-9))
+    if job.cpus_per_worker > 0 and math.isfinite(part.cpus_free):
+        n = min(n, math.floor(part.cpus_free / job.cpus_per_worker + 1e-9))
     return max(0, n)
 
 
