@@ -124,12 +124,16 @@ def _host_free(parts: Sequence[FreePartition]) -> dict[str, int]:
     return out
 
 
-def _fit_key(job: Job, p: FreePartition, n: int, host_free: Mapping[str, int]) -> tuple[object, ...]:
+def _fit_key(
+    job: Job, p: FreePartition, n: int, host_free: Mapping[str, int], chosen: Sequence[FreePartition] = ()
+) -> tuple[object, ...]:
     """Best fit for `n` workers in `p`: an aligned landing first, then the least
-    left over, then a partition already in use, then the fullest host."""
+    left over, then linked to the partitions the job already has, then a
+    partition already in use, then the fullest host."""
     return (
         p.aligned_blocks(job.devices_per_worker) < n,
         p.free - n * job.devices_per_worker,
+        bool(chosen) and not any(c.linked_to(p) for c in chosen),
         p.used == 0,
         host_free[p.host],
         p.key,
@@ -137,21 +141,25 @@ def _fit_key(job: Job, p: FreePartition, n: int, host_free: Mapping[str, int]) -
 
 
 def _pack_into(job: Job, parts: Sequence[FreePartition], host_free: Mapping[str, int]) -> Choice:
-    """Fewest partitions: the largest first, and the one that fits the rest best last."""
+    """Fewest partitions: the roomiest first, and the one that fits the rest best last."""
     left = job.workers
     pool = list(parts)
     choice: Choice = []
     while left:
+        chosen = [c for c, _ in choice]
         whole = [p for p in pool if capacity(job, p) >= left]
         if whole:
-            p = min(whole, key=lambda q: _fit_key(job, q, left, host_free))
+            p = min(whole, key=lambda q: _fit_key(job, q, left, host_free, chosen))
             choice.append((p, left))
             return choice
-        p = max(pool, key=lambda q: (capacity(job, q), q.aligned_blocks(job.devices_per_worker), q.used, q.key))
-        n = capacity(job, p)
-        choice.append((p, n))
+        most = max(capacity(job, q) for q in pool)
+        p = min(
+            (q for q in pool if capacity(job, q) == most),
+            key=lambda q: _fit_key(job, q, most, host_free, chosen),
+        )
+        choice.append((p, most))
         pool.remove(p)
-        left -= n
+        left -= most
     return choice
 
 

@@ -218,6 +218,13 @@ def test_pack_uses_the_fewest_partitions() -> None:
     assert a.aligned
 
 
+def test_pack_takes_linked_partitions_when_the_fit_is_equal() -> None:
+    fresh = tuple(replace(p, free=p.total) for p in fixture_view())
+    a = Pack().allocate(job(2, 8), fresh)
+    first, second = (next(p for p in fresh if p.name == s.partition) for s in a.workers)
+    assert first.linked_to(second) and a.connected and a.aligned
+
+
 def test_topology_takes_linked_partitions_of_one_host() -> None:
     parts = fixture_view()  # p0, p2, p3 whole; p0-p2 are not linked on the torus
     a = Topology().allocate(job(2, 8), parts)
