@@ -31,7 +31,7 @@ from ray_accel_neuron import NeuronPlugin
 
 from ray_accel.cli.render import render
 from tests.fakes.neuron_ls_stub import inventory
-from tests.fakes.neuron_sysfs import make_tree
+from tests.fakes.neuron_sysfs import build_tree
 
 RAY_NEURON_DIR = "/opt/aws/neuron/bin/"
 
@@ -55,7 +55,14 @@ def main() -> None:
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
-        root = make_tree(Path(tmp) / "sys", args.preset)
+        tree = build_tree(Path(tmp) / "host", args.preset, core_metrics=False)
+        # No neuron-ls on this path: sysfs, /dev and PCI reads only (a multi-NUMA
+        # host then warns that NUMA is unknown; with neuron-ls it would run it).
+        sysfs_env = {
+            "RAYACCEL_NEURON_SYSFS_ROOT": str(tree.neuron_root),
+            "RAYACCEL_NEURON_DEV_ROOT": str(tree.dev_root),
+            "PATH": "/usr/bin:/bin",
+        }
         data = Path(tmp) / "inventory.json"
         data.write_text(json.dumps(inventory(args.preset, "ok")))
         stub = Path(tmp) / "neuron-ls"
@@ -63,12 +70,18 @@ def main() -> None:
         stub.chmod(0o755)
 
         def ours_sysfs() -> int:
-            p = NeuronPlugin({"RAYACCEL_NEURON_SYSFS_ROOT": str(root)})
+            p = NeuronPlugin(sysfs_env)
             assert p.probe() is None
             return p.node_info().core_count
 
         def ours_neuron_ls() -> int:
-            p = NeuronPlugin({"RAYACCEL_NEURON_SYSFS_ROOT": str(Path(tmp) / "none"), "RAYACCEL_NEURON_LS": str(stub)})
+            p = NeuronPlugin(
+                {
+                    "RAYACCEL_SYS_ROOT": str(Path(tmp) / "none"),
+                    "RAYACCEL_NEURON_DEV_ROOT": str(Path(tmp) / "none"),
+                    "RAYACCEL_NEURON_LS": str(stub),
+                }
+            )
             assert p.probe() is None
             return p.node_info().core_count
 

@@ -14,15 +14,20 @@ must happen in three kinds of process (docs/design.md, "How Ray is wired"):
 
 What our managers fix over Ray's: masks with ranges (`0-3` is four cores),
 masks written sorted, a real accelerator type (Trainium2, not
-aws-neuron-core), and any plugin's resource name.
+aws-neuron-core) and, on a node of several models, each partition's own
+(`BridgeSpec.for_partition`; Ray 2.60 types a whole node by its GPU 0), and
+any plugin's resource name. The spec also carries the variables every
+process using the devices needs (`DevicePlugin.process_env`), which
+`raylet_env` puts in each raylet's environment, so every worker inherits them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -30,6 +35,7 @@ from ray_accel.core import masks
 from ray_accel.core.devices import SHAREABLE_FAMILIES, all_core_ids
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.visibility import VisibilityError, format_mask, parse_visible_ids
+from ray_accel.partition.plan import Partition
 from ray_accel.plugins.interface import DevicePlugin
 
 log = logging.getLogger(__name__)
@@ -55,6 +61,8 @@ class BridgeSpec:
     family: str
     accelerator_type: str | None
     unit_ids: tuple[int, ...]  # every schedulable id on the node
+    # (name, value) pairs every process using these devices needs.
+    process_env: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def from_plugin(cls, plugin: DevicePlugin) -> BridgeSpec:
@@ -64,7 +72,25 @@ class BridgeSpec:
             family=plugin.family,
             accelerator_type=plugin.node_info().accelerator_type,
             unit_ids=tuple(all_core_ids(plugin.list_devices())),
+            process_env=tuple(sorted(plugin.process_env().items())),
         )
+
+    @classmethod
+    def from_json(cls, row: Mapping[str, Any]) -> BridgeSpec:
+        """A spec as `asdict` wrote it (to the environment or a state record);
+        a record written before `process_env` existed has none."""
+        return cls(
+            **{
+                **row,
+                "unit_ids": tuple(row["unit_ids"]),
+                "process_env": tuple((str(k), str(v)) for k, v in row.get("process_env", ())),
+            }
+        )
+
+    def for_partition(self, part: Partition) -> BridgeSpec:
+        """This spec as the raylet of `part` reports it: the accelerator type of
+        that partition's own devices, or none where they are of several types."""
+        return dataclasses.replace(self, accelerator_type=part.accelerator_type)
 
     @property
     def whole_units_only(self) -> bool:
@@ -83,7 +109,7 @@ def specs_from_env(value: str | None) -> list[BridgeSpec]:
         return []
     try:
         rows = json.loads(value)
-        return [BridgeSpec(**{**r, "unit_ids": tuple(r["unit_ids"])}) for r in rows]
+        return [BridgeSpec.from_json(r) for r in rows]
     except (ValueError, TypeError, KeyError) as e:
         raise InputError(f"bad {SPEC_ENV}: {e}") from None
 
@@ -224,8 +250,12 @@ def unit_resources_env(specs: Sequence[BridgeSpec], current: str | None) -> str 
 
 
 def raylet_env(specs: Sequence[BridgeSpec], base: dict[str, str]) -> dict[str, str]:
-    """Variables a raylet needs so that its workers install the bridge."""
+    """Variables a raylet needs so that its workers install the bridge, and the
+    variables every process using the devices needs (inherited by every
+    worker of that raylet, whatever it runs)."""
     env: dict[str, str] = {SPEC_ENV: json.dumps([asdict(s) for s in specs])}
+    for s in specs:
+        env.update(dict(s.process_env))
     preload = [m for m in base.get(PRELOAD_ENV, "").split(",") if m]
     if AUTOINSTALL_MODULE not in preload:
         preload.append(AUTOINSTALL_MODULE)

@@ -29,5 +29,8 @@ def devices(backend: str | None, as_json: bool) -> int:
 @json_option
 def plan(mode: str, partitions: int | None, manual: str | None, backend: str | None, as_json: bool) -> int:
     """Show how this host would be split into partitions, one raylet each."""
-    devices = discover(backend).require_primary().list_devices()
-    return emit(as_json, plan_partitions(devices, mode, partitions, manual).to_json(), render.plan_text)
+    plugin = discover(backend).require_primary()
+    node_type = plugin.node_info().accelerator_type
+    return emit(
+        as_json, plan_partitions(plugin.list_devices(), mode, partitions, manual, node_type).to_json(), render.plan_text
+    )

@@ -27,10 +27,29 @@ def format_id_list(ids: Sequence[str]) -> str:
     return ",".join(ids)
 
 
+def node_kind(payload: dict[str, Any]) -> str:
+    """The node's one accelerator type, or every type of a mixed node."""
+    node = payload["node"]
+    if node.get("accelerator_type"):
+        return str(node["accelerator_type"])
+    kinds = list(dict.fromkeys(d.get("accelerator_type") or d["model"] for d in payload["devices"]))
+    if not kinds:
+        return "no accelerators"
+    return kinds[0] if len(kinds) == 1 else f"mixed: {', '.join(kinds)}"
+
+
+def partition_kind(p: dict[str, Any]) -> str | None:
+    """A partition's advertised type; a mixed one names its models."""
+    models = p.get("models") or []
+    if p.get("accelerator_type"):
+        return str(p["accelerator_type"])
+    return f"none ({' + '.join(models)})" if len(models) > 1 else None
+
+
 def devices_text(payload: dict[str, Any]) -> str:
     node = payload["node"]
     lines = [
-        f"node {node['hostname']}: {node.get('accelerator_type') or 'no accelerators'}"
+        f"node {node['hostname']}: {node_kind(payload)}"
         + (f" ({node['instance_type']})" if node.get("instance_type") else "")
     ]
     rows = [
@@ -42,11 +61,14 @@ def devices_text(payload: dict[str, Any]) -> str:
             gib(d["memory_bytes"]),
             d["numa_node"],
             ",".join(d["peers"]) or "-",
+            ",".join(d.get("external_peers", [])) or "-",
         ]
         for d in payload["devices"]
     ]
     if rows:
-        lines.append(render(["DEVICE", "BACKEND", "MODEL", "CORES", "MEMORY", "NUMA", "PEERS"], rows))
+        lines.append(render(["DEVICE", "BACKEND", "MODEL", "CORES", "MEMORY", "NUMA", "PEERS", "EXTERNAL"], rows))
+    for backend in node.get("backends", []):
+        lines += [f"warning ({backend['plugin']}): {w}" for w in backend.get("warnings", [])]
     lines.append("")
     lines.append(
         render(
@@ -64,13 +86,14 @@ def plan_text(payload: dict[str, Any]) -> str:
             format_id_list(p["device_ids"]),
             format_visible_ids(p["core_ids"], "ranges"),
             p["visible_ids"],
+            partition_kind(p),
             p["quality"],
         ]
         for p in payload["partitions"]
     ]
     lines = [
         f"mode {payload['mode']}: {len(rows)} partition(s)",
-        render(["PARTITION", "DEVICES", "CORES", "VISIBLE", "QUALITY"], rows),
+        render(["PARTITION", "DEVICES", "CORES", "VISIBLE", "TYPE", "QUALITY"], rows),
     ]
     if payload["unassigned"]:
         lines.append(f"unassigned: {', '.join(payload['unassigned'])}")
@@ -88,11 +111,12 @@ def status_text(payload: dict[str, Any]) -> str:
             p["pid"],
             (p["node_id"] or "-")[:12],
             format_visible_ids(p["core_ids"], "ranges"),
+            partition_kind(p),
             ", ".join(f"{k} {v:g}/{p['total'][k]:g}" for k, v in p["in_use"].items()) or "-",
         ]
         for p in payload["partitions"]
     ]
-    return render(["PARTITION", "STATE", "RAYLET PID", "NODE", "CORES", "IN USE"], rows)
+    return render(["PARTITION", "STATE", "RAYLET PID", "NODE", "CORES", "TYPE", "IN USE"], rows)
 
 
 def started_text(payload: dict[str, Any]) -> str:

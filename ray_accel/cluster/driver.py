@@ -3,6 +3,7 @@ through the bridge, optionally restricted to one partition's mask."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Sequence
@@ -11,7 +12,7 @@ from typing import Any
 from ray_accel.bridge.managers import BridgeSpec, BridgeUnsupported, install, raylet_env, refresh_worker_masks
 from ray_accel.core.errors import InputError
 from ray_accel.core.visibility import format_visible_ids
-from ray_accel.partition.plan import Partition
+from ray_accel.partition.plan import Partition, group_type, models_of
 from ray_accel.plugins.inventory import discover
 
 log = logging.getLogger(__name__)
@@ -76,10 +77,17 @@ def init(partition: PartitionArg = None, backend: str | None = None, **ray_init_
         return ray.init(**ray_init_kwargs)
     spec = BridgeSpec.from_plugin(plugin)
     ids = _partition_ids(partition, spec, plugin.parse_visible)
+    # The local raylet advertises the type of the devices it gets (none if several).
+    devices = plugin.list_devices()
+    chosen = [d for d in devices if ids is None or set(d.core_ids) & set(ids)]
+    spec = dataclasses.replace(
+        spec, accelerator_type=group_type(chosen, spec.accelerator_type, len(models_of(devices)))
+    )
     try:
         install([spec])
     except BridgeUnsupported as e:
         log.warning("ray-accel: %s", e)
+        os.environ.update(dict(spec.process_env))  # needed with or without the bridge
         if ids is not None:
             os.environ[spec.visible_ids_env] = format_visible_ids(ids)
             resources = dict(ray_init_kwargs.pop("resources", None) or {})

@@ -14,7 +14,7 @@ from typing import Any
 
 import psutil
 
-from ray_accel.bridge.managers import BridgeSpec
+from ray_accel.bridge.managers import SPEC_ENV, BridgeSpec
 from ray_accel.cluster import auth
 from ray_accel.cluster.ports import RayletPorts
 from ray_accel.cluster.procs import partition_records
@@ -133,8 +133,13 @@ def raylet_base_env(cluster_auth: auth.Auth) -> dict[str, str]:
 
 
 def partition_env(base_env: dict[str, str], spec: BridgeSpec, part: Partition) -> dict[str, str]:
-    """A partition raylet's environment: its mask (a comma list) and its name."""
-    return {**base_env, spec.visible_ids_env: part.visible_ids, PARTITION_ENV: part.name}
+    """A partition raylet's environment: its mask (a comma list), its name, what
+    every process using its devices needs (bridge or not) and, where the bridge
+    is on, its own spec (the type of its own devices)."""
+    env = {**base_env, **dict(spec.process_env), spec.visible_ids_env: part.visible_ids, PARTITION_ENV: part.name}
+    if SPEC_ENV in base_env:
+        env[SPEC_ENV] = spec.to_env()
+    return env
 
 
 def launch(name: str, args: list[str], env: dict[str, str], log_dir: Path, timeout_s: float) -> dict[str, Any]:

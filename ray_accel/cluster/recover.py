@@ -33,7 +33,7 @@ def recover(progress: Progress, timeout_s: float = 180.0) -> dict[str, Any]:
         raise RayAccelError(
             "the head's GCS is dead, so the cluster is gone: run `ray-accel stop`, then `ray-accel start`"
         )
-    spec = BridgeSpec(**{**record["spec"], "unit_ids": tuple(record["spec"]["unit_ids"])})
+    spec = BridgeSpec.from_json(record["spec"])
     dead = [p for p in record["partitions"] if not _alive(raylet_record(p))]
     if not dead:
         progress("every partition is alive: nothing to recover")
@@ -52,9 +52,17 @@ def recover(progress: Progress, timeout_s: float = 180.0) -> dict[str, Any]:
         check_free(
             [ports.named["node_manager_port"], ports.named["object_manager_port"]], f"recovering {p['partition']}"
         )
-        part = Partition(p["partition"], tuple(p["device_ids"]), tuple(p["core_ids"]))
-        env = partition_env(base_env, spec, part)
-        args = ray_start_args(part, ports, spec, False, record["gcs_address"], req, 0, p.get("labels"))
+        part = Partition(
+            p["partition"],
+            tuple(p["device_ids"]),
+            tuple(p["core_ids"]),
+            # A record from before types per partition: the node's type, as then.
+            p["accelerator_type"] if "accelerator_type" in p else spec.accelerator_type,
+            tuple(p.get("models", ())),
+        )
+        own = spec.for_partition(part)
+        env = partition_env(base_env, own, part)
+        args = ray_start_args(part, ports, own, False, record["gcs_address"], req, 0, p.get("labels"))
         progress(f"restarting {part.name}: {spec.visible_ids_env}={part.visible_ids}")
         result = launch(part.name, args, env, state.state_dir(), timeout_s)
         if not result.get("ok"):

@@ -59,10 +59,12 @@ def start(req: StartRequest, progress: Progress) -> dict[str, Any]:
             "run `ray-accel stop` first, or `ray-accel start --recover`"
         )
     plugin = discover(req.backend).require_primary()
-    devices = plugin.list_devices()
-    plan = plan_partitions(devices, req.mode, req.partitions, req.manual)
-    req.partitions = len(plan)
     spec = BridgeSpec.from_plugin(plugin)
+    devices = plugin.list_devices()
+    plan = plan_partitions(devices, req.mode, req.partitions, req.manual, spec.accelerator_type)
+    req.partitions = len(plan)
+    for warning in plan.warnings:
+        progress(f"warning: {warning}")
     # What a placement policy on any host needs to know of each partition.
     labels = topology_labels(plan.partitions, devices, socket.gethostname(), spec.family, spec.resource_name)
     gcs_port = req.port or DEFAULT_GCS_PORT
@@ -100,8 +102,9 @@ def start(req: StartRequest, progress: Progress) -> dict[str, Any]:
     }
 
     def start_one(i: int, part: Partition, gcs: str | None) -> dict[str, Any]:
-        env = partition_env(base_env, spec, part)
-        args = ray_start_args(part, ports[i], spec, req.head and i == 0, gcs, req, gcs_port, labels[part.name])
+        own = spec.for_partition(part)  # its raylet advertises its own devices' type
+        env = partition_env(base_env, own, part)
+        args = ray_start_args(part, ports[i], own, req.head and i == 0, gcs, req, gcs_port, labels[part.name])
         progress(f"starting {part.name}: {spec.visible_ids_env}={part.visible_ids}")
         result = launch(part.name, args, env, log_dir, req.timeout_s)
         entry = dict(

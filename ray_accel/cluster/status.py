@@ -45,6 +45,8 @@ def status() -> dict[str, Any]:
                 "device_ids": p["device_ids"],
                 "core_ids": p["core_ids"],
                 "visible_ids": p["visible_ids"],
+                "accelerator_type": p.get("accelerator_type", record["spec"].get("accelerator_type")),
+                "models": p.get("models", []),
                 "pid": raylet.pid if raylet else None,
                 "node_id": p.get("node_id"),
                 "head": p.get("head", False),

@@ -2,8 +2,11 @@
 
 A `Device` is one physical accelerator (a GPU, a Neuron device). Its
 `core_ids` are the schedulable units the visibility variable names: global
-NeuronCore indexes for Neuron, the device's own index for a GPU. Everything
-here is pure; discovery (sysfs, NVML, a spec file) lives in the backends.
+NeuronCore indexes for Neuron, the device's own index for a GPU. Its
+`accelerator_type` is what Ray's `accelerator_type:<T>` resource would say
+for it alone (`A100` for an 'NVIDIA A100-SXM4-40GB'); None where the backend
+types only the node. Everything here is pure; discovery (sysfs, NVML, a spec
+file) lives in the backends.
 """
 
 from __future__ import annotations
@@ -47,6 +50,10 @@ class Device:
     serial: str | None = None
     architecture: str | None = None
     attributes: Mapping[str, str] = field(default_factory=dict, hash=False)
+    accelerator_type: str | None = None
+    # Links to devices this node cannot use (a container given some of the
+    # host's devices): shown, never planned over, not checked for symmetry.
+    external_peers: tuple[DeviceId, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -59,9 +66,11 @@ class Device:
             "numa_node": self.numa_node,
             "pci_bus_id": self.pci_bus_id,
             "peers": list(self.peers),
+            "external_peers": list(self.external_peers),
             "serial": self.serial,
             "architecture": self.architecture,
             "attributes": dict(self.attributes),
+            "accelerator_type": self.accelerator_type,
         }
 
 
@@ -80,6 +89,8 @@ class NodeInfo:
     driver_version: str | None = None
     runtime_version: str | None = None
     attributes: Mapping[str, str] = field(default_factory=dict, hash=False)
+    # Facts the backend could not establish, each with its reason.
+    warnings: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -94,6 +105,7 @@ class NodeInfo:
             "driver_version": self.driver_version,
             "runtime_version": self.runtime_version,
             "attributes": dict(self.attributes),
+            "warnings": list(self.warnings),
         }
 
 
@@ -106,7 +118,8 @@ def validate_inventory(devices: Iterable[Device]) -> tuple[Device, ...]:
     """Check that an inventory is self-consistent and return it sorted by index.
 
     Rejects duplicate ids, indexes or core ids, devices without cores, peers
-    that name unknown devices or the device itself, and one-sided links.
+    that name unknown devices or the device itself, one-sided links, and
+    external peers that are on the node after all.
     """
     items = sorted(devices, key=lambda d: d.index)
     by_id: dict[DeviceId, Device] = {}
@@ -137,4 +150,7 @@ def validate_inventory(devices: Iterable[Device]) -> tuple[Device, ...]:
                 raise DeviceError(f"device {d.id!r} names unknown peer {p!r}")
             if d.id not in by_id[p].peers:
                 raise DeviceError(f"link {d.id!r} -> {p!r} is one-sided: {p!r} does not list {d.id!r}")
+        for p in d.external_peers:
+            if p == d.id or p in by_id:
+                raise DeviceError(f"device {d.id!r} lists {p!r} as external, but it is on this node")
     return tuple(items)

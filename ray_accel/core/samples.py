@@ -16,7 +16,7 @@ class DeviceSample(NamedTuple):
     memory_total_bytes: int | None
     power_watts: float | None = None
     temperature_c: float | None = None
-    healthy: bool = True
+    healthy: bool | None = True  # None: no health source
     health_reason: str | None = None
 
 

@@ -100,11 +100,13 @@ class Snapshot:
 def device_readings(
     telemetry: Telemetry | None, devices: Sequence[Device], partition: str, accelerator_type: str | None
 ) -> tuple[list[DeviceReading], list[str]]:
-    """This partition's devices only; each one exactly once."""
+    """This partition's devices only; each one exactly once, tagged with its
+    own accelerator type where it has one (a node may hold several models)."""
+    kind = {d.id: d.accelerator_type or accelerator_type for d in devices}
     if telemetry is None:
         reason = "this backend takes no device samples"
         return [
-            DeviceReading(d.id, partition, d.family, accelerator_type, None, None, d.memory_bytes, None, reason)
+            DeviceReading(d.id, partition, d.family, kind[d.id], None, None, d.memory_bytes, None, reason)
             for d in devices
         ], []
     try:
@@ -112,7 +114,7 @@ def device_readings(
     except Exception as e:
         reason = f"metric source failed: {type(e).__name__}: {e}"
         readings = [
-            DeviceReading(d.id, partition, d.family, accelerator_type, None, None, d.memory_bytes, None, reason)
+            DeviceReading(d.id, partition, d.family, kind[d.id], None, None, d.memory_bytes, None, reason)
             for d in devices
         ]
         return readings, [reason]
@@ -122,7 +124,7 @@ def device_readings(
         if s is None:
             out.append(
                 DeviceReading(
-                    d.id, partition, d.family, accelerator_type, None, None, d.memory_bytes, False, "device disappeared"
+                    d.id, partition, d.family, kind[d.id], None, None, d.memory_bytes, False, "device disappeared"
                 )
             )
             continue
@@ -131,7 +133,7 @@ def device_readings(
                 id=d.id,
                 partition=partition,
                 family=d.family,
-                accelerator_type=accelerator_type,
+                accelerator_type=kind[d.id],
                 utilization=s.utilization,
                 memory_used_bytes=s.memory_used_bytes,
                 memory_total_bytes=s.memory_total_bytes,

@@ -10,12 +10,22 @@ Modes:
   torus and ring, neighbouring devices. GPUs are grouped by NUMA node and
   NVLink island first. When N does not divide the device count the plan is
   refused: an uneven split would leave devices idle without anyone asking.
+  A node of several models is split model by model: no partition holds two
+  models, each model's devices are split evenly, and without a count there is
+  one partition per model.
 - MANUAL: explicit device indexes, ranges or ids per partition.
+
+Honest types (beyond Ray 2.60, which types a node by its GPU 0): each
+partition carries the accelerator type of its own devices. A partition whose
+devices are of several types (SHARED or MANUAL over a mixed node) has none, so
+its raylet advertises no `accelerator_type:<T>`, and the plan warns, naming
+the models.
 """
 
 from __future__ import annotations
 
 import enum
+import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -66,6 +76,11 @@ class Partition:
     name: str
     device_ids: tuple[DeviceId, ...]
     core_ids: tuple[int, ...]
+    # The one type this partition's raylet advertises (Ray's `accelerator_type:<T>`
+    # resource and `ray.io/accelerator-type` label); None where its devices have
+    # several types or none is known.
+    accelerator_type: str | None = None
+    models: tuple[str, ...] = ()  # its devices' models, each once, in index order
 
     @property
     def visible_ids(self) -> str:
@@ -78,6 +93,8 @@ class Partition:
             "device_ids": list(self.device_ids),
             "core_ids": list(self.core_ids),
             "visible_ids": self.visible_ids,
+            "accelerator_type": self.accelerator_type,
+            "models": list(self.models),
         }
 
 
@@ -141,9 +158,31 @@ def assess(group: Sequence[Device], topology: bool) -> Quality:
     )
 
 
-def _make(name: str, group: Sequence[Device]) -> Partition:
+def models_of(devices: Sequence[Device]) -> tuple[str, ...]:
+    """Each model once, in index order."""
+    return tuple(dict.fromkeys(d.model for d in sorted(devices, key=lambda d: d.index)))
+
+
+def group_type(group: Sequence[Device], default_type: str | None = None, node_models: int = 1) -> str | None:
+    """The one accelerator type of `group`, or None if its devices have several.
+
+    A device that names no type of its own has `default_type` (the node's, as
+    its backend reports it) when the whole node is of one model; on a node of
+    several models its type is unknown.
+    """
+    types = {d.accelerator_type or (default_type if node_models == 1 else None) for d in group}
+    return types.pop() if len(types) == 1 else None
+
+
+def _make(name: str, group: Sequence[Device], default_type: str | None = None, node_models: int = 1) -> Partition:
     ordered = sorted(group, key=lambda d: d.index)
-    return Partition(name, tuple(d.id for d in ordered), tuple(sorted(c for d in ordered for c in d.core_ids)))
+    return Partition(
+        name,
+        tuple(d.id for d in ordered),
+        tuple(sorted(c for d in ordered for c in d.core_ids)),
+        group_type(ordered, default_type, node_models),
+        models_of(ordered),
+    )
 
 
 def _islands(devices: Sequence[Device]) -> dict[DeviceId, int]:
@@ -206,6 +245,69 @@ def _auto_split(devices: Sequence[Device], count: int) -> list[list[Device]]:
     return grown if grown is not None else blocks
 
 
+def _by_model(devices: Sequence[Device]) -> list[list[Device]]:
+    """The devices of each model, models in order of their first device."""
+    groups: dict[str, list[Device]] = {}
+    for d in sorted(devices, key=lambda d: d.index):
+        groups.setdefault(d.model, []).append(d)
+    return list(groups.values())
+
+
+def _divisors(n: int) -> list[int]:
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
+def _model_counts(groups: Sequence[Sequence[Device]], count: int) -> list[int]:
+    """How many partitions each model gets: each divides its model's device
+    count, they add up to `count`, and sizes are as even as they can be."""
+    options = [_divisors(len(g)) for g in groups]
+    best: tuple[int, tuple[int, ...]] | None = None
+    for ks in itertools.product(*options):
+        if sum(ks) != count:
+            continue
+        sizes = [len(g) // k for g, k in zip(groups, ks, strict=True)]
+        spread = max(sizes) - min(sizes)
+        if best is None or spread < best[0]:
+            best = (spread, ks)
+    if best is None:
+        totals = {0}
+        for opts in options:
+            totals = {t + k for t in totals for k in opts}
+        models = ", ".join(f"{len(g)} x {g[0].model}" for g in groups)
+        raise PartitionError(
+            f"cannot split {models} into {count} partition(s) without mixing models or splitting a model unevenly: "
+            f"use --partitions {', '.join(map(str, sorted(totals)))}, or --mode manual"
+        )
+    return list(best[1])
+
+
+def _auto_split_models(devices: Sequence[Device], count: int) -> list[list[Device]]:
+    groups = _by_model(devices)
+    if len(groups) == 1:
+        return _auto_split(devices, count)
+    return [block for g, k in zip(groups, _model_counts(groups, count), strict=True) for block in _auto_split(g, k)]
+
+
+def _type_warnings(parts: Sequence[Partition]) -> list[str]:
+    """One warning per set of models that some partitions mix."""
+    mixed: dict[tuple[tuple[str, ...], str | None], list[str]] = {}
+    for p in parts:
+        if len(p.models) > 1:
+            mixed.setdefault((p.models, p.accelerator_type), []).append(p.name)
+    out = []
+    for (models, kind), names in mixed.items():
+        what = f"partition {names[0]}" if len(names) == 1 else f"partitions {', '.join(names)}"
+        verb = "mixes" if len(names) == 1 else "mix"
+        if kind is None:
+            out.append(
+                f"{what} {verb} models {', '.join(models)}: no single accelerator type is advertised "
+                "(each device's model stays listed in `devices`)"
+            )
+        else:
+            out.append(f"{what} {verb} models {', '.join(models)}, all of accelerator type {kind}")
+    return out
+
+
 def _manual_groups(
     devices: Sequence[Device], manual: str | Mapping[str, str | Sequence[str]]
 ) -> list[tuple[str, list[Device]]]:
@@ -261,8 +363,13 @@ def plan_partitions(
     mode: str | Mode,
     partitions: int | None = None,
     manual: str | Mapping[str, str | Sequence[str]] | None = None,
+    default_type: str | None = None,
 ) -> Plan:
-    """Plan which devices each partition (one raylet each) of the node gets."""
+    """Plan which devices each partition (one raylet each) of the node gets.
+
+    `default_type` is the node's accelerator type as its backend reports it,
+    for devices that name none of their own (see `group_type`).
+    """
     mode = Mode.parse(mode)
     devices = sorted(devices, key=lambda d: d.index)
     if not devices:
@@ -294,18 +401,20 @@ def plan_partitions(
         warnings.append("shared: every partition sees every device, with no memory isolation between them")
         named = [(f"p{i}", list(devices)) for i in range(partitions or 1)]
     else:
-        n = partitions or 1
+        n = partitions or len(_by_model(devices))
         if n > len(devices):
             raise PartitionError(f"more partitions ({n}) than devices ({len(devices)})")
-        named = [(f"p{i}", g) for i, g in enumerate(_auto_split(devices, n))]
+        named = [(f"p{i}", g) for i, g in enumerate(_auto_split_models(devices, n))]
 
     topology = any(d.peers for d in devices)
-    parts = tuple(_make(a, g) for a, g in named)
+    node_models = len(models_of(devices))
+    parts = tuple(_make(a, g, default_type, node_models) for a, g in named)
     quality = tuple(assess(g, topology) for _, g in named)
     used = {i for p in parts for i in p.device_ids}
     unassigned = tuple(d.id for d in devices if d.id not in used)
     if unassigned:
         warnings.append(f"{len(unassigned)} device(s) in no partition: {', '.join(unassigned)}")
+    warnings += _type_warnings(parts)
     for p, q in zip(parts, quality, strict=True):
         if q.connected is False:
             warnings.append(f"partition {p.name}: devices are not all linked to each other")

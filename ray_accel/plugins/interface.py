@@ -91,6 +91,13 @@ class DevicePlugin(ABC):
                 raise VisibilityError(f"{self.visible_ids_env}={value!r} names {unknown[0]}, not on this node")
         return ids
 
+    def process_env(self) -> dict[str, str]:
+        """Variables every process using this family's devices needs, whatever
+        it runs (a raylet, a task, an actor, a training worker): carried to the
+        raylets, so their workers inherit them. CUDA's `CUDA_DEVICE_ORDER=PCI_BUS_ID`
+        is one: masks are NVML indexes, and CUDA numbers devices fastest-first."""
+        return {}
+
     @property
     def runtime(self) -> Runtime | None:
         """The training runtime, if this backend has one (None: gloo, own ids)."""

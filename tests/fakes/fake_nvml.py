@@ -2,8 +2,28 @@
 
 The scenarios come from real reports: a GPU that fell off the bus (XID 79,
 NVML_ERROR_GPU_IS_LOST), fields a GPU or driver does not support, a binding
-newer than the driver (FunctionNotFound), MIG mode, no driver at all. Errors
-are pynvml's own exception classes, so the backend sees what it would see.
+newer than the driver (FunctionNotFound), MIG mode, no driver at all, and a
+driver that reports one UUID for several GPUs (Ray's own NVML test data).
+Errors are pynvml's own exception classes, so the backend sees what it would
+see.
+
+Handles behave as nvidia-ml-py's do (module `pynvml`, distribution
+nvidia-ml-py 13.615.71, read in the venv's `pynvml.py`):
+
+- `nvmlDeviceGetHandleByIndex` builds a new `c_nvmlDevice_t()` on every call
+  (`c_nvmlDevice_t = POINTER(struct_c_nvmlDevice_t)`; the function does
+  `device = c_nvmlDevice_t(); fn(c_index, byref(device)); return device`),
+  so two handles of one GPU are two objects. A ctypes pointer compares by
+  identity (two pointers to one address are unequal) and is unhashable, so
+  `FakeHandle` has identity equality and `__hash__ = None`.
+- `nvmlEventSetWait` returns a `c_nvmlEventData_t` whose `device` field is a
+  `c_nvmlDevice_t` the library wrote, and ctypes builds a new pointer object on
+  every read of that field: the event's handle is never one the caller holds.
+  The only ways back to a GPU are calls on it (`nvmlDeviceGetUUID`,
+  `nvmlDeviceGetIndex`, `nvmlDeviceGetPciInfo`).
+- Events arrive only for devices registered on that event set
+  (`nvmlDeviceRegisterEvents`), one per wait; an empty set times out
+  (NVML_ERROR_TIMEOUT, "raises NVML_ERROR_TIMEOUT exception on timeout").
 """
 
 from __future__ import annotations
@@ -21,6 +41,15 @@ FUNCTION_NOT_FOUND = pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
 GPU_IS_LOST = pynvml.NVML_ERROR_GPU_IS_LOST
 LIBRARY_NOT_FOUND = pynvml.NVML_ERROR_LIBRARY_NOT_FOUND
 TIMEOUT = pynvml.NVML_ERROR_TIMEOUT
+UNKNOWN = pynvml.NVML_ERROR_UNKNOWN
+INVALID_ARGUMENT = pynvml.NVML_ERROR_INVALID_ARGUMENT
+
+# Ray's own NVML test data: `GPU_MOCK_DATA` in ray-project/ray
+# python/ray/tests/accelerators/test_nvidia_gpu.py (commit d6d53738), served by
+# `PyNVMLMock` from python/ray/tests/accelerators/mock_pynvml.py: three GPUs,
+# two "Ampere A100-SXM4-40GB" and one "Tesla V100-SXM2-16GB", all reporting
+# this one UUID.
+RAY_MOCK_UUID = "GPU-8eaaebb8-bb64-8489-fda2-62256e821983"
 
 
 @dataclass
@@ -38,11 +67,27 @@ class FakeGpu:
     lost_after_discovery: bool = False
     unsupported: set[str] = field(default_factory=set)
     ecc_uncorrected: int = 0
-    processes: list[tuple[int, int]] = field(default_factory=list)
+    processes: list[tuple[int, int | None]] = field(default_factory=list)
+    uuid_override: str | None = None
 
     @property
     def uuid(self) -> str:
+        if self.uuid_override is not None:
+            return self.uuid_override
         return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, f"fake-gpu-{self.index}"))
+
+
+class FakeHandle:
+    """A `c_nvmlDevice_t`: a fresh object per call, equal only to itself,
+    unhashable (see the module docstring)."""
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __init__(self, gpu: FakeGpu) -> None:
+        self._gpu = gpu
+
+    def __repr__(self) -> str:
+        return f"<FakeHandle of GPU {self._gpu.index} at {id(self):#x}>"
 
 
 class FakeNvml:
@@ -67,7 +112,9 @@ class FakeNvml:
         self.nvlink = nvlink or set()
         self.missing = missing or set()  # functions the "driver" lacks
         self.init_error = init_error
-        self.events: list[tuple[int, int]] = []  # (gpu index, xid) waiting to be read
+        self.events: list[tuple[int, int]] = []  # (gpu index, xid) raised by the "driver"
+        self.wait_errors: list[int] = []  # NVML codes the next nvmlEventSetWait calls fail with
+        self.registered: dict[int, set[int]] = {}  # event set -> registered GPU indexes
         self.calls: dict[str, int] = {}
         self.discovered = False
 
@@ -79,13 +126,17 @@ class FakeNvml:
         if name in self.missing:
             raise NVMLError(FUNCTION_NOT_FOUND)
 
-    def _gpu(self, h: FakeGpu, field_name: str) -> FakeGpu:
+    def _gpu(self, h: FakeHandle, field_name: str) -> FakeGpu:
         self._count(field_name)
-        if h.lost or (h.lost_after_discovery and self.discovered):
+        if not isinstance(h, FakeHandle):
+            # ctypes refuses anything but a c_nvmlDevice_t as a handle argument.
+            raise NVMLError(INVALID_ARGUMENT)
+        g = h._gpu
+        if g.lost or (g.lost_after_discovery and self.discovered):
             raise NVMLError(GPU_IS_LOST)
-        if field_name in h.unsupported:
+        if field_name in g.unsupported:
             raise NVMLError(NOT_SUPPORTED)
-        return h
+        return g
 
     def nvmlInit(self) -> None:
         if self.init_error is not None:
@@ -103,73 +154,94 @@ class FakeNvml:
     def nvmlDeviceGetCount(self) -> int:
         return len(self.gpus)
 
-    def nvmlDeviceGetHandleByIndex(self, i: int) -> FakeGpu:
-        return self._gpu(self.gpus[i], "nvmlDeviceGetHandleByIndex")
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> FakeHandle:
+        handle = FakeHandle(self.gpus[i])
+        self._gpu(handle, "nvmlDeviceGetHandleByIndex")
+        return handle
 
-    def nvmlDeviceGetUUID(self, h: FakeGpu) -> str:
+    def nvmlDeviceGetUUID(self, h: FakeHandle) -> str:
         return self._gpu(h, "nvmlDeviceGetUUID").uuid
 
-    def nvmlDeviceGetName(self, h: FakeGpu) -> bytes:
+    def nvmlDeviceGetIndex(self, h: FakeHandle) -> int:
+        return self._gpu(h, "nvmlDeviceGetIndex").index
+
+    def nvmlDeviceGetName(self, h: FakeHandle) -> bytes:
         return self._gpu(h, "nvmlDeviceGetName").name.encode()  # old bindings return bytes
 
-    def nvmlDeviceGetMemoryInfo(self, h: FakeGpu) -> SimpleNamespace:
+    def nvmlDeviceGetMemoryInfo(self, h: FakeHandle) -> SimpleNamespace:
         g = self._gpu(h, "nvmlDeviceGetMemoryInfo")
         return SimpleNamespace(total=g.memory_total, used=g.memory_used, free=g.memory_total - g.memory_used)
 
-    def nvmlDeviceGetPciInfo(self, h: FakeGpu) -> SimpleNamespace:
+    def nvmlDeviceGetPciInfo(self, h: FakeHandle) -> SimpleNamespace:
         g = self._gpu(h, "nvmlDeviceGetPciInfo")
         return SimpleNamespace(busId=f"00000000:{0x10 + g.index:02X}:00.0")
 
-    def nvmlDeviceGetNumaNodeId(self, h: FakeGpu) -> int:
+    def nvmlDeviceGetNumaNodeId(self, h: FakeHandle) -> int:
         return self._gpu(h, "nvmlDeviceGetNumaNodeId").numa
 
-    def nvmlDeviceGetMigMode(self, h: FakeGpu) -> tuple[int, int]:
+    def nvmlDeviceGetMigMode(self, h: FakeHandle) -> tuple[int, int]:
         g = self._gpu(h, "nvmlDeviceGetMigMode")
         if g.mig is None:
             raise NVMLError(NOT_SUPPORTED)
         return g.mig
 
-    def nvmlDeviceGetArchitecture(self, h: FakeGpu) -> int:
+    def nvmlDeviceGetArchitecture(self, h: FakeHandle) -> int:
         self._gpu(h, "nvmlDeviceGetArchitecture")
         return 7  # Ampere
 
-    def nvmlDeviceGetSerial(self, h: FakeGpu) -> str:
+    def nvmlDeviceGetSerial(self, h: FakeHandle) -> str:
         return f"SER{self._gpu(h, 'nvmlDeviceGetSerial').index}"
 
-    def nvmlDeviceGetP2PStatus(self, a: FakeGpu, b: FakeGpu, cap: int) -> int:
-        self._gpu(a, "nvmlDeviceGetP2PStatus")
-        self._gpu(b, "nvmlDeviceGetP2PStatus")
-        linked = frozenset({a.index, b.index}) in self.nvlink
+    def nvmlDeviceGetP2PStatus(self, a: FakeHandle, b: FakeHandle, cap: int) -> int:
+        ga = self._gpu(a, "nvmlDeviceGetP2PStatus")
+        gb = self._gpu(b, "nvmlDeviceGetP2PStatus")
+        linked = frozenset({ga.index, gb.index}) in self.nvlink
         return pynvml.NVML_P2P_STATUS_OK if linked else pynvml.NVML_P2P_STATUS_NOT_SUPPORTED
 
-    def nvmlDeviceGetUtilizationRates(self, h: FakeGpu) -> SimpleNamespace:
+    def nvmlDeviceGetUtilizationRates(self, h: FakeHandle) -> SimpleNamespace:
         return SimpleNamespace(gpu=self._gpu(h, "nvmlDeviceGetUtilizationRates").util, memory=10)
 
-    def nvmlDeviceGetPowerUsage(self, h: FakeGpu) -> int:
+    def nvmlDeviceGetPowerUsage(self, h: FakeHandle) -> int:
         return self._gpu(h, "nvmlDeviceGetPowerUsage").power_mw
 
-    def nvmlDeviceGetTemperature(self, h: FakeGpu, sensor: int) -> int:
+    def nvmlDeviceGetTemperature(self, h: FakeHandle, sensor: int) -> int:
         return self._gpu(h, "nvmlDeviceGetTemperature").temp
 
-    def nvmlDeviceGetTotalEccErrors(self, h: FakeGpu, kind: int, counter: int) -> int:
+    def nvmlDeviceGetTotalEccErrors(self, h: FakeHandle, kind: int, counter: int) -> int:
         return self._gpu(h, "nvmlDeviceGetTotalEccErrors").ecc_uncorrected
 
-    def nvmlDeviceGetComputeRunningProcesses(self, h: FakeGpu) -> list[SimpleNamespace]:
+    def nvmlDeviceGetComputeRunningProcesses(self, h: FakeHandle) -> list[SimpleNamespace]:
         g = self._gpu(h, "nvmlDeviceGetComputeRunningProcesses")
         return [SimpleNamespace(pid=p, usedGpuMemory=m) for p, m in g.processes]
 
-    def nvmlEventSetCreate(self) -> object:
+    def nvmlEventSetCreate(self) -> int:
         self._count("nvmlEventSetCreate")
-        return object()
+        event_set = len(self.registered) + 1
+        self.registered[event_set] = set()
+        return event_set
 
-    def nvmlDeviceRegisterEvents(self, h: FakeGpu, kinds: int, event_set: object) -> None:
-        self._gpu(h, "nvmlDeviceRegisterEvents")
+    def nvmlDeviceRegisterEvents(self, h: FakeHandle, kinds: int, event_set: int) -> None:
+        g = self._gpu(h, "nvmlDeviceRegisterEvents")
+        if kinds & pynvml.nvmlEventTypeXidCriticalError:
+            self.registered[event_set].add(g.index)
 
-    def nvmlEventSetWait(self, event_set: object, timeout_ms: int) -> SimpleNamespace:
-        if not self.events:
-            raise NVMLError(TIMEOUT)
-        index, xid = self.events.pop(0)
-        return SimpleNamespace(device=self.gpus[index], eventData=xid)
+    def nvmlEventSetWait(self, event_set: int, timeout_ms: int) -> SimpleNamespace:
+        self._count("nvmlEventSetWait")
+        if self.wait_errors:
+            raise NVMLError(self.wait_errors.pop(0))
+        wanted = self.registered.get(event_set, set())
+        for n, (index, xid) in enumerate(self.events):
+            if index in wanted:
+                del self.events[n]
+                # c_nvmlEventData_t's fields; `device` is a new handle object.
+                return SimpleNamespace(
+                    device=FakeHandle(self.gpus[index]),
+                    eventType=pynvml.nvmlEventTypeXidCriticalError,
+                    eventData=xid,
+                    gpuInstanceId=0xFFFFFFFF,
+                    computeInstanceId=0xFFFFFFFF,
+                )
+        raise NVMLError(TIMEOUT)
 
 
 def a100x8_nvlink() -> FakeNvml:
@@ -207,6 +279,30 @@ def no_gpu() -> FakeNvml:
     return FakeNvml([])
 
 
+def ray_duplicate_uuid() -> FakeNvml:
+    """Ray's GPU_MOCK_DATA (see RAY_MOCK_UUID): A100, A100, V100, one UUID."""
+    return FakeNvml(
+        [
+            FakeGpu(0, name="Ampere A100-SXM4-40GB", memory_total=40 * 1024**3, uuid_override=RAY_MOCK_UUID),
+            FakeGpu(1, name="Ampere A100-SXM4-40GB", memory_total=40 * 1024**3, uuid_override=RAY_MOCK_UUID),
+            FakeGpu(2, name="Tesla V100-SXM2-16GB", memory_total=16 * 1024**3, uuid_override=RAY_MOCK_UUID),
+        ]
+    )
+
+
+def mixed_v100_a100() -> FakeNvml:
+    """One V100 and two NVLinked A100s, each with its own UUID (a node Ray 2.60
+    types by GPU 0 alone)."""
+    return FakeNvml(
+        [
+            FakeGpu(0, name="Tesla V100-SXM2-16GB", memory_total=16 * 1024**3),
+            FakeGpu(1, name="NVIDIA A100-SXM4-40GB", memory_total=40 * 1024**3, numa=1),
+            FakeGpu(2, name="NVIDIA A100-SXM4-40GB", memory_total=40 * 1024**3, numa=1),
+        ],
+        nvlink={frozenset({1, 2})},
+    )
+
+
 SCENARIOS = {
     "a100x8_nvlink": a100x8_nvlink,
     "lost_gpu": lost_gpu,
@@ -215,4 +311,6 @@ SCENARIOS = {
     "function_not_found": function_not_found,
     "library_missing": library_missing,
     "no_gpu": no_gpu,
+    "ray_duplicate_uuid": ray_duplicate_uuid,
+    "mixed_v100_a100": mixed_v100_a100,
 }

@@ -1,18 +1,22 @@
 """A stub `neuron-ls`: prints the inventory of a preset as `--json-output` does.
 
 Behaviour from the environment: STUB_PRESET (default trn1.32xlarge) and
-STUB_MODE: ok | fail | hang | invalid | old | short-bdf.
+STUB_MODE: ok | fail | hang | hang-tree | invalid | old | short-bdf.
+``hang-tree`` starts a child that sleeps (its pid written to STUB_PIDFILE)
+and then hangs itself, as a tool stuck with a helper process would.
 STUB_FIXTURE (a file name under tests/fixtures/neuron/neuron-ls, or a path):
 print that fixture byte for byte instead; the fixtures come from published
 neuron-ls output and are catalogued in tests/fixtures/neuron/CATALOGUE.md.
-The preset inventory's trn2 shape (8 physical cores per device) is not what
-the real tool prints (4 logical cores with logical_neuroncore_config 2).
+Preset inventories print trn2 as the real tool does (Neuron docs
+neuron-ls.rst, 2.22 onwards): ``nc_count`` in logical cores (4) with
+``logical_neuroncore_config`` 2, never the 8 physical cores.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -26,18 +30,20 @@ def inventory(preset: str, mode: str) -> list[dict[str, object]]:
 
     out: list[dict[str, object]] = []
     for d in load_spec(preset).devices:
-        physical = int(d.attributes["physical_cores"])
+        lnc = int(d.attributes["logical_core_size"])
         entry: dict[str, object] = {
             "neuron_device": d.index,
             "bdf": f"{0x10 + d.index:02x}:1e.0" if mode == "short-bdf" else f"0000:{0x10 + d.index:02x}:1e.0",
             "cpu_affinity": "0-47",
             "numa_node": str(d.numa_node) if mode != "numa-minus-one" else "-1",
             "connected_to": [int(p.removeprefix("neuron:")) for p in d.peers] or None,
-            "nc_count": physical,
+            "nc_count": len(d.core_ids),
             "memory_size": d.memory_bytes,
             "neuroncore_ids": list(d.core_ids),
             "neuron_processes": [{"pid": 4242, "command": "python train.py"}] if d.index == 0 else [],
         }
+        if lnc > 1:  # "only available on trn2 instances" (neuron-ls.rst)
+            entry["logical_neuroncore_config"] = lnc
         if mode == "old":
             for key in ("numa_node", "cpu_affinity", "neuroncore_ids", "memory_size", "neuron_processes"):
                 entry.pop(key)
@@ -62,6 +68,10 @@ def main() -> int:
         print("2026-Nov-22 10:00:00.001 1234:1234 FATAL  NRT:nrt_init  Neuron driver is not loaded", file=sys.stderr)
         return 1
     if mode == "hang":
+        time.sleep(60)
+    if mode == "hang-tree":
+        child = subprocess.Popen(["sleep", "60"])
+        Path(os.environ["STUB_PIDFILE"]).write_text(f"{child.pid}\n")
         time.sleep(60)
     if mode == "invalid":
         print('[{"neuron_device": 0, "nc_count": ')

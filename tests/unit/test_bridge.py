@@ -44,6 +44,36 @@ def test_spec_round_trips_through_the_environment() -> None:
         specs_from_env("[{]")
 
 
+def test_process_env_reaches_every_raylet_through_the_spec() -> None:
+    gpu = BridgeSpec("GPU", "CUDA_VISIBLE_DEVICES", "gpu", "A100", (0, 1), (("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),))
+    env = raylet_env([gpu], {"CUDA_DEVICE_ORDER": "FASTEST_FIRST"})
+    assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID", "masks are NVML (PCI bus) indexes, whatever was inherited"
+    assert specs_from_env(env["RAYACCEL_BRIDGE_SPEC"]) == [gpu]
+    assert "CUDA_DEVICE_ORDER" not in raylet_env([NEURON], {})
+
+
+def test_spec_from_plugin_carries_the_plugins_process_env() -> None:
+    from ray_accel_cuda import CudaPlugin
+    from ray_accel_mock import MockPlugin
+    from ray_accel_mock.spec import load_spec
+
+    from tests.fakes import fake_nvml
+
+    cuda = CudaPlugin(fake_nvml.a100x8_nvlink())
+    assert cuda.probe() is None
+    assert BridgeSpec.from_plugin(cuda).process_env == (("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),)
+    assert BridgeSpec.from_plugin(MockPlugin(load_spec("p4d.24xlarge"))).process_env == (
+        ("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),
+    )
+    assert BridgeSpec.from_plugin(MockPlugin(load_spec("trn1.2xlarge"))).process_env == ()
+
+
+def test_a_state_record_from_before_process_env_still_loads() -> None:
+    old = {"resource_name": "GPU", "visible_ids_env": "CUDA_VISIBLE_DEVICES", "family": "gpu"}
+    spec = BridgeSpec.from_json({**old, "accelerator_type": "A100", "unit_ids": [0, 1]})
+    assert spec == BridgeSpec("GPU", "CUDA_VISIBLE_DEVICES", "gpu", "A100", (0, 1))
+
+
 def test_new_resource_names_become_unit_instance_resources() -> None:
     env = raylet_env([TPU], {"RAY_preload_python_modules": "mine"})
     assert env["RAY_custom_unit_instance_resources"] == ",".join([*RAY_DEFAULT_UNIT_RESOURCES, "FAKETPU"])

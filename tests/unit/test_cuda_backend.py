@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 
+import pynvml
 import pytest
 from ray_accel_cuda import NA, CudaPlugin, Nvml
-from ray_accel_cuda.plugin import accelerator_type
-from ray_accel_cuda.telemetry import XID_WINDOW_S
+from ray_accel_cuda.enumeration import accelerator_type
+from ray_accel_cuda.health import XID_WINDOW_S
 
 from ray_accel.core.visibility import VisibilityError
 from tests.fakes import fake_nvml
@@ -110,6 +111,26 @@ def test_real_nvml_on_this_machine_is_inactive_not_crashing() -> None:
     assert reason is None or "NVML" in reason or "nvidia-ml-py" in reason
 
 
+def test_fake_handles_behave_as_nvidia_ml_py_handles() -> None:
+    """The constraint the XID path must live with (see fake_nvml's docstring):
+    a new handle per call, identity equality, unhashable; an event's handle is
+    never one the caller holds."""
+    nv = fake_nvml.a100x8_nvlink()
+    a, b = nv.nvmlDeviceGetHandleByIndex(0), nv.nvmlDeviceGetHandleByIndex(0)
+    assert a is not b and a != b
+    with pytest.raises(TypeError):
+        hash(a)
+    event_set = nv.nvmlEventSetCreate()
+    nv.nvmlDeviceRegisterEvents(a, pynvml.nvmlEventTypeXidCriticalError, event_set)
+    nv.events.append((0, 79))
+    event = nv.nvmlEventSetWait(event_set, 0)
+    assert event.device is not a and event.device != a
+    assert nv.nvmlDeviceGetUUID(event.device) == nv.nvmlDeviceGetUUID(a), "only a call on it says which GPU"
+    with pytest.raises(pynvml.NVMLError) as e:
+        nv.nvmlEventSetWait(event_set, 0)
+    assert e.value.value == fake_nvml.TIMEOUT
+
+
 def test_xid_health_ignores_application_xids_and_heals() -> None:
     clock = Clock()
     nv = fake_nvml.a100x8_nvlink()
@@ -117,9 +138,98 @@ def test_xid_health_ignores_application_xids_and_heals() -> None:
     nv.events += [(0, 13), (0, 43), (1, 79)]  # 13/43: application faults; 79: fell off the bus
     samples = {s.device_id: s for s in plugin.telemetry.device_samples()}
     assert samples[nv.gpus[0].uuid].healthy
+    assert not samples[nv.gpus[1].uuid].healthy, "a critical XID marks the GPU unhealthy"
     assert samples[nv.gpus[1].uuid].health_reason == f"XID 79 in the last {XID_WINDOW_S:.0f}s"
+    assert sum(s.healthy for s in samples.values()) == 7
+    assert plugin.node_info().attributes["nvml_poll_errors"] == "0"
     clock.now += XID_WINDOW_S + 1
     assert all(s.healthy for s in plugin.telemetry.device_samples()), "health is re-evaluated, not sticky"
+
+
+def test_xid_events_arriving_later_are_matched_by_uuid() -> None:
+    nv = fake_nvml.a100x8_nvlink()
+    plugin = active(nv)
+    assert all(s.healthy for s in plugin.telemetry.device_samples())  # registers the event set
+    nv.events += [(6, 48), (6, 79), (2, 109)]  # 48: double-bit ECC; 109: application context switch timeout
+    samples = {s.device_id: s for s in plugin.telemetry.device_samples()}
+    assert samples[nv.gpus[6].uuid].health_reason == f"XID 48,79 in the last {XID_WINDOW_S:.0f}s"
+    assert [d for d, s in samples.items() if not s.healthy] == [nv.gpus[6].uuid]
+
+
+def test_nvml_errors_in_the_poll_are_logged_once_and_counted(caplog: pytest.LogCaptureFixture) -> None:
+    nv = fake_nvml.a100x8_nvlink()
+    plugin = active(nv)
+    nv.wait_errors += [fake_nvml.UNKNOWN]
+    with caplog.at_level(logging.WARNING, logger="ray_accel_cuda.health"):
+        samples = plugin.telemetry.device_samples()
+        assert len(samples) == 8, "a failed poll does not cost the samples"
+        nv.wait_errors += [fake_nvml.UNKNOWN]
+        plugin.telemetry.device_samples()
+    attrs = plugin.node_info().attributes
+    assert attrs["nvml_poll_errors"] == "2"
+    assert "nvmlEventSetWait" in attrs["nvml_poll_last_error"] and "Unknown" in attrs["nvml_poll_last_error"]
+    logged = [r for r in caplog.records if "NVML health poll error" in r.getMessage()]
+    assert len(logged) == 1 and "nvmlEventSetWait" in logged[0].getMessage()
+    nv.events.append((3, 79))
+    samples = {s.device_id: s for s in plugin.telemetry.device_samples()}
+    assert not samples[nv.gpus[3].uuid].healthy, "polling goes on after an error"
+
+
+def test_event_from_a_gpu_lost_since_is_counted_not_dropped() -> None:
+    nv = fake_nvml.a100x8_nvlink()
+    plugin = active(nv)
+    plugin.telemetry.device_samples()
+    nv.events.append((5, 79))
+    nv.gpus[5].lost_after_discovery = True
+    samples = {s.device_id: s for s in plugin.telemetry.device_samples()}
+    assert samples[nv.gpus[5].uuid].health_reason == "GPU is lost"
+    attrs = plugin.node_info().attributes
+    assert attrs["nvml_poll_errors"] == "1" and "UUID" in attrs["nvml_poll_last_error"]
+
+
+def test_registration_failure_is_counted_and_other_gpus_still_report_xids() -> None:
+    nv = fake_nvml.a100x8_nvlink()
+    plugin = active(nv)
+    nv.gpus[0].lost_after_discovery = True
+    nv.events.append((1, 79))
+    samples = {s.device_id: s for s in plugin.telemetry.device_samples()}
+    assert samples[nv.gpus[1].uuid].health_reason == f"XID 79 in the last {XID_WINDOW_S:.0f}s"
+    assert plugin.node_info().attributes["nvml_poll_errors"] == "1"
+
+
+def test_xid_events_unsupported_is_said() -> None:
+    nv = fake_nvml.FakeNvml([FakeGpu(0)], missing={"nvmlEventSetCreate"})
+    plugin = active(nv)
+    assert plugin.telemetry.device_samples()[0].healthy
+    assert plugin.node_info().attributes["xid_events"] == "unsupported"
+
+
+def test_power_and_temperature_reach_the_sample() -> None:
+    nv = FakeNvml([FakeGpu(0, power_mw=312_500, temp=61)])
+    s = active(nv).telemetry.device_samples()[0]
+    assert (s.power_watts, s.temperature_c) == (312.5, 61.0)
+
+
+def test_device_holders() -> None:
+    nv = FakeNvml([FakeGpu(0, processes=[(77, 500), (88, None), (77, 1)]), FakeGpu(1), FakeGpu(2, processes=[(99, 5)])])
+    plugin = active(nv)
+    nv.gpus[2].lost_after_discovery = True
+    holders = plugin.telemetry.device_holders()
+    assert holders == {nv.gpus[0].uuid: (77, 88), nv.gpus[1].uuid: ()}, "each PID once; a lost GPU is absent"
+
+
+def test_ray_duplicate_uuid_data_makes_cuda_inactive_naming_the_uuid() -> None:
+    reason = CudaPlugin(fake_nvml.ray_duplicate_uuid()).probe()
+    assert reason is not None
+    assert repr(fake_nvml.RAY_MOCK_UUID) in reason and "GPUs 0, 1, 2" in reason
+
+
+def test_mixed_models_are_typed_per_device_not_by_gpu_0() -> None:
+    plugin = active(fake_nvml.mixed_v100_a100())
+    assert [d.accelerator_type for d in plugin.list_devices()] == ["V100", "A100", "A100"]
+    info = plugin.node_info()
+    # Ray 2.60 types this node V100 (GPU 0); we say it has no one type.
+    assert info.accelerator_type is None and info.attributes["accelerator_types"] == "A100,V100"
 
 
 def test_ecc_uncorrected_marks_unhealthy() -> None:
@@ -130,9 +240,9 @@ def test_ecc_uncorrected_marks_unhealthy() -> None:
 
 
 def test_process_memory() -> None:
-    nv = FakeNvml([FakeGpu(0, processes=[(77, 500), (88, 1)]), FakeGpu(1, processes=[(77, 20)])])
+    nv = FakeNvml([FakeGpu(0, processes=[(77, 500), (88, 1), (66, None)]), FakeGpu(1, processes=[(77, 20)])])
     plugin = active(nv)
-    held = plugin.telemetry.process_device_memory([77, 99])
+    held = plugin.telemetry.process_device_memory([77, 99, 66])
     assert held == {77: {nv.gpus[0].uuid: 500, nv.gpus[1].uuid: 20}}, "only asked PIDs, only held devices"
 
 
@@ -147,6 +257,15 @@ def test_cuda_visible_devices_forms() -> None:
         plugin.parse_visible("9")
     with pytest.raises(VisibilityError, match="matches 0 GPUs"):
         plugin.parse_visible("GPU-nope")
+    with pytest.raises(VisibilityError, match="empty entry"):
+        plugin.parse_visible("1,,2")
+
+
+def test_cuda_visible_devices_with_a_lost_gpu_uses_nvml_indexes() -> None:
+    plugin = active(fake_nvml.lost_gpu())
+    assert plugin.parse_visible("7,4") == [7, 4]
+    with pytest.raises(VisibilityError, match="GPU 3 .* out of range"):
+        plugin.parse_visible("3")
 
 
 def test_nvml_wrapper_query_sentinel_and_single_init() -> None:

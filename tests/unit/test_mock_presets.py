@@ -21,8 +21,28 @@ SHAPES = {
 }
 
 
+# Presets of several models, whose devices differ from each other: their
+# shapes are checked in tests/unit/test_honest_types.py and below, not by the
+# uniform SHAPES test (which assumes one model per node, as every preset did).
+MIXED = {
+    "mixed-v100-a100": [
+        ("Tesla V100-SXM2-16GB", "V100", 16 * GIB, 0),
+        *[("NVIDIA A100-SXM4-40GB", "A100", 40 * GIB, 1)] * 2,
+    ]
+}
+
+
 def test_every_preset_is_covered() -> None:
-    assert set(SHAPES) == set(PRESETS)
+    assert set(SHAPES) | set(MIXED) == set(PRESETS)
+
+
+@pytest.mark.parametrize("preset", sorted(MIXED))
+def test_mixed_preset_shape_through_cli(preset: str) -> None:
+    out = cli_json("devices", env={"RAYACCEL_MOCK": preset})
+    got = [(d["model"], d["accelerator_type"], d["memory_bytes"], len(d["peers"])) for d in out["devices"]]
+    assert got == MIXED[preset]
+    assert [d["core_ids"] for d in out["devices"]] == [[i] for i in range(len(MIXED[preset]))]
+    assert out["node"]["accelerator_type"] is None, "a node of several types has no one type"
 
 
 @pytest.mark.parametrize("preset", sorted(SHAPES))

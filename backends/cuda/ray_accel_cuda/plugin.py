@@ -1,55 +1,39 @@
-"""The CUDA DevicePlugin: NVIDIA GPUs through NVML, keyed by UUID."""
+"""The CUDA DevicePlugin: NVIDIA GPUs through NVML, keyed by UUID.
+
+Discovery only; each concern has its own module: `enumeration` (GPUs as
+devices), `topology` (NVLink peers), `health` (XIDs, ECC), `telemetry`
+(samples, process memory, holders), `visible` (CUDA_VISIBLE_DEVICES),
+`runtime` (what a training worker needs).
+"""
 
 from __future__ import annotations
 
-import re
 import time
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from ray_accel.core.devices import FAMILY_GPU, Device, NodeInfo
-from ray_accel.core.visibility import VisibilityError, parse_visible_ids
 from ray_accel.plugins.interface import DevicePlugin
-from ray_accel_cuda.nvml import NA, GpuLost, Nvml, NvmlUnavailable, text
-from ray_accel_cuda.runtime import CudaRuntime
+from ray_accel_cuda.enumeration import enumerate_gpus, inconsistency
+from ray_accel_cuda.nvml import NA, Nvml, NvmlUnavailable, text
+from ray_accel_cuda.runtime import PROCESS_ENV, CudaRuntime
 from ray_accel_cuda.telemetry import CudaTelemetry
-
-_NAME = re.compile(r"\w+\s+((?:[A-Z]+\s+)*[A-Z0-9]*\d[A-Z0-9]*)")
-
-
-def accelerator_type(name: str) -> str:
-    """Ray's convention: 'NVIDIA A100-SXM4-40GB' -> 'A100'."""
-    m = _NAME.match(name)
-    return m.group(1).replace(" ", "-") if m else "-".join(name.split()[1:] or [name])
-
-
-def sysfs_bus_id(nvml_bus: str) -> str:
-    """NVML '00000000:10:1C.0' -> sysfs '0000:10:1c.0'."""
-    domain, _, rest = nvml_bus.lower().partition(":")
-    return f"{domain[-4:]}:{rest}" if rest else nvml_bus.lower()
-
-
-def numa_from_sysfs(bus: str | None, root: str = "/sys/bus/pci/devices") -> int:
-    if not bus:
-        return -1
-    try:
-        return int((Path(root) / sysfs_bus_id(bus) / "numa_node").read_text().strip())
-    except (OSError, ValueError):
-        return -1
+from ray_accel_cuda.topology import nvlink_peers, with_peers
+from ray_accel_cuda.visible import ENV, parse_cuda_visible
 
 
 class CudaPlugin(DevicePlugin):
     name = "cuda"
     resource_name = "GPU"
-    visible_ids_env = "CUDA_VISIBLE_DEVICES"
+    visible_ids_env = ENV
     family = FAMILY_GPU
 
-    def __init__(self, nvml_module: Any = None, clock: Any = time.monotonic) -> None:
+    def __init__(self, nvml_module: Any = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.nvml = Nvml(nvml_module)
         self._clock = clock
         self._devices: tuple[Device, ...] = ()
         self._handles: dict[str, Any] = {}
-        self._lost: list[int] = []
+        self._lost: tuple[int, ...] = ()
         self._telemetry: CudaTelemetry | None = None
         self._driver: str | None = None
         self._cuda: str | None = None
@@ -65,69 +49,23 @@ class CudaPlugin(DevicePlugin):
         self._driver = text(self.nvml.query("nvmlSystemGetDriverVersion"))
         cuda = self.nvml.query("nvmlSystemGetCudaDriverVersion")
         self._cuda = None if cuda is NA else f"{cuda // 1000}.{cuda % 1000 // 10}"
-        self._devices = self._enumerate(count)
-        if not self._devices:
-            return f"all {count} GPUs failed to answer (lost: {self._lost})"
+        found = enumerate_gpus(self.nvml, count)
+        self._lost = found.lost
+        if not found.devices:
+            return f"all {count} GPUs failed to answer (lost: {list(found.lost)})"
+        bad = inconsistency(found.devices)
+        if bad is not None:
+            return bad
+        peers = nvlink_peers(self.nvml, found.devices, found.handles)
+        self._devices = with_peers(found.devices, peers)
+        self._handles = {d.id: h for d, h in zip(found.devices, found.handles, strict=True)}
         return None
-
-    def _enumerate(self, count: int) -> tuple[Device, ...]:
-        q = self.nvml.query
-        m = self.nvml.module
-        found: list[tuple[Device, Any]] = []
-        for i in range(count):
-            try:
-                h = q("nvmlDeviceGetHandleByIndex", i)
-                uuid = text(q("nvmlDeviceGetUUID", h)) or f"GPU-index-{i}"
-                name = text(q("nvmlDeviceGetName", h)) or "NVIDIA GPU"
-                mem = q("nvmlDeviceGetMemoryInfo", h)
-                pci = q("nvmlDeviceGetPciInfo", h)
-                bus = text(pci.busId) if pci is not NA else None
-                numa = q("nvmlDeviceGetNumaNodeId", h)
-                mig = q("nvmlDeviceGetMigMode", h)
-                arch = q("nvmlDeviceGetArchitecture", h)
-                serial = text(q("nvmlDeviceGetSerial", h))
-            except GpuLost:
-                self._lost.append(i)
-                continue
-            mig_on = mig is not NA and bool(mig[0])
-            attrs = {"mig": "enabled" if mig_on else ("disabled" if mig is not NA else "unsupported")}
-            if mig_on:
-                attrs["mig_note"] = "MIG instances are not scheduled individually: the GPU is one opaque device"
-            dev = Device(
-                id=uuid,
-                family=FAMILY_GPU,
-                index=i,
-                model=name,
-                memory_bytes=int(mem.total) if mem is not NA else 0,
-                core_ids=(i,),
-                numa_node=int(numa) if numa is not NA else numa_from_sysfs(bus),
-                pci_bus_id=bus,
-                serial=serial,
-                architecture=None if arch is NA else str(arch),
-                attributes=attrs,
-            )
-            found.append((dev, h))
-            self._handles[uuid] = h
-        # NVLink peers: P2P over NVLink also covers NVSwitch systems. Link
-        # queries are slow, so this runs once per discovery and is kept.
-        nvlink = getattr(m, "NVML_P2P_CAPS_INDEX_NVLINK", 4)
-        ok = getattr(m, "NVML_P2P_STATUS_OK", 0)
-        peers: dict[str, list[str]] = {d.id: [] for d, _ in found}
-        for a, (da, ha) in enumerate(found):
-            for db, hb in found[a + 1 :]:
-                try:
-                    status = q("nvmlDeviceGetP2PStatus", ha, hb, nvlink)
-                except GpuLost:
-                    continue
-                if status is not NA and status == ok:
-                    peers[da.id].append(db.id)
-                    peers[db.id].append(da.id)
-        return tuple(
-            Device(**{**d.__dict__, "peers": tuple(peers[d.id]), "attributes": dict(d.attributes)}) for d, _ in found
-        )
 
     def list_devices(self) -> tuple[Device, ...]:
         return self._devices
+
+    def process_env(self) -> dict[str, str]:
+        return dict(PROCESS_ENV)
 
     @property
     def runtime(self) -> CudaRuntime:
@@ -141,32 +79,22 @@ class CudaPlugin(DevicePlugin):
 
     def parse_visible(self, value: str | None) -> list[int] | None:
         """CUDA masks may name GPUs by index, by UUID (or a unique prefix), or be NoDevFiles."""
-        if value is None:
-            return None
-        if value.strip() in ("", "NoDevFiles"):
-            return []
-        out: list[int] = []
-        for token in (t.strip() for t in value.split(",")):
-            if token.startswith(("GPU-", "MIG-")):
-                match = [d.index for d in self._devices if d.id.startswith(token)]
-                if len(match) != 1:
-                    raise VisibilityError(f"{token!r} in CUDA_VISIBLE_DEVICES matches {len(match)} GPUs")
-                ids = match
-            else:
-                ids = parse_visible_ids(token, total=len(self._devices)) or []
-            for i in ids:
-                if i in out:
-                    raise VisibilityError(f"duplicate GPU {i} in CUDA_VISIBLE_DEVICES {value!r}")
-                out.append(i)
-        return out
+        return parse_cuda_visible(value, self._devices)
 
     def node_info(self) -> NodeInfo:
-        first = self._devices[0].model if self._devices else None
-        attrs = {"lost_gpus": ",".join(map(str, self._lost))} if self._lost else {}
+        types = sorted({d.accelerator_type for d in self._devices if d.accelerator_type})
+        attrs: dict[str, str] = {}
+        if self._lost:
+            attrs["lost_gpus"] = ",".join(map(str, self._lost))
+        if len(types) > 1:
+            # A node of several models has no one type: each partition gets its own.
+            attrs["accelerator_types"] = ",".join(types)
+        if self._telemetry is not None:
+            attrs.update(self._telemetry.attributes())
         return NodeInfo(
             plugin=self.name,
             family=self.family,
-            accelerator_type=accelerator_type(first) if first else None,
+            accelerator_type=types[0] if len(types) == 1 else None,
             resource_name=self.resource_name,
             visible_ids_env=self.visible_ids_env,
             device_count=len(self._devices),

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import Final
 
 from ray_accel.core.visibility import format_mask
 from ray_accel.plugins.interface import Runtime
 from ray_accel.plugins.runtime import WorkerSlot, rank_env, raylet_union
 
 VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
+# What every process using these GPUs needs, workers of any task included
+# (`DevicePlugin.process_env`): masks are NVML indexes, in PCI bus order, and
+# CUDA numbers devices fastest-first unless told to use that order.
+PROCESS_ENV: Final[Mapping[str, str]] = MappingProxyType({"CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
 
 
 class CudaRuntime(Runtime):
@@ -23,8 +29,6 @@ class CudaRuntime(Runtime):
         # them); each trains on cuda:<index of its own first GPU in that list>.
         env = rank_env(worker.rank)
         env[VISIBLE_ENV] = format_mask(raylet_union(worker, job))
-        # Masks are NVML indexes; CUDA numbers devices fastest-first unless
-        # told to use the PCI order NVML uses. Async error handling is Ray's
-        # own NCCL default.
-        env.update({"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"})
+        # Async error handling is Ray's own NCCL default.
+        env.update({**PROCESS_ENV, "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"})
         return env

@@ -6,6 +6,7 @@ import json
 import os
 from collections.abc import Collection
 
+from ray_accel_cuda.runtime import PROCESS_ENV as CUDA_PROCESS_ENV
 from ray_accel_cuda.runtime import CudaRuntime
 from ray_accel_neuron.runtime import NeuronRuntime
 
@@ -74,6 +75,10 @@ class MockPlugin(DevicePlugin):
             runtime_version="mock",
             attributes={"preset": self.spec.name},
         )
+
+    def process_env(self) -> dict[str, str]:
+        # As the backend it impersonates: GPU masks are NVML (PCI bus) indexes.
+        return {} if self.family == FAMILY_NEURON else dict(CUDA_PROCESS_ENV)
 
     @property
     def runtime(self) -> Runtime:

@@ -1,9 +1,13 @@
-"""Declarative node specs: the six presets, and TOML files of the same shape.
+"""Declarative node specs: the presets, and TOML files of the same shape.
 
 Shapes follow the hardware facts in DESIGN.md: trn1.32xlarge is 16 devices x
 2 cores on a 4x4 torus (device 0 peers 12, 3, 4, 1); inf2.48xlarge is 12 x 2 in
 a ring; trn2.48xlarge is 16 x 8 physical cores shown as 4 logical cores each
 (logical core size 2); the GPU presets are 8 GPUs all linked through NVSwitch.
+`mixed-v100-a100` is a node of two GPU models, one V100 and two NVLinked
+A100s, the shape of Ray's own NVML test data (GPU_MOCK_DATA in
+python/ray/tests/accelerators/test_nvidia_gpu.py: two A100s and a V100), with
+a UUID per GPU: Ray 2.60 would type the whole node by its GPU 0.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ray_accel_neuron.limits import MAX_LOGICAL_CORES
 
 from ray_accel.core.devices import FAMILY_GPU, FAMILY_NEURON, Device, DeviceError, validate_inventory
 from ray_accel.core.errors import InputError
@@ -30,7 +36,7 @@ class NodeSpec:
     name: str
     family: str
     model: str
-    accelerator_type: str
+    accelerator_type: str | None  # None: the node's devices are of several types
     instance_type: str | None
     devices: tuple[Device, ...]
 
@@ -128,6 +134,7 @@ def build_node(
                 serial=f"MOCK{i:04d}",
                 architecture=model,
                 attributes=attrs,
+                accelerator_type=accelerator_type or model,
             )
         )
     return NodeSpec(
@@ -136,6 +143,43 @@ def build_node(
         model=model,
         accelerator_type=accelerator_type or model,
         instance_type=instance_type,
+        devices=validate_inventory(devices),
+    )
+
+
+def build_mixed_gpus(name: str, models: list[tuple[str, str, int, int]]) -> NodeSpec:
+    """A GPU node of several models, each `(model, accelerator type, memory,
+    count)` in index order, each model on its own NUMA node, its GPUs NVLinked
+    to each other and to no GPU of another model."""
+    rows = [(i, n, row) for n, row in enumerate(models) for i in range(row[3])]
+    ids = [gpu_uuid(name, i) for i in range(len(rows))]
+    devices = []
+    for index, (_, numa, (model, kind, memory, _)) in enumerate(rows):
+        peers = tuple(ids[j] for j, (_, other, _) in enumerate(rows) if other == numa and j != index)
+        devices.append(
+            Device(
+                id=ids[index],
+                family=FAMILY_GPU,
+                index=index,
+                model=model,
+                memory_bytes=memory,
+                core_ids=(index,),
+                numa_node=numa,
+                pci_bus_id=f"0000:{0x10 + 0x10 * index:02x}:00.0",
+                peers=peers,
+                serial=f"MOCK{index:04d}",
+                architecture=model,
+                attributes={"mock": "true"},
+                accelerator_type=kind,
+            )
+        )
+    kinds = {kind for _, kind, _, _ in models}
+    return NodeSpec(
+        name=name,
+        family=FAMILY_GPU,
+        model=" + ".join(model for model, _, _, _ in models),
+        accelerator_type=kinds.pop() if len(kinds) == 1 else None,
+        instance_type=None,
         devices=validate_inventory(devices),
     )
 
@@ -168,13 +212,21 @@ PRESETS: dict[str, Callable[[], NodeSpec]] = {
     "p5.48xlarge": lambda: build_node(
         "p5.48xlarge", FAMILY_GPU, "NVIDIA H100 80GB HBM3", 8, 1, 80 * GIB, "all-to-all", 2, "H100", "p5.48xlarge"
     ),
+    "mixed-v100-a100": lambda: build_mixed_gpus(
+        "mixed-v100-a100",
+        [("Tesla V100-SXM2-16GB", "V100", 16 * GIB, 1), ("NVIDIA A100-SXM4-40GB", "A100", 40 * GIB, 2)],
+    ),
 }
 
 
-def _positive_int(table: Mapping[str, Any], key: str, where: str, default: int | None = None) -> int:
+def _positive_int(
+    table: Mapping[str, Any], key: str, where: str, default: int | None = None, hi: int | None = None
+) -> int:
     value = table.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise SpecError(f"{where}: {key} must be a positive integer, got {value!r}")
+    if hi is not None and value > hi:
+        raise SpecError(f"{where}: {key} = {value} is above the maximum {hi}")
     return value
 
 
@@ -187,7 +239,12 @@ def _from_toml(path: Path, data: Mapping[str, Any]) -> NodeSpec:
         raise SpecError(f"{path}: [node] family must be 'neuron' or 'gpu', got {family!r}")
     model = str(node.get("model", "Trainium" if family == FAMILY_NEURON else "NVIDIA GPU"))
     name = str(node.get("name", path.stem))
-    default_cores = _positive_int(node, "cores_per_device", f"{path} [node]", 2 if family == FAMILY_NEURON else 1)
+    # A NeuronCore count past the driver's MAX_NC_PER_DEVICE is refused, not
+    # expanded into a list of that many ids.
+    max_cores = MAX_LOGICAL_CORES if family == FAMILY_NEURON else None
+    default_cores = _positive_int(
+        node, "cores_per_device", f"{path} [node]", 2 if family == FAMILY_NEURON else 1, max_cores
+    )
     default_mem = int(float(node.get("memory_gib", 32)) * GIB)
     rows = data.get("devices")
     if rows is None:
@@ -219,7 +276,7 @@ def _from_toml(path: Path, data: Mapping[str, Any]) -> NodeSpec:
         ids.append(did)
     for i, row in enumerate(rows):
         where = f"{path} device {ids[i]!r}"
-        cores = _positive_int(row, "cores", where, default_cores)
+        cores = _positive_int(row, "cores", where, default_cores, max_cores)
         mem_gib = row.get("memory_gib")
         if mem_gib is not None and (not isinstance(mem_gib, (int, float)) or mem_gib < 0):
             raise SpecError(f"{where}: memory_gib must be a non-negative number, got {mem_gib!r}")
@@ -234,12 +291,14 @@ def _from_toml(path: Path, data: Mapping[str, Any]) -> NodeSpec:
         index = row.get("index", i)
         core_ids = tuple(range(next_core, next_core + cores)) if family == FAMILY_NEURON else (index,)
         next_core += cores if family == FAMILY_NEURON else 0
+        row_model = str(row.get("model", model))
+        node_type = node.get("accelerator_type")
         devices.append(
             Device(
                 id=ids[i],
                 family=family,
                 index=index,
-                model=str(row.get("model", model)),
+                model=row_model,
                 memory_bytes=int(mem_gib * GIB) if mem_gib is not None else default_mem,
                 core_ids=core_ids,
                 numa_node=int(row.get("numa_node", 0)),
@@ -248,13 +307,19 @@ def _from_toml(path: Path, data: Mapping[str, Any]) -> NodeSpec:
                 serial=row.get("serial"),
                 architecture=model,
                 attributes={"mock": "true", "healthy": str(bool(row.get("healthy", True))).lower()},
+                # A device of the node's model has the node's type; another model is its own type.
+                accelerator_type=str(
+                    row.get("accelerator_type", node_type if node_type and row_model == model else row_model)
+                ),
             )
         )
     try:
         inventory = validate_inventory(devices)
     except DeviceError as e:
         raise SpecError(f"{path}: {e}") from None
-    return NodeSpec(name, family, model, str(node.get("accelerator_type", model)), node.get("instance_type"), inventory)
+    kinds = {d.accelerator_type for d in inventory}
+    node_kind = str(node.get("accelerator_type", model)) if len(kinds) == 1 else None
+    return NodeSpec(name, family, model, node_kind, node.get("instance_type"), inventory)
 
 
 def load_spec(value: str) -> NodeSpec:

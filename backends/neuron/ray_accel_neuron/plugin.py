@@ -1,43 +1,43 @@
-"""The Neuron DevicePlugin: sysfs first, `neuron-ls` as fallback."""
+"""The Neuron DevicePlugin: reads every source, merges them, never aborts
+discovery for what the machine reports.
+
+Sources, cheapest first: the Neuron sysfs tree, /dev/neuronN, PCI sysfs and
+DMI (plain file reads); `neuron-ls` only when those leave a fact open (links
+unreadable by a non-root user, NUMA that needs a BDF, a generation sysfs
+cannot name, or no sysfs at all), so a root process on a host whose Neuron
+functions share one NUMA node starts no subprocess.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from collections.abc import Mapping
 
 from ray_accel.core.devices import FAMILY_NEURON, Device, NodeInfo, all_core_ids
 from ray_accel.plugins.interface import DevicePlugin
-from ray_accel_neuron import sysfs
-from ray_accel_neuron.arch import INFERENTIA2, TRAINIUM, TRAINIUM2, Arch, classify, logical_core_size
-from ray_accel_neuron.neuron_ls import PATH_ENV, LsDevice, NeuronLsError, find_neuron_ls, run_neuron_ls
+from ray_accel_neuron import config, limits, merge, sysfs
+from ray_accel_neuron.neuron_ls import PATH_ENV, LsDevice, NeuronLsError, run_neuron_ls
 from ray_accel_neuron.runtime import NeuronRuntime
+from ray_accel_neuron.sysfs import PciFunction, SysfsDevice
 from ray_accel_neuron.telemetry import NeuronTelemetry
-
-SYSFS_ENV = "RAYACCEL_NEURON_SYSFS_ROOT"
-DMI_PRODUCT = "/sys/devices/virtual/dmi/id/product_name"  # EC2 puts the instance type here
+from ray_accel_neuron.tools import find_tool
 
 log = logging.getLogger(__name__)
 
 
-def _guess_arch_from_shape(ls: Sequence[LsDevice]) -> Arch:
-    # neuron-ls JSON names no architecture: the shape tells them apart.
-    first = ls[0]
-    if first.nc_count >= 8 or (first.memory_bytes or 0) > 64 * 1024**3:
-        return TRAINIUM2
-    if len(ls) > 1 and len(first.connected) == 2:
-        return INFERENTIA2
-    return TRAINIUM
-
-
-def number_cores(counts: Sequence[int]) -> list[tuple[int, ...]]:
-    """Global core ids as the runtime numbers them: consecutive, by device index."""
-    out, nxt = [], 0
-    for n in counts:
-        out.append(tuple(range(nxt, nxt + n)))
-        nxt += n
-    return out
+def _needs_neuron_ls(devices: tuple[SysfsDevice, ...], pci: Mapping[str, PciFunction]) -> list[str]:
+    """What sysfs leaves open that neuron-ls can give; empty when nothing."""
+    if not devices:
+        return ["no Neuron sysfs tree"]
+    why = []
+    if any(d.connected.text is None for d in devices):
+        why.append("links (connected_devices unreadable)")
+    if len({fn.numa_node for fn in pci.values()}) != 1 or None in {fn.numa_node for fn in pci.values()}:
+        why.append("NUMA (needs each device's BDF)")
+    if any(not (d.device_name.text or "").strip() for d in devices):
+        why.append("generation (device_name unreadable)")
+    return why
 
 
 class NeuronPlugin(DevicePlugin):
@@ -47,111 +47,102 @@ class NeuronPlugin(DevicePlugin):
     family = FAMILY_NEURON
 
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:
-        self._env = dict(os.environ if environ is None else environ)
-        self._root = Path(self._env.get(SYSFS_ENV, sysfs.DEFAULT_ROOT))
-        self._devices: tuple[Device, ...] = ()
-        self._arch: Arch | None = None
-        self._instance_type: str | None = None
-        self.source: str | None = None
+        # User configuration is checked here, before any hardware is touched:
+        # a bad value is an InputError naming the variable (exit 2).
+        self._config = config.from_environ(dict(os.environ if environ is None else environ))
+        self._inventory: merge.Inventory | None = None
+        self._telemetry: NeuronTelemetry | None = None
+        self._extra_warnings: list[str] = []
+
+    # -- discovery ---------------------------------------------------------
+
+    def _sources(self) -> merge.Sources:
+        cfg = self._config
+        listed, list_error = sysfs.list_device_dirs(cfg.neuron_root)
+        devices = tuple(sysfs.read_device(i, p) for i, p in listed)
+        pci = {fn.bdf: fn for fn in sysfs.neuron_pci_functions(cfg.sys_root)}
+        neuron_pci = tuple(sorted(pci))
+        ls: tuple[LsDevice, ...] | None = None
+        ls_error = None
+        path = find_tool("neuron-ls", cfg.neuron_ls)
+        needed = _needs_neuron_ls(devices, pci)
+        if needed and path is None:
+            ls_error = f"not found ({PATH_ENV}, /opt/aws/neuron/bin, PATH)"
+        elif needed and path is not None:
+            try:
+                ls = run_neuron_ls(path, cfg.ls_timeout_s, cfg.environ)
+            except NeuronLsError as e:
+                ls_error = str(e)
+                log.info("neuron-ls unusable: %s", e)
+            for d in ls or ():
+                if d.bdf and d.bdf not in pci:
+                    fn = sysfs.pci_function(cfg.sys_root, d.bdf)
+                    if fn is not None:
+                        pci[d.bdf] = fn
+        elif not needed:
+            ls_error = "not run: sysfs gave every fact"
+        file_lnc, lnc_problem = (None, None) if cfg.env_lnc is not None else config.read_lnc_file(cfg.lnc_file)
+        src = merge.Sources(
+            neuron_root=cfg.neuron_root,
+            dev_root=cfg.dev_root,
+            sysfs=devices,
+            sysfs_error=list_error,
+            dev=sysfs.dev_nodes(cfg.dev_root),
+            pci=pci,
+            neuron_pci=neuron_pci,
+            ls=ls,
+            ls_error=ls_error,
+            ls_path=path,
+            dmi=sysfs.dmi_product_name(cfg.sys_root),
+            env_lnc=cfg.env_lnc,
+            file_lnc=file_lnc,
+        )
+        self._extra_warnings = [lnc_problem] if lnc_problem else []
+        if ls is None and ls_error and needed and devices:
+            self._extra_warnings.append(f"neuron-ls {ls_error}; it was needed for: {', '.join(needed)}")
+        return src
 
     def probe(self) -> str | None:
-        raw = sysfs.read_tree(self._root)
-        if raw:
-            self._from_sysfs(raw)
-            return None
-        path = find_neuron_ls(self._env)
-        if path is None:
-            return f"no Neuron devices under {self._root} and no neuron-ls ({PATH_ENV}, /opt/aws/neuron/bin, PATH)"
+        self._inventory = None
         try:
-            ls = run_neuron_ls(path)
-        except NeuronLsError as e:
+            src = self._sources()
+            inventory = merge.merge(src)
+        except limits.BadData as e:
             return str(e)
-        if not ls:
-            return f"{path} found no Neuron devices"
-        self._from_neuron_ls(ls, path)
+        if not inventory.devices:
+            return "no Neuron devices visible"
+        self._inventory = inventory
         return None
 
-    def _dmi_instance_type(self) -> str | None:
-        text = sysfs.read_text(Path(DMI_PRODUCT))
-        return text if text and classify(text) else None
-
-    def _from_sysfs(self, raw: Sequence[sysfs.RawDevice]) -> None:
-        first = raw[0]
-        self._instance_type = first.instance_type or self._dmi_instance_type()
-        arch = classify(first.device_name, first.arch_type, self._instance_type) or TRAINIUM
-        lnc = logical_core_size(arch, self._env)
-        cores = number_cores([max(1, r.core_count // lnc) for r in raw])
-        self._arch, self.source = arch, "sysfs"
-        self._devices = tuple(
-            Device(
-                id=f"neuron:{r.index}",
-                family=FAMILY_NEURON,
-                index=r.index,
-                model=arch.accelerator_type,
-                memory_bytes=arch.memory_bytes,
-                core_ids=cores[i],
-                numa_node=r.numa_node,
-                pci_bus_id=r.bdf,
-                peers=tuple(f"neuron:{c}" for c in r.connected if c != r.index),
-                serial=r.serial,
-                architecture=r.arch_type or arch.accelerator_type,
-                attributes={
-                    "source": "sysfs",
-                    "physical_cores": str(r.core_count),
-                    "logical_core_size": str(lnc),
-                    "memory_source": "architecture table",
-                },
-            )
-            for i, r in enumerate(raw)
-        )
-
-    def _from_neuron_ls(self, ls: Sequence[LsDevice], path: str) -> None:
-        ls = sorted(ls, key=lambda d: d.index)
-        self._instance_type = self._dmi_instance_type()
-        arch = classify(self._instance_type) or _guess_arch_from_shape(ls)
-        lnc = logical_core_size(arch, self._env)
-        logical = [max(1, d.nc_count // lnc) for d in ls]
-        numbered = number_cores(logical)
-        devices = []
-        for i, d in enumerate(ls):
-            # Trust the tool's own numbering when it is in logical cores.
-            core_ids = d.core_ids if d.core_ids is not None and len(d.core_ids) == logical[i] else numbered[i]
-            devices.append(
-                Device(
-                    id=f"neuron:{d.index}",
-                    family=FAMILY_NEURON,
-                    index=d.index,
-                    model=arch.accelerator_type,
-                    memory_bytes=d.memory_bytes or arch.memory_bytes,
-                    core_ids=core_ids,
-                    numa_node=d.numa_node,
-                    pci_bus_id=d.bdf,
-                    peers=tuple(f"neuron:{c}" for c in d.connected if c != d.index),
-                    architecture=arch.accelerator_type,
-                    attributes={
-                        "source": f"neuron-ls ({path})",
-                        "physical_cores": str(d.nc_count),
-                        "logical_core_size": str(lnc),
-                        "pids": ",".join(map(str, d.pids)),
-                    },
-                )
-            )
-        self._arch, self.source, self._devices = arch, "neuron-ls", tuple(devices)
-
     def list_devices(self) -> tuple[Device, ...]:
-        return self._devices
+        return self._inventory.devices if self._inventory else ()
 
     def node_info(self) -> NodeInfo:
+        inv = self._inventory
+        devices = self.list_devices()
+        attributes = {"sources": ",".join(inv.sources)} if inv else {}
+        warnings: tuple[str, ...] = ()
+        if inv is not None:
+            attributes.update(
+                {
+                    "source.accelerator_type": inv.generation_source,
+                    "source.instance_type": inv.instance.source,
+                    "logical_core_size": str(inv.lnc.size),
+                    "source.logical_core_size": inv.lnc.source,
+                }
+            )
+            warnings = (*self._extra_warnings, *inv.warnings)
         return NodeInfo(
             plugin=self.name,
             family=self.family,
-            accelerator_type=self._arch.accelerator_type if self._arch else None,
+            accelerator_type=inv.generation.accelerator_type if inv and inv.generation else None,
             resource_name=self.resource_name,
             visible_ids_env=self.visible_ids_env,
-            device_count=len(self._devices),
-            core_count=len(all_core_ids(self._devices)),
-            instance_type=self._instance_type,
-            attributes={"source": self.source or "none"},
+            device_count=len(devices),
+            core_count=len(all_core_ids(devices)),
+            instance_type=inv.instance.value if inv else None,
+            attributes=attributes,
+            warnings=warnings,
         )
 
     @property
@@ -160,4 +151,7 @@ class NeuronPlugin(DevicePlugin):
 
     @property
     def telemetry(self) -> NeuronTelemetry:
-        return NeuronTelemetry(self._root, self._devices, self.source)
+        # One instance per plugin: it may hold a neuron-monitor child.
+        if self._telemetry is None:
+            self._telemetry = NeuronTelemetry(self._config, self.list_devices())
+        return self._telemetry

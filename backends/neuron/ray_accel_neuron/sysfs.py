@@ -1,11 +1,30 @@
-"""Discovery from the Neuron driver's sysfs tree: no subprocess on this path.
+"""Reading what the kernel shows about Neuron devices: no subprocess here.
 
-Layout (Neuron sysfs user guide): ``neuron{N}/core_count``,
-``neuron{N}/connected_devices`` ("12, 3, 4, 1"), ``neuron{N}/info/serial_number``,
-``neuron{N}/info/architecture/{arch_type,device_name,instance_type}``,
-``neuron{N}/neuron_core{c}/stats/memory_usage/device_mem/present``,
-``neuron{N}/stats/hardware/*ecc*``. Counters may be a file or a directory with
-``total`` and ``present``; driver 2.31 moved nodes, so every read is optional.
+Layout from the Neuron driver's source (aws-neuron/aws-neuron-driver @
+fca19f7d = aws-neuronx-dkms 2.24.7.0; `neuron_cdev.c`, `neuron_sysfs_metrics.c`):
+
+- `<neuron root>/neuronN/` (class `neuron_device`, created with no parent
+  device: no `device` link, no `numa_node`): `core_count` ("%d", physical
+  cores, **root-only 0400**), `connected_devices` ("12, 3, 4, 1\\n" or "\\n",
+  **root-only 0400**), `info/serial_number`, `info/architecture/{arch_type,
+  device_name,instance_type}` (0644), one `neuron_coreC/` per physical core.
+- Counters are directories holding `total` and `present`: for
+  `neuron_coreC/stats/memory_usage/device_mem`, `total` is the memory in use
+  (`present` is only the size of the last allocation or free).
+- `neuronN/stats/hardware/{mem_ecc_uncorrected,sram_ecc_uncorrected,
+  mem_ecc_repairable_uncorrected}` are plain files ("%u\\n").
+- PCI: `<sys>/bus/pci/drivers/neuron/<bdf>` -> the function, with `device`,
+  `numa_node` ("-1": no NUMA information) and `local_cpulist` (kernel ABI).
+  The Neuron tree never says which BDF is which device index.
+- DMI: `<sys>/devices/virtual/dmi/id/product_name` holds the EC2 instance
+  type (the driver reads it too, `ndhal_instance_type_pod`).
+- `/dev/neuronN`: character devices the driver's udev rule makes 0666 (or
+  0660 group `neuron` when hardened); in a container only the mounted ones.
+
+Every read goes through `ray_accel.core.files` (bounded, never blocks on a
+FIFO) and keeps its failure reason, so discovery can say which fact is
+missing and why. Parsers are strict: a value that does not fit the driver's
+format raises `BadData` naming it.
 """
 
 from __future__ import annotations
@@ -15,106 +34,253 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-DEFAULT_ROOT = "/sys/devices/virtual/neuron_device"
-_DEV = re.compile(r"^neuron(\d+)$")
-_CORE = re.compile(r"^neuron_core(\d+)$")
+from ray_accel.core import files
+from ray_accel_neuron import limits
+
+DEFAULT_SYS_ROOT = "/sys"
+NEURON_CLASS_DIR = os.path.join("devices", "virtual", "neuron_device")
+DMI_PRODUCT = os.path.join("devices", "virtual", "dmi", "id", "product_name")
+PCI_DRIVER_DIR = os.path.join("bus", "pci", "drivers", "neuron")
+PCI_DEVICES_DIR = os.path.join("bus", "pci", "devices")
+ATTR_MAX_BYTES = 4096  # one page: the most a sysfs attribute returns
+
+_DEV = re.compile(r"^neuron([0-9]+)$")
+_CORE = re.compile(r"^neuron_core([0-9]+)$")
+_BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+_CONNECTED = re.compile(r"^[0-9]+(?:\s*,\s*[0-9]+)*$")
 
 
 @dataclass(frozen=True)
-class RawDevice:
-    index: int
-    core_count: int  # physical cores, as the driver counts them
-    connected: tuple[int, ...]
-    device_name: str | None
-    arch_type: str | None
-    instance_type: str | None
-    serial: str | None
-    numa_node: int
-    bdf: str | None
+class Reading:
+    """One file read: its text, or why there is none."""
+
+    path: str
+    text: str | None
+    error: str | None = None
+    refused: bool = False  # not a regular file, or too large: the tree itself is wrong
+
+    @property
+    def denied(self) -> bool:
+        return self.error == "permission denied"
 
 
-def read_text(path: str | Path) -> str | None:
-    # Raw os-level reads: this runs in every `ray start`, and pathlib's
-    # per-call object creation cost more than the reads themselves.
+def read(path: str) -> Reading:
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, 4096).decode("utf-8", "replace").strip()
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+        return Reading(path, files.read_text(path, ATTR_MAX_BYTES))
+    except files.UnreadableFile as e:
+        return Reading(path, None, files.describe(e), refused=True)
+    except OSError as e:
+        return Reading(path, None, files.describe(e))
 
 
-def read_counter(path: str | Path, which: str = "present") -> int | None:
-    """A counter file, or a counter directory holding `total` and `present`."""
-    text = read_text(path)
-    if text is None:  # a directory cannot be read as a file
-        text = read_text(os.path.join(path, which))
-    if text is None:
-        return None
-    try:
-        return int(text.split()[0])
-    except (ValueError, IndexError):
-        return None
+# ---------------------------------------------------------------------------
+# Parsers (pure; BadData names the value)
+# ---------------------------------------------------------------------------
 
 
-def parse_connected(text: str | None) -> tuple[int, ...]:
-    if not text:
+def parse_count(text: str, what: str) -> int:
+    value = text.strip()
+    if not value.isascii() or not value.isdigit() or len(value) > 9:
+        raise limits.BadData(f"{what} is {text!r}, not a count")
+    return int(value)
+
+
+def parse_connected(text: str, what: str) -> tuple[int, ...]:
+    """'12, 3, 4, 1\\n' -> (12, 3, 4, 1); '\\n' -> ()."""
+    value = text.strip()
+    if not value:
         return ()
-    return tuple(int(t) for t in re.split(r"[,\s]+", text) if t.strip().isdigit())
-
-
-def device_dirs(root: str | Path) -> list[tuple[int, str]]:
-    try:
-        names = os.listdir(root)
-    except OSError:
-        return []
-    return sorted((int(m.group(1)), os.path.join(root, n)) for n in names if (m := _DEV.match(n)))
-
-
-def read_tree(root: str | Path) -> list[RawDevice]:
-    devices = []
-    for index, d in device_dirs(root):
-        count = read_counter(f"{d}/core_count")
-        if count is None:
-            try:
-                count = sum(1 for n in os.listdir(d) if _CORE.match(n))
-            except OSError:
-                continue
-        arch = f"{d}/info/architecture"
-        numa = read_text(f"{d}/numa_node") or read_text(f"{d}/device/numa_node")
-        devices.append(
-            RawDevice(
-                index=index,
-                core_count=count,
-                connected=parse_connected(read_text(f"{d}/connected_devices")),
-                device_name=read_text(f"{arch}/device_name"),
-                arch_type=read_text(f"{arch}/arch_type"),
-                instance_type=read_text(f"{arch}/instance_type"),
-                serial=read_text(f"{d}/info/serial_number"),
-                numa_node=int(numa) if numa and numa.lstrip("-").isdigit() else -1,
-                bdf=None,
-            )
-        )
-    return devices
-
-
-def core_memory_used(root: str | Path, index: int, core: int) -> int | None:
-    return read_counter(f"{root}/neuron{index}/neuron_core{core}/stats/memory_usage/device_mem")
-
-
-def ecc_uncorrected(root: str | Path, index: int) -> dict[str, int]:
-    hw = f"{root}/neuron{index}/stats/hardware"
-    try:
-        names = [n for n in os.listdir(hw) if "ecc" in n and "uncorrected" in n]
-    except OSError:
-        return {}
-    out = {}
-    for name in names:
-        value = read_counter(os.path.join(hw, name), "total")
-        if value is not None:
-            out[name] = value
+    if not value.isascii() or not _CONNECTED.match(value):
+        raise limits.BadData(f"{what} is {text!r}, not a list of device indexes")
+    out = tuple(int(t) for t in re.split(r"\s*,\s*", value))
+    for p in out:
+        limits.device_index(p, f"{what} entry")
+    if len(set(out)) != len(out):
+        raise limits.BadData(f"{what} is {text!r}: a device is listed twice")
     return out
+
+
+def parse_u64(text: str, what: str) -> int:
+    """A driver counter ("%llu")."""
+    value = text.strip()
+    if not value.isascii() or not value.isdigit() or len(value) > 20 or int(value) >= 1 << 64:
+        raise limits.BadData(f"{what} is {text!r}, not a counter")
+    return int(value)
+
+
+def parse_numa(text: str, what: str) -> int:
+    value = text.strip()
+    if value == "-1":
+        return -1
+    return parse_count(value, what)
+
+
+def parse_hex(text: str, what: str) -> int:
+    value = text.strip().lower()
+    if not re.fullmatch(r"0x[0-9a-f]{1,8}", value):
+        raise limits.BadData(f"{what} is {text!r}, not a hexadecimal id")
+    return int(value, 16)
+
+
+def parse_serial(text: str) -> str | None:
+    """The driver prints "\\n" when it could not read the serial."""
+    return text.strip() or None
+
+
+# ---------------------------------------------------------------------------
+# The Neuron class tree
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SysfsDevice:
+    index: int
+    path: str
+    core_count: Reading
+    core_dirs: int | None  # neuron_coreN directories (readable by anyone); None if unlistable
+    connected: Reading
+    device_name: Reading
+    arch_type: Reading
+    serial: Reading
+
+
+def list_device_dirs(neuron_root: str) -> tuple[list[tuple[int, str]], str | None]:
+    """(index, path) of every neuronN entry, or the reason the root cannot be listed."""
+    try:
+        names = os.listdir(neuron_root)
+    except OSError as e:
+        return [], f"{neuron_root}: {files.describe(e)}"
+    found = []
+    for name in names:
+        m = _DEV.match(name)
+        if m and len(m.group(1)) <= 9:
+            found.append((int(m.group(1)), os.path.join(neuron_root, name)))
+    return sorted(found), None
+
+
+def _count_core_dirs(path: str) -> int | None:
+    try:
+        return sum(1 for n in os.listdir(path) if _CORE.match(n))
+    except OSError:
+        return None
+
+
+def read_device(index: int, path: str) -> SysfsDevice:
+    arch = os.path.join(path, "info", "architecture")
+    return SysfsDevice(
+        index=index,
+        path=path,
+        core_count=read(os.path.join(path, "core_count")),
+        core_dirs=_count_core_dirs(path),
+        connected=read(os.path.join(path, "connected_devices")),
+        device_name=read(os.path.join(arch, "device_name")),
+        arch_type=read(os.path.join(arch, "arch_type")),
+        serial=read(os.path.join(path, "info", "serial_number")),
+    )
+
+
+# ---------------------------------------------------------------------------
+# PCI, DMI, /dev
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PciFunction:
+    bdf: str
+    device_id: int | None
+    numa_node: int | None
+    local_cpulist: str | None
+
+
+def pci_function(sys_root: str, bdf: str) -> PciFunction | None:
+    base = os.path.join(sys_root, PCI_DEVICES_DIR, bdf)
+    if not os.path.isdir(base):
+        return None
+    dev, numa, cpus = (read(os.path.join(base, n)) for n in ("device", "numa_node", "local_cpulist"))
+    device_id = parse_hex(dev.text, dev.path) if dev.text is not None else None
+    numa_node = parse_numa(numa.text, numa.path) if numa.text is not None else None
+    return PciFunction(bdf, device_id, numa_node, (cpus.text or "").strip() or None)
+
+
+def neuron_pci_functions(sys_root: str) -> tuple[PciFunction, ...]:
+    """Every PCI function bound to the Neuron driver (what the host has,
+    whatever a container was given)."""
+    try:
+        names = os.listdir(os.path.join(sys_root, PCI_DRIVER_DIR))
+    except OSError:
+        return ()
+    out = []
+    for name in sorted(names):
+        if _BDF.match(name):
+            fn = pci_function(sys_root, name)
+            if fn is not None:
+                out.append(fn)
+    return tuple(out)
+
+
+def dmi_product_name(sys_root: str) -> Reading:
+    return read(os.path.join(sys_root, DMI_PRODUCT))
+
+
+@dataclass(frozen=True)
+class DevNode:
+    index: int
+    path: str
+    usable: bool
+    reason: str | None = None
+
+
+def dev_nodes(dev_root: str) -> tuple[DevNode, ...]:
+    """The /dev/neuronN entries and whether this process may open them for
+    reading and writing (it never opens them: opening a device can act)."""
+    try:
+        names = os.listdir(dev_root)
+    except OSError:
+        return ()
+    out = []
+    for name in names:
+        m = _DEV.match(name)
+        if not m or len(m.group(1)) > 9:
+            continue
+        path = os.path.join(dev_root, name)
+        if os.path.isdir(path):
+            out.append(DevNode(int(m.group(1)), path, False, "a directory, not a device"))
+        elif not os.access(path, os.R_OK | os.W_OK):
+            out.append(DevNode(int(m.group(1)), path, False, "no read/write permission"))
+        else:
+            out.append(DevNode(int(m.group(1)), path, True))
+    return tuple(sorted(out, key=lambda n: n.index))
+
+
+# ---------------------------------------------------------------------------
+# Telemetry counters
+# ---------------------------------------------------------------------------
+
+ECC_FILES = ("mem_ecc_uncorrected", "sram_ecc_uncorrected", "mem_ecc_repairable_uncorrected")
+
+
+def core_memory_used(neuron_root: str | Path, index: int, core: int) -> int | None:
+    """Device memory in use on one physical core (`device_mem/total`)."""
+    core_dir = os.path.join(neuron_root, f"neuron{index}", f"neuron_core{core}")
+    r = read(os.path.join(core_dir, "stats", "memory_usage", "device_mem", "total"))
+    if r.text is None:
+        return None
+    try:
+        return parse_u64(r.text, r.path)
+    except limits.BadData:
+        return None
+
+
+def ecc_uncorrected(neuron_root: str | Path, index: int) -> dict[str, int] | None:
+    """Uncorrected ECC counts by file name; None when none of the files is readable."""
+    hw = os.path.join(neuron_root, f"neuron{index}", "stats", "hardware")
+    out: dict[str, int] = {}
+    for name in ECC_FILES:
+        r = read(os.path.join(hw, name))
+        if r.text is None:
+            continue
+        try:
+            out[name] = parse_u64(r.text, r.path)
+        except limits.BadData:
+            continue
+    return out if out else None

@@ -1,46 +1,138 @@
-"""Neuron telemetry from the driver's sysfs counters: memory used per device
-(summed over its cores) and health from the uncorrected ECC counters."""
+"""Neuron telemetry, each value from the source that has it.
+
+- Memory used: sysfs `neuron_coreC/stats/memory_usage/device_mem/total`
+  summed over the device's physical cores (readable by any user); without
+  sysfs, neuron-monitor's `memory_used` per core.
+- Health: sysfs `stats/hardware/*ecc_uncorrected` (any count > 0 is
+  unhealthy; `mem_ecc_repairable_uncorrected` too: the memory is bad until
+  the device is reset); without sysfs, neuron-monitor's `neuron_hw_counters`;
+  with neither, `healthy` is None ("no health source"), never a default.
+- Utilisation: neuron-monitor only (see `monitor`); None without it.
+- Power and temperature: no source gives them. sysfs `stats/power/utilization`
+  is a percentage of an undocumented maximum, not watts, and neither
+  neuron-ls nor neuron-monitor report power or temperature, so both stay None.
+- neuron-ls gives no memory, health or utilisation; it gives the processes
+  holding each device (`device_holders`).
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
+from collections.abc import Collection
 
 from ray_accel.core.devices import Device
 from ray_accel.core.samples import DeviceSample
 from ray_accel.plugins.interface import Telemetry
 from ray_accel_neuron import sysfs
+from ray_accel_neuron.config import Config
+from ray_accel_neuron.monitor import MonitorStream, Report
+from ray_accel_neuron.neuron_ls import PATH_ENV, NeuronLsError, run_neuron_ls
+from ray_accel_neuron.tools import find_tool
+
+
+def _unhealthy(counts: dict[str, int]) -> str | None:
+    bad = {k: v for k, v in counts.items() if v > 0}
+    return ", ".join(f"{k}={v}" for k, v in sorted(bad.items())) or None
 
 
 class NeuronTelemetry(Telemetry):
-    def __init__(self, root: Path, devices: tuple[Device, ...], source: str | None) -> None:
-        self.root = root
+    def __init__(self, cfg: Config, devices: tuple[Device, ...], monitor: MonitorStream | None = None) -> None:
+        self.cfg = cfg
         self.devices = devices
-        self.source = source
+        self._monitor = monitor
+        self._monitor_reason: str | None = None
+        if monitor is None:
+            path = None if cfg.monitor_off else find_tool("neuron-monitor", cfg.monitor)
+            if path is None:
+                self._monitor_reason = "neuron-monitor " + ("turned off" if cfg.monitor_off else "not found")
+            else:
+                self._monitor = MonitorStream(path, cfg.monitor_period_s, cfg.environ)
+        # Devices sysfs knew at discovery: for them, a vanished directory means a vanished device.
+        self._in_sysfs = {d.index for d in devices if os.path.isdir(self._device_dir(d.index))}
+
+    def _device_dir(self, index: int) -> str:
+        return os.path.join(self.cfg.neuron_root, f"neuron{index}")
+
+    def _report(self) -> Report | None:
+        if self._monitor is None:
+            return None
+        report, self._monitor_reason = self._monitor.latest()
+        return report
 
     def device_samples(self) -> list[DeviceSample]:
+        report = self._report()
         out = []
         for d in self.devices:
+            in_sysfs = d.index in self._in_sysfs
+            if in_sysfs and not os.path.isdir(self._device_dir(d.index)):
+                continue  # gone: absent from the samples, as the interface asks
             used: int | None = None
-            ecc: dict[str, int] = {}
-            if self.source == "sysfs":
-                per_core = [
-                    sysfs.core_memory_used(self.root, d.index, c) for c in range(int(d.attributes["physical_cores"]))
-                ]
+            counts: dict[str, int] | None = None
+            if in_sysfs:
+                physical = int(d.attributes.get("physical_cores", "0"))
+                per_core = [sysfs.core_memory_used(self.cfg.neuron_root, d.index, c) for c in range(physical)]
                 known = [v for v in per_core if v is not None]
                 used = sum(known) if known else None
-                ecc = {k: v for k, v in sysfs.ecc_uncorrected(self.root, d.index).items() if v > 0}
-            gone = self.source == "sysfs" and not (self.root / f"neuron{d.index}").is_dir()
-            if gone:
-                continue
-            reason = ", ".join(f"{k}={v}" for k, v in ecc.items()) or None
+                counts = sysfs.ecc_uncorrected(self.cfg.neuron_root, d.index)
+            utilization = None
+            if report is not None:
+                utilization = sum(report.core_utilization.get(c, 0.0) for c in d.core_ids) / len(d.core_ids) / 100
+                if used is None and any(c in report.core_memory for c in d.core_ids):
+                    used = sum(report.core_memory.get(c, 0) for c in d.core_ids)
+                if counts is None and d.index in report.ecc_uncorrected:
+                    counts = dict(report.ecc_uncorrected[d.index])
+            healthy: bool | None
+            reason: str | None
+            if counts is None:
+                healthy, reason = None, "no health source (sysfs ECC counters unreadable, no neuron-monitor report)"
+            else:
+                reason = _unhealthy(counts)
+                healthy = reason is None
             out.append(
                 DeviceSample(
                     device_id=d.id,
-                    utilization=None,  # the sysfs tree has no utilisation counter
+                    utilization=utilization,
                     memory_used_bytes=used,
-                    memory_total_bytes=d.memory_bytes,
-                    healthy=reason is None,
+                    memory_total_bytes=d.memory_bytes or None,
+                    healthy=healthy,
                     health_reason=reason,
                 )
             )
         return out
+
+    def process_device_memory(self, pids: Collection[int]) -> dict[int, dict[str, int]]:
+        """From neuron-monitor's per-runtime memory by core; {} without it."""
+        report = self._report()
+        if report is None:
+            return {}
+        device_of = {c: d.id for d in self.devices for c in d.core_ids}
+        out: dict[int, dict[str, int]] = {}
+        for pid in pids:
+            for core, nbytes in report.pid_core_memory.get(pid, {}).items():
+                dev = device_of.get(core)
+                if dev is not None:
+                    out.setdefault(pid, {})[dev] = out.get(pid, {}).get(dev, 0) + nbytes
+        return out
+
+    def device_holders(self) -> dict[str, tuple[int, ...]]:
+        """Device id -> PIDs neuron-ls lists in its `neuron_processes`, for every
+        device of this node (an empty tuple: nobody). Runs neuron-ls each call;
+        raises NeuronLsError when it is missing or fails, so that "unknown" is
+        never read as "nobody"."""
+        path = find_tool("neuron-ls", self.cfg.neuron_ls)
+        if path is None:
+            raise NeuronLsError(f"neuron-ls not found ({PATH_ENV}, /opt/aws/neuron/bin, PATH)")
+        listed = {d.index: d for d in run_neuron_ls(path, self.cfg.ls_timeout_s, self.cfg.environ)}
+        return {
+            d.id: tuple(sorted({p.pid for p in listed[d.index].processes})) if d.index in listed else ()
+            for d in self.devices
+        }
+
+    @property
+    def monitor_reason(self) -> str | None:
+        """Why there is no utilisation right now (None when there is)."""
+        return self._monitor_reason
+
+    def close(self) -> None:
+        if self._monitor is not None:
+            self._monitor.close()

@@ -1,0 +1,166 @@
+"""Health: critical XID events and uncorrected ECC errors per GPU.
+
+XID events are matched to a GPU by its UUID, asked of the handle the event
+carries. The handle itself cannot be matched: nvidia-ml-py returns a new
+ctypes pointer object for every handle it gives out (every
+`nvmlDeviceGetHandleByIndex` call, every read of an event's `device` field),
+and ctypes pointers compare by identity and cannot be hashed.
+
+An NVML error while polling is never dropped: the first is logged, every one
+is counted (`PollErrors`, shown in the backend's node attributes), and the
+samples go on without the events that could not be read.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from ray_accel_cuda.nvml import NA, Nvml, text
+
+log = logging.getLogger(__name__)
+
+# XIDs caused by the application, not the hardware (the Kubernetes device
+# plugin's list): a crashing kernel must not mark the GPU unhealthy.
+APPLICATION_XIDS: Final = frozenset({13, 31, 43, 45, 68, 109})
+XID_CRITICAL_EVENT: Final = 8  # nvmlEventTypeXidCriticalError
+NVML_TIMEOUT: Final = 10  # NVML_ERROR_TIMEOUT: no event waiting
+XID_WINDOW_S: Final = 300.0
+MAX_EVENTS_PER_POLL: Final = 256  # never spin on a flood of events
+
+
+def _code(err: BaseException) -> int | None:
+    value = getattr(err, "value", None)
+    return value if isinstance(value, int) else None
+
+
+class PollErrors:
+    """Errors met while polling NVML: the first logged, all counted."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.count = 0
+        self.last: str | None = None
+
+    def record(self, where: str, err: BaseException | str) -> None:
+        message = f"{where}: {err if isinstance(err, str) else f'{type(err).__name__}: {err}'}"
+        with self._lock:
+            self.count += 1
+            self.last = message
+            first = self.count == 1
+        if first:
+            log.warning("NVML health poll error (%s); later ones are counted in nvml_poll_errors", message)
+        else:
+            log.debug("NVML health poll error #%d (%s)", self.count, message)
+
+    def attributes(self) -> dict[str, str]:
+        with self._lock:
+            out = {"nvml_poll_errors": str(self.count)}
+            if self.last is not None:
+                out["nvml_poll_last_error"] = self.last
+            return out
+
+
+class XidMonitor:
+    """Critical XIDs per device id over the last `window_s` seconds."""
+
+    def __init__(
+        self,
+        nvml: Nvml,
+        handles: Mapping[str, Any],
+        clock: Callable[[], float],
+        errors: PollErrors,
+        window_s: float = XID_WINDOW_S,
+    ) -> None:
+        self.nvml = nvml
+        self.handles = dict(handles)
+        self.clock = clock
+        self.errors = errors
+        self.window_s = window_s
+        self.supported: bool | None = None  # None: not tried yet
+        self._event_set: Any = None
+        self._seen: list[tuple[float, str, int]] = []  # (when, device id, xid)
+
+    def _register(self) -> None:
+        q = self.nvml.query
+        kind = getattr(self.nvml.module, "nvmlEventTypeXidCriticalError", XID_CRITICAL_EVENT)
+        event_set = q("nvmlEventSetCreate")
+        if event_set is NA:
+            self.supported = False
+            return
+        self._event_set = event_set
+        self.supported = True
+        for device_id, h in self.handles.items():
+            try:
+                q("nvmlDeviceRegisterEvents", h, kind, event_set)
+            except Exception as e:  # that GPU's events are missed: counted, and the others still register
+                self.errors.record(f"registering XID events of {device_id}", e)
+
+    def _device_of(self, event: Any) -> str | None:
+        try:
+            uuid = text(self.nvml.query("nvmlDeviceGetUUID", event.device))
+        except Exception as e:
+            self.errors.record("reading the UUID of an XID event's GPU", e)
+            return None
+        if uuid is None or uuid not in self.handles:
+            self.errors.record("XID event", f"GPU {uuid!r} is not one of this backend's devices")
+            return None
+        return uuid
+
+    def poll(self) -> None:
+        """Drain waiting events (without blocking) into the window."""
+        try:
+            if self.supported is None:
+                self._register()
+        except Exception as e:
+            self.supported = None  # try again at the next poll
+            self.errors.record("creating the XID event set", e)
+            return
+        if not self.supported:
+            return
+        kind = getattr(self.nvml.module, "nvmlEventTypeXidCriticalError", XID_CRITICAL_EVENT)
+        for _ in range(MAX_EVENTS_PER_POLL):
+            try:
+                event = self.nvml.query("nvmlEventSetWait", self._event_set, 0)
+            except Exception as e:
+                if _code(e) != NVML_TIMEOUT:
+                    self.errors.record("nvmlEventSetWait", e)
+                return
+            if event is NA:  # waiting is unsupported by this driver or binding
+                self.supported = False
+                return
+            if int(getattr(event, "eventType", kind)) != kind:
+                continue
+            xid = int(event.eventData)
+            device_id = self._device_of(event)
+            if device_id is not None and xid not in APPLICATION_XIDS:
+                self._seen.append((self.clock(), device_id, xid))
+
+    def recent(self, device_id: str) -> tuple[int, ...]:
+        now = self.clock()
+        self._seen = [x for x in self._seen if now - x[0] < self.window_s]
+        return tuple(sorted({xid for _, d, xid in self._seen if d == device_id}))
+
+
+def ecc_uncorrected(nvml: Nvml, h: Any) -> int | None:
+    """Uncorrected ECC errors since the driver loaded; None where unsupported."""
+    m = nvml.module
+    ecc = nvml.query(
+        "nvmlDeviceGetTotalEccErrors",
+        h,
+        getattr(m, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1),
+        getattr(m, "NVML_VOLATILE_ECC", 0),
+    )
+    return None if ecc is NA else int(ecc)
+
+
+def health_reason(xids: tuple[int, ...], ecc: int | None, window_s: float = XID_WINDOW_S) -> str | None:
+    """Why a GPU is unhealthy, or None. Re-evaluated on every sample: an XID
+    older than the window no longer counts."""
+    if xids:
+        return f"XID {','.join(map(str, xids))} in the last {window_s:.0f}s"
+    if ecc:
+        return f"{ecc} uncorrected ECC errors since the driver loaded"
+    return None

@@ -1,0 +1,271 @@
+"""`neuron-monitor`: the only source of NeuronCore utilisation.
+
+The sysfs tree has no utilisation counter (`nc_time_in_use` is the length of
+the current execution, `pe_cntrs` raw cycle counters; turning either into a
+percentage is undocumented). neuron-monitor reports, per runtime process,
+`neuroncore_counters.neuroncores_in_use.{<global core>}.neuroncore_utilization`
+(percent over its period), `memory_used` per core, and system-wide
+`neuron_hw_counters` (ECC per device). Format: the Neuron docs'
+`tools/neuron-sys-tools/neuron-monitor-user-guide.rst` ("The JSON output
+format", "Configuration file example"); fixtures under
+tests/fixtures/neuron/neuron-monitor.
+
+Why one long-lived child instead of one run per sample: neuron-monitor
+streams a report every `period` (default 5 s) and measures utilisation over
+that period, so a fresh process per sample would take at least one period
+(plus its start and its connection to every runtime) before it answers: a
+sampler every 5 s would be blocked all the time. One child per telemetry
+object, started on the first sample, streaming at the sample period, costs
+one process and a reader thread; samples read its latest report without
+waiting. It runs in its own process group and is killed (as a group) on
+`close()` and at exit; if our process dies without that, its next write to
+the closed pipe ends it (SIGPIPE, which `subprocess` restores in children).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from ray_accel_neuron.tools import kill_group
+
+MAX_LINE_BYTES = 32 * 1024 * 1024
+RESTART_AFTER_S = 60.0
+
+
+class MonitorError(ValueError):
+    """A report that is not neuron-monitor JSON."""
+
+
+@dataclass(frozen=True)
+class Report:
+    core_utilization: Mapping[int, float] = field(default_factory=dict)  # global core -> percent
+    core_memory: Mapping[int, int] = field(default_factory=dict)  # global core -> device bytes
+    pid_core_memory: Mapping[int, Mapping[int, int]] = field(default_factory=dict)  # pid -> core -> bytes
+    ecc_uncorrected: Mapping[int, Mapping[str, int]] = field(default_factory=dict)  # device index -> counts
+    runtime_pids: tuple[int, ...] = ()
+    problems: tuple[str, ...] = ()  # entries that did not fit the format, and tool-reported errors
+
+
+def _core_key(key: object) -> int | None:
+    if isinstance(key, str) and key.isascii() and key.isdigit() and len(key) <= 6:
+        return int(key)
+    return None
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if value == value and abs(value) != float("inf") else None
+
+
+def _count(value: object) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
+def _obj(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _runtime(
+    rt: Mapping[str, Any],
+    util: dict[int, float],
+    mem: dict[int, int],
+    by_pid: dict[int, dict[int, int]],
+    problems: list[str],
+) -> int | None:
+    pid = _count(rt.get("pid"))
+    if isinstance(rt.get("error"), str) and rt["error"]:
+        problems.append(f"runtime {pid}: {rt['error']}")
+    report = _obj(rt.get("report"))
+    in_use = _obj(_obj(report.get("neuroncore_counters")).get("neuroncores_in_use"))
+    for key, data in in_use.items():
+        core = _core_key(key)
+        value = _number(_obj(data).get("neuroncore_utilization"))
+        if core is None or value is None or not 0 <= value <= 100:
+            problems.append(f"neuroncores_in_use[{key!r}] does not fit the format")
+            continue
+        util[core] = max(util.get(core, 0.0), value)
+    usage = _obj(_obj(_obj(report.get("memory_used")).get("neuron_runtime_used_bytes")).get("usage_breakdown"))
+    for key, categories in _obj(usage.get("neuroncore_memory_usage")).items():
+        core = _core_key(key)
+        counts = [_count(v) for v in _obj(categories).values()]
+        if core is None or any(c is None for c in counts):
+            problems.append(f"neuroncore_memory_usage[{key!r}] does not fit the format")
+            continue
+        total = sum(c for c in counts if c is not None)
+        mem[core] = mem.get(core, 0) + total
+        if pid is not None:
+            by_pid.setdefault(pid, {})[core] = by_pid.get(pid, {}).get(core, 0) + total
+    return pid
+
+
+def parse_report(text: str | bytes) -> Report:
+    """One JSON record of the stream. Entries that do not fit the documented
+    format are skipped and named in `problems`; only a record that is not a
+    JSON object raises."""
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise MonitorError(f"neuron-monitor printed invalid JSON: {e}") from None
+    except RecursionError:
+        raise MonitorError("neuron-monitor printed JSON nested too deeply") from None
+    if not isinstance(data, dict):
+        raise MonitorError(f"neuron-monitor printed a {type(data).__name__}, not a report object")
+    util: dict[int, float] = {}
+    mem: dict[int, int] = {}
+    by_pid: dict[int, dict[int, int]] = {}
+    problems: list[str] = []
+    pids = []
+    runtimes = data.get("neuron_runtime_data")
+    for rt in runtimes if isinstance(runtimes, list) else ():
+        pid = _runtime(_obj(rt), util, mem, by_pid, problems)
+        if pid is not None:
+            pids.append(pid)
+    ecc: dict[int, dict[str, int]] = {}
+    hw = _obj(_obj(data.get("system_data")).get("neuron_hw_counters"))
+    for entry in hw.get("neuron_devices") or ():
+        row = _obj(entry)
+        index = _count(row.get("neuron_device_index"))
+        counts = {
+            k: c for k in ("mem_ecc_uncorrected", "sram_ecc_uncorrected") if (c := _count(row.get(k))) is not None
+        }
+        if index is None or not counts:
+            problems.append("neuron_hw_counters entry does not fit the format")
+            continue
+        ecc[index] = counts
+    return Report(util, mem, by_pid, ecc, tuple(pids), tuple(problems))
+
+
+def config_json(period_s: int) -> str:
+    """The documented configuration: runtime metric groups we read, ECC counters."""
+    return json.dumps(
+        {
+            "period": f"{period_s}s",
+            "neuron_runtimes": [
+                {"tag_filter": ".*", "metrics": [{"type": "neuroncore_counters"}, {"type": "memory_used"}]}
+            ],
+            "system_metrics": [{"type": "neuron_hw_counters"}],
+        }
+    )
+
+
+class MonitorStream:
+    """One neuron-monitor child and the latest report it printed."""
+
+    def __init__(
+        self,
+        path: str,
+        period_s: int,
+        env: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.path = path
+        self.period_s = period_s
+        self._env = None if env is None else dict(env)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._config: str | None = None
+        self._latest: tuple[Report, float] | None = None
+        self._ended: str | None = None
+        self._started_at = 0.0
+        self._closed = False
+        atexit.register(self.close)
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def _start(self) -> None:
+        fd, self._config = tempfile.mkstemp(prefix="ray-accel-neuron-monitor-", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            f.write(config_json(self.period_s))
+        self._started_at = self._clock() or 1e-9  # 0.0 means "never started"
+        self._ended = None
+        try:
+            proc = subprocess.Popen(
+                [self.path, "-c", self._config],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                env=self._env,
+                start_new_session=True,
+            )
+        except OSError as e:
+            self._ended = f"cannot run {self.path}: {e.strerror or e}"
+            return
+        self._proc = proc
+        assert proc.stdout is not None
+        threading.Thread(target=self._read, args=(proc, proc.stdout), daemon=True, name="neuron-monitor").start()
+
+    def _read(self, proc: subprocess.Popen[bytes], out: IO[bytes]) -> None:
+        skipping = False
+        while True:
+            line = out.readline(MAX_LINE_BYTES + 1)
+            if not line:
+                break
+            if skipping or (len(line) > MAX_LINE_BYTES and not line.endswith(b"\n")):
+                skipping = not line.endswith(b"\n")
+                continue
+            if not line.strip():
+                continue
+            try:
+                report = parse_report(line)
+            except MonitorError:
+                continue
+            with self._lock:
+                if proc is self._proc:
+                    self._latest = (report, self._clock())
+        code = proc.wait()
+        with self._lock:
+            if proc is self._proc:
+                self._ended = f"{self.path} exited with {code}"
+
+    def latest(self) -> tuple[Report | None, str | None]:
+        """The newest report not older than three periods, or why there is none."""
+        with self._lock:
+            if self._closed:
+                return None, "neuron-monitor stopped"
+            now = self._clock()
+            never = self._started_at == 0.0 and self._proc is None and self._ended is None
+            if never or (self._ended and now - self._started_at >= RESTART_AFTER_S):
+                self._stop_child()
+                self._start()
+            latest, ended = self._latest, self._ended
+        if latest is not None and now - latest[1] <= 3 * self.period_s + 1:
+            return latest[0], None
+        if ended:
+            return None, ended
+        if latest is None:
+            return None, f"waiting for the first report of {self.path}"
+        return None, f"the last report of {self.path} is {now - latest[1]:.0f}s old"
+
+    def _stop_child(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            if proc.poll() is None:
+                kill_group(proc.pid)
+            proc.wait()  # the reader thread then sees end of file and stops
+        if self._config is not None:
+            try:
+                os.unlink(self._config)
+            except OSError:
+                pass
+            self._config = None
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._stop_child()
+        atexit.unregister(self.close)

@@ -1,0 +1,91 @@
+"""Bounded reads of small files that can never block.
+
+Sysfs attributes, spec files and similar inputs are read through here, so a
+FIFO put where a file was expected (opening one for reading waits for a
+writer forever), a device node (opening one can have side effects) or a huge
+file cannot hang or exhaust a command. Only regular files are read, at most
+`max_bytes` of them; everything else is refused with an `UnreadableFile`
+whose message names the path and the reason.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+DEFAULT_MAX_BYTES = 64 * 1024
+
+_KINDS = {
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFDIR: "a directory",
+}
+
+
+class UnreadableFile(OSError):
+    """A path that is not a regular file of bounded size (or cannot be read).
+
+    An `OSError`, so callers that already handle a missing or forbidden file
+    handle these the same way; `errno` is set where the system gave one.
+    """
+
+
+def kind_of(mode: int) -> str:
+    """'a FIFO', 'a directory', ... for a `st_mode`; 'a regular file' otherwise."""
+    return _KINDS.get(stat.S_IFMT(mode), "a regular file" if stat.S_ISREG(mode) else "not a regular file")
+
+
+def describe(error: OSError) -> str:
+    """A short reason for a failed read, for warnings: 'permission denied', 'absent', ..."""
+    if isinstance(error, UnreadableFile):
+        return str(error.args[0]) if error.args else "unreadable"
+    if error.errno == errno.ENOENT:
+        return "absent"
+    if error.errno in (errno.EACCES, errno.EPERM):
+        return "permission denied"
+    return error.strerror or type(error).__name__
+
+
+def read_bytes(path: str | os.PathLike[str], max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
+    """The bytes of a regular file of at most `max_bytes` bytes.
+
+    Raises `UnreadableFile` for anything that is not a regular file (checked
+    before opening, and again on the open descriptor, so a file swapped for a
+    FIFO in between is still refused) or that holds more than `max_bytes`;
+    other `OSError`s (absent, permission denied) pass through unchanged.
+    """
+    if max_bytes < 0:
+        raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
+    shown = os.fspath(path)
+    before = os.stat(path)
+    if not stat.S_ISREG(before.st_mode):
+        raise UnreadableFile(f"{shown} is {kind_of(before.st_mode)}, not a regular file")
+    # O_NONBLOCK: should the path become a FIFO after the stat, the open
+    # returns at once instead of waiting for a writer.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnreadableFile(f"{shown} is {kind_of(st.st_mode)}, not a regular file")
+        chunks: list[bytes] = []
+        left = max_bytes + 1  # one byte more tells "exactly the limit" from "over it"
+        while left > 0:
+            chunk = os.read(fd, min(left, 65536))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        data = b"".join(chunks)
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:
+        raise UnreadableFile(f"{shown} holds more than {max_bytes} bytes")
+    return data
+
+
+def read_text(path: str | os.PathLike[str], max_bytes: int = DEFAULT_MAX_BYTES) -> str:
+    """`read_bytes` decoded as UTF-8 (undecodable bytes replaced, never raised)."""
+    return read_bytes(path, max_bytes).decode("utf-8", "replace")

@@ -1,0 +1,31 @@
+"""The core device model's additions: external peers and node warnings."""
+
+from __future__ import annotations
+
+import pytest
+
+from ray_accel.core.devices import FAMILY_NEURON, Device, DeviceError, NodeInfo, validate_inventory
+
+
+def dev(index: int, peers: tuple[str, ...] = (), external: tuple[str, ...] = ()) -> Device:
+    return Device(
+        f"neuron:{index}", FAMILY_NEURON, index, "Trainium2", 0, (index,), peers=peers, external_peers=external
+    )
+
+
+def test_external_peers_are_kept_shown_and_not_checked_for_symmetry() -> None:
+    # A container given device 5 of a trn2.48xlarge: its links name host devices it cannot see.
+    (d,) = validate_inventory([dev(5, external=("neuron:1", "neuron:4"))])
+    assert d.to_json()["external_peers"] == ["neuron:1", "neuron:4"]
+    assert d.to_json()["peers"] == []
+
+
+@pytest.mark.parametrize("external", ["neuron:1", "neuron:0"])
+def test_an_external_peer_that_is_on_the_node_is_refused(external: str) -> None:
+    with pytest.raises(DeviceError, match=f"lists {external!r} as external, but it is on this node"):
+        validate_inventory([dev(0, external=(external,)), dev(1)])
+
+
+def test_node_warnings_are_in_the_json() -> None:
+    info = NodeInfo("neuron", FAMILY_NEURON, None, "neuron_cores", "NEURON_RT_VISIBLE_CORES", 1, 2, warnings=("w",))
+    assert info.to_json()["warnings"] == ["w"]

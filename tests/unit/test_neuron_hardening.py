@@ -1,0 +1,204 @@
+"""Issue 17's Neuron items and issue 20's rule for discovery errors.
+
+What the machine reports (sysfs, neuron-ls output) that cannot be used makes
+the backend inactive with a reason naming the value: `devices` exits 0 and
+lists it. Only what the user configured (variables, a mock spec) exits 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import cli_json, run_cli
+from tests.fakes.neuron_env import LS_STUB, executable, ls_only, tree_only
+from tests.fakes.neuron_sysfs import build_tree
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "neuron" / "neuron-ls"
+
+
+@pytest.fixture
+def stub(tmp_path: Path) -> Path:
+    return executable(tmp_path / "neuron-ls", LS_STUB)
+
+
+def neuron(out: dict[str, Any]) -> dict[str, Any]:
+    return next(p for p in out["plugins"] if p["name"] == "neuron")
+
+
+def inactive_reason(env: dict[str, str]) -> str:
+    proc = run_cli("devices", "--json", env=env, timeout=30)
+    assert proc.returncode == 0, proc.stderr  # never exit 2 for what the machine says
+    status = neuron(json.loads(proc.stdout))
+    assert status["active"] is False
+    reason: str = status["reason"]
+    return reason
+
+
+# ---------------------------------------------------------------------------
+# A FIFO where a sysfs file should be: a clear error within 2 s
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["core_count", "connected_devices"])
+def test_a_fifo_in_sysfs_is_refused_within_two_seconds(name: str, tmp_path: Path) -> None:
+    tree = build_tree(tmp_path / "t", "trn1.2xlarge", core_metrics=False)
+    target = tree.device_dir(0) / name
+    target.unlink()
+    os.mkfifo(target)
+    start = time.monotonic()
+    reason = inactive_reason(tree_only(tree))
+    assert time.monotonic() - start < 2
+    assert f"{target} is a FIFO, not a regular file" in reason
+
+
+# ---------------------------------------------------------------------------
+# Counts past the documented maxima: refused by name, nothing allocated
+# ---------------------------------------------------------------------------
+
+
+def test_a_huge_sysfs_core_count_is_refused_against_the_driver_maximum(tmp_path: Path) -> None:
+    tree = build_tree(tmp_path / "t", "trn1.2xlarge", core_metrics=False)
+    (tree.device_dir(0) / "core_count").write_text("100000000")
+    start = time.monotonic()
+    reason = inactive_reason(tree_only(tree))
+    assert time.monotonic() - start < 5
+    assert "core_count 100000000 is outside 1..8" in reason and "MAX_NC_PER_DEVICE" in reason
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "named"),
+    [
+        ("nc_count", 100000000, "nc_count 100000000 is outside 1..8"),
+        ("nc_count", 1e8, "nc_count is 100000000.0, not an integer"),
+        ("neuroncore_ids", list(range(100000)), "neuroncore_ids has 100000 entries, more than 8"),
+        ("neuron_device", 100000000, "neuron_device 100000000 is outside 0..63"),
+        ("connected_to", [5, 100000000], "connected_to[1] 100000000 is outside 0..63"),
+    ],
+)
+def test_huge_neuron_ls_values_are_refused_by_name(
+    key: str, value: object, named: str, tmp_path: Path, stub: Path
+) -> None:
+    data = json.loads((FIXTURES / "trn1.2xlarge.json").read_text())
+    data[0][key] = value
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data))
+    start = time.monotonic()
+    reason = inactive_reason(ls_only(tmp_path, stub, str(bad)))
+    assert time.monotonic() - start < 5
+    assert named in reason
+
+
+def test_a_huge_mock_cores_per_device_is_an_input_error(tmp_path: Path) -> None:
+    spec = tmp_path / "big.toml"
+    spec.write_text('[node]\nfamily = "neuron"\ndevices = 2\ncores_per_device = 100000000\n')
+    proc = run_cli("devices", env={"RAYACCEL_MOCK": str(spec)})
+    assert proc.returncode == 2
+    assert "cores_per_device = 100000000 is above the maximum 8" in proc.stderr
+
+
+# ---------------------------------------------------------------------------
+# neuron-ls timing out: its whole process group is killed
+# ---------------------------------------------------------------------------
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_a_hanging_neuron_ls_is_killed_with_its_children(tmp_path: Path, stub: Path) -> None:
+    pidfile = tmp_path / "child.pid"
+    env = ls_only(tmp_path, stub, STUB_MODE="hang-tree", STUB_PIDFILE=str(pidfile), RAYACCEL_NEURON_LS_TIMEOUT="1.5")
+    start = time.monotonic()
+    reason = inactive_reason(env)
+    assert time.monotonic() - start < 10
+    assert "did not answer within 1.5s (its process group was killed)" in reason
+    child = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child), f"neuron-ls's child {child} survived the timeout"
+
+
+# ---------------------------------------------------------------------------
+# User configuration: exit 2 naming the variable
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("RAYACCEL_NEURON_LS_TIMEOUT", "abc"),
+        ("RAYACCEL_NEURON_LS_TIMEOUT", "nan"),
+        ("RAYACCEL_NEURON_LS_TIMEOUT", "-1"),
+        ("NEURON_LOGICAL_NC_CONFIG", "3"),
+        ("RAYACCEL_NEURON_MONITOR_PERIOD_S", "0"),
+    ],
+)
+@pytest.mark.parametrize("command", [["devices"], ["plan", "--agents", "2"]])
+def test_bad_configuration_exits_2_naming_the_variable(
+    variable: str, value: str, command: list[str], tmp_path: Path, stub: Path
+) -> None:
+    env = ls_only(tmp_path, stub, "trn1.32xlarge.json", **{variable: value})
+    proc = run_cli(*command, env=env)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert variable in proc.stderr and repr(value) in proc.stderr
+    as_json = run_cli(*command, "--json", env=env)
+    assert as_json.returncode == 2
+    assert variable in json.loads(as_json.stderr.strip().splitlines()[-1])["error"]
+
+
+# ---------------------------------------------------------------------------
+# Issue 20.3: inconsistent machine data makes the backend inactive, exit 0
+# ---------------------------------------------------------------------------
+
+
+def test_one_sided_links_in_sysfs_make_the_backend_inactive_not_exit_2(tmp_path: Path) -> None:
+    tree = build_tree(tmp_path / "t", "inf2.48xlarge", core_metrics=False)
+    (tree.device_dir(0) / "connected_devices").write_text("11, 5\n")  # 5 does not list 0
+    reason = inactive_reason(tree_only(tree))
+    assert "'neuron:0' -> 'neuron:5' is one-sided" in reason
+
+
+@pytest.mark.parametrize(
+    ("file", "text", "named"),
+    [
+        ("core_count", "two", "core_count is 'two', not a count"),
+        ("connected_devices", "12, x\n", "connected_devices is '12, x\\n', not a list of device indexes"),
+        ("info/architecture/device_name", "Trainium9\n", "device_name is 'Trainium9'"),
+    ],
+)
+def test_garbage_in_sysfs_is_named_in_the_reason(file: str, text: str, named: str, tmp_path: Path) -> None:
+    tree = build_tree(tmp_path / "t", "trn1.2xlarge", core_metrics=False)
+    (tree.device_dir(0) / file).write_text(text)
+    assert named in inactive_reason(tree_only(tree))
+
+
+def test_sysfs_and_neuron_ls_disagreeing_on_cores_is_named(tmp_path: Path, stub: Path) -> None:
+    tree = build_tree(tmp_path / "t", "trn2.48xlarge", core_metrics=False)
+    data = json.loads((FIXTURES / "trn2.48xlarge.json").read_text())
+    data[3]["nc_count"] = 2
+    data[3]["neuroncore_ids"] = [12, 13]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data))
+    # Two NUMA nodes: neuron-ls runs for the BDFs, and its core count is compared.
+    env = {**tree_only(tree), "RAYACCEL_NEURON_LS": str(stub), "STUB_FIXTURE": str(bad)}
+    reason = inactive_reason(env)
+    assert "neuron:3: sysfs core_count says 8 physical cores, but neuron-ls nc_count 2" in reason
+
+
+def test_an_inactive_neuron_backend_leaves_others_and_the_cli_going(tmp_path: Path) -> None:
+    tree = build_tree(tmp_path / "t", "trn1.2xlarge", core_metrics=False)
+    (tree.device_dir(0) / "core_count").write_text("two")
+    out = cli_json("devices", env=tree_only(tree))
+    assert neuron(out)["active"] is False
+    assert {p["name"] for p in out["plugins"]} >= {"neuron", "mock", "cuda"}
