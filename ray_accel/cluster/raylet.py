@@ -118,10 +118,12 @@ def ray_start_args(
     req: StartRequest,
     gcs_port: int,
     share: Share,
+    extra_labels: Mapping[str, str] | None = None,
 ) -> list[str]:
     """`ray start` arguments for one partition: its ports, its accelerator
     count, its share of the host (`share`), its labels, then the user's own
-    `ray start` options less the host figures `share` replaces."""
+    `ray start` options less the host figures `share` replaces. `extra_labels`
+    are ray-accel's own per-partition labels (host, topology)."""
     args = ["start"]
     args += ["--head", "--port", str(gcs_port)] if head else ["--address", str(gcs)]
     args += ports.ray_start_args(head)
@@ -133,7 +135,7 @@ def ray_start_args(
         resources[spec.resource_name] = count
     if resources:
         args += ["--resources", json.dumps(resources)]
-    labels = {**req.labels, PARTITION_LABEL: part.name}
+    labels = {**req.labels, **(extra_labels or {}), PARTITION_LABEL: part.name}
     if spec.accelerator_type:
         labels[TYPE_LABEL] = spec.accelerator_type.replace(" ", "-")
     args += ["--labels", ",".join(f"{k}={v}" for k, v in labels.items())]

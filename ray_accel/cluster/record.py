@@ -85,6 +85,7 @@ class PartitionEntry:
     accelerator_type: str | None = None  # the one type its raylet advertises, if any
     models: tuple[str, ...] = ()
     share: Share | None = None  # its part of the host, as started (None: a record from before)
+    labels: tuple[tuple[str, str], ...] = ()  # ray-accel's own labels beyond the partition's name
 
     @property
     def partition(self) -> Partition:
@@ -110,6 +111,7 @@ class PartitionEntry:
             "accelerator_type": self.accelerator_type,
             "models": list(self.models),
             "share": None if self.share is None else self.share.to_json(),
+            "labels": dict(self.labels),
             "head": self.head,
             "ports": asdict(self.ports),
             "processes": [p.to_json() for p in self.processes],
@@ -268,16 +270,17 @@ def _record(data: object) -> NodeRecord:
     )
 
 
-def _labels(data: object) -> tuple[tuple[str, str], ...]:
-    obj = _mapping(data, "labels")
+def _labels(data: object, where: str = "labels") -> tuple[tuple[str, str], ...]:
+    obj = _mapping(data, where)
     if len(obj) > 256:
-        raise _Bad("labels", f"{len(obj)} labels; at most 256")
-    try:
-        return tuple(
-            validate.node_labels(",".join(f"{k}={_text(v, f'labels.{k}', 63)}" for k, v in obj.items())).items()
-        )
-    except InputError as e:
-        raise _Bad("labels", str(e)) from None
+        raise _Bad(where, f"{len(obj)} labels; at most 256")
+    for k, v in obj.items():
+        try:
+            validate.label_key(k, where)
+            validate.label_value(_text(v, f"{where}.{k}", 63), k, where)
+        except InputError as e:
+            raise _Bad(where, str(e)) from None
+    return tuple((str(k), str(v)) for k, v in obj.items())
 
 
 def _mask(data: object, where: str) -> Mapping[str, object]:
@@ -361,6 +364,7 @@ def _partition(data: object, where: str, spec: BridgeSpec) -> PartitionEntry:
             lambda v, w: _text(v, w, 128),
         ),
         share=_optional(obj.get("share"), f"{where}.share", _share),
+        labels=_labels(obj.get("labels") or {}, f"{where}.labels"),
         models=tuple(
             _text(m, f"{where}.models[{i}]", 128)
             for i, m in enumerate(_list(obj.get("models", []), f"{where}.models", MAX_UNITS))

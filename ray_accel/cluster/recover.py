@@ -72,7 +72,7 @@ def recover(progress: Progress, timeout_s: float = 180.0) -> NodeRecord:
                 part = p.partition
                 own = spec.for_partition(part)
                 share = recorded_share(p, record)
-                args = ray_start_args(part, p.ports, own, False, record.gcs_address, req, 0, share)
+                args = ray_start_args(part, p.ports, own, False, record.gcs_address, req, 0, share, dict(p.labels))
                 progress(f"restarting {part.name}: {spec.visible_ids_env}={part.visible_ids}")
                 (result,) = launches.run_all([(part.name, args, partition_env(base_env, own, part, share))])
                 if not result.ok:

@@ -17,7 +17,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from importlib.util import find_spec
@@ -49,6 +49,7 @@ from ray_accel.core import validate
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.numa import format_cpulist
 from ray_accel.partition.inherited import inherited_mask, plan_within_mask
+from ray_accel.partition.labels import topology_labels
 from ray_accel.partition.plan import Partition, Plan
 from ray_accel.partition.share import Division, Share
 from ray_accel.plugins.inventory import discover
@@ -134,7 +135,9 @@ def worker_ports(plan: Plan, ray_args: Sequence[str], max_workers: int | None) -
     return [worker_port_count(math.ceil(cpu_share(ray_args, len(p.core_ids), total)), len(p.core_ids)) for p in plan]
 
 
-def entry(part: Partition, head: bool, ports: RayletPorts, result: LaunchResult, share: Share) -> PartitionEntry:
+def entry(
+    part: Partition, head: bool, ports: RayletPorts, result: LaunchResult, share: Share, labels: Mapping[str, str]
+) -> PartitionEntry:
     return PartitionEntry(
         name=part.name,
         device_ids=tuple(part.device_ids),
@@ -148,6 +151,7 @@ def entry(part: Partition, head: bool, ports: RayletPorts, result: LaunchResult,
         accelerator_type=part.accelerator_type,
         models=tuple(part.models),
         share=share,
+        labels=tuple(labels.items()),
     )
 
 
@@ -160,7 +164,8 @@ def start(req: StartRequest, progress: Progress, max_workers: int | None = None)
     plugin = discover(req.backend).require_primary()
     spec = BridgeSpec.from_plugin(plugin)
     mask = inherited_mask(plugin, os.environ)
-    plan = plan_within_mask(plugin.list_devices(), req.mode, req.partitions, req.manual, mask, spec.accelerator_type)
+    devices = plugin.list_devices()
+    plan = plan_within_mask(devices, req.mode, req.partitions, req.manual, mask, spec.accelerator_type)
     req.partitions = len(plan)
     check_user_keys(req.labels, req.resources, spec)
     division = divide_host(plan, read_host(req.ray_args, req.resources))
@@ -168,6 +173,8 @@ def start(req: StartRequest, progress: Progress, max_workers: int | None = None)
         progress(f"warning: {warning}")
     if plan.mask is not None:
         progress(str(plan.mask["description"]))
+    # What a placement policy on any host needs to know of each partition.
+    labels = topology_labels(plan.partitions, devices, state.host_name(), spec.family, spec.resource_name)
     gcs_port = req.port or DEFAULT_GCS_PORT
     if req.head:
         check_free([gcs_port], "--port")
@@ -193,7 +200,9 @@ def start(req: StartRequest, progress: Progress, max_workers: int | None = None)
         state.clear()  # a record whose processes are all gone is stale
         launches = Launches(state.ensure_state_dir(), req.timeout_s)
         try:
-            record = _launch_all(req, plan, division, spec, ports, gcs_port, cluster_auth, base_env, launches, progress)
+            record = _launch_all(
+                req, plan, division, labels, spec, ports, gcs_port, cluster_auth, base_env, launches, progress
+            )
             wait_registered(
                 record.gcs_address,
                 [p.node_id for p in record.partitions if p.node_id],
@@ -217,6 +226,7 @@ def _launch_all(
     req: StartRequest,
     plan: Plan,
     division: Division,
+    labels: Mapping[str, Mapping[str, str]],
     spec: BridgeSpec,
     ports: Sequence[RayletPorts],
     gcs_port: int,
@@ -229,7 +239,7 @@ def _launch_all(
         part = plan[i]
         share = division.shares[i]
         own = spec.for_partition(part)  # its raylet advertises its own devices' type
-        args = ray_start_args(part, ports[i], own, req.head and i == 0, gcs, req, gcs_port, share)
+        args = ray_start_args(part, ports[i], own, req.head and i == 0, gcs, req, gcs_port, share, labels[part.name])
         pinned = f", CPUs {format_cpulist(share.cpu_set)}" if share.cpu_set is not None else ""
         progress(f"starting {part.name}: {spec.visible_ids_env}={part.visible_ids}{pinned}")
         return part.name, args, partition_env(base_env, own, part, share)
@@ -245,7 +255,7 @@ def _launch_all(
         if not head.ok or head.gcs_address is None:
             raise RayAccelError(f"head partition {plan[0].name} failed: {head.error}")
         gcs = head.gcs_address
-        entries.append(entry(plan[0], True, ports[0], head, division.shares[0]))
+        entries.append(entry(plan[0], True, ports[0], head, division.shares[0], labels[plan[0].name]))
         first = 1
     assert gcs is not None
     record = NodeRecord(
@@ -270,7 +280,7 @@ def _launch_all(
         state.save(record)
     results = launches.run_all([job(i, gcs) for i in range(first, len(plan))])
     entries += [
-        entry(plan[i], False, ports[i], r, division.shares[i])
+        entry(plan[i], False, ports[i], r, division.shares[i], labels[plan[i].name])
         for i, r in zip(range(first, len(plan)), results, strict=True)
     ]
     record = record.with_partitions(entries)

@@ -1,1 +1,1 @@
-"""Splitting a host into partitions (one raylet each), their labels, and allocation within one."""
+"""Splitting a host into partitions (one raylet each), and the labels their raylets carry."""

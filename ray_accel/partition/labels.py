@@ -1,10 +1,94 @@
-"""The node labels a partition's raylet carries, so work can target it.
+"""The node labels a partition's raylet carries, so work can target it and a
+placement policy can see what it holds.
 
 `label_selector={PARTITION_LABEL: "p0"}` picks partition p0 on any host;
-adding `HOST_LABEL` picks it on one host.
+adding `HOST_LABEL` picks it on one host. The topology labels (`DEVICES_LABEL`,
+`CORES_LABEL`, `LINKS_LABEL`, `CONNECTED_LABEL`) tell a policy on any host
+which devices and cores a remote partition holds and which devices of its host
+they link to: Ray's own node table carries only counts.
+
+Id sets are written as ranges joined by '_' (`0-3_8-11`): Ray's label values
+allow only letters, digits, '-', '_' and '.', at most 63 characters
+(`ray._private.label_utils.LABEL_REGEX`, Ray 2.60), and `ray start --labels`
+splits on ','. A set whose text would be longer is left out, and readers treat
+a missing label as "not known".
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable, Sequence
+
+from ray_accel.core.devices import Device
+from ray_accel.core.errors import InputError
+from ray_accel.core.visibility import VisibilityError, format_visible_ids, parse_visible_ids
+from ray_accel.partition.plan import Partition, assess
+
 PARTITION_LABEL = "ray-accel.io/partition"
 TYPE_LABEL = "ray-accel.io/accelerator-type"
+HOST_LABEL = "ray-accel.io/host"
+FAMILY_LABEL = "ray-accel.io/family"
+RESOURCE_LABEL = "ray-accel.io/resource"
+DEVICES_LABEL = "ray-accel.io/devices"  # device indexes of the partition
+CORES_LABEL = "ray-accel.io/cores"  # its schedulable ids (sorted, as its mask names them)
+LINKS_LABEL = "ray-accel.io/links"  # device indexes outside it that its devices link to
+CONNECTED_LABEL = "ray-accel.io/connected"  # "true"/"false": its own devices linked to each other
+
+# Ray 2.60, python/ray/_private/label_utils.py: LABEL_REGEX (values).
+LABEL_VALUE = re.compile(r"^[a-zA-Z0-9]([a-zA-Z0-9_.-]{0,61}[a-zA-Z0-9])?$")
+MAX_VALUE = 63
+ID_SET = re.compile(r"^[0-9]+(-[0-9]+)?(_[0-9]+(-[0-9]+)?)*$")
+
+
+class LabelError(InputError):
+    """A label value that does not follow ray-accel's format."""
+
+
+def encode_ids(ids: Iterable[int]) -> str | None:
+    """`[0, 1, 2, 3, 8]` -> `"0-3_8"`; None when empty or too long for a label value."""
+    ordered = sorted(set(ids))
+    if not ordered:
+        return None
+    text = format_visible_ids(ordered, "ranges").replace(",", "_")
+    return text if len(text) <= MAX_VALUE else None
+
+
+def decode_ids(text: str) -> tuple[int, ...]:
+    """`"0-3_8"` -> `(0, 1, 2, 3, 8)`; a bad value raises `LabelError` naming it."""
+    if not ID_SET.match(text):
+        raise LabelError(f"bad id set label value {text!r}: use ranges joined by '_', e.g. 0-3_8")
+    try:
+        ids = parse_visible_ids(text.replace("_", ","))
+    except VisibilityError:
+        raise LabelError(f"bad id set label value {text!r}: use ranges joined by '_', e.g. 0-3_8") from None
+    return tuple(ids or ())
+
+
+def host_value(hostname: str) -> str:
+    """A host name made into a label value: other characters become '-', cut to 63."""
+    text = re.sub(r"[^A-Za-z0-9_.-]", "-", hostname)[:MAX_VALUE]
+    text = re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", text)
+    return text or "host"
+
+
+def topology_labels(
+    partitions: Sequence[Partition], devices: Sequence[Device], host: str, family: str, resource: str
+) -> dict[str, dict[str, str]]:
+    """Partition name -> the labels its raylet carries beyond `PARTITION_LABEL`."""
+    by_id = {d.id: d for d in devices}
+    topology = any(d.peers for d in devices)
+    out: dict[str, dict[str, str]] = {}
+    for part in partitions:
+        group = [by_id[i] for i in part.device_ids]
+        own = {d.index for d in group}
+        linked = {by_id[p].index for d in group for p in d.peers if p in by_id} - own
+        labels = {HOST_LABEL: host_value(host), FAMILY_LABEL: family, RESOURCE_LABEL: resource}
+        for key, ids in ((DEVICES_LABEL, own), (CORES_LABEL, part.core_ids), (LINKS_LABEL, linked)):
+            text = encode_ids(ids)
+            if text is not None:
+                labels[key] = text
+        connected = assess(group, topology).connected if len(group) > 1 else True
+        if connected is not None:
+            labels[CONNECTED_LABEL] = "true" if connected else "false"
+        out[part.name] = {k: v for k, v in labels.items() if LABEL_VALUE.match(v)}
+    return out

@@ -1,0 +1,136 @@
+"""The free model of every live partition, read from Ray.
+
+`view_from_nodes` is pure: it takes what `ray.nodes()` returns (one dict per
+raylet: `NodeID`, `Alive`, `NodeManagerAddress`, `Resources` (totals),
+`Labels`, ...; Ray 2.60 `ray/_private/state.py` `GlobalState.node_table`) and
+what `ray._private.state.available_resources_per_node()` returns (node hex id
+-> available resources; a `DeveloperAPI` of Ray 2.60, the per-raylet view that
+`ray.available_resources()` sums). `read_view` calls the two. Only raylets
+with a partition label are partitions; a raylet started without ray-accel's
+topology labels still counts, with its host taken from its address and its
+devices unknown (so nothing placed there counts as linked or aligned).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ray_accel.core.devices import FAMILY_GPU, FAMILY_NEURON
+from ray_accel.core.errors import InputError
+from ray_accel.partition.labels import (
+    CONNECTED_LABEL,
+    CORES_LABEL,
+    DEVICES_LABEL,
+    FAMILY_LABEL,
+    HOST_LABEL,
+    LINKS_LABEL,
+    PARTITION_LABEL,
+    RESOURCE_LABEL,
+    LabelError,
+    decode_ids,
+)
+from ray_accel.placement.model import FreePartition
+
+# Ray's own label naming one raylet (Ray 2.60 `ray._raylet.RAY_NODE_ID_KEY`;
+# Ray Train pins its synchronization actor with it).
+NODE_ID_LABEL = "ray.io/node-id"
+# Which family a raylet serves when it carries no family label: the resource
+# names of Ray's own managers for the two built-in families.
+KNOWN_RESOURCES = {"neuron_cores": FAMILY_NEURON, "GPU": FAMILY_GPU}
+# Ray reports resources as floats; 7.9999999 units are 8.
+EPS = 1e-6
+
+
+@dataclass(frozen=True)
+class LiveView:
+    """Every live partition's free model, and the label selector that names
+    exactly its raylet (the partition label, plus the host where the name is
+    not unique)."""
+
+    partitions: tuple[FreePartition, ...]
+    selectors: Mapping[tuple[str, str], Mapping[str, str]]
+
+    def families(self) -> list[tuple[str, str]]:
+        return sorted({(p.family, p.resource) for p in self.partitions})
+
+
+def _ids(labels: Mapping[str, str], key: str) -> tuple[int, ...]:
+    try:
+        return decode_ids(labels[key]) if key in labels else ()
+    except LabelError:
+        return ()  # a raylet's labels are data from the cluster: unknown, not fatal
+
+
+def _resource(labels: Mapping[str, str], total: Mapping[str, float]) -> tuple[str, str] | None:
+    resource = labels.get(RESOURCE_LABEL) or next((r for r in KNOWN_RESOURCES if total.get(r, 0) > 0), None)
+    if resource is None:
+        return None
+    family = labels.get(FAMILY_LABEL) or KNOWN_RESOURCES.get(resource)
+    return (family, resource) if family else None
+
+
+def view_from_nodes(nodes: Sequence[Mapping[str, Any]], available: Mapping[str, Mapping[str, float]]) -> LiveView:
+    rows: list[tuple[FreePartition, Mapping[str, str]]] = []
+    for node in nodes:
+        labels: Mapping[str, str] = node.get("Labels") or {}
+        name = labels.get(PARTITION_LABEL)
+        if not (node.get("Alive") and name):
+            continue
+        total: Mapping[str, float] = node.get("Resources") or {}
+        kind = _resource(labels, total)
+        if kind is None:
+            continue
+        family, resource = kind
+        node_id = str(node["NodeID"])
+        # A raylet not yet in the available table has nothing known free.
+        avail = available.get(node_id, {})
+        units = math.floor(total.get(resource, 0.0) + EPS)
+        free = min(units, max(0, math.floor(avail.get(resource, 0.0) + EPS)))
+        cores = _ids(labels, CORES_LABEL)
+        connected = {"true": True, "false": False}.get(labels.get(CONNECTED_LABEL, ""))
+        part = FreePartition(
+            host=labels.get(HOST_LABEL) or str(node.get("NodeManagerAddress", "")),
+            name=name,
+            node_id=node_id,
+            family=family,
+            resource=resource,
+            total=units,
+            free=free,
+            core_ids=cores if len(cores) == units else (),
+            device_ids=_ids(labels, DEVICES_LABEL),
+            links=frozenset(_ids(labels, LINKS_LABEL)),
+            connected=connected,
+            cpus_free=float(avail.get("CPU", 0.0)),
+        )
+        rows.append((part, labels))
+    names = Counter(p.name for p, _ in rows)
+    keys = Counter(p.key for p, _ in rows)
+    selectors: dict[tuple[str, str], Mapping[str, str]] = {}
+    parts: list[FreePartition] = []
+    for part, labels in sorted(rows, key=lambda r: (r[0].key, r[0].node_id)):
+        if keys[part.key] > 1:
+            # Two live raylets claim one host and name: only Ray's node id tells them apart.
+            part = replace(part, host=f"{part.host}#{part.node_id[:8]}")
+        selector = {PARTITION_LABEL: part.name}
+        if names[part.name] > 1:
+            if HOST_LABEL in labels and keys[(labels[HOST_LABEL], part.name)] == 1:
+                selector[HOST_LABEL] = labels[HOST_LABEL]
+            else:
+                selector[NODE_ID_LABEL] = part.node_id
+        selectors[part.key] = selector
+        parts.append(part)
+    return LiveView(tuple(parts), selectors)
+
+
+def read_view() -> LiveView:
+    """The live view of the cluster this driver is connected to (`ray.init` first)."""
+    import ray
+    from ray._private import state
+
+    if not ray.is_initialized():
+        raise InputError("not connected to a Ray cluster: call ray.init(address=...) or ray_accel.init first")
+    return view_from_nodes(ray.nodes(), state.available_resources_per_node())
