@@ -107,10 +107,45 @@ def worker_env(setup: dict[str, Any], plugin: DevicePlugin | None) -> dict[str, 
     return env
 
 
+# The collectives' own variables, protected whichever family the job runs on
+# (a hook could otherwise steer PJRT or torch-xla even where the runtime left
+# them unset): PJRT's process layout and device (torch_xla/_internal/neuron.py
+# reads NEURON_PJRT_*, NEURON_RT_ROOT_COMM_ID, PJRT_LOCAL_PROCESS_* at 16-89;
+# torch_xla/_internal/pjrt.py:100-119 sets PJRT_LOCAL_PROCESS_*), and
+# TORCHELASTIC_RUN_ID, whose presence alone makes torch-xla remap every
+# process's NeuronCores to cores[LOCAL_RANK] (neuron.py:58-81,
+# rendezvous.py:26-32).
+COLLECTIVE_ENV_VARS = frozenset(
+    {
+        "PJRT_DEVICE",
+        "PJRT_LOCAL_PROCESS_RANK",
+        "PJRT_LOCAL_PROCESS_COUNT",
+        "NEURON_RT_ROOT_COMM_ID",
+        "NEURON_PJRT_PROCESS_INDEX",
+        "NEURON_PJRT_PROCESSES_NUM_DEVICES",
+        "NEURON_PJRT_WORLD_SIZE",
+        "TORCHELASTIC_RUN_ID",
+    }
+)
+# Ray's switch that stops it writing a visibility variable
+# (ray/_private/accelerators/nvidia_gpu.py, neuron.py, amd_gpu.py: the
+# RAY_EXPERIMENTAL_NOSET_<variable> pattern).
+NOSET_PREFIX = "RAY_EXPERIMENTAL_NOSET_"
+VISIBLE_ENV_VARS = frozenset({"CUDA_VISIBLE_DEVICES", "NEURON_RT_VISIBLE_CORES", "HIP_VISIBLE_DEVICES"})
+
+
 def protected_vars(env: dict[str, str], visible_env: str | None) -> frozenset[str]:
     """What no hook may set: every variable the runtime set, the visibility
-    variable, the rank and collective variables."""
-    return frozenset(env) | RANK_ENV_VARS | PROTECTED_ENV_VARS | ({visible_env} if visible_env else set())
+    variable and Ray's switch for it, the rank and collective variables."""
+    visible = VISIBLE_ENV_VARS | ({visible_env} if visible_env else set())
+    return (
+        frozenset(env)
+        | RANK_ENV_VARS
+        | COLLECTIVE_ENV_VARS
+        | PROTECTED_ENV_VARS
+        | visible
+        | {NOSET_PREFIX + v for v in visible}
+    )
 
 
 def prepare(setup: dict[str, Any], factories: Sequence[HookFactory]) -> dict[str, Any]:
