@@ -12,7 +12,14 @@ import threading
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
-from ray_accel.hooks.config import RESOURCE_FILE_ENV, Workload, WorkloadConfig, WorkloadDenied, WorkloadRetry
+from ray_accel.hooks.config import (
+    RESOURCE_FILE_ENV,
+    HookConfigError,
+    Workload,
+    WorkloadConfig,
+    WorkloadDenied,
+    WorkloadRetry,
+)
 from ray_accel.hooks.ledger import HookFactory, entry_path, hook_name, open_entry
 
 log = logging.getLogger(__name__)
@@ -51,6 +58,10 @@ class HookRun:
                     raise WorkloadRetry(
                         f"hook {hook_name(factory)} asked to retry {self.workload.workload_id}: {e}"
                     ) from e
+                except HookConfigError as e:
+                    # Raised while the hook builds its WorkloadConfig (e.g. a
+                    # visibility variable): name the hook, as for a clash below.
+                    raise WorkloadDenied(f"hook {hook_name(factory)} returned a config that is not allowed: {e}") from e
                 if not isinstance(config, WorkloadConfig):
                     raise TypeError(f"hook {hook_name(factory)}.pre_create returned {type(config).__name__}")
                 clash = sorted(set(config.env_vars) & set(protected))

@@ -35,22 +35,37 @@ def get_device() -> Any:
 
 
 def sync_gradients(model: Any) -> None:
-    """Average gradients over all workers.
+    """Average the gradients of `model` over all workers, through whatever
+    process group the job has.
 
-    On XLA over PJRT CPU the reduction goes through the gloo group, because
-    XLA collectives across processes silently return the local value there.
+    - an `xla` group (a real PJRT device such as Neuron): one fused XLA
+      all-reduce of the gradients themselves, which are XLA tensors, scaled
+      by 1/world (`torch_xla.core.xla_model.all_reduce`, core/xla_model.py:
+      396-453 in torch-xla 2.9; the group takes XLA tensors only,
+      distributed/xla_backend.py:78-83). Unpinned layout, as the group's own
+      reduce, so that it shares a graph with `dist.all_reduce` calls;
+    - gloo with gradients off the CPU (XLA tensors on PJRT CPU, where XLA
+      collectives across processes return the local value and gloo ignores
+      XLA tensors without an error): CPU copies through gloo;
+    - nccl, or gloo on CPU tensors: `dist.all_reduce` in place.
     """
     import torch.distributed as dist
 
-    ctx = get_context()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    if not grads:
+        return
     world = dist.get_world_size()
-    for p in model.parameters():
-        if p.grad is None:
-            continue
-        if ctx.backend == "xla":
-            g = p.grad.detach().cpu()
-            dist.all_reduce(g)
-            p.grad.copy_((g / world).to(p.grad.device))
+    group = dist.get_backend()
+    if group == "xla":
+        import torch_xla.core.xla_model as xm
+
+        xm.all_reduce(xm.REDUCE_SUM, grads, scale=1.0 / world, pin_layout=False)
+        return
+    for g in grads:
+        if group == "gloo" and g.device.type != "cpu":
+            copy = g.detach().cpu()
+            dist.all_reduce(copy)
+            g.copy_((copy / world).to(g.device))
         else:
-            dist.all_reduce(p.grad)
-            p.grad /= world
+            dist.all_reduce(g)
+            g /= world

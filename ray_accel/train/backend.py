@@ -2,19 +2,25 @@
 
 on_start, run by Ray Train's controller after the worker group starts:
 1. ask every worker where it is (raylet, assigned device ids, partition);
-2. ranks per raylet; each raylet's workers share the sorted union of their ids;
+2. ranks per raylet (`ranks.assign_ranks`, the one place they are computed,
+   on every start and restart), and Ray Train's own context made to report
+   them (`raycontext`), or the run refused where it cannot be;
 3. on each worker: reconcile crashed workloads, set the environment through the
    plugin's runtime (NCCL, PJRT, gloo), run pre_create hooks;
 4. a denial fails `fit()` with the hook's reason; a retry request makes the
    workers fail when training starts, which Ray Train counts against
    `FailureConfig(max_failures)`;
 5. the process group, then post_create.
+on_training_start: where a worker had no Ray Train context yet at on_start
+(V1), check it now.
 on_shutdown: pre_terminate (bounded), process group teardown, post_terminate.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import ray
@@ -22,7 +28,7 @@ from ray.exceptions import RayActorError, RayTaskError
 from ray.train.backend import Backend
 
 from ray_accel.hooks.config import WorkloadDenied
-from ray_accel.train import worker
+from ray_accel.train import raycontext, worker
 from ray_accel.train.ranks import assign_ranks
 
 log = logging.getLogger(__name__)
@@ -39,14 +45,42 @@ def resolve_backend(requested: str | None, infos: list[dict[str, Any]]) -> str:
     return found.pop() if found else "gloo"
 
 
+def align_ray_context(
+    worker_group: Any, expected: Sequence[Mapping[str, int]], shared: Mapping[str, int], at_start: bool
+) -> list[dict[str, Any]]:
+    """Make `ray.train.get_context()` in every worker report `expected`
+    (world rank order), or raise `RankSeamMissing` where it cannot and the
+    job's workers share an IP."""
+    outcomes: list[dict[str, Any]] = ray.get(
+        [worker_group.execute_single_async(i, raycontext.align_in_worker, e) for i, e in enumerate(expected)]
+    )
+    message = raycontext.refusal(outcomes, shared, ray.__version__, at_start)
+    if message:
+        raise raycontext.RankSeamMissing(message)
+    if any(o["status"] == raycontext.FIXED for o in outcomes):
+        raycontext.set_controller_view(worker_group, expected)
+    return outcomes
+
+
 class AcceleratorBackend(Backend):
     # Sharing is done here, per raylet and numerically sorted, for every family.
     share_cuda_visible_devices = False
+
+    def __init__(self) -> None:
+        # Per worker group whose workers had no Ray Train context at on_start
+        # (V1): what they must report, checked at on_training_start. Keyed by
+        # the group because Ray makes a Backend a per-process singleton.
+        self._recheck: dict[int, tuple[list[dict[str, int]], dict[str, int]]] = {}
 
     def on_start(self, worker_group: Any, backend_config: Any) -> None:
         infos: list[dict[str, Any]] = worker_group.execute(worker.describe)
         node_ids = [i["node_id"] for i in infos]
         placements = assign_ranks(node_ids)
+        expected = [dataclasses.asdict(p) for p in placements]
+        shared = raycontext.shared_ips([i["ip"] for i in infos], node_ids)
+        aligned = align_ray_context(worker_group, expected, shared, at_start=False)
+        if any(o["status"] == raycontext.PENDING for o in aligned):
+            self._recheck[id(worker_group)] = (expected, shared)
         backend = resolve_backend(backend_config.backend, infos)
         addr, port, comm_port = worker_group.execute_single(0, worker.address_and_ports)
         # Every worker gets the whole job: its backend's runtime decides from
@@ -54,11 +88,7 @@ class AcceleratorBackend(Backend):
         job = [
             {
                 "rank": {
-                    "world_rank": p.world_rank,
-                    "world_size": p.world_size,
-                    "local_rank": p.local_rank,
-                    "local_world_size": p.local_world_size,
-                    "node_rank": p.node_rank,
+                    **ranks,
                     "master_addr": addr,
                     "master_port": port,
                     "comm_port": comm_port,
@@ -66,7 +96,7 @@ class AcceleratorBackend(Backend):
                 "raylet": info["node_id"],
                 "own_ids": info["ids"],
             }
-            for p, info in zip(placements, infos, strict=True)
+            for ranks, info in zip(expected, infos, strict=True)
         ]
         setups = [
             {
@@ -99,6 +129,11 @@ class AcceleratorBackend(Backend):
             ]
         )
         worker_group.execute(worker.post_create)
+
+    def on_training_start(self, worker_group: Any, backend_config: Any) -> None:
+        recheck = self._recheck.pop(id(worker_group), None)
+        if recheck is not None:
+            align_ray_context(worker_group, *recheck, at_start=True)
 
     def on_shutdown(self, worker_group: Any, backend_config: Any) -> None:
         refs = worker_group.execute_async(worker.shutdown, backend_config.pre_terminate_timeout_s)

@@ -10,6 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 from ray_accel.bridge.managers import SPEC_ENV, specs_from_env
+from ray_accel.core.errors import InputError
 from ray_accel.core.visibility import VisibilityError, parse_visible_ids
 from ray_accel.hooks.config import PROTECTED_ENV_VARS, Workload, WorkloadDenied, WorkloadRetry
 from ray_accel.hooks.ledger import HookFactory, reconcile
@@ -104,13 +105,70 @@ def worker_env(setup: dict[str, Any], plugin: DevicePlugin | None) -> dict[str, 
         env = rank_env(me.rank)
     if setup["backend"] == "xla":
         env.setdefault("PJRT_DEVICE", "CPU")  # CPU hosts: PJRT on CPU
+        if env["PJRT_DEVICE"] != "CPU":
+            check_one_device_per_process(job)
     return env
+
+
+def check_one_device_per_process(job: Sequence[WorkerSlot]) -> None:
+    """The `xla` group on a real PJRT device needs one device per process.
+
+    torch-xla 2.9 outside SPMD compiles every graph for all the job's devices
+    (num_replicas = the client's global device count) but a process runs on
+    its first device only (torch_xla.py:19-49); only xmp.spawn runs a thread
+    per device (_internal/pjrt.py:44-80). A worker holding two NeuronCores
+    leaves a replica that never runs and the collectives wait for it. SPMD
+    drives many cores from one process but refuses the `xla` group
+    (distributed/xla_backend.py:12-15)."""
+    many = [w for w in job if len(w.own_ids) != 1]
+    if many:
+        w = many[0]
+        raise InputError(
+            f"backend 'xla' runs one device per process, but worker rank {w.rank.world_rank} holds "
+            f"{len(w.own_ids)} ({', '.join(w.own_ids) or 'none'}): ask for 1 per worker "
+            "(e.g. resources_per_worker={'neuron_cores': 1}), or for SPMD over several cores use backend='gloo'"
+        )
+
+
+# The collectives' own variables, protected whichever family the job runs on
+# (a hook could otherwise steer PJRT or torch-xla even where the runtime left
+# them unset): PJRT's process layout and device (torch_xla/_internal/neuron.py
+# reads NEURON_PJRT_*, NEURON_RT_ROOT_COMM_ID, PJRT_LOCAL_PROCESS_* at 16-89;
+# torch_xla/_internal/pjrt.py:100-119 sets PJRT_LOCAL_PROCESS_*), and
+# TORCHELASTIC_RUN_ID, whose presence alone makes torch-xla remap every
+# process's NeuronCores to cores[LOCAL_RANK] (neuron.py:58-81,
+# rendezvous.py:26-32).
+COLLECTIVE_ENV_VARS = frozenset(
+    {
+        "PJRT_DEVICE",
+        "PJRT_LOCAL_PROCESS_RANK",
+        "PJRT_LOCAL_PROCESS_COUNT",
+        "NEURON_RT_ROOT_COMM_ID",
+        "NEURON_PJRT_PROCESS_INDEX",
+        "NEURON_PJRT_PROCESSES_NUM_DEVICES",
+        "NEURON_PJRT_WORLD_SIZE",
+        "TORCHELASTIC_RUN_ID",
+    }
+)
+# Ray's switch that stops it writing a visibility variable
+# (ray/_private/accelerators/nvidia_gpu.py, neuron.py, amd_gpu.py: the
+# RAY_EXPERIMENTAL_NOSET_<variable> pattern).
+NOSET_PREFIX = "RAY_EXPERIMENTAL_NOSET_"
+VISIBLE_ENV_VARS = frozenset({"CUDA_VISIBLE_DEVICES", "NEURON_RT_VISIBLE_CORES", "HIP_VISIBLE_DEVICES"})
 
 
 def protected_vars(env: dict[str, str], visible_env: str | None) -> frozenset[str]:
     """What no hook may set: every variable the runtime set, the visibility
-    variable, the rank and collective variables."""
-    return frozenset(env) | RANK_ENV_VARS | PROTECTED_ENV_VARS | ({visible_env} if visible_env else set())
+    variable and Ray's switch for it, the rank and collective variables."""
+    visible = VISIBLE_ENV_VARS | ({visible_env} if visible_env else set())
+    return (
+        frozenset(env)
+        | RANK_ENV_VARS
+        | COLLECTIVE_ENV_VARS
+        | PROTECTED_ENV_VARS
+        | visible
+        | {NOSET_PREFIX + v for v in visible}
+    )
 
 
 def prepare(setup: dict[str, Any], factories: Sequence[HookFactory]) -> dict[str, Any]:
@@ -165,9 +223,7 @@ def init_group(timeout_s: float) -> None:
     if dist.is_initialized():
         dist.destroy_process_group()
     if ctx.backend == "xla" and os.environ.get("PJRT_DEVICE") != "CPU":
-        import torch_xla.distributed.xla_backend  # noqa: F401  registers the "xla" backend
-
-        dist.init_process_group("xla", init_method="xla://")
+        init_xla_group(ctx, timeout_s)
     else:
         # On PJRT CPU, XLA collectives across processes silently return the
         # local value, so reductions go through gloo instead.
@@ -182,6 +238,40 @@ def init_group(timeout_s: float) -> None:
             timeout=timedelta(seconds=timeout_s),
         )
     _state["group"] = True
+
+
+def init_xla_group(ctx: TrainContext, timeout_s: float) -> None:
+    """The `xla` process group on a real PJRT device, one device per process.
+
+    torch-xla sets the replication only under torchrun or xmp.spawn
+    (_internal/pjrt.py:100-122, reached from rendezvous.py:26-32); without it
+    `xr.world_size()` stays 1 and every XLA collective returns its input
+    (core/xla_model.py:431-436). It is set here as `initialize_multiprocess`
+    sets it (pjrt.py:121-122), without the plugin's `initialize_env`, which
+    would rewrite NEURON_PJRT_PROCESS_INDEX to the local rank and remap the
+    cores (_internal/neuron.py:105-112). The group's rank and size are ray-accel's
+    (`env://`); PJRT must agree, or the reduce would mix up replicas."""
+    import torch.distributed as dist
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+    import torch_xla.distributed.xla_backend  # registers the "xla" backend
+    import torch_xla.runtime as xr
+
+    xm.set_replication(torch_xla.device(), torch_xla.devices())
+    pjrt = (xr.global_ordinal(), xr.world_size())
+    if pjrt != (ctx.world_rank, ctx.world_size):
+        raise RuntimeError(
+            f"PJRT sees this worker as replica {pjrt[0]} of {pjrt[1]}, ray-accel as rank {ctx.world_rank} of "
+            f"{ctx.world_size}: check NEURON_PJRT_PROCESS_INDEX={os.environ.get('NEURON_PJRT_PROCESS_INDEX')} and "
+            f"NEURON_PJRT_PROCESSES_NUM_DEVICES={os.environ.get('NEURON_PJRT_PROCESSES_NUM_DEVICES')}"
+        )
+    dist.init_process_group(
+        "xla",
+        init_method="env://",
+        rank=ctx.world_rank,
+        world_size=ctx.world_size,
+        timeout=timedelta(seconds=timeout_s),
+    )
 
 
 def post_create() -> None:

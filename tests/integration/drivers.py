@@ -73,8 +73,10 @@ TRAIN_JOB = r"""
 import json, sys
 from examples.hooks import Recording
 from examples.train_partitions import run_job
+from tests.integration.train_hooks import SetsEnv
 kw = json.loads(sys.argv[2])
 hooks = [Recording(**h) for h in kw.pop("recording", [])]
+hooks += [SetsEnv(**h) for h in kw.pop("sets_env", [])]
 try:
     run_job(sys.argv[1], hooks=hooks, **kw)
     print(json.dumps({"ok": True}))

@@ -98,6 +98,29 @@ def test_denying_hook_fails_fit_with_its_reason(cluster: Cluster, tmp_path: Path
     assert not (tmp_path / "out" / "rank0.json").exists(), "training never started"
 
 
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("MASTER_PORT", "29999"), ("NEURON_PJRT_PROCESS_INDEX", "0"), ("NEURON_RT_VISIBLE_CORES", "0-31")],
+)
+def test_hook_setting_a_runtime_variable_fails_the_run(
+    cluster: Cluster, tmp_path: Path, variable: str, value: str
+) -> None:
+    """Issue 12 acceptance 7, with a real TorchTrainer: a hook may not set a
+    rank, collective or visibility variable; the run fails naming both."""
+    log = tmp_path / "hooks.log"
+    result = job(
+        cluster, partition="p0", out=str(tmp_path / "out"), steps=3,
+        recording=[{"log": str(log)}], sets_env=[{"name": variable, "value": value}],
+    )  # fmt: skip
+    assert not result["ok"], result
+    # Ray Train V2 wraps the refusal in its ControllerError; the reason is ours.
+    assert "hook SetsEnv " in result["error"] and variable in result["error"], result["error"]
+    assert not (tmp_path / "out" / "rank0.json").exists(), "training never started"
+    counts = Counter(e["event"] for e in events(log))
+    assert counts["pre_create"] == counts["post_terminate"] == 2, counts
+    assert counts["post_create"] == 0
+
+
 def test_retry_request_counts_as_a_worker_failure(cluster: Cluster, tmp_path: Path) -> None:
     log = tmp_path / "hooks.log"
     marker = tmp_path / "retried"

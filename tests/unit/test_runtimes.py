@@ -2,7 +2,10 @@
 
 CUDA: the workers of a raylet share its GPUs (sorted union), NCCL peers.
 Neuron: each process opens exactly its own cores (checked against a fake of
-the Neuron runtime's and PJRT's own rules, tests/fakes/neuron_runtime.py).
+torch-xla 2.9's start-up, PJRT's process layout and the Neuron runtime's
+one-process-per-core rule, tests/fakes/neuron_runtime.py; the XLA lane runs
+torch-xla's own functions on the same environments,
+tests/integration/test_xla_neuron_start.py).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from ray_accel_neuron.runtime import NeuronRuntime
 
 from ray_accel.plugins.runtime import RankInfo, WorkerSlot, raylet_union
 from ray_accel.train.ranks import assign_ranks
-from tests.fakes.neuron_runtime import NeuronRuntimeError, start_job
+from tests.fakes.neuron_runtime import NeuronRuntimeError, start_job, torch_xla_start, visible_cores
 
 
 def job(raylets: list[str], own: list[list[int]]) -> list[WorkerSlot]:
@@ -56,6 +59,79 @@ def test_neuron_each_process_ends_with_exactly_its_own_cores(per_worker: int, co
     assert [e["NEURON_RT_VISIBLE_CORES"] for e in envs][:2] == (["0-1", "2-3"] if per_worker == 2 else ["0", "1"]), (
         "a contiguous grant is one range"
     )
+
+
+@pytest.mark.parametrize("per_worker", [2, 1])
+def test_neuron_env_keeps_torch_xla_from_rewriting_it(per_worker: int) -> None:
+    """No TORCHELASTIC_RUN_ID (it makes torch-xla remap every process to one
+    core, _internal/neuron.py:58-81), one PJRT layout variable (never
+    NEURON_PJRT_WORLD_SIZE beside the counts), PJRT's local process rank and
+    count per raylet (runtime.py:96-99, 143-149)."""
+    slots = trn1_job(per_worker)
+    for w in slots:
+        env = NeuronRuntime().worker_env(w, slots)
+        assert "TORCHELASTIC_RUN_ID" not in env and "NEURON_PJRT_WORLD_SIZE" not in env
+        assert env["PJRT_LOCAL_PROCESS_RANK"] == str(w.rank.local_rank) == env["LOCAL_RANK"]
+        assert env["PJRT_LOCAL_PROCESS_COUNT"] == "2" == env["LOCAL_WORLD_SIZE"]
+        assert torch_xla_start(env) == env, "torch-xla's start-up leaves it as it is"
+
+
+@pytest.mark.parametrize("per_worker", [2, 1])
+def test_torchelastic_would_break_the_per_process_env(per_worker: int) -> None:
+    """Why no hook may set TORCHELASTIC_RUN_ID: with it torch-xla narrows a
+    2-core worker to one core (PJRT still says 2) and refuses a 1-core worker
+    whose LOCAL_WORLD_SIZE is 2 (the r2-xla matrix rows per-process-*-torchelastic)."""
+    slots = trn1_job(per_worker)
+    envs = [{**NeuronRuntime().worker_env(w, slots), "TORCHELASTIC_RUN_ID": "x"} for w in slots]
+    with pytest.raises(NeuronRuntimeError, match="says it has 2 cores but opens 1" if per_worker == 2 else "not equal"):
+        start_job(envs)
+
+
+def test_ray_v1s_union_with_torchelastic_is_remapped_for_one_core_only() -> None:
+    """Ray V1's TorchXLAConfig path, modelled by the fake as torch-xla runs it
+    (matrix rows current-1core-torchelastic: exact; current-2core-torchelastic:
+    ValueError): the raylet's union, TORCHELASTIC_RUN_ID set, no PJRT layout."""
+    for per_worker, works in ((1, True), (2, False)):
+        slots = trn1_job(per_worker)
+        envs = []
+        for w in slots:
+            env = {k: v for k, v in NeuronRuntime().worker_env(w, slots).items() if not k.startswith("NEURON_PJRT")}
+            env.update({"NEURON_RT_VISIBLE_CORES": ",".join(raylet_union(w, slots)), "TORCHELASTIC_RUN_ID": "x"})
+            envs.append(env)
+        if works:
+            opened = start_job(envs)
+            assert [opened[w.rank.world_rank] for w in slots] == [[int(i) for i in w.own_ids] for w in slots]
+        else:
+            with pytest.raises(NeuronRuntimeError, match="not equal to count 4"):
+                start_job(envs)
+
+
+@pytest.mark.parametrize(
+    ("value", "cores"),
+    [("0-3,8", [0, 1, 2, 3, 8]), ("8,0-1", [8, 0, 1]), (" 3", [3]), ("0-3,2", None), ("1,1", None), ("0,,1", None),
+     ("3-1", None), ("-1", None), ("a", None), ("0-1-2", None), ("1,", None)],
+)  # fmt: skip
+def test_fake_reads_visible_cores_as_torch_xla_does(value: str, cores: list[int] | None) -> None:
+    """torch_xla/_internal/neuron_utils.py:8-43: given order, no overlap."""
+    if cores is None:
+        with pytest.raises(NeuronRuntimeError):
+            visible_cores(value)
+    else:
+        assert visible_cores(value) == cores
+
+
+def test_fake_refuses_two_layouts_and_defaults_the_root() -> None:
+    slots = trn1_job(1)
+    envs = [NeuronRuntime().worker_env(w, slots) for w in slots]
+    with pytest.raises(NeuronRuntimeError, match="both"):
+        start_job([{**e, "NEURON_PJRT_WORLD_SIZE": "4"} for e in envs])
+    # One core per process: NEURON_PJRT_WORLD_SIZE alone is a valid layout.
+    no_counts = [{k: v for k, v in e.items() if k != "NEURON_PJRT_PROCESSES_NUM_DEVICES"} for e in envs]
+    start_job([{**e, "NEURON_PJRT_WORLD_SIZE": "4"} for e in no_counts])
+    # Without a root, torch-xla picks MASTER_ADDR:62182 in every process.
+    no_root = [{k: v for k, v in e.items() if k != "NEURON_RT_ROOT_COMM_ID"} for e in envs]
+    assert {torch_xla_start(e)["NEURON_RT_ROOT_COMM_ID"] for e in no_root} == {"10.0.0.1:62182"}
+    start_job(no_root)
 
 
 def test_the_old_shared_union_is_refused_by_the_fake_runtime() -> None:
