@@ -136,7 +136,8 @@ def deploy_metrics(record: dict[str, Any], parts: Sequence[dict[str, Any]], prog
     from ray_accel.metrics import export as exporter
 
     try:
-        names = exporter.deploy(record["gcs_address"], parts)
+        first = record["partitions"][0]["partition"] if record["partitions"] else None
+        names = exporter.deploy(record["gcs_address"], parts, node_level_partition=first)
         progress(f"metrics exporters: {', '.join(names)}")
         record["metrics"] = True
     except Exception as e:
