@@ -1,12 +1,23 @@
 """Question: what does one full metrics collection cost, against the number of
-devices and of workload processes, and what share of a core does sampling at
-1 Hz take?
+devices and of workload processes, and how close is it to the floor: reading
+`/proc/<pid>/stat` and `/proc/<pid>/statm` of the same processes and nothing else?
 
-A collection reads every device of a partition (mock p5.48xlarge: 8 GPUs;
-mock trn2.48xlarge: 16 devices) and walks the process trees of N workers
-(real `sleep` processes, each with one child, so 2N processes), asking the
-plugin for each process's device memory. Median of many collections. Baseline:
-the same collection with no workloads (devices only).
+A collection is what an exporter does per sample (`ray_accel.metrics.collect.collect`):
+its partition's devices (mock p5.48xlarge: 8 GPUs; mock trn2.48xlarge: 16
+devices), the raylet's workers found in the process table, each worker's whole
+process tree with CPU time, RSS and device memory, and the processes holding
+its devices that are not the raylet's (orphans). The "raylet" is a stand-in
+process whose N children are titled `ray::IDLE` as Ray titles its workers
+(`sh`, each with one `sleep` child, so 2N workload processes). With `masks`,
+each worker has published its mask as the bridge does for every Ray worker
+(in a temporary RAYACCEL_MASK_DIR), so the mock backend attributes device
+memory to it; without, no process holds a device.
+
+Baseline (the floor), timed in the same loop, interleaved with the
+collection: `os.open` + `os.read` + `os.close` of `stat` and `statm` for the
+same 2N processes. The column "floor, open()" is the same read with Python's
+`open()`, slower per file, for comparison with earlier measurements. Medians
+of --repeats interleaved runs.
 
     python benchmarks/bench_metrics.py [--repeats 30] [--json]
 """
@@ -16,39 +27,145 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-
-import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ray_accel_mock import MockPlugin, load_spec
 
 from ray_accel.cli.render import render
-from ray_accel.metrics.collect import device_readings, workload_readings
+from ray_accel.core import masks
+from ray_accel.core.processes import ProcessRecord, children_map, descendants, snapshot
+from ray_accel.metrics.collect import collect
+
+# The stand-in raylet: N workers titled like Ray's, each a shell with one child.
+RAYLET = r"""
+import subprocess, sys
+n = int(sys.argv[1])
+kids = [subprocess.Popen(["ray::IDLE", "-c", "sleep 600 & wait"], executable="/bin/sh") for _ in range(n)]
+print(" ".join(str(k.pid) for k in kids), flush=True)
+sys.stdin.read()
+"""
 
 
-def spawn(n: int) -> list[subprocess.Popen[bytes]]:
-    # Each "worker" is a shell with one child, like a Ray worker with a subprocess.
-    return [subprocess.Popen(["sh", "-c", "sleep 300 & wait"]) for _ in range(n)]
+@contextmanager
+def fake_raylet(n: int) -> Iterator[tuple[int, list[int], list[int]]]:
+    """(raylet pid, worker pids, every workload pid) while it runs; its whole
+    session (raylet, shells, sleeps) is killed on exit."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", RAYLET, str(n)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None
+        workers = [int(p) for p in proc.stdout.readline().split()]
+        deadline = time.monotonic() + 30
+        while True:  # until every shell has its sleep
+            kids = children_map(snapshot().values())
+            tree = [p for w in workers for p in (w, *descendants(w, kids))]
+            if len(tree) == 2 * n or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        yield proc.pid, workers, tree
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        gone(tree if "tree" in locals() else [])
 
 
-def median_latency(plugin: MockPlugin, roots: list[int], repeats: int) -> float:
-    """What an exporter does per sample: its devices, then its workers' trees."""
+def gone(pids: Sequence[int], timeout_s: float = 60) -> None:
+    """Wait until the killed processes are reaped, so the next row's process
+    table does not count them."""
+    deadline = time.monotonic() + timeout_s
+    while any(os.path.exists(f"/proc/{p}") for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def publish_for(pids: Sequence[int], cores_each: int, total_cores: int) -> None:
+    """Write each worker's mask file exactly as `masks.publish` would in that worker."""
+    directory = masks.mask_dir()
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    for i, pid in enumerate(pids):
+        record = ProcessRecord.of(pid)
+        assert record is not None
+        first = (i * cores_each) % total_cores
+        mask = ",".join(str(first + c) for c in range(cores_each))
+        Path(directory, str(pid)).write_text(f"{mask}\n{record.start_ticks}\n")
+
+
+def floor_os(pids: Sequence[int]) -> None:
+    for pid in pids:
+        for name in ("stat", "statm"):
+            try:
+                fd = os.open(f"/proc/{pid}/{name}", os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                os.read(fd, 4096)
+            finally:
+                os.close(fd)
+
+
+def floor_open(pids: Sequence[int]) -> None:
+    for pid in pids:
+        for name in ("stat", "statm"):
+            try:
+                with open(f"/proc/{pid}/{name}", "rb") as f:
+                    f.read()
+            except OSError:
+                continue
+
+
+def timed(fn: object, *args: object) -> float:
+    start = time.perf_counter()
+    fn(*args)  # type: ignore[operator]
+    return time.perf_counter() - start
+
+
+def measure(preset: str, n: int, with_masks: bool, repeats: int) -> dict[str, object]:
+    plugin = MockPlugin(load_spec(preset))
     devices = plugin.list_devices()
     telemetry = plugin.telemetry
-    mine = {d.id for d in devices}
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        device_readings(telemetry, devices, "p0", plugin.node_info().accelerator_type)
-        workload_readings(telemetry, roots, "p0", mine)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    accel = plugin.node_info().accelerator_type
+    cores = sorted(c for d in devices for c in d.core_ids)
+    with fake_raylet(n) as (raylet, workers, tree):
+        if with_masks:
+            publish_for(workers, 1, len(cores))
+        snap = collect(telemetry, devices, "p0", accel, raylet, set(), "bench", "node")
+        assert len(snap.workloads) == n and sum(len(w.processes) for w in snap.workloads) == 2 * n, snap
+        held = sum(1 for w in snap.workloads if w.device_memory_bytes)
+        assert held == (n if with_masks else 0), held
+        coll, f_os, f_open = [], [], []
+        for _ in range(repeats):
+            coll.append(timed(collect, telemetry, devices, "p0", accel, raylet, set(), "bench", "node"))
+            f_os.append(timed(floor_os, tree))
+            f_open.append(timed(floor_open, tree))
+        table = len(snapshot())
+    c, fo, fp = (statistics.median(x) for x in (coll, f_os, f_open))
+    return {
+        "node": preset,
+        "devices": len(devices),
+        "workloads": n,
+        "processes": 2 * n,
+        "masks": with_masks,
+        "table": table,
+        "collection_ms": c * 1000,
+        "floor_ms": fo * 1000,
+        "floor_open_ms": fp * 1000,
+        "ratio": c / fo if n else None,
+        "core_share_at_1hz": c,
+    }
 
 
 def main() -> None:
@@ -57,48 +174,49 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     rows = []
-    for preset in ("p5.48xlarge", "trn2.48xlarge"):
-        plugin = MockPlugin(load_spec(preset))
-        base = median_latency(plugin, [], args.repeats)
-        for n in (0, 16, 64, 256):
-            procs = spawn(n)
-            try:
-                time.sleep(0.5)  # let the children start
-                roots = [p.pid for p in procs]
-                lat = median_latency(plugin, roots, args.repeats)
-            finally:
-                for p in procs:
-                    for c in psutil.Process(p.pid).children(recursive=True):
-                        c.kill()
-                    p.kill()
-                    p.wait()
-            rows.append(
-                {
-                    "node": preset,
-                    "devices": len(plugin.list_devices()),
-                    "workloads": n,
-                    "processes": 2 * n,
-                    "median_ms": lat * 1000,
-                    "core_share_at_1hz": lat / 1.0,
-                    "vs_devices_only": lat / base,
-                }
-            )
+    with tempfile.TemporaryDirectory(prefix="bench-masks-") as tmp:
+        os.environ[masks.MASK_DIR_ENV] = tmp
+        for preset in ("p5.48xlarge", "trn2.48xlarge"):
+            for n in (0, 16, 64, 256):
+                for with_masks in (False, True) if n else (False,):
+                    for f in Path(tmp).iterdir():
+                        f.unlink()
+                    rows.append(measure(preset, n, with_masks, args.repeats))
     if args.json:
         print(json.dumps({"repeats": args.repeats, "cores": os.cpu_count(), "rows": rows}, indent=2))
         return
-    print(f"one full collection, median of {args.repeats}; baseline: the same node with no workloads")
+    print(
+        f"one full collection vs the floor (stat + statm of the same processes), "
+        f"medians of {args.repeats} interleaved runs, {os.cpu_count()} cores"
+    )
     print(
         render(
-            ["NODE", "DEVICES", "WORKLOADS", "PROCESSES", "MEDIAN", "CORE AT 1 HZ", "VS DEVICES ONLY"],
+            [
+                "NODE",
+                "DEVICES",
+                "WORKLOADS",
+                "PROCESSES",
+                "MASKS",
+                "PROC TABLE",
+                "COLLECTION",
+                "FLOOR",
+                "RATIO",
+                "FLOOR, OPEN()",
+                "CORE AT 1 HZ",
+            ],
             [
                 [
                     r["node"],
                     r["devices"],
                     r["workloads"],
                     r["processes"],
-                    f"{r['median_ms']:.2f} ms",
+                    "yes" if r["masks"] else "no",
+                    r["table"],
+                    f"{r['collection_ms']:.2f} ms",
+                    f"{r['floor_ms']:.2f} ms",
+                    "-" if r["ratio"] is None else f"{r['ratio']:.2f}x",
+                    f"{r['floor_open_ms']:.2f} ms",
                     f"{r['core_share_at_1hz']:.2%}",
-                    f"{r['vs_devices_only']:.1f}x",
                 ]
                 for r in rows
             ],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
@@ -143,10 +144,29 @@ def start(
 @click.command("status")
 @json_option
 def status_command(as_json: bool) -> int:
-    """Show this host's partitions: masks, raylet PIDs, alive or dead, what is in use."""
+    """Show this host's partitions: masks, raylet PIDs, alive or dead, what is
+    in use, and processes that hold their devices without being their workers."""
     from ray_accel.cluster.status import status
 
-    return emit(as_json, status(), render.status_text)
+    payload = status()
+    if payload["running"] and payload["gcs_alive"]:
+        payload.update(exporter_orphans(payload))
+    return emit(as_json, payload, render.status_with_orphans_text)
+
+
+def exporter_orphans(payload: dict[str, Any]) -> dict[str, Any]:
+    """The orphans this host's exporters saw; a failure to ask is reported, not raised."""
+    import ray
+
+    from ray_accel.cli.top import connect_to_recorded_cluster, host_orphans
+
+    try:
+        connect_to_recorded_cluster(payload)
+        return host_orphans(payload)
+    except Exception as e:
+        return {"orphans": [], "orphan_errors": [f"metrics exporters not reachable: {type(e).__name__}: {e}"]}
+    finally:
+        ray.shutdown()
 
 
 @click.command()

@@ -160,33 +160,77 @@ def started_text(payload: dict[str, Any]) -> str:
     )
 
 
+def orphans_text(orphans: Sequence[dict[str, Any]], errors: Sequence[str] = ()) -> str:
+    """Processes holding a partition's device without being its raylet's workers."""
+    lines = []
+    if orphans:
+        lines.append(
+            render(
+                ["ORPHAN PID", "HOST", "PARTITION", "DEVICE", "COMMAND"],
+                [[o["pid"], o["host"], o["partition"], o["device_id"], o["command"]] for o in orphans],
+            )
+        )
+    elif not errors:
+        lines.append("orphans: none")
+    lines += [f"orphans unknown: {e}" for e in errors]
+    return "\n".join(lines)
+
+
+def status_with_orphans_text(payload: dict[str, Any]) -> str:
+    text = status_text(payload)
+    if "orphans" not in payload:
+        return text
+    return text + "\n\n" + orphans_text(payload["orphans"], payload.get("orphan_errors", []))
+
+
 def top_text(payload: dict[str, Any]) -> str:
     def pct(v: float | None) -> str:
         return "-" if v is None else f"{v:.0%}"
+
+    def num(v: float | None, unit: str) -> str:
+        return "-" if v is None else f"{v:.0f} {unit}"
 
     def health(d: dict[str, Any]) -> str:
         if d["healthy"]:
             return "ok"
         return ("?" if d["healthy"] is None else "BAD") + (f" ({d['reason']})" if d["reason"] else "")
 
+    parts = render(
+        ["PARTITION", "HOST", "STATE", "NODE", "DEVICES", "EXPORTER"],
+        [
+            [
+                p["partition"],
+                p["host"],
+                "alive" if p["alive"] else "DEAD",
+                p["node_id"][:12],
+                format_id_list(p["device_ids"]) or "-",
+                p["exporter"] if p["exporter"] != "ok" else f"ok ({p['took_s'] * 1000:.0f} ms)",
+            ]
+            for p in payload["partitions"]
+        ],
+    )
     devs = render(
-        ["DEVICE", "PARTITION", "UTIL", "MEMORY", "HEALTH"],
+        ["DEVICE", "HOST", "PARTITION", "UTIL", "MEMORY", "POWER", "TEMP", "HEALTH"],
         [
             [
                 d["id"],
+                d["host"],
                 d["partition"],
                 pct(d["utilization"]),
                 f"{gib(d['memory_used_bytes'])} / {gib(d['memory_total_bytes'])}",
+                num(d.get("power_watts"), "W"),
+                num(d.get("temperature_c"), "C"),
                 health(d),
             ]
             for d in payload["devices"]
         ],
     )
     work = render(
-        ["WORKLOAD", "PARTITION", "PIDS", "CPU S", "RSS", "DEVICE MEMORY"],
+        ["WORKLOAD", "HOST", "PARTITION", "PIDS", "CPU S", "RSS", "DEVICE MEMORY"],
         [
             [
                 w["workload"],
+                w["host"],
                 w["partition"],
                 len(w["pids"]),
                 f"{w['cpu_seconds']:.1f}",
@@ -196,5 +240,6 @@ def top_text(payload: dict[str, Any]) -> str:
             for w in payload["workloads"]
         ],
     )
+    orphans = orphans_text(payload["orphans"])
     errors = "\n".join(f"error: {e}" for e in payload["errors"])
-    return "\n\n".join(x for x in (status_text(payload), devs, work, errors) if x)
+    return "\n\n".join(x for x in (parts, devs, work, orphans, errors) if x)

@@ -1,9 +1,15 @@
-"""`ray-accel top`: partitions, devices and workloads, live, from the exporters' snapshots."""
+"""`ray-accel top`: every host's partitions, devices, workloads and orphans, live.
+
+Partitions come from the GCS (every raylet carrying the partition label, on
+any host), readings from each raylet's metrics exporter. The cluster is the
+one this host's record names; `top` never starts one.
+"""
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import click
@@ -13,35 +19,79 @@ from ray_accel.cli.node import json_option
 from ray_accel.cli.params import FiniteFloat
 from ray_accel.core.errors import RayAccelError
 
+DEVICE_FIELDS = (
+    "id",
+    "host",
+    "partition",
+    "family",
+    "accelerator_type",
+    "utilization",
+    "memory_used_bytes",
+    "memory_total_bytes",
+    "power_watts",
+    "temperature_c",
+    "healthy",
+    "reason",
+)
 
-def top_payload(status: dict[str, Any], snaps: dict[str, Any]) -> dict[str, Any]:
+
+def top_payload(partitions: Sequence[Mapping[str, Any]], snaps: Mapping[str, dict[str, Any] | str]) -> dict[str, Any]:
+    """The view of every partition raylet (`export.partition_nodes`) and its
+    exporter's snapshot or the reason there is none, keyed by node id."""
+    parts: list[dict[str, Any]] = []
     devices: list[dict[str, Any]] = []
     workloads: list[dict[str, Any]] = []
+    orphans: list[dict[str, Any]] = []
     errors: list[str] = []
-    for partition, snap in snaps.items():
-        if isinstance(snap, str):
-            errors.append(f"{partition}: {snap}")
+    for p in partitions:
+        where = f"{p['host']}/{p['partition']}"
+        snap = snaps.get(p["node_id"], "raylet is dead" if not p["alive"] else "no snapshot")
+        row = dict(p, device_ids=[], exporter="ok", took_s=None)
+        if isinstance(snap, str) or not snap:
+            row["exporter"] = snap or "no sample yet"
+            if p["alive"]:
+                errors.append(f"{where}: {row['exporter']}")
+            parts.append(row)
             continue
-        for d in snap.get("devices", []):
-            devices.append(
-                {
-                    k: d[k]
-                    for k in (
-                        "id",
-                        "partition",
-                        "family",
-                        "accelerator_type",
-                        "utilization",
-                        "memory_used_bytes",
-                        "memory_total_bytes",
-                        "healthy",
-                        "reason",
-                    )
-                }
-            )
+        row["device_ids"] = [d["id"] for d in snap.get("devices", [])]
+        row["took_s"] = snap.get("took_s")
+        parts.append(row)
+        devices += [{k: d.get(k) for k in DEVICE_FIELDS} for d in snap.get("devices", [])]
         workloads += snap.get("workloads", [])
-        errors += [f"{partition}: {e}" for e in snap.get("errors", [])]
-    return {"partitions": status["partitions"], "devices": devices, "workloads": workloads, "errors": errors}
+        orphans += snap.get("orphans", [])
+        errors += [f"{where}: {e}" for e in snap.get("errors", [])]
+    return {"partitions": parts, "devices": devices, "workloads": workloads, "orphans": orphans, "errors": errors}
+
+
+def connect_to_recorded_cluster(status: Mapping[str, Any]) -> None:
+    """Connect as a driver to the cluster this host's status records; "no
+    cluster" when there is none (never `ray.init()` without an address,
+    which would start one)."""
+    from ray_accel.cluster import auth
+    from ray_accel.metrics import export
+
+    if not status["partitions"] or not status["gcs_address"]:
+        raise RayAccelError("no cluster: no ray-accel partitions recorded on this host (see `ray-accel start`)")
+    if not status["gcs_alive"]:
+        raise RayAccelError(f"no cluster: the GCS at {status['gcs_address']} recorded on this host is not running")
+    auth.apply(auth.Auth.from_json(status["auth"]))
+    export.connect(status["gcs_address"])
+
+
+def host_orphans(status: Mapping[str, Any]) -> dict[str, Any]:
+    """`{"orphans": [...], "orphan_errors": [...]}` for this host's live
+    partitions, from their exporters (the caller is connected)."""
+    from ray_accel.metrics import export
+
+    live = {p["node_id"]: p["partition"] for p in status["partitions"] if p.get("alive") and p.get("node_id")}
+    orphans: list[dict[str, Any]] = []
+    errors: list[str] = []
+    for node_id, snap in export.snapshots(live, timeout_s=5.0).items():
+        if isinstance(snap, str) or not snap:
+            errors.append(f"{live[node_id]}: {snap or 'no sample yet'}")
+        else:
+            orphans += snap.get("orphans", [])
+    return {"orphans": orphans, "orphan_errors": errors}
 
 
 @click.command()
@@ -51,21 +101,16 @@ def top_payload(status: dict[str, Any], snaps: dict[str, Any]) -> dict[str, Any]
 )
 @json_option
 def top(once: bool, interval: float, as_json: bool) -> int:
-    """Live view of this host's partitions, devices and workloads."""
-    from ray_accel.cluster import auth
-    from ray_accel.cluster.status import status as host_status
+    """Live view of every host's partitions, devices, workloads and orphans."""
+    from ray_accel.cluster.status import status
     from ray_accel.metrics import export
 
-    status = host_status()
-    if not status["partitions"] or not status["gcs_address"]:
-        # Never fall through to ray.init(address=None): that starts a cluster.
-        raise RayAccelError("no cluster: no ray-accel partitions recorded on this host (see `ray-accel start`)")
-    auth.apply(auth.Auth.from_json(status["auth"]))
-    export.connect(status["gcs_address"])
+    connect_to_recorded_cluster(status())
     while True:
-        payload = top_payload(status, export.snapshots([p["partition"] for p in status["partitions"]]))
+        parts = export.cluster_partitions()
+        payload = top_payload(parts, export.snapshots([p["node_id"] for p in parts if p["alive"]]))
         if as_json:
-            print(json.dumps(payload, indent=2))
+            print(json.dumps(payload, indent=2), flush=True)
         else:
             if not once:
                 print("\033[2J\033[H", end="")
@@ -73,4 +118,3 @@ def top(once: bool, interval: float, as_json: bool) -> int:
         if once:
             return 0
         time.sleep(interval)
-        status = host_status()

@@ -296,7 +296,8 @@ def deploy_metrics(record: NodeRecord, parts: Sequence[PartitionEntry], progress
     from ray_accel.metrics import export as exporter
 
     try:
-        names = exporter.deploy(record.gcs_address, [p.to_json() for p in parts])
+        first = record.partitions[0].name if record.partitions else None
+        names = exporter.deploy(record.gcs_address, [p.to_json() for p in parts], node_level_partition=first)
         progress(f"metrics exporters: {', '.join(names)}")
         record = replace(record, metrics=True)
     except Exception as e:

@@ -14,6 +14,7 @@ import functools
 import logging
 import os
 import tempfile
+from collections.abc import Collection
 
 from ray_accel.core.processes import ProcessRecord
 
@@ -48,13 +49,39 @@ def publish(mask: str) -> None:
         log.debug("could not publish mask: %s", e)
 
 
-def published(pid: int) -> str | None:
-    """The mask `pid` published, if `pid` is still the process that published it."""
+def _read_record(directory: str, pid: int) -> str | None:
+    """The mask in `pid`'s record if `pid` is still the process that wrote it."""
     try:
-        with open(os.path.join(mask_dir(), str(pid))) as f:
-            mask, start = f.read(4096).split("\n")[:2]
-        if not ProcessRecord(pid, int(start)).alive():
-            return None
-        return mask
+        fd = os.open(os.path.join(directory, str(pid)), os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        mask, start = os.read(fd, 4096).decode().split("\n")[:2]
+        return mask if ProcessRecord(pid, int(start)).alive() else None
     except (OSError, ValueError):
         return None
+    finally:
+        os.close(fd)
+
+
+def published(pid: int) -> str | None:
+    """The mask `pid` published, if `pid` is still the process that published it."""
+    return _read_record(mask_dir(), pid)
+
+
+def all_published(pids: Collection[int] | None = None) -> dict[int, str]:
+    """PID -> mask of every live process that published one (of `pids` only,
+    if given). One listing of the directory, so a process that never
+    published costs nothing: most processes of a tree hold no device."""
+    directory = mask_dir()
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return {}
+    listed = [int(n) for n in names if n.isdigit()]
+    out = {}
+    for pid in listed if pids is None else set(listed).intersection(pids):
+        mask = _read_record(directory, pid)
+        if mask is not None:
+            out[pid] = mask
+    return out

@@ -1,26 +1,36 @@
-"""Samples at four levels: node, partition, workload, process.
+"""Samples at four levels: node, partition, workload, process; and the
+processes that hold a partition's devices without being its workers (orphans).
 
 Collection is one function per level over a backend's telemetry and `/proc`;
 a source that fails or a device that vanished is reported in the reading,
-never raised, so one bad device or sensor does not stop the rest. Export to
-Ray's metrics lives in `ray_accel.metrics.export`.
+never raised, so one bad device or sensor does not stop the rest. Every
+reading carries its host: partition names (p0, p1, ...) repeat on every host.
+Export to Ray's metrics lives in `ray_accel.metrics.export`.
+
+Cost: one collection reads `/proc/<pid>/stat` once for every process of the
+host (the only way to learn who is whose child), `cmdline` once for each
+child of the raylet (its title names the workload) and once per orphan, and
+asks the backend twice (device samples, then process memory and holders).
+`benchmarks/bench_metrics.py` compares it with the floor.
 """
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, NamedTuple
 
 from ray_accel.core.devices import Device
-from ray_accel.core.processes import CLOCK_TICKS, ProcStat, children_map, descendants, snapshot
+from ray_accel.core.processes import CLOCK_TICKS, ProcessTable, ProcStat, children_map, descendants, process_table
 from ray_accel.plugins.interface import Telemetry
 
 
 @dataclass(frozen=True)
 class DeviceReading:
     id: str
+    host: str
     partition: str
     family: str
     accelerator_type: str | None
@@ -33,18 +43,20 @@ class DeviceReading:
     temperature_c: float | None = None
 
 
-@dataclass(frozen=True)
-class ProcessReading:
+class ProcessReading(NamedTuple):
+    """One process of a workload (a tuple: a collection makes one per process)."""
+
     pid: int
     name: str
     cpu_seconds: float
     rss_bytes: int
-    device_memory_bytes: dict[str, int] = field(default_factory=dict)
+    device_memory_bytes: dict[str, int]
 
 
 @dataclass(frozen=True)
 class WorkloadReading:
     workload: str  # the Ray worker's process title and pid
+    host: str
     partition: str
     pid: int
     processes: tuple[ProcessReading, ...]
@@ -68,6 +80,7 @@ class WorkloadReading:
     def to_json(self) -> dict[str, Any]:
         return {
             "workload": self.workload,
+            "host": self.host,
             "partition": self.partition,
             "pid": self.pid,
             "pids": [p.pid for p in self.processes],
@@ -78,59 +91,75 @@ class WorkloadReading:
 
 
 @dataclass(frozen=True)
+class OrphanReading:
+    """A process that holds one of the partition's devices and is not in its raylet's process tree."""
+
+    device_id: str
+    host: str
+    partition: str
+    pid: int
+    command: str
+
+
+@dataclass(frozen=True)
 class Snapshot:
+    host: str
+    node_id: str
     partition: str
     taken_at: float
     took_s: float
     devices: tuple[DeviceReading, ...]
     workloads: tuple[WorkloadReading, ...]
+    orphans: tuple[OrphanReading, ...]
     errors: tuple[str, ...]
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "host": self.host,
+            "node_id": self.node_id,
             "partition": self.partition,
             "taken_at": self.taken_at,
             "took_s": self.took_s,
             "devices": [asdict(d) for d in self.devices],
             "workloads": [w.to_json() for w in self.workloads],
+            "orphans": [asdict(o) for o in self.orphans],
             "errors": list(self.errors),
         }
 
 
 def device_readings(
-    telemetry: Telemetry | None, devices: Sequence[Device], partition: str, accelerator_type: str | None
+    telemetry: Telemetry | None,
+    devices: Sequence[Device],
+    partition: str,
+    accelerator_type: str | None,
+    host: str = "",
 ) -> tuple[list[DeviceReading], list[str]]:
     """This partition's devices only; each one exactly once, tagged with its
     own accelerator type where it has one (a node may hold several models)."""
     kind = {d.id: d.accelerator_type or accelerator_type for d in devices}
+
+    def unknown(d: Device, healthy: bool | None, reason: str) -> DeviceReading:
+        return DeviceReading(d.id, host, partition, d.family, kind[d.id], None, None, d.memory_bytes, healthy, reason)
+
     if telemetry is None:
-        reason = "this backend takes no device samples"
-        return [
-            DeviceReading(d.id, partition, d.family, kind[d.id], None, None, d.memory_bytes, None, reason)
-            for d in devices
-        ], []
+        return [unknown(d, None, "this backend takes no device samples") for d in devices], []
     try:
         samples = {s.device_id: s for s in telemetry.device_samples()}
     except Exception as e:
         reason = f"metric source failed: {type(e).__name__}: {e}"
-        readings = [
-            DeviceReading(d.id, partition, d.family, kind[d.id], None, None, d.memory_bytes, None, reason)
-            for d in devices
-        ]
-        return readings, [reason]
+        return [unknown(d, None, reason) for d in devices], [reason]
     out = []
+    errors = []
     for d in devices:
         s = samples.get(d.id)
         if s is None:
-            out.append(
-                DeviceReading(
-                    d.id, partition, d.family, kind[d.id], None, None, d.memory_bytes, False, "device disappeared"
-                )
-            )
+            out.append(unknown(d, False, "device disappeared"))
+            errors.append(f"device {d.id} disappeared")
             continue
         out.append(
             DeviceReading(
                 id=d.id,
+                host=host,
                 partition=partition,
                 family=d.family,
                 accelerator_type=kind[d.id],
@@ -143,18 +172,23 @@ def device_readings(
                 temperature_c=s.temperature_c,
             )
         )
-    missing = [d.id for d in out if d.reason == "device disappeared"]
-    return out, [f"device {m} disappeared" for m in missing]
+    return out, errors
 
 
 def cmdline(pid: int) -> str:
     """The process's command line as one string ('' if it is gone); Ray's
     workers retitle themselves here (`ray::TrainWorker.train`)."""
     try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read(4096).replace(b"\0", b" ").decode("utf-8", "replace").strip()
+        fd = os.open(f"/proc/{pid}/cmdline", os.O_RDONLY)
     except OSError:
         return ""
+    try:
+        raw = os.read(fd, 4096)
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+    return raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()
 
 
 def workload_readings(
@@ -162,15 +196,20 @@ def workload_readings(
     roots: Iterable[int],
     partition: str,
     mine: set[str],
-    table: dict[int, ProcStat] | None = None,
+    table: Mapping[int, ProcStat] | None = None,
+    host: str = "",
+    titles: Mapping[int, str] | None = None,
+    kids: Mapping[int, Sequence[int]] | None = None,
 ) -> list[WorkloadReading]:
     """One reading per Ray worker, over its whole process tree, from one pass
-    over the process table."""
+    over the process table. `titles`: the roots' command lines, when the
+    caller has read them already."""
     roots = list(roots)
     if not roots:
         return []
-    procs = snapshot() if table is None else table
-    kids = children_map(procs.values())
+    procs = process_table() if table is None else table
+    if kids is None:
+        kids = procs.children if isinstance(procs, ProcessTable) else children_map(procs.values())
     trees = {r: [r, *descendants(r, kids)] for r in roots if r in procs}
     held: dict[int, dict[str, int]] = {}
     if telemetry is not None:
@@ -178,35 +217,78 @@ def workload_readings(
             held = telemetry.process_device_memory([p for tree in trees.values() for p in tree])
         except Exception:
             held = {}
+    get = procs.stat if isinstance(procs, ProcessTable) else procs.get
     out = []
     for root, tree in trees.items():
+        stats = [st for pid in tree if (st := get(pid)) is not None]
+        if not stats or stats[0].pid != root:
+            continue
         readings = tuple(
             ProcessReading(
-                pid,
-                procs[pid].name,
-                procs[pid].cpu_ticks / CLOCK_TICKS,
-                procs[pid].rss_bytes,
-                {k: v for k, v in held.get(pid, {}).items() if k in mine},
+                st.pid,
+                st.name,
+                st.cpu_ticks / CLOCK_TICKS,
+                st.rss_bytes,
+                {k: v for k, v in held[st.pid].items() if k in mine} if st.pid in held else {},
             )
-            for pid in tree
-            if pid in procs
+            for st in stats
         )
-        title = cmdline(root).split(" ")[0] or procs[root].name
-        out.append(WorkloadReading(f"{title}[{root}]", partition, root, readings))
+        line = titles[root] if titles is not None and root in titles else cmdline(root)
+        title = line.split(" ")[0] or stats[0].name
+        out.append(WorkloadReading(f"{title}[{root}]", host, partition, root, readings))
     return out
 
 
-def ray_workers(raylet_pid: int, exclude: set[int], table: dict[int, ProcStat]) -> list[int]:
+def is_ray_worker(title: str) -> bool:
+    """A Ray worker's title (`ray::IDLE`, `ray::Holder.where`), not one of Ray's agents."""
+    first = title.split(" ")[0]
+    return first.startswith("ray::") and "Agent" not in first
+
+
+def ray_workers(raylet_pid: int, exclude: Collection[int], kids: Mapping[int, Sequence[int]]) -> dict[int, str]:
     """The worker processes a raylet started (its `ray::` children, less Ray's
-    own agents)."""
-    out = []
-    for pid, stat in table.items():
-        if stat.ppid != raylet_pid or pid in exclude:
+    own agents), with their command lines."""
+    out = {}
+    for pid in kids.get(raylet_pid, ()):
+        if pid in exclude:
             continue
         title = cmdline(pid)
-        if title.startswith("ray::") and "Agent" not in title.split(" ")[0]:
-            out.append(pid)
+        if is_ray_worker(title):
+            out[pid] = title
     return out
+
+
+def orphan_pids(
+    holders: Mapping[str, Iterable[int]], mine: Collection[str], workers: Collection[int]
+) -> list[tuple[str, int]]:
+    """(device, pid) for each holder of one of `mine` that is not in `workers`
+    (the raylet's whole process tree), sorted, each once."""
+    return sorted({(d, pid) for d, pids in holders.items() if d in mine for pid in pids if pid not in workers})
+
+
+def orphan_readings(
+    telemetry: Telemetry | None,
+    mine: Collection[str],
+    raylet_pid: int,
+    kids: Mapping[int, Sequence[int]],
+    table: Mapping[int, ProcStat],
+    partition: str,
+    host: str,
+) -> tuple[list[OrphanReading], list[str]]:
+    if telemetry is None:
+        return [], []
+    try:
+        holders = telemetry.device_holders()
+    except Exception as e:
+        return [], [f"device holders unknown: {type(e).__name__}: {e}"]
+    workers = {raylet_pid, *descendants(raylet_pid, kids)}
+    out = []
+    for device, pid in orphan_pids(holders, mine, workers):
+        stat = table.get(pid)
+        command = cmdline(pid) or (stat.name if stat is not None else "")
+        if command:  # else it ended since the backend saw it
+            out.append(OrphanReading(device, host, partition, pid, command))
+    return out, []
 
 
 def collect(
@@ -216,14 +298,30 @@ def collect(
     accelerator_type: str | None,
     raylet_pid: int | None,
     exclude: set[int] | None = None,
+    host: str = "",
+    node_id: str = "",
 ) -> Snapshot:
     start = time.perf_counter()
-    readings, errors = device_readings(telemetry, devices, partition, accelerator_type)
+    readings, errors = device_readings(telemetry, devices, partition, accelerator_type, host)
     workloads: list[WorkloadReading] = []
+    orphans: list[OrphanReading] = []
     if raylet_pid is not None:
-        table = snapshot()
-        roots = ray_workers(raylet_pid, exclude or set(), table)
-        workloads = workload_readings(telemetry, roots, partition, {d.id for d in devices}, table)
+        table = process_table()
+        kids = table.children
+        titles = ray_workers(raylet_pid, exclude or set(), kids)
+        mine = {d.id for d in devices}
+        # Holders first: a backend may answer both from one reading (the mock does).
+        orphans, orphan_errors = orphan_readings(telemetry, mine, raylet_pid, kids, table, partition, host)
+        workloads = workload_readings(telemetry, titles, partition, mine, table, host, titles, kids)
+        errors += orphan_errors
     return Snapshot(
-        partition, time.time(), time.perf_counter() - start, tuple(readings), tuple(workloads), tuple(errors)
+        host,
+        node_id,
+        partition,
+        time.time(),
+        time.perf_counter() - start,
+        tuple(readings),
+        tuple(workloads),
+        tuple(orphans),
+        tuple(errors),
     )

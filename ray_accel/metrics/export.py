@@ -1,13 +1,24 @@
 """Export per-partition samples into Ray's own metrics (`ray.util.metrics`).
 
-One `PartitionExporter` actor per partition (named so it cannot be confused
-with Ray's own metrics agent), pinned to that partition's raylet by
-its label, samples only that partition's devices and the process trees of
-that raylet's workers, and sets Ray gauges; the raylet's metrics agent serves
-them on Ray's Prometheus endpoint next to Ray's own. Node-level values come
-from one partition only, so a host is counted once (Ray's dashboard reports
-every GPU from every raylet of a host). `ray-accel top` reads the same
-snapshots back from the actors.
+One `PartitionExporter` actor per partition raylet, named and pinned by the
+raylet's node id (`exporter-<node id>`): partition names repeat on every
+host, node ids do not, so host B's `start` never replaces host A's exporters.
+It samples only its partition's devices, the process trees of its raylet's
+workers and the processes that hold its devices without being its workers
+(orphans), and sets Ray gauges; the raylet's metrics agent serves them on
+Ray's Prometheus endpoint next to Ray's own. Every series carries `host`
+(the host name, as on the node-level series), so `partition="p0"` is never
+ambiguous. Node-level values come from one partition per host, so a host is
+counted once (Ray's dashboard reports every GPU from every raylet of a host).
+`ray-accel top` and `status` read the same snapshots back from the actors.
+
+Names: Ray 2.60's recorder registers every `ray.util.metrics` gauge as
+`ray_<name>` (`NAMESPACE = "ray"` in
+ray/_private/telemetry/open_telemetry_metric_recorder.py), so a gauge named
+`accel_device_utilization` is served as `ray_accel_device_utilization`.
+A gauge value is kept for twice Ray's report interval
+(`metrics_report_interval_ms`, 10 s by default) after it was last set, then
+dropped: a workload or orphan that ended disappears on its own.
 """
 
 from __future__ import annotations
@@ -17,7 +28,8 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import psutil
@@ -29,55 +41,134 @@ log = logging.getLogger(__name__)
 
 NAMESPACE = "ray-accel"
 INTERVAL_ENV = "RAYACCEL_METRICS_INTERVAL_S"
-DEVICE_TAGS = ("partition", "device_id", "family", "accelerator_type")
+RAY_PREFIX = "ray_"  # what Ray's recorder puts before every name
+DEVICE_TAGS = ("host", "partition", "device_id", "family", "accelerator_type")
+WORKLOAD_TAGS = ("host", "partition", "workload")
+NODE_TAGS = ("host", "family", "accelerator_type")
+ORPHAN_TAGS = ("host", "partition", "device_id", "pid", "command")
+COMMAND_MAX = 200  # an orphan's command line is a label value: keep it bounded
 
 
-def actor_name(partition: str) -> str:
-    return f"exporter-{partition}"
+@dataclass(frozen=True)
+class GaugeSpec:
+    name: str  # as given to ray.util.metrics; served with RAY_PREFIX before it
+    description: str
+    tags: tuple[str, ...]
+
+    @property
+    def served(self) -> str:
+        return RAY_PREFIX + self.name
+
+
+GAUGES: Mapping[str, GaugeSpec] = {
+    "util": GaugeSpec("accel_device_utilization", "Device utilisation, 0..1", DEVICE_TAGS),
+    "used": GaugeSpec("accel_device_memory_used_bytes", "Device memory in use", DEVICE_TAGS),
+    "total": GaugeSpec("accel_device_memory_total_bytes", "Device memory", DEVICE_TAGS),
+    "healthy": GaugeSpec("accel_device_healthy", "1 healthy, 0 unhealthy, gone or unknown", DEVICE_TAGS),
+    "power": GaugeSpec("accel_device_power_watts", "Device power draw, watts", DEVICE_TAGS),
+    "temp": GaugeSpec("accel_device_temperature_celsius", "Device temperature, degrees Celsius", DEVICE_TAGS),
+    "orphan": GaugeSpec(
+        "accel_device_orphan_processes",
+        "1 for each process holding the device that is not a worker of the raylet owning it",
+        ORPHAN_TAGS,
+    ),
+    "w_rss": GaugeSpec("accel_workload_rss_bytes", "Host memory of a Ray worker's process tree", WORKLOAD_TAGS),
+    "w_cpu": GaugeSpec("accel_workload_cpu_seconds", "CPU time of a Ray worker's process tree", WORKLOAD_TAGS),
+    "w_dev": GaugeSpec(
+        "accel_workload_device_memory_bytes",
+        "Device memory held by a Ray worker's process tree",
+        (*WORKLOAD_TAGS, "device_id"),
+    ),
+    "n_devices": GaugeSpec("accel_node_devices", "Accelerator devices on the host", NODE_TAGS),
+    "n_mem": GaugeSpec("accel_node_host_memory_used_bytes", "Host memory in use", NODE_TAGS),
+}
+
+
+@dataclass(frozen=True)
+class NodeValues:
+    host: str
+    family: str
+    accelerator_type: str
+    devices: int
+    memory_used_bytes: int
+
+
+def actor_name(node_id: str) -> str:
+    """The exporter of the raylet with this node id (unique across hosts)."""
+    return f"exporter-{node_id}"
+
+
+def gauge_values(snap: Snapshot, node: NodeValues | None) -> list[tuple[str, float, dict[str, str]]]:
+    """(gauge key, value, tags) for everything a snapshot sets: pure, so the
+    names and labels Prometheus will see are testable without Ray."""
+    out: list[tuple[str, float, dict[str, str]]] = []
+    for d in snap.devices:
+        tags = {
+            "host": d.host,
+            "partition": d.partition,
+            "device_id": d.id,
+            "family": d.family,
+            "accelerator_type": d.accelerator_type or "",
+        }
+        for key, value in (
+            ("util", d.utilization),
+            ("used", d.memory_used_bytes),
+            ("total", d.memory_total_bytes),
+            ("power", d.power_watts),
+            ("temp", d.temperature_c),
+        ):
+            if value is not None:
+                out.append((key, float(value), tags))
+        out.append(("healthy", 1.0 if d.healthy else 0.0, tags))
+    for w in snap.workloads:
+        wt = {"host": w.host, "partition": w.partition, "workload": w.workload}
+        out.append(("w_rss", float(w.rss_bytes), wt))
+        out.append(("w_cpu", w.cpu_seconds, wt))
+        for dev, nbytes in sorted(w.device_memory_bytes.items()):
+            out.append(("w_dev", float(nbytes), {**wt, "device_id": dev}))
+    for o in snap.orphans:
+        tags = {
+            "host": o.host,
+            "partition": o.partition,
+            "device_id": o.device_id,
+            "pid": str(o.pid),
+            "command": o.command[:COMMAND_MAX],
+        }
+        out.append(("orphan", 1.0, tags))
+    if node is not None:
+        nt = {"host": node.host, "family": node.family, "accelerator_type": node.accelerator_type}
+        out.append(("n_devices", float(node.devices), nt))
+        out.append(("n_mem", float(node.memory_used_bytes), nt))
+    return out
 
 
 class PartitionExporter:
-    def __init__(self, partition: str, device_ids: Sequence[str], node_level: bool, interval_s: float) -> None:
+    def __init__(
+        self, partition: str, node_id: str, device_ids: Sequence[str], node_level: bool, interval_s: float
+    ) -> None:
+        import ray
         from ray.util.metrics import Gauge
 
         from ray_accel.plugins.inventory import discover
 
+        here = ray.get_runtime_context().get_node_id()
+        if here != node_id:
+            raise RuntimeError(f"exporter of {partition} ({node_id}) was placed on node {here}")
         plugin = discover().primary
         if plugin is None:
-            raise RuntimeError("no active accelerator backend in the metrics agent's process")
+            raise RuntimeError("no active accelerator backend in the metrics exporter's process")
         self.plugin = plugin
         self.telemetry = plugin.telemetry
         self.partition = partition
-        self.devices = [d for d in plugin.list_devices() if d.id in set(device_ids)]
+        self.node_id = node_id
+        wanted = set(device_ids)
+        self.devices = [d for d in plugin.list_devices() if d.id in wanted]
         self.accelerator_type = plugin.node_info().accelerator_type
         self.node_level = node_level
         self.interval_s = interval_s
         self.raylet = os.getppid()
         self.host = socket.gethostname()
-        g = Gauge
-        self.g = {
-            "util": g("ray_accel_device_utilization", "Device utilisation, 0..1", DEVICE_TAGS),
-            "used": g("ray_accel_device_memory_used_bytes", "Device memory in use", DEVICE_TAGS),
-            "total": g("ray_accel_device_memory_total_bytes", "Device memory", DEVICE_TAGS),
-            "healthy": g("ray_accel_device_healthy", "1 healthy, 0 unhealthy or gone", DEVICE_TAGS),
-            "power": g("ray_accel_device_power_watts", "Device power draw", DEVICE_TAGS),
-            "temp": g("ray_accel_device_temperature_celsius", "Device temperature", DEVICE_TAGS),
-            "w_rss": g(
-                "ray_accel_workload_rss_bytes", "Host memory of a Ray worker's process tree", ("partition", "workload")
-            ),
-            "w_cpu": g(
-                "ray_accel_workload_cpu_seconds", "CPU time of a Ray worker's process tree", ("partition", "workload")
-            ),
-            "w_dev": g(
-                "ray_accel_workload_device_memory_bytes",
-                "Device memory held by a Ray worker's process tree",
-                ("partition", "workload", "device_id"),
-            ),
-            "n_devices": g(
-                "ray_accel_node_devices", "Accelerator devices on the host", ("host", "family", "accelerator_type")
-            ),
-            "n_mem": g("ray_accel_node_host_memory_used_bytes", "Host memory in use", ("host",)),
-        }
+        self.g = {key: Gauge(s.name, s.description, s.tags) for key, s in GAUGES.items()}
         self._last: Snapshot | None = None
         self._lock = threading.Lock()
         self.sample()
@@ -91,39 +182,27 @@ class PartitionExporter:
             except Exception:
                 log.exception("ray-accel metrics sample failed")
 
+    def _node_values(self) -> NodeValues | None:
+        if not self.node_level:
+            return None
+        info = self.plugin.node_info()
+        return NodeValues(
+            self.host, info.family, info.accelerator_type or "", info.device_count, psutil.virtual_memory().used
+        )
+
     def sample(self) -> dict[str, Any]:
-        snap = collect(self.telemetry, self.devices, self.partition, self.accelerator_type, self.raylet, {os.getpid()})
-        for d in snap.devices:
-            tags = {
-                "partition": d.partition,
-                "device_id": d.id,
-                "family": d.family,
-                "accelerator_type": d.accelerator_type or "",
-            }
-            if d.utilization is not None:
-                self.g["util"].set(d.utilization, tags)
-            if d.memory_used_bytes is not None:
-                self.g["used"].set(d.memory_used_bytes, tags)
-            if d.memory_total_bytes is not None:
-                self.g["total"].set(d.memory_total_bytes, tags)
-            self.g["healthy"].set(1.0 if d.healthy else 0.0, tags)
-            if d.power_watts is not None:
-                self.g["power"].set(d.power_watts, tags)
-            if d.temperature_c is not None:
-                self.g["temp"].set(d.temperature_c, tags)
-        for w in snap.workloads:
-            wt = {"partition": w.partition, "workload": w.workload}
-            self.g["w_rss"].set(w.rss_bytes, wt)
-            self.g["w_cpu"].set(w.cpu_seconds, wt)
-            for dev, nbytes in w.device_memory_bytes.items():
-                self.g["w_dev"].set(nbytes, {**wt, "device_id": dev})
-        if self.node_level:
-            info = self.plugin.node_info()
-            self.g["n_devices"].set(
-                info.device_count,
-                {"host": self.host, "family": info.family, "accelerator_type": info.accelerator_type or ""},
-            )
-            self.g["n_mem"].set(psutil.virtual_memory().used, {"host": self.host})
+        snap = collect(
+            self.telemetry,
+            self.devices,
+            self.partition,
+            self.accelerator_type,
+            self.raylet,
+            {os.getpid()},
+            self.host,
+            self.node_id,
+        )
+        for key, value, tags in gauge_values(snap, self._node_values()):
+            self.g[key].set(value, tags)
         with self._lock:
             self._last = snap
         return snap.to_json()
@@ -133,17 +212,28 @@ class PartitionExporter:
             return self._last.to_json() if self._last is not None else {}
 
 
-def deploy(address: str, partitions: Sequence[dict[str, Any]], interval_s: float | None = None) -> list[str]:
-    """Start (or restart) the metrics actor of each partition; returns their names."""
+def deploy(
+    address: str,
+    partitions: Sequence[Mapping[str, Any]],
+    interval_s: float | None = None,
+    node_level_partition: str | None = None,
+) -> list[str]:
+    """Start (or restart) the exporter of each partition's raylet (each
+    `{"partition", "node_id", "device_ids"}`); returns their names. The
+    exporter of `node_level_partition` (default: the first given) also
+    exports this host's node-level values: pass the host's first partition
+    when restarting only some, or a host would be counted twice."""
     import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     interval = interval_s or float(os.environ.get(INTERVAL_ENV, "5"))
+    node_level = node_level_partition or (partitions[0]["partition"] if partitions else None)
     remote_cls = ray.remote(num_cpus=0, max_restarts=0)(PartitionExporter)
     connect(address)
     try:
         handles = []
-        for i, p in enumerate(partitions):
-            name = actor_name(p["partition"])
+        for p in partitions:
+            name = actor_name(p["node_id"])
             try:
                 ray.kill(ray.get_actor(name, namespace=NAMESPACE))
             except ValueError:
@@ -153,11 +243,12 @@ def deploy(address: str, partitions: Sequence[dict[str, Any]], interval_s: float
                     name=name,
                     namespace=NAMESPACE,
                     lifetime="detached",
-                    label_selector={PARTITION_LABEL: p["partition"]},
-                ).remote(p["partition"], p["device_ids"], i == 0, interval)
+                    # The raylet itself, not a label: labels repeat on every host.
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(p["node_id"], soft=False),
+                ).remote(p["partition"], p["node_id"], p["device_ids"], p["partition"] == node_level, interval)
             )
         ray.get([h.snapshot.remote() for h in handles], timeout=120)
-        return [actor_name(p["partition"]) for p in partitions]
+        return [actor_name(p["node_id"]) for p in partitions]
     finally:
         ray.shutdown()
 
@@ -169,20 +260,50 @@ def connect(address: str) -> None:
         ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING)
 
 
-def snapshots(partitions: Sequence[str], timeout_s: float = 10.0) -> dict[str, dict[str, Any] | str]:
-    """Each partition's latest snapshot, or the reason there is none (connected driver)."""
+def partition_nodes(nodes: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The partition raylets among `ray.nodes()`, every host's: alive ones,
+    and a dead one only where no live raylet serves its host and partition
+    (a recovered partition leaves its dead predecessor in the GCS)."""
+    out = []
+    for n in nodes:
+        labels = n.get("Labels") or {}
+        if PARTITION_LABEL not in labels:
+            continue
+        out.append(
+            {
+                "partition": labels[PARTITION_LABEL],
+                "host": n.get("NodeManagerHostname", ""),
+                "ip": n.get("NodeManagerAddress", ""),
+                "node_id": n["NodeID"],
+                "alive": bool(n.get("Alive")),
+            }
+        )
+    live = {(p["host"], p["partition"]) for p in out if p["alive"]}
+    kept = [p for p in out if p["alive"] or (p["host"], p["partition"]) not in live]
+    return sorted(kept, key=lambda p: (p["host"], p["partition"], not p["alive"]))
+
+
+def cluster_partitions() -> list[dict[str, Any]]:
+    """Every host's partition raylets, from the GCS (connected driver)."""
+    import ray
+
+    return partition_nodes(ray.nodes())
+
+
+def snapshots(node_ids: Iterable[str], timeout_s: float = 10.0) -> dict[str, dict[str, Any] | str]:
+    """Each raylet's exporter's latest snapshot, or the reason there is none (connected driver)."""
     import ray
 
     refs = {}
     out: dict[str, dict[str, Any] | str] = {}
-    for agent in partitions:
+    for node_id in node_ids:
         try:
-            refs[agent] = ray.get_actor(actor_name(agent), namespace=NAMESPACE).snapshot.remote()
+            refs[node_id] = ray.get_actor(actor_name(node_id), namespace=NAMESPACE).snapshot.remote()
         except Exception as e:
-            out[agent] = f"no metrics agent: {e}"
-    for agent, ref in refs.items():
+            out[node_id] = f"no metrics exporter: {e}"
+    for node_id, ref in refs.items():
         try:
-            out[agent] = ray.get(ref, timeout=timeout_s)
+            out[node_id] = ray.get(ref, timeout=timeout_s)
         except Exception as e:
-            out[agent] = f"{type(e).__name__}: {e}"
+            out[node_id] = f"{type(e).__name__}: {e}"
     return out

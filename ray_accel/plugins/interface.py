@@ -7,7 +7,8 @@ only the ones it has:
 - `Runtime`: what a training worker of this family needs (its collective
   backend and its environment, computed from the whole job);
 - `Telemetry`: device samples (utilisation, memory, power, temperature,
-  health) and the device memory each process holds.
+  health), the device memory each process holds, and which processes hold
+  each device.
 
 Every method here is called by the product; see `tests/unit/test_interface_used.py`.
 """
@@ -46,6 +47,12 @@ class Telemetry(ABC):
     def process_device_memory(self, pids: Collection[int]) -> dict[int, dict[str, int]]:
         """Device id -> bytes held, for each of `pids` that holds any (one call
         per collection, so a backend can answer from one query per device)."""
+        return {}
+
+    def device_holders(self) -> dict[str, tuple[int, ...]]:
+        """Device id -> PIDs the vendor tool says hold it (every process on
+        the host, not only Ray's: the metrics layer names the ones that are not
+        workers of the raylet that owns the device). `{}`: unknown or none."""
         return {}
 
 

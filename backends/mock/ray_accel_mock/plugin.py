@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Collection
 
 from ray_accel_cuda.runtime import PROCESS_ENV as CUDA_PROCESS_ENV
@@ -104,10 +105,18 @@ class MockPlugin(DevicePlugin):
 
 class MockTelemetry(Telemetry):
     """Deterministic samples, so tests can predict every value; faults can be
-    injected while running."""
+    injected while running. Processes hold devices through the masks they
+    published (`ray_accel.core.masks`), which stand for what a vendor tool
+    reports per process."""
+
+    # How long one reading of the masks may serve the next process_device_memory
+    # call: the two calls of one collection, not two collections.
+    HANDOFF_S = 1.0
 
     def __init__(self, spec: NodeSpec) -> None:
         self.spec = spec
+        self._device_of = {c: d.id for d in spec.devices for c in d.core_ids}
+        self._handoff: tuple[float, dict[int, dict[str, int]]] | None = None
 
     def _faults(self) -> dict[str, object]:
         """Faults injected while running (RAYACCEL_MOCK_FAULTS: a JSON file,
@@ -149,21 +158,46 @@ class MockTelemetry(Telemetry):
             )
         return out
 
-    def process_device_memory(self, pids: Collection[int]) -> dict[int, dict[str, int]]:
-        """64 MiB per core each process's current mask names (as the bridge
-        published it): deterministic, and only on processes that hold cores."""
+    def _held(self, pids: Collection[int] | None = None) -> dict[int, dict[str, int]]:
+        """PID -> device id -> cores of that device its published mask names,
+        for each live process (of `pids`, if given) that holds any."""
         out: dict[int, dict[str, int]] = {}
-        for pid in pids:
-            mask = masks.published(pid)
+        for pid, mask in masks.all_published(pids).items():
             try:
-                ids = set(parse_visible_ids(mask) or []) if mask else set()
+                ids = parse_visible_ids(mask) or []
             except ValueError:
                 continue
-            held = {
-                d.id: len(ids & set(d.core_ids)) * PROCESS_MEMORY_PER_CORE
-                for d in self.spec.devices
-                if ids & set(d.core_ids)
-            }
+            held: dict[str, int] = {}
+            for core in ids:
+                device = self._device_of.get(core)
+                if device is not None:
+                    held[device] = held.get(device, 0) + 1
             if held:
                 out[pid] = held
         return out
+
+    def process_device_memory(self, pids: Collection[int]) -> dict[int, dict[str, int]]:
+        """64 MiB per core each process's current mask names (as the bridge
+        published it): deterministic, and only on processes that hold cores."""
+        handoff, self._handoff = self._handoff, None
+        if handoff is not None and time.monotonic() - handoff[0] < self.HANDOFF_S:
+            held = {pid: handoff[1][pid] for pid in set(pids).intersection(handoff[1])}
+        else:
+            held = self._held(pids)
+        return {pid: {d: n * PROCESS_MEMORY_PER_CORE for d, n in h.items()} for pid, h in held.items()}
+
+    def device_holders(self) -> dict[str, tuple[int, ...]]:
+        """Every live process whose published mask names one of a device's
+        cores holds that device, Ray worker or not. It stands for what the
+        vendor tools report: `neuron-ls --json-output` lists the processes
+        using each device (`neuron_processes`), NVML the compute processes of
+        each GPU (nvmlDeviceGetComputeRunningProcesses). The reading is handed
+        to the process_device_memory call that follows in the same collection,
+        so one collection reads each mask once."""
+        held = self._held()
+        self._handoff = (time.monotonic(), held)
+        out: dict[str, list[int]] = {}
+        for pid in sorted(held):
+            for device in held[pid]:
+                out.setdefault(device, []).append(pid)
+        return {k: tuple(v) for k, v in sorted(out.items())}
