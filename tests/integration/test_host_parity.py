@@ -138,7 +138,7 @@ def test_dashboard_is_on_at_the_heads_port_block(labelled: Cluster) -> None:
     status = labelled.refresh()
     head = next(p for p in record(labelled)["partitions"] if p["head"])
     assert status["dashboard_address"] == f"http://127.0.0.1:{head['ports']['named']['dashboard_port']}"
-    assert "dashboard" in head["pids"], "the head runs Ray's dashboard"
+    assert any(r["kind"] == "dashboard" for r in head["processes"]), "the head runs Ray's dashboard"
     text = labelled.cli("status")
     assert f"dashboard: {status['dashboard_address']}" in text.stdout
 
@@ -225,7 +225,7 @@ def test_no_dashboard_turns_it_off(tmp_path: Path) -> None:
         # Ray 2.60 still runs its API-server process, with its usage-stats
         # module only and no frontend: no state API, no jobs
         # (ray/_private/services.py, start_api_server with include_dashboard=False).
-        api = [psutil.Process(pid).cmdline() for pid, _ in head["pids"].get("dashboard", [])]
+        api = [psutil.Process(r["pid"]).cmdline() for r in head["processes"] if r["kind"] == "dashboard"]
         assert all("--modules-to-load=UsageStatsHead" in cmd and "--disable-frontend" in cmd for cmd in api), api
         assert "dashboard:" not in cluster.cli("status").stdout
     finally:
