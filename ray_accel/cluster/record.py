@@ -233,9 +233,11 @@ def _record(data: object) -> NodeRecord:
     dup = next((n for n in names if names.count(n) > 1), None)
     if dup is not None:
         raise _Bad("partitions", f"partition {dup!r} appears twice")
+    mode = _mode(_key(obj, "mode", ""))
     cores = [c for p in parts for c in p.core_ids]
     shared = _first_dup(cores)
-    if shared is not None:
+    # SHARED gives every partition every device on purpose; any other mode never shares a unit.
+    if shared is not None and mode != "shared":
         raise _Bad("partitions", f"core {shared} belongs to two partitions")
     heads = [i for i, p in enumerate(parts) if p.head]
     if heads != ([0] if head else []):
@@ -254,7 +256,7 @@ def _record(data: object) -> NodeRecord:
         host=_text(_key(obj, "host", ""), "host", 255),
         created=_number(_key(obj, "created", ""), "created", 0.0, 1e12),
         head=head,
-        mode=_mode(_key(obj, "mode", "")),
+        mode=mode,
         spec=spec,
         ray_args=_ray_args(_key(obj, "ray_args", "")),
         gcs_address=_address(_key(obj, "gcs_address", ""), "gcs_address"),
