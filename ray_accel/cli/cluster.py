@@ -149,7 +149,10 @@ def status_command(as_json: bool) -> int:
     from ray_accel.cluster.status import status
 
     payload = status()
-    if payload["running"] and payload["gcs_alive"]:
+    # Only a GCS that answered is asked through a driver: ray.init on a dead
+    # or foreign address waits for minutes (Ray's own GCS connect timeout).
+    answered = any(p.get("registered") is not None for p in payload["partitions"])
+    if payload["running"] and payload["gcs_alive"] and answered:
         payload.update(exporter_orphans(payload))
     return emit(as_json, payload, render.status_with_orphans_text)
 
