@@ -19,6 +19,7 @@ from tests.badinput import badinput
 from tests.conftest import cli_json, run_cli
 from tests.fakes.neuron_env import LS_STUB, executable, ls_only, tree_only
 from tests.fakes.neuron_sysfs import build_tree
+from tests.tagged import new_tag, tagged
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "neuron" / "neuron-ls"
 
@@ -133,6 +134,33 @@ def test_a_hanging_neuron_ls_is_killed_with_its_children(tmp_path: Path, stub: P
     while _alive(child) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _alive(child), f"neuron-ls's child {child} survived the timeout"
+
+
+@badinput("leftover")
+@pytest.mark.parametrize("mode", ["hang", "hang-tree"])
+@pytest.mark.parametrize(
+    ("command", "code"),
+    [(["devices"], 0), (["devices", "--json"], 0), (["plan", "--agents", "2"], 1), (["plan", "--json"], 1)],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else str(v),
+)
+def test_a_hanging_neuron_ls_leaves_nothing_behind_any_command(
+    mode: str, command: list[str], code: int, tmp_path: Path, stub: Path
+) -> None:
+    # Every process below the command inherits the tag, so what is left
+    # carrying it was left behind: the stub, or the child it started.
+    tag = new_tag()
+    pidfile = tmp_path / "child.pid"
+    env = ls_only(tmp_path, stub, STUB_MODE=mode, STUB_PIDFILE=str(pidfile), RAYACCEL_NEURON_LS_TIMEOUT="1", **tag)
+    proc = run_cli(*command, env=env, timeout=30)
+    # Machine data: the backend is inactive (devices exit 0, plan "no active backend" exit 1), never a traceback.
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    said = proc.stdout + proc.stderr
+    assert "did not answer within 1s" in said or "no active accelerator backend" in said, said
+    deadline = time.monotonic() + 5
+    while tagged(tag) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert tagged(tag) == {}, f"left behind: {tagged(tag)}"
 
 
 # ---------------------------------------------------------------------------
