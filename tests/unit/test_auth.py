@@ -77,8 +77,9 @@ def test_disabled_is_honoured_and_writes_nothing(tmp_path: Path) -> None:
     assert not (tmp_path / "home").exists()
 
 
-@badinput("unnamed")
-@pytest.mark.parametrize("value", ["k8s", "tokens", ""])
+@pytest.mark.parametrize(
+    "value", [pytest.param("k8s", marks=badinput("unnamed")), pytest.param("tokens", marks=badinput("unnamed")), ""]
+)
 def test_an_auth_mode_we_cannot_honour_is_refused_by_name(tmp_path: Path, value: str) -> None:
     if value == "":
         assert auth.resolve({"RAY_AUTH_MODE": ""}, tmp_path, True, tmp_path / "h").mode == "token"

@@ -9,7 +9,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.badinput import badinput
 from tests.dashboard_queries import (
     METRICS,
     PanelQuery,
@@ -91,7 +90,6 @@ def test_variable_queries_are_promql_for_label_values() -> None:
     }
 
 
-@badinput("unnamed")
 def test_unknown_variable_is_an_error_naming_it() -> None:
     with pytest.raises(KeyError, match=r"\$nope"):
         substitute('x{a=~"$nope"}', {"a": "1"})
