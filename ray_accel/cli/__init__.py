@@ -47,6 +47,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         cut = args.index("--")
         args, ray_args = args[:cut], args[cut + 1 :]
     as_json = "--json" in args
+    if ray_args and "start" not in args:
+        # Refused before the command runs: `stop -- x` must not stop anything first.
+        return _fail(f"options after `--` are for `ray start` only: {' '.join(ray_args)}", "usage", 2, as_json)
     try:
         code = cli.main(args=args, prog_name="ray-accel", standalone_mode=False, obj={"ray_args": ray_args})
     except click.UsageError as e:
@@ -60,6 +63,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(e), "failure", 1, as_json)
     except (KeyboardInterrupt, click.Abort):
         return _fail("interrupted", "interrupted", 130, as_json)
-    if ray_args and not (len(args) >= 1 and "start" in args):
-        return _fail(f"options after `--` are for `ray start` only: {' '.join(ray_args)}", "usage", 2, as_json)
     return code if isinstance(code, int) else 0

@@ -20,7 +20,16 @@ json_option = click.option("--json", "as_json", is_flag=True, help="machine-read
 @json_option
 def devices(backend: str | None, as_json: bool) -> int:
     """List the accelerators of this host and every backend's state."""
-    return emit(as_json, discover(backend).to_json(), render.devices_text)
+    inventory = discover(backend)
+    payload = inventory.to_json()
+    plugin = inventory.primary
+    # The host's devices are listed whole, but a mask set in the environment is
+    # read here as `plan`/`start` read it, so a bad one is exit 2 naming it
+    # rather than a listing that looks fine (issue 17, masks).
+    mask = None if plugin is None else inherited_mask(plugin, os.environ)
+    if mask is not None:
+        payload["inherited_mask"] = {"env": mask.env, "value": mask.value, "ids": list(mask.ids)}
+    return emit(as_json, payload, render.devices_text)
 
 
 @click.command()

@@ -23,6 +23,7 @@ import psutil
 import pytest
 
 from ray_accel.cluster.ports import free_port
+from tests.badinput import badinput
 from tests.conftest import repo_pythonpath, run_cli
 from tests.integration.conftest import Cluster, raylet_pids
 
@@ -321,6 +322,7 @@ print(json.dumps(out))
 """
 
 
+@badinput("leftover")
 def test_refused_init_leaves_no_process_and_no_session(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAYACCEL_", "NEURON_RT_", "RAY_"))}
     env.update(RAYACCEL_MOCK="trn1.32xlarge", NEURON_RT_VISIBLE_CORES="0-3", TMPDIR=str(tmp_path))
@@ -335,6 +337,7 @@ def test_refused_init_leaves_no_process_and_no_session(tmp_path: Path) -> None:
     assert out["sessions"] == [], "no Ray session directory"
 
 
+@badinput("launcher")
 @pytest.mark.parametrize(
     ("args", "needle"),
     [

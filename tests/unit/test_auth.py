@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from ray_accel.cluster import auth
+from tests.badinput import badinput
 
 
 def mode(path: str | Path) -> int:
@@ -26,6 +27,7 @@ def test_a_new_head_with_no_token_anywhere_generates_one_0600_at_rays_default_pa
     assert again.token_path == str(path) and path.read_text() == path.read_text(), "the existing token is reused"
 
 
+@badinput("unnamed")
 def test_a_joining_raylet_without_a_token_is_refused_naming_what_is_missing(tmp_path: Path) -> None:
     with pytest.raises(auth.AuthError, match="no Ray cluster token on this host: set RAY_AUTH_TOKEN_PATH"):
         auth.resolve({}, tmp_path / "state", create=False, home=tmp_path / "home")
@@ -55,6 +57,7 @@ def test_ray_precedence_value_then_path_then_default(tmp_path: Path) -> None:
     assert Path(str(auth.resolve(both, state, False, home).token_path)).read_text() == "from-value"
 
 
+@badinput("unnamed")
 def test_a_named_token_path_that_is_empty_is_an_error_as_in_ray(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     empty.write_text("")
@@ -74,7 +77,9 @@ def test_disabled_is_honoured_and_writes_nothing(tmp_path: Path) -> None:
     assert not (tmp_path / "home").exists()
 
 
-@pytest.mark.parametrize("value", ["k8s", "tokens", ""])
+@pytest.mark.parametrize(
+    "value", [pytest.param("k8s", marks=badinput("unnamed")), pytest.param("tokens", marks=badinput("unnamed")), ""]
+)
 def test_an_auth_mode_we_cannot_honour_is_refused_by_name(tmp_path: Path, value: str) -> None:
     if value == "":
         assert auth.resolve({"RAY_AUTH_MODE": ""}, tmp_path, True, tmp_path / "h").mode == "token"

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.badinput import badinput
 from tests.conftest import CliRunner, cli_json
 
 TRN1 = {"RAYACCEL_MOCK": "trn1.32xlarge"}
@@ -30,6 +31,7 @@ def test_devices_of_a_4_way_partition_are_linked() -> None:
             assert members & set(devices[did]["peers"]), f"{did} has no neighbour in its partition"
 
 
+@badinput("exit-code")
 @pytest.mark.parametrize(
     ("args", "needle"),
     [

@@ -32,6 +32,7 @@ from ray_accel.cluster.ports import port_blocks
 from ray_accel.cluster.procs import Verdict, check, identity
 from ray_accel.cluster.record import NodeRecord, PartitionEntry, RayProcess, dumps
 from ray_accel.core.processes import ProcessRecord, read_cmdline
+from tests.badinput import badinput
 from tests.conftest import run_cli
 from tests.tagged import new_tag, tagged
 
@@ -182,6 +183,7 @@ def foreign_entry(case: str, spawn: Spawn) -> tuple[RayProcess, subprocess.Popen
     return ray_process(other), other  # the record itself says "sleep": not a Ray process
 
 
+@badinput("dangerous")
 @pytest.mark.parametrize("case", FOREIGN_CASES)
 def test_acceptance_17_1_a_record_naming_a_process_not_ours(
     case: str, spawn: Spawn, env: dict[str, str], tag: dict[str, str]
@@ -230,6 +232,7 @@ def test_stop_stops_exactly_the_recorded_processes_and_their_children(
     assert state_bytes(env) is None
 
 
+@badinput("dangerous")
 def test_a_reused_pid_is_stale_not_ours(spawn: Spawn, env: dict[str, str]) -> None:
     sleeper = spawn()
     reused = ray_process(sleeper, start_ticks=ray_process(sleeper).start_ticks - 5)
@@ -242,6 +245,7 @@ def test_a_reused_pid_is_stale_not_ours(spawn: Spawn, env: dict[str, str]) -> No
     assert state_bytes(env) is None, "a stale record is cleared"
 
 
+@badinput("dangerous")
 def test_a_record_from_another_host_is_never_acted_on(spawn: Spawn, env: dict[str, str]) -> None:
     raylet = spawn()
     raw = write_record(env, (ray_process(raylet),), host="host-b")
@@ -271,6 +275,7 @@ def test_host_names_become_safe_directory_names(monkeypatch: pytest.MonkeyPatch)
 # ------------------------------------------------ 17.2: top and status start nothing
 
 
+@badinput("dangerous")
 @pytest.mark.parametrize("json_flag", [[], ["--json"]])
 def test_acceptance_17_2_top_once_without_a_cluster(
     json_flag: list[str], env: dict[str, str], tag: dict[str, str]
@@ -289,6 +294,7 @@ def test_acceptance_17_2_top_once_without_a_cluster(
 # ------------------------------------------------ 17.4: no path from unvalidated names
 
 
+@badinput("dangerous")
 @pytest.mark.parametrize("name", ["../x", "../../escape", "a/b", "$(id)", "p" * 200, "p\u0430rt", ".x", "x."], ids=repr)
 def test_acceptance_17_4_manual_names_never_become_paths(
     name: str, tmp_path: Path, env: dict[str, str], tag: dict[str, str]
@@ -306,6 +312,7 @@ def test_acceptance_17_4_manual_names_never_become_paths(
 # ------------------------------------------------ 17.5: the state directory's mode
 
 
+@badinput("dangerous")
 def test_acceptance_17_5_a_shared_state_dir_keeps_its_mode(tmp_path: Path, env: dict[str, str]) -> None:
     shared = tmp_path / "shared"
     shared.mkdir()
@@ -372,6 +379,7 @@ BAD_START_CASES = [(args, needle, False) for args, needle in BAD_START] + [
 ]
 
 
+@badinput("launcher")
 @pytest.mark.parametrize(
     ("args", "needle", "as_json"),
     BAD_START_CASES,
@@ -394,6 +402,7 @@ def test_bad_start_input_starts_nothing_and_writes_nothing(
     assert tagged(tag) == {}, "no raylet, GCS or launcher started"
 
 
+@badinput("exit-code")
 @pytest.mark.parametrize("grace", ["-1", "nan", "inf", "-inf", "abc", "1e9", "\u0665"])
 def test_stop_with_a_bad_grace_signals_nothing_and_keeps_the_record(
     grace: str, spawn: Spawn, env: dict[str, str]
@@ -404,6 +413,7 @@ def test_stop_with_a_bad_grace_signals_nothing_and_keeps_the_record(
     assert state_bytes(env) == raw and raylet.poll() is None
 
 
+@badinput("state")
 def test_a_rejected_start_keeps_a_stale_record(spawn: Spawn, env: dict[str, str]) -> None:
     sleeper = spawn()
     raw = write_record(env, (ray_process(sleeper, start_ticks=1),))  # stale: that process is gone
@@ -452,6 +462,7 @@ def _corrupt_bytes(case: str, data: dict[str, Any]) -> bytes:
     return json.dumps(CORRUPT[case](data)).encode()
 
 
+@badinput("traceback")
 @pytest.mark.parametrize("case", list(CORRUPT))
 def test_a_record_that_does_not_fit_is_exit_2_naming_the_file_for_every_command(
     case: str, spawn: Spawn, env: dict[str, str], tag: dict[str, str]
@@ -477,6 +488,7 @@ def test_a_record_that_does_not_fit_is_exit_2_naming_the_file_for_every_command(
 # ------------------------------------------------ hangs: FIFOs where files should be
 
 
+@badinput("dangerous")
 def test_a_fifo_as_the_state_file_is_an_error_not_a_hang(env: dict[str, str]) -> None:
     directory = Path(env["RAYACCEL_STATE_DIR"])
     directory.mkdir(mode=0o700)
@@ -488,6 +500,7 @@ def test_a_fifo_as_the_state_file_is_an_error_not_a_hang(env: dict[str, str]) ->
         assert time.monotonic() - began < 10
 
 
+@badinput("dangerous")
 def test_a_fifo_as_the_lock_file_is_an_error_not_a_hang(env: dict[str, str]) -> None:
     directory = Path(env["RAYACCEL_STATE_DIR"])
     directory.mkdir(mode=0o700)
@@ -495,6 +508,7 @@ def test_a_fifo_as_the_lock_file_is_an_error_not_a_hang(env: dict[str, str]) -> 
     assert_clean_error(run_cli("stop", env=env, timeout=20), 2, "lock")
 
 
+@badinput("dangerous")
 def test_a_fifo_as_the_token_file_is_an_error_not_a_hang(
     tmp_path: Path, env: dict[str, str], tag: dict[str, str]
 ) -> None:
@@ -510,6 +524,7 @@ def test_a_fifo_as_the_token_file_is_an_error_not_a_hang(
 # ------------------------------------------------ the host lock
 
 
+@badinput("state")
 def test_the_lock_refuses_a_second_command_naming_the_lock(
     spawn: Spawn, env: dict[str, str], tag: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

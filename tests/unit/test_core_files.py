@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ray_accel.core import files
+from tests.badinput import badinput
 
 
 @settings(max_examples=100, deadline=None)
@@ -31,6 +32,7 @@ def test_regular_files_read_back_exactly_within_the_limit(data: bytes, limit: in
                 files.read_bytes(path, limit)
 
 
+@badinput("dangerous")
 def test_a_fifo_is_refused_at_once_even_without_a_writer(tmp_path: Path) -> None:
     fifo = tmp_path / "core_count"
     os.mkfifo(fifo)
@@ -42,6 +44,7 @@ def test_a_fifo_is_refused_at_once_even_without_a_writer(tmp_path: Path) -> None
     assert "FIFO" in files.describe(info.value)
 
 
+@badinput("dangerous")
 def test_a_file_replaced_by_a_fifo_after_the_check_does_not_block(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -72,6 +75,7 @@ def test_a_file_replaced_by_a_fifo_after_the_check_does_not_block(
     assert isinstance(done[0], files.UnreadableFile) and "FIFO" in str(done[0])
 
 
+@badinput("dangerous")
 @pytest.mark.parametrize("kind", ["directory", "char device", "socket"])
 def test_other_kinds_are_refused_by_name(kind: str, tmp_path: Path) -> None:
     if kind == "directory":

@@ -15,6 +15,7 @@ from ray_accel_mock.spec import load_spec
 
 from ray_accel.core.devices import Device
 from ray_accel.core.visibility import VisibilityError
+from tests.badinput import badinput
 
 NODE: tuple[Device, ...] = load_spec("p4d.24xlarge").devices
 SPACE = st.sampled_from(["", " ", "  "])
@@ -47,6 +48,7 @@ def test_every_form_gives_nvml_indexes_in_mask_order(case: tuple[str, list[int]]
     assert parse_cuda_visible(value, NODE) == expected
 
 
+@badinput("masks")
 @given(masks(), st.data())
 def test_naming_one_gpu_twice_is_refused(case: tuple[str, list[int]], data: st.DataObject) -> None:
     value, expected = case
@@ -56,12 +58,14 @@ def test_naming_one_gpu_twice_is_refused(case: tuple[str, list[int]], data: st.D
         parse_cuda_visible(f"{value},{twin}", NODE)
 
 
+@badinput("masks")
 @given(st.integers(len(NODE), 65535), masks())
 def test_an_index_past_the_node_is_refused_naming_it(index: int, case: tuple[str, list[int]]) -> None:
     with pytest.raises(VisibilityError, match=f"GPU {index} .*out of range"):
         parse_cuda_visible(f"{case[0]},{index}", NODE)
 
 
+@badinput("masks")
 @given(st.text(alphabet=st.sampled_from(list("0123456789,- GPU-abcdefMIGNoDevFiles")), max_size=30))
 def test_any_text_gives_known_gpus_or_a_visibility_error(value: str) -> None:
     try:
@@ -82,6 +86,7 @@ def test_unset_is_everything() -> None:
     assert parse_cuda_visible(None, NODE) is None
 
 
+@badinput("masks")
 @pytest.mark.parametrize(
     ("value", "message"),
     [

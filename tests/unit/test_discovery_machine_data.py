@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from ray_accel.cli import main
+from tests.badinput import badinput
 from tests.conftest import CliRunner
 from tests.fakes import fake_nvml
 from tests.plugins import install_test_plugins
@@ -32,6 +33,7 @@ def duplicate_uuid_nvml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> fake
     return nv
 
 
+@badinput("unnamed")
 def test_inconsistent_nvml_data_makes_only_cuda_inactive(
     duplicate_uuid_nvml: fake_nvml.FakeNvml, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -57,6 +59,7 @@ def test_inconsistent_nvml_data_text_view(
     assert " no " in cuda_row and fake_nvml.RAY_MOCK_UUID in cuda_row
 
 
+@badinput("exit-code")
 def test_a_bad_mock_spec_is_still_input_and_exits_2(tmp_path: Path, cli: CliRunner) -> None:
     spec = tmp_path / "dup.toml"
     spec.write_text('[node]\nfamily="gpu"\n[[devices]]\nid="GPU-same"\n[[devices]]\nid="GPU-same"\n')

@@ -5,8 +5,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ray_accel.hooks.config import HookConfigError, LifecycleHook, Workload, WorkloadConfig
+from tests.badinput import badinput
 
 
+@badinput("unnamed")
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [

@@ -12,6 +12,7 @@ from ray_accel.core.errors import InputError
 from ray_accel.core.visibility import format_visible_ids
 from ray_accel.partition.inherited import inherited_mask, plan_within_mask
 from ray_accel.partition.plan import PartitionError
+from tests.badinput import badinput
 from tests.conftest import CliRunner, cli_json
 
 TRN1 = {"RAYACCEL_MOCK": "trn1.32xlarge"}
@@ -59,6 +60,7 @@ def test_mock_gpu_reads_masks_as_the_cuda_backend_does() -> None:
         p.parse_visible("GPU-nope")
 
 
+@badinput("masks")
 @pytest.mark.parametrize(
     ("env", "needle"),
     [
@@ -75,6 +77,7 @@ def test_bad_mask_exits_2_naming_it(env: dict[str, str], needle: str, cli: CliRu
     assert "Traceback" not in proc.stderr
 
 
+@badinput("masks")
 def test_manual_spec_outside_the_mask_exits_2(cli: CliRunner) -> None:
     env = {**TRN1, "NEURON_RT_VISIBLE_CORES": "8-23"}
     proc = cli("plan", "--mode", "manual", "--manual", "a=4-7;b=8-12", env=env)
@@ -114,6 +117,7 @@ def test_no_mask_is_the_plain_plan() -> None:
     assert plan.mask is None and plan.to_json()["inherited_mask"] is None
 
 
+@badinput("masks")
 def test_manual_outside_raises_partition_error() -> None:
     p = plugin("p4d.24xlarge")
     mask = inherited_mask(p, {"CUDA_VISIBLE_DEVICES": "0,1"})

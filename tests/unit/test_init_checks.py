@@ -11,11 +11,13 @@ import pytest
 from ray_accel.bridge.managers import BridgeSpec
 from ray_accel.cluster.driver import check_request
 from ray_accel.core.errors import InputError
+from tests.badinput import badinput
 
 NEURON = BridgeSpec("neuron_cores", "NEURON_RT_VISIBLE_CORES", "neuron", "Trainium", tuple(range(32)))
 GPU = BridgeSpec("GPU", "CUDA_VISIBLE_DEVICES", "gpu", "A100", tuple(range(8)))
 
 
+@badinput("leftover")
 @pytest.mark.parametrize(
     ("spec", "kwargs", "needle"),
     [

@@ -15,9 +15,11 @@ from typing import Any
 
 import pytest
 
+from tests.badinput import badinput
 from tests.conftest import cli_json, run_cli
 from tests.fakes.neuron_env import LS_STUB, executable, ls_only, tree_only
 from tests.fakes.neuron_sysfs import build_tree
+from tests.tagged import new_tag, tagged
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "neuron" / "neuron-ls"
 
@@ -45,6 +47,7 @@ def inactive_reason(env: dict[str, str]) -> str:
 # ---------------------------------------------------------------------------
 
 
+@badinput("dangerous")
 @pytest.mark.parametrize("name", ["core_count", "connected_devices"])
 def test_a_fifo_in_sysfs_is_refused_within_two_seconds(name: str, tmp_path: Path) -> None:
     tree = build_tree(tmp_path / "t", "trn1.2xlarge", core_metrics=False)
@@ -62,6 +65,7 @@ def test_a_fifo_in_sysfs_is_refused_within_two_seconds(name: str, tmp_path: Path
 # ---------------------------------------------------------------------------
 
 
+@badinput("unnamed")
 def test_a_huge_sysfs_core_count_is_refused_against_the_driver_maximum(tmp_path: Path) -> None:
     tree = build_tree(tmp_path / "t", "trn1.2xlarge", core_metrics=False)
     (tree.device_dir(0) / "core_count").write_text("100000000")
@@ -71,6 +75,7 @@ def test_a_huge_sysfs_core_count_is_refused_against_the_driver_maximum(tmp_path:
     assert "core_count 100000000 is outside 1..8" in reason and "MAX_NC_PER_DEVICE" in reason
 
 
+@badinput("unnamed")
 @pytest.mark.parametrize(
     ("key", "value", "named"),
     [
@@ -94,6 +99,7 @@ def test_huge_neuron_ls_values_are_refused_by_name(
     assert named in reason
 
 
+@badinput("unnamed")
 def test_a_huge_mock_cores_per_device_is_an_input_error(tmp_path: Path) -> None:
     spec = tmp_path / "big.toml"
     spec.write_text('[node]\nfamily = "neuron"\ndevices = 2\ncores_per_device = 100000000\n')
@@ -115,6 +121,7 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+@badinput("leftover")
 def test_a_hanging_neuron_ls_is_killed_with_its_children(tmp_path: Path, stub: Path) -> None:
     pidfile = tmp_path / "child.pid"
     env = ls_only(tmp_path, stub, STUB_MODE="hang-tree", STUB_PIDFILE=str(pidfile), RAYACCEL_NEURON_LS_TIMEOUT="1.5")
@@ -129,11 +136,39 @@ def test_a_hanging_neuron_ls_is_killed_with_its_children(tmp_path: Path, stub: P
     assert not _alive(child), f"neuron-ls's child {child} survived the timeout"
 
 
+@badinput("leftover")
+@pytest.mark.parametrize("mode", ["hang", "hang-tree"])
+@pytest.mark.parametrize(
+    ("command", "code"),
+    [(["devices"], 0), (["devices", "--json"], 0), (["plan", "--agents", "2"], 1), (["plan", "--json"], 1)],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else str(v),
+)
+def test_a_hanging_neuron_ls_leaves_nothing_behind_any_command(
+    mode: str, command: list[str], code: int, tmp_path: Path, stub: Path
+) -> None:
+    # Every process below the command inherits the tag, so what is left
+    # carrying it was left behind: the stub, or the child it started.
+    tag = new_tag()
+    pidfile = tmp_path / "child.pid"
+    env = ls_only(tmp_path, stub, STUB_MODE=mode, STUB_PIDFILE=str(pidfile), RAYACCEL_NEURON_LS_TIMEOUT="1", **tag)
+    proc = run_cli(*command, env=env, timeout=30)
+    # Machine data: the backend is inactive (devices exit 0, plan "no active backend" exit 1), never a traceback.
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    said = proc.stdout + proc.stderr
+    assert "did not answer within 1s" in said or "no active accelerator backend" in said, said
+    deadline = time.monotonic() + 5
+    while tagged(tag) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert tagged(tag) == {}, f"left behind: {tagged(tag)}"
+
+
 # ---------------------------------------------------------------------------
 # User configuration: exit 2 naming the variable
 # ---------------------------------------------------------------------------
 
 
+@badinput("exit-code")
 @pytest.mark.parametrize(
     ("variable", "value"),
     [
@@ -162,6 +197,7 @@ def test_bad_configuration_exits_2_naming_the_variable(
 # ---------------------------------------------------------------------------
 
 
+@badinput("unnamed")
 def test_one_sided_links_in_sysfs_make_the_backend_inactive_not_exit_2(tmp_path: Path) -> None:
     tree = build_tree(tmp_path / "t", "inf2.48xlarge", core_metrics=False)
     (tree.device_dir(0) / "connected_devices").write_text("11, 5\n")  # 5 does not list 0
@@ -169,6 +205,7 @@ def test_one_sided_links_in_sysfs_make_the_backend_inactive_not_exit_2(tmp_path:
     assert "'neuron:0' -> 'neuron:5' is one-sided" in reason
 
 
+@badinput("unnamed")
 @pytest.mark.parametrize(
     ("file", "text", "named"),
     [
@@ -183,6 +220,7 @@ def test_garbage_in_sysfs_is_named_in_the_reason(file: str, text: str, named: st
     assert named in inactive_reason(tree_only(tree))
 
 
+@badinput("unnamed")
 def test_sysfs_and_neuron_ls_disagreeing_on_cores_is_named(tmp_path: Path, stub: Path) -> None:
     tree = build_tree(tmp_path / "t", "trn2.48xlarge", core_metrics=False)
     data = json.loads((FIXTURES / "trn2.48xlarge.json").read_text())

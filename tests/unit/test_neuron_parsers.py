@@ -17,6 +17,7 @@ from ray_accel_neuron.neuron_ls import NeuronLsError, normalize_bdf, parse_outpu
 from ray_accel_neuron.sysfs import DevNode, Reading, SysfsDevice
 
 from ray_accel.core.devices import validate_inventory
+from tests.badinput import badinput
 from tests.fakes.neuron_sysfs import TRN1, driver_links
 
 json_values = st.recursive(
@@ -44,6 +45,7 @@ NEURON_LS_KEYS = [
 # ---------------------------------------------------------------------------
 
 
+@badinput("traceback")
 @settings(max_examples=300, deadline=None)
 @given(json_values)
 def test_neuron_ls_parser_raises_only_its_own_error(value: Any) -> None:
@@ -53,6 +55,7 @@ def test_neuron_ls_parser_raises_only_its_own_error(value: Any) -> None:
         pass
 
 
+@badinput("traceback")
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.dictionaries(st.sampled_from(NEURON_LS_KEYS), json_values, max_size=6), max_size=4))
 def test_neuron_ls_parser_on_devices_of_random_fields(entries: list[dict[str, Any]]) -> None:
@@ -106,6 +109,7 @@ def test_well_formed_neuron_ls_output_round_trips(entries: list[dict[str, Any]],
         assert [p.pid for p in d.processes] == [p["pid"] for p in e["neuron_processes"]]
 
 
+@badinput("traceback")
 def test_neuron_ls_parser_refuses_deep_nesting_and_duplicates() -> None:
     with pytest.raises(NeuronLsError, match="nested too deeply|invalid JSON"):
         parse_output("[" * 100000 + "]" * 100000)
@@ -119,6 +123,7 @@ def test_neuron_ls_parser_refuses_deep_nesting_and_duplicates() -> None:
 _CANONICAL_BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
 
+@badinput("traceback")
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=20))
 def test_normalize_bdf_gives_a_canonical_address_or_none(text: str) -> None:
@@ -150,6 +155,7 @@ def test_connected_devices_round_trips_the_driver_format(links: list[int]) -> No
     assert sysfs.parse_connected(text, "x") == tuple(links)
 
 
+@badinput("unnamed")
 @settings(max_examples=500, deadline=None)
 @given(st.text(max_size=30))
 def test_sysfs_parsers_return_or_name_the_value(text: str) -> None:
@@ -169,6 +175,7 @@ def test_counts_round_trip(n: int, end: str) -> None:
     assert sysfs.parse_hex(f"{n:#x}{end}", "x") == n
 
 
+@badinput("unnamed")
 def test_sysfs_parsers_refuse_lookalikes() -> None:
     for bad in ("٤", "1e8", "-2", "0x10", " ", "12, 3"):
         with pytest.raises(limits.BadData):
@@ -186,6 +193,7 @@ def test_sysfs_parsers_refuse_lookalikes() -> None:
 # ---------------------------------------------------------------------------
 
 
+@badinput("traceback")
 @settings(max_examples=300, deadline=None)
 @given(json_values)
 def test_monitor_parser_raises_only_its_own_error(value: Any) -> None:
@@ -248,6 +256,7 @@ def test_sysfs_and_neuron_ls_number_trn2_cores_alike(index: int, lnc_size: int, 
     assert from_sysfs.physical == from_ls.physical == 8
 
 
+@badinput("unnamed")
 def test_numbering_refuses_what_does_not_add_up() -> None:
     lnc2 = cores.Lnc(2, "test", explicit=False)
     with pytest.raises(cores.InconsistentCores, match="do not divide"):

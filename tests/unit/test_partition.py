@@ -7,6 +7,7 @@ from ray_accel_mock.spec import load_spec
 
 from ray_accel.core.devices import Device
 from ray_accel.partition.plan import Mode, PartitionError, plan_partitions
+from tests.badinput import badinput
 from tests.strategies import node_and_agents, nodes
 
 
@@ -59,6 +60,7 @@ def test_shared_gives_every_agent_every_gpu(devices: tuple[Device, ...], agents:
     assert all(set(p.device_ids) == {d.id for d in devices} for p in plan)
 
 
+@badinput("exit-code")
 @given(nodes(family="neuron"))
 def test_shared_is_refused_on_neuron(devices: tuple[Device, ...]) -> None:
     with pytest.raises(PartitionError, match="SHARED mode is impossible on neuron"):
@@ -102,6 +104,7 @@ def test_gpu_islands_kept_together() -> None:
     assert all(q.connected for q in plan.quality)
 
 
+@badinput("unnamed")
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [

@@ -28,6 +28,7 @@ from ray_accel.placement.model import (
     release,
 )
 from ray_accel.placement.policies import POLICIES, Pack, Spread, Topology, get_policy
+from tests.badinput import badinput
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "ray" / "nodes-trn1.32xlarge-4.json"
 KINDS = [("neuron", "neuron_cores"), ("gpu", "GPU")]
@@ -247,6 +248,7 @@ def test_capacity_counts_cpus_when_asked() -> None:
     assert capacity(Job("c", "c", 4, 2, "neuron", "neuron_cores", 1.0), p) == 1
 
 
+@badinput("unnamed")
 @pytest.mark.parametrize(
     "kw",
     [dict(workers=0), dict(devices_per_worker=-1), dict(workers=True), dict(cpus_per_worker=float("nan"))],
@@ -259,6 +261,7 @@ def test_a_bad_job_is_refused_naming_the_value(kw: dict[str, object]) -> None:
         Job(**{**base, **kw})  # type: ignore[arg-type]
 
 
+@badinput("unnamed")
 def test_unknown_policy_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown placement policy 'best'"):
         get_policy("best")

@@ -15,6 +15,7 @@ from ray_accel.bridge.managers import BridgeSpec
 from ray_accel.cluster.auth import Auth
 from ray_accel.cluster.ports import port_blocks
 from ray_accel.cluster.record import NodeRecord, PartitionEntry, RayProcess, RecordError, dumps, parse_record
+from tests.badinput import badinput
 
 SOURCE = "/state/node.json"
 SPEC = BridgeSpec("neuron_cores", "NEURON_RT_VISIBLE_CORES", "neuron", "Trainium", tuple(range(32)))
@@ -97,6 +98,7 @@ def test_record_is_frozen() -> None:
 NOT_A_RECORD = [[], {}, None, 0, 1.5, "x", True, [valid_json()]]
 
 
+@badinput("traceback")
 @pytest.mark.parametrize("data", NOT_A_RECORD, ids=repr)
 def test_not_a_record(data: object) -> None:
     refused(data)
@@ -107,6 +109,7 @@ PART_KEYS = ["partition", "device_ids", "core_ids", "head", "ports", "processes"
 PROC_KEYS = ["kind", "pid", "start_ticks", "identity"]
 
 
+@badinput("traceback")
 @pytest.mark.parametrize("key", TOP_KEYS)
 def test_missing_top_key(key: str) -> None:
     data = valid_json()
@@ -114,6 +117,7 @@ def test_missing_top_key(key: str) -> None:
     refused(data, key)
 
 
+@badinput("traceback")
 @pytest.mark.parametrize("key", PART_KEYS)
 def test_missing_partition_key(key: str) -> None:
     data = valid_json()
@@ -121,6 +125,7 @@ def test_missing_partition_key(key: str) -> None:
     refused(data, key)
 
 
+@badinput("traceback")
 @pytest.mark.parametrize("key", PROC_KEYS)
 def test_missing_process_key(key: str) -> None:
     data = valid_json()
@@ -131,6 +136,7 @@ def test_missing_process_key(key: str) -> None:
 BAD_PIDS = [-1, 0, -4242, 1 << 22 + 1, 2**64, "4242", 42.0, True, None, [4242], {"pid": 4242}]
 
 
+@badinput("traceback")
 @pytest.mark.parametrize("pid", BAD_PIDS, ids=repr)
 def test_bad_pid(pid: object) -> None:
     data = valid_json()
@@ -138,6 +144,7 @@ def test_bad_pid(pid: object) -> None:
     refused(data, "partitions[0].processes[1].pid")
 
 
+@badinput("traceback")
 @pytest.mark.parametrize("ticks", [-1, "1010", 1.5, None, 2**64], ids=repr)
 def test_bad_start_ticks(ticks: object) -> None:
     data = valid_json()
@@ -145,6 +152,7 @@ def test_bad_start_ticks(ticks: object) -> None:
     refused(data, "start_ticks")
 
 
+@badinput("traceback")
 @pytest.mark.parametrize(
     "processes",
     [[[4242, 1000]], [[4242, 1000, "raylet"]], {"raylet": [[4242, 1000]]}, "4242", [None], [{}]],
@@ -156,12 +164,14 @@ def test_processes_of_the_wrong_shape(processes: object) -> None:
     refused(data, "processes")
 
 
+@badinput("traceback")
 @pytest.mark.parametrize("depth", [100, 10_000, 200_000])
 def test_deeply_nested_json(depth: int) -> None:
     refused("[" * depth + "]" * depth)
     refused('{"a":' * depth + "1" + "}" * depth)
 
 
+@badinput("traceback")
 @pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity", "1e400"])
 def test_nan_and_infinity(constant: str) -> None:
     text = dumps(valid_record()).replace('"created": 1700000000.5', f'"created": {constant}')
@@ -169,11 +179,13 @@ def test_nan_and_infinity(constant: str) -> None:
     refused(text, "")
 
 
+@badinput("dangerous")
 def test_nan_start_ticks_never_matches_anything() -> None:
     text = dumps(valid_record()).replace('"start_ticks": 1010', '"start_ticks": NaN')
     refused(text, "NaN")
 
 
+@badinput("traceback")
 @pytest.mark.parametrize(
     "raw", [b"", b"\xff\xfe", b"{", b'{"version": 3,', b"null", "\ufeff{}".encode(), b"\x00" * 10], ids=repr
 )
@@ -181,6 +193,7 @@ def test_not_json(raw: bytes) -> None:
     refused(raw)
 
 
+@badinput("traceback")
 def test_older_version_is_refused_with_a_way_out() -> None:
     data = valid_json()
     data["version"] = 2
@@ -188,18 +201,21 @@ def test_older_version_is_refused_with_a_way_out() -> None:
     assert "remove the file" in message
 
 
+@badinput("state")
 def test_empty_partition_list() -> None:
     data = valid_json()
     data["partitions"] = []
     refused(data, "empty")
 
 
+@badinput("state")
 def test_empty_partition() -> None:
     data = valid_json()
     data["partitions"][1] = {}
     refused(data, "partitions[1]")
 
 
+@badinput("dangerous")
 @pytest.mark.parametrize("name", ["../x", "a/b", "$(id)", "p" * 200, "p\u0430rt", "", ".hidden", "x\n"], ids=repr)
 def test_partition_names_that_could_be_paths(name: str) -> None:
     data = valid_json()
@@ -207,6 +223,7 @@ def test_partition_names_that_could_be_paths(name: str) -> None:
     refused(data, "partitions[1].partition")
 
 
+@badinput("traceback")
 @pytest.mark.parametrize(
     ("where", "value", "needle"),
     [
@@ -268,11 +285,13 @@ def _parses_or_refuses(raw: bytes | str) -> None:
         assert parse_record(dumps(record), SOURCE) == record
 
 
+@badinput("traceback")
 @given(json_values)
 def test_arbitrary_json_is_refused_cleanly(value: object) -> None:
     _parses_or_refuses(json.dumps(value))
 
 
+@badinput("traceback")
 @given(st.binary(max_size=200))
 def test_arbitrary_bytes_are_refused_cleanly(raw: bytes) -> None:
     _parses_or_refuses(raw)
@@ -292,6 +311,7 @@ def _paths(value: object, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]
 PATHS = _paths(valid_json())
 
 
+@badinput("traceback")
 @settings(suppress_health_check=[HealthCheck.too_slow], max_examples=300)
 @given(st.sampled_from(PATHS), json_values)
 def test_any_field_replaced_by_anything(path: tuple[Any, ...], value: object) -> None:
@@ -303,6 +323,7 @@ def test_any_field_replaced_by_anything(path: tuple[Any, ...], value: object) ->
     _parses_or_refuses(json.dumps(data))
 
 
+@badinput("traceback")
 @given(st.sampled_from(PATHS))
 def test_any_field_removed(path: tuple[Any, ...]) -> None:
     data = copy.deepcopy(valid_json())

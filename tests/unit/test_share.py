@@ -21,6 +21,7 @@ from ray_accel.partition.share import (
     split_cpus,
     split_whole,
 )
+from tests.badinput import badinput
 
 weights_st = st.lists(st.integers(0, 64), min_size=1, max_size=16)
 
@@ -84,6 +85,7 @@ def test_split_amount_sums_in_rays_units(total: float, weights: list[int]) -> No
         assert abs(p * 10000 - round(p * 10000)) < 1e-6
 
 
+@badinput("unnamed")
 def test_split_refuses_bad_amounts() -> None:
     with pytest.raises(ShareError, match="negative"):
         split_whole(-1, [1])
@@ -96,6 +98,7 @@ def test_cpulist_round_trip(cpus: set[int]) -> None:
     assert parse_cpulist(format_cpulist(cpus)) == frozenset(cpus)
 
 
+@badinput("unnamed")
 @pytest.mark.parametrize("text", ["a", "3-1", "1,,2", "0-", "-1", "1-99999999"])
 def test_bad_cpulist_names_the_entry(text: str) -> None:
     with pytest.raises(CpuListError, match="CPU list"):
@@ -174,6 +177,7 @@ def test_divide_counts_the_host_once(weights: list[int]) -> None:
         assert any("get 0 CPUs" in w for w in div.warnings)
 
 
+@badinput("unnamed")
 def test_divide_refuses_an_object_store_below_rays_minimum() -> None:
     host = HostResources(cpus=2, memory=10**9, object_store_memory=100 * 2**20)
     with pytest.raises(ShareError, match="p0's object store would be 52428800 bytes"):

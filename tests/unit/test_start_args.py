@@ -25,6 +25,7 @@ from ray_accel.core import validate
 from ray_accel.core.errors import InputError
 from ray_accel.partition.plan import Partition
 from ray_accel.partition.share import Share
+from tests.badinput import badinput
 
 SPEC = BridgeSpec("neuron_cores", "NEURON_RT_VISIBLE_CORES", "neuron", "Trainium", tuple(range(32)))
 GPU = BridgeSpec("GPU", "CUDA_VISIBLE_DEVICES", "gpu", "A100", tuple(range(8)))
@@ -82,6 +83,7 @@ def test_pinned_partition_env_names_its_cpus() -> None:
     assert CPU_SET_ENV not in unpinned
 
 
+@badinput("launcher")
 @pytest.mark.parametrize(
     ("flag", "pointer"),
     [
@@ -97,6 +99,7 @@ def test_passed_through_start_flags_point_at_our_option(flag: str, pointer: str)
         validate_ray_args([flag, "x"])
 
 
+@badinput("launcher")
 @pytest.mark.parametrize(
     ("labels", "resources", "needle"),
     [
@@ -115,6 +118,7 @@ def test_clash_with_our_keys_is_refused_naming_the_key(
         check_user_keys(labels, resources, SPEC)
 
 
+@badinput("launcher")
 def test_gpu_resource_clash() -> None:
     with pytest.raises(InputError, match="'GPU' is the accelerator resource"):
         check_user_keys({}, {"GPU": 1}, GPU)
@@ -130,6 +134,7 @@ def test_labels_round_trip(labels: dict[str, str]) -> None:
     assert validate.node_labels(text) == labels
 
 
+@badinput("launcher")
 @pytest.mark.parametrize(
     ("text", "needle"),
     [
@@ -152,6 +157,7 @@ def test_resources_round_trip(resources: dict[str, float]) -> None:
     assert validate.resource_amounts(json.dumps(resources)) == resources
 
 
+@badinput("launcher")
 @pytest.mark.parametrize(
     ("text", "needle"),
     [

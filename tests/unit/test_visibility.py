@@ -5,6 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ray_accel.core.visibility import MAX_VISIBLE_ID, VisibilityError, format_visible_ids, parse_visible_ids
+from tests.badinput import badinput
 
 
 @pytest.mark.parametrize(
@@ -23,6 +24,7 @@ def test_parse_examples(value: str | None, expected: list[int] | None) -> None:
     assert parse_visible_ids(value) == expected
 
 
+@badinput("masks")
 @pytest.mark.parametrize(
     ("value", "token"),
     [
@@ -42,12 +44,14 @@ def test_parse_errors_name_the_token(value: str, token: str) -> None:
     assert isinstance(info.value, ValueError)
 
 
+@badinput("masks")
 def test_out_of_range_with_total() -> None:
     assert parse_visible_ids("0-3", total=4) == [0, 1, 2, 3]
     with pytest.raises(VisibilityError, match="id 4 .*out of range"):
         parse_visible_ids("2-4", total=4)
 
 
+@badinput("unnamed")
 def test_huge_range_rejected_before_expansion() -> None:
     with pytest.raises(VisibilityError, match="above"):
         parse_visible_ids(f"0-{MAX_VISIBLE_ID + 1}")
@@ -79,6 +83,7 @@ def test_ranges_is_never_longer_than_list(ids: set[int]) -> None:
     assert len(format_visible_ids(ids, "ranges")) <= len(format_visible_ids(ids, "list"))
 
 
+@badinput("masks")
 @given(st.text(alphabet="0123456789,- a\n\t", max_size=30) | st.text(max_size=30))
 def test_arbitrary_strings_parse_or_raise_visibility_error(text: str) -> None:
     try:
