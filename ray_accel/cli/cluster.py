@@ -149,7 +149,9 @@ def status_command(as_json: bool) -> int:
     from ray_accel.cluster.status import status
 
     payload = status()
-    if payload["running"] and payload["gcs_alive"]:
+    # Ask the exporters only when the GCS answered for a live raylet: a driver
+    # connecting to an unreachable GCS retries for a minute.
+    if payload["running"] and payload["gcs_alive"] and any(p.get("registered") for p in payload["partitions"]):
         payload.update(exporter_orphans(payload))
     return emit(as_json, payload, render.status_with_orphans_text)
 
