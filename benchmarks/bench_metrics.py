@@ -20,6 +20,9 @@ same 2N processes. The column "floor, open()" is the same read with Python's
 of --repeats interleaved runs.
 
     python benchmarks/bench_metrics.py [--repeats 30] [--json]
+
+Target (issue 14): at 512 workload processes (256 workers), collection/floor
+at most 1.5; the last lines say whether each such row meets it.
 """
 
 from __future__ import annotations
@@ -45,6 +48,9 @@ from ray_accel.cli.render import render
 from ray_accel.core import masks
 from ray_accel.core.processes import ProcessRecord, children_map, descendants, snapshot
 from ray_accel.metrics.collect import collect
+
+TARGET_PROCESSES = 512
+TARGET_RATIO = 1.5
 
 # The stand-in raylet: N workers titled like Ray's, each a shell with one child.
 RAYLET = r"""
@@ -222,6 +228,14 @@ def main() -> None:
             ],
         )
     )
+    for r in rows:
+        if r["processes"] == TARGET_PROCESSES:
+            ratio = float(r["ratio"])  # type: ignore[arg-type]
+            verdict = "meets" if ratio <= TARGET_RATIO else "MISSES"
+            print(
+                f"{r['node']}, {r['processes']} processes, masks {'yes' if r['masks'] else 'no'}: "
+                f"ratio {ratio:.2f}x {verdict} the target <= {TARGET_RATIO}x"
+            )
 
 
 if __name__ == "__main__":
