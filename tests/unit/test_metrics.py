@@ -239,7 +239,8 @@ def test_partition_nodes_keeps_every_hosts_partitions_and_drops_replaced_dead_on
 
 RAYLET = r"""
 import subprocess, sys
-w = subprocess.Popen(["ray::IDLE", "-c", "sleep 600 & wait"], executable="/bin/sh")
+# Titled as Ray titles a worker (setproctitle sets argv and the kernel's comm).
+w = subprocess.Popen(["ray::IDLE", "-c", "printf ray::IDLE > /proc/$$/comm; sleep 600 & wait"], executable="/bin/sh")
 print(w.pid, flush=True)
 sys.stdin.read()
 """
