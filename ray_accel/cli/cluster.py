@@ -149,9 +149,7 @@ def status_command(as_json: bool) -> int:
     from ray_accel.cluster.status import status
 
     payload = status()
-    # Ask the exporters only when the GCS answered for a live raylet: a driver
-    # connecting to an unreachable GCS retries for a minute.
-    if payload["running"] and payload["gcs_alive"] and any(p.get("registered") for p in payload["partitions"]):
+    if payload["running"] and payload["gcs_alive"]:
         payload.update(exporter_orphans(payload))
     return emit(as_json, payload, render.status_with_orphans_text)
 
