@@ -7,8 +7,11 @@ its partition's devices (mock p5.48xlarge: 8 GPUs; mock trn2.48xlarge: 16
 devices), the raylet's workers found in the process table, each worker's whole
 process tree with CPU time, RSS and device memory, and the processes holding
 its devices that are not the raylet's (orphans). The "raylet" is a stand-in
-process whose N children are titled `ray::IDLE` as Ray titles its workers
-(`sh`, each with one `sleep` child, so 2N workload processes). With `masks`,
+process whose N children are titled `ray::IDLE` as Ray titles its workers,
+in argv and in the kernel's comm (`sh`, each with one `sleep` child, so 2N
+workload processes). A title as short as `ray::IDLE` is whole in the stat
+line; a worker whose title is 15 characters or more (a long task name) costs
+one more read (`cmdline`) per worker, not measured here. With `masks`,
 each worker has published its mask as the bridge does for every Ray worker
 (in a temporary RAYACCEL_MASK_DIR), so the mock backend attributes device
 memory to it; without, no process holds a device.
@@ -20,6 +23,9 @@ same 2N processes. The column "floor, open()" is the same read with Python's
 of --repeats interleaved runs.
 
     python benchmarks/bench_metrics.py [--repeats 30] [--json]
+
+Target (issue 14): at 512 workload processes (256 workers), collection/floor
+at most 1.5; the last lines say whether each such row meets it.
 """
 
 from __future__ import annotations
@@ -46,11 +52,16 @@ from ray_accel.core import masks
 from ray_accel.core.processes import ProcessRecord, children_map, descendants, snapshot
 from ray_accel.metrics.collect import collect
 
+TARGET_PROCESSES = 512
+TARGET_RATIO = 1.5
+
 # The stand-in raylet: N workers titled like Ray's, each a shell with one child.
 RAYLET = r"""
 import subprocess, sys
 n = int(sys.argv[1])
-kids = [subprocess.Popen(["ray::IDLE", "-c", "sleep 600 & wait"], executable="/bin/sh") for _ in range(n)]
+# Ray's setproctitle sets the kernel's comm too, as this does.
+script = "printf ray::IDLE > /proc/$$/comm; sleep 600 & wait"
+kids = [subprocess.Popen(["ray::IDLE", "-c", script], executable="/bin/sh") for _ in range(n)]
 print(" ".join(str(k.pid) for k in kids), flush=True)
 sys.stdin.read()
 """
@@ -222,6 +233,14 @@ def main() -> None:
             ],
         )
     )
+    for r in rows:
+        if r["processes"] == TARGET_PROCESSES:
+            ratio = float(r["ratio"])  # type: ignore[arg-type]
+            verdict = "meets" if ratio <= TARGET_RATIO else "MISSES"
+            print(
+                f"{r['node']}, {r['processes']} processes, masks {'yes' if r['masks'] else 'no'}: "
+                f"ratio {ratio:.2f}x {verdict} the target <= {TARGET_RATIO}x"
+            )
 
 
 if __name__ == "__main__":

@@ -6,12 +6,10 @@ Starts `ray-accel start --head` with the mock backend and the dashboard (so
 Ray writes its service-discovery file), one actor holding two cores in every
 partition (so there are workloads and a job), a process outside Ray that
 publishes a mask (an orphan, where the backend reports those), and Prometheus
-on Ray's service-discovery file. Prints one line per panel query with the
-number of series it returns as the dashboard has it, and, to tell the reasons
-apart, with today's exposed names (Ray puts `ray_` before every
-`ray.util.metrics` name, so a gauge named `ray_accel_x` is exposed as
-`ray_ray_accel_x`) and with the host filter relaxed (`host=~".*"` also
-matches a series without a host label). Stops everything it started, by PID.
+on Ray's service-discovery file. Prints one line per panel query
+with the number of series it returns as the dashboard has it and, to tell a
+missing host label from missing data, with the host filter relaxed
+(`host=~".*"` also matches a series without a host label). Stops everything it started, by PID.
 The integration test (tests/integration/test_prometheus.py) reuses the pieces.
 """
 
@@ -21,7 +19,6 @@ import argparse
 import contextlib
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -105,7 +102,7 @@ def metrics_targets(cluster: Cluster) -> list[str]:
 
 
 def device_owners(cluster: Cluster) -> dict[str, str]:
-    return {d: p["agent_id"] for p in cluster.status["partitions"] for d in p["device_ids"]}
+    return {d: p["partition"] for p in cluster.status["partitions"] for d in p["device_ids"]}
 
 
 def _driver_env(cluster: Cluster) -> dict[str, str]:
@@ -117,7 +114,7 @@ def _driver_env(cluster: Cluster) -> dict[str, str]:
 @contextlib.contextmanager
 def holders(cluster: Cluster, seconds: float = 900) -> Iterator[dict[str, Any]]:
     """{"job_id", "holders": {partition: {"pid", "cores"}}} while the holder driver runs."""
-    parts = ",".join(p["agent_id"] for p in cluster.status["partitions"])
+    parts = ",".join(p["partition"] for p in cluster.status["partitions"])
     proc = subprocess.Popen(
         [sys.executable, "-c", HOLD, cluster.address, parts, str(seconds)],
         env=_driver_env(cluster),
@@ -153,23 +150,10 @@ def orphan(cluster: Cluster, cores: str, seconds: float = 900) -> Iterator[int]:
         proc.wait()
 
 
-def as_exposed_today(expr: str) -> str:
-    """`expr` with the names the current exporter produces (Ray prefixes `ray_`)."""
-    return re.sub(r"(?<![\w:])ray_accel_", "ray_ray_accel_", expr)
-
-
-def probe(prom: Prometheus, dashboard: Mapping[str, Any]) -> list[tuple[PanelQuery, int, int, int]]:
-    """(query, series as written, series with today's names, same with the host filter relaxed)."""
+def probe(prom: Prometheus, dashboard: Mapping[str, Any]) -> list[tuple[PanelQuery, int, int]]:
+    """(query, series as written, series with the host filter relaxed)."""
     relaxed = {q.name: q.expr for q in panel_queries(dashboard, {"host": ".*"})}
-    return [
-        (
-            q,
-            len(prom.query(q.expr)),
-            len(prom.query(as_exposed_today(q.expr))),
-            len(prom.query(as_exposed_today(relaxed[q.name]))),
-        )
-        for q in panel_queries(dashboard)
-    ]
+    return [(q, len(prom.query(q.expr)), len(prom.query(relaxed[q.name]))) for q in panel_queries(dashboard)]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -188,15 +172,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                     targets = prom.wait_for_targets(required=metrics_targets(cluster), timeout_s=90)
                     print(f"SD file: {sd_file(cluster).read_text()}")
                     print(f"targets up: {targets}", flush=True)
-                    pid = held["holders"][cluster.status["partitions"][0]["agent_id"]]["pid"]
-                    prom.wait_for_series(
-                        f'{{__name__=~"(ray_)?ray_accel_workload_rss_bytes", workload=~".*{pid}.*"}}', args.settle
-                    )
-                    prom.wait_for_series('rate({__name__=~"(ray_)?ray_accel_workload_cpu_seconds"}[1m])', args.settle)
+                    pid = held["holders"][cluster.status["partitions"][0]["partition"]]["pid"]
+                    prom.wait_for_series(f'ray_accel_workload_rss_bytes{{workload=~".*{pid}.*"}}', args.settle)
+                    prom.wait_for_series("rate(ray_accel_workload_cpu_seconds[1m])", args.settle)
                     rows = probe(prom, load())
-    print(f"{'panel query':34} {'as is':>5} {'today':>5} {'today,host=~.*':>14}")
-    for q, a, b, c in rows:
-        print(f"{q.name:34} {a:5} {b:5} {c:14}")
+    print(f"{'panel query':34} {'as is':>5} {'host=~.*':>8}")
+    for q, a, b in rows:
+        print(f"{q.name:34} {a:5} {b:8}")
     return 0
 
 

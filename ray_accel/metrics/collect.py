@@ -9,7 +9,8 @@ Export to Ray's metrics lives in `ray_accel.metrics.export`.
 
 Cost: one collection reads `/proc/<pid>/stat` once for every process of the
 host (the only way to learn who is whose child), `cmdline` once for each
-child of the raylet (its title names the workload) and once per orphan, and
+child of the raylet whose name the kernel cut short (its title names the
+workload; a short title is whole in the stat line) and once per orphan, and
 asks the backend twice (device samples, then process memory and holders).
 `benchmarks/bench_metrics.py` compares it with the floor.
 """
@@ -245,15 +246,36 @@ def is_ray_worker(title: str) -> bool:
     return first.startswith("ray::") and "Agent" not in first
 
 
-def ray_workers(raylet_pid: int, exclude: Collection[int], kids: Mapping[int, Sequence[int]]) -> dict[int, str]:
+# The kernel keeps a process name (comm) of at most 15 characters. Ray's
+# workers retitle themselves with setproctitle, which sets comm as well as
+# argv (seen on Ray 2.60 workers: comm `ray::PartitionE`, argv
+# `ray::PartitionExporter`), so a comm shorter than this is the whole title.
+COMM_MAX = 15
+
+
+def worker_title(pid: int, comm: str) -> str | None:
+    """The title of a raylet's child if it is a Ray worker, else None: from
+    the stat line's comm, read from `cmdline` only where comm may be cut short
+    (Ray's agents, `ray::DashboardAgent`, are told apart only by the full title)."""
+    if not comm.startswith("ray::"):
+        return None
+    title = comm if len(comm) < COMM_MAX else cmdline(pid)
+    return title if is_ray_worker(title) else None
+
+
+def ray_workers(
+    raylet_pid: int, exclude: Collection[int], kids: Mapping[int, Sequence[int]], table: Mapping[int, ProcStat]
+) -> dict[int, str]:
     """The worker processes a raylet started (its `ray::` children, less Ray's
-    own agents), with their command lines."""
+    own agents), with their titles."""
+    get = table.stat if isinstance(table, ProcessTable) else table.get
     out = {}
     for pid in kids.get(raylet_pid, ()):
         if pid in exclude:
             continue
-        title = cmdline(pid)
-        if is_ray_worker(title):
+        stat = get(pid)
+        title = None if stat is None else worker_title(pid, stat.name)
+        if title is not None:
             out[pid] = title
     return out
 
@@ -308,7 +330,7 @@ def collect(
     if raylet_pid is not None:
         table = process_table()
         kids = table.children
-        titles = ray_workers(raylet_pid, exclude or set(), kids)
+        titles = ray_workers(raylet_pid, exclude or set(), kids, table)
         mine = {d.id for d in devices}
         # Holders first: a backend may answer both from one reading (the mock does).
         orphans, orphan_errors = orphan_readings(telemetry, mine, raylet_pid, kids, table, partition, host)

@@ -16,7 +16,10 @@ Names: Ray 2.60's recorder registers every `ray.util.metrics` gauge as
 `ray_<name>` (`NAMESPACE = "ray"` in
 ray/_private/telemetry/open_telemetry_metric_recorder.py), so a gauge named
 `accel_device_utilization` is served as `ray_accel_device_utilization`.
-A gauge value is kept for twice Ray's report interval
+A device whose health is unknown (`healthy` None: no health source, or the
+source failed) sets no `accel_device_healthy` value at all, never 0: 0 means
+unhealthy or gone. Power and temperature are set only where the backend
+reports them (None sets nothing). A gauge value is kept for twice Ray's report interval
 (`metrics_report_interval_ms`, 10 s by default) after it was last set, then
 dropped: a workload or orphan that ended disappears on its own.
 """
@@ -64,7 +67,9 @@ GAUGES: Mapping[str, GaugeSpec] = {
     "util": GaugeSpec("accel_device_utilization", "Device utilisation, 0..1", DEVICE_TAGS),
     "used": GaugeSpec("accel_device_memory_used_bytes", "Device memory in use", DEVICE_TAGS),
     "total": GaugeSpec("accel_device_memory_total_bytes", "Device memory", DEVICE_TAGS),
-    "healthy": GaugeSpec("accel_device_healthy", "1 healthy, 0 unhealthy, gone or unknown", DEVICE_TAGS),
+    "healthy": GaugeSpec(
+        "accel_device_healthy", "1 healthy, 0 unhealthy or gone; no value while health is unknown", DEVICE_TAGS
+    ),
     "power": GaugeSpec("accel_device_power_watts", "Device power draw, watts", DEVICE_TAGS),
     "temp": GaugeSpec("accel_device_temperature_celsius", "Device temperature, degrees Celsius", DEVICE_TAGS),
     "orphan": GaugeSpec(
@@ -119,7 +124,10 @@ def gauge_values(snap: Snapshot, node: NodeValues | None) -> list[tuple[str, flo
         ):
             if value is not None:
                 out.append((key, float(value), tags))
-        out.append(("healthy", 1.0 if d.healthy else 0.0, tags))
+        # Unknown health (no health source, or the source failed) is no value
+        # rather than 0: 0 would page someone for a healthy device.
+        if d.healthy is not None:
+            out.append(("healthy", 1.0 if d.healthy else 0.0, tags))
     for w in snap.workloads:
         wt = {"host": w.host, "partition": w.partition, "workload": w.workload}
         out.append(("w_rss", float(w.rss_bytes), wt))

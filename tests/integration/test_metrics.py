@@ -1,10 +1,15 @@
-"""Issue 7 acceptance with real Ray: metrics per partition on Ray's Prometheus endpoint."""
+"""Metrics with real Ray (issues 7, 13 and 14): every device of every partition
+exactly once on Ray's Prometheus endpoints, under Ray's `ray_` prefix, tagged
+with its host and partition; host values once per host; exporters named by
+node id; orphans in `status`, `top` and a gauge with PID and command; unknown
+health is no value, never 0."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -16,6 +21,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import repo_pythonpath, run_cli
+from tests.dashboard_probe import orphan
 from tests.integration import drivers
 from tests.integration.conftest import Cluster, free_port
 
@@ -30,8 +36,9 @@ def scrape(port: int) -> list[tuple[str, dict[str, str], float]]:
     out = []
     for line in text.splitlines():
         m = SAMPLE.match(line)
-        if m and "ray_accel_" in m.group(1):
-            out.append((m.group(1).removeprefix("ray_"), dict(LABEL.findall(m.group(2))), float(m.group(3))))
+        # As served: Ray's recorder puts `ray_` before our `accel_*` names.
+        if m and m.group(1).startswith("ray_accel_"):
+            out.append((m.group(1), dict(LABEL.findall(m.group(2))), float(m.group(3))))
     return out
 
 
@@ -84,6 +91,18 @@ def holders(cluster: Cluster) -> Iterator[dict[str, Any]]:
         proc.wait()
 
 
+@pytest.fixture(scope="module")
+def orphan_proc(cluster: Cluster, holders: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """A process outside Ray that holds p0's last device (its published mask,
+    which the mock reads as a vendor tool's per-process report); the holders
+    take p0's first cores."""
+    p0 = cluster.part("p0")
+    per_device = len(p0["core_ids"]) // len(p0["device_ids"])
+    cores = ",".join(str(c) for c in p0["core_ids"][-per_device:])
+    with orphan(cluster, cores) as pid:
+        yield {"pid": pid, "device_id": p0["device_ids"][-1], "partition": "p0"}
+
+
 def wait_for(check: Any, timeout: float = 60) -> Any:
     deadline = time.monotonic() + timeout
     while True:
@@ -120,8 +139,29 @@ def test_scrape_shows_every_device_once_with_its_partition(cluster: Cluster, hol
         return samples
 
     samples = wait_for(check)
-    node = [s for s in samples if s[0] == "ray_accel_node_devices"]
-    assert len(node) == 1 and node[0][2] == 16, "node-level values once per host, not once per raylet"
+    host = socket.gethostname()
+    for name in (
+        "ray_accel_device_utilization",
+        "ray_accel_device_memory_used_bytes",
+        "ray_accel_device_memory_total_bytes",
+        "ray_accel_device_healthy",
+        "ray_accel_device_power_watts",
+        "ray_accel_device_temperature_celsius",
+    ):
+        tagged = sorted(
+            (labels["host"], labels["partition"], labels["device_id"]) for n, labels, _ in samples if n == name
+        )
+        assert tagged == sorted((host, p, d) for d, p in owner.items()), f"{name}: each device once, host and partition"
+    power = {labels["device_id"]: v for n, labels, v in samples if n == "ray_accel_device_power_watts"}
+    temp = {labels["device_id"]: v for n, labels, v in samples if n == "ray_accel_device_temperature_celsius"}
+    # The mock's samples are fixed functions of the device index (backends/mock/ray_accel_mock/plugin.py).
+    assert power == {f"neuron:{i}": 100.0 + 10 * i for i in range(16)}
+    assert temp == {f"neuron:{i}": 40.0 + i for i in range(16)}
+    assert all(labels["host"] == host for n, labels, _ in samples if n.startswith("ray_accel_workload"))
+    for name in ("ray_accel_node_devices", "ray_accel_node_host_memory_used_bytes"):
+        node = [(labels["host"], v) for n, labels, v in samples if n == name]
+        assert [h for h, _ in node] == [host], f"{name}: once per host, not once per raylet"
+    assert [v for n, _, v in samples if n == "ray_accel_node_devices"] == [16.0]
     for part, h in holders.items():
         dev_mem = {
             labels["device_id"]: value
@@ -187,6 +227,61 @@ def test_vanished_device_and_failing_source_are_reported(cluster: Cluster, holde
         assert {w["pid"] for w in view["workloads"]} >= {h["pid"] for h in holders.values()}, (
             "workloads still collected"
         )
+        # Unknown health sets no value (never 0, which means unhealthy); the
+        # last 1 ages out of Ray's recorder after two report intervals.
+        wait_for(lambda: not [s for s in scrape_all(cluster) if s[0] == "ray_accel_device_healthy"])
+        wait_for(lambda: not [s for s in scrape_all(cluster) if s[0] == "ray_accel_device_utilization"])
     finally:
         faults.unlink(missing_ok=True)
     wait_for(lambda: all(d["healthy"] for d in top(cluster)["devices"]))
+
+
+def test_exporters_are_named_and_placed_by_node_id(cluster: Cluster) -> None:
+    view = top(cluster)
+    nodes = {p["node_id"]: p for p in view["partitions"]}
+    assert sorted(p["partition"] for p in nodes.values()) == ["p0", "p1"]
+    assert all(p["exporter"] == "ok" and p["alive"] for p in nodes.values()), view["partitions"]
+    names = cluster.driver(LIST_EXPORTERS)
+    assert sorted(names) == sorted(f"exporter-{n}" for n in nodes), "one exporter per raylet, named by its node id"
+
+
+LIST_EXPORTERS = r"""
+import json, sys
+import ray
+ray.init(address=sys.argv[1], log_to_driver=False)
+actors = ray.util.list_named_actors(all_namespaces=True)
+print(json.dumps([a["name"] for a in actors if a["namespace"] == "ray-accel"]))
+"""
+
+
+def test_orphan_in_status_top_and_the_scrape_with_pid_and_command(
+    cluster: Cluster, holders: dict[str, Any], orphan_proc: dict[str, Any]
+) -> None:
+    pid, host = orphan_proc["pid"], socket.gethostname()
+    want = {"pid": pid, "device_id": orphan_proc["device_id"], "partition": "p0", "host": host}
+
+    def in_top() -> list[dict[str, Any]]:
+        found = [o for o in top(cluster)["orphans"] if o["pid"] == pid]
+        assert [{k: o[k] for k in want} for o in found] == [want]
+        return found
+
+    (seen,) = wait_for(in_top)
+    assert "python" in seen["command"]
+    holder_pids = {h["pid"] for h in holders.values()}
+    assert not holder_pids & {o["pid"] for o in top(cluster)["orphans"]}, "workers of the owning raylet are no orphans"
+    proc = cluster.cli("status", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    status = json.loads(proc.stdout)
+    assert [{k: o[k] for k in want} for o in status["orphans"] if o["pid"] == pid] == [want]
+    text = cluster.cli("status")
+    assert text.returncode == 0 and str(pid) in text.stdout and "ORPHAN PID" in text.stdout
+
+    def in_scrape() -> list[dict[str, str]]:
+        found = [labels for n, labels, v in scrape_all(cluster) if n == "ray_accel_device_orphan_processes" and v == 1]
+        assert [(f["pid"], f["device_id"], f["partition"], f["host"]) for f in found] == [
+            (str(pid), want["device_id"], "p0", host)
+        ]
+        return found
+
+    (labels,) = wait_for(in_scrape)
+    assert "python" in labels["command"]

@@ -3,9 +3,9 @@ returns data from a partitioned cluster, each device exactly once, tagged with
 its partition and host.
 
 Prometheus (Debian's package) scrapes the targets in Ray's service-discovery
-file every second. The harness test passes today; the panel tests are strict
-xfails for what the product does not export yet (MISSING): each names what
-is missing, and one that starts passing fails until its entry is removed.
+file every second. A panel over a metric the product does not export yet is
+a strict xfail (MISSING) naming what is missing; one that starts passing
+fails until its entry is removed. Only the job-phase gauge is missing now.
 """
 
 from __future__ import annotations
@@ -29,23 +29,8 @@ pytestmark = pytest.mark.ray
 
 # What the product does not export yet. Remove an entry when it does: the
 # queries it marks then pass, and a strict xfail that passes fails.
-PREFIX = "*"
+PREFIX = "*"  # an entry for every query (none now)
 MISSING: dict[str, str] = {
-    PREFIX: (
-        "Ray's metrics recorder puts `ray_` before every ray.util.metrics name "
-        "(ray/_private/telemetry/open_telemetry_metric_recorder.py), so the gauge `ray_accel_x` is served as "
-        "`ray_ray_accel_x`: name the gauges `accel_x`"
-    ),
-    "ray_accel_device_utilization": "device metrics have no host label",
-    "ray_accel_device_memory_used_bytes": "device metrics have no host label",
-    "ray_accel_device_memory_total_bytes": "device metrics have no host label",
-    "ray_accel_device_healthy": "device metrics have no host label",
-    "ray_accel_device_power_watts": "power is not exported",
-    "ray_accel_device_temperature_celsius": "temperature is not exported",
-    "ray_accel_workload_rss_bytes": "workload metrics have no host label",
-    "ray_accel_workload_cpu_seconds": "workload metrics have no host label",
-    "ray_accel_workload_device_memory_bytes": "workload metrics have no host label",
-    "ray_accel_device_orphan_processes": "orphans are not exported",
     "ray_accel_job_phase": "job phases are not exported",
 }
 QUERY_WAIT_S = 3.0
@@ -90,7 +75,7 @@ def orphan_device(cluster: Cluster, held: dict[str, Any]) -> Iterator[dict[str, 
     per_device = len(first["core_ids"]) // len(first["device_ids"])
     cores = ",".join(str(c) for c in first["core_ids"][-per_device:])
     with orphan(cluster, cores) as pid:
-        yield {"pid": pid, "device_id": first["device_ids"][-1], "partition": first["agent_id"]}
+        yield {"pid": pid, "device_id": first["device_ids"][-1], "partition": first["partition"]}
 
 
 @pytest.fixture(scope="module")
@@ -105,13 +90,10 @@ def ray_metrics_targets(cluster: Cluster) -> list[str]:
 
 @pytest.fixture(scope="module")
 def settled(prometheus: Prometheus, held: dict[str, Any], orphan_device: dict[str, Any]) -> Prometheus:
-    """Prometheus once every holder's workload has a CPU rate (two scrapes of it at least).
-
-    Matches today's names and the intended ones (`(ray_)?ray_accel_`), so the
-    wait does not itself depend on the naming fix."""
+    """Prometheus once every holder's workload has a CPU rate (two scrapes of it at least)."""
     for h in held["holders"].values():
         found = prometheus.wait_for_series(
-            f'rate({{__name__=~"(ray_)?ray_accel_workload_cpu_seconds", workload=~".*\\\\[{h["pid"]}\\\\]"}}[1m])',
+            f'rate(ray_accel_workload_cpu_seconds{{workload=~".*\\\\[{h["pid"]}\\\\]"}}[1m])',
             timeout_s=60,
         )
         assert found, f"no CPU rate for holder {h} after 60 s"
@@ -128,9 +110,9 @@ def test_harness_scrapes_every_ray_target_and_each_device_once(prometheus: Prome
     up = {labels["instance"]: value for labels, value in prometheus.query('up{job="ray"}')}
     assert up == dict.fromkeys(listed, 1.0), "every target of Ray's SD file scraped and up"
     owners = device_owners(cluster)
-    raylet = dict(zip((p["agent_id"] for p in cluster.status["partitions"]), metrics_targets(cluster), strict=True))
-    # Today's exporter is served as ray_ray_accel_*, the intended one as ray_accel_*: either, never both.
-    series = prometheus.wait_for_series('{__name__=~"(ray_)?ray_accel_device_utilization"}', timeout_s=60)
+    raylet = dict(zip((p["partition"] for p in cluster.status["partitions"]), metrics_targets(cluster), strict=True))
+    series = prometheus.wait_for_series("ray_accel_device_utilization", timeout_s=60)
+    assert not prometheus.query('{__name__=~"ray_ray_accel_.*"}'), "Ray's prefix is not doubled"
     seen = Counter(labels["device_id"] for labels, _ in series)
     assert seen == Counter(list(owners)), "each device exactly once"
     for labels, value in series:
@@ -178,10 +160,9 @@ def test_template_variables_have_values(settled: Prometheus, cluster: Cluster, v
     values = {labels.get(variable) for labels, _ in query_soon(settled, promql)}
     assert values and None not in values, f"${variable} has no values: {promql}"
     if variable == "partition":
-        assert values == {p["agent_id"] for p in cluster.status["partitions"]}
+        assert values == {p["partition"] for p in cluster.status["partitions"]}
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="; ".join(pending("ray_accel_device_orphan_processes")))
 def test_orphan_is_named_with_pid_command_device_and_partition(
     settled: Prometheus, orphan_device: dict[str, Any]
 ) -> None:

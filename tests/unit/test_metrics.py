@@ -1,11 +1,14 @@
-"""Collection over a plugin and psutil: failures are reported, never raised."""
+"""The metrics layer without Ray: collection (failures reported, never raised), orphans from a
+real process tree, the gauges and tags an exporter sets, and `top`'s view of every host."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import psutil
@@ -13,11 +16,16 @@ import pytest
 from ray_accel_mock import load_spec
 from ray_accel_mock.plugin import MockTelemetry
 
+from ray_accel.cli import render
+from ray_accel.cli.top import DEVICE_FIELDS, top_payload
 from ray_accel.core import masks
 from ray_accel.core.devices import Device
-from ray_accel.core.processes import children_map, descendants, snapshot
+from ray_accel.core.processes import ProcessRecord, children_map, descendants, snapshot
 from ray_accel.core.samples import DeviceSample
-from ray_accel.metrics.collect import device_readings, workload_readings
+from ray_accel.metrics.collect import OrphanReading, Snapshot, collect, device_readings, orphan_pids, workload_readings
+from ray_accel.metrics.export import COMMAND_MAX, GAUGES, NodeValues, actor_name, gauge_values, partition_nodes
+from ray_accel.partition.labels import PARTITION_LABEL
+from tests.dashboard_queries import METRICS
 
 
 class Flaky(MockTelemetry):
@@ -103,3 +111,280 @@ def test_process_device_memory_is_on_the_partitions_own_devices(
     assert mine.device_memory_bytes == {"neuron:0": 2 * 64 * 1024**2}, "only the partition's own device"
     (other,) = workload_readings(telemetry, [os.getpid()], "p1", {"neuron:1", "neuron:2"})
     assert other.device_memory_bytes == {"neuron:1": 64 * 1024**2}
+
+
+# ---------------------------------------------------------------- export: names, tags, values
+
+
+def _snapshot(telemetry: MockTelemetry, devices: tuple[Device, ...], host: str = "hostA") -> Snapshot:
+    readings, errors = device_readings(telemetry, devices, "p0", None, host)
+    return Snapshot(host, "node-a", "p0", 0.0, 0.0, tuple(readings), (), (), tuple(errors))
+
+
+def _by_key(values: list[tuple[str, float, dict[str, str]]]) -> dict[str, list[tuple[float, dict[str, str]]]]:
+    out: dict[str, list[tuple[float, dict[str, str]]]] = {}
+    for key, value, tags in values:
+        out.setdefault(key, []).append((value, tags))
+    return out
+
+
+def test_gauges_are_served_with_rays_prefix_under_the_dashboards_names() -> None:
+    """Ray's recorder serves `accel_x` as `ray_accel_x`; what Prometheus sees is what the dashboard queries."""
+    served = {}
+    for spec in GAUGES.values():
+        assert spec.name.startswith("accel_") and not spec.name.startswith("ray_"), spec.name
+        assert spec.served == "ray_" + spec.name
+        served[spec.served] = frozenset(spec.tags)
+    assert {name: METRICS[name] for name in served} == served, "names and tags as the dashboard expects"
+    assert set(METRICS) - set(served) <= {"ray_accel_job_phase"}, "every dashboard metric but job phases exported here"
+
+
+def test_every_device_once_with_host_partition_power_and_temperature() -> None:
+    telemetry = MockTelemetry(load_spec("p5.48xlarge"))
+    devices = _devices(telemetry)[:4]
+    samples = {s.device_id: s for s in telemetry.device_samples()}
+    keys = _by_key(gauge_values(_snapshot(telemetry, devices), None))
+    for key in ("util", "used", "total", "healthy", "power", "temp"):
+        ids = [tags["device_id"] for _, tags in keys[key]]
+        assert ids == [d.id for d in devices], f"{key}: each device of the partition exactly once"
+        assert all(tags["host"] == "hostA" and tags["partition"] == "p0" for _, tags in keys[key])
+        assert all(set(tags) == set(GAUGES[key].tags) for _, tags in keys[key])
+    assert [v for v, _ in keys["power"]] == [samples[d.id].power_watts for d in devices]
+    assert [v for v, _ in keys["temp"]] == [samples[d.id].temperature_c for d in devices]
+    assert [v for v, _ in keys["healthy"]] == [1.0] * 4
+    assert "n_devices" not in keys and "orphan" not in keys
+
+
+class NoPowerNoHealth(MockTelemetry):
+    """A backend without power, temperature or health sources (the Neuron
+    backend has no power or temperature: backends/neuron/ray_accel_neuron/telemetry.py)."""
+
+    def device_samples(self) -> list[DeviceSample]:
+        return [s._replace(power_watts=None, temperature_c=None, healthy=None) for s in super().device_samples()]
+
+
+def test_values_a_backend_lacks_set_no_gauge() -> None:
+    telemetry = NoPowerNoHealth(load_spec("trn1.32xlarge"))
+    keys = _by_key(gauge_values(_snapshot(telemetry, _devices(telemetry)[:2]), None))
+    assert {"util", "used", "total"} <= set(keys)
+    assert not {"power", "temp", "healthy"} & set(keys), "None is no value, not 0"
+
+
+def test_unknown_health_is_no_value_and_a_vanished_device_is_zero() -> None:
+    failing = Flaky("raise")
+    keys = _by_key(gauge_values(_snapshot(failing, _devices(failing)), None))
+    assert "healthy" not in keys, "a failed source makes health unknown, which is not unhealthy"
+    assert [(v, tags["device_id"]) for v, tags in keys["total"]] == [
+        (float(d.memory_bytes), d.id) for d in _devices(failing)
+    ]
+    lost = Flaky("lose-first")
+    devices = _devices(lost)
+    health = _by_key(gauge_values(_snapshot(lost, devices), None))["healthy"]
+    assert [(tags["device_id"], v) for v, tags in health] == [(devices[0].id, 0.0)] + [(d.id, 1.0) for d in devices[1:]]
+
+
+def test_node_values_come_only_from_the_exporter_that_owns_them() -> None:
+    telemetry = MockTelemetry(load_spec("trn1.32xlarge"))
+    snap = _snapshot(telemetry, _devices(telemetry)[:8])
+    node = NodeValues("hostA", "neuron", "Trainium", 16, 123)
+    keys = _by_key(gauge_values(snap, node))
+    assert keys["n_devices"] == [(16.0, {"host": "hostA", "family": "neuron", "accelerator_type": "Trainium"})]
+    assert keys["n_mem"] == [(123.0, {"host": "hostA", "family": "neuron", "accelerator_type": "Trainium"})]
+    assert not {"n_devices", "n_mem"} & set(_by_key(gauge_values(snap, None)))
+
+
+def test_orphan_gauge_names_pid_and_a_bounded_command() -> None:
+    orphan = OrphanReading("neuron:1", "hostA", "p0", 4242, "python " + "x" * 500)
+    snap = Snapshot("hostA", "node-a", "p0", 0.0, 0.0, (), (), (orphan,), ())
+    ((key, value, tags),) = gauge_values(snap, None)
+    assert (key, value) == ("orphan", 1.0)
+    assert tags == {
+        "host": "hostA",
+        "partition": "p0",
+        "device_id": "neuron:1",
+        "pid": "4242",
+        "command": orphan.command[:COMMAND_MAX],
+    }
+    assert len(tags["command"]) == COMMAND_MAX
+
+
+def test_exporters_are_named_by_node_id_not_partition() -> None:
+    assert actor_name("abc123") == "exporter-abc123"
+    assert actor_name("abc123") != actor_name("def456")
+
+
+def test_partition_nodes_keeps_every_hosts_partitions_and_drops_replaced_dead_ones() -> None:
+    def node(node_id: str, host: str, part: str | None, alive: bool) -> dict[str, object]:
+        labels = {PARTITION_LABEL: part} if part else {}
+        return {
+            "NodeID": node_id,
+            "NodeManagerHostname": host,
+            "NodeManagerAddress": "10.0.0.1",
+            "Alive": alive,
+            "Labels": labels,
+        }
+
+    nodes = [
+        node("b0", "hostB", "p0", True),
+        node("a0-old", "hostA", "p0", False),  # replaced by a0 (recovered)
+        node("a0", "hostA", "p0", True),
+        node("a1", "hostA", "p1", False),  # dead, nothing replaced it: shown dead
+        node("plain", "hostA", None, True),  # not a partition raylet
+    ]
+    got = [(p["host"], p["partition"], p["node_id"], p["alive"]) for p in partition_nodes(nodes)]
+    assert got == [("hostA", "p0", "a0", True), ("hostA", "p1", "a1", False), ("hostB", "p0", "b0", True)]
+
+
+# ---------------------------------------------------------------- orphans from a real process tree
+
+RAYLET = r"""
+import subprocess, sys
+# Titled as Ray titles a worker (setproctitle sets argv and the kernel's comm).
+w = subprocess.Popen(["ray::IDLE", "-c", "printf ray::IDLE > /proc/$$/comm; sleep 600 & wait"], executable="/bin/sh")
+print(w.pid, flush=True)
+sys.stdin.read()
+"""
+
+
+def _publish(pid: int, mask: str) -> None:
+    """The record `masks.publish` writes in the process itself: mask and kernel start time."""
+    record = ProcessRecord.of(pid)
+    assert record is not None
+    Path(masks.mask_dir(), str(pid)).write_text(f"{mask}\n{record.start_ticks}\n")
+
+
+def _wait_children(pid: int, n: int) -> list[int]:
+    for _ in range(200):
+        kids = psutil.Process(pid).children()
+        if len(kids) >= n:
+            return [k.pid for k in kids]
+        time.sleep(0.05)
+    raise AssertionError(f"process {pid} has no {n} children")
+
+
+def test_collect_names_holders_outside_the_raylets_tree_as_orphans(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(masks.MASK_DIR_ENV, str(tmp_path))
+    telemetry = MockTelemetry(load_spec("trn1.32xlarge"))
+    mine = _devices(telemetry)[:8]  # p0: neuron:0-7, cores 0-15
+    raylet = subprocess.Popen(
+        [sys.executable, "-c", RAYLET], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    outsiders = [subprocess.Popen(["sleep", "600"]) for _ in range(2)]
+    try:
+        assert raylet.stdout is not None
+        worker = int(raylet.stdout.readline())
+        (grandchild,) = _wait_children(worker, 1)
+        _publish(worker, "0,1")  # neuron:0, a worker: not an orphan
+        _publish(grandchild, "3")  # neuron:1, inside the worker's tree: not an orphan
+        _publish(outsiders[0].pid, "2")  # neuron:1, outside the tree: an orphan of p0
+        _publish(outsiders[1].pid, "20")  # neuron:10, another partition's device: not p0's
+        snap = collect(telemetry, mine, "p0", "trn1", raylet.pid, set(), "hostA", "node-a")
+        assert [(o.device_id, o.pid, o.partition, o.host) for o in snap.orphans] == [
+            ("neuron:1", outsiders[0].pid, "p0", "hostA")
+        ]
+        assert snap.orphans[0].command == "sleep 600"
+        (w,) = snap.workloads
+        assert w.pid == worker and {p.pid for p in w.processes} == {worker, grandchild}
+        assert w.workload == f"ray::IDLE[{worker}]" and w.host == "hostA"
+        assert w.device_memory_bytes == {"neuron:0": 2 * 64 * 1024**2, "neuron:1": 64 * 1024**2}
+        as_json = snap.to_json()
+        assert as_json["orphans"] == [
+            {
+                "device_id": "neuron:1",
+                "host": "hostA",
+                "partition": "p0",
+                "pid": outsiders[0].pid,
+                "command": "sleep 600",
+            }
+        ]
+        orphan_tags = [tags for key, _, tags in gauge_values(snap, None) if key == "orphan"]
+        assert [(t["pid"], t["command"]) for t in orphan_tags] == [(str(outsiders[0].pid), "sleep 600")]
+        assert orphan_pids({"neuron:1": (1, 2), "neuron:9": (3,)}, {"neuron:1"}, {2}) == [("neuron:1", 1)]
+    finally:
+        for p in outsiders:
+            p.kill()
+            p.wait()
+        os.killpg(raylet.pid, signal.SIGKILL)
+        raylet.wait()
+
+
+class BrokenHolders(MockTelemetry):
+    def device_holders(self) -> dict[str, tuple[int, ...]]:
+        raise OSError("neuron-ls timed out")
+
+
+def test_a_failing_holder_source_is_an_error_not_a_crash() -> None:
+    telemetry = BrokenHolders(load_spec("trn1.2xlarge"))
+    snap = collect(telemetry, _devices(telemetry), "p0", None, os.getpid(), set(), "hostA")
+    assert snap.orphans == () and snap.errors == ("device holders unknown: OSError: neuron-ls timed out",)
+
+
+# ---------------------------------------------------------------- top: every host, orphans rendered
+
+
+def test_top_payload_joins_every_hosts_snapshots_and_names_missing_ones() -> None:
+    telemetry = MockTelemetry(load_spec("trn1.32xlarge"))
+    devices = _devices(telemetry)
+    orphan = OrphanReading("neuron:1", "hostA", "p0", 4242, "python hog.py")
+    a = Snapshot(
+        "hostA",
+        "a0",
+        "p0",
+        0.0,
+        0.002,
+        tuple(device_readings(telemetry, devices[:8], "p0", None, "hostA")[0]),
+        (),
+        (orphan,),
+        (),
+    )
+    b = Snapshot(
+        "hostB",
+        "b0",
+        "p0",
+        0.0,
+        0.003,
+        tuple(device_readings(telemetry, devices[8:], "p0", None, "hostB")[0]),
+        (),
+        (),
+        ("x",),
+    )
+    parts = [
+        {"partition": "p0", "host": "hostA", "ip": "10.0.0.1", "node_id": "a0", "alive": True},
+        {"partition": "p0", "host": "hostB", "ip": "10.0.0.2", "node_id": "b0", "alive": True},
+        {"partition": "p1", "host": "hostB", "ip": "10.0.0.2", "node_id": "b1", "alive": True},
+        {"partition": "p1", "host": "hostA", "ip": "10.0.0.1", "node_id": "a1", "alive": False},
+    ]
+    payload = top_payload(parts, {"a0": a.to_json(), "b0": b.to_json(), "b1": "no metrics exporter: gone"})
+    assert [(d["host"], d["id"]) for d in payload["devices"]] == [("hostA", d.id) for d in devices[:8]] + [
+        ("hostB", d.id) for d in devices[8:]
+    ]
+    assert all(set(DEVICE_FIELDS) == set(d) for d in payload["devices"])
+    assert payload["orphans"] == [asdict(orphan)]
+    assert payload["errors"] == ["hostB/p0: x", "hostB/p1: no metrics exporter: gone"], "a dead raylet is no error"
+    assert [p["exporter"] for p in payload["partitions"]] == ["ok", "ok", "no metrics exporter: gone", "raylet is dead"]
+    text = render.top_text(payload)
+    assert "ORPHAN PID" in text and "4242" in text and "python hog.py" in text
+    assert "DEAD" in text and "error: hostB/p1: no metrics exporter: gone" in text
+
+
+def test_status_text_shows_orphans_or_says_why_not() -> None:
+    base = {
+        "running": True,
+        "host": "hostA",
+        "state_file": "/x",
+        "gcs_address": "10.0.0.1:6379",
+        "gcs_alive": True,
+        "warnings": [],
+        "partitions": [],
+    }
+    with_orphan = dict(
+        base, orphans=[{"pid": 7, "host": "hostA", "partition": "p0", "device_id": "neuron:1", "command": "hog"}]
+    )
+    text = render.status_with_orphans_text(with_orphan)
+    assert "ORPHAN PID" in text and "hog" in text
+    assert "orphans: none" in render.status_with_orphans_text(dict(base, orphans=[]))
+    assert "orphans unknown: p0: gone" in render.status_with_orphans_text(
+        dict(base, orphans=[], orphan_errors=["p0: gone"])
+    )
