@@ -214,7 +214,11 @@ def test_training_across_hosts_ranks_per_raylet(cluster: Cluster, tmp_path_facto
     assert len({r["env"]["NEURON_RT_ROOT_COMM_ID"] for r in reports}) == 1
     # the two workers of one raylet see disjoint cores
     for host in (ha, hb):
-        mine = [parse_visible_ids(r["env"]["NEURON_RT_VISIBLE_CORES"]) for r, w in zip(reports, workers) if w[0] == host]
+        mine = [
+            parse_visible_ids(r["env"]["NEURON_RT_VISIBLE_CORES"])
+            for r, w in zip(reports, workers, strict=True)
+            if w[0] == host
+        ]
         assert not set(mine[0] or []) & set(mine[1] or [])
 
 
@@ -236,6 +240,18 @@ def test_shared_home_keeps_one_record_per_host(cluster: Cluster) -> None:
         assert not pids & cluster.pids(other)
         recorded = json.loads(records[h].read_text())
         assert recorded["host"] == h.hostname
+        every = recorded_pids(recorded)  # raylets, GCS, launchers: all of this host only
+        assert pids <= every and every <= cluster.pids(h) and not every & cluster.pids(other), (h, every)
+
+
+def recorded_pids(obj: Any) -> set[int]:
+    """Every "pid" value anywhere in a state record."""
+    if isinstance(obj, dict):
+        own = {obj["pid"]} if isinstance(obj.get("pid"), int) else set()
+        return own.union(*(recorded_pids(v) for v in obj.values()))
+    if isinstance(obj, list):
+        return set().union(*(recorded_pids(v) for v in obj))
+    return set()
 
 
 def test_stop_on_b_stops_only_b(cluster: Cluster) -> None:
