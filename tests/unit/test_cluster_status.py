@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ray_accel.cli import render
+from ray_accel.cluster import state
 from ray_accel.cluster import status as status_mod
 from ray_accel.cluster.status import cluster_status, cluster_view
 from ray_accel.core.errors import RayAccelError
@@ -128,7 +129,7 @@ def test_no_record_is_no_cluster_exit_1(cli: CliRunner, tmp_path: Path) -> None:
 
 def test_gcs_not_answering_is_no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
     record = SimpleNamespace(gcs_address="10.0.0.1:6379", auth=None)
-    monkeypatch.setattr(status_mod.state, "load", lambda: record)
+    monkeypatch.setattr(state, "load", lambda: record)
     monkeypatch.setattr(status_mod, "gcs_nodes", lambda *a: None)
     with pytest.raises(RayAccelError, match=r"no cluster: the GCS at 10\.0\.0\.1:6379 .* did not answer within 2s"):
         cluster_status(2.0)
