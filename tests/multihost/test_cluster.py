@@ -145,7 +145,7 @@ def test_status_cluster_lists_every_partition_of_both_hosts(cluster: Cluster) ->
     assert "4 partitions on 2 hosts" in text.stdout
     for h in (a, b):
         assert sum(host_value(h.hostname) in line for line in text.stdout.splitlines()) == 2
-    print("\n" + text.stdout)
+    print("\n" + text.stdout + "\n" + json.dumps(view["partitions"][0], indent=2))
 
 
 def test_label_targeted_tasks_see_only_their_partition_on_their_host(cluster: Cluster) -> None:
