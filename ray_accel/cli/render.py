@@ -249,7 +249,10 @@ def cluster_status_text(payload: dict[str, Any]) -> str:
     """`status --cluster`: one row per partition raylet of every host."""
     parts = payload["partitions"]
     hosts = payload["hosts"]
-    head = f"cluster {payload['gcs_address']}: {len(parts)} partitions on {len(hosts)} hosts"
+    dead = sum(not p["alive"] for p in parts)
+    head = f"cluster {payload['gcs_address']}: {len(parts)} partitions on {len(hosts)} hosts" + (
+        f" ({dead} dead)" if dead else ""
+    )
     warnings = [f"warning: {w}" for w in payload.get("warnings", [])]
     if not parts:
         return "\n".join([head, *warnings])

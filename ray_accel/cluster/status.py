@@ -144,8 +144,9 @@ def _resources(amounts: Mapping[str, float]) -> dict[str, float]:
 
 def cluster_view(gcs_address: str, nodes: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """The `status --cluster` payload from the GCS's node table (`gcs.gcs_nodes`):
-    every node carrying the partition label, dead ones included (a stopped
-    host's raylets stay in the table as dead), sorted by host and partition."""
+    every node carrying the partition label, sorted by host and partition; a
+    dead one (a stopped host's raylets stay in the table) only where no live
+    raylet has taken its host and partition."""
     warnings: list[str] = []
     parts: list[dict[str, Any]] = []
     others = 0
@@ -173,7 +174,13 @@ def cluster_view(gcs_address: str, nodes: Mapping[str, Mapping[str, Any]]) -> di
                 "available": _resources(n.get("available") or {}),
             }
         )
-    parts.sort(key=lambda p: (p["host"], p["partition"], not p["alive"], p["node_id"]))
+    # A partition restarted (`--recover`, or its host joined again) leaves its dead
+    # predecessor in the GCS; show a dead raylet only where no live one serves its
+    # host and partition (as `ray-accel top` does).
+    live = {(p["host"], p["partition"]) for p in parts if p["alive"]}
+    kept = [p for p in parts if p["alive"] or (p["host"], p["partition"]) not in live]
+    replaced = len(parts) - len(kept)
+    parts = sorted(kept, key=lambda p: (p["host"], p["partition"], not p["alive"], p["node_id"]))
     hosts: dict[str, dict[str, Any]] = {}
     for p in parts:
         h = hosts.setdefault(p["host"], {"host": p["host"], "ips": [], "partitions": 0, "alive": 0})
@@ -186,6 +193,7 @@ def cluster_view(gcs_address: str, nodes: Mapping[str, Mapping[str, Any]]) -> di
         "hosts": list(hosts.values()),
         "partitions": parts,
         "other_nodes": others,
+        "replaced_dead": replaced,
         "warnings": warnings,
     }
 

@@ -126,8 +126,8 @@ def test_status_cluster_lists_every_partition_of_both_hosts(cluster: Cluster) ->
     for host in (a, b):
         view = cluster.cli_json(host, "status", "--cluster")
         assert view["gcs_address"] == cluster.address
-        alive = [p for p in view["partitions"] if p["alive"]]
-        assert len(alive) == 4, view
+        alive = view["partitions"]
+        assert len(alive) == 4 and all(p["alive"] for p in alive), view
         assert {h["host"] for h in view["hosts"]} == {host_value(a.hostname), host_value(b.hostname)}
         for h, ip in ((a, a.ip), (b, b.ip)):
             mine = [p for p in alive if p["host"] == host_value(h.hostname)]

@@ -70,13 +70,27 @@ def test_view_lists_partition_raylets_of_every_host() -> None:
         {"host": "ha", "ips": ["10.0.0.1"], "partitions": 2, "alive": 2},
         {"host": "hb", "ips": ["10.0.0.2"], "partitions": 2, "alive": 1},
     ]
-    assert view["other_nodes"] == 1 and view["warnings"] == []
+    assert view["other_nodes"] == 1 and view["warnings"] == [] and view["replaced_dead"] == 0
     p1 = view["partitions"][1]
     assert p1["core_ids"] == list(range(16, 32)) and p1["mask"] == "16-31"
     assert p1["device_indexes"] == list(range(8)) and p1["accelerator_type"] == "Trainium"
     assert p1["total"] == {"CPU": 1.0, "memory": 1e9, "neuron_cores": 16.0}  # no node:<ip> markers
     assert p1["available"]["neuron_cores"] == 12.0
     json.dumps(view)  # what --json prints
+
+
+def test_dead_predecessor_of_a_live_partition_is_not_listed() -> None:
+    # host B joined again: its old p0 raylet stays dead in the GCS, a new one serves p0
+    nodes = {**NODES, "n5": node("hb", "p0", "10.0.0.2")}
+    view = cluster_view("10.0.0.1:6379", nodes)
+    assert [(p["host"], p["partition"], p["node_id"]) for p in view["partitions"]] == [
+        ("ha", "p0", "n1"),
+        ("ha", "p1", "n2"),
+        ("hb", "p0", "n5"),
+        ("hb", "p1", "n4"),
+    ]
+    assert all(p["alive"] for p in view["partitions"]) and view["replaced_dead"] == 1
+    assert view["hosts"][1] == {"host": "hb", "ips": ["10.0.0.2"], "partitions": 2, "alive": 2}
 
 
 def test_view_falls_back_to_ray_hostname_and_reports_bad_labels() -> None:
@@ -90,7 +104,7 @@ def test_view_falls_back_to_ray_hostname_and_reports_bad_labels() -> None:
 def test_text_table_counts_partitions_and_hosts() -> None:
     text = render.cluster_status_text(cluster_view("10.0.0.1:6379", NODES))
     lines = text.splitlines()
-    assert lines[0] == "cluster 10.0.0.1:6379: 4 partitions on 2 hosts"
+    assert lines[0] == "cluster 10.0.0.1:6379: 4 partitions on 2 hosts (1 dead)"
     assert sum(" DEAD " in line for line in lines) == 1
     assert "neuron_cores 12/16, CPU 0/1" in text
     assert "other nodes (no partition label): 1" in text
@@ -108,9 +122,14 @@ def test_view_counts_every_labelled_node_once(spec: dict[str, tuple[str | None, 
     nodes = {nid: node(h, p, "10.0.0.1", alive) for nid, (h, p, alive) in spec.items()}
     view = cluster_view("a:1", nodes)
     labelled = [nid for nid, (_, p, _) in spec.items() if p is not None]
-    assert sorted(p["node_id"] for p in view["partitions"]) == sorted(labelled)
+    shown = [p["node_id"] for p in view["partitions"]]
+    assert len(shown) + view["replaced_dead"] == len(labelled) and set(shown) <= set(labelled)
+    assert {nid for nid in labelled if spec[nid][2]} <= set(shown)  # every live raylet is listed
+    # a dead one is listed exactly when no live raylet has its host and partition
+    slots = {(p["host"], p["partition"]) for p in view["partitions"] if p["alive"]}
+    assert all(p["alive"] or (p["host"], p["partition"]) not in slots for p in view["partitions"])
     assert view["other_nodes"] == len(spec) - len(labelled)
-    assert sum(h["partitions"] for h in view["hosts"]) == len(labelled)
+    assert sum(h["partitions"] for h in view["hosts"]) == len(shown)
     assert sum(h["alive"] for h in view["hosts"]) == sum(p["alive"] for p in view["partitions"])
     keys = [(p["host"], p["partition"], not p["alive"], p["node_id"]) for p in view["partitions"]]
     assert keys == sorted(keys)
