@@ -131,11 +131,19 @@ def store(create: bool = True) -> Any:
     return actor.remote()
 
 
-def send(kind: str, job_id: str, data: Mapping[str, Any] | None = None, at: float | None = None) -> None:
-    """Record one event, without waiting; a store that cannot be reached
-    never fails the training run (its phases are then incomplete, logged)."""
+def send(
+    kind: str, job_id: str, data: Mapping[str, Any] | None = None, at: float | None = None, wait_s: float = 0.0
+) -> None:
+    """Record one event; wait up to `wait_s` for the store to have it (the
+    last events of a run: Ray Train may end the controller process right
+    after). A store that cannot be reached never fails the training run
+    (its phases are then incomplete, logged)."""
+    import ray
+
     try:
-        store().record.remote({"kind": kind, "job_id": job_id, "at": at or time.time(), "data": dict(data or {})})
+        ref = store().record.remote({"kind": kind, "job_id": job_id, "at": at or time.time(), "data": dict(data or {})})
+        if wait_s > 0:
+            ray.get(ref, timeout=wait_s)
     except Exception as e:
         log.warning("ray-accel: job %s event %s not recorded: %s", job_id, kind, e)
 

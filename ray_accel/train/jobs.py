@@ -103,4 +103,6 @@ class JobCallback(ControllerCallback):
             return  # Ray calls this on every poll (RUNNING -> RUNNING)
         self.last = name
         error = getattr(current_state, "training_failed_error", None)
-        store.send(model.STATE, self.job_id, {"state": name, "detail": str(error) if error else ""}, at=time.time())
+        final = bool(getattr(kind, "is_terminal", False))
+        data = {"state": name, "detail": str(error) if error else ""}
+        store.send(model.STATE, self.job_id, data, at=time.time(), wait_s=10.0 if final else 0.0)
