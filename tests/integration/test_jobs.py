@@ -6,6 +6,7 @@ into 4 partitions of 8 NeuronCores."""
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +15,9 @@ from typing import Any
 import pytest
 
 from ray_accel.core.visibility import parse_visible_ids
+from ray_accel.jobs.model import PHASES
 from tests.integration.conftest import Cluster, start_cluster
+from tests.integration.test_metrics import scrape_all
 
 pytestmark = pytest.mark.ray
 
@@ -219,6 +222,23 @@ def test_three_packed_jobs_each_go_pending_starting_running_succeeded(cluster: C
     assert len(held) == 4, "the three jobs hold the four partitions, none shared"
     text = cluster.cli("jobs")
     assert text.returncode == 0 and all(res["ids"][k] in text.stdout for k in ("a16", "b8", "c8"))
+    top = cluster.cli("top", "--once", "--json")
+    assert top.returncode == 0, top.stderr[-2000:]
+    in_top = {j["id"]: j["phase"] for j in json.loads(top.stdout)["jobs"]}
+    assert all(in_top[res["ids"][k]] == "Succeeded" for k in ("a16", "b8", "c8")), in_top
+    unknown = cluster.cli("jobs", "show", "no-such-job")
+    assert unknown.returncode == 2 and "'no-such-job'" in unknown.stderr
+    # The gauge, on the metrics endpoint of the raylet holding the store
+    # (Ray reports every 10 s by default; the store sets it every 5 s).
+    deadline = time.monotonic() + 45
+    while True:
+        series = [(tags, v) for name, tags, v in scrape_all(cluster) if name == "accel_job_phase"]
+        mine = [(tags, v) for tags, v in series if tags.get("job_id") == res["ids"]["b8"]]
+        if any(v == 1 for _, v in mine) or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert {t["phase"] for t, v in mine if v == 1} == {"Succeeded"}, series
+    assert {t["phase"] for t, _ in mine} == set(PHASES) and all(t["name"] == "jobs-b8" for t, _ in mine)
 
 
 def test_a_killed_worker_shows_restarting_then_running_then_succeeded(cluster: Cluster, tmp_path: Path) -> None:
