@@ -86,6 +86,7 @@ for j in jobs:
     )
     threads.append(start(j.id, trainer))
 for t in threads: t.join()
+ray.shutdown()  # nothing of Ray's printed after the result line
 print(json.dumps({"results": results, "ids": ids}))
 """
 )
@@ -115,6 +116,7 @@ victim = next(r for r in j["replicas"] if r["world_rank"] == 1)
 killed_marker.write_text(str(victim["pid"]))
 os.kill(victim["pid"], signal.SIGKILL)
 t.join()
+ray.shutdown()  # nothing of Ray's printed after the result line
 print(json.dumps({"results": results, "id": config.run_id, "killed": victim}))
 """
 )
@@ -161,6 +163,7 @@ at_two = j
 release.write_text("go")
 th.join()
 te.join()
+ray.shutdown()  # nothing of Ray's printed after the result line
 print(json.dumps({"results": results, "id": config.run_id, "holder": holder_config.run_id, "at_two": at_two}))
 """
 )
