@@ -14,7 +14,8 @@ from typing import Any
 
 import click
 
-from ray_accel.cli import jobs, render
+from ray_accel.cli import render
+from ray_accel.cli.jobs import top_jobs, top_jobs_text
 from ray_accel.cli.node import json_option
 from ray_accel.cli.params import FiniteFloat
 from ray_accel.core.errors import RayAccelError
@@ -109,14 +110,14 @@ def top(once: bool, interval: float, as_json: bool) -> int:
     while True:
         parts = export.cluster_partitions()
         payload = top_payload(parts, export.snapshots([p["node_id"] for p in parts if p["alive"]]))
-        payload["jobs"] = jobs.top_jobs()
+        payload["jobs"] = top_jobs()
         if as_json:
             print(json.dumps(payload, indent=2), flush=True)
         else:
             if not once:
                 print("\033[2J\033[H", end="")
             print(render.top_text(payload), flush=True)
-            print("\n" + jobs.top_jobs_text(payload["jobs"]), flush=True)
+            print("\n" + top_jobs_text(payload["jobs"]), flush=True)
         if once:
             return 0
         time.sleep(interval)
