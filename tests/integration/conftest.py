@@ -24,7 +24,6 @@ def raylet_pids() -> set[int]:
     return out
 
 
-@dataclass
 def last_json(stdout: str) -> Any:
     """The driver's result: its last line that is a JSON object (Ray may print
     a warning after it while shutting down)."""
@@ -37,6 +36,7 @@ def last_json(stdout: str) -> Any:
     raise AssertionError(f"no JSON result line in the driver's output: {stdout[-2000:]!r}")
 
 
+@dataclass
 class Cluster:
     env: dict[str, str]
     status: dict[str, Any]
