@@ -25,10 +25,10 @@ def raylet_pids() -> set[int]:
 
 
 def last_json(stdout: str) -> Any:
-    """The driver's result: its last line that is a JSON object (Ray may print
+    """The driver's result: its last line that is a JSON object or list (Ray may print
     a warning after it while shutting down)."""
     for line in reversed(stdout.strip().splitlines()):
-        if line.startswith("{"):
+        if line.startswith(("{", "[")):
             try:
                 return json.loads(line)
             except ValueError:
