@@ -8,16 +8,19 @@ XLA_STAMP := $(XLA_VENV)/.installed
 BACKENDS := backends/mock backends/cuda backends/neuron
 # Named, not globbed: an editable install writes *.egg-info folders beside them.
 BACKEND_PKGS := backends/mock/ray_accel_mock backends/cuda/ray_accel_cuda backends/neuron/ray_accel_neuron
-TEST_PINS := pytest pytest-randomly hypothesis
+TEST_PINS := pytest pytest-randomly pytest-xdist hypothesis
 PINS := "ray[default,train]==2.60.0" "torch==2.13.0" nvidia-ml-py psutil click $(TEST_PINS) ruff mypy
 XLA_PINS := "torch==2.9.0" "torch-xla==2.9.0" "ray[default,train]==2.60.0" nvidia-ml-py psutil click $(TEST_PINS)
 # pytest-randomly shuffles every run and prints its seed; replay one with
-# `make unit PYTEST_ARGS=--randomly-seed=N`.
+# `make unit PYTEST_ARGS=--randomly-seed=N`. Two xdist workers: the tests that
+# start Ray or make hosts run one after another on one of them (group "ray",
+# tests/conftest.py), the pure tests beside them on the other.
 PYTEST_ARGS ?=
+XDIST := -n 2 --dist loadgroup
 
 .PHONY: demo test lint unit test-xla clean
 
-$(STAMP): pyproject.toml $(addsuffix /pyproject.toml,$(BACKENDS))
+$(STAMP): Makefile pyproject.toml $(addsuffix /pyproject.toml,$(BACKENDS))
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q $(PINS)
 	$(PY) -m pip install -q --no-deps -e . $(addprefix -e ,$(BACKENDS))
@@ -32,12 +35,12 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy ray_accel $(BACKEND_PKGS)
 
 unit: $(STAMP)
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(XDIST) --durations=20 $(PYTEST_ARGS)
 
 test: lint unit
 
 # torch-xla pins torch 2.9, so the XLA lane has a venv of its own, made with uv.
-$(XLA_STAMP): pyproject.toml $(addsuffix /pyproject.toml,$(BACKENDS)) | $(STAMP)
+$(XLA_STAMP): Makefile pyproject.toml $(addsuffix /pyproject.toml,$(BACKENDS)) | $(STAMP)
 	test -x $(VENV)/bin/uv || $(PY) -m pip install -q uv
 	test -x $(XLA_VENV)/bin/python || $(VENV)/bin/uv venv -q --python $(PYTHON) $(XLA_VENV)
 	VIRTUAL_ENV=$(XLA_VENV) $(VENV)/bin/uv pip install -q $(XLA_PINS)
@@ -45,7 +48,7 @@ $(XLA_STAMP): pyproject.toml $(addsuffix /pyproject.toml,$(BACKENDS)) | $(STAMP)
 	touch $(XLA_STAMP)
 
 test-xla: $(XLA_STAMP)
-	PJRT_DEVICE=CPU $(XLA_VENV)/bin/python -m pytest -q -m xla $(PYTEST_ARGS)
+	PJRT_DEVICE=CPU $(XLA_VENV)/bin/python -m pytest -q -m xla $(XDIST) --durations=10 $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) $(XLA_VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

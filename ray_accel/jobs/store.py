@@ -144,6 +144,13 @@ def send(
     (its phases are then incomplete, logged)."""
     import ray
 
+    if not ray.is_initialized():
+        # Never start or join a cluster to record an event: `ray.get_actor`
+        # would auto-initialise Ray (a new local cluster, or the latest one
+        # `ray start` made on this machine). Ray Train's controller is always
+        # connected; a caller that is not has no job to record.
+        log.warning("ray-accel: job %s event %s not recorded: Ray is not initialised here", job_id, kind)
+        return
     try:
         ref = store().record.remote({"kind": kind, "job_id": job_id, "at": at or time.time(), "data": dict(data or {})})
         if wait_s > 0:

@@ -1,7 +1,10 @@
-"""Issue 15 acceptance 1 (phases), 3 and 4 with real Ray and real torch: every
-`fit()` with AcceleratorTorchConfig is a job in `ray-accel jobs`, with phases
-derived from Ray Train V2's controller states, on a mock trn1.32xlarge split
-into 4 partitions of 8 NeuronCores."""
+"""Issue 15 acceptance 1 to 4 with real Ray and real torch, on a mock
+trn1.32xlarge split into 4 partitions of 8 NeuronCores: jobs placed by a
+policy from the cluster's live resources (through the ScalingConfig the
+builder makes), one refused before any worker starts, and every `fit()` with
+AcceleratorTorchConfig a job in `ray-accel jobs` with phases derived from Ray
+Train V2's controller states. One cluster and one run of the three packed
+jobs serve the placement and the phase checks."""
 
 from __future__ import annotations
 
@@ -88,7 +91,13 @@ for j in jobs:
     threads.append(start(j.id, trainer))
 for t in threads: t.join()
 ray.shutdown()  # nothing of Ray's printed after the result line
-print(json.dumps({"results": results, "ids": ids}))
+print(json.dumps({
+    "results": results,
+    "ids": ids,
+    "placed": {k: {"selectors": sc.label_selector, "resources": sc.resources_per_worker,
+                   "connected": a.connected, "aligned": a.aligned} for k, (a, sc) in placed.items()},
+    "partitions": [{"name": p.name, "devices": list(p.device_ids), "links": sorted(p.links)} for p in view.partitions],
+}))
 """
 )
 
@@ -170,6 +179,43 @@ print(json.dumps({"results": results, "id": config.run_id, "holder": holder_conf
 )
 
 
+# Acceptance 15.2: a job larger than the free devices fails before any worker
+# starts, naming the largest size that fits now; once more with 4 cores of p1
+# held by an actor.
+TOO_BIG = r"""
+import json, sys, time
+import ray, ray_accel
+from ray.util import placement_group_table
+from ray_accel.placement import PlacementError, read_view, scaling_config
+
+ray_accel.init(address=sys.argv[1], log_to_driver=False)
+
+def attempt(workers, per):
+    groups = len(placement_group_table())
+    try:
+        scaling_config(workers, per, name="too-big")
+        return {"refused": False}
+    except PlacementError as e:
+        return {"refused": True, "message": str(e), "largest": e.largest_workers,
+                "new_groups": len(placement_group_table()) - groups}
+
+out = {"empty": attempt(5, 8)}
+
+@ray.remote(num_cpus=0, resources={"neuron_cores": 4})
+class Hold:
+    def ping(self): return 1
+
+h = Hold.options(label_selector={"ray-accel.io/partition": "p1"}).remote()
+ray.get(h.ping.remote())
+deadline = time.time() + 30
+while read_view().partitions[1].free != 4 and time.time() < deadline:
+    time.sleep(0.2)  # the GCS learns of the grant through the raylet's next report
+out["held"] = attempt(4, 8)
+out["fits"] = len(scaling_config(3, 8, name="fits").label_selector)
+print(json.dumps(out))
+"""
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     c = start_cluster(tmp_path_factory.mktemp("jobs"), "trn1.32xlarge", 4)
@@ -202,9 +248,23 @@ def cores(cluster: Cluster) -> dict[str, set[int]]:
     return {p["partition"]: set(p["core_ids"]) for p in cluster.status["partitions"]}
 
 
-def test_three_packed_jobs_each_go_pending_starting_running_succeeded(cluster: Cluster, tmp_path: Path) -> None:
-    res = cluster.driver(THREE_JOBS, str(tmp_path), timeout=500)
+def ranks(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
+
+
+@pytest.fixture(scope="module")
+def three_jobs(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
+    """Acceptance 15.1's run, once for its two tests: (the driver's result, its output folder)."""
+    out = tmp_path_factory.mktemp("three-jobs")
+    res = cluster.driver(THREE_JOBS, str(out), timeout=500)
     assert all(r["ok"] for r in res["results"].values()), res["results"]
+    return res, out
+
+
+def test_three_packed_jobs_each_go_pending_starting_running_succeeded(
+    cluster: Cluster, three_jobs: tuple[dict[str, Any], Path], tmp_path: Path
+) -> None:
+    res, _ = three_jobs
     listed = {j["id"]: j for j in cli_jobs(cluster)["jobs"]}
     (tmp_path / "jobs.json").write_text(json.dumps(listed, indent=2))
     held: dict[str, str] = {}
@@ -246,6 +306,50 @@ def test_three_packed_jobs_each_go_pending_starting_running_succeeded(cluster: C
     assert mine, f"{served} for job {res['ids']['b8']} not in the scrape within 120 s: {series[:3]}"
     assert {t["phase"] for t, v in mine if v == 1} == {"Succeeded"}, series
     assert {t["phase"] for t, _ in mine} == set(PHASES) and all(t["name"] == "jobs-b8" for t, _ in mine)
+
+
+def test_three_jobs_packed_on_whole_linked_partitions_sharing_none(
+    cluster: Cluster, three_jobs: tuple[dict[str, Any], Path]
+) -> None:
+    res, tmp_path = three_jobs
+    cores = {p["partition"]: set(p["core_ids"]) for p in cluster.status["partitions"]}
+    links = {p["name"]: (set(p["devices"]), set(p["links"])) for p in res["partitions"]}
+    owner: dict[str, str] = {}
+    for job_id, want in (("a16", 2), ("b8", 1), ("c8", 1)):
+        placed = res["placed"][job_id]
+        assert placed["resources"] == {"neuron_cores": 8} and placed["connected"] and placed["aligned"]
+        workers = ranks(tmp_path / job_id)
+        assert len(workers) == want
+        parts = [w["partition"] for w in workers]
+        assert sorted(parts) == sorted(s["ray-accel.io/partition"] for s in placed["selectors"]), (
+            "each worker ran where its selector sent it"
+        )
+        assert len(set(parts)) == want, "one worker per partition: 8 cores each fill it"
+        for w in workers:
+            ids = parse_visible_ids(w["visible"])
+            assert ids == sorted(int(i) for i in w["own_ids"]) and set(ids) == cores[w["partition"]], (
+                f"{job_id} worker holds its whole partition {w['partition']}: {w['visible']}"
+            )
+            assert ids == list(range(ids[0], ids[0] + 8)) and ids[0] % 8 == 0, "aligned, contiguous"
+            assert w["partition"] not in owner, f"{w['partition']} shared by {owner.get(w['partition'])} and {job_id}"
+            owner[w["partition"]] = job_id
+        if want == 2:
+            _, links0 = links[parts[0]]
+            devices1, _ = links[parts[1]]
+            assert links0 & devices1, f"the 16-core job's partitions {parts} are linked on the torus"
+        assert workers[0]["losses"][-1] < workers[0]["losses"][0], "the job trained"
+    assert sorted(owner) == ["p0", "p1", "p2", "p3"]
+
+
+def test_a_job_larger_than_the_free_devices_fails_before_any_worker_starts(cluster: Cluster) -> None:
+    res = cluster.driver(TOO_BIG, timeout=300)
+    empty, held = res["empty"], res["held"]
+    assert empty["refused"] and empty["largest"] == 4 and empty["new_groups"] == 0
+    assert "job 'too-big' asks 5 worker(s) x 8 neuron_cores (40 in all)" in empty["message"]
+    assert "the largest job of 8 neuron_cores per worker that fits is 4 worker(s) (32 neuron_cores)" in empty["message"]
+    assert held["refused"] and held["largest"] == 3 and held["new_groups"] == 0
+    assert "fits is 3 worker(s) (24 neuron_cores)" in held["message"] and "/p1 4/8" in held["message"]
+    assert res["fits"] == 3, "the size it names does fit"
 
 
 def test_a_killed_worker_shows_restarting_then_running_then_succeeded(cluster: Cluster, tmp_path: Path) -> None:

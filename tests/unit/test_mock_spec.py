@@ -11,6 +11,7 @@ The property tests feed arbitrary TOML tables and bytes to every parser path.
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import json
 import math
@@ -521,7 +522,11 @@ def good_specs(draw: st.DrawFn) -> dict[str, object]:
 def spec_tables(draw: st.DrawFn) -> tuple[dict[str, object], int]:
     """A good spec with 0-3 places changed to a near miss or any TOML value
     (a known key or any other), or removed; and how many were changed."""
-    data = draw(good_specs())
+    # Copies: the changes below mutate tables in place, and a drawn value may
+    # be a constant (a near miss that is a table) shared by every example;
+    # mutating it made generation depend on earlier examples (Hypothesis'
+    # FlakyStrategyDefinition, seen once).
+    data = copy.deepcopy(draw(good_specs()))
     changes = draw(st.sampled_from([0, 1, 1, 2, 3]))
     for _ in range(changes):
         # Each table's own keys mostly, so the values are what gets tested.
@@ -535,7 +540,7 @@ def spec_tables(draw: st.DrawFn) -> tuple[dict[str, object], int]:
         if key in table and draw(st.integers(0, 4)) == 0:
             del table[key]
         else:
-            table[key] = draw(NEAR_MISSES | toml_values)
+            table[key] = copy.deepcopy(draw(NEAR_MISSES | toml_values))
     return data, changes
 
 
