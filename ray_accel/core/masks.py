@@ -16,7 +16,7 @@ import os
 import tempfile
 from collections.abc import Collection
 
-from ray_accel.core.processes import ProcessRecord
+from ray_accel.core.processes import ProcessRecord, ProcessTable
 
 log = logging.getLogger(__name__)
 
@@ -49,16 +49,18 @@ def publish(mask: str) -> None:
         log.debug("could not publish mask: %s", e)
 
 
-def _read_record(directory: str, pid: int) -> str | None:
-    """The mask in `pid`'s record if `pid` is still the process that wrote it."""
+def _read_record(directory: str, pid: int, table: ProcessTable | None = None) -> str | None:
+    """The mask in `pid`'s record if `pid` is still the process that wrote it
+    (as `table` shows it, if given)."""
     try:
-        fd = os.open(os.path.join(directory, str(pid)), os.O_RDONLY)
+        fd = os.open(f"{directory}/{pid}", os.O_RDONLY)
     except OSError:
         return None
     try:
-        mask, start = os.read(fd, 4096).decode().split("\n")[:2]
-        return mask if ProcessRecord(pid, int(start)).alive() else None
-    except (OSError, ValueError):
+        mask, _, rest = os.read(fd, 4096).partition(b"\n")
+        start = int(rest.partition(b"\n")[0])
+        return mask.decode() if ProcessRecord(pid, start).alive(table) else None
+    except (OSError, ValueError):  # UnicodeDecodeError is a ValueError
         return None
     finally:
         os.close(fd)
@@ -69,10 +71,12 @@ def published(pid: int) -> str | None:
     return _read_record(mask_dir(), pid)
 
 
-def all_published(pids: Collection[int] | None = None) -> dict[int, str]:
+def all_published(pids: Collection[int] | None = None, table: ProcessTable | None = None) -> dict[int, str]:
     """PID -> mask of every live process that published one (of `pids` only,
     if given). One listing of the directory, so a process that never
-    published costs nothing: most processes of a tree hold no device."""
+    published costs nothing: most processes of a tree hold no device.
+    `table`: the process table the caller read already, to tell a live
+    process from a dead one without reading its stat line again."""
     directory = mask_dir()
     try:
         names = os.listdir(directory)
@@ -81,7 +85,7 @@ def all_published(pids: Collection[int] | None = None) -> dict[int, str]:
     listed = [int(n) for n in names if n.isdigit()]
     out = {}
     for pid in listed if pids is None else set(listed).intersection(pids):
-        mask = _read_record(directory, pid)
+        mask = _read_record(directory, pid, table)
         if mask is not None:
             out[pid] = mask
     return out

@@ -148,15 +148,17 @@ class ProcessRecord:
         stat = read_stat(os.getpid() if pid is None else pid)
         return None if stat is None else cls(stat.pid, stat.start_ticks)
 
-    def current(self) -> ProcStat | None:
-        """The live process this record names, or None if it ended (or the PID was reused)."""
-        stat = read_stat(self.pid)
+    def current(self, table: ProcessTable | None = None) -> ProcStat | None:
+        """The live process this record names, or None if it ended (or the PID
+        was reused); as `table` shows it, if given (a table the caller read
+        already spares one read per record)."""
+        stat = read_stat(self.pid) if table is None else table.stat(self.pid)
         if stat is None or stat.start_ticks != self.start_ticks or stat.state in ("Z", "X"):
             return None
         return stat
 
-    def alive(self) -> bool:
-        return self.current() is not None
+    def alive(self, table: ProcessTable | None = None) -> bool:
+        return self.current(table) is not None
 
     def to_json(self) -> list[int]:
         return [self.pid, self.start_ticks]
@@ -187,10 +189,17 @@ class ProcessTable(Mapping[int, ProcStat]):
     parent but the full fields of the tree's processes only, and a full
     parse costs about half as much as the read."""
 
-    def __init__(self, raw: Mapping[int, bytes]) -> None:
-        self._raw: dict[int, bytes] = {}
+    def __init__(self, raw: Mapping[int, bytes], children: dict[int, list[int]] | None = None) -> None:
+        """`raw`: PID -> stat line; `children`: parent PID -> child PIDs of
+        exactly the well-formed lines of `raw`, when the caller found them
+        while reading (`process_table` does, to walk the lines once)."""
         self._parsed: dict[int, ProcStat | None] = {}
-        self.children: dict[int, list[int]] = {}
+        if children is not None:
+            self._raw = dict(raw)
+            self.children = children
+            return
+        self._raw = {}
+        self.children = {}
         for pid, line in raw.items():
             ppid = parent_pid(line)
             if ppid is not None:
@@ -199,12 +208,12 @@ class ProcessTable(Mapping[int, ProcStat]):
 
     def stat(self, pid: int) -> ProcStat | None:
         """The process's fields, or None if it is not in the table (or its line is malformed)."""
-        try:
-            return self._parsed[pid]
-        except KeyError:
-            line = self._raw.get(pid)
-            stat = self._parsed[pid] = None if line is None else parse_stat(pid, line)
-            return stat
+        parsed = self._parsed
+        if pid in parsed:
+            return parsed[pid]
+        line = self._raw.get(pid)
+        stat = parsed[pid] = None if line is None else parse_stat(pid, line)
+        return stat
 
     def __getitem__(self, pid: int) -> ProcStat:
         stat = self.stat(pid)
@@ -224,28 +233,49 @@ class ProcessTable(Mapping[int, ProcStat]):
 
 def process_table(proc: str = PROC) -> ProcessTable:
     """Every process that could be read, parsed lazily. One open, read and
-    close per process, and nothing else per process: at hundreds of
-    processes the loop's own overhead is a visible share of the cost."""
+    close per process and the parent PID taken from the line in the same
+    loop, nothing else per process: at hundreds of processes the loop's own
+    overhead is a visible share of the cost."""
     raw: dict[int, bytes] = {}
-    opn, rd, cls, prefix = os.open, os.read, os.close, proc + "/"
+    children: dict[int, list[int]] = {}
+    opn, rd, cls, rdonly, prefix = os.open, os.read, os.close, os.O_RDONLY, proc + "/"
     try:
         names = os.listdir(proc)
     except OSError:
-        return ProcessTable(raw)
+        return ProcessTable(raw, children)
     for name in names:
         if not name.isdigit():
             continue
         try:
-            fd = opn(prefix + name + "/stat", os.O_RDONLY)
+            fd = opn(prefix + name + "/stat", rdonly)
         except OSError:
             continue  # ended since the listing
         try:
-            raw[int(name)] = rd(fd, 4096)
+            line = rd(fd, 4096)
         except OSError:
-            pass
+            continue
         finally:
             cls(fd)
-    return ProcessTable(raw)
+        # parent_pid, inline: comm ends at the last ')', then " S " (the
+        # one-letter state), then the parent PID.
+        cut = line.rfind(b")")
+        if cut < 0:
+            continue
+        end = line.find(b" ", cut + 4)
+        if end < 0:
+            continue
+        try:
+            ppid = int(line[cut + 4 : end])
+        except ValueError:
+            continue
+        pid = int(name)
+        raw[pid] = line
+        siblings = children.get(ppid)
+        if siblings is None:
+            children[ppid] = [pid]
+        else:
+            siblings.append(pid)
+    return ProcessTable(raw, children)
 
 
 def snapshot(proc: str = PROC) -> dict[int, ProcStat]:

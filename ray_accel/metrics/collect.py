@@ -215,7 +215,9 @@ def workload_readings(
     held: dict[int, dict[str, int]] = {}
     if telemetry is not None:
         try:
-            held = telemetry.process_device_memory([p for tree in trees.values() for p in tree])
+            held = telemetry.process_device_memory(
+                [p for tree in trees.values() for p in tree], procs if isinstance(procs, ProcessTable) else None
+            )
         except Exception:
             held = {}
     get = procs.stat if isinstance(procs, ProcessTable) else procs.get
@@ -300,7 +302,7 @@ def orphan_readings(
     if telemetry is None:
         return [], []
     try:
-        holders = telemetry.device_holders()
+        holders = telemetry.device_holders(table if isinstance(table, ProcessTable) else None)
     except Exception as e:
         return [], [f"device holders unknown: {type(e).__name__}: {e}"]
     workers = {raylet_pid, *descendants(raylet_pid, kids)}

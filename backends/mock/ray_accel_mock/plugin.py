@@ -14,6 +14,7 @@ from ray_accel_neuron.runtime import NeuronRuntime
 
 from ray_accel.core import masks
 from ray_accel.core.devices import FAMILY_NEURON, Device, NodeInfo, all_core_ids
+from ray_accel.core.processes import ProcessTable
 from ray_accel.core.samples import DeviceSample
 from ray_accel.core.visibility import parse_visible_ids
 from ray_accel.plugins.discovery import MOCK_ENV
@@ -158,11 +159,14 @@ class MockTelemetry(Telemetry):
             )
         return out
 
-    def _held(self, pids: Collection[int] | None = None) -> dict[int, dict[str, int]]:
+    def _held(
+        self, pids: Collection[int] | None = None, table: ProcessTable | None = None
+    ) -> dict[int, dict[str, int]]:
         """PID -> device id -> cores of that device its published mask names,
-        for each live process (of `pids`, if given) that holds any."""
+        for each live process (of `pids`, if given; alive as `table` shows it,
+        if given) that holds any."""
         out: dict[int, dict[str, int]] = {}
-        for pid, mask in masks.all_published(pids).items():
+        for pid, mask in masks.all_published(pids, table).items():
             try:
                 ids = parse_visible_ids(mask) or []
             except ValueError:
@@ -176,17 +180,19 @@ class MockTelemetry(Telemetry):
                 out[pid] = held
         return out
 
-    def process_device_memory(self, pids: Collection[int]) -> dict[int, dict[str, int]]:
+    def process_device_memory(
+        self, pids: Collection[int], table: ProcessTable | None = None
+    ) -> dict[int, dict[str, int]]:
         """64 MiB per core each process's current mask names (as the bridge
         published it): deterministic, and only on processes that hold cores."""
         handoff, self._handoff = self._handoff, None
         if handoff is not None and time.monotonic() - handoff[0] < self.HANDOFF_S:
             held = {pid: handoff[1][pid] for pid in set(pids).intersection(handoff[1])}
         else:
-            held = self._held(pids)
+            held = self._held(pids, table)
         return {pid: {d: n * PROCESS_MEMORY_PER_CORE for d, n in h.items()} for pid, h in held.items()}
 
-    def device_holders(self) -> dict[str, tuple[int, ...]]:
+    def device_holders(self, table: ProcessTable | None = None) -> dict[str, tuple[int, ...]]:
         """Every live process whose published mask names one of a device's
         cores holds that device, Ray worker or not. It stands for what the
         vendor tools report: `neuron-ls --json-output` lists the processes
@@ -194,7 +200,7 @@ class MockTelemetry(Telemetry):
         each GPU (nvmlDeviceGetComputeRunningProcesses). The reading is handed
         to the process_device_memory call that follows in the same collection,
         so one collection reads each mask once."""
-        held = self._held()
+        held = self._held(None, table)
         self._handoff = (time.monotonic(), held)
         out: dict[str, list[int]] = {}
         for pid in sorted(held):
