@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple
 
@@ -220,26 +220,33 @@ def workload_readings(
             )
         except Exception:
             held = {}
-    get = procs.stat if isinstance(procs, ProcessTable) else procs.get
+    usage = procs.usage if isinstance(procs, ProcessTable) else _usage_of(procs)
     out = []
     for root, tree in trees.items():
-        stats = [st for pid in tree if (st := get(pid)) is not None]
-        if not stats or stats[0].pid != root:
-            continue
         readings = tuple(
-            ProcessReading(
-                st.pid,
-                st.name,
-                st.cpu_ticks / CLOCK_TICKS,
-                st.rss_bytes,
-                {k: v for k, v in held[st.pid].items() if k in mine} if st.pid in held else {},
-            )
-            for st in stats
+            ProcessReading(pid, u[0], u[1] / CLOCK_TICKS, u[2], {k: v for k, v in held[pid].items() if k in mine})
+            if pid in held
+            else ProcessReading(pid, u[0], u[1] / CLOCK_TICKS, u[2], {})
+            for pid in tree
+            if (u := usage(pid)) is not None
         )
+        if not readings or readings[0].pid != root:
+            continue  # the worker itself ended
+        name = readings[0].name
         line = titles[root] if titles is not None and root in titles else cmdline(root)
-        title = line.split(" ")[0] or stats[0].name
+        title = line.split(" ")[0] or name
         out.append(WorkloadReading(f"{title}[{root}]", host, partition, root, readings))
     return out
+
+
+def _usage_of(table: Mapping[int, ProcStat]) -> Callable[[int], tuple[str, int, int] | None]:
+    """`ProcessTable.usage` for a plain mapping of parsed stats."""
+
+    def usage(pid: int) -> tuple[str, int, int] | None:
+        st = table.get(pid)
+        return None if st is None else (st.name, st.cpu_ticks, st.rss_bytes)
+
+    return usage
 
 
 def is_ray_worker(title: str) -> bool:
@@ -270,13 +277,16 @@ def ray_workers(
 ) -> dict[int, str]:
     """The worker processes a raylet started (its `ray::` children, less Ray's
     own agents), with their titles."""
-    get = table.stat if isinstance(table, ProcessTable) else table.get
+    if isinstance(table, ProcessTable):
+        name = table.name  # the comm alone: most children are not looked at again
+    else:
+        name = lambda pid: None if (st := table.get(pid)) is None else st.name  # noqa: E731
     out = {}
     for pid in kids.get(raylet_pid, ()):
         if pid in exclude:
             continue
-        stat = get(pid)
-        title = None if stat is None else worker_title(pid, stat.name)
+        comm = name(pid)
+        title = None if comm is None else worker_title(pid, comm)
         if title is not None:
             out[pid] = title
     return out
