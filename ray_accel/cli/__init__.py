@@ -17,6 +17,7 @@ import click
 
 from ray_accel import __version__
 from ray_accel.cli.cluster import start, status_command, stop
+from ray_accel.cli.jobs import jobs
 from ray_accel.cli.node import devices, plan
 from ray_accel.cli.top import top
 from ray_accel.core.errors import InputError, RayAccelError
@@ -28,7 +29,7 @@ def cli() -> None:
     """Accelerator partitions for Ray."""
 
 
-for command in (devices, plan, start, status_command, stop, top):
+for command in (devices, plan, start, status_command, stop, top, jobs):
     cli.add_command(command)
 
 

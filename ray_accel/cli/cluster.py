@@ -142,11 +142,20 @@ def start(
 
 
 @click.command("status")
+@click.option(
+    "--cluster",
+    "cluster",
+    is_flag=True,
+    help="every host's partitions, from the GCS of the cluster this host joined (host, node, IP, mask, resources)",
+)
 @json_option
-def status_command(as_json: bool) -> int:
+def status_command(cluster: bool, as_json: bool) -> int:
     """Show this host's partitions: masks, raylet PIDs, alive or dead, what is
     in use, and processes that hold their devices without being their workers."""
-    from ray_accel.cluster.status import status
+    from ray_accel.cluster.status import cluster_status, status
+
+    if cluster:
+        return emit(as_json, cluster_status(), render.cluster_status_text)
 
     payload = status()
     # Only a GCS that answered is asked through a driver: ray.init on a dead

@@ -243,3 +243,37 @@ def top_text(payload: dict[str, Any]) -> str:
     orphans = orphans_text(payload["orphans"])
     errors = "\n".join(f"error: {e}" for e in payload["errors"])
     return "\n\n".join(x for x in (parts, devs, work, orphans, errors) if x)
+
+
+def cluster_status_text(payload: dict[str, Any]) -> str:
+    """`status --cluster`: one row per partition raylet of every host."""
+    parts = payload["partitions"]
+    hosts = payload["hosts"]
+    dead = sum(not p["alive"] for p in parts)
+    head = f"cluster {payload['gcs_address']}: {len(parts)} partitions on {len(hosts)} hosts" + (
+        f" ({dead} dead)" if dead else ""
+    )
+    warnings = [f"warning: {w}" for w in payload.get("warnings", [])]
+    if not parts:
+        return "\n".join([head, *warnings])
+
+    def amounts(p: dict[str, Any]) -> str:
+        keys = [k for k in (p["resource"], "CPU") if k and k in p["total"]]
+        return ", ".join(f"{k} {p['available'].get(k, 0.0):g}/{p['total'][k]:g}" for k in keys) or "-"
+
+    rows = [
+        [
+            p["host"],
+            p["partition"],
+            "alive" if p["alive"] else "DEAD",
+            p["ip"] or "-",
+            p["node_id"][:12],
+            p["mask"] or "-",
+            p["accelerator_type"] or "-",
+            amounts(p),
+        ]
+        for p in parts
+    ]
+    table = render(["HOST", "PARTITION", "STATE", "IP", "NODE", "CORES", "TYPE", "FREE/TOTAL"], rows)
+    other = [f"other nodes (no partition label): {payload['other_nodes']}"] if payload.get("other_nodes") else []
+    return "\n".join([head, table, *other, *warnings])

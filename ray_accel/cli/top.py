@@ -1,4 +1,4 @@
-"""`ray-accel top`: every host's partitions, devices, workloads and orphans, live.
+"""`ray-accel top`: every host's partitions, devices, workloads, orphans and jobs, live.
 
 Partitions come from the GCS (every raylet carrying the partition label, on
 any host), readings from each raylet's metrics exporter. The cluster is the
@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from ray_accel.cli import render
+from ray_accel.cli.jobs import top_jobs, top_jobs_text
 from ray_accel.cli.node import json_option
 from ray_accel.cli.params import FiniteFloat
 from ray_accel.core.errors import RayAccelError
@@ -109,12 +110,14 @@ def top(once: bool, interval: float, as_json: bool) -> int:
     while True:
         parts = export.cluster_partitions()
         payload = top_payload(parts, export.snapshots([p["node_id"] for p in parts if p["alive"]]))
+        payload["jobs"] = top_jobs()
         if as_json:
             print(json.dumps(payload, indent=2), flush=True)
         else:
             if not once:
                 print("\033[2J\033[H", end="")
             print(render.top_text(payload), flush=True)
+            print("\n" + top_jobs_text(payload["jobs"]), flush=True)
         if once:
             return 0
         time.sleep(interval)

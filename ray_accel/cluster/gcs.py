@@ -16,7 +16,7 @@ Progress = Callable[[str], None]
 def gcs_nodes(
     address: str, timeout_s: float = 5.0, cluster_auth: auth.Auth | None = None
 ) -> dict[str, dict[str, Any]] | None:
-    """Node id -> {alive, total, available}, read from the GCS directly (no
+    """Node id -> {alive, total, available, labels, ip, hostname}, read from the GCS directly (no
     driver); None if the GCS does not answer within `timeout_s`."""
     out: dict[str, Any] = {}
 
@@ -46,6 +46,8 @@ def gcs_nodes(
                 "total": total.get(nid, {}),
                 "available": avail.get(nid, {}),
                 "labels": n.get("Labels", {}),
+                "ip": n.get("NodeManagerAddress", ""),
+                "hostname": n.get("NodeManagerHostname", ""),
             }
         out["__done__"] = True
 

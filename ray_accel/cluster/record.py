@@ -104,12 +104,7 @@ class PartitionEntry:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "partition": self.name,
-            "device_ids": list(self.device_ids),
-            "core_ids": list(self.core_ids),
-            "visible_ids": self.visible_ids,
-            "accelerator_type": self.accelerator_type,
-            "models": list(self.models),
+            **self.partition.to_json(),  # the planned part, as `plan --json` writes it
             "share": None if self.share is None else self.share.to_json(),
             "labels": dict(self.labels),
             "head": self.head,

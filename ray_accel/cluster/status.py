@@ -1,17 +1,34 @@
-"""`ray-accel status`: this host's partitions, from the record, /proc and the GCS.
+"""`ray-accel status`: this host's partitions, from the record, /proc and the GCS;
+`status --cluster`: every host's partitions, from the GCS alone.
 
 Read-only: it takes no lock, creates no directory and starts nothing. A
 partition is alive only if its recorded raylet is still that raylet
 (`procs.check`); a process the record misnames is reported, never called ours.
+The cluster view reads the node table of the GCS this host's record names
+(no driver, so it never starts a cluster) and claims no process of any host:
+another host's partitions are what their raylets' labels say they are.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ray_accel.cluster import procs, state
 from ray_accel.cluster.gcs import gcs_nodes
 from ray_accel.cluster.record import NodeRecord, PartitionEntry
+from ray_accel.core.errors import RayAccelError
+from ray_accel.core.visibility import format_visible_ids
+from ray_accel.partition.labels import (
+    CORES_LABEL,
+    DEVICES_LABEL,
+    HOST_LABEL,
+    PARTITION_LABEL,
+    RESOURCE_LABEL,
+    TYPE_LABEL,
+    LabelError,
+    decode_ids,
+)
 
 
 def empty_status() -> dict[str, Any]:
@@ -106,3 +123,93 @@ def describe(record: NodeRecord) -> dict[str, Any]:
         "warnings": warnings,
         "partitions": out,
     }
+
+
+def _id_label(labels: Mapping[str, str], key: str, where: str, warnings: list[str]) -> list[int] | None:
+    """The ids a label names; None (with a warning naming it) when missing or unreadable."""
+    text = labels.get(key)
+    if text is None:
+        return None
+    try:
+        return list(decode_ids(text))
+    except LabelError as e:
+        warnings.append(f"{where}: {e}")
+        return None
+
+
+def _resources(amounts: Mapping[str, float]) -> dict[str, float]:
+    # `node:<ip>` and `node:__internal_head__` are Ray's per-node markers, not capacity.
+    return {k: float(v) for k, v in sorted(amounts.items()) if not k.startswith("node:")}
+
+
+def cluster_view(gcs_address: str, nodes: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The `status --cluster` payload from the GCS's node table (`gcs.gcs_nodes`):
+    every node carrying the partition label, sorted by host and partition; a
+    dead one (a stopped host's raylets stay in the table) only where no live
+    raylet has taken its host and partition."""
+    warnings: list[str] = []
+    parts: list[dict[str, Any]] = []
+    others = 0
+    for node_id, n in nodes.items():
+        labels: Mapping[str, str] = n.get("labels") or {}
+        if PARTITION_LABEL not in labels:
+            others += 1
+            continue
+        host = labels.get(HOST_LABEL) or str(n.get("hostname") or "") or "?"
+        where = f"{host}/{labels[PARTITION_LABEL]} ({node_id[:12]})"
+        cores = _id_label(labels, CORES_LABEL, where, warnings)
+        parts.append(
+            {
+                "host": host,
+                "partition": labels[PARTITION_LABEL],
+                "node_id": node_id,
+                "ip": n.get("ip", ""),
+                "alive": bool(n.get("alive")),
+                "resource": labels.get(RESOURCE_LABEL),
+                "accelerator_type": labels.get(TYPE_LABEL),
+                "core_ids": cores,
+                "mask": None if cores is None else format_visible_ids(cores, "ranges"),
+                "device_indexes": _id_label(labels, DEVICES_LABEL, where, warnings),
+                "total": _resources(n.get("total") or {}),
+                "available": _resources(n.get("available") or {}),
+            }
+        )
+    # A partition restarted (`--recover`, or its host joined again) leaves its dead
+    # predecessor in the GCS; show a dead raylet only where no live one serves its
+    # host and partition (as `ray-accel top` does).
+    live = {(p["host"], p["partition"]) for p in parts if p["alive"]}
+    kept = [p for p in parts if p["alive"] or (p["host"], p["partition"]) not in live]
+    replaced = len(parts) - len(kept)
+    parts = sorted(kept, key=lambda p: (p["host"], p["partition"], not p["alive"], p["node_id"]))
+    hosts: dict[str, dict[str, Any]] = {}
+    for p in parts:
+        h = hosts.setdefault(p["host"], {"host": p["host"], "ips": [], "partitions": 0, "alive": 0})
+        if p["ip"] and p["ip"] not in h["ips"]:
+            h["ips"].append(p["ip"])
+        h["partitions"] += 1
+        h["alive"] += p["alive"]
+    return {
+        "gcs_address": gcs_address,
+        "hosts": list(hosts.values()),
+        "partitions": parts,
+        "other_nodes": others,
+        "replaced_dead": replaced,
+        "warnings": warnings,
+    }
+
+
+def cluster_status(timeout_s: float = 5.0) -> dict[str, Any]:
+    """Every host's partitions in the cluster this host's record names; "no
+    cluster" (exit 1) when none is recorded or its GCS does not answer."""
+    record = state.load()
+    if record is None or not record.gcs_address:
+        raise RayAccelError(
+            f"no cluster: no ray-accel partitions recorded on this host ({state.state_file()}); see `ray-accel start`"
+        )
+    nodes = gcs_nodes(record.gcs_address, timeout_s, record.auth)
+    if nodes is None:
+        raise RayAccelError(
+            f"no cluster: the GCS at {record.gcs_address} recorded in {state.state_file()} "
+            f"did not answer within {timeout_s:g}s"
+        )
+    return cluster_view(record.gcs_address, nodes)

@@ -11,6 +11,7 @@ on_start, run by Ray Train's controller after the worker group starts:
    workers fail when training starts, which Ray Train counts against
    `FailureConfig(max_failures)`;
 5. the process group, then post_create.
+The job store hears of every attempt's replicas at on_start (`jobs`).
 on_training_start: where a worker had no Ray Train context yet at on_start
 (V1), check it now.
 on_shutdown: pre_terminate (bounded), process group teardown, post_terminate.
@@ -28,7 +29,7 @@ from ray.exceptions import RayActorError, RayTaskError
 from ray.train.backend import Backend
 
 from ray_accel.hooks.config import WorkloadDenied
-from ray_accel.train import raycontext, worker
+from ray_accel.train import jobs, raycontext, worker
 from ray_accel.train.ranks import assign_ranks
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,7 @@ class AcceleratorBackend(Backend):
         placements = assign_ranks(node_ids)
         expected = [dataclasses.asdict(p) for p in placements]
         shared = raycontext.shared_ips([i["ip"] for i in infos], node_ids)
+        jobs.on_start(backend_config, jobs.replica_rows(expected, infos))
         aligned = align_ray_context(worker_group, expected, shared, at_start=False)
         if any(o["status"] == raycontext.PENDING for o in aligned):
             self._recheck[id(worker_group)] = (expected, shared)

@@ -22,7 +22,8 @@ class AcceleratorTorchConfig(TorchConfig):
     hooks: LifecycleHook classes (or factories taking a Workload) run around
         every worker: pre_create, post_create, pre_terminate, post_terminate.
     pre_terminate_timeout_s: bound on the pre_terminate hooks.
-    run_id: names this run's hook ledger; the same across restarts of one fit().
+    run_id: names this run's hook ledger and its job (`ray-accel jobs`); the
+        same across restarts of one fit().
     """
 
     backend: str | None = "auto"
@@ -36,6 +37,12 @@ class AcceleratorTorchConfig(TorchConfig):
         if self.backend not in BACKENDS:
             raise InputError(f"backend {self.backend!r}: use one of {', '.join(BACKENDS)}")
         self.hooks = tuple(self.hooks)
+        # Every fit() with this config is a job in `ray-accel jobs`: Ray Train
+        # builds the controller callback that records it from the driver's
+        # environment at fit() time.
+        from ray_accel.train.jobs import register_callback
+
+        register_callback()
 
     @property
     def backend_cls(self) -> Any:

@@ -59,6 +59,7 @@ def describe() -> dict[str, Any]:
         "partition": labels.get(PARTITION_LABEL),
         "collective": plugin.runtime.collective_backend() if plugin is not None and plugin.runtime and ids else "gloo",
         "pid": os.getpid(),
+        "host": socket.gethostname(),
     }
 
 

@@ -24,6 +24,18 @@ def raylet_pids() -> set[int]:
     return out
 
 
+def last_json(stdout: str) -> Any:
+    """The driver's result: its last line that is a JSON object or list (Ray may print
+    a warning after it while shutting down)."""
+    for line in reversed(stdout.strip().splitlines()):
+        if line.startswith(("{", "[")):
+            try:
+                return json.loads(line)
+            except ValueError:
+                continue
+    raise AssertionError(f"no JSON result line in the driver's output: {stdout[-2000:]!r}")
+
+
 @dataclass
 class Cluster:
     env: dict[str, str]
@@ -57,7 +69,7 @@ class Cluster:
             timeout=timeout,
         )
         assert proc.returncode == 0, proc.stderr[-3000:]
-        return json.loads(proc.stdout.strip().splitlines()[-1])
+        return last_json(proc.stdout)
 
 
 ROOT = Path(__file__).resolve().parents[2]

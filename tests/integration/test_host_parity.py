@@ -54,7 +54,8 @@ import ray
 from ray.util.state import list_nodes
 ray.init(address=sys.argv[1], log_to_driver=False)
 nodes = [n for n in ray.nodes() if n["Alive"]]
-state = list_nodes(detail=True)
+# Named, as a user on a machine running several clusters must (Ray refuses to guess).
+state = list_nodes(address=sys.argv[1], detail=True)
 print(json.dumps({
     "nodes": [{"id": n["NodeID"], "labels": n["Labels"], "resources": n["Resources"]} for n in nodes],
     "state": [{"id": s.node_id, "labels": s.labels, "resources": s.resources_total, "state": s.state} for s in state],
@@ -200,7 +201,8 @@ def test_job_submit_runs_one_task_per_partition_by_label(labelled: Cluster, tmp_
             "--working-dir",
             str(tmp_path),
             "--",
-            "python",
+            # This venv's interpreter: the job's `python` is whatever PATH finds.
+            sys.executable,
             "job.py",
         ],
         env=ray_env(labelled),

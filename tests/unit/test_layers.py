@@ -9,7 +9,19 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 # Lowest first; the order of docs/design.md.
-LAYERS = ("core", "plugins", "partition", "hooks", "metrics", "bridge", "cluster", "placement", "train", "cli")
+LAYERS = (
+    "core",
+    "plugins",
+    "partition",
+    "hooks",
+    "metrics",
+    "bridge",
+    "cluster",
+    "placement",
+    "jobs",
+    "train",
+    "cli",
+)
 BACKEND_MAY_USE = ("core", "plugins")
 
 

@@ -1,0 +1,311 @@
+"""Jobs, replicas and phases as values: everything here is pure.
+
+A job is one `fit()` of a TorchTrainer with `AcceleratorTorchConfig`. Its
+phase is derived from Ray Train V2's controller states
+(`TrainControllerStateType`, ray/train/v2/_internal/execution/controller/
+state.py:45-55 in Ray 2.60) plus the backend's own event "starting" (its
+`on_start` runs once the worker group is placed, before the process group is
+up, controller.py `_execute_resize_decision` then RUNNING):
+
+| Ray Train state                          | phase                            |
+|------------------------------------------|----------------------------------|
+| INITIALIZING, SCHEDULING, RESCHEDULING   | Pending (Restarting after one)   |
+| backend on_start (workers placed)        | Starting (Restarting after one)  |
+| RUNNING                                  | Running                          |
+| RESTARTING, RESIZING, PREEMPTING         | Restarting                       |
+| SHUTTING_DOWN                            | unchanged                        |
+| FINISHED                                 | Succeeded                        |
+| ERRORED, ABORTED                         | Failed                           |
+| controller gone before a terminal state  | Unknown                          |
+| any other state name                     | Unknown                          |
+
+A terminal phase never changes again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Phase(StrEnum):
+    PENDING = "Pending"
+    STARTING = "Starting"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    UNKNOWN = "Unknown"
+
+
+PHASES = tuple(p.value for p in Phase)
+TERMINAL = frozenset({Phase.SUCCEEDED, Phase.FAILED})
+# Ray's state -> ours; None keeps the current phase.
+RAY_STATE_PHASE: Mapping[str, Phase | None] = {
+    "INITIALIZING": Phase.PENDING,
+    "SCHEDULING": Phase.PENDING,
+    "RESCHEDULING": Phase.PENDING,
+    "RUNNING": Phase.RUNNING,
+    "RESTARTING": Phase.RESTARTING,
+    "RESIZING": Phase.RESTARTING,
+    "PREEMPTING": Phase.RESTARTING,
+    "SHUTTING_DOWN": None,
+    "FINISHED": Phase.SUCCEEDED,
+    "ERRORED": Phase.FAILED,
+    "ABORTED": Phase.FAILED,
+}
+# Event kinds, in the order one attempt sends them.
+SUBMITTED = "submitted"  # the controller started: name, Ray's run id, allowed workers
+STATE = "state"  # a change of Ray Train's controller state
+STARTING = "starting"  # the backend's on_start: the replicas of a new attempt
+LOST = "lost"  # the controller is gone and never said how the run ended
+KINDS = (SUBMITTED, STATE, STARTING, LOST)
+
+
+@dataclass(frozen=True)
+class Transition:
+    phase: Phase
+    at: float  # seconds since the epoch
+    reason: str = ""  # the Ray state or event that caused it
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One training worker of one attempt."""
+
+    world_rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    node_rank: int
+    host: str
+    partition: str | None
+    node_id: str
+    devices: tuple[str, ...]  # the ids its visibility mask names
+    pid: int
+    attempt: int
+    transitions: tuple[Transition, ...] = ()
+
+    @property
+    def phase(self) -> Phase:
+        return self.transitions[-1].phase if self.transitions else Phase.UNKNOWN
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: str
+    job_id: str
+    at: float
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    id: str  # AcceleratorTorchConfig.run_id: the same over restarts of one fit()
+    name: str
+    ray_run_id: str
+    submitted_at: float
+    min_workers: int
+    max_workers: int
+    transitions: tuple[Transition, ...] = ()
+    restarts: int = 0
+    attempts: int = 0
+    replicas: tuple[Replica, ...] = ()  # the current (latest) attempt's
+    retired: tuple[Replica, ...] = ()  # earlier attempts', newest last
+    ray_state: str = ""
+    detail: str = ""
+
+    @property
+    def phase(self) -> Phase:
+        return self.transitions[-1].phase if self.transitions else Phase.PENDING
+
+    @property
+    def workers(self) -> int:
+        """Workers of the current attempt (0 before the first is placed)."""
+        return len(self.replicas)
+
+    @property
+    def partitions(self) -> tuple[str, ...]:
+        return tuple(sorted({f"{r.host}/{r.partition or r.node_id[:12]}" for r in self.replicas}))
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        return tuple(sorted({r.host for r in self.replicas}))
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in TERMINAL
+
+
+RETIRED_MAX = 64  # replicas of earlier attempts kept per job
+
+
+def phase_for_state(current: Phase | None, state: str) -> Phase | None:
+    """The phase after Ray Train's controller enters `state`; None: unchanged."""
+    if current in TERMINAL:
+        return None
+    if state not in RAY_STATE_PHASE:
+        return Phase.UNKNOWN
+    target = RAY_STATE_PHASE[state]
+    if target is Phase.PENDING and current is Phase.RESTARTING:
+        return None  # a restart waits for its devices again: still restarting
+    return target
+
+
+def phase_for_start(current: Phase | None) -> Phase | None:
+    if current in TERMINAL:
+        return None
+    return None if current is Phase.RESTARTING else Phase.STARTING
+
+
+def _move(job: JobRecord, phase: Phase | None, at: float, reason: str) -> JobRecord:
+    """`job` in `phase` from `at` (its current replicas follow)."""
+    if phase is None or (phase is job.phase and job.transitions):
+        return job
+    t = Transition(phase, at, reason)
+    restarts = job.restarts + (1 if phase is Phase.RESTARTING and job.phase is not Phase.RESTARTING else 0)
+    replicas = tuple(
+        r if r.phase in TERMINAL else dataclasses.replace(r, transitions=(*r.transitions, t)) for r in job.replicas
+    )
+    return dataclasses.replace(job, transitions=(*job.transitions, t), restarts=restarts, replicas=replicas)
+
+
+def new_job(event: Event) -> JobRecord:
+    d = event.data
+    job = JobRecord(
+        id=event.job_id,
+        name=str(d.get("name") or event.job_id),
+        ray_run_id=str(d.get("ray_run_id", "")),
+        submitted_at=event.at,
+        min_workers=int(d.get("min_workers", 0)),
+        max_workers=int(d.get("max_workers", 0)),
+    )
+    return _move(job, Phase.PENDING, event.at, "submitted")
+
+
+def replica_from(raw: Mapping[str, Any], attempt: int, at: float) -> Replica:
+    return Replica(
+        world_rank=int(raw["world_rank"]),
+        world_size=int(raw["world_size"]),
+        local_rank=int(raw["local_rank"]),
+        local_world_size=int(raw["local_world_size"]),
+        node_rank=int(raw["node_rank"]),
+        host=str(raw.get("host") or ""),
+        partition=raw.get("partition"),
+        node_id=str(raw.get("node_id") or ""),
+        devices=tuple(str(d) for d in raw.get("devices", ())),
+        pid=int(raw.get("pid", 0)),
+        attempt=attempt,
+        transitions=(Transition(Phase.STARTING, at, "on_start"),),
+    )
+
+
+def apply_event(job: JobRecord | None, event: Event) -> JobRecord:
+    """The job after `event`. A job first heard of through a later event (the
+    store restarted) is created from it, with what that event says."""
+    if event.kind not in KINDS:
+        raise ValueError(f"unknown job event kind {event.kind!r}: expected one of {', '.join(KINDS)}")
+    if job is None:
+        job = new_job(event if event.kind == SUBMITTED else Event(SUBMITTED, event.job_id, event.at))
+        if event.kind == SUBMITTED:
+            return job
+    if event.kind == SUBMITTED:
+        d = event.data
+        return dataclasses.replace(
+            job,
+            name=str(d.get("name") or job.name),
+            ray_run_id=str(d.get("ray_run_id") or job.ray_run_id),
+            min_workers=int(d.get("min_workers", job.min_workers)),
+            max_workers=int(d.get("max_workers", job.max_workers)),
+        )
+    if event.kind == STATE:
+        state = str(event.data.get("state", ""))
+        detail = str(event.data.get("detail") or job.detail)
+        moved = _move(job, phase_for_state(job.phase, state), event.at, state)
+        return dataclasses.replace(moved, ray_state=state, detail=detail)
+    if event.kind == LOST:
+        return mark_lost(job, event.at)
+    # STARTING: a new attempt's workers are placed; the previous ones retire.
+    attempt = job.attempts + 1
+    phase = phase_for_start(job.phase)
+    replicas = tuple(replica_from(r, attempt, event.at) for r in event.data.get("replicas", ()))
+    retired = (*job.retired, *job.replicas)[-RETIRED_MAX:]
+    job = dataclasses.replace(job, attempts=attempt, replicas=(), retired=retired)
+    job = _move(job, phase, event.at, "on_start")
+    if job.phase is Phase.RESTARTING:
+        t = Transition(Phase.RESTARTING, event.at, "on_start")
+        replicas = tuple(dataclasses.replace(r, transitions=(*r.transitions, t)) for r in replicas)
+    return dataclasses.replace(job, replicas=replicas)
+
+
+def mark_lost(job: JobRecord, at: float) -> JobRecord:
+    """Unknown: the controller is gone and the job never reached a terminal phase."""
+    if job.terminal:
+        return job
+    return _move(job, Phase.UNKNOWN, at, "controller gone")
+
+
+def apply_all(events: Sequence[Event]) -> dict[str, JobRecord]:
+    jobs: dict[str, JobRecord] = {}
+    for e in events:
+        jobs[e.job_id] = apply_event(jobs.get(e.job_id), e)
+    return jobs
+
+
+def _transition_json(t: Transition) -> dict[str, Any]:
+    return {"phase": t.phase.value, "at": t.at, "reason": t.reason}
+
+
+def replica_json(r: Replica) -> dict[str, Any]:
+    return {
+        "world_rank": r.world_rank,
+        "world_size": r.world_size,
+        "local_rank": r.local_rank,
+        "local_world_size": r.local_world_size,
+        "node_rank": r.node_rank,
+        "host": r.host,
+        "partition": r.partition,
+        "node_id": r.node_id,
+        "devices": list(r.devices),
+        "pid": r.pid,
+        "attempt": r.attempt,
+        "phase": r.phase.value,
+        "phases": [_transition_json(t) for t in r.transitions],
+    }
+
+
+def job_json(job: JobRecord, *, replicas: bool = False) -> dict[str, Any]:
+    """What `ray-accel jobs --json` prints per job (`replicas`: also every worker)."""
+    out: dict[str, Any] = {
+        "id": job.id,
+        "name": job.name,
+        "ray_run_id": job.ray_run_id,
+        "phase": job.phase.value,
+        "ray_state": job.ray_state,
+        "submitted_at": job.submitted_at,
+        "workers": job.workers,
+        "min_workers": job.min_workers,
+        "max_workers": job.max_workers,
+        "restarts": job.restarts,
+        "attempts": job.attempts,
+        "partitions": list(job.partitions),
+        "hosts": list(job.hosts),
+        "phases": [_transition_json(t) for t in job.transitions],
+        "detail": job.detail,
+    }
+    if replicas:
+        out["replicas"] = [replica_json(r) for r in job.replicas]
+        out["retired_replicas"] = [replica_json(r) for r in job.retired]
+    return out
+
+
+def gauge_rows(jobs: Sequence[JobRecord]) -> list[tuple[float, dict[str, str]]]:
+    """`accel_job_phase` values: per job, 1 for its phase and 0 for every other."""
+    return [
+        (1.0 if job.phase.value == p else 0.0, {"job_id": job.id, "name": job.name, "phase": p})
+        for job in jobs
+        for p in PHASES
+    ]

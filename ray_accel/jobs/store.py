@@ -1,0 +1,159 @@
+"""The cluster-wide job store: one detached, named actor (`jobs` in the
+`ray-accel` namespace) that folds job events into `JobRecord`s and exports
+the gauge `accel_job_phase` (served as `ray_accel_job_phase`: Ray's recorder
+puts `ray_` before every `ray.util.metrics` name).
+
+Events come from Ray Train's controller process (our controller callback and
+the backend's `on_start`, which Ray Train runs there), sent fire-and-forget:
+calls from one process to one actor run in the order they were sent, so a
+job's events are applied in order. Any driver on any host reads the store
+with `read_jobs()`; readers never create it.
+
+A gauge value is dropped by Ray's recorder when not set for a while (twice
+the report interval), so the store sets every job's gauge again on a timer.
+While a job is not terminal the store also checks that the controller actor
+that sent its events is alive; one that died silently makes the job Unknown.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from ray_accel.jobs.model import LOST, Event, JobRecord, apply_event, gauge_rows, job_json
+
+log = logging.getLogger(__name__)
+
+NAMESPACE = "ray-accel"
+STORE_NAME = "jobs"
+GAUGE_NAME = "accel_job_phase"
+GAUGE_TAGS = ("job_id", "name", "phase")
+JOBS_MAX = 500  # finished jobs beyond this are forgotten, oldest first
+REFRESH_S = 5.0
+
+
+class JobStore:
+    """The actor's body (plain class so it can be tested without Ray)."""
+
+    def __init__(self, gauge: Any = None) -> None:
+        self.jobs: dict[str, JobRecord] = {}
+        self.controllers: dict[str, str] = {}  # job id -> controller actor id
+        self.gauge = gauge
+        self.lock = threading.Lock()
+
+    def record(self, raw: Mapping[str, Any]) -> None:
+        event = Event(str(raw["kind"]), str(raw["job_id"]), float(raw["at"]), dict(raw.get("data") or {}))
+        with self.lock:
+            self.jobs[event.job_id] = apply_event(self.jobs.get(event.job_id), event)
+            controller = (raw.get("data") or {}).get("controller")
+            if controller:
+                self.controllers[event.job_id] = str(controller)
+            if len(self.jobs) > JOBS_MAX:
+                done = sorted((j for j in self.jobs.values() if j.terminal), key=lambda j: j.submitted_at)
+                for j in done[: len(self.jobs) - JOBS_MAX]:
+                    del self.jobs[j.id]
+                    self.controllers.pop(j.id, None)
+        self.export()
+
+    def list(self, replicas: bool = False) -> list[dict[str, Any]]:
+        with self.lock:
+            jobs = sorted(self.jobs.values(), key=lambda j: (j.submitted_at, j.id))
+        return [job_json(j, replicas=replicas) for j in jobs]
+
+    def export(self) -> None:
+        if self.gauge is None:
+            return
+        with self.lock:
+            rows = gauge_rows(list(self.jobs.values()))
+        for value, tags in rows:
+            self.gauge.set(value, tags=tags)
+
+    def watched(self) -> dict[str, str]:
+        """Controllers of the jobs not yet terminal."""
+        with self.lock:
+            return {j: a for j, a in self.controllers.items() if j in self.jobs and not self.jobs[j].terminal}
+
+
+class _StoreActor(JobStore):
+    def __init__(self) -> None:
+        from ray.util.metrics import Gauge
+
+        super().__init__(Gauge(GAUGE_NAME, "1 for a job's current phase, 0 for the others", GAUGE_TAGS))
+        threading.Thread(target=self._loop, daemon=True, name="ray-accel-jobs").start()
+
+    def _loop(self) -> None:
+        while True:
+            time.sleep(REFRESH_S)
+            try:
+                for job_id, actor_id in self.watched().items():
+                    if controller_dead(actor_id):
+                        self.record({"kind": LOST, "job_id": job_id, "at": time.time()})
+                self.export()
+            except Exception as e:  # the store must outlive a bad reading
+                log.warning("ray-accel jobs store: %s", e)
+
+    def ping(self) -> bool:
+        return True
+
+
+def controller_dead(actor_id: str) -> bool:
+    """True only when the GCS says the actor is DEAD (any doubt: alive)."""
+    try:
+        from ray.util.state import get_actor
+
+        info = get_actor(actor_id, timeout=5)
+    except Exception:
+        return False
+    return info is not None and getattr(info, "state", "") == "DEAD"
+
+
+def store(create: bool = True) -> Any:
+    """The store actor's handle; None when it does not exist and not `create`."""
+    import ray
+
+    try:
+        return ray.get_actor(STORE_NAME, namespace=NAMESPACE)
+    except ValueError:
+        if not create:
+            return None
+    actor = ray.remote(_StoreActor).options(
+        name=STORE_NAME,
+        namespace=NAMESPACE,
+        lifetime="detached",
+        get_if_exists=True,
+        num_cpus=0,
+        max_concurrency=4,
+        max_restarts=-1,
+    )
+    return actor.remote()
+
+
+def send(
+    kind: str, job_id: str, data: Mapping[str, Any] | None = None, at: float | None = None, wait_s: float = 0.0
+) -> None:
+    """Record one event; wait up to `wait_s` for the store to have it (the
+    last events of a run: Ray Train may end the controller process right
+    after). A store that cannot be reached never fails the training run
+    (its phases are then incomplete, logged)."""
+    import ray
+
+    try:
+        ref = store().record.remote({"kind": kind, "job_id": job_id, "at": at or time.time(), "data": dict(data or {})})
+        if wait_s > 0:
+            ray.get(ref, timeout=wait_s)
+    except Exception as e:
+        log.warning("ray-accel: job %s event %s not recorded: %s", job_id, kind, e)
+
+
+def read_jobs(replicas: bool = False, timeout_s: float = 30.0) -> list[dict[str, Any]]:
+    """Every job in the store, oldest first (the caller is connected)."""
+    import ray
+
+    handle = store(create=False)
+    if handle is None:
+        return []
+    result: list[dict[str, Any]] = ray.get(handle.list.remote(replicas), timeout=timeout_s)
+    return result

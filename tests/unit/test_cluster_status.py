@@ -1,0 +1,154 @@
+"""`status --cluster`: the view built from the GCS node table, and "no cluster"."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ray_accel.cli import render
+from ray_accel.cluster import state
+from ray_accel.cluster import status as status_mod
+from ray_accel.cluster.status import cluster_status, cluster_view
+from ray_accel.core.errors import RayAccelError
+from ray_accel.partition.labels import (
+    CORES_LABEL,
+    DEVICES_LABEL,
+    HOST_LABEL,
+    PARTITION_LABEL,
+    RESOURCE_LABEL,
+    TYPE_LABEL,
+)
+from tests.conftest import CliRunner
+
+
+def node(host: str | None, part: str | None, ip: str, alive: bool = True, cores: str | None = "0-15") -> dict[str, Any]:
+    """One entry as `gcs.gcs_nodes` returns it (Ray 2.60 node table + resources)."""
+    labels = {"ray.io/node-id": "x"}
+    if part is not None:
+        labels[PARTITION_LABEL] = part
+        labels[RESOURCE_LABEL] = "neuron_cores"
+        labels[TYPE_LABEL] = "Trainium"
+        labels[DEVICES_LABEL] = "0-7"
+        if cores is not None:
+            labels[CORES_LABEL] = cores
+    if host is not None:
+        labels[HOST_LABEL] = host
+    return {
+        "alive": alive,
+        "labels": labels,
+        "ip": ip,
+        "hostname": f"name-of-{ip}",
+        "total": {"neuron_cores": 16.0, "CPU": 1.0, f"node:{ip}": 1.0, "memory": 1e9},
+        "available": {"neuron_cores": 12.0, "CPU": 0.0, f"node:{ip}": 1.0, "memory": 1e9},
+    }
+
+
+NODES = {
+    "n4": node("hb", "p1", "10.0.0.2", cores="16-31"),
+    "n1": node("ha", "p0", "10.0.0.1"),
+    "n3": node("hb", "p0", "10.0.0.2", alive=False),
+    "n2": node("ha", "p1", "10.0.0.1", cores="16-31"),
+    "plain": node(None, None, "10.0.0.3"),
+}
+
+
+def test_view_lists_partition_raylets_of_every_host() -> None:
+    view = cluster_view("10.0.0.1:6379", NODES)
+    assert [(p["host"], p["partition"], p["node_id"], p["alive"]) for p in view["partitions"]] == [
+        ("ha", "p0", "n1", True),
+        ("ha", "p1", "n2", True),
+        ("hb", "p0", "n3", False),
+        ("hb", "p1", "n4", True),
+    ]
+    assert view["hosts"] == [
+        {"host": "ha", "ips": ["10.0.0.1"], "partitions": 2, "alive": 2},
+        {"host": "hb", "ips": ["10.0.0.2"], "partitions": 2, "alive": 1},
+    ]
+    assert view["other_nodes"] == 1 and view["warnings"] == [] and view["replaced_dead"] == 0
+    p1 = view["partitions"][1]
+    assert p1["core_ids"] == list(range(16, 32)) and p1["mask"] == "16-31"
+    assert p1["device_indexes"] == list(range(8)) and p1["accelerator_type"] == "Trainium"
+    assert p1["total"] == {"CPU": 1.0, "memory": 1e9, "neuron_cores": 16.0}  # no node:<ip> markers
+    assert p1["available"]["neuron_cores"] == 12.0
+    json.dumps(view)  # what --json prints
+
+
+def test_dead_predecessor_of_a_live_partition_is_not_listed() -> None:
+    # host B joined again: its old p0 raylet stays dead in the GCS, a new one serves p0
+    nodes = {**NODES, "n5": node("hb", "p0", "10.0.0.2")}
+    view = cluster_view("10.0.0.1:6379", nodes)
+    assert [(p["host"], p["partition"], p["node_id"]) for p in view["partitions"]] == [
+        ("ha", "p0", "n1"),
+        ("ha", "p1", "n2"),
+        ("hb", "p0", "n5"),
+        ("hb", "p1", "n4"),
+    ]
+    assert all(p["alive"] for p in view["partitions"]) and view["replaced_dead"] == 1
+    assert view["hosts"][1] == {"host": "hb", "ips": ["10.0.0.2"], "partitions": 2, "alive": 2}
+
+
+def test_view_falls_back_to_ray_hostname_and_reports_bad_labels() -> None:
+    bad = node(None, "p0", "10.0.0.9", cores="3-1")
+    view = cluster_view("a:1", {"n9": bad})
+    (p,) = view["partitions"]
+    assert p["host"] == "name-of-10.0.0.9" and p["core_ids"] is None and p["mask"] is None
+    assert len(view["warnings"]) == 1 and "'3-1'" in view["warnings"][0] and "n9" in view["warnings"][0]
+
+
+def test_text_table_counts_partitions_and_hosts() -> None:
+    text = render.cluster_status_text(cluster_view("10.0.0.1:6379", NODES))
+    lines = text.splitlines()
+    assert lines[0] == "cluster 10.0.0.1:6379: 4 partitions on 2 hosts (1 dead)"
+    assert sum(" DEAD " in line for line in lines) == 1
+    assert "neuron_cores 12/16, CPU 0/1" in text
+    assert "other nodes (no partition label): 1" in text
+
+
+labels_st = st.dictionaries(
+    st.text("abcdefgh0123456789-", min_size=1, max_size=6),
+    st.tuples(st.sampled_from(["ha", "hb", "hc", None]), st.sampled_from(["p0", "p1", None]), st.booleans()),
+    max_size=12,
+)
+
+
+@given(labels_st)
+def test_view_counts_every_labelled_node_once(spec: dict[str, tuple[str | None, str | None, bool]]) -> None:
+    nodes = {nid: node(h, p, "10.0.0.1", alive) for nid, (h, p, alive) in spec.items()}
+    view = cluster_view("a:1", nodes)
+    labelled = [nid for nid, (_, p, _) in spec.items() if p is not None]
+    shown = [p["node_id"] for p in view["partitions"]]
+    assert len(shown) + view["replaced_dead"] == len(labelled) and set(shown) <= set(labelled)
+    assert {nid for nid in labelled if spec[nid][2]} <= set(shown)  # every live raylet is listed
+    # a dead one is listed exactly when no live raylet has its host and partition
+    slots = {(p["host"], p["partition"]) for p in view["partitions"] if p["alive"]}
+    assert all(p["alive"] or (p["host"], p["partition"]) not in slots for p in view["partitions"])
+    assert view["other_nodes"] == len(spec) - len(labelled)
+    assert sum(h["partitions"] for h in view["hosts"]) == len(shown)
+    assert sum(h["alive"] for h in view["hosts"]) == sum(p["alive"] for p in view["partitions"])
+    keys = [(p["host"], p["partition"], not p["alive"], p["node_id"]) for p in view["partitions"]]
+    assert keys == sorted(keys)
+
+
+def test_no_record_is_no_cluster_exit_1(cli: CliRunner, tmp_path: Path) -> None:
+    env = {"HOME": str(tmp_path)}
+    text = cli("status", "--cluster", env=env)
+    assert text.returncode == 1 and "no cluster" in text.stderr
+    proc = cli("status", "--cluster", "--json", env=env)
+    assert proc.returncode == 1 and proc.stdout == ""
+    err = json.loads(proc.stderr)
+    assert err["exit_code"] == 1 and err["kind"] == "failure" and "no cluster" in err["error"]
+    assert not (tmp_path / ".ray-accel").exists()  # read-only: nothing made
+
+
+def test_gcs_not_answering_is_no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    record = SimpleNamespace(gcs_address="10.0.0.1:6379", auth=None)
+    monkeypatch.setattr(state, "load", lambda: record)
+    monkeypatch.setattr(status_mod, "gcs_nodes", lambda *a: None)
+    with pytest.raises(RayAccelError, match=r"no cluster: the GCS at 10\.0\.0\.1:6379 .* did not answer within 2s"):
+        cluster_status(2.0)
