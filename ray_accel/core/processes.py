@@ -34,6 +34,9 @@ class ProcStat(NamedTuple):
     rss_bytes: int
 
 
+_new_tuple = tuple.__new__
+
+
 def read_raw_stat(pid: int, proc: str = PROC) -> bytes | None:
     """The process's stat line as the kernel wrote it, or None if it is gone."""
     try:
@@ -77,7 +80,7 @@ def parse_stat(pid: int, raw: bytes) -> ProcStat | None:
     if cut < 0 or len(f) < 22:
         return None
     try:
-        return ProcStat(
+        fields = (
             pid,
             raw[raw.find(b"(") + 1 : cut].decode("utf-8", "replace"),
             f[0].decode("ascii", "replace"),
@@ -89,21 +92,40 @@ def parse_stat(pid: int, raw: bytes) -> ProcStat | None:
         )
     except ValueError:
         return None
+    # tuple.__new__ skips the NamedTuple's Python-level __new__: a collection
+    # parses hundreds of lines.
+    return _new_tuple(ProcStat, fields)
 
 
-def parse_usage(raw: bytes) -> tuple[str, int, int] | None:
-    """(comm, CPU ticks, RSS bytes) of a stat line, as `parse_stat` reads
-    them, or None if those fields are malformed: what a metrics reading
-    needs, at about half the cost of a full parse (the collector makes one
-    per process of every tree)."""
+class Usage(NamedTuple):
+    """What a metrics reading and a liveness check need of a stat line."""
+
+    name: str
+    state: str
+    cpu_ticks: int
+    start_ticks: int
+    rss_bytes: int
+
+
+def parse_usage(raw: bytes) -> Usage | None:
+    """The `Usage` fields of a stat line, as `parse_stat` reads them, or None
+    if those fields are malformed: at about two thirds of the cost of a full
+    parse (the collector makes one per process of every tree)."""
     cut = raw.rfind(b")")
     f = raw[cut + 2 :].split(None, 22)
     if cut < 0 or len(f) < 22:
         return None
     try:
-        return raw[raw.find(b"(") + 1 : cut].decode("utf-8", "replace"), int(f[11]) + int(f[12]), int(f[21]) * PAGE_SIZE
+        fields = (
+            raw[raw.find(b"(") + 1 : cut].decode("utf-8", "replace"),
+            f[0].decode("ascii", "replace"),
+            int(f[11]) + int(f[12]),
+            int(f[19]),
+            int(f[21]) * PAGE_SIZE,
+        )
     except ValueError:
         return None
+    return _new_tuple(Usage, fields)
 
 
 def read_stat(pid: int, proc: str = PROC) -> ProcStat | None:
@@ -151,6 +173,31 @@ def all_pids(proc: str = PROC) -> list[int]:
         return []
 
 
+def _is_current(state: str, start_ticks: int, recorded_ticks: int) -> bool:
+    """The liveness rule: the same start time (else the PID was reused), and
+    not ended (a zombie holds nothing and runs nothing)."""
+    return start_ticks == recorded_ticks and state != "Z" and state != "X"
+
+
+def current(pid: int, start_ticks: int, table: ProcessTable | None = None) -> ProcStat | None:
+    """The process `pid` if it is still the one that started at
+    `start_ticks` and has not ended, else None; as `table` shows it, if given."""
+    stat = read_stat(pid) if table is None else table.stat(pid)
+    if stat is None or not _is_current(stat.state, stat.start_ticks, start_ticks):
+        return None
+    return stat
+
+
+def alive(pid: int, start_ticks: int, table: ProcessTable | None = None) -> bool:
+    """`current(...) is not None`, for callers that hold many records as
+    plain numbers (the metrics collector checks hundreds): with a table, from
+    the same parse its usage reading takes."""
+    if table is None:
+        return current(pid, start_ticks) is not None
+    u = table.usage(pid)
+    return u is not None and _is_current(u.state, u.start_ticks, start_ticks)
+
+
 @dataclass(frozen=True)
 class ProcessRecord:
     """A process as it was when recorded: its PID and its kernel start time."""
@@ -167,13 +214,10 @@ class ProcessRecord:
         """The live process this record names, or None if it ended (or the PID
         was reused); as `table` shows it, if given (a table the caller read
         already spares one read per record)."""
-        stat = read_stat(self.pid) if table is None else table.stat(self.pid)
-        if stat is None or stat.start_ticks != self.start_ticks or stat.state in ("Z", "X"):
-            return None
-        return stat
+        return current(self.pid, self.start_ticks, table)
 
     def alive(self, table: ProcessTable | None = None) -> bool:
-        return self.current(table) is not None
+        return alive(self.pid, self.start_ticks, table)
 
     def to_json(self) -> list[int]:
         return [self.pid, self.start_ticks]
@@ -189,12 +233,17 @@ def children_map(stats: Iterable[ProcStat]) -> dict[int, list[int]]:
 
 def descendants(pid: int, kids: Mapping[int, Sequence[int]]) -> list[int]:
     """Every PID below `pid`, parents before children."""
+    first = kids.get(pid)
+    if not first:
+        return []
     out: list[int] = []
-    stack = list(kids.get(pid, ()))
+    stack = list(first)
     while stack:
         child = stack.pop()
         out.append(child)
-        stack.extend(kids.get(child, ()))
+        grandchildren = kids.get(child)
+        if grandchildren:
+            stack.extend(grandchildren)
     return out
 
 
@@ -209,6 +258,7 @@ class ProcessTable(Mapping[int, ProcStat]):
         exactly the well-formed lines of `raw`, when the caller found them
         while reading (`process_table` does, to walk the lines once)."""
         self._parsed: dict[int, ProcStat | None] = {}
+        self._usage: dict[int, Usage | None] = {}
         if children is not None:
             self._raw = dict(raw)
             self.children = children
@@ -230,20 +280,16 @@ class ProcessTable(Mapping[int, ProcStat]):
         stat = parsed[pid] = None if line is None else parse_stat(pid, line)
         return stat
 
-    def usage(self, pid: int) -> tuple[str, int, int] | None:
-        """`parse_usage` of the process's line, or None if it is not in the table."""
-        stat = self._parsed.get(pid)
-        if stat is not None:
-            return stat.name, stat.cpu_ticks, stat.rss_bytes
-        line = self._raw.get(pid)
-        return None if line is None else parse_usage(line)
-
-    def name(self, pid: int) -> str | None:
-        """The process's comm alone, or None if it is not in the table."""
-        line = self._raw.get(pid)
-        if line is None:
-            return None
-        return line[line.find(b"(") + 1 : line.rfind(b")")].decode("utf-8", "replace")
+    def usage(self, pid: int) -> Usage | None:
+        """`parse_usage` of the process's line (parsed once), or None if it is
+        not in the table (or those fields are malformed)."""
+        usage = self._usage.get(pid)
+        if usage is None:
+            line = self._raw.get(pid)
+            if line is None:
+                return None
+            usage = self._usage[pid] = parse_usage(line)
+        return usage
 
     def __getitem__(self, pid: int) -> ProcStat:
         stat = self.stat(pid)
@@ -263,48 +309,49 @@ class ProcessTable(Mapping[int, ProcStat]):
 
 def process_table(proc: str = PROC) -> ProcessTable:
     """Every process that could be read, parsed lazily. One open, read and
-    close per process and the parent PID taken from the line in the same
-    loop, nothing else per process: at hundreds of processes the loop's own
-    overhead is a visible share of the cost."""
-    raw: dict[int, bytes] = {}
-    children: dict[int, list[int]] = {}
-    opn, rd, cls, rdonly, prefix = os.open, os.read, os.close, os.O_RDONLY, proc + "/"
+    close per process, then the parent PID of each line: at hundreds of
+    processes the loops' own overhead is a visible share of the cost, and
+    reading every line first and parsing after is measurably faster than
+    interleaving the two (`benchmarks/bench_metrics.py`)."""
+    # Bytes paths: a str path is encoded again on every open.
+    opn, rd, cls, rdonly, prefix = os.open, os.read, os.close, os.O_RDONLY, os.fsencode(proc) + b"/"
     try:
-        names = os.listdir(proc)
+        names = os.listdir(prefix)
     except OSError:
-        return ProcessTable(raw, children)
+        return ProcessTable({}, {})
+    read: list[tuple[bytes, bytes]] = []
     for name in names:
         if not name.isdigit():
             continue
         try:
-            fd = opn(prefix + name + "/stat", rdonly)
+            fd = opn(prefix + name + b"/stat", rdonly)
         except OSError:
             continue  # ended since the listing
         try:
-            line = rd(fd, 4096)
+            read.append((name, rd(fd, 4096)))
         except OSError:
             continue
         finally:
             cls(fd)
+    raw: dict[int, bytes] = {}
+    children: dict[int, list[int]] = {}
+    for name, line in read:
         # parent_pid, inline: comm ends at the last ')', then " S " (the
         # one-letter state), then the parent PID.
-        cut = line.rfind(b")")
-        if cut < 0:
-            continue
-        end = line.find(b" ", cut + 4)
-        if end < 0:
+        cut = line.rfind(b")") + 4
+        end = line.find(b" ", cut)
+        if cut < 4 or end < 0:
             continue
         try:
-            ppid = int(line[cut + 4 : end])
+            ppid = int(line[cut:end])
         except ValueError:
             continue
         pid = int(name)
         raw[pid] = line
-        siblings = children.get(ppid)
-        if siblings is None:
-            children[ppid] = [pid]
+        if ppid in children:
+            children[ppid].append(pid)
         else:
-            siblings.append(pid)
+            children[ppid] = [pid]
     return ProcessTable(raw, children)
 
 

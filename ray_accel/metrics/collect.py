@@ -24,7 +24,15 @@ from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple
 
 from ray_accel.core.devices import Device
-from ray_accel.core.processes import CLOCK_TICKS, ProcessTable, ProcStat, children_map, descendants, process_table
+from ray_accel.core.processes import (
+    CLOCK_TICKS,
+    ProcessTable,
+    ProcStat,
+    Usage,
+    children_map,
+    descendants,
+    process_table,
+)
 from ray_accel.plugins.interface import Telemetry
 
 
@@ -44,6 +52,9 @@ class DeviceReading:
     temperature_c: float | None = None
 
 
+_new_tuple = tuple.__new__
+
+
 class ProcessReading(NamedTuple):
     """One process of a workload (a tuple: a collection makes one per process)."""
 
@@ -54,8 +65,10 @@ class ProcessReading(NamedTuple):
     device_memory_bytes: dict[str, int]
 
 
-@dataclass(frozen=True)
-class WorkloadReading:
+class WorkloadReading(NamedTuple):
+    """One Ray worker's whole process tree (a tuple, as `ProcessReading`: a
+    frozen dataclass's __init__ costs several times more, once per worker)."""
+
     workload: str  # the Ray worker's process title and pid
     host: str
     partition: str
@@ -221,30 +234,33 @@ def workload_readings(
         except Exception:
             held = {}
     usage = procs.usage if isinstance(procs, ProcessTable) else _usage_of(procs)
+    ticks = CLOCK_TICKS
     out = []
     for root, tree in trees.items():
-        readings = tuple(
-            ProcessReading(pid, u[0], u[1] / CLOCK_TICKS, u[2], {k: v for k, v in held[pid].items() if k in mine})
-            if pid in held
-            else ProcessReading(pid, u[0], u[1] / CLOCK_TICKS, u[2], {})
-            for pid in tree
-            if (u := usage(pid)) is not None
-        )
+        readings = []
+        for pid in tree:
+            u = usage(pid)
+            if u is None:
+                continue  # ended since the table was read
+            h = held.get(pid)
+            memory = ({k: v for k, v in h.items() if k in mine} if h.keys() - mine else h) if h else {}
+            # tuple.__new__: the NamedTuple's own __new__ is a Python call, per process.
+            readings.append(_new_tuple(ProcessReading, (pid, u.name, u.cpu_ticks / ticks, u.rss_bytes, memory)))
         if not readings or readings[0].pid != root:
             continue  # the worker itself ended
         name = readings[0].name
         line = titles[root] if titles is not None and root in titles else cmdline(root)
         title = line.split(" ")[0] or name
-        out.append(WorkloadReading(f"{title}[{root}]", host, partition, root, readings))
+        out.append(_new_tuple(WorkloadReading, (f"{title}[{root}]", host, partition, root, tuple(readings))))
     return out
 
 
-def _usage_of(table: Mapping[int, ProcStat]) -> Callable[[int], tuple[str, int, int] | None]:
+def _usage_of(table: Mapping[int, ProcStat]) -> Callable[[int], Usage | None]:
     """`ProcessTable.usage` for a plain mapping of parsed stats."""
 
-    def usage(pid: int) -> tuple[str, int, int] | None:
+    def usage(pid: int) -> Usage | None:
         st = table.get(pid)
-        return None if st is None else (st.name, st.cpu_ticks, st.rss_bytes)
+        return None if st is None else Usage(st.name, st.state, st.cpu_ticks, st.start_ticks, st.rss_bytes)
 
     return usage
 
@@ -277,16 +293,25 @@ def ray_workers(
 ) -> dict[int, str]:
     """The worker processes a raylet started (its `ray::` children, less Ray's
     own agents), with their titles."""
-    if isinstance(table, ProcessTable):
-        name = table.name  # the comm alone: most children are not looked at again
-    else:
-        name = lambda pid: None if (st := table.get(pid)) is None else st.name  # noqa: E731
+    # A worker's usage is parsed here once for the whole collection.
+    usage = table.usage if isinstance(table, ProcessTable) else _usage_of(table)
     out = {}
+    # A comm shorter than COMM_MAX is the whole title, so its verdict holds
+    # for every child that has it: most children share a few.
+    whole: dict[str, str | None] = {}
     for pid in kids.get(raylet_pid, ()):
         if pid in exclude:
             continue
-        comm = name(pid)
-        title = None if comm is None else worker_title(pid, comm)
+        u = usage(pid)
+        if u is None:
+            continue
+        comm = u.name
+        if len(comm) >= COMM_MAX:
+            title = worker_title(pid, comm)
+        elif comm in whole:
+            title = whole[comm]
+        else:
+            title = whole[comm] = worker_title(pid, comm)
         if title is not None:
             out[pid] = title
     return out
