@@ -340,6 +340,8 @@ def orphan_readings(
         holders = telemetry.device_holders(table if isinstance(table, ProcessTable) else None)
     except Exception as e:
         return [], [f"device holders unknown: {type(e).__name__}: {e}"]
+    if not any(d in mine for d, pids in holders.items() if pids):
+        return [], []  # nothing holds this partition's devices: no tree to walk
     workers = {raylet_pid, *descendants(raylet_pid, kids)}
     out = []
     for device, pid in orphan_pids(holders, mine, workers):
