@@ -205,6 +205,13 @@ def cmdline(pid: int) -> str:
     return raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()
 
 
+def worker_trees(
+    roots: Iterable[int], kids: Mapping[int, Sequence[int]], table: Collection[int]
+) -> dict[int, list[int]]:
+    """Each root still in `table` -> its whole process tree, itself first."""
+    return {r: [r, *descendants(r, kids)] for r in roots if r in table}
+
+
 def workload_readings(
     telemetry: Telemetry | None,
     roots: Iterable[int],
@@ -214,17 +221,19 @@ def workload_readings(
     host: str = "",
     titles: Mapping[int, str] | None = None,
     kids: Mapping[int, Sequence[int]] | None = None,
+    trees: Mapping[int, Sequence[int]] | None = None,
 ) -> list[WorkloadReading]:
     """One reading per Ray worker, over its whole process tree, from one pass
     over the process table. `titles`: the roots' command lines, when the
-    caller has read them already."""
+    caller has read them already; `trees`: `worker_trees` of the roots, likewise."""
     roots = list(roots)
     if not roots:
         return []
     procs = process_table() if table is None else table
-    if kids is None:
-        kids = procs.children if isinstance(procs, ProcessTable) else children_map(procs.values())
-    trees = {r: [r, *descendants(r, kids)] for r in roots if r in procs}
+    if trees is None:
+        if kids is None:
+            kids = procs.children if isinstance(procs, ProcessTable) else children_map(procs.values())
+        trees = worker_trees(roots, kids, procs)
     held: dict[int, dict[str, int]] = {}
     if telemetry is not None:
         try:
@@ -333,18 +342,24 @@ def orphan_readings(
     table: Mapping[int, ProcStat],
     partition: str,
     host: str,
+    known: Collection[int] = (),
 ) -> tuple[list[OrphanReading], list[str]]:
+    """`known`: PIDs the caller knows are in the raylet's tree (its workers'
+    trees): the raylet's whole tree is walked only if a holder is not among them."""
     if telemetry is None:
         return [], []
     try:
         holders = telemetry.device_holders(table if isinstance(table, ProcessTable) else None)
     except Exception as e:
         return [], [f"device holders unknown: {type(e).__name__}: {e}"]
-    if not any(d in mine for d, pids in holders.items() if pids):
-        return [], []  # nothing holds this partition's devices: no tree to walk
+    outside = orphan_pids(holders, mine, known)
+    if not outside:
+        return [], []
     workers = {raylet_pid, *descendants(raylet_pid, kids)}
     out = []
-    for device, pid in orphan_pids(holders, mine, workers):
+    for device, pid in outside:
+        if pid in workers:
+            continue
         stat = table.get(pid)
         command = cmdline(pid) or (stat.name if stat is not None else "")
         if command:  # else it ended since the backend saw it
@@ -370,10 +385,12 @@ def collect(
         table = process_table()
         kids = table.children
         titles = ray_workers(raylet_pid, exclude or set(), kids, table)
+        trees = worker_trees(titles, kids, table)
         mine = {d.id for d in devices}
         # Holders first: a backend may answer both from one reading (the mock does).
-        orphans, orphan_errors = orphan_readings(telemetry, mine, raylet_pid, kids, table, partition, host)
-        workloads = workload_readings(telemetry, titles, partition, mine, table, host, titles, kids)
+        known = {pid for tree in trees.values() for pid in tree}
+        orphans, orphan_errors = orphan_readings(telemetry, mine, raylet_pid, kids, table, partition, host, known)
+        workloads = workload_readings(telemetry, titles, partition, mine, table, host, titles, kids, trees)
         errors += orphan_errors
     return Snapshot(
         host,
