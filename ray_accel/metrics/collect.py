@@ -8,11 +8,15 @@ reading carries its host: partition names (p0, p1, ...) repeat on every host.
 Export to Ray's metrics lives in `ray_accel.metrics.export`.
 
 Cost: one collection reads `/proc/<pid>/stat` once for every process of the
-host (the only way to learn who is whose child), `cmdline` once for each
-child of the raylet whose name the kernel cut short (its title names the
-workload; a short title is whole in the stat line) and once per orphan, and
-asks the backend twice (device samples, then process memory and holders).
-`benchmarks/bench_metrics.py` compares it with the floor.
+host (the only way to learn who is whose child) and parses each line's parent
+only; the comm, CPU time, start time and RSS of a process of a worker's tree
+are parsed once and serve its title, its reading and the liveness check of
+its published mask. It reads `cmdline` once for each child of the raylet
+whose name the kernel cut short (its title names the workload; a short title
+is whole in the stat line) and once per orphan, and asks the backend twice
+(device samples, then process memory and holders; the mock reads the mask
+records again only when their directory changed). `benchmarks/bench_metrics.py`
+compares it with the floor.
 """
 
 from __future__ import annotations
