@@ -73,30 +73,6 @@ def parent_pid(raw: bytes) -> int | None:
         return None
 
 
-def parse_stat(pid: int, raw: bytes) -> ProcStat | None:
-    """A stat line (proc(5)) as a ProcStat, or None if it is malformed."""
-    cut = raw.rfind(b")")
-    f = raw[cut + 2 :].split(None, 22)
-    if cut < 0 or len(f) < 22:
-        return None
-    try:
-        fields = (
-            pid,
-            raw[raw.find(b"(") + 1 : cut].decode("utf-8", "replace"),
-            f[0].decode("ascii", "replace"),
-            int(f[1]),
-            int(f[2]),
-            int(f[11]) + int(f[12]),
-            int(f[19]),
-            int(f[21]) * PAGE_SIZE,
-        )
-    except ValueError:
-        return None
-    # tuple.__new__ skips the NamedTuple's Python-level __new__: a collection
-    # parses hundreds of lines.
-    return _new_tuple(ProcStat, fields)
-
-
 class Usage(NamedTuple):
     """What a metrics reading and a liveness check need of a stat line."""
 
@@ -108,9 +84,8 @@ class Usage(NamedTuple):
 
 
 def parse_usage(raw: bytes) -> Usage | None:
-    """The `Usage` fields of a stat line, as `parse_stat` reads them, or None
-    if those fields are malformed: at about two thirds of the cost of a full
-    parse (the collector makes one per process of every tree)."""
+    """The `Usage` fields of a stat line, or None if they are malformed: what
+    the collector needs of each process of every tree, with no more parsing."""
     cut = raw.rfind(b")")
     f = raw[cut + 2 :].split(None, 22)
     if cut < 0 or len(f) < 22:
@@ -125,7 +100,23 @@ def parse_usage(raw: bytes) -> Usage | None:
         )
     except ValueError:
         return None
+    # tuple.__new__ skips the NamedTuple's Python-level __new__: a collection
+    # parses hundreds of lines.
     return _new_tuple(Usage, fields)
+
+
+def parse_stat(pid: int, raw: bytes) -> ProcStat | None:
+    """A stat line (proc(5)) as a ProcStat, or None if it is malformed: its
+    `Usage` fields, and the parent and process group."""
+    u = parse_usage(raw)
+    if u is None:
+        return None
+    f = raw[raw.rfind(b")") + 2 :].split(None, 3)
+    try:
+        ppid, pgrp = int(f[1]), int(f[2])
+    except ValueError:
+        return None
+    return ProcStat(pid, u.name, u.state, ppid, pgrp, u.cpu_ticks, u.start_ticks, u.rss_bytes)
 
 
 def read_stat(pid: int, proc: str = PROC) -> ProcStat | None:
