@@ -4,9 +4,13 @@ the gauge `accel_job_phase` (served as `ray_accel_job_phase`: Ray's recorder
 puts `ray_` before every `ray.util.metrics` name).
 
 Events come from Ray Train's controller process (our controller callback and
-the backend's `on_start`, which Ray Train runs there), sent fire-and-forget:
-calls from one process to one actor run in the order they were sent, so a
-job's events are applied in order. Any driver on any host reads the store
+the backend's `on_start`, which Ray Train runs there), sent fire-and-forget.
+The actor is synchronous and single-threaded on purpose: only such an actor
+runs one submitter's calls in the order they were sent (Ray's "Actor Task
+Execution Order", docs.ray.io ray-core/actors/task-orders); a threaded one
+(max_concurrency > 1) may run them in any order, and a RESTARTING applied
+after the SCHEDULING that followed it showed a restart as Pending, then
+Restarting (seen in CI). The gauge refresh runs on a thread of its own. Any driver on any host reads the store
 with `read_jobs()`; readers never create it.
 
 A gauge value is dropped by Ray's recorder when not set for a while (twice
@@ -125,7 +129,7 @@ def store(create: bool = True) -> Any:
         lifetime="detached",
         get_if_exists=True,
         num_cpus=0,
-        max_concurrency=4,
+        max_concurrency=1,  # in-order events: see the module doc
         max_restarts=-1,
     )
     return actor.remote()

@@ -205,7 +205,9 @@ def blocked_start(tmp_path: Path, cleanup: list[dict[str, str]], *extra: str) ->
         "start", "--head", "--agents", "2", "--port", str(free_port()), "--no-metrics", "--block", *extra, env=env
     )
     start.wait_for(lambda: "blocking with p0, p1" in start.stderr, what="blocking")
-    assert "cluster address" in start.stdout, "the status is printed before blocking"
+    # stdout is flushed before "blocking" goes to stderr; each pipe has its own
+    # reader thread here, so stdout's may land a moment later.
+    start.wait_for(lambda: "cluster address" in start.stdout, timeout_s=10, what="the status printed before blocking")
     return start, env
 
 

@@ -5,12 +5,13 @@ its partition and host.
 Prometheus (Debian's package) scrapes the targets in Ray's service-discovery
 file every second. A panel over a metric the product does not export yet is
 a strict xfail (MISSING) naming what is missing; one that starts passing
-fails until its entry is removed. Only the job-phase gauge is missing now.
+fails until its entry is removed. Nothing is missing now: the job panels read
+the phase gauge of a real `fit()` run on the cluster first.
 """
 
 from __future__ import annotations
 
-import time
+import json
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,8 +20,10 @@ from typing import Any
 import psutil
 import pytest
 
+from ray_accel.jobs.model import PHASES
 from tests.dashboard_probe import device_owners, holders, metrics_cluster, metrics_targets, orphan, sd_file
 from tests.dashboard_queries import PanelQuery, load, metric_names, panel_queries, variable_queries
+from tests.integration import drivers
 from tests.integration.conftest import Cluster
 from tests.prom import Prometheus, Series
 from tests.prom import prometheus as prometheus  # the fixture, over ray_sd_file below
@@ -30,9 +33,7 @@ pytestmark = pytest.mark.ray
 # What the product does not export yet. Remove an entry when it does: the
 # queries it marks then pass, and a strict xfail that passes fails.
 PREFIX = "*"  # an entry for every query (none now)
-MISSING: dict[str, str] = {
-    "ray_accel_job_phase": "job phases are not exported",
-}
+MISSING: dict[str, str] = {}
 QUERY_WAIT_S = 3.0
 DASHBOARD = load()
 
@@ -59,6 +60,20 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             yield c
     except RuntimeError as e:
         pytest.fail(str(e))
+
+
+@pytest.fixture(scope="module")
+def trained(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The job of one finished `fit()` with AcceleratorTorchConfig, as `ray-accel jobs` lists it."""
+    part = cluster.status["partitions"][0]["partition"]
+    kw = {"partition": part, "out": str(tmp_path_factory.mktemp("fit")), "steps": 3, "workers": 1}
+    result = cluster.driver(drivers.TRAIN_JOB, json.dumps(kw), timeout=400)
+    assert result["ok"], result
+    listed = cluster.cli("jobs", "--json")
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    (job,) = json.loads(listed.stdout)["jobs"]
+    assert job["phase"] == "Succeeded", job
+    return dict(job)
 
 
 @pytest.fixture(scope="module")
@@ -89,8 +104,13 @@ def ray_metrics_targets(cluster: Cluster) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def settled(prometheus: Prometheus, held: dict[str, Any], orphan_device: dict[str, Any]) -> Prometheus:
-    """Prometheus once every holder's workload has a CPU rate (two scrapes of it at least)."""
+def settled(
+    prometheus: Prometheus, trained: dict[str, Any], held: dict[str, Any], orphan_device: dict[str, Any]
+) -> Prometheus:
+    """Prometheus once every holder's workload has a CPU rate (two scrapes of it at least)
+    and the finished job's phase is in."""
+    found = prometheus.wait_for_series(f'ray_accel_job_phase{{job_id="{trained["id"]}"}} == 1', timeout_s=60)
+    assert found, f"no phase for job {trained['id']} after 60 s"
     for h in held["holders"].values():
         found = prometheus.wait_for_series(
             f'rate(ray_accel_workload_cpu_seconds{{workload=~".*\\\\[{h["pid"]}\\\\]"}}[1m])',
@@ -174,13 +194,9 @@ def test_orphan_is_named_with_pid_command_device_and_partition(
     assert labels["host"] and "python" in labels["command"]
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="; ".join(pending("ray_accel_job_phase")))
-def test_running_driver_is_a_job_in_one_phase(settled: Prometheus, held: dict[str, Any]) -> None:
-    deadline = time.monotonic() + QUERY_WAIT_S
-    while True:
-        series = settled.query(f'ray_accel_job_phase{{job_id="{held["job_id"]}"}}')
-        current = [labels["phase"] for labels, value in series if value == 1]
-        if current or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
-    assert len(current) == 1, f"job {held['job_id']}: one current phase, got {series}"
+def test_finished_fit_is_a_job_in_one_phase(settled: Prometheus, trained: dict[str, Any]) -> None:
+    series = query_soon(settled, f'ray_accel_job_phase{{job_id="{trained["id"]}"}}')
+    current = [labels["phase"] for labels, value in series if value == 1]
+    assert current == ["Succeeded"], f"job {trained['id']}: one current phase, got {series}"
+    assert {labels["phase"] for labels, _ in series} == set(PHASES), "every phase is a series (0 or 1)"
+    assert {labels["name"] for labels, _ in series} == {trained["name"]}
