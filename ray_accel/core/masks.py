@@ -14,9 +14,10 @@ import functools
 import logging
 import os
 import tempfile
-from collections.abc import Collection
+import time
+from collections.abc import Collection, Iterable, Mapping
 
-from ray_accel.core.processes import ProcessRecord
+from ray_accel.core.processes import ProcessRecord, ProcessTable, alive
 
 log = logging.getLogger(__name__)
 
@@ -49,39 +50,123 @@ def publish(mask: str) -> None:
         log.debug("could not publish mask: %s", e)
 
 
-def _read_record(directory: str, pid: int) -> str | None:
-    """The mask in `pid`'s record if `pid` is still the process that wrote it."""
+def parse_record(raw: bytes) -> tuple[str, int] | None:
+    """A record as `publish` writes it (the mask, then the writer's kernel
+    start time, one a line) as (mask, start ticks), or None if malformed."""
+    mask, _, rest = raw.partition(b"\n")
+    start, newline, _ = rest.partition(b"\n")
+    if not newline or not start.isascii() or not start.isdigit():
+        return None
     try:
-        fd = os.open(os.path.join(directory, str(pid)), os.O_RDONLY)
+        return mask.decode(), int(start)
+    except ValueError:  # UnicodeDecodeError is a ValueError
+        return None
+
+
+def _read(path: str) -> bytes | None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
     except OSError:
         return None
     try:
-        mask, start = os.read(fd, 4096).decode().split("\n")[:2]
-        return mask if ProcessRecord(pid, int(start)).alive() else None
-    except (OSError, ValueError):
+        return os.read(fd, 4096)
+    except OSError:
         return None
     finally:
         os.close(fd)
 
 
-def published(pid: int) -> str | None:
-    """The mask `pid` published, if `pid` is still the process that published it."""
-    return _read_record(mask_dir(), pid)
-
-
-def all_published(pids: Collection[int] | None = None) -> dict[int, str]:
-    """PID -> mask of every live process that published one (of `pids` only,
-    if given). One listing of the directory, so a process that never
-    published costs nothing: most processes of a tree hold no device."""
-    directory = mask_dir()
+def read_records(directory: str) -> dict[int, tuple[str, int]]:
+    """PID -> (mask, start ticks) of every well-formed record in `directory`,
+    live writer or not."""
     try:
         names = os.listdir(directory)
     except OSError:
         return {}
-    listed = [int(n) for n in names if n.isdigit()]
     out = {}
-    for pid in listed if pids is None else set(listed).intersection(pids):
-        mask = _read_record(directory, pid)
-        if mask is not None:
+    for name in names:
+        if name.isdigit() and (raw := _read(f"{directory}/{name}")) is not None:
+            record = parse_record(raw)
+            if record is not None:
+                out[int(name)] = record
+    return out
+
+
+def live_masks(
+    records: Mapping[int, tuple[str, int]], pids: Collection[int] | None = None, table: ProcessTable | None = None
+) -> dict[int, str]:
+    """PID -> mask of each record (of `pids` only, if given) whose writer is
+    still the process that wrote it (as `table` shows it, if given)."""
+    if pids is None:
+        chosen: Iterable[int] = records
+    elif len(pids) < len(records):
+        chosen = [p for p in pids if p in records]
+    else:
+        chosen = [p for p in records if p in pids]
+    out = {}
+    for pid in chosen:
+        mask, start = records[pid]
+        if alive(pid, start, table):
             out[pid] = mask
     return out
+
+
+def published(pid: int) -> str | None:
+    """The mask `pid` published, if `pid` is still the process that published it."""
+    raw = _read(f"{mask_dir()}/{pid}")
+    record = None if raw is None else parse_record(raw)
+    return None if record is None else live_masks({pid: record}).get(pid)
+
+
+def all_published(pids: Collection[int] | None = None, table: ProcessTable | None = None) -> dict[int, str]:
+    """PID -> mask of every live process that published one (of `pids` only,
+    if given). One listing of the directory, so a process that never
+    published costs nothing: most processes of a tree hold no device.
+    `table`: the process table the caller read already, to tell a live
+    process from a dead one without reading its stat line again."""
+    return live_masks(read_records(mask_dir()), pids, table)
+
+
+# Kernel file timestamps come from a clock that advances once per tick (at
+# most 10 ms: HZ is 100 or more); a directory whose last change is older than
+# this cannot change again without its timestamp changing.
+SETTLED_NS = 100_000_000
+# A file system that stamps whole seconds (FAT: 2 s) needs longer.
+SETTLED_COARSE_NS = 3_000_000_000
+
+
+class PublishedMasks:
+    """`all_published` for a caller that asks again and again (a metrics
+    exporter, once per sample): the records are read again only when the
+    directory changed. `publish` replaces a record by renaming a new file over
+    it, which changes the directory's mtime and ctime; a record written in
+    place by something else is seen at the next change of the directory.
+    Liveness is checked on every call, so a process that ended or a reused
+    PID is never attributed a mask."""
+
+    def __init__(self) -> None:
+        self._key: tuple[str, int, int, int, int] | None = None
+        self._records: dict[int, tuple[str, int]] = {}
+
+    def records(self) -> dict[int, tuple[str, int]]:
+        """PID -> (mask, start ticks) of every record, live writer or not (read only)."""
+        directory = mask_dir()
+        try:
+            # Before the listing: a change during the reading then shows as a new key.
+            st = os.stat(directory)
+        except OSError:
+            self._key, self._records = None, {}
+            return self._records
+        key = (directory, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
+        if key == self._key:
+            return self._records
+        self._records = read_records(directory)
+        # A change within the same timestamp tick as the last one would keep
+        # the key: trust the key only once the directory has settled.
+        settled = SETTLED_COARSE_NS if st.st_mtime_ns % 1_000_000_000 == 0 else SETTLED_NS
+        self._key = key if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) >= settled else None
+        return self._records
+
+    def live(self, pids: Collection[int] | None = None, table: ProcessTable | None = None) -> dict[int, str]:
+        """As `all_published(pids, table)`."""
+        return live_masks(self.records(), pids, table)

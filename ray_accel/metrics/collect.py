@@ -8,23 +8,35 @@ reading carries its host: partition names (p0, p1, ...) repeat on every host.
 Export to Ray's metrics lives in `ray_accel.metrics.export`.
 
 Cost: one collection reads `/proc/<pid>/stat` once for every process of the
-host (the only way to learn who is whose child), `cmdline` once for each
-child of the raylet whose name the kernel cut short (its title names the
-workload; a short title is whole in the stat line) and once per orphan, and
-asks the backend twice (device samples, then process memory and holders).
-`benchmarks/bench_metrics.py` compares it with the floor.
+host (the only way to learn who is whose child) and parses each line's parent
+only; the comm, CPU time, start time and RSS of a process of a worker's tree
+are parsed once and serve its title, its reading and the liveness check of
+its published mask. It reads `cmdline` once for each child of the raylet
+whose name the kernel cut short (its title names the workload; a short title
+is whole in the stat line) and once per orphan, and asks the backend twice
+(device samples, then process memory and holders; the mock reads the mask
+records again only when their directory changed). `benchmarks/bench_metrics.py`
+compares it with the floor.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple
 
 from ray_accel.core.devices import Device
-from ray_accel.core.processes import CLOCK_TICKS, ProcessTable, ProcStat, children_map, descendants, process_table
+from ray_accel.core.processes import (
+    CLOCK_TICKS,
+    ProcessTable,
+    ProcStat,
+    Usage,
+    children_map,
+    descendants,
+    process_table,
+)
 from ray_accel.plugins.interface import Telemetry
 
 
@@ -44,6 +56,9 @@ class DeviceReading:
     temperature_c: float | None = None
 
 
+_new_tuple = tuple.__new__
+
+
 class ProcessReading(NamedTuple):
     """One process of a workload (a tuple: a collection makes one per process)."""
 
@@ -54,8 +69,10 @@ class ProcessReading(NamedTuple):
     device_memory_bytes: dict[str, int]
 
 
-@dataclass(frozen=True)
-class WorkloadReading:
+class WorkloadReading(NamedTuple):
+    """One Ray worker's whole process tree (a tuple, as `ProcessReading`: a
+    frozen dataclass's __init__ costs several times more, once per worker)."""
+
     workload: str  # the Ray worker's process title and pid
     host: str
     partition: str
@@ -192,6 +209,13 @@ def cmdline(pid: int) -> str:
     return raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()
 
 
+def worker_trees(
+    roots: Iterable[int], kids: Mapping[int, Sequence[int]], table: Collection[int]
+) -> dict[int, list[int]]:
+    """Each root still in `table` -> its whole process tree, itself first."""
+    return {r: [r, *descendants(r, kids)] for r in roots if r in table}
+
+
 def workload_readings(
     telemetry: Telemetry | None,
     roots: Iterable[int],
@@ -201,43 +225,57 @@ def workload_readings(
     host: str = "",
     titles: Mapping[int, str] | None = None,
     kids: Mapping[int, Sequence[int]] | None = None,
+    trees: Mapping[int, Sequence[int]] | None = None,
 ) -> list[WorkloadReading]:
     """One reading per Ray worker, over its whole process tree, from one pass
     over the process table. `titles`: the roots' command lines, when the
-    caller has read them already."""
+    caller has read them already; `trees`: `worker_trees` of the roots, likewise."""
     roots = list(roots)
     if not roots:
         return []
     procs = process_table() if table is None else table
-    if kids is None:
-        kids = procs.children if isinstance(procs, ProcessTable) else children_map(procs.values())
-    trees = {r: [r, *descendants(r, kids)] for r in roots if r in procs}
+    if trees is None:
+        if kids is None:
+            kids = procs.children if isinstance(procs, ProcessTable) else children_map(procs.values())
+        trees = worker_trees(roots, kids, procs)
     held: dict[int, dict[str, int]] = {}
     if telemetry is not None:
         try:
-            held = telemetry.process_device_memory([p for tree in trees.values() for p in tree])
+            held = telemetry.process_device_memory(
+                [p for tree in trees.values() for p in tree], procs if isinstance(procs, ProcessTable) else None
+            )
         except Exception:
             held = {}
-    get = procs.stat if isinstance(procs, ProcessTable) else procs.get
+    usage = procs.usage if isinstance(procs, ProcessTable) else _usage_of(procs)
+    ticks = CLOCK_TICKS
     out = []
     for root, tree in trees.items():
-        stats = [st for pid in tree if (st := get(pid)) is not None]
-        if not stats or stats[0].pid != root:
-            continue
-        readings = tuple(
-            ProcessReading(
-                st.pid,
-                st.name,
-                st.cpu_ticks / CLOCK_TICKS,
-                st.rss_bytes,
-                {k: v for k, v in held[st.pid].items() if k in mine} if st.pid in held else {},
-            )
-            for st in stats
-        )
+        readings = []
+        for pid in tree:
+            u = usage(pid)
+            if u is None:
+                continue  # ended since the table was read
+            h = held.get(pid)
+            memory = ({k: v for k, v in h.items() if k in mine} if h.keys() - mine else h) if h else {}
+            # tuple.__new__: the NamedTuple's own __new__ is a Python call, per process.
+            readings.append(_new_tuple(ProcessReading, (pid, u.name, u.cpu_ticks / ticks, u.rss_bytes, memory)))
+        if not readings or readings[0].pid != root:
+            continue  # the worker itself ended
+        name = readings[0].name
         line = titles[root] if titles is not None and root in titles else cmdline(root)
-        title = line.split(" ")[0] or stats[0].name
-        out.append(WorkloadReading(f"{title}[{root}]", host, partition, root, readings))
+        title = line.split(" ")[0] or name
+        out.append(_new_tuple(WorkloadReading, (f"{title}[{root}]", host, partition, root, tuple(readings))))
     return out
+
+
+def _usage_of(table: Mapping[int, ProcStat]) -> Callable[[int], Usage | None]:
+    """`ProcessTable.usage` for a plain mapping of parsed stats."""
+
+    def usage(pid: int) -> Usage | None:
+        st = table.get(pid)
+        return None if st is None else Usage(st.name, st.state, st.cpu_ticks, st.start_ticks, st.rss_bytes)
+
+    return usage
 
 
 def is_ray_worker(title: str) -> bool:
@@ -268,13 +306,25 @@ def ray_workers(
 ) -> dict[int, str]:
     """The worker processes a raylet started (its `ray::` children, less Ray's
     own agents), with their titles."""
-    get = table.stat if isinstance(table, ProcessTable) else table.get
+    # A worker's usage is parsed here once for the whole collection.
+    usage = table.usage if isinstance(table, ProcessTable) else _usage_of(table)
     out = {}
+    # A comm shorter than COMM_MAX is the whole title, so its verdict holds
+    # for every child that has it: most children share a few.
+    whole: dict[str, str | None] = {}
     for pid in kids.get(raylet_pid, ()):
         if pid in exclude:
             continue
-        stat = get(pid)
-        title = None if stat is None else worker_title(pid, stat.name)
+        u = usage(pid)
+        if u is None:
+            continue
+        comm = u.name
+        if len(comm) >= COMM_MAX:
+            title = worker_title(pid, comm)
+        elif comm in whole:
+            title = whole[comm]
+        else:
+            title = whole[comm] = worker_title(pid, comm)
         if title is not None:
             out[pid] = title
     return out
@@ -296,16 +346,24 @@ def orphan_readings(
     table: Mapping[int, ProcStat],
     partition: str,
     host: str,
+    known: Collection[int] = (),
 ) -> tuple[list[OrphanReading], list[str]]:
+    """`known`: PIDs the caller knows are in the raylet's tree (its workers'
+    trees): the raylet's whole tree is walked only if a holder is not among them."""
     if telemetry is None:
         return [], []
     try:
-        holders = telemetry.device_holders()
+        holders = telemetry.device_holders(table if isinstance(table, ProcessTable) else None)
     except Exception as e:
         return [], [f"device holders unknown: {type(e).__name__}: {e}"]
+    outside = orphan_pids(holders, mine, known)
+    if not outside:
+        return [], []
     workers = {raylet_pid, *descendants(raylet_pid, kids)}
     out = []
-    for device, pid in orphan_pids(holders, mine, workers):
+    for device, pid in outside:
+        if pid in workers:
+            continue
         stat = table.get(pid)
         command = cmdline(pid) or (stat.name if stat is not None else "")
         if command:  # else it ended since the backend saw it
@@ -331,10 +389,12 @@ def collect(
         table = process_table()
         kids = table.children
         titles = ray_workers(raylet_pid, exclude or set(), kids, table)
+        trees = worker_trees(titles, kids, table)
         mine = {d.id for d in devices}
         # Holders first: a backend may answer both from one reading (the mock does).
-        orphans, orphan_errors = orphan_readings(telemetry, mine, raylet_pid, kids, table, partition, host)
-        workloads = workload_readings(telemetry, titles, partition, mine, table, host, titles, kids)
+        known = {pid for tree in trees.values() for pid in tree}
+        orphans, orphan_errors = orphan_readings(telemetry, mine, raylet_pid, kids, table, partition, host, known)
+        workloads = workload_readings(telemetry, titles, partition, mine, table, host, titles, kids, trees)
         errors += orphan_errors
     return Snapshot(
         host,

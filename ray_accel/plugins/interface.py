@@ -19,6 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Collection, Sequence
 
 from ray_accel.core.devices import Device, NodeInfo, all_core_ids
+from ray_accel.core.processes import ProcessTable
 from ray_accel.core.samples import DeviceSample
 from ray_accel.core.visibility import VisibilityError, parse_visible_ids
 from ray_accel.plugins.runtime import WorkerSlot
@@ -44,15 +45,22 @@ class Telemetry(ABC):
     def device_samples(self) -> list[DeviceSample]:
         """One sample per device still present; a device that vanished is absent."""
 
-    def process_device_memory(self, pids: Collection[int]) -> dict[int, dict[str, int]]:
+    def process_device_memory(
+        self, pids: Collection[int], table: ProcessTable | None = None
+    ) -> dict[int, dict[str, int]]:
         """Device id -> bytes held, for each of `pids` that holds any (one call
-        per collection, so a backend can answer from one query per device)."""
+        per collection, so a backend can answer from one query per device).
+        `table`: the host's processes as the caller read them a moment ago,
+        for a backend that must tell live processes from dead ones (the
+        collector has read every stat line already; reading them again is
+        most of a collection's cost)."""
         return {}
 
-    def device_holders(self) -> dict[str, tuple[int, ...]]:
+    def device_holders(self, table: ProcessTable | None = None) -> dict[str, tuple[int, ...]]:
         """Device id -> PIDs the vendor tool says hold it (every process on
         the host, not only Ray's: the metrics layer names the ones that are not
-        workers of the raylet that owns the device). `{}`: unknown or none."""
+        workers of the raylet that owns the device). `{}`: unknown or none.
+        `table`: as for `process_device_memory`."""
         return {}
 
 

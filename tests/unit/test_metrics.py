@@ -20,7 +20,7 @@ from ray_accel.cli import render
 from ray_accel.cli.top import DEVICE_FIELDS, top_payload
 from ray_accel.core import masks
 from ray_accel.core.devices import Device
-from ray_accel.core.processes import ProcessRecord, children_map, descendants, snapshot
+from ray_accel.core.processes import ProcessRecord, ProcessTable, children_map, descendants, snapshot
 from ray_accel.core.samples import DeviceSample
 from ray_accel.metrics.collect import OrphanReading, Snapshot, collect, device_readings, orphan_pids, workload_readings
 from ray_accel.metrics.export import COMMAND_MAX, GAUGES, NodeValues, actor_name, gauge_values, partition_nodes
@@ -311,7 +311,7 @@ def test_collect_names_holders_outside_the_raylets_tree_as_orphans(
 
 
 class BrokenHolders(MockTelemetry):
-    def device_holders(self) -> dict[str, tuple[int, ...]]:
+    def device_holders(self, table: ProcessTable | None = None) -> dict[str, tuple[int, ...]]:
         raise OSError("neuron-ls timed out")
 
 

@@ -14,6 +14,7 @@ from ray_accel_neuron.runtime import NeuronRuntime
 
 from ray_accel.core import masks
 from ray_accel.core.devices import FAMILY_NEURON, Device, NodeInfo, all_core_ids
+from ray_accel.core.processes import ProcessTable
 from ray_accel.core.samples import DeviceSample
 from ray_accel.core.visibility import parse_visible_ids
 from ray_accel.plugins.discovery import MOCK_ENV
@@ -22,6 +23,8 @@ from ray_accel_mock.spec import NodeSpec, load_spec
 
 FAULTS_ENV = "RAYACCEL_MOCK_FAULTS"
 PROCESS_MEMORY_PER_CORE = 64 * 1024**2
+# Distinct masks remembered (each a few bytes): far more than a node's workers publish.
+MASK_CACHE_SIZE = 4096
 RESOURCES = {FAMILY_NEURON: ("neuron_cores", "NEURON_RT_VISIBLE_CORES")}
 GPU_RESOURCE = ("GPU", "CUDA_VISIBLE_DEVICES")
 
@@ -117,6 +120,8 @@ class MockTelemetry(Telemetry):
         self.spec = spec
         self._device_of = {c: d.id for d in spec.devices for c in d.core_ids}
         self._handoff: tuple[float, dict[int, dict[str, int]]] | None = None
+        self._mask_cache: dict[str, dict[str, int]] = {}
+        self._published = masks.PublishedMasks()
 
     def _faults(self) -> dict[str, object]:
         """Faults injected while running (RAYACCEL_MOCK_FAULTS: a JSON file,
@@ -158,35 +163,50 @@ class MockTelemetry(Telemetry):
             )
         return out
 
-    def _held(self, pids: Collection[int] | None = None) -> dict[int, dict[str, int]]:
-        """PID -> device id -> cores of that device its published mask names,
-        for each live process (of `pids`, if given) that holds any."""
-        out: dict[int, dict[str, int]] = {}
-        for pid, mask in masks.all_published(pids).items():
+    def _memory_of(self, mask: str) -> dict[str, int]:
+        """Device id -> 64 MiB per core of it that `mask` names ({} for a mask
+        that names none of this node's cores, or cannot be parsed). Cached:
+        workers publish few distinct masks, and a collection reads every one."""
+        held = self._mask_cache.get(mask)
+        if held is None:
+            cores: dict[str, int] = {}
             try:
                 ids = parse_visible_ids(mask) or []
             except ValueError:
-                continue
-            held: dict[str, int] = {}
+                ids = []
             for core in ids:
                 device = self._device_of.get(core)
                 if device is not None:
-                    held[device] = held.get(device, 0) + 1
-            if held:
-                out[pid] = held
-        return out
+                    cores[device] = cores.get(device, 0) + 1
+            held = {d: n * PROCESS_MEMORY_PER_CORE for d, n in cores.items()}
+            if len(self._mask_cache) >= MASK_CACHE_SIZE:
+                self._mask_cache.clear()
+            self._mask_cache[mask] = held
+        return held
 
-    def process_device_memory(self, pids: Collection[int]) -> dict[int, dict[str, int]]:
+    def _held(
+        self, pids: Collection[int] | None = None, table: ProcessTable | None = None
+    ) -> dict[int, dict[str, int]]:
+        """PID -> device id -> bytes, for each live process (of `pids`, if
+        given; alive as `table` shows it, if given) whose published mask names
+        any of this node's cores. The inner dicts are the cache's: read only."""
+        memory_of = self._memory_of
+        return {pid: held for pid, mask in self._published.live(pids, table).items() if (held := memory_of(mask))}
+
+    def process_device_memory(
+        self, pids: Collection[int], table: ProcessTable | None = None
+    ) -> dict[int, dict[str, int]]:
         """64 MiB per core each process's current mask names (as the bridge
         published it): deterministic, and only on processes that hold cores."""
         handoff, self._handoff = self._handoff, None
         if handoff is not None and time.monotonic() - handoff[0] < self.HANDOFF_S:
-            held = {pid: handoff[1][pid] for pid in set(pids).intersection(handoff[1])}
+            found = handoff[1]
+            held = {pid: found[pid] for pid in pids if pid in found}
         else:
-            held = self._held(pids)
-        return {pid: {d: n * PROCESS_MEMORY_PER_CORE for d, n in h.items()} for pid, h in held.items()}
+            held = self._held(pids, table)
+        return {pid: dict(h) for pid, h in held.items()}
 
-    def device_holders(self) -> dict[str, tuple[int, ...]]:
+    def device_holders(self, table: ProcessTable | None = None) -> dict[str, tuple[int, ...]]:
         """Every live process whose published mask names one of a device's
         cores holds that device, Ray worker or not. It stands for what the
         vendor tools report: `neuron-ls --json-output` lists the processes
@@ -194,7 +214,7 @@ class MockTelemetry(Telemetry):
         each GPU (nvmlDeviceGetComputeRunningProcesses). The reading is handed
         to the process_device_memory call that follows in the same collection,
         so one collection reads each mask once."""
-        held = self._held()
+        held = self._held(None, table)
         self._handoff = (time.monotonic(), held)
         out: dict[str, list[int]] = {}
         for pid in sorted(held):
