@@ -8,15 +8,13 @@ XLA_STAMP := $(XLA_VENV)/.installed
 BACKENDS := backends/mock backends/cuda backends/neuron
 # Named, not globbed: an editable install writes *.egg-info folders beside them.
 BACKEND_PKGS := backends/mock/ray_accel_mock backends/cuda/ray_accel_cuda backends/neuron/ray_accel_neuron
-TEST_PINS := pytest pytest-randomly pytest-xdist hypothesis
+TEST_PINS := pytest pytest-randomly hypothesis
 PINS := "ray[default,train]==2.60.0" "torch==2.13.0" nvidia-ml-py psutil click $(TEST_PINS) ruff mypy
 XLA_PINS := "torch==2.9.0" "torch-xla==2.9.0" "ray[default,train]==2.60.0" nvidia-ml-py psutil click $(TEST_PINS)
 # pytest-randomly shuffles every run and prints its seed; replay one with
-# `make unit PYTEST_ARGS=--randomly-seed=N`. Two xdist workers: the tests that
-# start Ray or make hosts run one after another on one of them (group "ray",
-# tests/conftest.py), the pure tests beside them on the other.
+# `make unit PYTEST_ARGS=--randomly-seed=N`. The tests that start Ray or make
+# hosts run one after another, the pure tests beside them (.ci/pytest-tiers).
 PYTEST_ARGS ?=
-XDIST := -n 2 --dist loadgroup
 
 .PHONY: demo test lint unit test-xla clean
 
@@ -35,7 +33,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy ray_accel $(BACKEND_PKGS)
 
 unit: $(STAMP)
-	$(PY) -m pytest -q $(XDIST) --durations=20 $(PYTEST_ARGS)
+	.ci/pytest-tiers $(PY) $(PYTEST_ARGS)
 
 test: lint unit
 
@@ -48,7 +46,7 @@ $(XLA_STAMP): Makefile pyproject.toml $(addsuffix /pyproject.toml,$(BACKENDS)) |
 	touch $(XLA_STAMP)
 
 test-xla: $(XLA_STAMP)
-	PJRT_DEVICE=CPU $(XLA_VENV)/bin/python -m pytest -q -m xla $(XDIST) --durations=10 $(PYTEST_ARGS)
+	PJRT_DEVICE=CPU $(XLA_VENV)/bin/python -m pytest -q -m xla --durations=10 $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) $(XLA_VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -50,25 +50,7 @@ def _no_inherited_seams(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # Per-example deadlines measure the machine, not the code, once the unit tier
-# shares two cores with a running Ray cluster (make unit runs both at once).
+# shares two cores with a running Ray cluster (make unit runs both at once:
+# .ci/pytest-tiers).
 settings.register_profile("ray-accel", deadline=None)
 settings.load_profile("ray-accel")
-
-SERIAL_MARKERS = ("ray", "multihost")
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests that start Ray or make hosts run one after another on one xdist
-    worker (group "ray"), while the other worker takes the pure tests: two
-    clusters at once would share Ray's default worker-port range
-    (10002-19999, handed out in order by each raylet) and the port blocks
-    `ray-accel start` picks from 21000 up. They are moved first, keeping the
-    order pytest-randomly gave within each tier, so the serial group starts at
-    once instead of after the pure tests (xdist schedules groups in order)."""
-    serial = [i for i in items if any(i.get_closest_marker(m) for m in SERIAL_MARKERS)]
-    for item in serial:
-        item.add_marker(pytest.mark.xdist_group("ray"))
-    chosen = set(serial)
-    rest = [i for i in items if i not in chosen]
-    items[:] = serial + rest
