@@ -11,7 +11,7 @@ BACKEND_PKGS := backends/mock/ray_accel_mock backends/cuda/ray_accel_cuda backen
 TEST_PINS := pytest pytest-randomly hypothesis
 PINS := "ray[default,train]==2.60.0" "torch==2.13.0" nvidia-ml-py psutil click $(TEST_PINS) ruff mypy
 XLA_PINS := "torch==2.9.0" "torch-xla==2.9.0" "ray[default,train]==2.60.0" nvidia-ml-py psutil click $(TEST_PINS)
-# pytest-randomly shuffles every run and prints its seed; replay one with
+# pytest-randomly shuffles every run (.ci/pytest-tiers prints the seed); replay one with
 # `make unit PYTEST_ARGS=--randomly-seed=N`. The tests that start Ray or make
 # hosts run one after another, the pure tests beside them (.ci/pytest-tiers).
 PYTEST_ARGS ?=

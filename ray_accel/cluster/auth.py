@@ -147,6 +147,23 @@ def resolve(environ: Mapping[str, str], state_dir: Path, create: bool, home: Pat
     return Auth("token", str(path), f"generated at {path}")
 
 
+def ensure_local_token(environ: Mapping[str, str], home: Path | None = None) -> Path | None:
+    """Before `ray.init()` starts a new local cluster: make Ray's default
+    token file ourselves, mode 0600, when token auth is on (Ray 2.60's default
+    for a new local cluster) and no token exists. Ray would otherwise generate
+    it with the process umask, 0644 as a rule (`generate_and_save_token`,
+    ray/_private/authentication/authentication_token_setup.py). Returns the
+    file made, or None when nothing was needed."""
+    mode = (environ.get(MODE_ENV) or "token").strip().lower()
+    if mode != "token" or environ.get(TOKEN_ENV, "").strip() or environ.get(TOKEN_PATH_ENV):
+        return None
+    path = default_token_path(home)
+    if path.exists():
+        return None
+    write_token_file(path, _new_token())
+    return path
+
+
 def apply(auth: Auth) -> None:
     """Make this process talk to the cluster with `auth`.
 

@@ -64,6 +64,19 @@ def _apply_recorded_auth(address: str | None) -> None:
     auth.apply(recorded)
 
 
+def _starts_a_local_cluster(address: str | None, temp_dir: str | None) -> bool:
+    """Whether `ray.init(address=...)` will start a new local cluster, by Ray's
+    own rule (no address, RAY_ADDRESS or latest `ray start` cluster: a new one)."""
+    try:
+        from ray._private.services import canonicalize_bootstrap_address
+    except ImportError:  # another Ray: leave the token to it
+        return False
+    try:
+        return canonicalize_bootstrap_address(address, temp_dir) is None
+    except Exception:  # an address Ray itself will refuse, in its own words
+        return False
+
+
 def _requested(spec: BridgeSpec, kwargs: dict[str, Any]) -> Any:
     if spec.resource_name == "GPU":
         return kwargs.get("num_gpus")
@@ -111,6 +124,12 @@ def init(partition: PartitionArg = None, backend: str | None = None, **ray_init_
             "(target a partition with label_selector instead)"
         )
     _apply_recorded_auth(address)
+    if _starts_a_local_cluster(address, ray_init_kwargs.get("_temp_dir")):
+        from ray_accel.cluster import auth
+
+        made = auth.ensure_local_token(os.environ)
+        if made is not None:
+            log.info("ray-accel: made the cluster token file %s (mode 0600)", made)
 
     plugin = discover(backend).primary
     if plugin is None:

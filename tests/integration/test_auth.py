@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -98,3 +101,48 @@ def test_joining_with_no_token_exits_2_naming_it_and_starts_nothing(tmp_path: Pa
     assert len(lines) == 1 and "no Ray cluster token on this host" in lines[0] and "RAY_AUTH_TOKEN_PATH" in lines[0]
     assert raylet_pids() == before
     assert not (state / "node.json").exists() and not (home / ".ray").exists()
+
+
+@pytest.fixture
+def cleanup() -> Iterator[list[Path]]:
+    made: list[Path] = []
+    yield made
+    for path in made:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+LOCAL_INIT = r"""
+import json, os, stat, sys
+from pathlib import Path
+import ray, ray_accel
+init = ray_accel.init if sys.argv[1] == "ray_accel" else ray.init
+init(address="local", num_cpus=1, log_to_driver=False)  # a new local cluster, never a neighbour
+token = Path.home() / ".ray" / "auth_token"
+up = ray.get(ray.remote(lambda: 1).remote())
+ray.shutdown()
+print(json.dumps({"up": up, "mode": oct(stat.S_IMODE(token.stat().st_mode)), "auth": os.environ.get("RAY_AUTH_MODE")}))
+"""
+
+
+def test_a_local_ray_accel_init_makes_the_token_0600_where_plain_ray_writes_0644(
+    tmp_path: Path, cleanup: list[Path]
+) -> None:
+    """Ray 2.60's own `ray.init()` turns token auth on for a new local cluster
+    and writes a missing token with the umask (`generate_and_save_token`);
+    `ray_accel.init()` makes the file first, 0600. Each run has its own empty HOME."""
+    results = {}
+    for which in ("ray", "ray_accel"):
+        home = tmp_path / which
+        home.mkdir()
+        # Ray's socket paths must stay under 108 bytes: a short TMPDIR of its own.
+        tmp = Path(tempfile.mkdtemp(prefix="ra-auth-", dir="/tmp"))
+        cleanup.append(tmp)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("RAYACCEL_", "RAY_"))}
+        env.update(HOME=str(home), TMPDIR=str(tmp), RAYACCEL_MOCK="trn1.32xlarge", PYTHONPATH=repo_pythonpath())
+        proc = subprocess.run(
+            [sys.executable, "-c", LOCAL_INIT, which], env=env, capture_output=True, text=True, timeout=300, umask=0o022
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        results[which] = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert results["ray_accel"] == {"up": 1, "mode": "0o600", "auth": "token"}, results
+    assert results["ray"]["up"] == 1 and results["ray"]["mode"] == "0o644", "Ray's own writer, which we guard against"

@@ -103,3 +103,22 @@ def test_state_record_round_trip_and_bad_entries(tmp_path: Path) -> None:
     assert auth.Auth.from_json(got.to_json()).env() == got.env()
     with pytest.raises(auth.AuthError, match="bad auth entry"):
         auth.Auth.from_json({"mode": "open"})
+
+
+def test_a_new_local_cluster_gets_its_token_file_0600_before_ray_would_write_it(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    made = auth.ensure_local_token({}, home=home)
+    path = home / ".ray" / "auth_token"
+    assert made == path and mode(path) == 0o600 and len(path.read_text()) == 64
+    token = path.read_text()
+    assert auth.ensure_local_token({"RAY_AUTH_MODE": "token"}, home=home) is None and path.read_text() == token
+
+
+@pytest.mark.parametrize(
+    "environ",
+    [{"RAY_AUTH_MODE": "disabled"}, {"RAY_AUTH_TOKEN": "t" * 64}, {"RAY_AUTH_TOKEN_PATH": "/elsewhere/token"}],
+    ids=["disabled", "token-by-value", "token-path"],
+)
+def test_no_token_file_when_auth_is_off_or_the_token_is_given(tmp_path: Path, environ: dict[str, str]) -> None:
+    assert auth.ensure_local_token(environ, home=tmp_path) is None
+    assert not (tmp_path / ".ray").exists()
