@@ -64,9 +64,13 @@ def test_the_table_liveness_check_answers_as_the_full_one(
     for ticks in (recorded, start):
         if parse_stat(7, line) is not None:
             assert alive(7, ticks, table) == (current(7, ticks, table) is not None)
-        else:  # malformed where only a full parse looks (ppid, pgrp): the usage fields decide
+        else:
+            # Malformed where only a full parse looks (ppid, pgrp; the kernel
+            # never writes such a line): a line without a parent is not in the
+            # table at all (it cannot be placed in a tree), and for one that
+            # is, the usage fields decide. Found by seed 11.
             u = parse_usage(line)
-            expected = u is not None and u.start_ticks == ticks and u.state not in ("Z", "X")
+            expected = 7 in table and u is not None and u.start_ticks == ticks and u.state not in ("Z", "X")
             assert alive(7, ticks, table) == expected
         assert ProcessRecord(7, ticks).alive(table) == alive(7, ticks, table)
 
