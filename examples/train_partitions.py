@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,21 @@ def _write(config: dict[str, Any], world_rank: int, report: dict[str, Any]) -> N
     (out / f"rank{world_rank}.json").write_text(json.dumps(report))
 
 
+def rank_report(ctx: Any, env_seen: Sequence[str] = ENV_SEEN) -> dict[str, Any]:
+    """What a worker reports of where it runs: ray-accel's ranks, Ray's own
+    context, and the environment variables in `env_seen`."""
+    return {
+        "partition": ctx.partition,
+        "world_rank": ctx.world_rank,
+        "world_size": ctx.world_size,
+        "local_rank": ctx.local_rank,
+        "local_world_size": ctx.local_world_size,
+        "node_rank": ctx.node_rank,
+        "ray_context": ray_context(),
+        "env": {k: os.environ.get(k) for k in env_seen},
+    }
+
+
 def train_loop(config: dict[str, Any]) -> None:
     import torch
 
@@ -83,14 +99,7 @@ def train_loop(config: dict[str, Any]) -> None:
     weights = torch.cat([p.detach().cpu().flatten() for p in model.parameters()]).tolist()
     mask_env = "NEURON_RT_VISIBLE_CORES" if ctx.device_family == "neuron" else "CUDA_VISIBLE_DEVICES"
     report = {
-        "partition": ctx.partition,
-        "world_rank": ctx.world_rank,
-        "world_size": ctx.world_size,
-        "local_rank": ctx.local_rank,
-        "local_world_size": ctx.local_world_size,
-        "node_rank": ctx.node_rank,
-        "ray_context": ray_context(),
-        "env": {k: os.environ.get(k) for k in ENV_SEEN},
+        **rank_report(ctx),
         "visible": os.environ.get(mask_env),
         "own_ids": list(ctx.own_ids),
         "backend": ctx.backend,

@@ -18,19 +18,12 @@ ENV_SEEN = ("RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "WORLD_SIZE",
 
 
 def report_start(out: Path) -> dict[str, Any]:
-    from examples.train_partitions import ray_context
+    from examples.train_partitions import rank_report
     from ray_accel.train import get_context
 
     ctx = get_context()
     report = {
-        "partition": ctx.partition,
-        "world_rank": ctx.world_rank,
-        "world_size": ctx.world_size,
-        "local_rank": ctx.local_rank,
-        "local_world_size": ctx.local_world_size,
-        "node_rank": ctx.node_rank,
-        "ray_context": ray_context(),
-        "env": {k: os.environ.get(k) for k in ENV_SEEN},
+        **rank_report(ctx, ENV_SEEN),
         "own_ids": list(ctx.own_ids),
         "pid": os.getpid(),
     }
