@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -26,6 +27,7 @@ from ray_accel.bridge.managers import (
 from ray_accel.cluster import procs
 from ray_accel.cluster.ports import PortError, plan_ports, port_blocks
 from ray_accel.cluster.raylet import validate_ray_args, without
+from ray_accel.core import masks
 from ray_accel.core.errors import InputError
 from ray_accel.core.processes import ProcessRecord
 from ray_accel.core.visibility import format_visible_ids
@@ -94,7 +96,8 @@ def test_visible_tokens_keep_gpu_uuids_and_nodevfiles() -> None:
     assert visible_tokens(GPU, None) is None
 
 
-def test_manager_answers_from_its_spec(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_manager_answers_from_its_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(masks.MASK_DIR_ENV, str(tmp_path))
     m = make_manager(NEURON)
     assert m.get_resource_name() == "neuron_cores"
     assert m.get_current_node_num_accelerators() == 32
@@ -107,6 +110,7 @@ def test_manager_answers_from_its_spec(monkeypatch: pytest.MonkeyPatch) -> None:
     assert m.get_current_process_visible_accelerator_ids() == ["0", "1", "2", "3"]
     m.set_current_process_visible_accelerator_ids(["7", "6"])
     assert os.environ["NEURON_RT_VISIBLE_CORES"] == "6,7", "written sorted (Ray writes '7,6')"
+    assert masks.all_published([os.getpid()]) == {os.getpid(): "6,7"}, "published for the metrics collector"
     monkeypatch.setenv("RAY_EXPERIMENTAL_NOSET_NEURON_RT_VISIBLE_CORES", "1")
     m.set_current_process_visible_accelerator_ids(["1"])
     assert os.environ["NEURON_RT_VISIBLE_CORES"] == "6,7"
