@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
+from ray_accel.core import masks
+
 ROOT = Path(__file__).resolve().parent.parent
 CLI = str(Path(sys.executable).parent / "ray-accel")
 
@@ -52,14 +54,14 @@ def _no_inherited_seams(request: pytest.FixtureRequest, monkeypatch: pytest.Monk
     for k in list(os.environ):
         if k.startswith("RAYACCEL_"):
             monkeypatch.delenv(k)
-    if not any(request.node.iter_markers(m) for m in ("ray", "multihost")):
+    if not any(request.node.get_closest_marker(m) for m in ("ray", "multihost")):
         # Mask records are host-wide, like the vendor tools' process reports
         # they stand for: a pure test that publishes from the pytest process
         # (the bridge's set_visible does) would otherwise hold that device,
         # as an orphan, in the clusters of the Ray tier running beside it
         # (.ci/pytest-tiers). CI saw exactly that: pytest's PID holding
         # neuron:3 in test_metrics' cluster.
-        monkeypatch.setenv("RAYACCEL_MASK_DIR", str(request.getfixturevalue("_pure_mask_dir")))
+        monkeypatch.setenv(masks.MASK_DIR_ENV, str(request.getfixturevalue("_pure_mask_dir")))
 
 
 # Per-example deadlines measure the machine, not the code, once the unit tier

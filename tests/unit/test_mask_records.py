@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -113,3 +114,10 @@ def test_an_unsettled_directory_is_read_again_every_time(tmp_path: Path, monkeyp
 def test_a_missing_directory_reads_as_no_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(masks.MASK_DIR_ENV, str(tmp_path / "absent"))
     assert masks.PublishedMasks().live() == {} == masks.all_published()
+
+
+def test_a_pure_test_publishes_into_its_sessions_folder_not_the_host_wide_one() -> None:
+    """tests/conftest.py: the Ray tier's clusters run beside this tier and
+    would see this process's records as orphans (CI, seed 822218610)."""
+    host_wide = os.path.join(tempfile.gettempdir(), "ray-accel-masks")
+    assert os.environ.get(masks.MASK_DIR_ENV) and masks.mask_dir() != host_wide
