@@ -15,10 +15,10 @@ one more read (`cmdline`) per worker, not measured here. With `masks`,
 each worker has published its mask as the bridge does for every Ray worker
 (in a temporary RAYACCEL_MASK_DIR), so the mock backend attributes device
 memory to it; without, no process holds a device. As an exporter's telemetry
-does, the mock keeps the records it read and reads them again only when the
-directory changed (every publish renames a file into it) or changed less
-than `masks.SETTLED_NS` ago; it checks every record's process against the
-collection's process table each time. So the first few collections after the
+does, the mock keeps the records it read, and what they hold, and reads them
+again only when the directory changed (every publish renames a file into it)
+or changed less than `masks.SETTLED_NS` ago; it checks every record's
+process against the collection's process table each time. So the first few collections after the
 masks are published read every record, and the median is the steady state of
 workers whose masks have not changed since.
 

@@ -17,7 +17,7 @@ import tempfile
 import time
 from collections.abc import Collection, Iterable, Mapping
 
-from ray_accel.core.processes import ProcessRecord, ProcessTable, alive
+from ray_accel.core.processes import ProcessRecord, ProcessTable, alive_all
 
 log = logging.getLogger(__name__)
 
@@ -103,19 +103,8 @@ def live_masks(
         chosen = [p for p in pids if p in records]
     else:
         chosen = [p for p in records if p in pids]
-    out = {}
-    for pid in chosen:
-        mask, start = records[pid]
-        if alive(pid, start, table):
-            out[pid] = mask
-    return out
-
-
-def published(pid: int) -> str | None:
-    """The mask `pid` published, if `pid` is still the process that published it."""
-    raw = _read(f"{mask_dir()}/{pid}")
-    record = None if raw is None else parse_record(raw)
-    return None if record is None else live_masks({pid: record}).get(pid)
+    starts = {pid: records[pid][1] for pid in chosen}
+    return {pid: records[pid][0] for pid in alive_all(starts, table)}
 
 
 def all_published(pids: Collection[int] | None = None, table: ProcessTable | None = None) -> dict[int, str]:
@@ -136,13 +125,14 @@ SETTLED_COARSE_NS = 3_000_000_000
 
 
 class PublishedMasks:
-    """`all_published` for a caller that asks again and again (a metrics
+    """`read_records` for a caller that asks again and again (a metrics
     exporter, once per sample): the records are read again only when the
     directory changed. `publish` replaces a record by renaming a new file over
     it, which changes the directory's mtime and ctime; a record written in
     place by something else is seen at the next change of the directory.
-    Liveness is checked on every call, so a process that ended or a reused
-    PID is never attributed a mask."""
+    The records say nothing of liveness: the caller checks their writers on
+    every use (`live_masks`, `processes.alive_all`), so a process that ended
+    or a reused PID is never attributed a mask."""
 
     def __init__(self) -> None:
         self._key: tuple[str, int, int, int, int] | None = None
@@ -166,7 +156,3 @@ class PublishedMasks:
         settled = SETTLED_COARSE_NS if st.st_mtime_ns % 1_000_000_000 == 0 else SETTLED_NS
         self._key = key if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) >= settled else None
         return self._records
-
-    def live(self, pids: Collection[int] | None = None, table: ProcessTable | None = None) -> dict[int, str]:
-        """As `all_published(pids, table)`."""
-        return live_masks(self.records(), pids, table)

@@ -15,8 +15,11 @@ its published mask. It reads `cmdline` once for each child of the raylet
 whose name the kernel cut short (its title names the workload; a short title
 is whole in the stat line) and once per orphan, and asks the backend twice
 (device samples, then process memory and holders; the mock reads the mask
-records again only when their directory changed). `benchmarks/bench_metrics.py`
-compares it with the floor.
+records, and works out what they hold, again only when their directory
+changed, and checks every record's writer against the table each time). A
+backend's per-process memory is read only, so processes that hold the same
+share one mapping, and this partition's share of each is made once per
+collection. `benchmarks/bench_metrics.py` compares it with the floor.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import os
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from ray_accel.core.devices import Device
@@ -66,7 +70,12 @@ class ProcessReading(NamedTuple):
     name: str
     cpu_seconds: float
     rss_bytes: int
-    device_memory_bytes: dict[str, int]
+    # Read only: the processes of a collection that hold the same share one.
+    device_memory_bytes: Mapping[str, int]
+
+
+# What a process that holds no device reads as (read only, shared).
+_NONE: Mapping[str, int] = MappingProxyType({})
 
 
 class WorkloadReading(NamedTuple):
@@ -238,7 +247,7 @@ def workload_readings(
         if kids is None:
             kids = procs.children if isinstance(procs, ProcessTable) else children_map(procs.values())
         trees = worker_trees(roots, kids, procs)
-    held: dict[int, dict[str, int]] = {}
+    held: Mapping[int, Mapping[str, int]] = {}
     if telemetry is not None:
         try:
             held = telemetry.process_device_memory(
@@ -248,6 +257,11 @@ def workload_readings(
             held = {}
     usage = procs.usage if isinstance(procs, ProcessTable) else _usage_of(procs)
     ticks = CLOCK_TICKS
+    # This partition's share of each distinct mapping the backend gave, made
+    # once: processes with the same mask share one (the mock's do), and the
+    # readings then share the (read-only) result. Keyed by identity; each
+    # entry keeps its mapping alive, so no identity is reused within the call.
+    own: dict[int, tuple[Mapping[str, int], Mapping[str, int]]] = {}
     out = []
     for root, tree in trees.items():
         readings = []
@@ -256,14 +270,19 @@ def workload_readings(
             if u is None:
                 continue  # ended since the table was read
             h = held.get(pid)
-            memory = ({k: v for k, v in h.items() if k in mine} if h.keys() - mine else h) if h else {}
+            if h:
+                seen = own.get(id(h))
+                if seen is None:
+                    seen = own[id(h)] = (h, h if h.keys() <= mine else {k: v for k, v in h.items() if k in mine})
+                memory = seen[1]
+            else:
+                memory = _NONE
             # tuple.__new__: the NamedTuple's own __new__ is a Python call, per process.
             readings.append(_new_tuple(ProcessReading, (pid, u.name, u.cpu_ticks / ticks, u.rss_bytes, memory)))
         if not readings or readings[0].pid != root:
             continue  # the worker itself ended
-        name = readings[0].name
-        line = titles[root] if titles is not None and root in titles else cmdline(root)
-        title = line.split(" ")[0] or name
+        line = titles.get(root) if titles is not None else None
+        title = (cmdline(root) if line is None else line).partition(" ")[0] or readings[0].name
         out.append(_new_tuple(WorkloadReading, (f"{title}[{root}]", host, partition, root, tuple(readings))))
     return out
 
@@ -307,15 +326,17 @@ def ray_workers(
     """The worker processes a raylet started (its `ray::` children, less Ray's
     own agents), with their titles."""
     # A worker's usage is parsed here once for the whole collection.
-    usage = table.usage if isinstance(table, ProcessTable) else _usage_of(table)
+    children = [pid for pid in kids.get(raylet_pid, ()) if pid not in exclude]
+    if isinstance(table, ProcessTable):
+        found = table.usages(children)
+    else:
+        usage = _usage_of(table)
+        found = [usage(pid) for pid in children]
     out = {}
     # A comm shorter than COMM_MAX is the whole title, so its verdict holds
     # for every child that has it: most children share a few.
     whole: dict[str, str | None] = {}
-    for pid in kids.get(raylet_pid, ()):
-        if pid in exclude:
-            continue
-        u = usage(pid)
+    for pid, u in zip(children, found, strict=True):
         if u is None:
             continue
         comm = u.name

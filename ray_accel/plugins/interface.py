@@ -16,7 +16,7 @@ Every method here is called by the product; see `tests/unit/test_interface_used.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from ray_accel.core.devices import Device, NodeInfo, all_core_ids
 from ray_accel.core.processes import ProcessTable
@@ -47,9 +47,10 @@ class Telemetry(ABC):
 
     def process_device_memory(
         self, pids: Collection[int], table: ProcessTable | None = None
-    ) -> dict[int, dict[str, int]]:
+    ) -> Mapping[int, Mapping[str, int]]:
         """Device id -> bytes held, for each of `pids` that holds any (one call
         per collection, so a backend can answer from one query per device).
+        Read only: processes that hold the same may share one mapping.
         `table`: the host's processes as the caller read them a moment ago,
         for a backend that must tell live processes from dead ones (the
         collector has read every stat line already; reading them again is

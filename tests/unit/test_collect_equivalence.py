@@ -79,7 +79,8 @@ def started() -> Iterator[list[subprocess.Popen[str]]]:
     procs: list[subprocess.Popen[str]] = []
     yield procs
     for p in procs:
-        os.killpg(p.pid, signal.SIGKILL)
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
         p.wait()
 
 
@@ -118,10 +119,8 @@ def test_the_fast_collection_equals_the_straightforward_one(
         assert record is not None
         Path(tmp_path, str(pid)).write_text(f"{mask}\n{record.start_ticks}\n")
     Path(tmp_path, "999999999").write_text("0\n1\n")  # a dead writer's record
-    for settled in (False, True):  # the first reading, then the cached one
-        if settled:
-            time.sleep(masks.SETTLED_NS / 1e9 * 1.5)
-            collect(telemetry, devices, "p0", "trn1", raylet.pid, set(), "h", "n")
+
+    def agree(expected_orphans: list[tuple[str, int]]) -> None:
         for _ in range(5):  # a process may still use a CPU tick while starting: read until still
             before = _straight(raylet.pid, mine, device_of)
             snap = collect(telemetry, devices, "p0", "trn1", raylet.pid, set(), "h", "n")
@@ -132,6 +131,20 @@ def test_the_fast_collection_equals_the_straightforward_one(
             w.pid: [(p.pid, p.name, p.cpu_seconds, p.rss_bytes, p.device_memory_bytes) for p in w.processes]
             for w in snap.workloads
         } == workloads
-        assert [(o.device_id, o.pid) for o in snap.orphans] == orphans == [("neuron:1", outsiders[0].pid)]
+        assert [(o.device_id, o.pid) for o in snap.orphans] == orphans == expected_orphans
         assert sorted(workloads) == sorted(workers)
         assert sum(bool(w.device_memory_bytes) for w in snap.workloads) == 4
+
+    def settle() -> None:
+        time.sleep(masks.SETTLED_NS / 1e9 * 1.5)
+        collect(telemetry, devices, "p0", "trn1", raylet.pid, set(), "h", "n")
+
+    agree([("neuron:1", outsiders[0].pid)])  # the first reading
+    settle()
+    agree([("neuron:1", outsiders[0].pid)])  # the kept one, the dead writer's record still in it
+    Path(tmp_path, "999999999").unlink()
+    settle()
+    agree([("neuron:1", outsiders[0].pid)])  # every record's writer alive
+    outsiders[0].kill()
+    outsiders[0].wait()
+    agree([])  # its record kept, and still no holder: liveness is checked on every collection

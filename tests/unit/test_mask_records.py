@@ -71,22 +71,23 @@ def test_the_reader_sees_every_change_and_answers_as_a_fresh_read(
     try:
         a, b, c = (p.pid for p in procs)
         reader = masks.PublishedMasks()
-        assert reader.live() == {} == masks.all_published()
+        assert masks.live_masks(reader.records()) == {} == masks.all_published()
         _record(tmp_path, a, "0,1")
         _record(tmp_path, b, "2")
         _settle()
-        assert reader.live() == {a: "0,1", b: "2"} == masks.all_published()
+        assert masks.live_masks(reader.records()) == {a: "0,1", b: "2"} == masks.all_published()
         first = reader.records()
         assert reader.records() is first, "an unchanged, settled directory is not read again"
         _record(tmp_path, b, "3")  # republished: the rename changes the directory
         _record(tmp_path, c, "4")
-        assert reader.live() == {a: "0,1", b: "3", c: "4"} == masks.all_published()
-        assert reader.live([a, c]) == {a: "0,1", c: "4"} == masks.all_published([a, c])
+        assert masks.live_masks(reader.records()) == {a: "0,1", b: "3", c: "4"} == masks.all_published()
+        assert masks.live_masks(reader.records(), [a, c]) == {a: "0,1", c: "4"} == masks.all_published([a, c])
         procs[0].kill()
         procs[0].wait()  # reaped: gone from the process table, its record stays
         table = process_table()
-        assert reader.live(None, table) == {b: "3", c: "4"} == masks.all_published(None, table)
-        assert reader.live() == masks.all_published() == {b: "3", c: "4"}, "liveness is checked on every call"
+        assert masks.live_masks(reader.records(), None, table) == {b: "3", c: "4"} == masks.all_published(None, table)
+        kept = reader.records()
+        assert masks.live_masks(kept) == masks.all_published() == {b: "3", c: "4"}, "liveness is checked on every use"
     finally:
         for p in procs:
             p.kill()
@@ -103,9 +104,9 @@ def test_an_unsettled_directory_is_read_again_every_time(tmp_path: Path, monkeyp
         reader = masks.PublishedMasks()
         _record(tmp_path, proc.pid, "0")
         os.utime(tmp_path)  # changed now
-        assert reader.live() == {proc.pid: "0"}
+        assert masks.live_masks(reader.records()) == {proc.pid: "0"}
         _record(tmp_path, proc.pid, "5", in_place=True)
-        assert reader.live() == {proc.pid: "5"} == masks.all_published()
+        assert masks.live_masks(reader.records()) == {proc.pid: "5"} == masks.all_published()
     finally:
         proc.kill()
         proc.wait()
@@ -113,7 +114,7 @@ def test_an_unsettled_directory_is_read_again_every_time(tmp_path: Path, monkeyp
 
 def test_a_missing_directory_reads_as_no_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(masks.MASK_DIR_ENV, str(tmp_path / "absent"))
-    assert masks.PublishedMasks().live() == {} == masks.all_published()
+    assert masks.live_masks(masks.PublishedMasks().records()) == {} == masks.all_published()
 
 
 def test_a_pure_test_publishes_into_its_sessions_folder_not_the_host_wide_one() -> None:

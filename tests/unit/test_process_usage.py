@@ -1,9 +1,11 @@
 """The collector's fast paths read what the straightforward ones read.
 
 `parse_usage` (the collector's partial parse of a stat line) reads the same
-comm, state, CPU ticks, start ticks and RSS as the full `parse_stat`;
+comm, state, CPU ticks, start ticks and RSS as the full `parse_stat`, and the
+comm and state as a plain decode of the line's bytes (it keeps decoded names);
 `process_table` finds the same parents as `parent_pid`; the table-based
-liveness check (`alive` with a table) answers as `current`."""
+liveness check (`alive` with a table) answers as `current`, and the batch one
+(`alive_all`) as `alive` record by record."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from ray_accel.core.processes import (
     ProcessRecord,
     ProcessTable,
     alive,
+    alive_all,
     current,
     parse_stat,
     parse_usage,
@@ -114,3 +117,63 @@ def test_a_table_answers_as_the_full_parse_for_this_process() -> None:
     assert table.usage(-1) is None
     assert alive(me, stat.start_ticks, table) and not alive(me, stat.start_ticks + 1, table)
     assert not alive(-1, 0, table)
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=comm, state=state, fields=st.lists(field, min_size=22, max_size=30))
+def test_usage_decodes_comm_and_state_as_a_plain_decode_every_time(
+    name: bytes, state: bytes, fields: list[bytes]
+) -> None:
+    line = _line(42, name, state, fields)
+    # Twice: the first parse may decode the name, the second finds it kept.
+    for u in (parse_usage(line), parse_usage(line)):
+        if u is not None:
+            assert u.name == name.decode("utf-8", "replace")
+            assert u.state == fields_state(line)
+
+
+def fields_state(line: bytes) -> str:
+    return line[line.rfind(b")") + 2 :].split(None, 1)[0].decode("ascii", "replace")
+
+
+def test_kept_names_are_bounded_and_still_right_after_they_are_dropped() -> None:
+    from ray_accel.core import processes
+
+    fields = [b"1"] * 22
+    for i in range(processes._COMMS_MAX + 10):
+        u = parse_usage(_line(42, f"w{i}".encode(), b"S", fields))
+        assert u is not None and u.name == f"w{i}"
+        assert len(processes._COMMS) <= processes._COMMS_MAX
+    u = parse_usage(_line(42, b"w0", b"S", fields))
+    assert u is not None and u.name == "w0"
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    lines=st.dictionaries(
+        st.integers(1, 64),
+        st.tuples(comm, state, st.integers(0, 50), st.lists(field, min_size=22, max_size=24)),
+        max_size=8,
+    ),
+    recorded=st.dictionaries(st.integers(1, 80), st.integers(0, 50), max_size=12),
+)
+def test_the_batch_liveness_check_answers_as_the_single_one(
+    lines: dict[int, tuple[bytes, bytes, int, list[bytes]]], recorded: dict[int, int]
+) -> None:
+    raw = {}
+    for pid, (name, st_, start, fields) in lines.items():
+        fields[0] = b"1"  # a parent, so the line is in the table
+        fields[18] = str(start).encode()
+        raw[pid] = _line(pid, name, st_, fields)
+    table = ProcessTable(raw)
+    expected = [pid for pid, start in recorded.items() if alive(pid, start, table)]
+    assert alive_all(recorded, table) == table.alive(recorded) == expected
+    assert table.usages(list(recorded)) == [table.usage(pid) for pid in recorded]
+
+
+def test_the_batch_liveness_check_without_a_table_reads_proc() -> None:
+    me = ProcessRecord.of()
+    assert me is not None
+    recorded = {me.pid: me.start_ticks, -1: 0, 999_999_999: 1}
+    assert alive_all(recorded) == [me.pid]
+    assert alive_all({me.pid: me.start_ticks + 1}) == [], "a reused PID is not the recorded process"

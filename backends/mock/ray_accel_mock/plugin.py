@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 
 from ray_accel_cuda.runtime import PROCESS_ENV as CUDA_PROCESS_ENV
 from ray_accel_cuda.runtime import CudaRuntime
@@ -14,7 +15,7 @@ from ray_accel_neuron.runtime import NeuronRuntime
 
 from ray_accel.core import masks
 from ray_accel.core.devices import FAMILY_NEURON, Device, NodeInfo, all_core_ids
-from ray_accel.core.processes import ProcessTable
+from ray_accel.core.processes import ProcessTable, alive_all
 from ray_accel.core.samples import DeviceSample
 from ray_accel.core.visibility import parse_visible_ids
 from ray_accel.plugins.discovery import MOCK_ENV
@@ -27,6 +28,30 @@ PROCESS_MEMORY_PER_CORE = 64 * 1024**2
 MASK_CACHE_SIZE = 4096
 RESOURCES = {FAMILY_NEURON: ("neuron_cores", "NEURON_RT_VISIBLE_CORES")}
 GPU_RESOURCE = ("GPU", "CUDA_VISIBLE_DEVICES")
+
+
+@dataclass(frozen=True)
+class _Holdings:
+    """The records whose masks name any of this node's cores, as the mock's
+    holdings: per PID its recorded start time and device memory, and per
+    device its PIDs (sorted). Liveness is not in it: it is checked on every call."""
+
+    starts: dict[int, int]
+    memory: dict[int, dict[str, int]]
+    holders: dict[str, tuple[int, ...]]
+
+    @classmethod
+    def of(cls, records: Mapping[int, tuple[str, int]], memory_of: Callable[[str], dict[str, int]]) -> _Holdings:
+        starts: dict[int, int] = {}
+        memory: dict[int, dict[str, int]] = {}
+        holders: dict[str, list[int]] = {}
+        for pid, (mask, start) in sorted(records.items()):
+            held = memory_of(mask)
+            if held:
+                starts[pid], memory[pid] = start, held
+                for device in held:
+                    holders.setdefault(device, []).append(pid)
+        return cls(starts, memory, {d: tuple(p) for d, p in sorted(holders.items())})
 
 
 class MockPlugin(DevicePlugin):
@@ -122,6 +147,7 @@ class MockTelemetry(Telemetry):
         self._handoff: tuple[float, dict[int, dict[str, int]]] | None = None
         self._mask_cache: dict[str, dict[str, int]] = {}
         self._published = masks.PublishedMasks()
+        self._holdings_of: tuple[object, _Holdings] | None = None
 
     def _faults(self) -> dict[str, object]:
         """Faults injected while running (RAYACCEL_MOCK_FAULTS: a JSON file,
@@ -166,7 +192,7 @@ class MockTelemetry(Telemetry):
     def _memory_of(self, mask: str) -> dict[str, int]:
         """Device id -> 64 MiB per core of it that `mask` names ({} for a mask
         that names none of this node's cores, or cannot be parsed). Cached:
-        workers publish few distinct masks, and a collection reads every one."""
+        workers publish few distinct masks."""
         held = self._mask_cache.get(mask)
         if held is None:
             cores: dict[str, int] = {}
@@ -184,27 +210,37 @@ class MockTelemetry(Telemetry):
             self._mask_cache[mask] = held
         return held
 
+    def _holdings(self) -> _Holdings:
+        """What the current records say, live writer or not: worked out again
+        only when they were read again (the directory changed)."""
+        records = self._published.records()
+        if self._holdings_of is None or self._holdings_of[0] is not records:
+            self._holdings_of = (records, _Holdings.of(records, self._memory_of))
+        return self._holdings_of[1]
+
     def _held(
-        self, pids: Collection[int] | None = None, table: ProcessTable | None = None
+        self, pids: Collection[int] | None = None, table: ProcessTable | None = None, h: _Holdings | None = None
     ) -> dict[int, dict[str, int]]:
         """PID -> device id -> bytes, for each live process (of `pids`, if
         given; alive as `table` shows it, if given) whose published mask names
-        any of this node's cores. The inner dicts are the cache's: read only."""
-        memory_of = self._memory_of
-        return {pid: held for pid, mask in self._published.live(pids, table).items() if (held := memory_of(mask))}
+        any of this node's cores (as `h` says, if given). The inner dicts are
+        the cache's: read only."""
+        h = self._holdings() if h is None else h
+        starts = h.starts if pids is None else {p: s for p in pids if (s := h.starts.get(p)) is not None}
+        memory = h.memory
+        return {pid: memory[pid] for pid in alive_all(starts, table)}
 
     def process_device_memory(
         self, pids: Collection[int], table: ProcessTable | None = None
-    ) -> dict[int, dict[str, int]]:
+    ) -> Mapping[int, Mapping[str, int]]:
         """64 MiB per core each process's current mask names (as the bridge
-        published it): deterministic, and only on processes that hold cores."""
+        published it): deterministic, and only on processes that hold cores.
+        Processes with the same mask share one (read-only) mapping."""
         handoff, self._handoff = self._handoff, None
         if handoff is not None and time.monotonic() - handoff[0] < self.HANDOFF_S:
             found = handoff[1]
-            held = {pid: found[pid] for pid in pids if pid in found}
-        else:
-            held = self._held(pids, table)
-        return {pid: dict(h) for pid, h in held.items()}
+            return {pid: found[pid] for pid in pids if pid in found}
+        return self._held(pids, table)
 
     def device_holders(self, table: ProcessTable | None = None) -> dict[str, tuple[int, ...]]:
         """Every live process whose published mask names one of a device's
@@ -214,10 +250,9 @@ class MockTelemetry(Telemetry):
         each GPU (nvmlDeviceGetComputeRunningProcesses). The reading is handed
         to the process_device_memory call that follows in the same collection,
         so one collection reads each mask once."""
-        held = self._held(None, table)
+        h = self._holdings()
+        held = self._held(None, table, h)
         self._handoff = (time.monotonic(), held)
-        out: dict[str, list[int]] = {}
-        for pid in sorted(held):
-            for device in held[pid]:
-                out.setdefault(device, []).append(pid)
-        return {k: tuple(v) for k, v in sorted(out.items())}
+        if len(held) == len(h.starts):  # every writer is alive: all of them hold
+            return dict(h.holders)
+        return {d: kept for d, pids in h.holders.items() if (kept := tuple(p for p in pids if p in held))}
