@@ -32,6 +32,14 @@ PROTECTED_ENV_VARS = frozenset(
 )
 
 
+# Fields a container runtime applies when it creates a process: a mount
+# namespace, networks, supplementary groups, a seccomp filter. A Ray worker is
+# a process the raylet started before its hooks run, and ray-accel does not
+# re-create it, so none of them can be applied: a value is refused (naming the
+# field, and by HookRun the hook), never dropped.
+NOT_APPLICABLE = ("mounts", "networks", "extra_gids", "extra_syscalls")
+
+
 class WorkloadDenied(RayAccelError):
     """The hook refuses this workload; it is not retried."""
 
@@ -55,6 +63,11 @@ class Workload:
 
 @dataclass(frozen=True)
 class WorkloadConfig:
+    """What a hook's `pre_create` gives its workload: environment variables
+    (set in the worker) and resource data (a file named by
+    `RAYACCEL_RESOURCE_FILE`). The `NOT_APPLICABLE` fields exist to be
+    refused by name: empty is the only value they take."""
+
     mounts: tuple[tuple[str, str], ...] = ()
     env_vars: Mapping[str, str] = field(default_factory=dict, hash=False)
     resource_data: Mapping[str, str] = field(default_factory=dict, hash=False)
@@ -73,12 +86,13 @@ class WorkloadConfig:
         for key, value in self.resource_data.items():
             if not _ENV_NAME.match(key) or "\n" in str(value):
                 raise HookConfigError(f"bad resource_data entry {key!r}")
-        for src, dst in self.mounts:
-            if not src.startswith("/") or not dst.startswith("/"):
-                raise HookConfigError(f"mount {src!r}:{dst!r} must use absolute paths")
-        for gid in self.extra_gids:
-            if gid < 0:
-                raise HookConfigError(f"bad gid {gid}")
+        for name in NOT_APPLICABLE:
+            value = getattr(self, name)
+            if value:
+                raise HookConfigError(
+                    f"{name}={value!r} cannot be applied to a Ray worker: it is a process the raylet "
+                    "started before its hooks ran, not a container ray-accel creates (leave it empty)"
+                )
 
 
 class LifecycleHook:

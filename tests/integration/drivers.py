@@ -114,7 +114,22 @@ b = Actor.remote()
 ray.get(b.token.remote())
 ray.get(b.ray_accel_terminate.remote())
 ray.get(task.remote())
-print(json.dumps({"first": first, "actor_token": token}))
+
+from ray_accel import LifecycleHook, WorkloadConfig
+class Mounts(LifecycleHook):
+    def pre_create(self):
+        return WorkloadConfig(mounts=(("/fsx/data", "/data"),))
+
+@ray.remote(resources={"neuron_cores": 1})
+@with_hooks(Recording(log), Mounts, run_id="mounts")
+def mounted():
+    return "the body ran"
+
+try:
+    refused = "not refused: " + ray.get(mounted.remote())
+except Exception as e:
+    refused = str(e)
+print(json.dumps({"first": first, "actor_token": token, "mounts": refused}))
 ray.shutdown()
 """
 

@@ -33,7 +33,12 @@ def test_tasks_and_actors_run_hooks_and_a_killed_actor_is_reconciled(tmp_path: P
     assert out["actor_token"] == "granted"
     events = [json.loads(line) for line in log.read_text().splitlines()]
     counts = Counter(e["event"] for e in events)
-    assert counts["pre_create"] == counts["post_terminate"] == 5, counts
+    # A hook that returns mounts (docs/design.md, Hooks): the task fails
+    # naming the hook and the field, its body never runs, and the hook before
+    # it still gets its post_terminate (the sixth of each below).
+    assert "hook" in out["mounts"] and "Mounts returned a config that is not allowed" in out["mounts"], out["mounts"]
+    assert "mounts=(('/fsx/data', '/data'),) cannot be applied to a Ray worker" in out["mounts"]
+    assert counts["pre_create"] == counts["post_terminate"] == 6, counts
     by_workload: dict[str, list[dict[str, object]]] = {}
     for e in events:
         by_workload.setdefault(str(e["workload"]), []).append(e)

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ray_accel.hooks.config import HookConfigError, LifecycleHook, Workload, WorkloadConfig
+from ray_accel.hooks.config import NOT_APPLICABLE, HookConfigError, LifecycleHook, Workload, WorkloadConfig
 from tests.badinput import badinput
 
 
@@ -16,8 +16,10 @@ from tests.badinput import badinput
         ({"env_vars": {"A": "x\nB=y"}}, "one line"),
         ({"env_vars": {"NEURON_RT_VISIBLE_CORES": "0-31"}}, "protected variable NEURON_RT_VISIBLE_CORES"),
         ({"env_vars": {"CUDA_VISIBLE_DEVICES": "0"}}, "protected"),
-        ({"mounts": (("rel", "/x"),)}, "absolute"),
-        ({"extra_gids": (-1,)}, "bad gid"),
+        ({"mounts": (("/data", "/data"),)}, r"mounts=\(\('/data', '/data'\),\) cannot be applied to a Ray worker"),
+        ({"networks": ("efa0",)}, r"networks=\('efa0',\) cannot be applied"),
+        ({"extra_gids": (27,)}, r"extra_gids=\(27,\) cannot be applied"),
+        ({"extra_syscalls": ("perf_event_open",)}, r"extra_syscalls=\('perf_event_open',\) cannot be applied"),
         ({"resource_data": {"K": "a\nb"}}, "resource_data"),
     ],
 )
@@ -37,6 +39,27 @@ def test_env_vars_accepted_iff_safe(env: dict[str, str]) -> None:
         assert unsafe
     else:
         assert not unsafe
+
+
+_values = {
+    "mounts": st.lists(st.tuples(st.text(max_size=8), st.text(max_size=8)), max_size=3).map(tuple),
+    "networks": st.lists(st.text(max_size=8), max_size=3).map(tuple),
+    "extra_gids": st.lists(st.integers(-(2**31), 2**32), max_size=3).map(tuple),
+    "extra_syscalls": st.lists(st.text(max_size=8), max_size=3).map(tuple),
+}
+
+
+@given(st.sampled_from(NOT_APPLICABLE).flatmap(lambda name: st.tuples(st.just(name), _values[name])))
+def test_a_field_a_worker_cannot_be_given_is_refused_by_name_whatever_its_value(case: tuple[str, tuple]) -> None:
+    """A Ray worker is a process the raylet started, not a container we
+    create: mounts, networks, groups and syscalls are never silently dropped."""
+    name, value = case
+    if not value:
+        assert getattr(WorkloadConfig(**{name: value}), name) == ()  # type: ignore[arg-type]
+        return
+    with pytest.raises(HookConfigError, match=rf"^{name}=") as e:
+        WorkloadConfig(**{name: value})  # type: ignore[arg-type]
+    assert repr(value) in str(e.value)
 
 
 def test_default_hook_admits() -> None:

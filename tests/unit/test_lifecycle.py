@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 from examples.hooks import Recording, RecordingHook
-from ray_accel.hooks.config import RESOURCE_FILE_ENV, LifecycleHook, Workload, WorkloadDenied, WorkloadRetry
+from ray_accel.hooks.config import (
+    RESOURCE_FILE_ENV,
+    LifecycleHook,
+    Workload,
+    WorkloadConfig,
+    WorkloadDenied,
+    WorkloadRetry,
+)
 from ray_accel.hooks.ledger import ledger_dir, reconcile
 from ray_accel.hooks.run import HookRun
 
@@ -54,6 +61,24 @@ def test_denial_names_the_hook_and_still_terminates(
     with pytest.raises(error, match=text):
         run.pre_create()
     assert _events(log) == ["pre_create", "post_terminate"]
+
+
+class Mounts(LifecycleHook):
+    def pre_create(self) -> WorkloadConfig:
+        return WorkloadConfig(mounts=(("/fsx/data", "/data"),))
+
+
+def test_a_hook_returning_mounts_is_refused_naming_the_hook_and_the_field(tmp_path: Path) -> None:
+    """docs/design.md, Hooks: a field that cannot apply to a Ray worker fails
+    the workload; the other hooks' post_terminate still runs."""
+    log = tmp_path / "log"
+    run = HookRun("r5", Workload("w5", "p0"), [Recording(str(log)), Mounts])
+    with pytest.raises(
+        WorkloadDenied, match=r"hook .*Mounts returned a config that is not allowed: mounts=.*/fsx/data"
+    ):
+        run.pre_create()
+    assert _events(log) == ["pre_create", "post_terminate"]
+    assert list(ledger_dir("r5").iterdir()) == [], "no ledger entry left behind"
 
 
 def test_retry(tmp_path: Path) -> None:
