@@ -2,7 +2,9 @@
 
 Exit 0 on success, 2 for bad input (usage errors included), 1 for a run-time
 failure, 130 on Ctrl-C. With --json an error is a JSON object on stderr
-(`{"error": ..., "kind": ..., "exit_code": ...}`) with the same exit code.
+(`{"error": ..., "kind": ..., "exit_code": ...}`) with the same exit code,
+an unforeseen one too (kind "internal", exit 1; without --json it is a
+traceback).
 Options meant for `ray start` go after `--` and are never guessed at: a
 mistyped ray-accel flag is an error, not a `ray start` option.
 """
@@ -64,4 +66,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(e), "failure", 1, as_json)
     except (KeyboardInterrupt, click.Abort):
         return _fail("interrupted", "interrupted", 130, as_json)
+    except Exception as e:
+        if not as_json:
+            raise  # a bug or an unforeseen failure: the traceback is what a report needs
+        # A --json caller parses stderr: the object, never a traceback.
+        return _fail(f"{type(e).__name__}: {e}", "internal", 1, as_json)
     return code if isinstance(code, int) else 0

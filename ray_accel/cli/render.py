@@ -7,6 +7,7 @@ from typing import Any
 
 from ray_accel.core.numa import format_cpulist
 from ray_accel.core.visibility import format_visible_ids
+from ray_accel.partition.labels import PARTITION_LABEL
 
 
 def render(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -156,7 +157,7 @@ def started_text(payload: dict[str, Any]) -> str:
         )
         + f"\ndriver environment: export {env}"
         + f"\nconnect a driver: python -c \"import ray; ray.init(address='{address}')\""
-        + "\ntarget a partition: .options(label_selector={'ray-accel.io/partition': '<partition>'})"
+        + f"\ntarget a partition: .options(label_selector={{'{PARTITION_LABEL}': '<partition>'}})"
     )
 
 

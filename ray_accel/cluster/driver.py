@@ -123,6 +123,15 @@ def init(partition: PartitionArg = None, backend: str | None = None, **ray_init_
             f"partition={partition!r} restricts a local cluster; with address={address!r} the raylets already exist "
             "(target a partition with label_selector instead)"
         )
+    plugin = discover(backend).primary
+    if plugin is None and (partition is not None or backend is not None):
+        # Plain ray.init would drop what was asked for: refuse instead.
+        asked = f"partition={partition!r}" if partition is not None else f"backend={backend!r}"
+        which = f"backend {backend!r} is" if backend is not None else "no accelerator backend is"
+        raise InputError(
+            f"ray_accel.init: {asked} needs an active backend, and {which} not active on this node "
+            "(see `ray-accel devices`); nothing was started"
+        )
     _apply_recorded_auth(address)
     if _starts_a_local_cluster(address, ray_init_kwargs.get("_temp_dir")):
         from ray_accel.cluster import auth
@@ -131,7 +140,6 @@ def init(partition: PartitionArg = None, backend: str | None = None, **ray_init_
         if made is not None:
             log.info("ray-accel: made the cluster token file %s (mode 0600)", made)
 
-    plugin = discover(backend).primary
     if plugin is None:
         log.info("ray-accel: no active accelerator backend; plain ray.init")
         return ray.init(**ray_init_kwargs)

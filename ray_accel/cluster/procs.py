@@ -29,6 +29,7 @@ from ray_accel.core.processes import (
     ProcessRecord,
     ProcStat,
     children_map,
+    current,
     descendants,
     owner,
     read_cmdline,
@@ -141,11 +142,12 @@ def check(proc: RayProcess, protected: set[int] | None = None) -> Check:
     if proc.pid in protected:
         who = "PID 1 (init)" if proc.pid == 1 else "this ray-accel process or one of its parents"
         return Check(proc, Verdict.FOREIGN, f"{who} is never a process ray-accel started")
-    stat = read_stat(proc.pid)
-    if stat is None or stat.state in ("Z", "X"):
-        return Check(proc, Verdict.GONE, "exited")
-    if stat.start_ticks != proc.start_ticks:
-        return Check(proc, Verdict.GONE, "exited (its PID now names a younger process)")
+    stat = current(proc.pid, proc.start_ticks)
+    if stat is None:
+        # Gone by the one liveness rule; the stat line again only to say how.
+        now = read_stat(proc.pid)
+        reused = now is not None and now.start_ticks != proc.start_ticks
+        return Check(proc, Verdict.GONE, "exited (its PID now names a younger process)" if reused else "exited")
     argv = read_cmdline(proc.pid)
     if argv is None:
         return Check(proc, Verdict.GONE, "exited")

@@ -74,13 +74,25 @@ def parse_visible_ids(value: str | None, total: int | None = None) -> list[int] 
     return ids
 
 
+def is_index(token: str) -> bool:
+    """A device token that is an index (ASCII digits: `int` would also take
+    other scripts' digits), as opposed to an opaque id such as a GPU UUID."""
+    return token.isascii() and token.isdigit()
+
+
+def mask_order(token: str) -> tuple[int, int | str]:
+    """Sort key of device tokens as a mask lists them: indexes by number
+    (Ray sorts them as strings, '10' before '2'), before opaque ids."""
+    return (0, int(token)) if is_index(token) else (1, token)
+
+
 def format_mask(tokens: Iterable[str]) -> str:
     """A mask from device tokens: integer ids sorted numerically as a comma list
     (Ray sorts them as strings, '10' before '2'); opaque ids such as GPU UUIDs
     kept in the order given, since the order is the device numbering inside the
     process."""
     values = [str(t).strip() for t in tokens]
-    if all(v.isascii() and v.isdigit() for v in values):
+    if all(is_index(v) for v in values):
         return format_visible_ids(int(v) for v in values)
     return ",".join(values)
 

@@ -44,8 +44,9 @@ class HookRun:
         counts always match.
         """
         open_entry(self.run_id, self.workload, self.factories)
-        merged_env: dict[str, str] = {}
-        merged_data: dict[str, str] = {}
+        # Key -> (the hook that set it, its value).
+        merged_env: dict[str, tuple[str, str]] = {}
+        merged_data: dict[str, tuple[str, str]] = {}
         try:
             for factory, hook in zip(self.factories, self.hooks, strict=True):
                 try:
@@ -72,17 +73,29 @@ class HookRun:
                         f"hook {hook_name(factory)} may not set {', '.join(clash)}: "
                         "ray-accel sets it for this worker's ranks, collective or devices"
                     )
-                merged_env.update(config.env_vars)
-                merged_data.update(config.resource_data)
+                for merged, given, what in (
+                    (merged_env, config.env_vars, "environment variable"),
+                    (merged_data, config.resource_data, "resource_data key"),
+                ):
+                    for key, value in given.items():
+                        if key in merged and merged[key][1] != value:
+                            # Neither may silently win: the order of hooks is not a contract.
+                            raise WorkloadDenied(
+                                f"hooks {merged[key][0]} and {hook_name(factory)} set {what} {key} to different "
+                                f"values ({merged[key][1]!r}, {value!r})"
+                            )
+                        merged[key] = (hook_name(factory), value)
         except BaseException:
             self.post_terminate()
             raise
-        os.environ.update(merged_env)
-        if merged_data:
+        env = {k: v for k, (_, v) in merged_env.items()}
+        data = {k: v for k, (_, v) in merged_data.items()}
+        os.environ.update(env)
+        if data:
             self.resource_file = self._entry.with_suffix(".resources")
-            self.resource_file.write_text("".join(f"{k}={v}\n" for k, v in sorted(merged_data.items())))
+            self.resource_file.write_text("".join(f"{k}={v}\n" for k, v in sorted(data.items())))
             os.environ[RESOURCE_FILE_ENV] = str(self.resource_file)
-        return WorkloadConfig(env_vars=merged_env, resource_data=merged_data)
+        return WorkloadConfig(env_vars=env, resource_data=data)
 
     def post_create(self) -> None:
         for hook in self.hooks:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ray_accel.core.errors import InputError
-from ray_accel.core.visibility import format_mask
+from ray_accel.core.visibility import format_mask, mask_order
 
 # torchrun's variables: set by ray-accel from the ranks, never by a hook.
 RANK_ENV_VARS = frozenset(
@@ -66,15 +66,11 @@ def rank_env(rank: RankInfo) -> dict[str, str]:
     }
 
 
-def _id_key(i: str) -> tuple[int, int | str]:
-    return (0, int(i)) if i.isascii() and i.isdigit() else (1, i)
-
-
 def raylet_union(worker: WorkerSlot, job: Sequence[WorkerSlot]) -> list[str]:
     """The ids of every worker on `worker`'s raylet, sorted as numbers where they
     are numbers (Ray sorts them as strings, so '10' would come before '2')."""
     ids = {i for w in job if w.raylet == worker.raylet for i in w.own_ids}
-    return sorted(ids, key=_id_key)
+    return sorted(ids, key=mask_order)
 
 
 def own_ids_env(visible_ids_env: str, worker: WorkerSlot) -> dict[str, str]:

@@ -22,6 +22,8 @@ class AcceleratorTorchConfig(TorchConfig):
     hooks: LifecycleHook classes (or factories taking a Workload) run around
         every worker: pre_create, post_create, pre_terminate, post_terminate.
     pre_terminate_timeout_s: bound on the pre_terminate hooks.
+    timeout_s: (TorchConfig's) bound on making the process group.
+    init_method: (TorchConfig's) "env" only; anything else is refused.
     run_id: names this run's hook ledger and its job (`ray-accel jobs`); the
         same across restarts of one fit().
     """
@@ -36,6 +38,13 @@ class AcceleratorTorchConfig(TorchConfig):
 
         if self.backend not in BACKENDS:
             raise InputError(f"backend {self.backend!r}: use one of {', '.join(BACKENDS)}")
+        if self.init_method != "env":
+            # TorchConfig's field: every group here is made from the rank
+            # variables ray-accel sets (MASTER_ADDR, MASTER_PORT: env://).
+            raise InputError(
+                f"init_method {self.init_method!r}: AcceleratorTorchConfig sets up the process group with "
+                "init_method 'env' only (ray-accel sets MASTER_ADDR and MASTER_PORT for each worker)"
+            )
         self.hooks = tuple(self.hooks)
         # Every fit() with this config is a job in `ray-accel jobs`: Ray Train
         # builds the controller callback that records it from the driver's

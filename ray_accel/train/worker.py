@@ -6,6 +6,7 @@ import logging
 import os
 import socket
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -22,20 +23,33 @@ from ray_accel.train.context import TrainContext, get_context, set_context
 
 log = logging.getLogger(__name__)
 
-_state: dict[str, Any] = {"hooks": None, "retry": None, "group": False, "plugin": None}
+
+@dataclass
+class _WorkerState:
+    """What this training worker process holds between the backend's calls
+    (Ray Train runs them in the same process, one run at a time)."""
+
+    hooks: HookRun | None = None  # the hooks of the current workload, after pre_create
+    retry: str | None = None  # a hook's retry request, raised when training starts
+    group: bool = False  # a process group of ours is up
+    discovered: bool = False  # discovery ran (its answer may be None: no backend)
+    plugin: DevicePlugin | None = None
+
+
+_state = _WorkerState()
 
 
 def _plugin() -> DevicePlugin | None:
     """This worker's accelerator plugin (discovery runs once per process)."""
-    if _state["plugin"] is None:
+    if not _state.discovered:
         from ray_accel.plugins.inventory import discover
 
         try:
-            _state["plugin"] = discover().primary or False
+            _state.plugin = discover().primary
         except Exception as e:
             log.warning("ray-accel: discovery failed in a training worker: %s", e)
-            _state["plugin"] = False
-    return _state["plugin"] or None
+        _state.discovered = True
+    return _state.plugin
 
 
 def describe() -> dict[str, Any]:
@@ -194,7 +208,7 @@ def prepare(setup: dict[str, Any], factories: Sequence[HookFactory]) -> dict[str
             device_family=setup["family"],
         )
     )
-    _state["retry"] = None
+    _state.retry = None
     workload = Workload(
         workload_id=f"{setup['run_id']}-rank{rank.world_rank}-pid{os.getpid()}",
         partition=setup["partition"] or me.raylet[:12],
@@ -209,12 +223,12 @@ def prepare(setup: dict[str, Any], factories: Sequence[HookFactory]) -> dict[str
         return {"status": "denied", "reason": str(e), "reconciled": reconciled}
     except WorkloadRetry as e:
         return {"status": "retry", "reason": str(e), "reconciled": reconciled}
-    _state["hooks"] = hooks
+    _state.hooks = hooks
     return {"status": "ok", "reconciled": reconciled, "env": {k: os.environ[k] for k in env}}
 
 
 def mark_retry(reason: str) -> None:
-    _state["retry"] = reason
+    _state.retry = reason
 
 
 def init_group(timeout_s: float) -> None:
@@ -238,7 +252,7 @@ def init_group(timeout_s: float) -> None:
             world_size=ctx.world_size,
             timeout=timedelta(seconds=timeout_s),
         )
-    _state["group"] = True
+    _state.group = True
 
 
 def init_xla_group(ctx: TrainContext, timeout_s: float) -> None:
@@ -276,20 +290,20 @@ def init_xla_group(ctx: TrainContext, timeout_s: float) -> None:
 
 
 def post_create() -> None:
-    if _state["hooks"] is not None:
-        _state["hooks"].post_create()
+    if _state.hooks is not None:
+        _state.hooks.post_create()
 
 
 def shutdown(pre_terminate_timeout_s: float) -> None:
-    hooks: HookRun | None = _state["hooks"]
+    hooks = _state.hooks
     if hooks is not None:
         hooks.pre_terminate(pre_terminate_timeout_s)
-    if _state["group"]:
+    if _state.group:
         import torch.distributed as dist
 
         if dist.is_initialized():
             dist.destroy_process_group()
-        _state["group"] = False
+        _state.group = False
         try:
             import torch
 
@@ -299,23 +313,23 @@ def shutdown(pre_terminate_timeout_s: float) -> None:
             pass
     if hooks is not None:
         hooks.post_terminate()
-        _state["hooks"] = None
+        _state.hooks = None
 
 
 def release() -> None:
     """post_terminate for a workload whose run was refused by another worker's hook."""
-    hooks: HookRun | None = _state["hooks"]
+    hooks = _state.hooks
     if hooks is not None:
         hooks.post_terminate()
-        _state["hooks"] = None
+        _state.hooks = None
 
 
 class WorkerTrainContext:
     """Wraps the user's training function on each worker."""
 
     def __enter__(self) -> WorkerTrainContext:
-        if _state["retry"] is not None:
-            raise WorkloadRetry(_state["retry"])
+        if _state.retry is not None:
+            raise WorkloadRetry(_state.retry)
         ctx = get_context()
         if ctx.backend == "nccl":
             import torch

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.badinput import badinput
@@ -68,3 +70,24 @@ def test_plan_text_output(cli: CliRunner) -> None:
     assert proc.returncode == 0
     assert "connected=yes contiguous=yes aligned=yes" in proc.stdout
     assert "neuron:0-7" in proc.stdout
+
+
+def test_an_unforeseen_failure_under_json_is_a_json_object_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ray_accel import cli as cli_main
+    from ray_accel.cli import node
+
+    def broken(*args: object, **kwargs: object) -> object:
+        raise OSError(5, "Input/output error", "/sys/devices/virtual/neuron_device")
+
+    monkeypatch.setattr(node, "discover", broken)
+    assert cli_main.main(["plan", "--agents", "2", "--json"]) == 1
+    err = json.loads(capsys.readouterr().err)
+    assert err == {
+        "error": "OSError: [Errno 5] Input/output error: '/sys/devices/virtual/neuron_device'",
+        "kind": "internal",
+        "exit_code": 1,
+    }
+    with pytest.raises(OSError, match="Input/output error"):  # without --json: the traceback
+        cli_main.main(["plan", "--agents", "2"])

@@ -5,6 +5,7 @@ tests/integration/test_host_parity.py)."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -50,3 +51,26 @@ def test_refused_requests_name_the_value(spec: BridgeSpec, kwargs: dict[str, obj
 )
 def test_requests_within_the_visible_units_pass(spec: BridgeSpec, kwargs: dict[str, object]) -> None:
     assert check_request(spec, dict(kwargs), [0, 1, 2, 3], "the mask") is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"partition": "0-1", "backend": "mock"}, "partition='0-1' needs an active backend, and backend 'mock' is not"),
+        ({"backend": "mock"}, "backend='mock' needs an active backend, and backend 'mock' is not active"),
+    ],
+)
+def test_what_plain_ray_init_would_drop_is_refused_before_anything_starts(
+    kwargs: dict[str, object], needle: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mock backend is inactive without RAYACCEL_MOCK (cleared by
+    tests/conftest.py): falling back to plain ray.init would drop the request."""
+    import ray
+
+    import ray_accel
+
+    monkeypatch.setenv("HOME", str(tmp_path))  # where a token file would be made
+    with pytest.raises(InputError, match=re.escape(needle)):
+        ray_accel.init(**kwargs)  # type: ignore[arg-type]
+    assert not ray.is_initialized()
+    assert list(tmp_path.iterdir()) == [], "no token file, nothing else"

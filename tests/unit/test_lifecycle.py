@@ -81,6 +81,35 @@ def test_a_hook_returning_mounts_is_refused_naming_the_hook_and_the_field(tmp_pa
     assert list(ledger_dir("r5").iterdir()) == [], "no ledger entry left behind"
 
 
+class SetsToken(LifecycleHook):
+    def pre_create(self) -> WorkloadConfig:
+        return WorkloadConfig(env_vars={"EXAMPLE_HOOK_TOKEN": "mine"})
+
+
+class SameToken(LifecycleHook):
+    def pre_create(self) -> WorkloadConfig:
+        return WorkloadConfig(env_vars={"EXAMPLE_HOOK_TOKEN": "granted"}, resource_data={"LEASE": "w6"})
+
+
+def test_two_hooks_setting_one_variable_differently_is_refused_naming_both(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("EXAMPLE_HOOK_TOKEN", raising=False)
+    log = tmp_path / "log"
+    run = HookRun("r6", Workload("w6", "p0"), [Recording(str(log)), SetsToken])
+    clash = r"hooks Recording and .*SetsToken set environment variable EXAMPLE_HOOK_TOKEN to different values"
+    with pytest.raises(WorkloadDenied, match=clash):
+        run.pre_create()
+    assert _events(log) == ["pre_create", "post_terminate"]
+    assert "EXAMPLE_HOOK_TOKEN" not in os.environ, "nothing of a refused config is applied"
+    # The same value from two hooks is no conflict.
+    agreed = HookRun("r7", Workload("w6", "p0"), [Recording(str(log)), SameToken])
+    config = agreed.pre_create()
+    assert config.env_vars == {"EXAMPLE_HOOK_TOKEN": "granted"} and config.resource_data == {"LEASE": "w6"}
+    agreed.post_terminate()
+    monkeypatch.delenv(RESOURCE_FILE_ENV, raising=False)
+
+
 def test_retry(tmp_path: Path) -> None:
     log = tmp_path / "log"
     run = HookRun("r3", Workload("w3", "p0"), [Recording(str(log), retry_marker=str(tmp_path / "m"))])
