@@ -17,7 +17,7 @@ import tempfile
 import time
 from collections.abc import Collection, Iterable, Mapping
 
-from ray_accel.core.processes import ProcessRecord, ProcessTable, alive_all
+from ray_accel.core.processes import ProcessRecord, ProcessTable, alive_all, read_small
 
 log = logging.getLogger(__name__)
 
@@ -63,19 +63,6 @@ def parse_record(raw: bytes) -> tuple[str, int] | None:
         return None
 
 
-def _read(path: str) -> bytes | None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, 4096)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
 def read_records(directory: str) -> dict[int, tuple[str, int]]:
     """PID -> (mask, start ticks) of every well-formed record in `directory`,
     live writer or not."""
@@ -85,7 +72,7 @@ def read_records(directory: str) -> dict[int, tuple[str, int]]:
         return {}
     out = {}
     for name in names:
-        if name.isdigit() and (raw := _read(f"{directory}/{name}")) is not None:
+        if name.isdigit() and (raw := read_small(f"{directory}/{name}")) is not None:
             record = parse_record(raw)
             if record is not None:
                 out[int(name)] = record

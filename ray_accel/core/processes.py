@@ -37,18 +37,25 @@ class ProcStat(NamedTuple):
 _new_tuple = tuple.__new__
 
 
-def read_raw_stat(pid: int, proc: str = PROC) -> bytes | None:
-    """The process's stat line as the kernel wrote it, or None if it is gone."""
+def read_small(path: str, limit: int = 4096) -> bytes | None:
+    """One read of at most `limit` bytes of a small file (a `/proc` entry, a
+    mask record), or None if it is gone or unreadable: a `/proc` file is
+    generated whole by the read, so one read sees one consistent version."""
     try:
-        fd = os.open(f"{proc}/{pid}/stat", os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY)
     except OSError:
         return None
     try:
-        return os.read(fd, 4096)
+        return os.read(fd, limit)
     except OSError:
         return None
     finally:
         os.close(fd)
+
+
+def read_raw_stat(pid: int, proc: str = PROC) -> bytes | None:
+    """The process's stat line as the kernel wrote it, or None if it is gone."""
+    return read_small(f"{proc}/{pid}/stat")
 
 
 def _fields_start(raw: bytes) -> int:
@@ -148,16 +155,9 @@ CMDLINE_LIMIT = 64 * 1024
 def read_cmdline(pid: int, proc: str = PROC) -> list[str] | None:
     """The process's argv (bounded: the first `CMDLINE_LIMIT` bytes), or None
     if it is gone or unreadable. A kernel thread has an empty one."""
-    try:
-        fd = os.open(f"{proc}/{pid}/cmdline", os.O_RDONLY)
-    except OSError:
+    raw = read_small(f"{proc}/{pid}/cmdline", CMDLINE_LIMIT)
+    if raw is None:
         return None
-    try:
-        raw = os.read(fd, CMDLINE_LIMIT)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
     parts = raw.split(b"\0")
     if parts[-1] == b"":
         parts.pop()  # argv ends with a NUL; a rewritten title may not

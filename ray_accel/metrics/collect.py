@@ -24,7 +24,6 @@ collection. `benchmarks/bench_metrics.py` compares it with the floor.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -40,6 +39,7 @@ from ray_accel.core.processes import (
     children_map,
     descendants,
     process_table,
+    read_small,
 )
 from ray_accel.plugins.interface import Telemetry
 
@@ -205,16 +205,9 @@ def device_readings(
 def cmdline(pid: int) -> str:
     """The process's command line as one string ('' if it is gone); Ray's
     workers retitle themselves here (`ray::TrainWorker.train`)."""
-    try:
-        fd = os.open(f"/proc/{pid}/cmdline", os.O_RDONLY)
-    except OSError:
+    raw = read_small(f"/proc/{pid}/cmdline")
+    if raw is None:
         return ""
-    try:
-        raw = os.read(fd, 4096)
-    except OSError:
-        return ""
-    finally:
-        os.close(fd)
     return raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()
 
 
