@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
@@ -17,6 +18,16 @@ ROOT = Path(__file__).resolve().parent.parent
 CLI = str(Path(sys.executable).parent / "ray-accel")
 
 CliRunner = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def sigint_as_default() -> None:
+    """`preexec_fn` for a child a test interrupts with SIGINT. A command a
+    shell runs in the background without job control starts with SIGINT
+    ignored (bash(1), "asynchronous commands"), the ignore is inherited, and
+    Python then never raises KeyboardInterrupt: a whole suite started that way
+    saw its child ignore the test's SIGINT. The tests are about what our code
+    does on SIGINT, so the child gets the default handling."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def repo_pythonpath() -> str:

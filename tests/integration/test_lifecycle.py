@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import CLI, repo_pythonpath, run_cli
+from tests.conftest import CLI, repo_pythonpath, run_cli, sigint_as_default
 from tests.integration.conftest import free_port
 from tests.tagged import new_tag, tagged, wait_none_tagged
 
@@ -42,7 +42,14 @@ class Background:
     def __init__(self, *args: str, env: dict[str, str]) -> None:
         full = {k: v for k, v in os.environ.items() if not k.startswith("RAYACCEL_")}
         full.update(env)
-        self.proc = subprocess.Popen([CLI, *args], env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [CLI, *args],
+            env=full,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=sigint_as_default,
+        )
         self.out: list[str] = []
         self.err: list[str] = []
         for stream, sink in ((self.proc.stdout, self.out), (self.proc.stderr, self.err)):

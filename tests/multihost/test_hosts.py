@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import sigint_as_default
 from tests.multihost.conftest import Hosts
 from tests.multihost.hosts import NETNS_DIR, TEST_NET, HostSet, HostSetupError, pid_alive, pids_in_netns
 
@@ -256,15 +257,6 @@ def test_interrupted(hosts):
 """
 
 
-def _default_sigint() -> None:
-    """A command a shell runs in the background without job control starts
-    with SIGINT ignored (bash(1), "asynchronous commands"), and Python then
-    never raises KeyboardInterrupt: a whole suite started that way saw the
-    inner run ignore the SIGINT below. What is tested is the harness's
-    teardown, so the inner run gets SIGINT's default handling."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_interrupted_pytest_run_leaves_nothing(tmp_path: Path, sig: signal.Signals) -> None:
     (tmp_path / "conftest.py").write_text("from tests.multihost.conftest import hosts  # noqa: F401\n")
@@ -278,7 +270,7 @@ def test_interrupted_pytest_run_leaves_nothing(tmp_path: Path, sig: signal.Signa
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        preexec_fn=_default_sigint,
+        preexec_fn=sigint_as_default,
     )
     try:
         deadline = time.monotonic() + 60
