@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ray_accel.core.visibility import format_visible_ids
+
 NUMA_ROOT_ENV = "RAYACCEL_NUMA_ROOT"
 DEFAULT_ROOT = "/sys/devices/system/node"
 _NODE = re.compile(r"^node(\d+)$")
@@ -49,17 +51,9 @@ def parse_cpulist(text: str) -> frozenset[int]:
 
 
 def format_cpulist(cpus: Iterable[int]) -> str:
-    """The kernel's list format: sorted, runs collapsed (``0-3,8``)."""
-    ordered = sorted(set(cpus))
-    parts: list[str] = []
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return ",".join(parts)
+    """The kernel's list format: sorted, runs collapsed (``0-3,8``), which is
+    the ranges style of a visibility mask."""
+    return format_visible_ids(set(cpus), "ranges")
 
 
 @dataclass(frozen=True)
