@@ -360,8 +360,7 @@ def test_refused_start_flags_exit_2_and_start_nothing(args: list[str], needle: s
     assert proc.returncode == 2, proc.stderr
     assert needle in proc.stderr
     assert "Traceback" not in proc.stderr
-    # No new raylet; one of an earlier test may still be exiting (host-wide view).
-    assert not raylet_pids() - before, f"new raylets: {raylet_pids() - before}"
+    assert raylet_pids() == before
     assert not (tmp_path / "state" / "node.json").exists()
 
 

@@ -57,8 +57,7 @@ def test_second_start_is_refused(trn1_cluster: Cluster) -> None:
     proc = trn1_cluster.cli("start", "--head", "--agents", "2", "--port", str(free_port()))
     assert proc.returncode == 2
     assert "already running" in proc.stderr
-    # No new raylet; one of an earlier test may still be exiting (host-wide view).
-    assert not raylet_pids() - before, f"new raylets: {raylet_pids() - before}"
+    assert raylet_pids() == before
     assert trn1_cluster.refresh()["running"]
 
 
@@ -126,8 +125,7 @@ def test_bad_input_exits_2_and_starts_nothing(args: list[str], needle: str, tmp_
     assert proc.returncode == 2, proc.stderr
     assert needle in proc.stderr
     assert "Traceback" not in proc.stderr
-    # No new raylet; one of an earlier test may still be exiting (host-wide view).
-    assert not raylet_pids() - before, f"new raylets: {raylet_pids() - before}"
+    assert raylet_pids() == before
     assert not (tmp_path / "state" / "node.json").exists()
 
 
@@ -145,6 +143,5 @@ def test_taken_ports_exit_2(tmp_path: Path) -> None:
             "start", "--head", "--agents", "2", "--port", str(free_port()), "--port-base", str(base), env=env
         )
         assert proc.returncode == 2 and f"port {taken} is already in use" in proc.stderr
-    # No new raylet; one of an earlier test may still be exiting (host-wide view).
-    assert not raylet_pids() - before, f"new raylets: {raylet_pids() - before}"
+    assert raylet_pids() == before
     assert not (tmp_path / "state" / "node.json").exists()
