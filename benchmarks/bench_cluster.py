@@ -44,8 +44,10 @@ by `ray-accel start --head --partitions 8 --no-dashboard -- --num-cpus 8`
 commands are timed as a user runs them (a new process each: interpreter,
 imports, GCS query; `top` also connects a driver and asks every exporter),
 against the floor `ray-accel --version` (interpreter and CLI imports only),
-measured in the same run. The cluster is stopped with `ray-accel stop`
-however the run ends.
+measured in the same run. A start that fails at run time (Ray allows a
+raylet 30 s to register, which 8 at once on a small busy machine can miss)
+has stopped itself and is made once more, and the table says so. The
+cluster is stopped with `ray-accel stop` however the run ends.
 
     python benchmarks/bench_cluster.py [--repeats 50] [--real-runs 5] [--no-real] [--quick] [--json]
 
@@ -281,8 +283,11 @@ REAL_CALLS = (
 def measure_real(runs: int, warm: bool) -> dict[str, Any]:
     with CliCluster(PRESET, PER_HOST, ["--no-dashboard", "--", "--num-cpus", str(PER_HOST)]) as cluster:
         say(f"real: starting {PER_HOST} partitions")
-        took = cluster.start()
-        say(f"real: {PER_HOST} partitions up in {took:.1f} s")
+        # Ray gives each raylet 30 s to appear in the GCS (node.py,
+        # raylet_start_wait_time_s); 8 starting at once on a small, busy
+        # machine can miss it. Such a start stops itself; one more is made.
+        took = cluster.start(attempts=2)
+        say(f"real: {PER_HOST} partitions up in {took:.1f} s (attempt {cluster.attempts})")
         rows: list[dict[str, Any]] = []
         for name, args in REAL_CALLS:
             samples = []
@@ -302,7 +307,7 @@ def measure_real(runs: int, warm: bool) -> dict[str, Any]:
     floor = rows[0]["median_s"]
     for r in rows:
         r["over_floor"] = r["median_s"] / floor
-    return {"partitions": PER_HOST, "start_s": took, "runs": runs, "rows": rows}
+    return {"partitions": PER_HOST, "start_s": took, "start_attempts": cluster.attempts, "runs": runs, "rows": rows}
 
 
 def ms(seconds: float) -> str:
@@ -350,7 +355,9 @@ def main() -> None:
         return
     print()
     print(
-        f"real cluster: {real['partitions']} partitions (mock {PRESET}, started in {real['start_s']:.1f} s), "
+        f"real cluster: {real['partitions']} partitions (mock {PRESET}, started in {real['start_s']:.1f} s"
+        + (f" at attempt {real['start_attempts']}" if real["start_attempts"] > 1 else "")
+        + "), "
         f"median of {real['runs']} run(s) of each command; baseline: the floor `ray-accel --version`"
     )
     synthetic_at_8 = {r["call"]: r["seconds"][str(SIZES[0])] for r in rows}

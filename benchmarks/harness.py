@@ -148,6 +148,7 @@ class CliCluster:
         self.start_args = list(start_args)
         self.status: dict[str, Any] = {}
         self.start_s = 0.0
+        self.attempts = 0
 
     def __enter__(self) -> CliCluster:
         return self
@@ -175,17 +176,26 @@ class CliCluster:
             raise
         return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
-    def start(self) -> float:
-        """Seconds `ray-accel start --head` took until every partition was registered."""
-        args = ["start", "--head", "--partitions", str(self.partitions), "--port", str(_free_port()), "--json"]
+    def start(self, attempts: int = 1) -> float:
+        """Seconds `ray-accel start --head` took until every partition was
+        registered. A run-time failure (exit 1, after which `start` has
+        stopped everything it began) is tried again, saying so, up to
+        `attempts` starts in all; bad input (exit 2) never is."""
+        args = ["start", "--head", "--partitions", str(self.partitions), "--json"]
         options, sep, ray_args = self._split(self.start_args)
-        began = time.perf_counter()
-        proc = self.cli(*args, *options, *([sep, *ray_args] if sep else []))
-        self.start_s = time.perf_counter() - began
-        if proc.returncode != 0:
-            raise SystemExit(f"ray-accel start failed ({proc.returncode}):\n{proc.stderr[-6000:]}")
-        self.status = json.loads(proc.stdout)
-        return self.start_s
+        for attempt in range(1, attempts + 1):
+            self.attempts = attempt
+            began = time.perf_counter()
+            proc = self.cli(*args, "--port", str(_free_port()), *options, *([sep, *ray_args] if sep else []))
+            self.start_s = time.perf_counter() - began
+            if proc.returncode == 0:
+                self.status = json.loads(proc.stdout)
+                return self.start_s
+            if proc.returncode != 1 or attempt == attempts:
+                raise SystemExit(f"ray-accel start failed ({proc.returncode}):\n{proc.stderr[-6000:]}")
+            last = proc.stderr.strip().splitlines()[-1:] or ["(no message)"]
+            say(f"ray-accel start failed (attempt {attempt} of {attempts}), starting again: {last[0][:500]}")
+        raise AssertionError("unreachable")
 
     @staticmethod
     def _split(args: list[str]) -> tuple[list[str], str, list[str]]:
