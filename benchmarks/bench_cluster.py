@@ -73,7 +73,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ray_accel_mock import MockPlugin
 from ray_accel_mock.spec import load_spec
 
-from benchmarks.harness import CliCluster, median_of, run_main, say, timed
+from benchmarks.harness import CliCluster, StartFailed, median_of, run_main, say, timed
 from ray_accel.cli.render import cluster_status_text, render, top_text
 from ray_accel.cli.top import top_payload
 from ray_accel.cluster.status import cluster_view
@@ -286,7 +286,10 @@ def measure_real(runs: int, warm: bool) -> dict[str, Any]:
         # Ray gives each raylet 30 s to appear in the GCS (node.py,
         # raylet_start_wait_time_s); 8 starting at once on a small, busy
         # machine can miss it. Such a start stops itself; one more is made.
-        took = cluster.start(attempts=2)
+        try:
+            took = cluster.start(attempts=2)
+        except StartFailed as e:
+            raise SystemExit(f"real cluster: {e}") from None
         say(f"real: {PER_HOST} partitions up in {took:.1f} s (attempt {cluster.attempts})")
         rows: list[dict[str, Any]] = []
         for name, args in REAL_CALLS:

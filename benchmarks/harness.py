@@ -44,6 +44,12 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM or SIGHUP, handled exactly as Ctrl-C."""
 
 
+class StartFailed(RuntimeError):
+    """A cluster start that failed at run time and has stopped what it began
+    (Ray's own start can time out on a small, busy machine): the caller
+    counts it and may start again."""
+
+
 def say(message: str) -> None:
     """A progress line on stderr (tables go to stdout)."""
     print(f"[{Path(sys.argv[0]).stem}] {message}", file=sys.stderr, flush=True)
@@ -180,7 +186,8 @@ class CliCluster:
         """Seconds `ray-accel start --head` took until every partition was
         registered. A run-time failure (exit 1, after which `start` has
         stopped everything it began) is tried again, saying so, up to
-        `attempts` starts in all; bad input (exit 2) never is."""
+        `attempts` starts in all, then raised as `StartFailed`; bad input
+        (exit 2) ends the benchmark."""
         args = ["start", "--head", "--partitions", str(self.partitions), "--json"]
         options, sep, ray_args = self._split(self.start_args)
         for attempt in range(1, attempts + 1):
@@ -191,10 +198,12 @@ class CliCluster:
             if proc.returncode == 0:
                 self.status = json.loads(proc.stdout)
                 return self.start_s
-            if proc.returncode != 1 or attempt == attempts:
-                raise SystemExit(f"ray-accel start failed ({proc.returncode}):\n{proc.stderr[-6000:]}")
-            last = proc.stderr.strip().splitlines()[-1:] or ["(no message)"]
-            say(f"ray-accel start failed (attempt {attempt} of {attempts}), starting again: {last[0][:500]}")
+            if proc.returncode != 1:  # bad input: the benchmark's own mistake
+                raise SystemExit(f"ray-accel start refused ({proc.returncode}):\n{proc.stderr[-6000:]}")
+            last = (proc.stderr.strip().splitlines() or ["(no message)"])[-1][:1000]
+            if attempt == attempts:
+                raise StartFailed(f"ray-accel start failed: {last}")
+            say(f"ray-accel start failed (attempt {attempt} of {attempts}), starting again: {last}")
         raise AssertionError("unreachable")
 
     @staticmethod
