@@ -52,7 +52,10 @@ def cli_json(*args: str, env: Mapping[str, str] | None = None) -> Any:
 
 @pytest.fixture
 def cli() -> CliRunner:
-    return run_cli
+    """The CLI in this process (`tests.clirun`): as the console script, without its start-up."""
+    from tests.clirun import run_cli_here
+
+    return run_cli_here
 
 
 @pytest.fixture(scope="session")
