@@ -84,6 +84,27 @@ except Exception as e:
     print(json.dumps({"ok": False, "error": f"{type(e).__name__}: {e}"}))
 """
 
+# Several fits, one after another, in one driver (one Python start-up and one
+# ray.init for all of them): argv[2] is a JSON object of name -> run_job's
+# keyword arguments; prints name -> {"ok", "error"} in the order given.
+TRAIN_JOBS = r"""
+import json, os, sys
+from examples.hooks import Recording
+from examples.train_partitions import run_job
+from tests.integration.train_hooks import SetsEnv
+out = {}
+for key, kw in json.loads(sys.argv[2]).items():
+    kw.setdefault("name", f"{key}-{os.getpid()}")
+    hooks = [Recording(**h) for h in kw.pop("recording", [])]
+    hooks += [SetsEnv(**h) for h in kw.pop("sets_env", [])]
+    try:
+        run_job(sys.argv[1], hooks=hooks, **kw)
+        out[key] = {"ok": True}
+    except Exception as e:
+        out[key] = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+print(json.dumps(out))
+"""
+
 TASK_ACTOR_HOOKS = r"""
 import json, os, sys
 import ray, ray_accel

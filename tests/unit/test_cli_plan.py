@@ -5,7 +5,8 @@ import json
 import pytest
 
 from tests.badinput import badinput
-from tests.conftest import CliRunner, cli_json
+from tests.clirun import cli_json_here as cli_json
+from tests.conftest import CliRunner
 
 TRN1 = {"RAYACCEL_MOCK": "trn1.32xlarge"}
 

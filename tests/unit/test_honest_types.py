@@ -25,7 +25,8 @@ from ray_accel.bridge.managers import SPEC_ENV, BridgeSpec, make_manager, raylet
 from ray_accel.cluster.raylet import partition_env
 from ray_accel.core.devices import Device
 from ray_accel.partition.plan import Mode, PartitionError, plan_partitions
-from tests.conftest import CliRunner, cli_json
+from tests.clirun import cli_json_here as cli_json
+from tests.conftest import CliRunner
 
 MIXED = "mixed-v100-a100"
 V100, A100 = "Tesla V100-SXM2-16GB", "NVIDIA A100-SXM4-40GB"

@@ -11,7 +11,7 @@ from ray_accel.cli.jobs import find_job, job_text, jobs_text
 from ray_accel.core.errors import InputError
 from ray_accel.jobs.model import STARTING, STATE, SUBMITTED, Event, apply_all, job_json
 from ray_accel.train.jobs import CALLBACK_PATH, allowed_workers, register_callback
-from tests.conftest import run_cli
+from tests.clirun import run_cli_here
 
 
 def _job() -> dict[str, object]:
@@ -29,9 +29,9 @@ def _job() -> dict[str, object]:
 
 def test_jobs_without_a_recorded_cluster_says_no_cluster_and_exits_1(tmp_path: Path) -> None:
     env = {"RAYACCEL_STATE_DIR": str(tmp_path / "state"), "RAYACCEL_MOCK": "trn1.32xlarge"}
-    proc = run_cli("jobs", "--json", env=env)
+    proc = run_cli_here("jobs", "--json", env=env)
     assert proc.returncode == 1 and "no cluster" in json.loads(proc.stderr)["error"]
-    proc = run_cli("jobs", "show", "x", env=env)
+    proc = run_cli_here("jobs", "show", "x", env=env)
     assert proc.returncode == 1 and "no cluster" in proc.stderr
 
 
