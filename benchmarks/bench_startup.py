@@ -40,6 +40,7 @@ from ray_accel.cli.render import render
 from ray_accel.cluster import auth
 from ray_accel.cluster.gcs import gcs_nodes
 from ray_accel.cluster.ports import free_port, plan_ports
+from ray_accel.cluster.startargs import port_args
 
 BIN = Path(sys.executable).parent
 PARTITIONS = 4
@@ -111,7 +112,7 @@ def run_hand_written() -> tuple[float, int]:
             args += (
                 ["--head", "--port", str(port), "--include-dashboard", "false"] if i == 0 else ["--address", address]
             )
-            args += ports.ray_start_args(head=i == 0)
+            args += port_args(ports, head=i == 0)
             args += ["--resources", json.dumps({"neuron_cores": 8}), "--object-store-memory", str(1 << 30)]
             args += ["--labels", f"ray-accel.io/partition=p{i}"]
             procs.append(

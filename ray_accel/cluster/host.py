@@ -15,28 +15,14 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ray_accel.cluster.startargs import HOST_FLAGS, flag_value
 from ray_accel.core.errors import InputError
 from ray_accel.core.numa import NumaTopology, read_topology
 from ray_accel.partition.plan import Plan
 from ray_accel.partition.share import Division, HostResources, divide
 
-# `ray start` flags whose values are the host's figures, divided per partition.
-HOST_FLAGS = {"--num-cpus": "cpus", "--memory": "memory", "--object-store-memory": "object_store_memory"}
 # Ray 2.60's ray_constants.OBJECT_STORE_MINIMUM_MEMORY_BYTES: a raylet refuses less.
 OBJECT_STORE_MINIMUM = 75 * 1024 * 1024
-
-
-def flag_value(args: Sequence[str], name: str) -> str | None:
-    """The value of `--name v` or `--name=v` (the last one, as click takes it)."""
-    value: str | None = None
-    for i, a in enumerate(args):
-        if a == name:
-            if i + 1 >= len(args):
-                raise InputError(f"{name} needs a value")
-            value = args[i + 1]
-        elif a.startswith(name + "="):
-            value = a.split("=", 1)[1]
-    return value
 
 
 def user_figures(args: Sequence[str]) -> dict[str, int]:

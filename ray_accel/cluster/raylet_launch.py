@@ -55,9 +55,13 @@ def _processes(node: Any) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str]) -> int:
-    result_path, sep, *ray_args = argv
-    if sep != "--":
-        print("usage: python -m ray_accel.cluster.raylet_launch RESULT -- start ARGS...", file=sys.stderr)
+    from ray_accel.cluster.startargs import parse_launch_argv
+    from ray_accel.core.errors import InputError
+
+    try:
+        result_path, ray_args = parse_launch_argv(argv)
+    except InputError as e:
+        print(e, file=sys.stderr)
         return 2
     from ray_accel.bridge.managers import SPEC_ENV, BridgeUnsupported, install, specs_from_env
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from ray_accel.cluster import procs, state
 from ray_accel.cluster.files import read_bounded
-from ray_accel.cluster.host import flag_value
 from ray_accel.cluster.record import NodeRecord
+from ray_accel.cluster.startargs import flag_value
 
 
 def stop(grace_s: float = 5.0) -> dict[str, Any]:
