@@ -11,6 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # Lowest first; the order of docs/design.md.
 LAYERS = (
     "core",
+    "rayapi",
     "plugins",
     "partition",
     "hooks",

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ray_accel.bridge.managers import FAKE_RAY_VERSION_ENV, BridgeSpec, BridgeUnsupported, check_ray_version
+from ray_accel.bridge.managers import BridgeSpec, BridgeUnsupported, check_ray_version
 from ray_accel.cluster.host import read_host, user_figures
 from ray_accel.cluster.ports import RayletPorts, raylet_ports
 from ray_accel.cluster.raylet import StartRequest, check_user_keys, partition_env
@@ -20,6 +20,7 @@ from ray_accel.core import validate
 from ray_accel.core.errors import InputError
 from ray_accel.partition.plan import Partition
 from ray_accel.partition.share import Share
+from ray_accel.rayapi.feature import FAKE_RAY_VERSION_ENV
 from tests.badinput import badinput
 
 SPEC = BridgeSpec("neuron_cores", "NEURON_RT_VISIBLE_CORES", "neuron", "Trainium", tuple(range(32)))
