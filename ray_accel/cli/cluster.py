@@ -171,7 +171,7 @@ def exporter_orphans(payload: dict[str, Any]) -> dict[str, Any]:
     """The orphans this host's exporters saw; a failure to ask is reported, not raised."""
     import ray
 
-    from ray_accel.cli.top import connect_to_recorded_cluster, host_orphans
+    from ray_accel.cli.connect import connect_to_recorded_cluster, host_orphans
 
     try:
         connect_to_recorded_cluster(payload)
