@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from ray_accel.rayapi import node as rayapi_node
+from ray_accel.rayapi.feature import RayApiMissing
 
 PARTITION_ENV = "RAYACCEL_PARTITION"
 # The CPUs (kernel list format) this raylet, and so every process it starts,
@@ -102,16 +103,20 @@ def main(argv: list[str]) -> int:
         "cpu_set": pinned,
     }
     if node is not None:
-        result["processes"] = _processes(node)
-        if error is None:
-            facts = rayapi_node.node_facts(node)
-            result["node_id"] = facts.node_id
-            result["gcs_address"] = facts.gcs_address
-            result["node_ip"] = facts.node_ip
-            if facts.webui_url:  # the head's dashboard, when it runs
-                url = facts.webui_url
-                result["dashboard_url"] = url if "://" in url else f"http://{url}"
-        else:
+        try:
+            result["processes"] = _processes(node)
+            if error is None:
+                facts = rayapi_node.node_facts(node)
+                result["node_id"] = facts.node_id
+                result["gcs_address"] = facts.gcs_address
+                result["node_ip"] = facts.node_ip
+                if facts.webui_url:  # the head's dashboard, when it runs
+                    url = facts.webui_url
+                    result["dashboard_url"] = url if "://" in url else f"http://{url}"
+        except RayApiMissing as e:  # started, but not recordable: undone (`start` kills the launch's group too)
+            error = result["error"] = str(e)
+            result["ok"] = False
+        if error is not None:
             rayapi_node.kill_node(node)
     elif error is None:
         result["error"] = "ray start created no node"

@@ -263,3 +263,38 @@ def test_callers_fall_back_where_they_did(monkeypatch: pytest.MonkeyPatch, caplo
         cpus, _, size_store = host._ray_detected()
     assert cpus >= 1 and size_store(1000) == 300
     assert "has no module ray._private.utils" in caplog.text and "psutil" in caplog.text
+
+
+def test_a_started_node_that_cannot_be_recorded_is_killed_and_named(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """The launcher's `ray start` made a node, but this Ray's `Node` lacks
+    what identifies it: the launch fails naming what is missing, and the
+    node's processes are killed, not left unrecorded."""
+    import contextlib
+    import json
+
+    from ray_accel.cluster import raylet_launch
+    from ray_accel.rayapi import node as rayapi_node
+
+    started = types.SimpleNamespace()
+    killed: list[Any] = []
+
+    @contextlib.contextmanager
+    def capture(tag: str) -> Any:
+        yield [started]
+
+    def no_facts(n: Any) -> Any:
+        raise RayApiMissing("Ray 9.0.0: ray._private.node.Node has no node_id")
+
+    monkeypatch.delenv(raylet_launch.CPU_SET_ENV, raising=False)
+    monkeypatch.delenv("RAYACCEL_BRIDGE_SPEC", raising=False)
+    monkeypatch.setattr(rayapi_node, "capture_nodes", capture)
+    monkeypatch.setattr(rayapi_node, "run_ray_cli", lambda args: None)
+    monkeypatch.setattr(rayapi_node, "node_processes", lambda n: [])
+    monkeypatch.setattr(rayapi_node, "node_facts", no_facts)
+    monkeypatch.setattr(rayapi_node, "kill_node", killed.append)
+    result = tmp_path / "result.json"
+    assert raylet_launch.main([str(result), "--", "start", "--head"]) == 1
+    assert json.loads(result.read_text())["error"] == "Ray 9.0.0: ray._private.node.Node has no node_id"
+    assert killed == [started]
