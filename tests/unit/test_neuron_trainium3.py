@@ -121,7 +121,8 @@ def test_non_root_needs_no_neuron_ls_for_trainium3_links(tmp_path: Path) -> None
     assert {len(d["peers"]) for d in out["devices"]} == {15}
     warnings = backend_node(out)["warnings"]
     assert not any("links of" in w for w in warnings)
-    assert any("not readable by this user" in w for w in warnings)
+    (denied,) = [w for w in warnings if "not readable by this user" in w]
+    assert denied.endswith("neuron{0-15}/{core_count}; cores counted from neuron_coreN directories")
 
 
 @pytest.mark.parametrize("accepts", ["old", "new"])

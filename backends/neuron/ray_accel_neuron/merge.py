@@ -393,8 +393,9 @@ def _denied_warning(root: str, denied: Sequence[tuple[int, str]], have_ls: bool)
     names = sorted({name for _, name in denied})
     indexes = format_visible_ids(sorted({i for i, _ in denied}), "ranges")
     shown = f"{root}/neuron{{{indexes}}}/{{{','.join(names)}}}"
-    fallback = "links from neuron-ls" if have_ls else "links unknown (neuron-ls unavailable)"
+    fallback = ["cores counted from neuron_coreN directories"] if "core_count" in names else []
+    if "connected_devices" in names:
+        fallback.append("links from neuron-ls" if have_ls else "links unknown (neuron-ls unavailable)")
     return (
-        f"not readable by this user (root-only, mode 0400, in the Neuron driver): {shown}; "
-        f"cores counted from neuron_coreN directories, {fallback}"
+        f"not readable by this user (root-only, mode 0400, in the Neuron driver): {shown}; {', '.join(fallback)}"
     )
