@@ -396,6 +396,4 @@ def _denied_warning(root: str, denied: Sequence[tuple[int, str]], have_ls: bool)
     fallback = ["cores counted from neuron_coreN directories"] if "core_count" in names else []
     if "connected_devices" in names:
         fallback.append("links from neuron-ls" if have_ls else "links unknown (neuron-ls unavailable)")
-    return (
-        f"not readable by this user (root-only, mode 0400, in the Neuron driver): {shown}; {', '.join(fallback)}"
-    )
+    return f"not readable by this user (root-only, mode 0400, in the Neuron driver): {shown}; {', '.join(fallback)}"
