@@ -22,6 +22,9 @@ TYPES = {
     "trn1.32xlarge": "Trainium",
     "inf2.48xlarge": "Inferentia2",
     "trn2.48xlarge": "Trainium2",
+    "trn3.48xlarge": "Trainium3",
+    "trn3e.24xlarge": "Trainium3",
+    "trn3pd98.3xlarge": "Trainium3",
 }
 
 
@@ -42,6 +45,10 @@ INSTANCE_BY_SHAPE = {
     "trn1.32xlarge": "unknown",  # trn1.32xlarge or trn1n.32xlarge
     "inf2.48xlarge": "inf2.48xlarge",
     "trn2.48xlarge": "unknown",  # trn2, trn2n or trn2u
+    # The driver knows several names for every Trainium3 shape (arch.AMBIGUOUS_SHAPES).
+    "trn3.48xlarge": "unknown",
+    "trn3e.24xlarge": "unknown",
+    "trn3pd98.3xlarge": "unknown",
 }
 
 

@@ -1,4 +1,4 @@
-"""Issue 16's acceptance, at the CLI, on published neuron-ls output and
+"""Neuron discovery at the CLI, on published neuron-ls output and
 driver-faithful sysfs trees (tests/fixtures/neuron/CATALOGUE.md,
 tests/fakes/neuron_sysfs.py::build_tree). Every seam is set (see
 tests/fakes/neuron_env.py), so nothing of this machine's /sys leaks in."""
@@ -169,7 +169,7 @@ def test_neuron_ls_instance_type_sets_the_node(name: str, expected: str, tmp_pat
 @pytest.mark.parametrize(
     ("instance", "accelerator", "instance_type"),
     [
-        # Correction to issue 16: a lone Inferentia2 is told from trn1.2xlarge by
+        # A lone Inferentia2 is told from trn1.2xlarge by
         # sysfs device_name (readable by anyone); only the instance stays open.
         ("inf2.xlarge", "Inferentia2", "unknown"),
         ("trn1.2xlarge", "Trainium", "trn1.2xlarge"),
