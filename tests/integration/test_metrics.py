@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from ray_accel.core.hosts import host_key
 from tests.conftest import repo_pythonpath
 from tests.dashboard_probe import orphan
 from tests.integration import drivers
@@ -45,8 +46,16 @@ def scrape(port: int) -> list[tuple[str, dict[str, str], float]]:
 
 
 def scrape_all(cluster: Cluster) -> list[tuple[str, dict[str, str], float]]:
-    state = json.loads((Path(cluster.env["RAYACCEL_STATE_DIR"]) / "node.json").read_text())
+    state = json.loads((Path(cluster.env["RAYACCEL_STATE_DIR"]) / "host.json").read_text())
     return [s for p in state["partitions"] for s in scrape(p["ports"]["named"]["metrics_export_port"])]
+
+
+def host_of(cluster: Cluster) -> str:
+    """This host's key (its name and the node IP its record names), as every series tags it."""
+    record = json.loads((Path(cluster.env["RAYACCEL_STATE_DIR"]) / "host.json").read_text())
+    key = host_key(socket.gethostname(), record["host_ip"])
+    assert {p["labels"]["ray-accel.io/host"] for p in record["partitions"]} == {key}, "the host label"
+    return key
 
 
 def top(cluster: Cluster) -> dict[str, Any]:
@@ -151,7 +160,7 @@ def test_scrape_shows_every_device_once_with_its_partition(cluster: Cluster, hol
         return samples
 
     samples = wait_for(check)
-    host = socket.gethostname()
+    host = host_of(cluster)
     for name in (
         "ray_accel_device_utilization",
         "ray_accel_device_memory_used_bytes",
@@ -274,7 +283,7 @@ print(json.dumps([a["name"] for a in actors if a["namespace"] == "ray-accel"]))
 def test_orphan_in_status_top_and_the_scrape_with_pid_and_command(
     cluster: Cluster, holders: dict[str, Any], orphan_proc: dict[str, Any]
 ) -> None:
-    pid, host = orphan_proc["pid"], socket.gethostname()
+    pid, host = orphan_proc["pid"], host_of(cluster)
     want = {"pid": pid, "device_id": orphan_proc["device_id"], "partition": "p0", "host": host}
 
     def in_top() -> list[dict[str, Any]]:
