@@ -201,7 +201,13 @@ def test_scrape_shows_every_device_once_with_its_partition(cluster: Cluster, hol
 
 
 def test_top_agrees_with_the_scrape(cluster: Cluster, holders: dict[str, Any]) -> None:
-    view = top(cluster)
+    def sampled() -> dict[str, Any]:
+        # Holders made just before this test are in the exporters' next sample (every second).
+        view = top(cluster)
+        assert {h["pid"] for h in holders.values()} <= {w["pid"] for w in view["workloads"]}
+        return view
+
+    view = wait_for(sampled)
     assert {"partitions", "devices", "workloads"} <= set(view)
     scraped = {
         labels["device_id"]: (labels["partition"], value)
