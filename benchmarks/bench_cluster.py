@@ -77,6 +77,7 @@ from benchmarks.harness import CliCluster, StartFailed, median_of, run_main, say
 from ray_accel.cli.render import cluster_status_text, render, top_text
 from ray_accel.cli.top import top_payload
 from ray_accel.cluster.status import cluster_view
+from ray_accel.core.hosts import HostId
 from ray_accel.metrics.collect import OrphanReading, ProcessReading, Snapshot, WorkloadReading, device_readings
 from ray_accel.metrics.export import partition_nodes
 from ray_accel.partition.labels import PARTITION_LABEL, topology_labels
@@ -125,7 +126,8 @@ def synthetic(partitions: int, seed: int = 0) -> Synthetic:
     live = 0
     for h in range(partitions // PER_HOST):
         host, ip = f"host-{h:03d}", f"10.{h // 250}.{h % 250}.1"
-        labels = topology_labels(plan.partitions, spec.devices, host, spec.family, "neuron_cores")
+        key = HostId(host, ip).key  # how every view and series names the host
+        labels = topology_labels(plan.partitions, spec.devices, HostId(host, ip), spec.family, "neuron_cores")
         for i, part in enumerate(plan.partitions):
             units = float(len(part.core_ids))
             resources = {
@@ -170,22 +172,22 @@ def synthetic(partitions: int, seed: int = 0) -> Synthetic:
                 used = IN_USE[(i + h) % len(IN_USE)]
                 available[nid] = {**resources, "neuron_cores": units - used, "CPU": 8.0 - min(8, used)}
                 devices = [by_id[d] for d in part.device_ids]
-                readings, errors = device_readings(plugin.telemetry, devices, part.name, accel, host)
+                readings, errors = device_readings(plugin.telemetry, devices, part.name, accel, key)
                 workloads = []
                 for _ in range(2):
                     procs = (
                         ProcessReading(pid, "ray::TrainWorker", 12.5, 800 * MIB, {devices[0].id: 64 * MIB}),
                         ProcessReading(pid + 1, "python", 1.5, 100 * MIB, {}),
                     )
-                    workloads.append(WorkloadReading(f"ray::TrainWorker.train[{pid}]", host, part.name, pid, procs))
+                    workloads.append(WorkloadReading(f"ray::TrainWorker.train[{pid}]", key, part.name, pid, procs))
                     pid += 2
                 orphans = (
-                    (OrphanReading(devices[0].id, host, part.name, pid, "python stray.py"),) if live % 64 == 0 else ()
+                    (OrphanReading(devices[0].id, key, part.name, pid, "python stray.py"),) if live % 64 == 0 else ()
                 )
                 pid += 1
                 live += 1
                 snap = Snapshot(
-                    host, nid, part.name, time.time(), 0.002, tuple(readings), tuple(workloads), orphans, tuple(errors)
+                    key, nid, part.name, time.time(), 0.002, tuple(readings), tuple(workloads), orphans, tuple(errors)
                 )
                 snapshots[nid] = snap.to_json()
     return Synthetic(nodes, available, snapshots, partitions)

@@ -62,6 +62,7 @@ from ray_accel_mock.spec import load_spec
 from benchmarks.harness import run_main
 from ray_accel.cli.render import render
 from ray_accel.core.devices import Device
+from ray_accel.core.hosts import HostId
 from ray_accel.partition.labels import PARTITION_LABEL, topology_labels
 from ray_accel.partition.plan import plan_partitions
 from ray_accel.placement.live import view_from_nodes
@@ -143,7 +144,7 @@ def make_cluster(hosts: int, partitions: int) -> Cluster:
     raylets, devices = [], {}
     for h in range(hosts):
         host = f"10.0.0.{h + 1}"
-        labels = topology_labels(plan.partitions, spec.devices, host, spec.family, "neuron_cores")
+        labels = topology_labels(plan.partitions, spec.devices, HostId(f"host{h}", host), spec.family, "neuron_cores")
         devices[host] = {c: d for d in spec.devices for c in d.core_ids}
         for p in plan.partitions:
             raylets.append(

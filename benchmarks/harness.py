@@ -217,7 +217,7 @@ class CliCluster:
         """Every process the state record names (the GCS, raylets, dashboard, ...)."""
         from ray_accel.cluster.record import parse_record
 
-        path = Path(self.state) / "node.json"
+        path = Path(self.state) / "host.json"
         return [p.pid for p in parse_record(path.read_bytes(), str(path)).processes()]
 
     def stop(self) -> None:

@@ -96,7 +96,7 @@ def sd_file(cluster: Cluster) -> Path:
 
 def metrics_targets(cluster: Cluster) -> list[str]:
     """Each partition raylet's Prometheus endpoint, as Ray lists it in the SD file."""
-    state = json.loads((Path(cluster.env["RAYACCEL_STATE_DIR"]) / "node.json").read_text())
+    state = json.loads((Path(cluster.env["RAYACCEL_STATE_DIR"]) / "host.json").read_text())
     host = cluster.address.rsplit(":", 1)[0]
     return [f"{host}:{p['ports']['named']['metrics_export_port']}" for p in state["partitions"]]
 

@@ -137,6 +137,8 @@ def status_text(payload: dict[str, Any]) -> str:
     ]
     table = render(["PARTITION", "STATE", "RAYLET PID", "NODE", "CORES", "TYPE", "CPU SET", "IN USE"], rows)
     extra = [f"CPU pinning: {payload['cpu_pinning']}"] if payload.get("cpu_pinning") else []
+    if payload.get("host_ip"):
+        extra.append(f"host: {payload['host']}, node IP {payload['host_ip']}")
     if payload.get("inherited_mask"):
         extra.append(payload["inherited_mask"]["description"])
     if payload.get("dashboard_address"):

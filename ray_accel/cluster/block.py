@@ -22,7 +22,7 @@ from types import FrameType
 
 from ray_accel.cluster import procs, state
 from ray_accel.cluster.gcs import GcsError, Progress, gcs_nodes
-from ray_accel.cluster.record import NodeRecord
+from ray_accel.cluster.record import HostRecord
 from ray_accel.cluster.stop import stop
 from ray_accel.core.errors import RayAccelError
 
@@ -31,28 +31,28 @@ GCS_EVERY_S = 10.0
 STOP_WAIT_S = 120.0
 
 
-def _ours_now(record: NodeRecord) -> bool:
+def _ours_now(record: HostRecord) -> bool:
     """Whether the record on disk is still this start's and not being stopped."""
     try:
-        current = state.load()
+        current = state.load(state.place_of(record))
     except RayAccelError:
         return True  # unreadable now: what we started is still what we watch
     return current is not None and current.created == record.created and not current.stopping
 
 
-def _stop_all(record: NodeRecord, grace_s: float, progress: Progress) -> None:
+def _stop_all(record: HostRecord, grace_s: float, progress: Progress) -> None:
     """Stop the partitions with `stop`'s own code, waiting while another
     command (a `ray-accel stop` already at work) holds the lock."""
     deadline = time.monotonic() + STOP_WAIT_S
     while True:
         try:
-            current = state.load()
+            current = state.load(state.place_of(record))
         except RayAccelError:
             current = record
         if current is None or current.created != record.created:
             return  # someone else stopped them (and perhaps started anew)
         try:
-            result = stop(grace_s)
+            result = stop(grace_s, state.place_of(record))
             progress(str(result["message"]))
             return
         except state.LockError:
@@ -61,12 +61,12 @@ def _stop_all(record: NodeRecord, grace_s: float, progress: Progress) -> None:
             time.sleep(POLL_S)
 
 
-def _wait_stopped(record: NodeRecord) -> None:
+def _wait_stopped(record: HostRecord) -> None:
     """A `ray-accel stop` is at work: wait until the record is gone."""
     deadline = time.monotonic() + STOP_WAIT_S
     while time.monotonic() < deadline:
         try:
-            current = state.load()
+            current = state.load(state.place_of(record))
         except RayAccelError:
             current = None
         if current is None or current.created != record.created:
@@ -74,7 +74,7 @@ def _wait_stopped(record: NodeRecord) -> None:
         time.sleep(POLL_S)
 
 
-def supervise(record: NodeRecord, progress: Progress, grace_s: float = 5.0) -> int:
+def supervise(record: HostRecord, progress: Progress, grace_s: float = 5.0) -> int:
     """Block until asked to stop or a partition dies; see the module doc."""
     wake = threading.Event()
     asked: list[str] = []
@@ -92,7 +92,7 @@ def supervise(record: NodeRecord, progress: Progress, grace_s: float = 5.0) -> i
             signal.signal(s, h)
 
 
-def _watch(record: NodeRecord, progress: Progress, grace_s: float, wake: threading.Event, asked: list[str]) -> int:
+def _watch(record: HostRecord, progress: Progress, grace_s: float, wake: threading.Event, asked: list[str]) -> int:
     names = ", ".join(p.name for p in record.partitions)
     progress(f"blocking with {names}: SIGTERM, Ctrl-C or `ray-accel stop` stops them")
     alive: dict[str, bool] = {}

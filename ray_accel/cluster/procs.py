@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib.util import find_spec
 
-from ray_accel.cluster.record import NodeRecord, RayProcess, RecordError
+from ray_accel.cluster.record import HostRecord, RayProcess, RecordError
 from ray_accel.core.processes import (
     ProcessRecord,
     ProcStat,
@@ -165,12 +165,12 @@ def check(proc: RayProcess, protected: set[int] | None = None) -> Check:
     return Check(proc, Verdict.OURS, "")
 
 
-def check_record(record: NodeRecord) -> dict[RayProcess, Check]:
+def check_record(record: HostRecord) -> dict[RayProcess, Check]:
     protected = never_signal()
     return {p: check(p, protected) for p in record.processes()}
 
 
-def require_trusted(record: NodeRecord, source: str, action: str) -> dict[RayProcess, Check]:
+def require_trusted(record: HostRecord, source: str, action: str) -> dict[RayProcess, Check]:
     """The checks of every recorded process, or `RecordError` (nothing
     signalled) when the record names a live process that is not ours."""
     checks = check_record(record)

@@ -24,14 +24,19 @@ from ray_accel.cluster.ports import NAMED, RayletPorts
 from ray_accel.cluster.startargs import validate_ray_args
 from ray_accel.core import validate
 from ray_accel.core.errors import InputError
+from ray_accel.core.hosts import canonical_ip
 from ray_accel.core.processes import ProcessRecord
 from ray_accel.core.visibility import format_visible_ids
 from ray_accel.partition.plan import Mode, Partition
 from ray_accel.partition.share import Share
 
-# 3: processes as {kind, pid, start_ticks, identity}, the host, ports per
-# partition (2 had [pid, start ticks] pairs; 1 had wall-clock start times).
-VERSION = 3
+# 4: the host's node IP beside its name (`host_ip`), in `host.json`.
+# 3 (`node.json`, an earlier ray-accel's): processes as {kind, pid,
+# start_ticks, identity}, the host's name, ports per partition; read so that
+# `stop` can stop what it names (2 had [pid, start ticks] pairs; 1 had
+# wall-clock start times).
+VERSION = 4
+LEGACY_VERSION = 3
 MAX_BYTES = 4 * 1024 * 1024
 MAX_PARTITIONS = 1024
 MAX_PROCESSES = 256
@@ -117,8 +122,13 @@ class PartitionEntry:
 
 
 @dataclass(frozen=True)
-class NodeRecord:
+class HostRecord:
+    """What `start` started on one host. The host is its name (as a file
+    name: `state.host_name`) and the node IP its raylets use; `host_ip` is
+    None only in a record of an earlier version, which had the name alone."""
+
     host: str
+    host_ip: str | None
     created: float
     head: bool
     mode: str
@@ -140,13 +150,22 @@ class NodeRecord:
     def processes(self) -> list[RayProcess]:
         return [r for p in self.partitions for r in p.processes]
 
-    def with_partitions(self, parts: Sequence[PartitionEntry]) -> NodeRecord:
+    @property
+    def legacy(self) -> bool:
+        """A record of an earlier version (no node IP)."""
+        return self.host_ip is None
+
+    def with_partitions(self, parts: Sequence[PartitionEntry]) -> HostRecord:
         return replace(self, partitions=tuple(parts))
 
     def to_json(self) -> dict[str, Any]:
+        # A record read from an earlier version's file is written back in its
+        # own version (`stop` marks it stopping), which that version can read.
+        ip = {} if self.host_ip is None else {"host_ip": self.host_ip}
         return {
-            "version": VERSION,
+            "version": LEGACY_VERSION if self.host_ip is None else VERSION,
             "host": self.host,
+            **ip,
             "created": self.created,
             "head": self.head,
             "mode": self.mode,
@@ -165,7 +184,7 @@ class NodeRecord:
         }
 
 
-def dumps(record: NodeRecord) -> str:
+def dumps(record: HostRecord) -> str:
     return json.dumps(record.to_json(), indent=2, allow_nan=False)
 
 
@@ -190,7 +209,7 @@ def loads_json(raw: bytes | str) -> object:
     return json.loads(text, parse_constant=_reject_constant)
 
 
-def parse_record(raw: bytes | str, source: str) -> NodeRecord:
+def parse_record(raw: bytes | str, source: str) -> HostRecord:
     """The record in `raw` (the bytes of the state file `source`), or
     `RecordError` naming `source` and what does not fit."""
     try:
@@ -209,14 +228,14 @@ def parse_record(raw: bytes | str, source: str) -> NodeRecord:
         raise RecordError(f"state file {source} does not fit the state record: nested too deeply") from None
 
 
-def _record(data: object) -> NodeRecord:
+def _record(data: object) -> HostRecord:
     obj = _mapping(data, "")
     version = obj.get("version")
-    if version != VERSION or isinstance(version, bool):
+    if version not in (VERSION, LEGACY_VERSION) or isinstance(version, bool):
         raise _Bad(
             "version",
-            f"{_show(version)}; this ray-accel reads version {VERSION} (stop that version's processes with the "
-            "ray-accel that wrote it, or by hand, then remove the file)",
+            f"{_show(version)}; this ray-accel reads versions {LEGACY_VERSION} and {VERSION} (stop that version's "
+            "processes with the ray-accel that wrote it, or by hand, then remove the file)",
         )
     spec = _spec(_key(obj, "spec", ""))
     head = _bool(_key(obj, "head", ""), "head")
@@ -247,8 +266,9 @@ def _record(data: object) -> NodeRecord:
     metrics = obj.get("metrics")
     if metrics is not None and not isinstance(metrics, bool):
         raise _Bad("metrics", f"{_show(metrics)} is not true, false or null")
-    return NodeRecord(
+    return HostRecord(
         host=_text(_key(obj, "host", ""), "host", 255),
+        host_ip=None if version == LEGACY_VERSION else _ip(_key(obj, "host_ip", ""), "host_ip"),
         created=_number(_key(obj, "created", ""), "created", 0.0, 1e12),
         head=head,
         mode=mode,
@@ -461,6 +481,14 @@ def _address(data: object, where: str) -> str:
     except InputError as e:
         raise _Bad(where, str(e)) from None
     return f"{host}:{port}"
+
+
+def _ip(data: object, where: str) -> str:
+    text = _text(data, where, 64)
+    canonical = canonical_ip(text)
+    if canonical is None:
+        raise _Bad(where, f"{_show(text)} is not an IP address")
+    return canonical
 
 
 def _mode(data: object) -> str:

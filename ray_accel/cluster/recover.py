@@ -15,7 +15,7 @@ from ray_accel.cluster.host import read_host
 from ray_accel.cluster.launcher import Launches
 from ray_accel.cluster.ports import check_free
 from ray_accel.cluster.raylet import StartRequest, partition_env, raylet_base_env
-from ray_accel.cluster.record import NodeRecord, PartitionEntry
+from ray_accel.cluster.record import HostRecord, PartitionEntry
 from ray_accel.cluster.start import deploy_metrics, interruptible, shielded
 from ray_accel.cluster.startargs import ray_start_args
 from ray_accel.core.errors import InputError, RayAccelError
@@ -26,15 +26,30 @@ from ray_accel.partition.share import Share, divide
 HEAD_KINDS = ("gcs_server", "dashboard", "monitor", "ray_client_server")
 
 
-def recover(progress: Progress, timeout_s: float = 180.0) -> NodeRecord:
-    if not state.state_dir().exists():
-        raise InputError("nothing to recover: no partitions recorded (use `ray-accel start`)")
-    with state.host_lock("start --recover"), interruptible():
-        record = state.load()
+def recover(progress: Progress, timeout_s: float = 180.0) -> HostRecord:
+    found = state.locate()
+    place = found.place
+    if place is None:
+        note = found.note()
+        raise InputError(
+            "nothing to recover: no partitions recorded (use `ray-accel start`)" + (f"; {note}" if note else "")
+        )
+    with state.host_lock("start --recover", place), interruptible():
+        record = state.load(place)
         if record is None:
             raise InputError("nothing to recover: no partitions recorded (use `ray-accel start`)")
-        state.check_host(record, "start --recover")
-        checks = procs.require_trusted(record, str(state.state_file()), "start --recover")
+        state.check_host(record, place, "start --recover")
+        if record.legacy:
+            raise InputError(
+                f"state file {place.file} is an earlier ray-accel's record: start --recover restarts partitions "
+                "from a record of this version; run `ray-accel stop`, then `ray-accel start`"
+            )
+        if not state.address_is_local(record):
+            raise InputError(
+                f"state file {place.file} was written for node IP {record.host_ip}, which is not an address of "
+                "this host now: its raylets cannot be restarted there; run `ray-accel stop`, then `ray-accel start`"
+            )
+        checks = procs.require_trusted(record, str(place.file), "start --recover")
         gcs = [checks[r] for p in record.partitions for r in p.of_kind("gcs_server")]
         if gcs and not any(c.ours for c in gcs):
             raise RayAccelError(
@@ -61,7 +76,7 @@ def recover(progress: Progress, timeout_s: float = 180.0) -> NodeRecord:
             ray_args=list(record.ray_args),
             labels=dict(record.labels),
         )
-        launches = Launches(state.ensure_state_dir(), timeout_s)
+        launches = Launches(state.ensure_dir(place), timeout_s)
         try:
             for p in dead:
                 # The raylet's leftovers (Ray's agents, workers) go first: they hold its ports.
@@ -116,7 +131,7 @@ def recover(progress: Progress, timeout_s: float = 180.0) -> NodeRecord:
     return record
 
 
-def recorded_share(p: PartitionEntry, record: NodeRecord) -> Share:
+def recorded_share(p: PartitionEntry, record: HostRecord) -> Share:
     """The share the partition was started with; a record from before shares
     were kept gets its part of the host by its units, as `start` divides it."""
     if p.share is not None:

@@ -30,13 +30,13 @@ from ray_accel.bridge.managers import (
     check_ray_version,
     raylet_env,
 )
-from ray_accel.cluster import auth, procs, state
+from ray_accel.cluster import auth, identity, procs, state
 from ray_accel.cluster.gcs import Progress, wait_registered
 from ray_accel.cluster.host import divide_host, read_host
 from ray_accel.cluster.launcher import Launches, LaunchResult
 from ray_accel.cluster.ports import RayletPorts, check_free, plan_ports, worker_port_count
 from ray_accel.cluster.raylet import DEFAULT_GCS_PORT, StartRequest, check_user_keys, partition_env, raylet_base_env
-from ray_accel.cluster.record import NodeRecord, PartitionEntry
+from ray_accel.cluster.record import HostRecord, PartitionEntry
 from ray_accel.cluster.startargs import flag_value, ray_start_args, validate_ray_args
 from ray_accel.core import validate
 from ray_accel.core.errors import InputError, RayAccelError
@@ -88,21 +88,27 @@ def shielded() -> Iterator[None]:
             signal.signal(s, h)
 
 
-def refuse_running(action: str) -> NodeRecord | None:
-    """The stale record (all its processes gone) if there is one, None if
-    there is none; `InputError` if partitions still run or the record cannot
-    be trusted."""
-    record = state.load()
-    if record is None:
-        return None
-    state.check_host(record, action)
-    checks = procs.require_trusted(record, str(state.state_file()), action)
-    if any(c.ours for c in checks.values()):
-        raise InputError(
-            f"ray-accel partitions are already running on this node ({state.state_file()}); "
-            "run `ray-accel stop` first, or `ray-accel start --recover`"
-        )
-    return record
+def refuse_running(action: str, place: state.Place) -> list[state.Place]:
+    """The places of this host's stale records (all their processes gone):
+    `place` and any other record of this host (another of its addresses, an
+    earlier version's); `InputError` if one names running partitions or
+    cannot be trusted."""
+    stale = []
+    places = [place, *(p for p in state.records_of_this_host() if p != place)]
+    for where in places:
+        record = state.load(where)
+        if record is None:
+            continue
+        for warning in state.check_host(record, where, action):
+            state.warn(warning)
+        checks = procs.require_trusted(record, str(where.file), action)
+        if any(c.ours for c in checks.values()):
+            raise InputError(
+                f"ray-accel partitions are already running on this host ({where.file}); "
+                "run `ray-accel stop` first, or `ray-accel start --recover`"
+            )
+        stale.append(where)
+    return stale
 
 
 def client_server_available() -> bool:
@@ -148,7 +154,7 @@ def entry(
     )
 
 
-def start(req: StartRequest, progress: Progress, max_workers: int | None = None) -> NodeRecord:
+def start(req: StartRequest, progress: Progress, max_workers: int | None = None) -> HostRecord:
     if req.head == bool(req.address):
         raise InputError("give exactly one of --head (start a cluster) or --address ADDR (join one)")
     validate_ray_args(req.ray_args)
@@ -166,8 +172,12 @@ def start(req: StartRequest, progress: Progress, max_workers: int | None = None)
         progress(f"warning: {warning}")
     if plan.mask is not None:
         progress(str(plan.mask["description"]))
+    # The address every raylet of this host uses, given to each of them (so the
+    # host label, the record and Ray agree, and `--recover` keeps it).
+    ip = identity.node_ip(req.ray_args, req.address)
+    req.ray_args = identity.with_node_ip(req.ray_args, ip)
     # What a placement policy on any host needs to know of each partition.
-    labels = topology_labels(plan.partitions, devices, state.host_name(), spec.family, spec.resource_name)
+    labels = topology_labels(plan.partitions, devices, identity.this_host(ip), spec.family, spec.resource_name)
     gcs_port = req.port or DEFAULT_GCS_PORT
     if req.head:
         check_free([gcs_port], "--port")
@@ -177,11 +187,12 @@ def start(req: StartRequest, progress: Progress, max_workers: int | None = None)
     if req.head and any(gcs_port in p.all() for p in ports):
         raise InputError(f"--port {gcs_port} falls inside the partitions' port blocks; choose another --port-base")
 
-    with state.host_lock("start"), interruptible():
-        refuse_running("start")
+    place = state.place_for(ip)
+    with state.host_lock("start", place), interruptible():
+        stale = refuse_running("start", place)
         # Last of the checks, so refused input never leaves a new token behind. A
         # head makes a token if there is none; a joining raylet must be given one.
-        cluster_auth = auth.resolve(os.environ, state.ensure_state_dir(), create=req.head)
+        cluster_auth = auth.resolve(os.environ, state.ensure_dir(place), create=req.head)
         if cluster_auth.warning:
             progress(f"warning: {cluster_auth.warning}")
         base_env = raylet_base_env(cluster_auth)
@@ -190,11 +201,12 @@ def start(req: StartRequest, progress: Progress, max_workers: int | None = None)
             base_env.update(raylet_env([spec], base_env))
         except BridgeUnsupported as e:
             progress(f"warning: {e}; raylets start with explicit resources and masks. {LOST_WITHOUT_BRIDGE}")
-        state.clear()  # a record whose processes are all gone is stale
-        launches = Launches(state.ensure_state_dir(), req.timeout_s)
+        for old in stale:  # a record whose processes are all gone is stale
+            state.clear(old)
+        launches = Launches(state.ensure_dir(place), req.timeout_s)
         try:
             record = _launch_all(
-                req, plan, division, labels, spec, ports, gcs_port, cluster_auth, base_env, launches, progress
+                req, ip, plan, division, labels, spec, ports, gcs_port, cluster_auth, base_env, launches, progress
             )
             wait_registered(
                 record.gcs_address,
@@ -209,7 +221,7 @@ def start(req: StartRequest, progress: Progress, max_workers: int | None = None)
             with shielded():
                 why = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
                 stopped = launches.undo()
-                state.clear()
+                state.clear(place)
                 progress(f"start {why}: stopped the {len(stopped)} processes it had started")
             raise
     return record
@@ -217,6 +229,7 @@ def start(req: StartRequest, progress: Progress, max_workers: int | None = None)
 
 def _launch_all(
     req: StartRequest,
+    ip: str,
     plan: Plan,
     division: Division,
     labels: Mapping[str, Mapping[str, str]],
@@ -227,7 +240,7 @@ def _launch_all(
     base_env: dict[str, str],
     launches: Launches,
     progress: Progress,
-) -> NodeRecord:
+) -> HostRecord:
     def job(i: int, gcs: str | None) -> tuple[str, list[str], dict[str, str]]:
         part = plan[i]
         share = division.shares[i]
@@ -250,7 +263,7 @@ def _launch_all(
         return part.name, args, partition_env(base_env, own, part, share)
 
     entries: list[PartitionEntry] = []
-    record: NodeRecord | None = None
+    record: HostRecord | None = None
     gcs = req.address
     first = 0
     dashboard_url: str | None = None
@@ -263,8 +276,9 @@ def _launch_all(
         entries.append(entry(plan[0], True, ports[0], head, division.shares[0], labels[plan[0].name]))
         first = 1
     assert gcs is not None
-    record = NodeRecord(
+    record = HostRecord(
         host=state.host_name(),
+        host_ip=ip,
         created=time.time(),
         head=req.head,
         mode=plan.mode.value,
@@ -296,7 +310,7 @@ def _launch_all(
     return record
 
 
-def deploy_metrics(record: NodeRecord, parts: Sequence[PartitionEntry], progress: Progress) -> NodeRecord:
+def deploy_metrics(record: HostRecord, parts: Sequence[PartitionEntry], progress: Progress) -> HostRecord:
     """Metrics are secondary: a failure here is reported, not fatal."""
     from ray_accel.metrics import export as exporter
 

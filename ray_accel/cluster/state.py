@@ -1,16 +1,33 @@
 """Where this host's state record lives, reading and writing it, and the
 host's lock.
 
-The directory is ``RAYACCEL_STATE_DIR`` if set, used as it is (never
-chmod-ed: it may be shared, e.g. a 1777 scratch directory; a warning says when
-others can write to it), else ``~/.ray-accel/<host name>``, created 0700: a
-home on NFS is shared by many hosts, and one host must never read another's
-PIDs as its own dead processes. The record is written atomically, mode 0600,
-and read back as untrusted input (`ray_accel.cluster.record`). Nothing here
-creates the directory for a command that only reads (`status`, `top`).
+A host is its name and the node IP its raylets use (`ray_accel.core.hosts`):
+two hosts may share a name. The directory is ``RAYACCEL_STATE_DIR`` if set,
+used as it is (never chmod-ed: it may be shared, e.g. a 1777 scratch
+directory; a warning says when others can write to it), else
+``~/.ray-accel/<host name>/<node IP>``, created 0700: a home on NFS is shared
+by many hosts, and one host must never read another's PIDs as its own dead
+processes. The record is ``host.json``, written atomically, mode 0600, and
+read back as untrusted input (`ray_accel.cluster.record`). Nothing here
+creates a directory for a command that only reads (`status`, `top`).
 
-`start`, `stop` and `start --recover` hold the host's lock (``flock`` on a file
-in the directory) while they start or stop processes, never while waiting for
+`start` knows its node IP (`identity.node_ip`) and writes there. The commands
+that act on a record without starting raylets (`stop`, `status`, `start
+--recover`, `top`, `jobs`) find it (`locate`): the record under this host's
+name whose IP is one of this host's addresses now. A record for an address
+this host does not have is another host of the same name sharing the home,
+or this host before its address changed: it is never acted on, and the
+commands name it (`RAYACCEL_STATE_DIR=<its directory>` acts on it, with a
+warning, for the second case).
+
+An earlier ray-accel wrote ``node.json`` in ``~/.ray-accel/<host name>`` (or
+in ``RAYACCEL_STATE_DIR``), without the IP. Where this host has no record of
+its own, that file is read, with a warning: `status` shows it, `stop` stops
+what it names and removes it, `start` refuses while it names running
+partitions (and removes it when they are all gone), `start --recover` refuses.
+
+`start`, `stop` and `start --recover` hold the directory's lock (``flock`` on
+a file in it) while they start or stop processes, never while waiting for
 them; a second command exits 2 naming the lock instead of waiting.
 """
 
@@ -23,19 +40,23 @@ import socket
 import stat
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from ray_accel.cluster.files import UnsafeFileError, read_bounded
-from ray_accel.cluster.record import MAX_BYTES, NodeRecord, RecordError, dumps, parse_record
+from ray_accel.cluster.identity import local_addresses
+from ray_accel.cluster.record import MAX_BYTES, HostRecord, RecordError, dumps, parse_record
 from ray_accel.core.errors import InputError
+from ray_accel.core.hosts import ip_text
 
 STATE_ENV = "RAYACCEL_STATE_DIR"
-STATE_FILE = "node.json"
+STATE_FILE = "host.json"
+LEGACY_FILE = "node.json"  # an earlier ray-accel's record (no node IP)
 LOCK_FILE = "lock"
 DEFAULT_ROOT = ".ray-accel"
-_SAFE_HOST = re.compile(r"[^A-Za-z0-9._-]")
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
 
 _warned: set[str] = set()
 
@@ -55,26 +76,148 @@ def warn(message: str) -> None:
         print(f"ray-accel: warning: {message}", file=sys.stderr, flush=True)
 
 
+def safe_name(text: str) -> str:
+    """`text` as one safe file name (a host name may hold anything)."""
+    return _SAFE_NAME.sub("_", text)[:255].lstrip(".")
+
+
 def host_name() -> str:
-    """This host's name as a safe file name (a host name may hold anything)."""
-    name = _SAFE_HOST.sub("_", socket.gethostname())[:255].lstrip(".")
-    return name or "localhost"
+    """This host's name as a safe file name."""
+    return safe_name(socket.gethostname()) or "localhost"
 
 
-def state_dir() -> Path:
-    """The state directory's path (not created here)."""
-    explicit = os.environ.get(STATE_ENV)
-    if explicit:
-        return Path(explicit)
+def ip_dir(ip: str) -> str:
+    """The directory name of a node IP's records: the IP as the host label
+    writes it (one text per address, and a safe file name)."""
+    return ip_text(ip)
+
+
+@dataclass(frozen=True)
+class Place:
+    """One host's state directory and its record file in it (`host.json`, or
+    an earlier version's `node.json`); `explicit` when RAYACCEL_STATE_DIR
+    named the directory."""
+
+    directory: Path
+    file: Path
+    explicit: bool
+
+    @property
+    def lock(self) -> Path:
+        return self.directory / LOCK_FILE
+
+    @property
+    def legacy(self) -> bool:
+        return self.file.name == LEGACY_FILE
+
+
+@dataclass(frozen=True)
+class Found:
+    """What `locate` found: this host's record (None: there is none), and the
+    records under this host's name for addresses it does not have."""
+
+    place: Place | None
+    elsewhere: tuple[Path, ...] = ()
+
+    def note(self) -> str | None:
+        """What to tell a user who has no record here but whose home holds
+        records of this host's name for other addresses."""
+        if self.place is not None or not self.elsewhere:
+            return None
+        files = ", ".join(str(p) for p in self.elsewhere)
+        return (
+            f"no record for this host's addresses, but {files} holds a record of host {host_name()!r} for another "
+            "address: another host of that name shares this home, or this host's address changed since `start` "
+            f"(then `{STATE_ENV}=<its directory> ray-accel stop` stops what it names)"
+        )
+
+
+def home_root() -> Path:
+    """The default layout's directory of this host's name: one directory per node IP in it."""
     return Path.home() / DEFAULT_ROOT / host_name()
 
 
-def state_file() -> Path:
-    return state_dir() / STATE_FILE
+def search_root() -> Path:
+    """Where this host's records are looked for: RAYACCEL_STATE_DIR, or its name's directory."""
+    explicit = os.environ.get(STATE_ENV)
+    return Path(explicit) if explicit else home_root()
 
 
-def lock_file() -> Path:
-    return state_dir() / LOCK_FILE
+def place_for(ip: str | None) -> Place:
+    """Where the record of this host at node IP `ip` lives (`ip` None: an
+    earlier version's record, by name alone)."""
+    explicit = os.environ.get(STATE_ENV)
+    name = STATE_FILE if ip is not None else LEGACY_FILE
+    if explicit:
+        return Place(Path(explicit), Path(explicit) / name, True)
+    directory = home_root() if ip is None else home_root() / ip_dir(ip)
+    return Place(directory, directory / name, False)
+
+
+def place_of(record: HostRecord) -> Place:
+    """Where `record` is kept: its own IP's place (an earlier version's record: its own file)."""
+    return place_for(record.host_ip)
+
+
+def choose(recorded: Sequence[str], local: Collection[str]) -> tuple[list[str], list[str]]:
+    """The IP directories (by name) holding a record, split into this host's
+    (their IP is one of its addresses now: `local`, as `ip_dir` names) and the
+    others, each sorted."""
+    wanted = set(local)
+    mine = sorted(d for d in recorded if d in wanted)
+    return mine, sorted(d for d in recorded if d not in wanted)
+
+
+def _exists(path: Path) -> bool:
+    return os.path.lexists(path)  # a FIFO or link is reported when read, not skipped
+
+
+def _candidates(addresses: Collection[str] | None) -> tuple[list[Place], tuple[Path, ...]]:
+    """The places holding a record of this host (this version's first), and
+    the record files under its name for addresses it does not have."""
+    explicit = os.environ.get(STATE_ENV)
+    if explicit:
+        directory = Path(explicit)
+        _check_dir(directory)
+        places = [Place(directory, directory / n, True) for n in (STATE_FILE, LEGACY_FILE) if _exists(directory / n)]
+        return places, ()
+    root = home_root()
+    _check_dir(root)
+    try:
+        recorded = [d.name for d in root.iterdir() if d.is_dir() and not d.is_symlink() and _exists(d / STATE_FILE)]
+    except FileNotFoundError:
+        recorded = []
+    except OSError as e:
+        raise StateError(f"cannot read state directory {root}: {e}") from None
+    mine, others = choose(recorded, {ip_dir(a) for a in (local_addresses() if addresses is None else addresses)})
+    places = [Place(root / d, root / d / STATE_FILE, False) for d in mine]
+    if _exists(root / LEGACY_FILE):
+        places.append(Place(root, root / LEGACY_FILE, False))
+    return places, tuple(root / d / STATE_FILE for d in others)
+
+
+def records_of_this_host(addresses: Collection[str] | None = None) -> list[Place]:
+    """Every place holding a record of this host (for `start`, which refuses
+    while any names running partitions)."""
+    return _candidates(addresses)[0]
+
+
+def locate(addresses: Collection[str] | None = None) -> Found:
+    """This host's record, if any (see the module doc); `addresses` are this
+    host's IP addresses (default: its interfaces' now). Records for two of
+    this host's addresses is a `StateError` naming them."""
+    places, elsewhere = _candidates(addresses)
+    current = [p for p in places if not p.legacy]
+    if len(current) > 1:
+        names = ", ".join(str(p.file) for p in current)
+        raise StateError(
+            f"this host has records for several of its addresses ({names}); point {STATE_ENV} at the directory "
+            "of the one to act on"
+        )
+    if not places:
+        _oldest_hint()
+        return Found(None, elsewhere)
+    return Found(places[0], elsewhere)
 
 
 def _check_dir(path: Path) -> None:
@@ -94,10 +237,10 @@ def _check_dir(path: Path) -> None:
         )
 
 
-def ensure_state_dir() -> Path:
-    """The state directory, created 0700 (with any missing parents) if new; an
-    existing one is used as it is."""
-    path = state_dir()
+def ensure_dir(place: Place) -> Path:
+    """The place's directory, created 0700 (with any missing parents) if new;
+    an existing one is used as it is."""
+    path = place.directory
     missing = []
     probe = path
     while not probe.exists() and probe != probe.parent:
@@ -112,17 +255,19 @@ def ensure_state_dir() -> Path:
     return path
 
 
-def load() -> NodeRecord | None:
-    """The record, None if there is none, or `RecordError` (exit 2) naming
-    the file when it cannot be used."""
-    directory = state_dir()
-    _check_dir(directory)
-    path = directory / STATE_FILE
+def load(place: Place | None = None) -> HostRecord | None:
+    """The record at `place` (default: this host's, `locate`), None if there
+    is none, or `RecordError` (exit 2) naming the file when it cannot be used."""
+    if place is None:
+        place = locate().place
+        if place is None:
+            return None
+    _check_dir(place.directory)
+    path = place.file
     try:
         raw = read_bounded(path, MAX_BYTES, follow=False)
         st = path.lstat()
     except FileNotFoundError:
-        _legacy_hint()
         return None
     except UnsafeFileError as e:
         raise RecordError(f"state file {path}: {e}") from None
@@ -130,53 +275,87 @@ def load() -> NodeRecord | None:
         raise StateError(f"cannot read state file {path}: {e}") from None
     if st.st_uid != os.geteuid():
         raise RecordError(f"state file {path} belongs to user {st.st_uid}, not to this user; it is not ours to act on")
-    return parse_record(raw, str(path))
+    record = parse_record(raw, str(path))
+    if record.legacy != place.legacy:
+        kind = "an earlier version's (no host_ip)" if record.legacy else "of this version"
+        raise RecordError(f"state file {path} holds a record {kind}; {place.file.name} holds the other kind")
+    if not place.explicit and record.host_ip is not None and ip_dir(record.host_ip) != place.directory.name:
+        raise RecordError(
+            f"state file {path} names node IP {record.host_ip}, not the IP of its directory; "
+            "it was copied there: it is not this host's record"
+        )
+    return record
 
 
-def _legacy_hint() -> None:
-    if os.environ.get(STATE_ENV):
-        return
-    legacy = Path.home() / DEFAULT_ROOT / STATE_FILE
+def _oldest_hint() -> None:
+    legacy = Path.home() / DEFAULT_ROOT / LEGACY_FILE
     if legacy.exists():
-        warn(f"{legacy} is a record of an older ray-accel; records now live in {state_dir()}")
+        warn(f"{legacy} is a record of an older ray-accel; records now live in {home_root()}/<node IP>")
 
 
-def check_host(record: NodeRecord, action: str) -> None:
-    """A record made on another host names that host's PIDs: never act on them here."""
+def check_host(record: HostRecord, place: Place, action: str, addresses: Collection[str] | None = None) -> list[str]:
+    """Refuse a record written on another host (its PIDs are that host's);
+    the warnings to give for one that is this host's with a caveat: an earlier
+    version's (name only), or, where RAYACCEL_STATE_DIR names it, one for an
+    address this host no longer has."""
     here = host_name()
     if record.host != here:
         raise RecordError(
-            f"state file {state_file()} was written on host {record.host!r}, this is {here!r}; "
+            f"state file {place.file} was written on host {record.host!r}, this is {here!r}; "
             f"{action} acts only on this host's record (give each host its own {STATE_ENV})"
         )
+    if record.host_ip is None:
+        return [
+            f"state file {place.file} is an earlier ray-accel's record, which named this host by its name "
+            f"alone; {action} uses it (after `ray-accel stop`, `start` writes {STATE_FILE})"
+        ]
+    if addresses is None:
+        addresses = local_addresses()
+    if record.host_ip not in addresses:
+        return [
+            f"state file {place.file} was written for node IP {record.host_ip}, which is not an address of this "
+            f"host now: its address changed since `start`, or another host named {here!r} uses {STATE_ENV} "
+            f"{place.directory} too; {action} uses it because {STATE_ENV} names its directory"
+        ]
+    return []
 
 
-def save(record: NodeRecord) -> Path:
-    directory = ensure_state_dir()
+def address_is_local(record: HostRecord, addresses: Collection[str] | None = None) -> bool:
+    if record.host_ip is None:
+        return False
+    if addresses is None:
+        addresses = local_addresses()
+    return record.host_ip in addresses
+
+
+def save(record: HostRecord) -> Path:
+    place = place_of(record)
+    directory = ensure_dir(place)
     text = dumps(record)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".node.", suffix=".json")
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".host.", suffix=".json")
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.chmod(tmp, 0o600)
-        os.replace(tmp, directory / STATE_FILE)
+        os.replace(tmp, place.file)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return directory / STATE_FILE
+    return place.file
 
 
-def clear() -> None:
+def clear(place: Place) -> None:
     try:
-        (state_dir() / STATE_FILE).unlink(missing_ok=True)
+        place.file.unlink(missing_ok=True)
     except OSError as e:
-        raise StateError(f"cannot remove state file {state_dir() / STATE_FILE}: {e}") from None
+        raise StateError(f"cannot remove state file {place.file}: {e}") from None
 
 
 @contextmanager
-def host_lock(action: str) -> Iterator[Path]:
-    """Hold this host's lock for `action`, or raise `LockError` at once."""
-    path = ensure_state_dir() / LOCK_FILE
+def host_lock(action: str, place: Place) -> Iterator[Path]:
+    """Hold the lock of `place`'s directory for `action`, or raise `LockError` at once."""
+    ensure_dir(place)
+    path = place.lock
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
     except OSError as e:

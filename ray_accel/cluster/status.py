@@ -6,7 +6,9 @@ partition is alive only if its recorded raylet is still that raylet
 (`procs.check`); a process the record misnames is reported, never called ours.
 The cluster view reads the node table of the GCS this host's record names
 (no driver, so it never starts a cluster) and claims no process of any host:
-another host's partitions are what their raylets' labels say they are.
+another host's partitions are what their raylets' labels say they are, and
+each raylet's host is the host name and node IP Ray records for it, so two
+hosts that share a name are two hosts.
 """
 
 from __future__ import annotations
@@ -16,56 +18,62 @@ from typing import Any
 
 from ray_accel.cluster import procs, state
 from ray_accel.cluster.gcs import GcsError, gcs_nodes
-from ray_accel.cluster.record import NodeRecord, PartitionEntry
+from ray_accel.cluster.record import HostRecord, PartitionEntry, RecordError
 from ray_accel.core.errors import RayAccelError
 from ray_accel.core.visibility import format_visible_ids
 from ray_accel.partition.labels import (
     CORES_LABEL,
     DEVICES_LABEL,
-    HOST_LABEL,
     PARTITION_LABEL,
     RESOURCE_LABEL,
     TYPE_LABEL,
     LabelError,
     decode_ids,
+    node_host,
 )
 
 
-def empty_status() -> dict[str, Any]:
+def empty_status(found: state.Found | None = None) -> dict[str, Any]:
+    note = found.note() if found is not None else None
     return {
         "running": False,
         "host": state.host_name(),
-        "state_file": str(state.state_file()),
+        "host_ip": None,
+        "state_file": None,
+        "state_dir": str(state.search_root()),
         "gcs_address": None,
         "dashboard_address": None,
         "gcs_alive": False,
         "auth": None,
         "env": {},
-        "warnings": [],
+        "warnings": [note] if note else [],
         "partitions": [],
     }
 
 
 def status() -> dict[str, Any]:
-    record = state.load()
-    if record is None:
-        return empty_status()
-    return describe(record)
+    found = state.locate()
+    record = state.load(found.place) if found.place is not None else None
+    if record is None or found.place is None:
+        return empty_status(found)
+    return describe(record, found.place)
 
 
-def describe(record: NodeRecord) -> dict[str, Any]:
+def describe(record: HostRecord, place: state.Place) -> dict[str, Any]:
     warnings: list[str] = []
-    here = state.host_name()
-    if record.host != here:
+    checks: dict[Any, procs.Check] = {}
+    try:
+        warnings += state.check_host(record, place, "status")
+    except RecordError:
         warnings.append(
-            f"the record was written on host {record.host!r}, this is {here!r}: its processes are not this host's"
+            f"the record was written on host {record.host!r}, this is {state.host_name()!r}: "
+            "its processes are not this host's"
         )
-        checks: dict[Any, procs.Check] = {}
     else:
         checks = procs.check_record(record)
     for c in checks.values():
         if c.verdict is procs.Verdict.FOREIGN:
-            warnings.append(f"state file {state.state_file()} names {c.describe()}; it is not counted as ours")
+            warnings.append(f"state file {place.file} names {c.describe()}; it is not counted as ours")
     if record.stopping:
         warnings.append("a `ray-accel stop` is stopping these partitions")
 
@@ -114,7 +122,9 @@ def describe(record: NodeRecord) -> dict[str, Any]:
     return {
         "running": any(p["alive"] for p in out),
         "host": record.host,
-        "state_file": str(state.state_file()),
+        "host_ip": record.host_ip,
+        "state_file": str(place.file),
+        "state_dir": str(place.directory),
         "gcs_address": record.gcs_address,
         "gcs_alive": gcs_up,
         # The head's dashboard (state API, jobs): `ray job submit --address <this>`.
@@ -148,9 +158,10 @@ def _resources(amounts: Mapping[str, float]) -> dict[str, float]:
 
 def cluster_view(gcs_address: str, nodes: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """The `status --cluster` payload from the GCS's node table (`gcs.gcs_nodes`):
-    every node carrying the partition label, sorted by host and partition; a
-    dead one (a stopped host's raylets stay in the table) only where no live
-    raylet has taken its host and partition."""
+    every node carrying the partition label, sorted by host (its name and node
+    IP as Ray records them: `node_host`) and partition; a dead one (a stopped
+    host's raylets stay in the table) only where no live raylet has taken its
+    host and partition."""
     warnings: list[str] = []
     parts: list[dict[str, Any]] = []
     others = 0
@@ -159,15 +170,17 @@ def cluster_view(gcs_address: str, nodes: Mapping[str, Mapping[str, Any]]) -> di
         if PARTITION_LABEL not in labels:
             others += 1
             continue
-        host = labels.get(HOST_LABEL) or str(n.get("hostname") or "") or "?"
+        name, ip = str(n.get("hostname") or ""), str(n.get("ip") or "")
+        host = node_host(name, ip, labels)
         where = f"{host}/{labels[PARTITION_LABEL]} ({node_id[:12]})"
         cores = _id_label(labels, CORES_LABEL, where, warnings)
         parts.append(
             {
                 "host": host,
+                "host_name": name,
                 "partition": labels[PARTITION_LABEL],
                 "node_id": node_id,
-                "ip": n.get("ip", ""),
+                "ip": ip,
                 "alive": bool(n.get("alive")),
                 "resource": labels.get(RESOURCE_LABEL),
                 "accelerator_type": labels.get(TYPE_LABEL),
@@ -187,7 +200,9 @@ def cluster_view(gcs_address: str, nodes: Mapping[str, Mapping[str, Any]]) -> di
     parts = sorted(kept, key=lambda p: (p["host"], p["partition"], not p["alive"], p["node_id"]))
     hosts: dict[str, dict[str, Any]] = {}
     for p in parts:
-        h = hosts.setdefault(p["host"], {"host": p["host"], "ips": [], "partitions": 0, "alive": 0})
+        h = hosts.setdefault(
+            p["host"], {"host": p["host"], "name": p["host_name"], "ips": [], "partitions": 0, "alive": 0}
+        )
         if p["ip"] and p["ip"] not in h["ips"]:
             h["ips"].append(p["ip"])
         h["partitions"] += 1
@@ -205,15 +220,19 @@ def cluster_view(gcs_address: str, nodes: Mapping[str, Mapping[str, Any]]) -> di
 def cluster_status(timeout_s: float = 5.0) -> dict[str, Any]:
     """Every host's partitions in the cluster this host's record names; "no
     cluster" (exit 1) when none is recorded or its GCS does not answer."""
-    record = state.load()
-    if record is None or not record.gcs_address:
+    found = state.locate()
+    record = state.load(found.place) if found.place is not None else None
+    if record is None or found.place is None or not record.gcs_address:
+        note = found.note()
+        where = found.place.file if found.place is not None else state.search_root()
         raise RayAccelError(
-            f"no cluster: no ray-accel partitions recorded on this host ({state.state_file()}); see `ray-accel start`"
+            f"no cluster: no ray-accel partitions recorded on this host ({where}); see `ray-accel start`"
+            + (f" ({note})" if note else "")
         )
     nodes = gcs_nodes(record.gcs_address, timeout_s, record.auth)
     if nodes is None:
         raise RayAccelError(
-            f"no cluster: the GCS at {record.gcs_address} recorded in {state.state_file()} "
+            f"no cluster: the GCS at {record.gcs_address} recorded in {found.place.file} "
             f"did not answer within {timeout_s:g}s"
         )
     return cluster_view(record.gcs_address, nodes)

@@ -15,7 +15,7 @@ from typing import Any
 
 from ray_accel.cluster import procs, state
 from ray_accel.cluster.files import read_bounded
-from ray_accel.cluster.record import NodeRecord
+from ray_accel.cluster.record import HostRecord
 from ray_accel.cluster.startargs import flag_value
 from ray_accel.rayapi import address as rayapi_address
 from ray_accel.rayapi.feature import RayApiMissing
@@ -23,15 +23,21 @@ from ray_accel.rayapi.feature import RayApiMissing
 log = logging.getLogger(__name__)
 
 
-def stop(grace_s: float = 5.0) -> dict[str, Any]:
-    if not state.state_dir().exists():
-        return _nothing()
-    with state.host_lock("stop"):
-        record = state.load()
+def stop(grace_s: float = 5.0, place: state.Place | None = None) -> dict[str, Any]:
+    """Stop what this host's record names (`place`: that record, as a `start
+    --block` knows it; default: the one `state.locate` finds)."""
+    if place is None:
+        found = state.locate()
+        if found.place is None:
+            return _nothing(found.note())
+        place = found.place
+    with state.host_lock("stop", place):
+        record = state.load(place)
         if record is None:
-            return _nothing()
-        state.check_host(record, "stop")
-        checks = procs.require_trusted(record, str(state.state_file()), "stop")
+            return _nothing(None)
+        for warning in state.check_host(record, place, "stop"):
+            state.warn(warning)
+        checks = procs.require_trusted(record, str(place.file), "stop")
         # Tell a `start --block` watching these partitions that this is asked for.
         state.save(replace(record, stopping=True))
         parts = record.partitions
@@ -42,7 +48,7 @@ def stop(grace_s: float = 5.0) -> dict[str, Any]:
             signalled += procs.terminate([r.record for r in p.processes if checks[r].ours], grace_s)
         if record.head:
             forget_cluster_address(record)
-        state.clear()
+        state.clear(place)
     stopped = [p.name for p in ordered]
     return {
         "stopped": stopped,
@@ -51,11 +57,13 @@ def stop(grace_s: float = 5.0) -> dict[str, Any]:
     }
 
 
-def _nothing() -> dict[str, Any]:
-    return {"stopped": [], "pids": [], "message": "nothing to stop: no partitions recorded"}
+def _nothing(note: str | None) -> dict[str, Any]:
+    if note is not None:
+        state.warn(note)
+    return {"stopped": [], "pids": [], "message": "nothing to stop: no partitions recorded on this host"}
 
 
-def forget_cluster_address(record: NodeRecord) -> None:
+def forget_cluster_address(record: HostRecord) -> None:
     """Remove Ray's "current cluster" file if it names the head we stopped, as
     `ray stop` does; a later plain `ray.init()` would try to join it."""
     try:

@@ -7,7 +7,9 @@ time), its host and the hooks that run for it. The entry goes away after
 worker of the same run on the same host finds it, sees the process gone,
 claims it atomically (a rename) and runs the missing `post_terminate` of
 exactly the hooks that made the entry. Entries of other hosts (a shared hook
-directory) are never judged here: a PID means nothing on another machine.
+directory) are never judged here: a PID means nothing on another machine. A
+host is its name and node IP (`ray_accel.core.hosts`), so two hosts that share
+a name never judge each other's entries.
 """
 
 from __future__ import annotations
@@ -15,13 +17,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ray_accel.core.hosts import HostId, this_host_name
 from ray_accel.core.processes import ProcessRecord
 from ray_accel.hooks.config import LifecycleHook, Workload
 
@@ -93,6 +95,13 @@ class Entry:
         )
 
 
+def this_host() -> str:
+    """This worker's host key: its name and its node's IP."""
+    import ray
+
+    return HostId(this_host_name(), ray.util.get_node_ip_address()).key
+
+
 def entry_path(run_id: str, workload_id: str) -> Path:
     return ledger_dir(run_id) / f"{_safe(workload_id)}.json"
 
@@ -102,7 +111,7 @@ def open_entry(run_id: str, workload: Workload, factories: Sequence[HookFactory]
     me = ProcessRecord.of()
     if me is None:
         raise RuntimeError("cannot read this process's own /proc entry")
-    entry = Entry(workload, me, socket.gethostname(), tuple(hook_id(f) for f in factories))
+    entry = Entry(workload, me, this_host(), tuple(hook_id(f) for f in factories))
     path = entry_path(run_id, workload.workload_id)
     tmp = path.with_suffix(f".tmp.{os.getpid()}")
     tmp.write_text(json.dumps(entry.to_json()))
@@ -114,7 +123,7 @@ def reconcile(run_id: str, factories: Sequence[HookFactory]) -> list[str]:
     """Run the missing post_terminate of this host's workloads whose process died
     and whose entry these same hooks made. Returns the reconciled workload ids."""
     names = tuple(hook_id(f) for f in factories)
-    host = socket.gethostname()
+    host = this_host()
     done = []
     for path in sorted(ledger_dir(run_id).glob("*.json")):
         try:

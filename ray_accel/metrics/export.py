@@ -6,9 +6,10 @@ host, node ids do not, so host B's `start` never replaces host A's exporters.
 It samples only its partition's devices, the process trees of its raylet's
 workers and the processes that hold its devices without being its workers
 (orphans), and sets Ray gauges; the raylet's metrics agent serves them on
-Ray's Prometheus endpoint next to Ray's own. Every series carries `host`
-(the host name, as on the node-level series), so `partition="p0"` is never
-ambiguous. Node-level values come from one partition per host, so a host is
+Ray's Prometheus endpoint next to Ray's own. Every series carries `host`,
+the host's key (`<name>_<node IP>`, the value of its raylets' host label:
+`ray_accel.core.hosts`), so `partition="p0"` is never ambiguous, and two
+hosts that share a name are two hosts. Node-level values come from one partition per host, so a host is
 counted once (Ray's dashboard reports every GPU from every raylet of a host).
 `ray-accel top` and `status` read the same snapshots back from the actors.
 
@@ -28,7 +29,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -37,8 +37,9 @@ from typing import Any
 
 import psutil
 
+from ray_accel.core.hosts import HostId, this_host_name
 from ray_accel.metrics.collect import Snapshot, collect
-from ray_accel.partition.labels import PARTITION_LABEL
+from ray_accel.partition.labels import PARTITION_LABEL, node_host
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +176,7 @@ class PartitionExporter:
         self.node_level = node_level
         self.interval_s = interval_s
         self.raylet = os.getppid()
-        self.host = socket.gethostname()
+        self.host = HostId(this_host_name(), ray.util.get_node_ip_address()).key
         self.g = {key: Gauge(s.name, s.description, s.tags) for key, s in GAUGES.items()}
         self._last: Snapshot | None = None
         self._lock = threading.Lock()
@@ -269,9 +270,10 @@ def connect(address: str) -> None:
 
 
 def partition_nodes(nodes: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The partition raylets among `ray.nodes()`, every host's: alive ones,
-    and a dead one only where no live raylet serves its host and partition
-    (a recovered partition leaves its dead predecessor in the GCS)."""
+    """The partition raylets among `ray.nodes()`, every host's (a host is its
+    name and node IP: `node_host`): alive ones, and a dead one only where no
+    live raylet serves its host and partition (a recovered partition leaves
+    its dead predecessor in the GCS)."""
     out = []
     for n in nodes:
         labels = n.get("Labels") or {}
@@ -280,7 +282,9 @@ def partition_nodes(nodes: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         out.append(
             {
                 "partition": labels[PARTITION_LABEL],
-                "host": n.get("NodeManagerHostname", ""),
+                "host": node_host(
+                    str(n.get("NodeManagerHostname") or ""), str(n.get("NodeManagerAddress") or ""), labels
+                ),
                 "ip": n.get("NodeManagerAddress", ""),
                 "node_id": n["NodeID"],
                 "alive": bool(n.get("Alive")),

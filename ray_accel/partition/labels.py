@@ -2,7 +2,9 @@
 placement policy can see what it holds.
 
 `label_selector={PARTITION_LABEL: "p0"}` picks partition p0 on any host;
-adding `HOST_LABEL` picks it on one host. The topology labels (`DEVICES_LABEL`,
+adding `HOST_LABEL` picks it on one host. The host label's value is the host's
+key (`ray_accel.core.hosts`): its name and the node IP Ray uses for its
+raylets, `<name>_<ip>`, so two hosts that share a name are still two hosts. The topology labels (`DEVICES_LABEL`,
 `CORES_LABEL`, `LINKS_LABEL`, `CONNECTED_LABEL`) tell a policy on any host
 which devices and cores a remote partition holds and which devices of its host
 they link to: Ray's own node table carries only counts.
@@ -17,16 +19,17 @@ a missing label as "not known".
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from ray_accel.core.devices import Device
 from ray_accel.core.errors import InputError
+from ray_accel.core.hosts import HostId, host_key
 from ray_accel.core.visibility import VisibilityError, format_visible_ids, parse_visible_ids
 from ray_accel.partition.plan import Partition, assess
 
 PARTITION_LABEL = "ray-accel.io/partition"
 TYPE_LABEL = "ray-accel.io/accelerator-type"
-HOST_LABEL = "ray-accel.io/host"
+HOST_LABEL = "ray-accel.io/host"  # the host's key: `<name>_<ip>`
 FAMILY_LABEL = "ray-accel.io/family"
 RESOURCE_LABEL = "ray-accel.io/resource"
 DEVICES_LABEL = "ray-accel.io/devices"  # device indexes of the partition
@@ -64,15 +67,18 @@ def decode_ids(text: str) -> tuple[int, ...]:
     return tuple(ids or ())
 
 
-def host_value(hostname: str) -> str:
-    """A host name made into a label value: other characters become '-', cut to 63."""
-    text = re.sub(r"[^A-Za-z0-9_.-]", "-", hostname)[:MAX_VALUE]
-    text = re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", text)
-    return text or "host"
+def node_host(name: str, ip: str, labels: Mapping[str, str]) -> str:
+    """A raylet's host key from what Ray records of it (its host name,
+    `NodeManagerHostname`, and node IP, `NodeManagerAddress`): the value
+    `start` gave its host label, also for a raylet started without it. Where
+    Ray names neither, the label itself."""
+    if name and ip:
+        return host_key(name, ip)
+    return labels.get(HOST_LABEL) or name or ip or "?"
 
 
 def topology_labels(
-    partitions: Sequence[Partition], devices: Sequence[Device], host: str, family: str, resource: str
+    partitions: Sequence[Partition], devices: Sequence[Device], host: HostId, family: str, resource: str
 ) -> dict[str, dict[str, str]]:
     """Partition name -> the labels its raylet carries beyond `PARTITION_LABEL`."""
     by_id = {d.id: d for d in devices}
@@ -82,7 +88,7 @@ def topology_labels(
         group = [by_id[i] for i in part.device_ids]
         own = {d.index for d in group}
         linked = {by_id[p].index for d in group for p in d.peers if p in by_id} - own
-        labels = {HOST_LABEL: host_value(host), FAMILY_LABEL: family, RESOURCE_LABEL: resource}
+        labels = {HOST_LABEL: host.key, FAMILY_LABEL: family, RESOURCE_LABEL: resource}
         for key, ids in ((DEVICES_LABEL, own), (CORES_LABEL, part.core_ids), (LINKS_LABEL, linked)):
             text = encode_ids(ids)
             if text is not None:

@@ -7,8 +7,10 @@ what `rayapi.state.available_resources_per_node()` returns (node hex id
 -> available resources; a `DeveloperAPI` of Ray 2.60, the per-raylet view that
 `ray.available_resources()` sums). `read_view` calls the two. Only raylets
 with a partition label are partitions; a raylet started without ray-accel's
-topology labels still counts, with its host taken from its address and its
-devices unknown (so nothing placed there counts as linked or aligned).
+topology labels still counts, with its devices unknown (so nothing placed
+there counts as linked or aligned). A partition's host is its host's key, from
+the name and node IP Ray records (`labels.node_host`): two hosts that share a
+name are two hosts.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from ray_accel.partition.labels import (
     RESOURCE_LABEL,
     LabelError,
     decode_ids,
+    node_host,
 )
 from ray_accel.placement.model import FreePartition
 from ray_accel.rayapi import state as rayapi_state
@@ -94,7 +97,9 @@ def view_from_nodes(nodes: Sequence[Mapping[str, Any]], available: Mapping[str, 
         cores = _ids(labels, CORES_LABEL)
         connected = {"true": True, "false": False}.get(labels.get(CONNECTED_LABEL, ""))
         part = FreePartition(
-            host=labels.get(HOST_LABEL) or str(node.get("NodeManagerAddress", "")),
+            host=node_host(
+                str(node.get("NodeManagerHostname") or ""), str(node.get("NodeManagerAddress") or ""), labels
+            ),
             name=name,
             node_id=node_id,
             family=family,
@@ -118,8 +123,8 @@ def view_from_nodes(nodes: Sequence[Mapping[str, Any]], available: Mapping[str, 
             part = replace(part, host=f"{part.host}#{part.node_id[:8]}")
         selector = {PARTITION_LABEL: part.name}
         if names[part.name] > 1:
-            if HOST_LABEL in labels and keys[(labels[HOST_LABEL], part.name)] == 1:
-                selector[HOST_LABEL] = labels[HOST_LABEL]
+            if labels.get(HOST_LABEL) == part.host:
+                selector[HOST_LABEL] = part.host
             else:
                 selector[NODE_ID_LABEL] = part.node_id
         selectors[part.key] = selector

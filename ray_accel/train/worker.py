@@ -12,6 +12,7 @@ from typing import Any
 
 from ray_accel.bridge.managers import SPEC_ENV, specs_from_env
 from ray_accel.core.errors import InputError
+from ray_accel.core.hosts import HostId, this_host_name
 from ray_accel.core.visibility import VisibilityError, parse_visible_ids
 from ray_accel.hooks.config import PROTECTED_ENV_VARS, Workload, WorkloadDenied, WorkloadRetry
 from ray_accel.hooks.ledger import HookFactory, reconcile
@@ -73,7 +74,7 @@ def describe() -> dict[str, Any]:
         "partition": labels.get(PARTITION_LABEL),
         "collective": plugin.runtime.collective_backend() if plugin is not None and plugin.runtime and ids else "gloo",
         "pid": os.getpid(),
-        "host": socket.gethostname(),
+        "host": HostId(this_host_name(), ray.util.get_node_ip_address()).key,
     }
 
 

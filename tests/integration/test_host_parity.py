@@ -91,7 +91,7 @@ def ray_env(cluster: Cluster) -> dict[str, str]:
 
 
 def record(cluster: Cluster) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((Path(cluster.env["RAYACCEL_STATE_DIR"]) / "node.json").read_text())
+    data: dict[str, Any] = json.loads((Path(cluster.env["RAYACCEL_STATE_DIR"]) / "host.json").read_text())
     return data
 
 

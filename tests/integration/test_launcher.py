@@ -54,7 +54,7 @@ def test_status_json(trn1_cluster: Cluster) -> None:
         assert p["total"]["neuron_cores"] == 16
     state = Path(trn1_cluster.env["RAYACCEL_STATE_DIR"])
     assert state.stat().st_mode & 0o777 == 0o700
-    assert (state / "node.json").stat().st_mode & 0o777 == 0o600
+    assert (state / "host.json").stat().st_mode & 0o777 == 0o600
 
 
 def test_second_start_is_refused(trn1_cluster: Cluster) -> None:

@@ -98,7 +98,7 @@ def names(tag: dict[str, str]) -> set[str]:
 
 
 def record_of(env: dict[str, str]) -> dict[str, object]:
-    data: dict[str, object] = json.loads((Path(env["RAYACCEL_STATE_DIR"]) / "node.json").read_text())
+    data: dict[str, object] = json.loads((Path(env["RAYACCEL_STATE_DIR"]) / "host.json").read_text())
     return data
 
 
@@ -137,7 +137,7 @@ def test_acceptance_13_5_sigint_during_start_leaves_nothing(
     assert "Traceback" not in start.stderr
     left = wait_none_tagged(tag)
     assert left == {}, f"left behind after {sig.name} (had {sorted(seen)}): {left}"
-    assert not (tmp_path / "state" / "node.json").exists()
+    assert not (tmp_path / "state" / "host.json").exists()
 
 
 def names_list(tag: dict[str, str]) -> list[str]:
@@ -158,7 +158,7 @@ def test_a_launch_timeout_stops_every_process_the_launch_began(tmp_path: Path, c
     assert "no result within 4s" in start.stderr
     assert "gcs_server" in seen, f"the launch should have been killed half-way (saw {seen})"
     assert wait_none_tagged(tag) == {}
-    assert not (tmp_path / "state" / "node.json").exists()
+    assert not (tmp_path / "state" / "host.json").exists()
 
 
 # ------------------------------------------------------------ 13.6: two starts at once
@@ -251,7 +251,7 @@ def test_block_stops_everything_on_sigterm(tmp_path: Path, cleanup: list[dict[st
     assert start.finish() == 0, start.stderr[-3000:]
     assert "SIGTERM: stopping every partition" in start.stderr
     assert wait_none_tagged(tag) == {}
-    assert not (tmp_path / "state" / "node.json").exists()
+    assert not (tmp_path / "state" / "host.json").exists()
 
 
 def test_block_ends_when_stop_runs_elsewhere(tmp_path: Path, cleanup: list[dict[str, str]]) -> None:
@@ -274,4 +274,4 @@ def test_block_exits_1_and_stops_the_rest_when_a_partition_dies(tmp_path: Path, 
     assert "p1: raylet" in start.stderr and "DIED" in start.stderr
     assert "partition p1 died: stopping every partition" in start.stderr
     assert wait_none_tagged(tag) == {}
-    assert not (tmp_path / "state" / "node.json").exists()
+    assert not (tmp_path / "state" / "host.json").exists()

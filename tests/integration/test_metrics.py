@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from ray_accel.core.hosts import host_key
+from ray_accel.jobs.store import STORE_NAME
 from tests.conftest import repo_pythonpath
 from tests.dashboard_probe import orphan
 from tests.integration import drivers
@@ -45,8 +47,16 @@ def scrape(port: int) -> list[tuple[str, dict[str, str], float]]:
 
 
 def scrape_all(cluster: Cluster) -> list[tuple[str, dict[str, str], float]]:
-    state = json.loads((Path(cluster.env["RAYACCEL_STATE_DIR"]) / "node.json").read_text())
+    state = json.loads((Path(cluster.env["RAYACCEL_STATE_DIR"]) / "host.json").read_text())
     return [s for p in state["partitions"] for s in scrape(p["ports"]["named"]["metrics_export_port"])]
+
+
+def host_of(cluster: Cluster) -> str:
+    """This host's key (its name and the node IP its record names), as every series tags it."""
+    record = json.loads((Path(cluster.env["RAYACCEL_STATE_DIR"]) / "host.json").read_text())
+    key = host_key(socket.gethostname(), record["host_ip"])
+    assert {p["labels"]["ray-accel.io/host"] for p in record["partitions"]} == {key}, "the host label"
+    return key
 
 
 def top(cluster: Cluster) -> dict[str, Any]:
@@ -151,7 +161,7 @@ def test_scrape_shows_every_device_once_with_its_partition(cluster: Cluster, hol
         return samples
 
     samples = wait_for(check)
-    host = socket.gethostname()
+    host = host_of(cluster)
     for name in (
         "ray_accel_device_utilization",
         "ray_accel_device_memory_used_bytes",
@@ -192,7 +202,13 @@ def test_scrape_shows_every_device_once_with_its_partition(cluster: Cluster, hol
 
 
 def test_top_agrees_with_the_scrape(cluster: Cluster, holders: dict[str, Any]) -> None:
-    view = top(cluster)
+    def sampled() -> dict[str, Any]:
+        # Holders made just before this test are in the exporters' next sample (every second).
+        view = top(cluster)
+        assert {h["pid"] for h in holders.values()} <= {w["pid"] for w in view["workloads"]}
+        return view
+
+    view = wait_for(sampled)
     assert {"partitions", "devices", "workloads"} <= set(view)
     scraped = {
         labels["device_id"]: (labels["partition"], value)
@@ -258,7 +274,8 @@ def test_exporters_are_named_and_placed_by_node_id(cluster: Cluster) -> None:
     nodes = {p["node_id"]: p for p in view["partitions"]}
     assert sorted(p["partition"] for p in nodes.values()) == ["p0", "p1"]
     assert all(p["exporter"] == "ok" and p["alive"] for p in nodes.values()), view["partitions"]
-    names = cluster.driver(LIST_EXPORTERS)
+    # The namespace also holds the job store once a module sharing this cluster has run a fit.
+    names = [n for n in cluster.driver(LIST_EXPORTERS) if n != STORE_NAME]
     assert sorted(names) == sorted(f"exporter-{n}" for n in nodes), "one exporter per raylet, named by its node id"
 
 
@@ -274,7 +291,7 @@ print(json.dumps([a["name"] for a in actors if a["namespace"] == "ray-accel"]))
 def test_orphan_in_status_top_and_the_scrape_with_pid_and_command(
     cluster: Cluster, holders: dict[str, Any], orphan_proc: dict[str, Any]
 ) -> None:
-    pid, host = orphan_proc["pid"], socket.gethostname()
+    pid, host = orphan_proc["pid"], host_of(cluster)
     want = {"pid": pid, "device_id": orphan_proc["device_id"], "partition": "p0", "host": host}
 
     def in_top() -> list[dict[str, Any]]:

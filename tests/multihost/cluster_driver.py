@@ -11,6 +11,12 @@ each returns where it ran and which cores it saw.
 "steps": S, "out": DIR}``. A TorchTrainer (`AcceleratorTorchConfig`) with one
 label selector per worker (grouped, so the bundle index is the world rank);
 each worker writes ``DIR/rank<N>.json``.
+
+``prometheus``: SPEC is ``{"devices": D, "hosts": H, "timeout": S}``. A real
+Prometheus (`tests/prom.py`) inside this host scrapes every alive raylet's
+metrics endpoint over the test network until it holds D device series and H
+host series (or S seconds pass); prints its targets and the series of
+``ray_accel_device_utilization`` and ``ray_accel_node_devices``.
 """
 
 from __future__ import annotations
@@ -151,13 +157,43 @@ def run_train(spec: dict[str, Any]) -> dict[str, Any]:
     return {"ranks": sorted(p.name for p in Path(spec["out"]).glob("rank*.json"))}
 
 
+def run_prometheus(spec: dict[str, Any]) -> dict[str, Any]:
+    """Ray writes its Prometheus service-discovery file only from the head's
+    dashboard, which this cluster does not run (two cores), so the file is
+    written here with what Ray's writer would list: `<node IP>:<metrics export
+    port>` of every alive node (`PrometheusServiceDiscoveryWriter`,
+    ray/_private/metrics_agent.py, Ray 2.60)."""
+    import tempfile
+    import time
+
+    import ray
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from tests.prom import running_prometheus
+
+    nodes = [n for n in ray.nodes() if n["Alive"]]
+    targets = sorted(f"{n['NodeManagerAddress']}:{n['MetricsExportPort']}" for n in nodes)
+    sd_file = Path(tempfile.mkdtemp(prefix="sd-")) / "prom_metrics_service_discovery.json"
+    sd_file.write_text(json.dumps([{"labels": {"job": "ray"}, "targets": targets}]))
+    with running_prometheus(sd_file, scrape_interval_s=1.0) as prom:
+        prom.wait_for_targets(required=targets, timeout_s=60)
+        deadline = time.monotonic() + spec["timeout"]
+        while True:
+            devices = prom.query("ray_accel_device_utilization")
+            hosts = prom.query("ray_accel_node_devices")
+            if (len(devices) >= spec["devices"] and len(hosts) >= spec["hosts"]) or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+    return {"targets": targets, "devices": [labels for labels, _ in devices], "hosts": hosts}
+
+
 def main(mode: str, address: str, spec_json: str) -> None:
     import ray_accel
 
     ray_accel.init(address=address, logging_level="ERROR", log_to_driver=False)
     spec = json.loads(spec_json)
-    result = run_tasks(spec) if mode == "tasks" else run_train(spec)
-    print(json.dumps(result), flush=True)
+    modes = {"tasks": run_tasks, "train": run_train, "prometheus": run_prometheus}
+    print(json.dumps(modes[mode](spec)), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""The ``hosts`` fixture: ``hosts(n)`` gives n `Host` objects in network namespaces.
+"""The ``hosts`` fixture: ``hosts(n)`` gives n `Host` objects in network namespaces
+(``hosts(n, hostname="ubuntu")``: all with that one host name).
 
 Every set it made is closed when the test ends, passed, failed or interrupted
 (and by an ``atexit`` guard if the process dies first); `tests.multihost.hosts`
@@ -24,8 +25,8 @@ class Hosts:
     def __init__(self) -> None:
         self.sets: list[HostSet] = []
 
-    def __call__(self, n: int) -> list[Host]:
-        hs = HostSet(n, ip=os.environ.get("MULTIHOST_IP", "ip"))
+    def __call__(self, n: int, hostname: str | None = None) -> list[Host]:
+        hs = HostSet(n, ip=os.environ.get("MULTIHOST_IP", "ip"), hostname=hostname)
         self.sets.append(hs)
         hs.start()  # HostSetupError propagates: the test fails with the reason
         return hs.hosts

@@ -25,7 +25,8 @@ Identity, as Ray and ray-accel see it:
 - IP: ``Host.ip``. Ray names a node by its IP: pass ``--node-ip-address host.ip``.
 - Host name: every command runs in a fresh UTS namespace (``unshare --uts``)
   whose host name is set to ``Host.hostname`` before the command is exec'd, so
-  ``socket.gethostname()`` differs per host. This costs a few milliseconds per
+  ``socket.gethostname()`` differs per host, or, with ``HostSet(n,
+  hostname="ubuntu")``, is one name on every host (hosts then differ by IP only). This costs a few milliseconds per
   command and leaves nothing to clean up (a UTS namespace dies with its last
   process). The name does not resolve (no ``/etc/hosts`` entry is written, since
   that would mean editing the machine's ``/etc``): address hosts by IP.
@@ -184,13 +185,18 @@ def make_run_id(pid: int, seq: int) -> str:
     return f"mh{pid}s{seq}"
 
 
-def plan_hosts(run_id: str, n: int, base: Path, subnet_octet: int) -> SetPlan:
+def plan_hosts(run_id: str, n: int, base: Path, subnet_octet: int, hostname: str | None = None) -> SetPlan:
+    """`hostname` gives every host that one name (cloud images that all say
+    `ubuntu`, containers started with one `--hostname`); by default each host
+    has a name of its own."""
     if not 1 <= n <= MAX_HOSTS:
         raise ValueError(f"hosts: n={n} is outside 1..{MAX_HOSTS}")
     if not 0 <= subnet_octet <= 255:
         raise ValueError(f"hosts: subnet octet {subnet_octet} is outside 0..255")
     if not run_id or not all(c.isalnum() or c == "-" for c in run_id):
         raise ValueError(f"hosts: run id {run_id!r} must be letters, digits and '-'")
+    if hostname is not None and not (0 < len(hostname) <= 64 and all(c.isalnum() or c in "-." for c in hostname)):
+        raise ValueError(f"hosts: host name {hostname!r} must be 1 to 64 letters, digits, '-' and '.'")
     root = base / run_id
     hosts = []
     for i in range(n):
@@ -202,7 +208,7 @@ def plan_hosts(run_id: str, n: int, base: Path, subnet_octet: int) -> SetPlan:
                 switch_port=f"p{name}",
                 ip=f"{TEST_NET}.{subnet_octet}.{FIRST_HOST_OCTET + i}",
                 prefixlen=24,
-                hostname=f"{run_id}-{name}",
+                hostname=hostname or f"{run_id}-{name}",
                 root=root / name,
             )
         )
@@ -526,9 +532,10 @@ class HostSet:
         base: Path = Path("/tmp"),
         run_id: str | None = None,
         stop_grace_s: float = 20.0,
+        hostname: str | None = None,
     ) -> None:
         seq = next(_set_counter)
-        self.plan = plan_hosts(run_id or make_run_id(os.getpid(), seq), n, base, seq % 256)
+        self.plan = plan_hosts(run_id or make_run_id(os.getpid(), seq), n, base, seq % 256, hostname)
         self._ip_name = ip
         self.stop_grace_s = stop_grace_s
         self.tools: Tools = Tools(ip, "nsenter", "unshare")

@@ -1,11 +1,14 @@
-"""Issue 13 acceptance with real Ray across two test hosts (network namespaces).
+"""Several hosts with real Ray across two test hosts (network namespaces) that
+share ONE host name, as cloud images that all say `ubuntu` do: a host is its
+name and its node IP, so everything here must still see two hosts.
 
 One module-scoped cluster keeps the run short on a 2-core machine: host A runs
 `ray-accel start --head`, host B `ray-accel start --address A`, two partitions
-each of a mock trn1.32xlarge (32 NeuronCores, so 16 per partition). The two
-hosts share one HOME, as on an NFS home, and have no RAYACCEL_STATE_DIR: the
-default state directory (`~/.ray-accel/<host>/`) alone keeps their records
-apart. Each host keeps its own TMPDIR and Ray temp dir, as real hosts do.
+each of a mock trn1.32xlarge (32 NeuronCores, so 16 per partition), with the
+metrics exporters on. The two hosts share one HOME, as on an NFS home, and
+have no RAYACCEL_STATE_DIR: the default state directory
+(`~/.ray-accel/<host name>/<node IP>/`) alone keeps their records apart. Each
+host keeps its own TMPDIR and Ray temp dir, as real hosts do.
 
 Drivers run inside host A's namespace (`cluster_driver.py`); processes are
 told apart by the namespace they run in (`pids_in_netns`), never by name.
@@ -25,8 +28,8 @@ from typing import Any
 
 import pytest
 
+from ray_accel.core.hosts import host_key
 from ray_accel.core.visibility import parse_visible_ids
-from ray_accel.partition.labels import host_value
 from tests.multihost.hosts import Host, HostSet, pid_alive, pids_in_netns
 
 pytestmark = [pytest.mark.multihost, pytest.mark.ray]
@@ -37,7 +40,9 @@ DRIVER = str(ROOT / "tests/multihost/cluster_driver.py")
 GCS_PORT = 6379  # ports are per namespace
 PARTITIONS = ("p0", "p1")
 CORES_PER_PARTITION = 16  # trn1.32xlarge: 16 devices x 2 cores, split in two
+DEVICES_PER_HOST = 16
 TASKS_PER_PARTITION = 200
+HOSTNAME = "ubuntu"  # both hosts' name
 # Small object stores: all hosts share this machine's /dev/shm.
 # torch's gloo picks its address by resolving the host name and falls back to
 # 127.0.0.1 when it does not resolve (torch 2.x, torch/csrc/distributed/c10d/
@@ -51,9 +56,13 @@ RAY_ARGS = ["--object-store-memory", str(300 * 10**6), "--disable-usage-stats"]
 
 
 def start_args(host: Host) -> list[str]:
-    # --no-metrics/--no-dashboard: two cores run four raylets; metrics across hosts
-    # are tested with the metrics exporters, not here.
-    return ["--agents", "2", "--no-metrics", "--no-dashboard", "--json"]
+    # --no-dashboard: two cores run four raylets and their exporters.
+    return ["--agents", "2", "--no-dashboard", "--json"]
+
+
+def key(host: Host) -> str:
+    """The host's key, as its host label and every view name it."""
+    return host_key(host.hostname, host.ip)
 
 
 def ray_args(host: Host) -> list[str]:
@@ -104,10 +113,16 @@ class Cluster:
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
     t0 = time.monotonic()
-    with HostSet(2) as hs:
+    with HostSet(2, hostname=HOSTNAME) as hs:
         a, b = hs.hosts
+        assert a.hostname == b.hostname == HOSTNAME and a.ip != b.ip
         # One HOME for both (an NFS home) and no RAYACCEL_STATE_DIR ("" reads as unset).
-        env = {"RAYACCEL_MOCK": "trn1.32xlarge", "HOME": str(a.home), "RAYACCEL_STATE_DIR": "", **GLOO_ENV}
+        env = {
+            "RAYACCEL_MOCK": "trn1.32xlarge",
+            "HOME": str(a.home),
+            "RAYACCEL_STATE_DIR": "",
+            **GLOO_ENV,
+        }
         c = Cluster(hs, a, b, env)
         head = c.cli(a, "start", "--head", "--port", str(GCS_PORT), *start_args(a), *ray_args(a), timeout=300)
         assert head.returncode == 0, f"head on A: rc {head.returncode}\n{head.stderr[-4000:]}"
@@ -128,9 +143,11 @@ def test_status_cluster_lists_every_partition_of_both_hosts(cluster: Cluster) ->
         assert view["gcs_address"] == cluster.address
         alive = view["partitions"]
         assert len(alive) == 4 and all(p["alive"] for p in alive), view
-        assert {h["host"] for h in view["hosts"]} == {host_value(a.hostname), host_value(b.hostname)}
+        assert [(h["host"], h["name"], h["ips"]) for h in view["hosts"]] == [
+            (key(h), HOSTNAME, [h.ip]) for h in sorted((a, b), key=key)
+        ], "two hosts of one name are two hosts"
         for h, ip in ((a, a.ip), (b, b.ip)):
-            mine = [p for p in alive if p["host"] == host_value(h.hostname)]
+            mine = [p for p in alive if p["host"] == key(h)]
             assert sorted(p["partition"] for p in mine) == list(PARTITIONS)
             assert {p["ip"] for p in mine} == {ip}
             cores = [c for p in mine for c in p["core_ids"]]
@@ -144,7 +161,7 @@ def test_status_cluster_lists_every_partition_of_both_hosts(cluster: Cluster) ->
     assert text.returncode == 0, text.stderr
     assert "4 partitions on 2 hosts" in text.stdout
     for h in (a, b):
-        assert sum(host_value(h.hostname) in line for line in text.stdout.splitlines()) == 2
+        assert sum(key(h) in line for line in text.stdout.splitlines()) == 2
     print("\n" + text.stdout + "\n" + json.dumps(view["partitions"][0], indent=2))
 
 
@@ -153,14 +170,14 @@ def test_label_targeted_tasks_see_only_their_partition_on_their_host(cluster: Cl
     a, b = cluster.a, cluster.b
     view = cluster.cli_json(a, "status", "--cluster")
     parts = {(p["host"], p["partition"]): p for p in view["partitions"] if p["alive"]}
-    targets = [[host_value(h.hostname), p] for h in (a, b) for p in PARTITIONS]
+    targets = [[key(h), p] for h in (a, b) for p in PARTITIONS]
     got = cluster.driver(
         "tasks", {"targets": targets, "per_target": TASKS_PER_PARTITION, "cores": [1, 2, 4, CORES_PER_PARTITION]}
     )
     assert got["driver_ip"] == a.ip
     results = got["results"]
     assert len(results) == 4 * TASKS_PER_PARTITION
-    ip_of = {host_value(a.hostname): (a.ip, a.hostname), host_value(b.hostname): (b.ip, b.hostname)}
+    ip_of = {key(a): (a.ip, HOSTNAME), key(b): (b.ip, HOSTNAME)}
     seen: dict[tuple[str, str], set[int]] = {}
     for r in results:
         p = parts[(r["host"], r["partition"])]
@@ -180,7 +197,7 @@ def test_training_across_hosts_ranks_per_raylet(cluster: Cluster, tmp_path_facto
     a, b = cluster.a, cluster.b
     out = tmp_path_factory.mktemp("train")
     os.chmod(out, 0o777)
-    ha, hb = host_value(a.hostname), host_value(b.hostname)
+    ha, hb = key(a), key(b)
     workers = [[ha, "p0"], [ha, "p0"], [hb, "p0"], [hb, "p0"]]  # same partition name on both hosts
     got = cluster.driver("train", {"workers": workers, "cores": 2, "steps": 20, "out": str(out)})
     assert got["ranks"] == [f"rank{i}.json" for i in range(4)]
@@ -225,23 +242,59 @@ def test_training_across_hosts_ranks_per_raylet(cluster: Cluster, tmp_path_facto
 def test_shared_home_keeps_one_record_per_host(cluster: Cluster) -> None:
     cluster.ensure_joined()
     a, b = cluster.a, cluster.b
-    records = {h: Path(cluster.env["HOME"]) / ".ray-accel" / h.hostname / "node.json" for h in (a, b)}
+    by_name = Path(cluster.env["HOME"]) / ".ray-accel" / HOSTNAME
+    records = {h: by_name / h.ip / "host.json" for h in (a, b)}
     assert all(p.is_file() for p in records.values()), records
-    assert sorted(p.name for p in (Path(cluster.env["HOME"]) / ".ray-accel").iterdir()) == sorted(
-        [a.hostname, b.hostname]
-    )
+    assert [p.name for p in (Path(cluster.env["HOME"]) / ".ray-accel").iterdir()] == [HOSTNAME]
+    assert sorted(p.name for p in by_name.iterdir()) == sorted([a.ip, b.ip]), "one directory per node IP"
     for h in (a, b):
         st = cluster.cli_json(h, "status")
         assert st["state_file"] == str(records[h])
-        assert st["host"] == h.hostname and st["running"] and not st["warnings"], st
+        assert st["host"] == HOSTNAME and st["host_ip"] == h.ip
+        assert st["running"] and not st["warnings"], st
         pids = {p["pid"] for p in st["partitions"]}
         assert len(st["partitions"]) == 2 and pids <= cluster.pids(h), (h, pids)
         other = b if h is a else a
         assert not pids & cluster.pids(other)
         recorded = json.loads(records[h].read_text())
-        assert recorded["host"] == h.hostname
+        assert (recorded["host"], recorded["host_ip"]) == (HOSTNAME, h.ip)
+        assert all(p["labels"]["ray-accel.io/host"] == key(h) for p in recorded["partitions"])
         every = recorded_pids(recorded)  # raylets, GCS, launchers: all of this host only
         assert pids <= every and every <= cluster.pids(h) and not every & cluster.pids(other), (h, every)
+
+
+def test_top_lists_every_device_of_both_hosts(cluster: Cluster) -> None:
+    cluster.ensure_joined()
+    a, b = cluster.a, cluster.b
+    top = cluster.cli_json(a, "top", "--once", timeout=180)
+    alive = [p for p in top["partitions"] if p["alive"]]
+    assert sorted((p["host"], p["partition"]) for p in alive) == sorted((key(h), p) for h in (a, b) for p in PARTITIONS)
+    assert all(p["exporter"] == "ok" for p in alive), [(p["host"], p["exporter"]) for p in alive]
+    devices = [(d["host"], d["partition"], d["id"]) for d in top["devices"]]
+    assert len(devices) == len(set(devices)) == 2 * DEVICES_PER_HOST, devices
+    for h in (a, b):
+        mine = [d for d in devices if d[0] == key(h)]
+        assert len(mine) == DEVICES_PER_HOST and len({d[2] for d in mine}) == DEVICES_PER_HOST, mine
+        assert sorted(d[1] for d in mine) == sorted(PARTITIONS * (DEVICES_PER_HOST // 2))
+    assert not top["errors"], top["errors"]
+
+
+def test_prometheus_scrapes_distinct_series_for_each_host(cluster: Cluster) -> None:
+    cluster.ensure_joined()
+    a, b = cluster.a, cluster.b
+    # Exporters sample every 5 s and Ray's recorder reports every 10 s (the defaults, which
+    # keep the load of two cores down for the other tests): series come within seconds.
+    got = cluster.driver("prometheus", {"devices": 2 * DEVICES_PER_HOST, "hosts": 2, "timeout": 90})
+    assert {t.rsplit(":", 1)[0] for t in got["targets"]} == {a.ip, b.ip} and len(got["targets"]) == 4
+    devices = [(s["host"], s["partition"], s["device_id"]) for s in got["devices"]]
+    assert len(devices) == len(set(devices)) == 2 * DEVICES_PER_HOST, f"each device of each host once: {devices}"
+    for h in (a, b):
+        mine = [s for s in got["devices"] if s["host"] == key(h)]
+        assert len(mine) == DEVICES_PER_HOST, (key(h), mine)
+        # served by a raylet of its own host, over the test network
+        assert {s["instance"].rsplit(":", 1)[0] for s in mine} == {h.ip}, mine
+    per_host = sorted((labels["host"], value) for labels, value in got["hosts"])
+    assert per_host == sorted((key(h), float(DEVICES_PER_HOST)) for h in (a, b)), "host series once per host"
 
 
 def recorded_pids(obj: Any) -> set[int]:
@@ -254,7 +307,7 @@ def recorded_pids(obj: Any) -> set[int]:
     return set()
 
 
-def test_stop_on_b_stops_only_b(cluster: Cluster) -> None:
+def test_stop_on_b_stops_only_b_and_a_keeps_serving(cluster: Cluster) -> None:
     cluster.ensure_joined()
     a, b = cluster.a, cluster.b
     before_a, before_b = cluster.pids(a), cluster.pids(b)
@@ -269,7 +322,7 @@ def test_stop_on_b_stops_only_b(cluster: Cluster) -> None:
     assert not cluster.cli_json(b, "status")["running"]
     view = cluster.cli_json(a, "status", "--cluster")
     state = {(p["host"], p["partition"]): p["alive"] for p in view["partitions"]}
-    ha, hb = host_value(a.hostname), host_value(b.hostname)
+    ha, hb = key(a), key(b)
     assert [state[(ha, p)] for p in PARTITIONS] == [True, True]
     assert [state[(hb, p)] for p in PARTITIONS] == [False, False]
     # host A keeps serving label-targeted work

@@ -40,6 +40,20 @@ def test_plan_names_addresses_and_paths_are_unique_and_short(pid: int, seq: int,
     assert all(len(str(h.tmpdir)) <= MAX_TMPDIR_LEN for h in plan.hosts)
 
 
+@given(pids, seqs, counts, st.from_regex(r"[a-z][a-z0-9.-]{0,30}", fullmatch=True))
+def test_one_host_name_for_every_host_leaves_addresses_and_paths_apart(pid: int, seq: int, n: int, name: str) -> None:
+    plan = plan_hosts(make_run_id(pid, seq), n, Path("/tmp"), seq % 256, hostname=name)
+    assert {h.hostname for h in plan.hosts} == {name}
+    assert len({h.ip for h in plan.hosts}) == n and len({h.netns for h in plan.hosts}) == n
+    assert len({d for h in plan.hosts for d in (h.home, h.tmpdir, h.state_dir)}) == 3 * n
+
+
+@pytest.mark.parametrize("name", ["", "a b", "x" * 65, "a/b", "$(id)"])
+def test_a_host_name_the_harness_cannot_set_is_refused(name: str) -> None:
+    with pytest.raises(ValueError, match="host name"):
+        plan_hosts("mh1s1", 2, Path("/tmp"), 1, hostname=name)
+
+
 @given(st.tuples(pids, seqs), st.tuples(pids, seqs))
 def test_run_ids_differ_when_pid_or_set_differs(x: tuple[int, int], y: tuple[int, int]) -> None:
     assert (make_run_id(*x) == make_run_id(*y)) == (x == y)

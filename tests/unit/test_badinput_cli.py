@@ -23,7 +23,7 @@ from ray_accel.cluster import state
 from ray_accel.cluster.auth import Auth
 from ray_accel.cluster.ports import port_blocks
 from ray_accel.cluster.procs import identity
-from ray_accel.cluster.record import NodeRecord, PartitionEntry, RayProcess, dumps
+from ray_accel.cluster.record import HostRecord, PartitionEntry, RayProcess, dumps
 from tests.badinput import badinput
 from tests.clirun import run_cli_here
 from tests.conftest import run_cli
@@ -241,8 +241,9 @@ def _stale_record(directory: Path, pid: int) -> bytes:
     argv = (Path(f"/proc/{pid}/cmdline").read_bytes()).split(b"\0")[:-1]
     proc = RayProcess(kind="raylet", pid=pid, start_ticks=1, identity=identity([a.decode() for a in argv]))
     entry = PartitionEntry("p0", ("neuron:0",), (0, 1), False, port_blocks(41000, [184])[0], (proc,))
-    record = NodeRecord(
+    record = HostRecord(
         host=state.host_name(),
+        host_ip="127.0.0.1",
         created=1.0,
         head=False,
         mode="auto-split",
@@ -254,7 +255,7 @@ def _stale_record(directory: Path, pid: int) -> bytes:
         partitions=(entry,),
     )
     raw = dumps(record).encode()
-    (directory / "node.json").write_bytes(raw)
+    (directory / "host.json").write_bytes(raw)
     return raw
 
 
@@ -312,7 +313,7 @@ def test_bad_input_is_exit_2_naming_it_and_changes_nothing(
     assert _tree(tmp_path) == before, "no file created, removed or re-moded"
     assert outside.read_text() == "keep"
     if raw is not None:
-        assert (directory / "node.json").read_bytes() == raw, "the record is unchanged"
+        assert (directory / "host.json").read_bytes() == raw, "the record is unchanged"
     if setup == "shared":
         assert stat.S_IMODE(directory.stat().st_mode) == 0o1777
     assert set(tagged(tag)) == {bystander.pid}, "nothing started (no raylet, GCS or launcher), nothing signalled"

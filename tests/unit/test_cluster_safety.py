@@ -32,7 +32,8 @@ from ray_accel.cluster import state
 from ray_accel.cluster.auth import Auth
 from ray_accel.cluster.ports import port_blocks
 from ray_accel.cluster.procs import Verdict, check, identity
-from ray_accel.cluster.record import NodeRecord, PartitionEntry, RayProcess, dumps
+from ray_accel.cluster.record import HostRecord, PartitionEntry, RayProcess, dumps
+from ray_accel.core.errors import InputError
 from ray_accel.core.processes import ProcessRecord, read_cmdline
 from tests.badinput import badinput
 from tests.clirun import run_cli_here
@@ -41,6 +42,7 @@ from tests.tagged import new_tag, tagged
 
 SPEC = BridgeSpec("neuron_cores", "NEURON_RT_VISIBLE_CORES", "neuron", "Trainium", tuple(range(32)))
 RAYLET_PATH = "ray/core/src/ray/raylet/raylet"
+LOOPBACK = "127.0.0.1"
 
 
 @pytest.fixture
@@ -111,15 +113,24 @@ def ray_process(proc: subprocess.Popen[bytes] | int, kind: str = "raylet", **ove
     return RayProcess(**fields)  # type: ignore[arg-type]
 
 
-def write_record(env: dict[str, str], *parts: tuple[RayProcess, ...], host: str | None = None) -> bytes:
-    """A joining host's record (no GCS of its own) with one partition per `parts`."""
+def write_record(
+    env: dict[str, str],
+    *parts: tuple[RayProcess, ...],
+    host: str | None = None,
+    ip: str | None = LOOPBACK,
+    path: Path | None = None,
+) -> bytes:
+    """A joining host's record (no GCS of its own) with one partition per
+    `parts`, for node IP `ip` (None: an earlier version's record, by name
+    alone), in RAYACCEL_STATE_DIR (or at `path`)."""
     blocks = port_blocks(41000, [184] * len(parts))
     entries = tuple(
         PartitionEntry(f"p{i}", (f"neuron:{2 * i}",), (4 * i, 4 * i + 1), False, blocks[i], procs)
         for i, procs in enumerate(parts)
     )
-    record = NodeRecord(
+    record = HostRecord(
         host=host or state.host_name(),
+        host_ip=ip,
         created=1.0,
         head=False,
         mode="auto-split",
@@ -130,15 +141,16 @@ def write_record(env: dict[str, str], *parts: tuple[RayProcess, ...], host: str 
         auth=Auth("disabled", None, "test"),
         partitions=entries,
     )
-    directory = Path(env["RAYACCEL_STATE_DIR"])
-    directory.mkdir(mode=0o700, exist_ok=True)
+    if path is None:
+        path = Path(env["RAYACCEL_STATE_DIR"]) / ("host.json" if ip is not None else "node.json")
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     raw = dumps(record).encode()
-    (directory / "node.json").write_bytes(raw)
+    path.write_bytes(raw)
     return raw
 
 
 def state_bytes(env: dict[str, str]) -> bytes | None:
-    path = Path(env["RAYACCEL_STATE_DIR"]) / "node.json"
+    path = Path(env["RAYACCEL_STATE_DIR"]) / "host.json"
     return path.read_bytes() if path.exists() else None
 
 
@@ -204,7 +216,7 @@ def test_acceptance_17_1_a_record_naming_a_process_not_ours(
 
     for args in (["stop"], ["stop", "--grace", "0"], ["start", "--recover"], ["start", "--head", "--agents", "2"]):
         proc = run_cli_here(*args, env=env)
-        assert_clean_error(proc, 2, str(Path(env["RAYACCEL_STATE_DIR"]) / "node.json"), f"process {entry.pid}")
+        assert_clean_error(proc, 2, str(Path(env["RAYACCEL_STATE_DIR"]) / "host.json"), f"process {entry.pid}")
         assert state_bytes(env) == raw, f"{args} changed the record"
         assert ours.poll() is None, f"{args} signalled a process although the record cannot be trusted"
         if bystander is not None:
@@ -263,7 +275,9 @@ def test_a_record_from_another_host_is_never_acted_on(spawn: Spawn, env: dict[st
 def test_the_default_state_dir_is_per_host(tmp_path: Path, env: dict[str, str]) -> None:
     env = {k: v for k, v in env.items() if k != "RAYACCEL_STATE_DIR"}
     status = json.loads(run_cli_here("status", "--json", env=env).stdout)
-    assert status["state_file"] == str(Path(env["HOME"]) / ".ray-accel" / state.host_name() / "node.json")
+    assert status["state_dir"] == str(Path(env["HOME"]) / ".ray-accel" / state.host_name())
+    assert status["state_file"] is None and not status["warnings"]
+    assert not (Path(env["HOME"]) / ".ray-accel").exists(), "status makes nothing"
 
 
 def test_host_names_become_safe_directory_names(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -330,12 +344,18 @@ def test_acceptance_17_5_a_shared_state_dir_keeps_its_mode(tmp_path: Path, env: 
 
 def test_a_new_state_dir_is_made_0700_with_its_parents(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAYACCEL_STATE_DIR", str(tmp_path / "a" / "b" / "state"))
-    path = state.ensure_state_dir()
+    path = state.ensure_dir(state.place_for("10.0.0.1"))
     for p in (path, path.parent, path.parent.parent):
         assert stat.S_IMODE(p.stat().st_mode) == 0o700, p
     os.chmod(path, 0o755)
-    state.ensure_state_dir()
+    state.ensure_dir(state.place_for("10.0.0.1"))
     assert stat.S_IMODE(path.stat().st_mode) == 0o755, "an existing directory is used as it is"
+    monkeypatch.delenv("RAYACCEL_STATE_DIR")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    path = state.ensure_dir(state.place_for("10.0.0.1"))
+    assert path == tmp_path / "home" / ".ray-accel" / state.host_name() / "10.0.0.1"
+    for p in (path, path.parent, path.parent.parent):
+        assert stat.S_IMODE(p.stat().st_mode) == 0o700, p
 
 
 # ------------------------------------------------ bad start input never reaches the launcher
@@ -430,7 +450,7 @@ def test_a_rejected_start_keeps_a_stale_record(spawn: Spawn, env: dict[str, str]
 def _corrupt(env: dict[str, str], text: bytes) -> bytes:
     directory = Path(env["RAYACCEL_STATE_DIR"])
     directory.mkdir(mode=0o700, exist_ok=True)
-    (directory / "node.json").write_bytes(text)
+    (directory / "host.json").write_bytes(text)
     return text
 
 
@@ -473,7 +493,7 @@ def test_a_record_that_does_not_fit_is_exit_2_naming_the_file_for_every_command(
     data = _valid(env, spawn)
     (raylet,) = tagged(tag)
     raw = _corrupt(env, _corrupt_bytes(case, data))
-    path = str(Path(env["RAYACCEL_STATE_DIR"]) / "node.json")
+    path = str(Path(env["RAYACCEL_STATE_DIR"]) / "host.json")
     for args in (
         ["status"],
         ["status", "--json"],
@@ -495,20 +515,22 @@ def test_a_record_that_does_not_fit_is_exit_2_naming_the_file_for_every_command(
 def test_a_fifo_as_the_state_file_is_an_error_not_a_hang(env: dict[str, str]) -> None:
     directory = Path(env["RAYACCEL_STATE_DIR"])
     directory.mkdir(mode=0o700)
-    os.mkfifo(directory / "node.json")
+    os.mkfifo(directory / "host.json")
     for args in (["status"], ["stop"], ["start", "--recover"], ["start", "--head"]):
         began = time.monotonic()
         proc = run_cli(*args, env=env, timeout=20)
-        assert_clean_error(proc, 2, "node.json", "is a FIFO, not a regular file")
+        assert_clean_error(proc, 2, "host.json", "is a FIFO, not a regular file")
         assert time.monotonic() - began < 10
 
 
 @badinput("dangerous")
-def test_a_fifo_as_the_lock_file_is_an_error_not_a_hang(env: dict[str, str]) -> None:
-    directory = Path(env["RAYACCEL_STATE_DIR"])
-    directory.mkdir(mode=0o700)
-    os.mkfifo(directory / "lock")
-    assert_clean_error(run_cli("stop", env=env, timeout=20), 2, "lock")
+def test_a_fifo_as_the_lock_file_is_an_error_not_a_hang(spawn: Spawn, env: dict[str, str]) -> None:
+    raylet = spawn()
+    raw = write_record(env, (ray_process(raylet),))  # `stop` takes the lock where there is a record
+    os.mkfifo(Path(env["RAYACCEL_STATE_DIR"]) / "lock")
+    for args in (["stop"], ["start", "--head", "--agents", "2"]):
+        assert_clean_error(run_cli(*args, env=env, timeout=20), 2, "lock")
+        assert state_bytes(env) == raw and raylet.poll() is None
 
 
 @badinput("dangerous")
@@ -535,7 +557,7 @@ def test_the_lock_refuses_a_second_command_naming_the_lock(
     raw = write_record(env, (ray_process(raylet),))
     monkeypatch.setenv("RAYACCEL_STATE_DIR", env["RAYACCEL_STATE_DIR"])
     lock = str(Path(env["RAYACCEL_STATE_DIR"]) / "lock")
-    with state.host_lock("start"):
+    with state.host_lock("start", state.place_for(LOOPBACK)):
         for args in (["stop"], ["start", "--recover"], ["start", "--head", "--agents", "2"]):
             proc = run_cli_here(*args, env=env)
             assert_clean_error(proc, 2, lock, f"start, pid {os.getpid()}")
@@ -543,3 +565,136 @@ def test_the_lock_refuses_a_second_command_naming_the_lock(
     assert set(tagged(tag)) == {raylet.pid}, "nothing was started"
     assert run_cli_here("stop", env=env).returncode == 0, "the lock is released on exit"
     raylet.wait(timeout=10)
+
+
+# ------------------------------------------------ a host is its name AND its node IP
+
+ELSEWHERE = "192.0.2.123"  # TEST-NET-1 (RFC 5737): an address of no test host
+
+
+def default_env(env: dict[str, str]) -> dict[str, str]:
+    """No RAYACCEL_STATE_DIR: records live in ~/.ray-accel/<host name>/<node IP>/."""
+    return {k: v for k, v in env.items() if k != "RAYACCEL_STATE_DIR"}
+
+
+def home_record(env: dict[str, str], ip: str) -> Path:
+    return Path(env["HOME"]) / ".ray-accel" / state.host_name() / state.ip_dir(ip) / "host.json"
+
+
+@badinput("dangerous")
+def test_a_record_of_this_name_for_another_address_is_never_acted_on(spawn: Spawn, env: dict[str, str]) -> None:
+    """Another host of the same name sharing this home (NFS), or this host before
+    its address changed: nothing here acts on it, and every command names it."""
+    env = default_env(env)
+    raylet = spawn()
+    theirs = home_record(env, ELSEWHERE)
+    raw = write_record(env, (ray_process(raylet),), ip=ELSEWHERE, path=theirs)
+    status = json.loads(run_cli("status", "--json", env=env).stdout)
+    assert status["running"] is False and status["state_file"] is None and status["partitions"] == []
+    assert any(str(theirs) in w and "RAYACCEL_STATE_DIR" in w for w in status["warnings"]), status["warnings"]
+    stop = run_cli("stop", "--json", env=env)
+    assert stop.returncode == 0 and json.loads(stop.stdout)["pids"] == [], stop.stderr
+    assert str(theirs) in stop.stderr
+    assert_clean_error(run_cli("start", "--recover", env=env), 2, "nothing to recover", str(theirs))
+    assert theirs.read_bytes() == raw and raylet.poll() is None
+    # RAYACCEL_STATE_DIR naming its directory is the way to act on it (this host, moved)
+    named = {**env, "RAYACCEL_STATE_DIR": str(theirs.parent)}
+    status = json.loads(run_cli("status", "--json", env=named).stdout)
+    assert status["partitions"][0]["alive"] is True and status["host_ip"] == ELSEWHERE
+    assert any("not an address of this host" in w for w in status["warnings"]), status["warnings"]
+    assert_clean_error(run_cli("start", "--recover", env=named), 2, ELSEWHERE, "not an address of this host")
+    assert theirs.read_bytes() == raw and raylet.poll() is None
+    stop = run_cli("stop", "--json", env=named)
+    assert stop.returncode == 0 and json.loads(stop.stdout)["pids"] == [raylet.pid], stop.stderr
+    assert "not an address of this host" in stop.stderr and not theirs.exists()
+
+
+def test_this_hosts_record_is_the_one_of_its_address_beside_another_hosts(spawn: Spawn, env: dict[str, str]) -> None:
+    env = default_env(env)
+    mine, theirs = spawn(), spawn()
+    write_record(env, (ray_process(mine),), path=home_record(env, LOOPBACK))
+    other = write_record(env, (ray_process(theirs),), ip=ELSEWHERE, path=home_record(env, ELSEWHERE))
+    status = json.loads(run_cli("status", "--json", env=env).stdout)
+    assert status["state_file"] == str(home_record(env, LOOPBACK)) and status["host_ip"] == LOOPBACK
+    assert status["running"] and not status["warnings"], status["warnings"]
+    stop = run_cli("stop", "--json", env=env)
+    assert stop.returncode == 0 and json.loads(stop.stdout)["pids"] == [mine.pid], stop.stderr
+    assert not home_record(env, LOOPBACK).exists() and home_record(env, ELSEWHERE).read_bytes() == other
+    assert theirs.poll() is None
+
+
+@badinput("dangerous")
+def test_a_record_copied_into_another_addresss_directory_is_refused(spawn: Spawn, env: dict[str, str]) -> None:
+    env = default_env(env)
+    raylet = spawn()
+    path = home_record(env, LOOPBACK)
+    raw = write_record(env, (ray_process(raylet),), ip=ELSEWHERE, path=path)
+    for args in (["status"], ["stop"], ["start", "--recover"]):
+        assert_clean_error(run_cli(*args, env=env), 2, str(path), ELSEWHERE)
+        assert path.read_bytes() == raw and raylet.poll() is None
+
+
+@badinput("dangerous")
+def test_records_for_two_of_this_hosts_addresses_are_refused_naming_both(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spawn: Spawn, env: dict[str, str]
+) -> None:
+    monkeypatch.delenv("RAYACCEL_STATE_DIR", raising=False)
+    monkeypatch.setenv("HOME", env["HOME"])
+    raylet = spawn()
+    for ip in (LOOPBACK, "10.1.1.1"):
+        write_record(env, (ray_process(raylet),), ip=ip, path=home_record(env, ip))
+    with pytest.raises(state.StateError, match="several of its addresses") as e:
+        state.locate({LOOPBACK, "10.1.1.1"})
+    assert str(home_record(env, LOOPBACK)) in str(e.value) and str(home_record(env, "10.1.1.1")) in str(e.value)
+    found = state.locate({LOOPBACK})
+    assert found.place is not None and found.place.file == home_record(env, LOOPBACK)
+    assert found.elsewhere == (home_record(env, "10.1.1.1"),)
+
+
+@pytest.mark.parametrize("layout", ["state-dir", "home"])
+def test_an_earlier_versions_node_json_is_read_with_a_warning_and_stopped(
+    layout: str, spawn: Spawn, env: dict[str, str]
+) -> None:
+    """`node.json` (no node IP): status shows it, start refuses while it runs,
+    --recover refuses it, stop stops what it names and removes it."""
+    if layout == "home":
+        env = default_env(env)
+        path = Path(env["HOME"]) / ".ray-accel" / state.host_name() / "node.json"
+    else:
+        path = Path(env["RAYACCEL_STATE_DIR"]) / "node.json"
+    raylet = spawn()
+    raw = write_record(env, (ray_process(raylet),), ip=None, path=path)
+    assert json.loads(raw)["version"] == 3 and "host_ip" not in json.loads(raw)
+    status = json.loads(run_cli("status", "--json", env=env).stdout)
+    assert status["state_file"] == str(path) and status["running"] and status["host_ip"] is None
+    assert any("earlier ray-accel" in w for w in status["warnings"]), status["warnings"]
+    assert_clean_error(run_cli("start", "--head", "--agents", "2", env=env), 2, "already running", str(path))
+    assert_clean_error(run_cli("start", "--recover", env=env), 2, str(path), "earlier ray-accel")
+    assert path.read_bytes() == raw and raylet.poll() is None
+    stop = run_cli("stop", "--json", env=env)
+    assert stop.returncode == 0 and json.loads(stop.stdout)["pids"] == [raylet.pid], stop.stderr
+    assert "earlier ray-accel" in stop.stderr and not path.exists()
+
+
+def test_start_clears_this_hosts_stale_records_of_other_addresses_and_versions(
+    monkeypatch: pytest.MonkeyPatch, spawn: Spawn, env: dict[str, str]
+) -> None:
+    """What `start` checks under its lock before launching anything: every
+    record of this host, wherever its address put it."""
+    from ray_accel.cluster.start import refuse_running
+
+    monkeypatch.delenv("RAYACCEL_STATE_DIR", raising=False)
+    monkeypatch.setenv("HOME", env["HOME"])
+    sleeper = spawn()
+    gone = ray_process(sleeper, start_ticks=1)  # stale: that process is gone
+    legacy = Path(env["HOME"]) / ".ray-accel" / state.host_name() / "node.json"
+    write_record(env, (gone,), ip=None, path=legacy)
+    write_record(env, (gone,), ip=LOOPBACK, path=home_record(env, LOOPBACK))
+    theirs = write_record(env, (ray_process(sleeper),), ip=ELSEWHERE, path=home_record(env, ELSEWHERE))
+    stale = refuse_running("start", state.place_for("10.9.9.9"))
+    assert sorted(p.file for p in stale) == sorted([legacy, home_record(env, LOOPBACK)])
+    write_record(env, (ray_process(sleeper),), ip=LOOPBACK, path=home_record(env, LOOPBACK))
+    with pytest.raises(InputError, match="already running on this host") as e:
+        refuse_running("start", state.place_for("10.9.9.9"))
+    assert str(home_record(env, LOOPBACK)) in str(e.value)
+    assert home_record(env, ELSEWHERE).read_bytes() == theirs, "another host's record is never looked at"

@@ -1,4 +1,5 @@
-"""`status --cluster`: the view built from the GCS node table, and "no cluster"."""
+"""`status --cluster`: the view built from the GCS node table, and "no cluster".
+A host is its name and node IP: two hosts of one name are two hosts."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from ray_accel.cluster import state
 from ray_accel.cluster import status as status_mod
 from ray_accel.cluster.status import cluster_status, cluster_view
 from ray_accel.core.errors import RayAccelError
+from ray_accel.core.hosts import host_key
 from ray_accel.partition.labels import (
     CORES_LABEL,
     DEVICES_LABEL,
@@ -27,8 +29,11 @@ from ray_accel.partition.labels import (
 from tests.conftest import CliRunner
 
 
-def node(host: str | None, part: str | None, ip: str, alive: bool = True, cores: str | None = "0-15") -> dict[str, Any]:
-    """One entry as `gcs.gcs_nodes` returns it (Ray 2.60 node table + resources)."""
+def node(
+    host: str | None, part: str | None, ip: str, alive: bool = True, cores: str | None = "0-15", label: bool = True
+) -> dict[str, Any]:
+    """One entry as `gcs.gcs_nodes` returns it (Ray 2.60 node table + resources),
+    of a raylet that `start` gave the labels it gives (`label`: the host label too)."""
     labels = {"ray.io/node-id": "x"}
     if part is not None:
         labels[PARTITION_LABEL] = part
@@ -37,13 +42,13 @@ def node(host: str | None, part: str | None, ip: str, alive: bool = True, cores:
         labels[DEVICES_LABEL] = "0-7"
         if cores is not None:
             labels[CORES_LABEL] = cores
-    if host is not None:
-        labels[HOST_LABEL] = host
+    if host is not None and label:
+        labels[HOST_LABEL] = host_key(host, ip)
     return {
         "alive": alive,
         "labels": labels,
         "ip": ip,
-        "hostname": f"name-of-{ip}",
+        "hostname": host if host is not None else f"name-of-{ip}",
         "total": {"neuron_cores": 16.0, "CPU": 1.0, f"node:{ip}": 1.0, "memory": 1e9},
         "available": {"neuron_cores": 12.0, "CPU": 0.0, f"node:{ip}": 1.0, "memory": 1e9},
     }
@@ -56,19 +61,20 @@ NODES = {
     "n2": node("ha", "p1", "10.0.0.1", cores="16-31"),
     "plain": node(None, None, "10.0.0.3"),
 }
+HA, HB = "ha_10.0.0.1", "hb_10.0.0.2"
 
 
 def test_view_lists_partition_raylets_of_every_host() -> None:
     view = cluster_view("10.0.0.1:6379", NODES)
     assert [(p["host"], p["partition"], p["node_id"], p["alive"]) for p in view["partitions"]] == [
-        ("ha", "p0", "n1", True),
-        ("ha", "p1", "n2", True),
-        ("hb", "p0", "n3", False),
-        ("hb", "p1", "n4", True),
+        (HA, "p0", "n1", True),
+        (HA, "p1", "n2", True),
+        (HB, "p0", "n3", False),
+        (HB, "p1", "n4", True),
     ]
     assert view["hosts"] == [
-        {"host": "ha", "ips": ["10.0.0.1"], "partitions": 2, "alive": 2},
-        {"host": "hb", "ips": ["10.0.0.2"], "partitions": 2, "alive": 1},
+        {"host": HA, "name": "ha", "ips": ["10.0.0.1"], "partitions": 2, "alive": 2},
+        {"host": HB, "name": "hb", "ips": ["10.0.0.2"], "partitions": 2, "alive": 1},
     ]
     assert view["other_nodes"] == 1 and view["warnings"] == [] and view["replaced_dead"] == 0
     p1 = view["partitions"][1]
@@ -84,20 +90,46 @@ def test_dead_predecessor_of_a_live_partition_is_not_listed() -> None:
     nodes = {**NODES, "n5": node("hb", "p0", "10.0.0.2")}
     view = cluster_view("10.0.0.1:6379", nodes)
     assert [(p["host"], p["partition"], p["node_id"]) for p in view["partitions"]] == [
-        ("ha", "p0", "n1"),
-        ("ha", "p1", "n2"),
-        ("hb", "p0", "n5"),
-        ("hb", "p1", "n4"),
+        (HA, "p0", "n1"),
+        (HA, "p1", "n2"),
+        (HB, "p0", "n5"),
+        (HB, "p1", "n4"),
     ]
     assert all(p["alive"] for p in view["partitions"]) and view["replaced_dead"] == 1
-    assert view["hosts"][1] == {"host": "hb", "ips": ["10.0.0.2"], "partitions": 2, "alive": 2}
+    assert view["hosts"][1] == {"host": HB, "name": "hb", "ips": ["10.0.0.2"], "partitions": 2, "alive": 2}
 
 
-def test_view_falls_back_to_ray_hostname_and_reports_bad_labels() -> None:
+def test_two_hosts_of_one_name_are_two_hosts() -> None:
+    nodes = {
+        f"{ip[-1]}{p}": node("ubuntu", p, ip, cores=cores)
+        for ip in ("10.0.0.1", "10.0.0.2")
+        for p, cores in (("p0", "0-15"), ("p1", "16-31"))
+    }
+    view = cluster_view("10.0.0.1:6379", nodes)
+    assert [(h["host"], h["name"], h["ips"], h["partitions"]) for h in view["hosts"]] == [
+        ("ubuntu_10.0.0.1", "ubuntu", ["10.0.0.1"], 2),
+        ("ubuntu_10.0.0.2", "ubuntu", ["10.0.0.2"], 2),
+    ]
+    assert len(view["partitions"]) == 4 and all(p["host_name"] == "ubuntu" for p in view["partitions"])
+    # the host column is the host label's value: what a selector names
+    assert all(p["host"] == nodes[p["node_id"]]["labels"][HOST_LABEL] for p in view["partitions"])
+    assert render.cluster_status_text(view).splitlines()[0] == "cluster 10.0.0.1:6379: 4 partitions on 2 hosts"
+    # host B's old raylet, dead after it joined again, is not host A's
+    nodes["2p0-old"] = node("ubuntu", "p0", "10.0.0.2", alive=False)
+    again = cluster_view("10.0.0.1:6379", nodes)
+    assert again["replaced_dead"] == 1 and [p["node_id"] for p in again["partitions"]] == ["1p0", "1p1", "2p0", "2p1"]
+
+
+def test_a_raylet_without_the_host_label_is_keyed_by_what_ray_records() -> None:
+    view = cluster_view("a:1", {"n9": node("old", "p0", "10.0.0.9", label=False)})
+    assert view["partitions"][0]["host"] == "old_10.0.0.9"
+
+
+def test_view_reports_bad_labels() -> None:
     bad = node(None, "p0", "10.0.0.9", cores="3-1")
     view = cluster_view("a:1", {"n9": bad})
     (p,) = view["partitions"]
-    assert p["host"] == "name-of-10.0.0.9" and p["core_ids"] is None and p["mask"] is None
+    assert p["host"] == "name-of-10.0.0.9_10.0.0.9" and p["core_ids"] is None and p["mask"] is None
     assert len(view["warnings"]) == 1 and "'3-1'" in view["warnings"][0] and "n9" in view["warnings"][0]
 
 
@@ -148,7 +180,34 @@ def test_no_record_is_no_cluster_exit_1(cli: CliRunner, tmp_path: Path) -> None:
 
 def test_gcs_not_answering_is_no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
     record = SimpleNamespace(gcs_address="10.0.0.1:6379", auth=None)
-    monkeypatch.setattr(state, "load", lambda: record)
+    place = state.Place(Path("/s"), Path("/s/host.json"), True)
+    monkeypatch.setattr(state, "locate", lambda: state.Found(place))
+    monkeypatch.setattr(state, "load", lambda where: record)
     monkeypatch.setattr(status_mod, "gcs_nodes", lambda *a: None)
     with pytest.raises(RayAccelError, match=r"no cluster: the GCS at 10\.0\.0\.1:6379 .* did not answer within 2s"):
         cluster_status(2.0)
+
+
+raylets_st = st.dictionaries(
+    st.text("abcdef0123456789", min_size=1, max_size=6),
+    st.tuples(
+        st.sampled_from(["ubuntu", "localhost", "h-a"]),
+        st.sampled_from(["10.0.0.1", "10.0.0.2", "fd00::1"]),
+        st.sampled_from(["p0", "p1"]),
+        st.booleans(),
+    ),
+    max_size=12,
+)
+
+
+@given(raylets_st)
+def test_a_host_is_its_name_and_ip_never_the_name_alone(spec: dict[str, tuple[str, str, str, bool]]) -> None:
+    nodes = {nid: node(name, part, ip, alive) for nid, (name, ip, part, alive) in spec.items()}
+    view = cluster_view("a:1", nodes)
+    shown = {(spec[p["node_id"]][0], spec[p["node_id"]][1]) for p in view["partitions"]}
+    assert len(view["hosts"]) == len(shown), "one host per name and IP"
+    for h in view["hosts"]:
+        assert len(h["ips"]) == 1 and h["host"] == host_key(h["name"], h["ips"][0])
+    for p in view["partitions"]:
+        name, ip, part, _ = spec[p["node_id"]]
+        assert (p["host"], p["host_name"], p["ip"], p["partition"]) == (host_key(name, ip), name, ip, part)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -89,7 +90,9 @@ def test_waiting_for_raylets_reports_the_error_once_and_names_it_at_the_end(monk
 
 def test_cluster_status_names_the_error_apart_from_no_answer(monkeypatch: pytest.MonkeyPatch) -> None:
     record = SimpleNamespace(gcs_address=ADDRESS, auth=None)
-    monkeypatch.setattr(state, "load", lambda: record)
+    place = state.Place(Path("/s"), Path("/s/host.json"), True)
+    monkeypatch.setattr(state, "locate", lambda: state.Found(place))
+    monkeypatch.setattr(state, "load", lambda where: record)
 
     def refused(address: str) -> tuple[GcsNode, ...]:
         raise PermissionError("token rejected")

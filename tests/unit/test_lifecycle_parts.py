@@ -157,7 +157,7 @@ def test_a_fifo_where_a_launch_log_goes_stops_start_before_any_launch(tmp_path: 
     assert proc.returncode == 2, proc.stderr
     assert "p0.log" in proc.stderr and "Traceback" not in proc.stderr
     assert tagged(tag) == {}
-    assert not (state_dir / "node.json").exists()
+    assert not (state_dir / "host.json").exists()
 
 
 # ------------------------------------------------------------------ the lock and signals
@@ -165,12 +165,13 @@ def test_a_fifo_where_a_launch_log_goes_stops_start_before_any_launch(tmp_path: 
 
 def test_the_lock_is_exclusive_and_released_on_any_exit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAYACCEL_STATE_DIR", str(tmp_path / "state"))
-    with pytest.raises(RuntimeError), state.host_lock("stop"):
+    place = state.place_for("10.0.0.1")
+    with pytest.raises(RuntimeError), state.host_lock("stop", place):
         with pytest.raises(state.LockError, match=r"lock .*/state/lock is held \(stop, pid"):
-            with state.host_lock("start"):
+            with state.host_lock("start", place):
                 pass
         raise RuntimeError("boom")
-    with state.host_lock("start"):  # released by the exception
+    with state.host_lock("start", place):  # released by the exception
         pass
     assert oct((tmp_path / "state" / "lock").stat().st_mode & 0o777) == oct(0o600)
 

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import psutil
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from ray_accel_mock import load_spec
 from ray_accel_mock.plugin import MockTelemetry
 
@@ -20,6 +22,7 @@ from ray_accel.cli import render
 from ray_accel.cli.top import DEVICE_FIELDS, top_payload
 from ray_accel.core import masks
 from ray_accel.core.devices import Device
+from ray_accel.core.hosts import host_key
 from ray_accel.core.processes import ProcessRecord, ProcessTable, children_map, descendants, snapshot
 from ray_accel.core.samples import DeviceSample
 from ray_accel.metrics.collect import OrphanReading, Snapshot, collect, device_readings, orphan_pids, workload_readings
@@ -213,26 +216,37 @@ def test_exporters_are_named_by_node_id_not_partition() -> None:
     assert actor_name("abc123") != actor_name("def456")
 
 
-def test_partition_nodes_keeps_every_hosts_partitions_and_drops_replaced_dead_ones() -> None:
-    def node(node_id: str, host: str, part: str | None, alive: bool) -> dict[str, object]:
-        labels = {PARTITION_LABEL: part} if part else {}
-        return {
-            "NodeID": node_id,
-            "NodeManagerHostname": host,
-            "NodeManagerAddress": "10.0.0.1",
-            "Alive": alive,
-            "Labels": labels,
-        }
+def _gcs_node(node_id: str, host: str, part: str | None, alive: bool, ip: str = "10.0.0.1") -> dict[str, object]:
+    """One `ray.nodes()` entry."""
+    labels = {PARTITION_LABEL: part} if part else {}
+    return {"NodeID": node_id, "NodeManagerHostname": host, "NodeManagerAddress": ip, "Alive": alive, "Labels": labels}
 
+
+def test_partition_nodes_keeps_every_hosts_partitions_and_drops_replaced_dead_ones() -> None:
     nodes = [
-        node("b0", "hostB", "p0", True),
-        node("a0-old", "hostA", "p0", False),  # replaced by a0 (recovered)
-        node("a0", "hostA", "p0", True),
-        node("a1", "hostA", "p1", False),  # dead, nothing replaced it: shown dead
-        node("plain", "hostA", None, True),  # not a partition raylet
+        _gcs_node("b0", "hostB", "p0", True, "10.0.0.2"),
+        _gcs_node("a0-old", "hostA", "p0", False),  # replaced by a0 (recovered)
+        _gcs_node("a0", "hostA", "p0", True),
+        _gcs_node("a1", "hostA", "p1", False),  # dead, nothing replaced it: shown dead
+        _gcs_node("plain", "hostA", None, True),  # not a partition raylet
     ]
     got = [(p["host"], p["partition"], p["node_id"], p["alive"]) for p in partition_nodes(nodes)]
-    assert got == [("hostA", "p0", "a0", True), ("hostA", "p1", "a1", False), ("hostB", "p0", "b0", True)]
+    assert got == [
+        ("hostA_10.0.0.1", "p0", "a0", True),
+        ("hostA_10.0.0.1", "p1", "a1", False),
+        ("hostB_10.0.0.2", "p0", "b0", True),
+    ]
+
+
+def test_two_hosts_of_one_name_keep_their_own_partitions() -> None:
+    nodes = [
+        _gcs_node("a0", "ubuntu", "p0", True, "10.0.0.1"),
+        _gcs_node("b0", "ubuntu", "p0", True, "10.0.0.2"),
+        _gcs_node("b0-old", "ubuntu", "p0", False, "10.0.0.2"),  # B's before it joined again
+        _gcs_node("c0", "ubuntu", "p0", False, "10.0.0.3"),  # C stopped: nothing replaced it
+    ]
+    got = [(p["host"], p["node_id"], p["alive"]) for p in partition_nodes(nodes)]
+    assert got == [("ubuntu_10.0.0.1", "a0", True), ("ubuntu_10.0.0.2", "b0", True), ("ubuntu_10.0.0.3", "c0", False)]
 
 
 # ---------------------------------------------------------------- orphans from a real process tree
@@ -388,3 +402,27 @@ def test_status_text_shows_orphans_or_says_why_not() -> None:
     assert "orphans unknown: p0: gone" in render.status_with_orphans_text(
         dict(base, orphans=[], orphan_errors=["p0: gone"])
     )
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["ubuntu", "h-a"]),
+            st.sampled_from(["10.0.0.1", "10.0.0.2"]),
+            st.sampled_from(["p0", "p1"]),
+            st.booleans(),
+        ),
+        max_size=10,
+    )
+)
+def test_top_keys_raylets_by_host_name_and_ip(rows: list[tuple[str, str, str, bool]]) -> None:
+    nodes = [_gcs_node(f"n{i}", name, part, alive, ip) for i, (name, ip, part, alive) in enumerate(rows)]
+    got = partition_nodes(nodes)
+    by_id = {f"n{i}": row for i, row in enumerate(rows)}
+    live = {(host_key(n, ip), p) for n, ip, p, alive in rows if alive}
+    assert {p["node_id"] for p in got} == {
+        f"n{i}" for i, (n, ip, p, alive) in enumerate(rows) if alive or (host_key(n, ip), p) not in live
+    }, "every live raylet; a dead one only where no live one serves its host and partition"
+    for p in got:
+        name, ip, part, _ = by_id[p["node_id"]]
+        assert (p["host"], p["ip"], p["partition"]) == (host_key(name, ip), ip, part)

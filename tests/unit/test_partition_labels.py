@@ -1,6 +1,7 @@
-"""The partition labels: the id-set codec and host values are held to Ray
-2.60's own label validation (`ray._private.label_utils`), and the topology
-labels of every planned node describe links both ways."""
+"""The partition labels: the id-set codec is held to Ray 2.60's own label
+validation (`ray._private.label_utils`), and the topology labels of every
+planned node describe links both ways and name its host by name and IP (the
+host key's own properties: `test_host_keys.py`)."""
 
 from __future__ import annotations
 
@@ -11,16 +12,17 @@ from ray._private.label_utils import parse_node_labels_string, validate_label_va
 from ray_accel_mock.spec import load_spec
 
 from ray_accel.core.devices import Device
+from ray_accel.core.hosts import HostId
 from ray_accel.core.visibility import format_visible_ids
 from ray_accel.partition.labels import (
     CONNECTED_LABEL,
     CORES_LABEL,
     DEVICES_LABEL,
+    HOST_LABEL,
     LINKS_LABEL,
     LabelError,
     decode_ids,
     encode_ids,
-    host_value,
     topology_labels,
 )
 from ray_accel.partition.plan import plan_partitions
@@ -55,23 +57,13 @@ def test_examples_of_bad_id_sets(text: str) -> None:
         decode_ids(text)
 
 
-@given(st.text(max_size=300))
-def test_any_host_name_becomes_a_valid_label_value(name: str) -> None:
-    value = host_value(name)
-    validate_label_value(value)
-    assert value
-
-
-def test_host_value_keeps_an_ordinary_host_name() -> None:
-    assert host_value("ip-10-0-0-1.ec2.internal") == "ip-10-0-0-1.ec2.internal"
-
-
 @given(node_and_agents())
 def test_topology_labels_are_valid_and_links_are_mutual(case: tuple[tuple[Device, ...], int]) -> None:
     devices, count = case
     plan = plan_partitions(devices, "auto-split", count)
-    labels = topology_labels(plan.partitions, devices, "host-a", devices[0].family, "neuron_cores")
+    labels = topology_labels(plan.partitions, devices, HostId("host-a", "10.0.0.1"), devices[0].family, "neuron_cores")
     assert set(labels) == {p.name for p in plan.partitions}
+    assert {lab[HOST_LABEL] for lab in labels.values()} == {"host-a_10.0.0.1"}
     owned: dict[int, str] = {}
     for p in plan.partitions:
         lab = labels[p.name]
@@ -93,7 +85,7 @@ def test_topology_labels_are_valid_and_links_are_mutual(case: tuple[tuple[Device
 def test_trn1_split_in_four_links_neighbouring_rows_of_the_torus() -> None:
     spec = load_spec("trn1.32xlarge")
     plan = plan_partitions(spec.devices, "auto-split", 4)
-    labels = topology_labels(plan.partitions, spec.devices, "h", "neuron", "neuron_cores")
+    labels = topology_labels(plan.partitions, spec.devices, HostId("h", "10.0.0.1"), "neuron", "neuron_cores")
     # Rows of the 4x4 torus: device 0 links to 1, 3, 4 and 12 (Neuron docs, trn1 topology).
     assert labels["p0"][DEVICES_LABEL] == "0-3" and labels["p0"][CORES_LABEL] == "0-7"
     assert labels["p0"][LINKS_LABEL] == "4-7_12-15", "p0 links to p1 and p3, not p2"

@@ -195,7 +195,7 @@ def test_refusal_names_the_largest_job_of_that_worker_size_that_fits_now() -> No
     assert e.value.largest_workers == 3 and e.value.largest_worker == 8
     assert "job 'big' asks 4 worker(s) x 8 neuron_cores (32 in all)" in msg
     assert "the largest job of 8 neuron_cores per worker that fits is 3 worker(s) (24 neuron_cores)" in msg
-    assert "vm/p1 4/8" in msg
+    assert f"{parts[1].host}/p1 4/8" in msg and parts[1].host == "vm_192.0.2.2"
     with pytest.raises(PlacementError, match=r"no live partition offers gpu/GPU \(live partitions offer: neuron/"):
         Pack().allocate(job(1, 1, "g", "gpu", "GPU"), parts)
 
@@ -205,7 +205,7 @@ def test_pack_fills_a_partly_used_partition_when_the_landing_is_known_to_be_alig
     # Ray does not say which 4 are free: a whole partition is the sure aligned landing.
     assert [s.partition for s in Pack().allocate(job(1, 4), parts).workers] != ["p1"]
     # Held by a 4-core worker ray-accel placed: lowest-first grants leave 12-15 free, aligned.
-    running = Assignment(job(1, 4, "old"), (Slot("vm", "p1", parts[1].node_id),), True, True)
+    running = Assignment(job(1, 4, "old"), (Slot(parts[1].host, "p1", parts[1].node_id),), True, True)
     a = Pack().allocate(job(1, 4), mark_held(parts, running))
     assert [s.partition for s in a.workers] == ["p1"] and a.aligned
     two = Pack().optimize([job(1, 2, "x"), job(1, 2, "y")], parts, {})

@@ -27,14 +27,23 @@ def captured() -> tuple[list[dict[str, Any]], dict[str, dict[str, float]]]:
     return data["nodes"], data["available"]
 
 
+# The captured raylets' host (its name and node IP), and a second host of the same name.
+VM, VM2 = "vm_192.0.2.2", "vm_192.0.2.3"
+
+
 def two_hosts() -> tuple[list[dict[str, Any]], dict[str, dict[str, float]]]:
-    """The captured host and a copy of it as host `vm2` (new node ids)."""
+    """The captured host and a copy of it as another host of the same name
+    `vm`, at 192.0.2.3 (new node ids), both with the host label `start` gives
+    now (the capture predates the IP in it)."""
     nodes, avail = captured()
+    for n in nodes:
+        n["Labels"] = {**n["Labels"], HOST_LABEL: VM}
     more = copy.deepcopy(nodes)
     for n in more:
         old = n["NodeID"]
         n["NodeID"] = "f" + old[1:]
-        n["Labels"] = {**n["Labels"], HOST_LABEL: "vm2", NODE_ID_LABEL: n["NodeID"]}
+        n["NodeManagerAddress"] = "192.0.2.3"
+        n["Labels"] = {**n["Labels"], HOST_LABEL: VM2, NODE_ID_LABEL: n["NodeID"]}
         avail["f" + old[1:]] = {**avail[old], "neuron_cores": n["Resources"]["neuron_cores"]}
     return nodes + more, avail
 
@@ -42,7 +51,7 @@ def two_hosts() -> tuple[list[dict[str, Any]], dict[str, dict[str, float]]]:
 def test_the_live_view_reads_ray_nodes() -> None:
     view = view_from_nodes(*captured())
     assert [(p.host, p.name, p.free, p.total) for p in view.partitions] == [
-        ("vm", "p0", 8, 8), ("vm", "p1", 4, 8), ("vm", "p2", 8, 8), ("vm", "p3", 8, 8)
+        (VM, "p0", 8, 8), (VM, "p1", 4, 8), (VM, "p2", 8, 8), (VM, "p3", 8, 8)
     ]  # fmt: skip
     p1 = view.partitions[1]
     assert p1.core_ids == tuple(range(8, 16)) and p1.device_ids == (4, 5, 6, 7)
@@ -51,7 +60,7 @@ def test_the_live_view_reads_ray_nodes() -> None:
     assert view.partitions[0].free_ids == tuple(range(8))
     assert view.families() == [("neuron", "neuron_cores")]
     # One host: the partition label alone names each raylet.
-    assert view.selectors[("vm", "p2")] == {PARTITION_LABEL: "p2"}
+    assert view.selectors[(VM, "p2")] == {PARTITION_LABEL: "p2"}
 
 
 def test_dead_raylets_and_plain_ray_nodes_are_not_partitions() -> None:
@@ -74,22 +83,27 @@ def test_a_raylet_without_topology_labels_still_counts_as_unknown() -> None:
     for n in nodes:
         n["Labels"] = {k: v for k, v in n["Labels"].items() if k == PARTITION_LABEL or k.startswith("ray.io/")}
     view = view_from_nodes(nodes, avail)
-    assert {p.host for p in view.partitions} == {nodes[0]["NodeManagerAddress"]}
+    assert {p.host for p in view.partitions} == {VM}, "the host as Ray records it: name and node IP"
     assert all(p.core_ids == () and p.connected is None for p in view.partitions)
     assert view.families() == [("neuron", "neuron_cores")], "family from Ray's resource name"
     a = place(new_job(2, 8, view), "topology", view)
     assert not a.connected and not a.aligned, "nothing known is nothing promised"
 
 
-def test_same_partition_names_on_two_hosts_add_the_host_to_the_selector() -> None:
+def test_same_partition_names_on_two_hosts_of_one_name_add_the_host_to_the_selector() -> None:
     view = view_from_nodes(*two_hosts())
-    assert view.selectors[("vm2", "p0")] == {PARTITION_LABEL: "p0", HOST_LABEL: "vm2"}
-    nodes, avail = two_hosts()
-    for n in nodes:
-        n["Labels"].pop(HOST_LABEL)  # a cluster started before the host label: Ray's node id instead
-    view = view_from_nodes(nodes, avail)
-    sel = view.selectors[next(p.key for p in view.partitions if p.node_id.startswith("f") and p.name == "p0")]
-    assert sel[PARTITION_LABEL] == "p0" and sel[NODE_ID_LABEL].startswith("f")
+    assert len(view.partitions) == 8 and {p.host for p in view.partitions} == {VM, VM2}
+    assert view.selectors[(VM2, "p0")] == {PARTITION_LABEL: "p0", HOST_LABEL: VM2}
+    assert view.selectors[(VM, "p0")] == {PARTITION_LABEL: "p0", HOST_LABEL: VM}
+    for old_label in (None, "vm"):  # no host label, or an earlier one (the name alone): Ray's node id instead
+        nodes, avail = two_hosts()
+        for n in nodes:
+            n["Labels"].pop(HOST_LABEL)
+            if old_label is not None:
+                n["Labels"][HOST_LABEL] = old_label
+        view = view_from_nodes(nodes, avail)
+        sel = view.selectors[(VM2, "p0")]
+        assert sel == {PARTITION_LABEL: "p0", NODE_ID_LABEL: sel[NODE_ID_LABEL]} and sel[NODE_ID_LABEL].startswith("f")
 
 
 def test_scaling_config_has_one_selector_per_worker_and_the_units_each_asks() -> None:

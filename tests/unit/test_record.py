@@ -14,15 +14,15 @@ from hypothesis import strategies as st
 from ray_accel.bridge.managers import BridgeSpec
 from ray_accel.cluster.auth import Auth
 from ray_accel.cluster.ports import port_blocks
-from ray_accel.cluster.record import NodeRecord, PartitionEntry, RayProcess, RecordError, dumps, parse_record
+from ray_accel.cluster.record import HostRecord, PartitionEntry, RayProcess, RecordError, dumps, parse_record
 from tests.badinput import badinput
 
-SOURCE = "/state/node.json"
+SOURCE = "/state/host.json"
 SPEC = BridgeSpec("neuron_cores", "NEURON_RT_VISIBLE_CORES", "neuron", "Trainium", tuple(range(32)))
 RAY = "/venv/lib/python3.11/site-packages/ray"
 
 
-def valid_record() -> NodeRecord:
+def valid_record() -> HostRecord:
     blocks = port_blocks(21000, [184, 300], client_server=True)
     head = PartitionEntry(
         "p0",
@@ -47,8 +47,9 @@ def valid_record() -> NodeRecord:
         blocks[1],
         (RayProcess("raylet", 4300, 1100, f"{RAY}/core/src/ray/raylet/raylet"),),
     )
-    return NodeRecord(
+    return HostRecord(
         host="host-a",
+        host_ip="10.0.0.1",
         created=1700000000.5,
         head=True,
         mode="auto-split",
@@ -67,7 +68,7 @@ def valid_json() -> dict[str, Any]:
     return data
 
 
-def parse(data: object) -> NodeRecord:
+def parse(data: object) -> HostRecord:
     return parse_record(json.dumps(data), SOURCE)
 
 
@@ -104,7 +105,9 @@ def test_not_a_record(data: object) -> None:
     refused(data)
 
 
-TOP_KEYS = ["version", "host", "created", "head", "mode", "spec", "ray_args", "gcs_address", "auth", "partitions"]
+TOP_KEYS = [
+    "version", "host", "host_ip", "created", "head", "mode", "spec", "ray_args", "gcs_address", "auth", "partitions"
+]  # fmt: skip
 PART_KEYS = ["partition", "device_ids", "core_ids", "head", "ports", "processes"]
 PROC_KEYS = ["kind", "pid", "start_ticks", "identity"]
 
@@ -201,6 +204,30 @@ def test_older_version_is_refused_with_a_way_out() -> None:
     assert "remove the file" in message
 
 
+def test_an_earlier_versions_record_is_read_without_an_ip_and_written_back_as_it_was() -> None:
+    data = valid_json()
+    del data["host_ip"]
+    data["version"] = 3
+    record = parse(data)
+    assert record.legacy and record.host_ip is None and record.host == "host-a"
+    assert json.loads(dumps(record)) == data, "`stop` marks it stopping in the version that wrote it"
+    assert parse_record(dumps(record), SOURCE) == record
+
+
+@badinput("traceback")
+@pytest.mark.parametrize("value", ["host-a", "10.0.0", "", "10.0.0.1:6379", 10, None])
+def test_a_host_ip_that_is_no_address_is_refused_naming_it(value: object) -> None:
+    data = valid_json()
+    data["host_ip"] = value
+    refused(data, "host_ip")
+
+
+def test_the_host_ip_is_kept_canonical() -> None:
+    data = valid_json()
+    data["host_ip"] = "FD00:0:0::2"
+    assert parse(data).host_ip == "fd00::2"
+
+
 @badinput("state")
 def test_empty_partition_list() -> None:
     data = valid_json()
@@ -281,7 +308,7 @@ def _parses_or_refuses(raw: bytes | str) -> None:
     except RecordError as e:
         assert SOURCE in str(e)
     else:
-        assert isinstance(record, NodeRecord)
+        assert isinstance(record, HostRecord)
         assert parse_record(dumps(record), SOURCE) == record
 
 
