@@ -3,7 +3,6 @@ subprocess that runs it: `ray_accel.cluster.launcher`)."""
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -13,6 +12,7 @@ from ray_accel.cluster import auth
 from ray_accel.cluster.host import HOST_FLAGS
 from ray_accel.cluster.ports import RayletPorts
 from ray_accel.cluster.raylet_launch import CPU_SET_ENV, PARTITION_ENV
+from ray_accel.core import ray_resources
 from ray_accel.core.errors import InputError
 from ray_accel.core.numa import format_cpulist
 from ray_accel.partition.labels import PARTITION_LABEL, TYPE_LABEL
@@ -82,7 +82,7 @@ OUR_LABEL_PREFIX = PARTITION_LABEL.split("/", 1)[0] + "/"
 # Ray's own resources: set by their own flags (--num-cpus ...), never in --resources.
 RAY_RESOURCE_FLAGS = {
     "CPU": "-- --num-cpus",
-    "GPU": "(set per partition)",
+    ray_resources.RAY_GPU: "(set per partition)",
     "memory": "-- --memory",
     "object_store_memory": "-- --object-store-memory",
 }
@@ -127,14 +127,7 @@ def ray_start_args(
     args = ["start"]
     args += ["--head", "--port", str(gcs_port)] if head else ["--address", str(gcs)]
     args += ports.ray_start_args(head)
-    count = len(part.core_ids)
-    resources: dict[str, float] = dict(share.resources)
-    if spec.resource_name == "GPU":
-        args += ["--num-gpus", str(count)]
-    else:
-        resources[spec.resource_name] = count
-    if resources:
-        args += ["--resources", json.dumps(resources)]
+    args += ray_resources.start_args(spec.resource_name, len(part.core_ids), share.resources)
     labels = {**req.labels, **(extra_labels or {}), PARTITION_LABEL: part.name}
     if spec.accelerator_type:
         labels[TYPE_LABEL] = spec.accelerator_type.replace(" ", "-")
