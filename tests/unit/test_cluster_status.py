@@ -16,6 +16,7 @@ from ray_accel.cluster import state
 from ray_accel.cluster import status as status_mod
 from ray_accel.cluster.status import cluster_status, cluster_view
 from ray_accel.core.errors import RayAccelError
+from ray_accel.core.visibility import parse_visible_ids
 from ray_accel.partition.labels import (
     CORES_LABEL,
     DEVICES_LABEL,
@@ -152,3 +153,21 @@ def test_gcs_not_answering_is_no_cluster(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(status_mod, "gcs_nodes", lambda *a: None)
     with pytest.raises(RayAccelError, match=r"no cluster: the GCS at 10\.0\.0\.1:6379 .* did not answer within 2s"):
         cluster_status(2.0)
+
+
+@given(st.sampled_from(["neuron", "dev", "acme"]), st.sets(st.integers(0, 300), min_size=1, max_size=20))
+def test_ids_of_one_prefix_and_numbers_read_as_ranges_of_any_family(prefix: str, numbers: set[int]) -> None:
+    ids = [f"{prefix}:{n}" for n in sorted(numbers)]
+    text = render.format_id_list(ids)
+    head, _, ranges = text.partition(":")
+    assert head == prefix and parse_visible_ids(ranges) == sorted(numbers)
+
+
+@given(st.lists(st.text(max_size=12), min_size=1, max_size=6))
+def test_other_ids_are_listed_as_they_are(ids: list[str]) -> None:
+    text = render.format_id_list(ids)
+    prefixes = {i.partition(":")[0] for i in ids}
+    compact = len(prefixes) == 1 and all(
+        ":" in i and i.partition(":")[2].isascii() and i.partition(":")[2].isdigit() for i in ids
+    )
+    assert compact or text == ",".join(ids)
