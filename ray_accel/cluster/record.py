@@ -28,10 +28,12 @@ from ray_accel.core.processes import ProcessRecord
 from ray_accel.core.visibility import format_visible_ids
 from ray_accel.partition.plan import Mode, Partition
 from ray_accel.partition.share import Share
+from ray_accel.plugins.traits import DeviceTraits
 
+# 4: the spec names its backend and carries its traits.
 # 3: processes as {kind, pid, start_ticks, identity}, the host, ports per
 # partition (2 had [pid, start ticks] pairs; 1 had wall-clock start times).
-VERSION = 3
+VERSION = 4
 MAX_BYTES = 4 * 1024 * 1024
 MAX_PARTITIONS = 1024
 MAX_PROCESSES = 256
@@ -40,6 +42,9 @@ MAX_TEXT = 4096
 # Linux's largest PID (PID_MAX_LIMIT, include/linux/threads.h).
 PID_MAX = 1 << 22
 _KIND = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
+# An entry-point name (the backend's), as the packaging spec's entry-points
+# page allows it: letters, digits, '.', '-', '_' (no '=', no spaces).
+_BACKEND = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _RESOURCE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,127}$")
 _HEX_ID = re.compile(r"^[0-9a-f]{1,128}$")
@@ -150,7 +155,7 @@ class NodeRecord:
             "created": self.created,
             "head": self.head,
             "mode": self.mode,
-            "spec": asdict(self.spec),
+            "spec": self.spec.to_json(),
             "ray_args": list(self.ray_args),
             "gcs_address": self.gcs_address,
             "gcs_port": self.gcs_port,
@@ -419,9 +424,18 @@ def _spec(data: object) -> BridgeSpec:
         raise _Bad("spec.visible_ids_env", f"{env!r} is not an environment variable name")
     if not _KIND.match(family):
         raise _Bad("spec.family", f"{family!r} is not a family name")
+    backend = _text(_key(obj, "backend", "spec"), "spec.backend", 64)
+    if not _BACKEND.match(backend):
+        raise _Bad("spec.backend", f"{backend!r} is not a backend name")
+    try:
+        traits = DeviceTraits.from_json(_mapping(_key(obj, "traits", "spec"), "spec.traits"))
+    except InputError as e:
+        raise _Bad("spec", str(e)) from None
     units = _list(_key(obj, "unit_ids", "spec"), "spec.unit_ids", MAX_UNITS)
     accel = obj.get("accelerator_type")
     return BridgeSpec(
+        backend=backend,
+        traits=traits,
         resource_name=resource,
         visible_ids_env=env,
         family=family,

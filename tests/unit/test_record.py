@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from ray_accel_neuron.runtime import TRAITS as NEURON_TRAITS
 
 from ray_accel.bridge.managers import BridgeSpec
 from ray_accel.cluster.auth import Auth
@@ -18,7 +19,9 @@ from ray_accel.cluster.record import NodeRecord, PartitionEntry, RayProcess, Rec
 from tests.badinput import badinput
 
 SOURCE = "/state/node.json"
-SPEC = BridgeSpec("neuron_cores", "NEURON_RT_VISIBLE_CORES", "neuron", "Trainium", tuple(range(32)))
+SPEC = BridgeSpec(
+    "neuron_cores", "NEURON_RT_VISIBLE_CORES", "neuron", "Trainium", tuple(range(32)), "neuron", NEURON_TRAITS
+)
 RAY = "/venv/lib/python3.11/site-packages/ray"
 
 
@@ -238,6 +241,11 @@ def test_partition_names_that_could_be_paths(name: str) -> None:
         (("auth", "token_path"), "/x\x00y", "auth.token_path"),
         (("spec", "visible_ids_env"), "LD_PRELOAD=/x.so", "visible_ids_env"),
         (("spec", "unit_ids"), [-1], "unit_ids"),
+        (("spec", "backend"), "../x", "spec.backend"),
+        (("spec", "backend"), None, "spec.backend"),
+        (("spec", "traits"), [], "spec.traits"),
+        (("spec", "traits", "shareable"), "yes", "traits.shareable"),
+        (("spec", "traits", "split"), "sideways", "traits.split"),
         (("partitions", 0, "head"), False, "head partition"),
         (("partitions", 1, "head"), True, "head partition"),
         (("partitions", 1, "partition"), "p0", "twice"),
