@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ray_accel.core import masks
+from ray_accel.core import masks, ray_resources
 from ray_accel.core.devices import all_core_ids
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.visibility import VisibilityError, format_mask, parse_visible_ids
@@ -66,7 +66,8 @@ LOST_WITHOUT_BRIDGE = (
 NONE_VISIBLE = "NoDevFiles"
 # Ray's C++ default for custom_unit_instance_resources (read from _raylet.so).
 RAY_DEFAULT_UNIT_RESOURCES = ("neuron_cores", "TPU", "NPU", "HPU", "RBLN", "FURIOSA", "TTNPU", "MBLT")
-PREDEFINED_UNIT_RESOURCES = ("GPU",)
+# Ray treats its GPU resource per instance itself.
+PREDEFINED_UNIT_RESOURCES = (ray_resources.RAY_GPU,)
 
 
 class BridgeUnsupported(RayAccelError):
@@ -252,7 +253,7 @@ def install(specs: Sequence[BridgeSpec]) -> list[Any]:
     lookup: Any = acc.get_accelerator_manager_for_resource
     if hasattr(lookup, "_resource_name_to_accelerator_manager"):
         del lookup._resource_name_to_accelerator_manager
-    lookup("GPU")
+    lookup(ray_resources.RAY_GPU)
     lookup._resource_name_to_accelerator_manager.update(ours)
     return managers
 
