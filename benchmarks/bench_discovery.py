@@ -7,7 +7,9 @@ JSON (a real neuron-ls also talks to the driver, so Ray's real cost is
 higher: the ratio is conservative). Our rows build the full inventory (ids,
 cores, topology, type), not just a count. Medians of many runs.
 
-    python benchmarks/bench_discovery.py [--preset trn1.32xlarge] [--runs 200] [--json]
+    python benchmarks/bench_discovery.py [--preset trn1.32xlarge] [--runs 200] [--quick] [--json]
+
+`--quick`: 10 runs of each path (for CI: it keeps the code path working).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ray_accel_neuron import NeuronPlugin
 
+from benchmarks.harness import run_main
 from ray_accel.cli.render import render
 from tests.fakes.neuron_ls_stub import inventory
 from tests.fakes.neuron_sysfs import build_tree
@@ -51,8 +54,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="trn1.32xlarge")
     ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument("--quick", action="store_true", help="10 runs of each path")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    if args.quick:
+        args.runs = 10
 
     with tempfile.TemporaryDirectory() as tmp:
         tree = build_tree(Path(tmp) / "host", args.preset, core_metrics=False)
@@ -132,4 +138,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -38,7 +38,9 @@ steps; fragmented partitions, averaged over steps: partitions whose free cores
 split into more aligned power-of-two blocks than their count needs. Medians
 over seeds.
 
-    python benchmarks/bench_placement.py [--steps N] [--seeds K] [--hosts H] [--partitions P] [--json]
+    python benchmarks/bench_placement.py [--steps N] [--seeds K] [--hosts H] [--partitions P] [--quick] [--json]
+
+`--quick`: 300 steps, 2 seeds (for CI: it keeps the code path working).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ray_accel_mock import MockPlugin
 from ray_accel_mock.spec import load_spec
 
+from benchmarks.harness import run_main
 from ray_accel.cli.render import render
 from ray_accel.core.devices import Device
 from ray_accel.partition.labels import PARTITION_LABEL, topology_labels
@@ -295,8 +298,11 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--hosts", type=int, default=4)
     ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--quick", action="store_true", help="300 steps, 2 seeds")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    if args.quick:
+        args.steps, args.seeds = 300, 2
     placers: list[tuple[str, Placer]] = [("ray-default (PG PACK)", ray_pack_placer)]
     placers += [(name, policy_placer(name)) for name in POLICIES]
     rows = []
@@ -358,4 +364,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -4,9 +4,14 @@ The same small job (2 workers, gloo, a DDP-wrapped linear model, 200 steps)
 runs under both configs on a local Ray (4 logical CPUs). Measured per run:
 `fit()` wall time, time from calling `fit()` to the end of the first step, and
 steps per second inside the loop. Medians of several runs, alternating the two
-configs; baseline: Ray's stock TorchConfig.
+configs, after one untimed warm-up fit (imports, worker processes);
+baseline: Ray's stock TorchConfig.
 
-    python benchmarks/bench_train_overhead.py [--runs 3] [--steps 200] [--json]
+    python benchmarks/bench_train_overhead.py [--runs 3] [--steps 200] [--quick] [--json]
+
+`--quick`: one run of each config, 20 steps (for CI: it keeps the code path
+working; its figures are single samples). Ctrl-C or SIGTERM shuts the local
+Ray down (every process `ray.init` started) before it exits 130.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.harness import run_main, say, shielded, sigterm_as_interrupt
 
 
 def loop(config: dict[str, Any]) -> None:
@@ -75,19 +82,25 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--quick", action="store_true", help="one run of each config, 20 steps")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    if args.quick:
+        args.runs, args.steps = 1, 20
     import ray
 
-    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
     samples: dict[str, list[dict[str, float]]] = {"stock": [], "ray-accel": []}
     try:
+        ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
+        sigterm_as_interrupt()  # ray.init made SIGTERM a bare sys.exit
         run("stock", 10)  # warm-up: imports, worker processes
-        for _ in range(args.runs):
+        for i in range(args.runs):
             for kind in ("stock", "ray-accel"):
                 samples[kind].append(run(kind, args.steps))
+                say(f"run {i + 1}/{args.runs}: {kind} done")
     finally:
-        ray.shutdown()
+        with shielded():
+            ray.shutdown()
     med = {k: {m: statistics.median(s[m] for s in v) for m in v[0]} for k, v in samples.items()}
     ratios = {m: med["ray-accel"][m] / med["stock"][m] for m in med["stock"]}
     if args.json:
@@ -113,4 +126,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

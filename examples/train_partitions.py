@@ -168,12 +168,14 @@ def run_job(
     ray_only: bool = False,
     train_v1: bool = False,
     plain_ray: bool = False,
+    name: str | None = None,
 ) -> Any:
     """`partition`: one name, or a comma list to spread the workers evenly
     over several partitions. `train_v1`: Ray Train V1 (`RAY_TRAIN_V2_ENABLED=0`
     in this driver and its workers), which has no label selectors: place the
     workers by their resource amounts instead. `plain_ray`: Ray's own
-    `TorchConfig` instead of ray-accel's (with `ray_only`), to compare."""
+    `TorchConfig` instead of ray-accel's (with `ray_only`), to compare.
+    `name`: the run's name (its job's name in `ray-accel jobs`)."""
     if train_v1:
         # Read when ray.train is first imported, here and in every worker.
         os.environ["RAY_TRAIN_V2_ENABLED"] = "0"
@@ -211,7 +213,7 @@ def run_job(
         else AcceleratorTorchConfig(backend=backend, hooks=hooks or []),
         scaling_config=scaling,
         run_config=RunConfig(
-            name=f"ray-accel-{(partition or 'job').replace(',', '-')}-{os.getpid()}",
+            name=name or f"ray-accel-{(partition or 'job').replace(',', '-')}-{os.getpid()}",
             storage_path=str(Path(out).resolve() / "ray_results"),
             failure_config=FailureConfig(max_failures=max_failures),
         ),

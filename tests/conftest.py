@@ -5,7 +5,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +52,63 @@ def cli_json(*args: str, env: Mapping[str, str] | None = None) -> Any:
 
 @pytest.fixture
 def cli() -> CliRunner:
-    return run_cli
+    """The CLI in this process (`tests.clirun`): as the console script, without its start-up."""
+    from tests.clirun import run_cli_here
+
+    return run_cli_here
+
+
+RAY_TIER = ("ray", "multihost")
+
+
+def _shared_key(item: pytest.Item) -> str | None:
+    from tests.clusters import SHARED_FIXTURES
+
+    names = [SHARED_FIXTURES[n].name for n in getattr(item, "fixturenames", ()) if n in SHARED_FIXTURES]
+    return names[0] if names else None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """After pytest-randomly's shuffle, the tests that share a cluster run
+    together (`tests.clusters.order`), so each shared cluster starts once."""
+    from tests.clusters import order
+
+    keys = [_shared_key(item) if any(item.get_closest_marker(m) for m in RAY_TIER) else None for item in items]
+    items[:] = [items[i] for i in order(keys)]
+
+
+@pytest.fixture(scope="session")
+def shared_clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The pool of shared clusters (`tests.clusters.SharedClusters`), stopped at the end."""
+    from tests import clusters
+
+    pool = clusters.SharedClusters(tmp_path_factory.mktemp("shared"))
+    clusters.POOL = pool
+    try:
+        yield pool
+    finally:
+        clusters.POOL = None
+        pool.release()
+        clusters.STARTED.extend(pool.starts)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    from tests import clusters
+
+    if clusters.STARTED:
+        terminalreporter.write_line(f"shared clusters started: {', '.join(clusters.STARTED)}")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A Ray-tier test that shares no cluster may start its own: the shared
+    one is stopped first, before any of the test's fixtures (a module's own
+    cluster too) are set up. Two clusters at once collide on worker ports."""
+    from tests import clusters
+
+    if clusters.POOL is not None and any(item.get_closest_marker(m) for m in RAY_TIER) and _shared_key(item) is None:
+        clusters.POOL.release()
 
 
 @pytest.fixture(scope="session")

@@ -42,6 +42,8 @@ from ray_accel.core.visibility import VisibilityError, format_mask, parse_visibl
 from ray_accel.partition.plan import Partition
 from ray_accel.plugins.interface import NOSET_PREFIX, DevicePlugin
 from ray_accel.plugins.traits import DeviceTraits
+from ray_accel.rayapi import accelerators
+from ray_accel.rayapi.feature import RayApiMissing, ray_version
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +52,6 @@ PRELOAD_ENV = "RAY_preload_python_modules"
 UNIT_RESOURCES_ENV = "RAY_custom_unit_instance_resources"
 AUTOINSTALL_MODULE = "ray_accel.bridge.autoinstall"
 TESTED_RAY_VERSIONS = ("2.60.",)
-# TEST ONLY: a Ray version to report in place of the installed one, so tests
-# can drive the untested-version fallback on the Ray they have. Never set it
-# in production: it does not change which Ray runs.
-FAKE_RAY_VERSION_ENV = "RAYACCEL_TEST_FAKE_RAY_VERSION"
 # What a raylet started without the bridge still has, and what it loses.
 LOST_WITHOUT_BRIDGE = (
     "Kept: each partition's devices (its mask as a comma list), its count and labels. "
@@ -168,7 +166,6 @@ def visible_tokens(spec: BridgeSpec, value: str | None) -> list[str] | None:
 
 def make_manager(spec: BridgeSpec) -> Any:
     """An `AcceleratorManager` subclass answering from `spec`."""
-    from ray._private.accelerators.accelerator import AcceleratorManager
 
     def num_accelerators() -> int:
         return len(spec.unit_ids)
@@ -211,21 +208,25 @@ def make_manager(spec: BridgeSpec) -> Any:
         "ray_accel_spec": spec,
     }
     name = f"RayAccel{spec.resource_name.title().replace('_', '')}Manager"
-    return type(name, (AcceleratorManager,), attrs)
+    return type(name, (accelerators.manager_base(),), attrs)
 
 
 def check_ray_version() -> str:
-    import importlib.metadata
-
-    try:
-        version = os.environ.get(FAKE_RAY_VERSION_ENV) or importlib.metadata.version("ray")
-    except importlib.metadata.PackageNotFoundError:
-        raise BridgeUnsupported("ray is not installed") from None
+    """The running Ray's version, or `BridgeUnsupported` when it is outside
+    the tested versions or lacks the registry the bridge replaces (found by
+    feature)."""
+    version = ray_version()
+    if version == "not installed":
+        raise BridgeUnsupported("ray is not installed")
     if not version.startswith(TESTED_RAY_VERSIONS):
         raise BridgeUnsupported(
             f"ray {version} is outside the versions the ray-accel bridge was tested with "
             f"({', '.join(v + 'x' for v in TESTED_RAY_VERSIONS)}): the bridge is not installed"
         )
+    try:
+        accelerators.check_registry()
+    except RayApiMissing as e:
+        raise BridgeUnsupported(f"{e}: the bridge is not installed") from None
     return version
 
 
@@ -235,36 +236,20 @@ _installed: dict[str, Any] = {}
 def install(specs: Sequence[BridgeSpec]) -> list[Any]:
     """Put our managers in Ray's registry in this process. Idempotent."""
     check_ray_version()
-    import ray._private.accelerators as acc
-
-    managers = [make_manager(s) for s in specs]
-    for m in managers:
-        _installed[m.get_resource_name()] = m
-    ours = dict(_installed)
-    original = getattr(acc.get_all_accelerator_managers, "__wrapped_ray_accel__", acc.get_all_accelerator_managers)
-
-    def all_managers() -> set[Any]:
-        return {m for m in original() if m.get_resource_name() not in ours} | set(ours.values())
-
-    all_managers.__wrapped_ray_accel__ = original  # type: ignore[attr-defined]
-    acc.get_all_accelerator_managers = all_managers
-    # Let Ray build its cached name -> manager map (with its GPU vendor probe
-    # for the names we do not own), then put ours over it.
-    lookup: Any = acc.get_accelerator_manager_for_resource
-    if hasattr(lookup, "_resource_name_to_accelerator_manager"):
-        del lookup._resource_name_to_accelerator_manager
-    lookup(ray_resources.RAY_GPU)
-    lookup._resource_name_to_accelerator_manager.update(ours)
+    try:
+        managers = [make_manager(s) for s in specs]
+        for m in managers:
+            _installed[m.get_resource_name()] = m
+        accelerators.put_managers(_installed)
+    except RayApiMissing as e:
+        raise BridgeUnsupported(f"{e}: the bridge is not installed") from None
     return managers
 
 
 def refresh_worker_masks() -> None:
     """In a worker, Ray recorded the inherited masks at import, with its own
     managers; record them again through ours."""
-    import ray._private.utils as ray_utils
-    import ray._private.worker as ray_worker
-
-    ray_worker.global_worker.original_visible_accelerator_ids = ray_utils.get_visible_accelerator_ids()
+    accelerators.refresh_original_visible_ids()
 
 
 def unit_resources_env(specs: Sequence[BridgeSpec], current: str | None) -> str | None:

@@ -91,9 +91,10 @@ def start(
 ) -> int:
     """Start one raylet per partition of this host."""
     from ray_accel.cluster.block import supervise
-    from ray_accel.cluster.raylet import StartRequest, flag_names
+    from ray_accel.cluster.raylet import StartRequest
     from ray_accel.cluster.recover import recover as recover_partitions
     from ray_accel.cluster.start import start as start_partitions
+    from ray_accel.cluster.startargs import flag_names
     from ray_accel.cluster.status import status
 
     ray_args: list[str] = ctx.obj["ray_args"] if ctx.obj else []
@@ -170,7 +171,7 @@ def exporter_orphans(payload: dict[str, Any]) -> dict[str, Any]:
     """The orphans this host's exporters saw; a failure to ask is reported, not raised."""
     import ray
 
-    from ray_accel.cli.top import connect_to_recorded_cluster, host_orphans
+    from ray_accel.cli.connect import connect_to_recorded_cluster, host_orphans
 
     try:
         connect_to_recorded_cluster(payload)

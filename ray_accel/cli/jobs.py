@@ -22,7 +22,7 @@ from ray_accel.core.errors import InputError
 
 def read_recorded_jobs(replicas: bool = False) -> list[dict[str, Any]]:
     """Every job of the cluster this host's record names (connects as a driver)."""
-    from ray_accel.cli.top import connect_to_recorded_cluster
+    from ray_accel.cli.connect import connect_to_recorded_cluster
     from ray_accel.cluster.status import status
     from ray_accel.jobs.store import read_jobs
 

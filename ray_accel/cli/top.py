@@ -15,10 +15,10 @@ from typing import Any
 import click
 
 from ray_accel.cli import render
+from ray_accel.cli.connect import connect_to_recorded_cluster
 from ray_accel.cli.jobs import top_jobs, top_jobs_text
 from ray_accel.cli.node import json_option
 from ray_accel.cli.params import FiniteFloat
-from ray_accel.core.errors import RayAccelError
 
 DEVICE_FIELDS = (
     "id",
@@ -62,37 +62,6 @@ def top_payload(partitions: Sequence[Mapping[str, Any]], snaps: Mapping[str, dic
         orphans += snap.get("orphans", [])
         errors += [f"{where}: {e}" for e in snap.get("errors", [])]
     return {"partitions": parts, "devices": devices, "workloads": workloads, "orphans": orphans, "errors": errors}
-
-
-def connect_to_recorded_cluster(status: Mapping[str, Any]) -> None:
-    """Connect as a driver to the cluster this host's status records; "no
-    cluster" when there is none (never `ray.init()` without an address,
-    which would start one)."""
-    from ray_accel.cluster import auth
-    from ray_accel.metrics import export
-
-    if not status["partitions"] or not status["gcs_address"]:
-        raise RayAccelError("no cluster: no ray-accel partitions recorded on this host (see `ray-accel start`)")
-    if not status["gcs_alive"]:
-        raise RayAccelError(f"no cluster: the GCS at {status['gcs_address']} recorded on this host is not running")
-    auth.apply(auth.Auth.from_json(status["auth"]))
-    export.connect(status["gcs_address"])
-
-
-def host_orphans(status: Mapping[str, Any]) -> dict[str, Any]:
-    """`{"orphans": [...], "orphan_errors": [...]}` for this host's live
-    partitions, from their exporters (the caller is connected)."""
-    from ray_accel.metrics import export
-
-    live = {p["node_id"]: p["partition"] for p in status["partitions"] if p.get("alive") and p.get("node_id")}
-    orphans: list[dict[str, Any]] = []
-    errors: list[str] = []
-    for node_id, snap in export.snapshots(live, timeout_s=5.0).items():
-        if isinstance(snap, str) or not snap:
-            errors.append(f"{live[node_id]}: {snap or 'no sample yet'}")
-        else:
-            orphans += snap.get("orphans", [])
-    return {"orphans": orphans, "orphan_errors": errors}
 
 
 @click.command()

@@ -21,6 +21,8 @@ from pathlib import Path
 
 from ray_accel.cluster.files import read_bounded
 from ray_accel.core.errors import InputError
+from ray_accel.rayapi import auth as rayapi_auth
+from ray_accel.rayapi.feature import RayApiMissing
 
 MODE_ENV = "RAY_AUTH_MODE"
 TOKEN_ENV = "RAY_AUTH_TOKEN"
@@ -96,10 +98,8 @@ def write_token_file(path: Path, token: str) -> None:
 
 def _new_token() -> str:
     try:
-        from ray._private.authentication.authentication_token_generator import generate_new_authentication_token
-
-        return str(generate_new_authentication_token())
-    except ImportError:  # another Ray: the same 256 bits Ray 2.60 uses
+        return rayapi_auth.generate_token()
+    except RayApiMissing:  # another Ray: the same 256 bits Ray 2.60 uses
         import secrets
 
         return secrets.token_hex(32)
@@ -167,8 +167,8 @@ def ensure_local_token(environ: Mapping[str, str], home: Path | None = None) -> 
 def apply(auth: Auth) -> None:
     """Make this process talk to the cluster with `auth`.
 
-    Ray's C++ config reads the mode once and its token loader caches; refresh
-    both, as Ray's own `_enable_token_auth` does, so our GCS client sends it.
+    Ray's C++ config reads the mode once and its token loader caches; both
+    are refreshed, so our GCS client sends it.
     """
     wanted = auth.env()
     if all(os.environ.get(k) == v for k, v in wanted.items()) and (auth.token_path or TOKEN_ENV not in os.environ):
@@ -176,7 +176,4 @@ def apply(auth: Auth) -> None:
     os.environ.update(wanted)
     if auth.token_path is not None:
         os.environ.pop(TOKEN_ENV, None)
-    from ray._raylet import AuthenticationTokenLoader, Config
-
-    Config.initialize("")
-    AuthenticationTokenLoader.instance().reset_cache()
+    rayapi_auth.reload_token_config()

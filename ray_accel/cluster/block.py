@@ -21,7 +21,7 @@ import time
 from types import FrameType
 
 from ray_accel.cluster import procs, state
-from ray_accel.cluster.gcs import Progress, gcs_nodes
+from ray_accel.cluster.gcs import GcsError, Progress, gcs_nodes
 from ray_accel.cluster.record import NodeRecord
 from ray_accel.cluster.stop import stop
 from ray_accel.core.errors import RayAccelError
@@ -97,6 +97,7 @@ def _watch(record: NodeRecord, progress: Progress, grace_s: float, wake: threadi
     progress(f"blocking with {names}: SIGTERM, Ctrl-C or `ray-accel stop` stops them")
     alive: dict[str, bool] = {}
     registered: dict[str, bool | None] = {}
+    gcs_error: str | None = None
     next_gcs = 0.0
     while True:
         if asked:
@@ -121,7 +122,14 @@ def _watch(record: NodeRecord, progress: Progress, grace_s: float, wake: threadi
                 alive[p.name] = now
         if time.monotonic() >= next_gcs:
             next_gcs = time.monotonic() + GCS_EVERY_S
-            nodes = gcs_nodes(record.gcs_address, 3.0, record.auth)
+            try:
+                nodes = gcs_nodes(record.gcs_address, 3.0, record.auth)
+                error = None
+            except GcsError as e:  # said once per change; asked again next round
+                nodes, error = None, str(e)
+            if error is not None and error != gcs_error:
+                progress(f"warning: {error}")
+            gcs_error = error
             for p in record.partitions:
                 reg = None if nodes is None else bool(nodes.get(p.node_id or "", {}).get("alive"))
                 if registered.get(p.name, True) != reg:

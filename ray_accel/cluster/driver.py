@@ -24,6 +24,8 @@ from ray_accel.core.visibility import format_visible_ids
 from ray_accel.partition.inherited import inherited_mask
 from ray_accel.partition.plan import Partition, group_type, models_of
 from ray_accel.plugins.inventory import discover
+from ray_accel.rayapi import address as rayapi_address
+from ray_accel.rayapi.feature import RayApiMissing
 
 log = logging.getLogger(__name__)
 
@@ -69,11 +71,10 @@ def _starts_a_local_cluster(address: str | None, temp_dir: str | None) -> bool:
     """Whether `ray.init(address=...)` will start a new local cluster, by Ray's
     own rule (no address, RAY_ADDRESS or latest `ray start` cluster: a new one)."""
     try:
-        from ray._private.services import canonicalize_bootstrap_address
-    except ImportError:  # another Ray: leave the token to it
+        return rayapi_address.bootstrap_address(address, temp_dir) is None
+    except RayApiMissing as e:  # another Ray: leave the token to it
+        log.info("ray-accel: %s; the local token is left to Ray", e)
         return False
-    try:
-        return canonicalize_bootstrap_address(address, temp_dir) is None
     except Exception:  # an address Ray itself will refuse, in its own words
         return False
 

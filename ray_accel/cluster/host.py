@@ -11,32 +11,22 @@ maximum (`ray._private.utils.resolve_object_store_memory`, Ray 2.60).
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 
+from ray_accel.cluster.startargs import HOST_FLAGS, flag_value
 from ray_accel.core.errors import InputError
 from ray_accel.core.numa import NumaTopology, read_topology
 from ray_accel.partition.plan import Plan
 from ray_accel.partition.share import Division, HostResources, divide
+from ray_accel.rayapi import node as rayapi_node
+from ray_accel.rayapi.feature import RayApiMissing
 
-# `ray start` flags whose values are the host's figures, divided per partition.
-HOST_FLAGS = {"--num-cpus": "cpus", "--memory": "memory", "--object-store-memory": "object_store_memory"}
+log = logging.getLogger(__name__)
+
 # Ray 2.60's ray_constants.OBJECT_STORE_MINIMUM_MEMORY_BYTES: a raylet refuses less.
 OBJECT_STORE_MINIMUM = 75 * 1024 * 1024
-
-
-def flag_value(args: Sequence[str], name: str) -> str | None:
-    """The value of `--name v` or `--name=v` (the last one, as click takes it)."""
-    value: str | None = None
-    for i, a in enumerate(args):
-        if a == name:
-            if i + 1 >= len(args):
-                raise InputError(f"{name} needs a value")
-            value = args[i + 1]
-        elif a.startswith(name + "="):
-            value = a.split("=", 1)[1]
-    return value
 
 
 def user_figures(args: Sequence[str]) -> dict[str, int]:
@@ -57,18 +47,18 @@ def user_figures(args: Sequence[str]) -> dict[str, int]:
     return out
 
 
-def _ray_detected() -> tuple[int, int, Any]:
+def _ray_detected() -> tuple[int, int, Callable[[int], int]]:
     """CPUs, available memory and Ray's object-store sizing rule, from Ray's
-    own functions (psutil where this Ray lacks them)."""
+    own functions (psutil and Ray 2.60's 30%, with a warning, where this Ray
+    lacks them)."""
     try:
-        import ray._private.utils as ray_utils
-
-        cpus = int(ray_utils.get_num_cpus())
-        available = int(ray_utils.estimate_available_memory())
-        return cpus, available, ray_utils.resolve_object_store_memory
-    except (ImportError, AttributeError):
+        sizing = rayapi_node.host_sizing()
+        rayapi_node.object_store_for(sizing.available_memory)  # the rule is there, and takes what we pass
+        return sizing.cpus, sizing.available_memory, rayapi_node.object_store_for
+    except RayApiMissing as e:
         import psutil
 
+        log.warning("ray-accel: %s; the host is sized with psutil and 30%% of its memory for the object store", e)
         vm = psutil.virtual_memory()
         return os.cpu_count() or 1, int(vm.total - vm.used), lambda avail: int(avail * 0.3)
 

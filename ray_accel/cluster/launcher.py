@@ -27,6 +27,7 @@ from pathlib import Path
 from ray_accel.cluster import procs
 from ray_accel.cluster.files import UnsafeFileError, open_for_write, read_bounded, tail_lines
 from ray_accel.cluster.record import RayProcess, loads_json, parse_processes
+from ray_accel.cluster.startargs import launch_argv
 from ray_accel.core.errors import InputError
 from ray_accel.core.processes import ProcessRecord
 
@@ -69,7 +70,7 @@ class Launch:
         return self.log_dir / f"{self.name}.log"
 
     def begin(self) -> None:
-        cmd = [sys.executable, "-m", "ray_accel.cluster.raylet_launch", str(self.result_path), "--", *self.args]
+        cmd = [sys.executable, "-m", "ray_accel.cluster.raylet_launch", *launch_argv(str(self.result_path), self.args)]
         try:
             self.result_path.unlink(missing_ok=True)
             log = open_for_write(self.log_path)

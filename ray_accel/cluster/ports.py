@@ -71,14 +71,6 @@ class RayletPorts:
     def all(self) -> list[int]:
         return [*self.named.values(), *range(self.min_worker_port, self.max_worker_port + 1)]
 
-    def ray_start_args(self, head: bool) -> list[str]:
-        args = []
-        for key, port in self.named.items():
-            if not head and key in HEAD_ONLY:
-                continue
-            args += [f"--{key.replace('_', '-')}", str(port)]
-        return [*args, "--min-worker-port", str(self.min_worker_port), "--max-worker-port", str(self.max_worker_port)]
-
 
 def worker_port_count(cpus: float, units: int) -> int:
     """Worker ports for a raylet with `cpus` CPUs and `units` device units."""

@@ -1,47 +1,24 @@
-"""One partition's raylet: its `ray start` arguments and environment (the
-subprocess that runs it: `ray_accel.cluster.launcher`)."""
+"""One partition's raylet: the start request, the user's keys it refuses and
+its environment (its `ray start` arguments: `ray_accel.cluster.startargs`;
+the subprocess that runs it: `ray_accel.cluster.launcher`)."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ray_accel.bridge.managers import SPEC_ENV, BridgeSpec
 from ray_accel.cluster import auth
-from ray_accel.cluster.host import HOST_FLAGS
-from ray_accel.cluster.ports import RayletPorts
 from ray_accel.cluster.raylet_launch import CPU_SET_ENV, PARTITION_ENV
 from ray_accel.core import ray_resources
 from ray_accel.core.errors import InputError
 from ray_accel.core.numa import format_cpulist
-from ray_accel.partition.labels import PARTITION_LABEL, TYPE_LABEL
+from ray_accel.partition.labels import PARTITION_LABEL
 from ray_accel.partition.plan import Partition
 from ray_accel.partition.share import Share
 
 DEFAULT_GCS_PORT = 6379
-
-
-# Flags ray-accel sets per partition; a user value would break the split.
-RESERVED_FLAGS = {
-    "--head", "--address", "--port", "--resources", "--num-gpus", "--labels", "--labels-file",
-    "--node-manager-port", "--object-manager-port", "--min-worker-port", "--max-worker-port", "--worker-port-list",
-    "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port", "--runtime-env-agent-port",
-    "--metrics-export-port", "--ray-client-server-port", "--dashboard-port", "--block",
-}  # fmt: skip
-# Reserved flags that have an option of ray-accel's own in their place.
-OUR_OPTION = {
-    "--labels": "ray-accel start --labels k=v,... (they go to every partition)",
-    "--labels-file": "ray-accel start --labels k=v,... (they go to every partition)",
-    "--resources": "ray-accel start --resources '{...}' (the host's amounts, divided between partitions)",
-    "--port": "ray-accel start --port",
-    "--address": "ray-accel start --address",
-    "--head": "ray-accel start --head",
-}
-
-
-# Ray refuses these on a raylet that joins a cluster.
-HEAD_ONLY_FLAGS = {"--include-dashboard", "--redis-shard-ports"}
 
 
 @dataclass
@@ -60,22 +37,6 @@ class StartRequest:
     dashboard: bool = True
     labels: dict[str, str] = field(default_factory=dict)  # the user's, on every partition
     resources: dict[str, float] = field(default_factory=dict)  # the user's, host totals
-
-
-def flag_names(args: Sequence[str]) -> list[str]:
-    return [a.split("=", 1)[0] for a in args if a.startswith("--")]
-
-
-def has_flag(args: Sequence[str], name: str) -> bool:
-    return name in flag_names(args)
-
-
-def validate_ray_args(args: Sequence[str]) -> None:
-    clash = [f for f in flag_names(args) if f.replace("_", "-") in RESERVED_FLAGS]
-    if clash:
-        flag = clash[0].replace("_", "-")
-        hint = f"use `{OUR_OPTION[flag]}`" if flag in OUR_OPTION else "remove it"
-        raise InputError(f"{clash[0]} is set per partition by ray-accel; {hint}")
 
 
 OUR_LABEL_PREFIX = PARTITION_LABEL.split("/", 1)[0] + "/"
@@ -107,56 +68,6 @@ def check_user_keys(labels: Mapping[str, str], resources: Mapping[str, float], s
             )
         if name.startswith(("accelerator_type:", "node:")):
             raise InputError(f"--resources: {name!r} is a resource Ray sets itself ({name.split(':')[0]}:...)")
-
-
-def ray_start_args(
-    part: Partition,
-    ports: RayletPorts,
-    spec: BridgeSpec,
-    head: bool,
-    gcs: str | None,
-    req: StartRequest,
-    gcs_port: int,
-    share: Share,
-    extra_labels: Mapping[str, str] | None = None,
-) -> list[str]:
-    """`ray start` arguments for one partition: its ports, its accelerator
-    count, its share of the host (`share`), its labels, then the user's own
-    `ray start` options less the host figures `share` replaces. `extra_labels`
-    are ray-accel's own per-partition labels (host, topology)."""
-    args = ["start"]
-    args += ["--head", "--port", str(gcs_port)] if head else ["--address", str(gcs)]
-    args += ports.ray_start_args(head)
-    args += ray_resources.start_args(spec.resource_name, len(part.core_ids), share.resources)
-    labels = {**req.labels, **(extra_labels or {}), PARTITION_LABEL: part.name}
-    if spec.accelerator_type:
-        labels[TYPE_LABEL] = spec.accelerator_type.replace(" ", "-")
-    args += ["--labels", ",".join(f"{k}={v}" for k, v in labels.items())]
-    # Every raylet would otherwise claim the whole host (docs/design.md).
-    args += ["--num-cpus", str(share.cpus), "--memory", str(share.memory)]
-    args += ["--object-store-memory", str(share.object_store_memory)]
-    if head and not req.dashboard and not has_flag(req.ray_args, "--include-dashboard"):
-        args += ["--include-dashboard", "false"]
-    if not has_flag(req.ray_args, "--disable-usage-stats"):
-        args.append("--disable-usage-stats")
-    user = without(req.ray_args, set(HOST_FLAGS))
-    return args + (user if head else without(user, HEAD_ONLY_FLAGS))
-
-
-def without(args: Sequence[str], flags: set[str]) -> list[str]:
-    """`args` less `flags` and their values (`--f v` or `--f=v`)."""
-    out: list[str] = []
-    skip = False
-    for a in args:
-        if skip:
-            skip = False
-            continue
-        name = a.split("=", 1)[0]
-        if name in flags:
-            skip = "=" not in a
-            continue
-        out.append(a)
-    return out
 
 
 def raylet_base_env(cluster_auth: auth.Auth) -> dict[str, str]:

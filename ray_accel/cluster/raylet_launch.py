@@ -17,6 +17,9 @@ import sys
 import time
 from typing import Any
 
+from ray_accel.rayapi import node as rayapi_node
+from ray_accel.rayapi.feature import RayApiMissing
+
 PARTITION_ENV = "RAYACCEL_PARTITION"
 # The CPUs (kernel list format) this raylet, and so every process it starts,
 # runs on; unset: not pinned.
@@ -43,21 +46,22 @@ def _processes(node: Any) -> list[dict[str, Any]]:
     from ray_accel.core.processes import ProcessRecord, read_cmdline
 
     out: list[dict[str, Any]] = []
-    for kind, infos in dict(node.all_processes).items():
-        for info in infos:
-            record = ProcessRecord.of(info.process.pid)
-            argv = read_cmdline(info.process.pid)
-            if record is not None and argv:
-                out.append(
-                    {"kind": kind, "pid": record.pid, "start_ticks": record.start_ticks, "identity": identity(argv)}
-                )
+    for kind, pid in rayapi_node.node_processes(node):
+        record = ProcessRecord.of(pid)
+        argv = read_cmdline(pid)
+        if record is not None and argv:
+            out.append({"kind": kind, "pid": record.pid, "start_ticks": record.start_ticks, "identity": identity(argv)})
     return out
 
 
 def main(argv: list[str]) -> int:
-    result_path, sep, *ray_args = argv
-    if sep != "--":
-        print("usage: python -m ray_accel.cluster.raylet_launch RESULT -- start ARGS...", file=sys.stderr)
+    from ray_accel.cluster.startargs import parse_launch_argv
+    from ray_accel.core.errors import InputError
+
+    try:
+        result_path, ray_args = parse_launch_argv(argv)
+    except InputError as e:
+        print(e, file=sys.stderr)
         return 2
     from ray_accel.bridge.managers import SPEC_ENV, BridgeUnsupported, install, specs_from_env
 
@@ -74,35 +78,18 @@ def main(argv: list[str]) -> int:
             json.dump({"ok": False, "error": f"cannot pin to {CPU_SET_ENV}={os.environ.get(CPU_SET_ENV)}: {e}"}, f)
         return 1
 
-    import ray._private.node as ray_node
-    from ray.scripts.scripts import cli
-
-    captured: list[Any] = []
-    original_init = ray_node.Node.__init__
-
-    def capturing_init(self: Any, *args: Any, **kwargs: Any) -> None:
-        captured.append(self)
-        original_init(self, *args, **kwargs)
-
-    ray_node.Node.__init__ = capturing_init
     # Ray names a raylet's socket files raylet, raylet.1, ... by looking at the
     # disk, so raylets started at the same moment on one host pick the same
     # name and all but one die with "Address already in use". Name them by
     # partition and pid instead (the pid keeps a recovered raylet off the dead
     # one's file).
-    original_prepare = ray_node.Node._prepare_socket_file
-    partition = os.environ.get(PARTITION_ENV, "partition")
-
-    def unique_socket(self: Any, socket_path: str | None, default_prefix: str) -> Any:
-        if socket_path is None:
-            socket_path = os.path.join(self._sockets_dir, f"{default_prefix}.{partition}.{os.getpid()}")
-        return original_prepare(self, socket_path, default_prefix)
-
-    ray_node.Node._prepare_socket_file = unique_socket
+    tag = f"{os.environ.get(PARTITION_ENV, 'partition')}.{os.getpid()}"
     error: str | None = None
     started = time.time()
+    captured: list[Any] = []
     try:
-        cli.main(args=ray_args, prog_name="ray", standalone_mode=False)
+        with rayapi_node.capture_nodes(tag) as captured:
+            rayapi_node.run_ray_cli(ray_args)
     except SystemExit as e:
         if e.code not in (0, None):
             error = f"ray start exited with {e.code}"
@@ -116,16 +103,21 @@ def main(argv: list[str]) -> int:
         "cpu_set": pinned,
     }
     if node is not None:
-        result["processes"] = _processes(node)
-        if error is None:
-            result["node_id"] = node.node_id
-            result["gcs_address"] = node.gcs_address
-            result["node_ip"] = node.node_ip_address
-            if node.webui_url:  # the head's dashboard, when it runs
-                url = str(node.webui_url)
-                result["dashboard_url"] = url if "://" in url else f"http://{url}"
-        else:
-            node.kill_all_processes(check_alive=False, allow_graceful=False)
+        try:
+            result["processes"] = _processes(node)
+            if error is None:
+                facts = rayapi_node.node_facts(node)
+                result["node_id"] = facts.node_id
+                result["gcs_address"] = facts.gcs_address
+                result["node_ip"] = facts.node_ip
+                if facts.webui_url:  # the head's dashboard, when it runs
+                    url = facts.webui_url
+                    result["dashboard_url"] = url if "://" in url else f"http://{url}"
+        except RayApiMissing as e:  # started, but not recordable: undone (`start` kills the launch's group too)
+            error = result["error"] = str(e)
+            result["ok"] = False
+        if error is not None:
+            rayapi_node.kill_node(node)
     elif error is None:
         result["error"] = "ray start created no node"
     # A new file, never through a link someone placed there (the state

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from ray_accel.bridge.managers import BridgeSpec
 from ray_accel.cluster.auth import Auth, AuthError
 from ray_accel.cluster.ports import NAMED, RayletPorts
-from ray_accel.cluster.raylet import validate_ray_args
+from ray_accel.cluster.startargs import validate_ray_args
 from ray_accel.core import validate
 from ray_accel.core.errors import InputError
 from ray_accel.core.processes import ProcessRecord

@@ -14,9 +14,10 @@ from ray_accel.cluster.gcs import Progress, wait_registered
 from ray_accel.cluster.host import read_host
 from ray_accel.cluster.launcher import Launches
 from ray_accel.cluster.ports import check_free
-from ray_accel.cluster.raylet import StartRequest, partition_env, ray_start_args, raylet_base_env
+from ray_accel.cluster.raylet import StartRequest, partition_env, raylet_base_env
 from ray_accel.cluster.record import NodeRecord, PartitionEntry
 from ray_accel.cluster.start import deploy_metrics, interruptible, shielded
+from ray_accel.cluster.startargs import ray_start_args
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.numa import read_topology
 from ray_accel.partition.share import Share, divide
@@ -72,7 +73,19 @@ def recover(progress: Progress, timeout_s: float = 180.0) -> NodeRecord:
                 part = p.partition
                 own = spec.for_partition(part)
                 share = recorded_share(p, record)
-                args = ray_start_args(part, p.ports, own, False, record.gcs_address, req, 0, share, dict(p.labels))
+                args = ray_start_args(
+                    part,
+                    p.ports,
+                    own,
+                    head=False,
+                    gcs=record.gcs_address,
+                    gcs_port=0,
+                    share=share,
+                    user_args=req.ray_args,
+                    user_labels=req.labels,
+                    dashboard=req.dashboard,
+                    extra_labels=dict(p.labels),
+                )
                 progress(f"restarting {part.name}: {spec.visible_ids_env}={part.visible_ids}")
                 (result,) = launches.run_all([(part.name, args, partition_env(base_env, own, part, share))])
                 if not result.ok:

@@ -32,19 +32,12 @@ from ray_accel.bridge.managers import (
 )
 from ray_accel.cluster import auth, procs, state
 from ray_accel.cluster.gcs import Progress, wait_registered
-from ray_accel.cluster.host import divide_host, flag_value, read_host
+from ray_accel.cluster.host import divide_host, read_host
 from ray_accel.cluster.launcher import Launches, LaunchResult
 from ray_accel.cluster.ports import RayletPorts, check_free, plan_ports, worker_port_count
-from ray_accel.cluster.raylet import (
-    DEFAULT_GCS_PORT,
-    StartRequest,
-    check_user_keys,
-    partition_env,
-    ray_start_args,
-    raylet_base_env,
-    validate_ray_args,
-)
+from ray_accel.cluster.raylet import DEFAULT_GCS_PORT, StartRequest, check_user_keys, partition_env, raylet_base_env
 from ray_accel.cluster.record import NodeRecord, PartitionEntry
+from ray_accel.cluster.startargs import flag_value, ray_start_args, validate_ray_args
 from ray_accel.core import validate
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.numa import format_cpulist
@@ -241,7 +234,19 @@ def _launch_all(
         part = plan[i]
         share = division.shares[i]
         own = spec.for_partition(part)  # its raylet advertises its own devices' type
-        args = ray_start_args(part, ports[i], own, req.head and i == 0, gcs, req, gcs_port, share, labels[part.name])
+        args = ray_start_args(
+            part,
+            ports[i],
+            own,
+            head=req.head and i == 0,
+            gcs=gcs,
+            gcs_port=gcs_port,
+            share=share,
+            user_args=req.ray_args,
+            user_labels=req.labels,
+            dashboard=req.dashboard,
+            extra_labels=labels[part.name],
+        )
         pinned = f", CPUs {format_cpulist(share.cpu_set)}" if share.cpu_set is not None else ""
         progress(f"starting {part.name}: {spec.visible_ids_env}={part.visible_ids}{pinned}")
         return part.name, args, partition_env(base_env, own, part, share)

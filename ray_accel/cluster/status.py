@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ray_accel.cluster import procs, state
-from ray_accel.cluster.gcs import gcs_nodes
+from ray_accel.cluster.gcs import GcsError, gcs_nodes
 from ray_accel.cluster.record import NodeRecord, PartitionEntry
 from ray_accel.core.errors import RayAccelError
 from ray_accel.core.visibility import format_visible_ids
@@ -75,7 +75,11 @@ def describe(record: NodeRecord) -> dict[str, Any]:
     gcs_recorded = [ok for p in record.partitions for ok in ours(p, "gcs_server")]
     has_gcs = any(p.of_kind("gcs_server") for p in record.partitions)
     gcs_up = any(gcs_recorded) if has_gcs else True
-    nodes = gcs_nodes(record.gcs_address, 3.0, record.auth) if gcs_up else None
+    try:
+        nodes = gcs_nodes(record.gcs_address, 3.0, record.auth) if gcs_up else None
+    except GcsError as e:  # the local view stands without it; say why it lacks registrations
+        nodes = None
+        warnings.append(str(e))
     resource = record.spec.resource_name
     out = []
     for p in record.partitions:

@@ -8,14 +8,19 @@ command exits 2 naming the record.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ray_accel.cluster import procs, state
 from ray_accel.cluster.files import read_bounded
-from ray_accel.cluster.host import flag_value
 from ray_accel.cluster.record import NodeRecord
+from ray_accel.cluster.startargs import flag_value
+from ray_accel.rayapi import address as rayapi_address
+from ray_accel.rayapi.feature import RayApiMissing
+
+log = logging.getLogger(__name__)
 
 
 def stop(grace_s: float = 5.0) -> dict[str, Any]:
@@ -53,9 +58,11 @@ def _nothing() -> dict[str, Any]:
 def forget_cluster_address(record: NodeRecord) -> None:
     """Remove Ray's "current cluster" file if it names the head we stopped, as
     `ray stop` does; a later plain `ray.init()` would try to join it."""
-    from ray._common.utils import get_ray_address_file
-
-    path = Path(get_ray_address_file(flag_value(record.ray_args, "--temp-dir")))
+    try:
+        path = Path(rayapi_address.address_file(flag_value(record.ray_args, "--temp-dir")))
+    except RayApiMissing as e:
+        log.warning("ray-accel: %s; Ray's current-cluster file is left as it is", e)
+        return
     try:
         if read_bounded(path, 4096).decode("utf-8", "replace").strip() == record.gcs_address:
             path.unlink()

@@ -3,7 +3,7 @@
 `view_from_nodes` is pure: it takes what `ray.nodes()` returns (one dict per
 raylet: `NodeID`, `Alive`, `NodeManagerAddress`, `Resources` (totals),
 `Labels`, ...; Ray 2.60 `ray/_private/state.py` `GlobalState.node_table`) and
-what `ray._private.state.available_resources_per_node()` returns (node hex id
+what `rayapi.state.available_resources_per_node()` returns (node hex id
 -> available resources; a `DeveloperAPI` of Ray 2.60, the per-raylet view that
 `ray.available_resources()` sums). `read_view` calls the two. Only raylets
 with a partition label are partitions, and which accelerator a partition
@@ -37,6 +37,7 @@ from ray_accel.partition.labels import (
     decode_ids,
 )
 from ray_accel.placement.model import FreePartition
+from ray_accel.rayapi import state as rayapi_state
 
 # Ray's own label naming one raylet (Ray 2.60 `ray._raylet.RAY_NODE_ID_KEY`;
 # Ray Train pins its synchronization actor with it).
@@ -126,11 +127,10 @@ def view_from_nodes(nodes: Sequence[Mapping[str, Any]], available: Mapping[str, 
 def read_view() -> LiveView:
     """The live view of the cluster this driver is connected to (`ray.init` first)."""
     import ray
-    from ray._private import state
 
     if not ray.is_initialized():
         raise InputError("not connected to a Ray cluster: call ray.init(address=...) or ray_accel.init first")
-    view = view_from_nodes(ray.nodes(), state.available_resources_per_node())
+    view = view_from_nodes(ray.nodes(), rayapi_state.available_resources_per_node())
     for why in view.ignored:
         log.warning("ray-accel placement leaves out %s", why)
     return view

@@ -32,6 +32,7 @@ from ray.train.backend import Backend
 from ray_accel.hooks.config import WorkloadDenied
 from ray_accel.plugins.discovery import declarations
 from ray_accel.plugins.runtime import GLOO
+from ray_accel.rayapi.feature import ray_version
 from ray_accel.train import jobs, raycontext, worker
 from ray_accel.train.ranks import assign_ranks
 
@@ -67,11 +68,16 @@ def align_ray_context(
     outcomes: list[dict[str, Any]] = ray.get(
         [worker_group.execute_single_async(i, raycontext.align_in_worker, e) for i, e in enumerate(expected)]
     )
-    message = raycontext.refusal(outcomes, shared, ray.__version__, at_start)
+    message = raycontext.refusal(outcomes, shared, ray_version(), at_start)
     if message:
         raise raycontext.RankSeamMissing(message)
+    for o in outcomes:
+        if o["status"] in raycontext.REFUSING:  # not refused: no two of the job's raylets share an IP
+            log.warning("ray-accel: ray.train.get_context() left as Ray computed it: %s", o.get("reason"))
     if any(o["status"] == raycontext.FIXED for o in outcomes):
-        raycontext.set_controller_view(worker_group, expected)
+        view = raycontext.set_controller_view(worker_group, expected)
+        if view["status"] != raycontext.FIXED:
+            log.warning("ray-accel: Ray Train's controller keeps its own local ranks in its logs: %s", view["reason"])
     return outcomes
 
 

@@ -2,13 +2,15 @@
 
 The seam is Ray Train V2's `ControllerCallback` (a DeveloperAPI,
 ray/train/v2/_internal/execution/callback.py:115-181 in Ray 2.60), which runs
-inside the controller actor and sees every controller state change. A
-TorchConfig cannot attach one; Ray Train builds the callbacks named in the
-driver's `RAY_TRAIN_CALLBACKS` (comma-separated import paths of classes built
-with no arguments, ray/train/v2/_internal/callbacks/env_callback.py:9-39, read
-at every `fit()`, api/data_parallel_trainer.py:207). `AcceleratorTorchConfig`
-adds `JobCallback` there when it is made. The variable is process-wide, so the
-callback stays inert for a run whose backend config is not ours.
+inside the controller actor and sees every controller state change
+(`ray_accel.train.callback.JobCallback`). A TorchConfig cannot attach one; Ray
+Train builds the callbacks named in the driver's `RAY_TRAIN_CALLBACKS`
+(comma-separated import paths of classes built with no arguments,
+ray/train/v2/_internal/callbacks/env_callback.py:9-39, read at every `fit()`,
+api/data_parallel_trainer.py:207). `AcceleratorTorchConfig` adds `JobCallback`
+there when it is made, where this Ray has the callback class. The variable is
+process-wide, so the callback stays inert for a run whose backend config is
+not ours.
 
 The backend's `on_start` (run by Ray Train in the same controller process,
 once per attempt, after the workers are placed) sends the replicas.
@@ -16,21 +18,30 @@ once per attempt, after the workers are placed) sends the replicas.
 
 from __future__ import annotations
 
+import logging
 import os
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ray.train.v2._internal.execution.callback import ControllerCallback
-
 from ray_accel.jobs import model, store
+from ray_accel.rayapi import train as rayapi_train
+from ray_accel.rayapi.feature import RayApiMissing
+
+log = logging.getLogger(__name__)
 
 CALLBACKS_ENV = "RAY_TRAIN_CALLBACKS"
-CALLBACK_PATH = "ray_accel.train.jobs.JobCallback"
+CALLBACK_PATH = "ray_accel.train.callback.JobCallback"
 
 
 def register_callback(environ: Any = None) -> None:
-    """Name `JobCallback` in this process's `RAY_TRAIN_CALLBACKS` (once)."""
+    """Name `JobCallback` in this process's `RAY_TRAIN_CALLBACKS` (once);
+    where this Ray has no `ControllerCallback`, say that runs are not
+    tracked as jobs and name nothing (Ray Train would fail to import it)."""
+    try:
+        rayapi_train.controller_callback_base()
+    except RayApiMissing as e:
+        log.warning("ray-accel: %s; fit() runs are not recorded as jobs (`ray-accel jobs`)", e)
+        return
     env = os.environ if environ is None else environ
     names = [n.strip() for n in env.get(CALLBACKS_ENV, "").split(",") if n.strip()]
     if CALLBACK_PATH not in names:
@@ -61,48 +72,3 @@ def replica_rows(expected: Sequence[Mapping[str, int]], infos: Sequence[Mapping[
 
 def on_start(backend_config: Any, rows: list[dict[str, Any]]) -> None:
     store.send(model.STARTING, backend_config.run_id, {"replicas": rows})
-
-
-class JobCallback(ControllerCallback):
-    """Sends the controller's start and state changes of an
-    `AcceleratorTorchConfig` run to the job store."""
-
-    def __init__(self) -> None:
-        self.job_id: str | None = None
-        self.last: str | None = None
-
-    def after_controller_start(self, train_run_context: Any) -> None:
-        from ray_accel.train.config import AcceleratorTorchConfig
-
-        config = getattr(train_run_context, "backend_config", None)
-        if not isinstance(config, AcceleratorTorchConfig):
-            return
-        import ray
-
-        self.job_id = config.run_id
-        lo, hi = allowed_workers(train_run_context.scaling_config.num_workers)
-        run_config = getattr(train_run_context, "run_config", None)
-        store.send(
-            model.SUBMITTED,
-            self.job_id,
-            {
-                "name": getattr(run_config, "name", None) or self.job_id,
-                "ray_run_id": getattr(train_run_context, "run_id", ""),
-                "min_workers": lo,
-                "max_workers": hi,
-                "controller": ray.get_runtime_context().get_actor_id(),
-            },
-        )
-
-    def after_controller_state_update(self, previous_state: Any, current_state: Any) -> None:
-        if self.job_id is None:
-            return
-        kind = getattr(current_state, "_state_type", None)
-        name = str(getattr(kind, "state_name", type(current_state).__name__))
-        if name == self.last:
-            return  # Ray calls this on every poll (RUNNING -> RUNNING)
-        self.last = name
-        error = getattr(current_state, "training_failed_error", None)
-        final = bool(getattr(kind, "is_terminal", False))
-        data = {"state": name, "detail": str(error) if error else ""}
-        store.send(model.STATE, self.job_id, data, at=time.time(), wait_s=10.0 if final else 0.0)

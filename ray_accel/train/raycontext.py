@@ -10,7 +10,8 @@ ray/train/_internal/backend_executor.py:394-479) and is right.
 
 The ranks are computed once per (re)start, by `ranks.assign_ranks` (per
 raylet); this module makes Ray's view agree with them through the narrowest
-seam Ray 2.60 offers, found by feature, never by version string:
+seam Ray 2.60 offers, found by feature (`ray_accel.rayapi.train`), never by
+version string:
 - in each worker, the process-global Train context's `distributed_context`
   (a frozen dataclass held by a non-frozen `TrainContext`,
   ray/train/v2/_internal/execution/context.py:91-98 and 123-126, reached with
@@ -22,29 +23,34 @@ seam Ray 2.60 offers, found by feature, never by version string:
   state API read.
 A worker whose Train context does not exist yet (V1 runs `Backend.on_start`
 before its session, backend_executor.py:227 vs 481-584) is checked again at
-`on_training_start`. Where the seam is missing and the job's workers share
-an IP, the run is refused; with one raylet per IP Ray's ranks are already
-ours and nothing is touched.
+`on_training_start`. Where the job's workers share an IP and the seam is
+missing, or Ray raises while its context is read or changed (reported with
+the exception, apart from a missing seam), the run is refused; with one
+raylet per IP Ray's ranks are already ours and nothing is touched.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ray_accel.core.errors import RayAccelError
+from ray_accel.rayapi import train as rayapi_train
+from ray_accel.rayapi.feature import RayApiMissing
 
-RANK_FIELDS = ("world_rank", "world_size", "local_rank", "local_world_size", "node_rank")
+RANK_FIELDS = rayapi_train.RANK_FIELDS
 # What Ray gets wrong on a shared IP; world rank and size it already gets right.
 LOCAL_FIELDS = ("local_rank", "local_world_size", "node_rank")
 
 AGREES = "agrees"  # Ray already says what we say
 FIXED = "fixed"  # the seam was applied and the public API now agrees
 PENDING = "pending"  # no Train context for this job in the worker yet
-UNFIXABLE = "unfixable"  # Ray disagrees and the seam is missing or did not take
 DIFFERS = "differs"  # Ray disagrees on the local ranks only: the seam can fix it
+UNFIXABLE = "unfixable"  # Ray disagrees on the world rank, or the change did not take
+MISSING = "missing"  # the seam is not in this Ray (feature missing)
+FAILED = "failed"  # reading or changing Ray's context raised: the reason holds its type and message
+REFUSING = (UNFIXABLE, MISSING, FAILED)
 
 
 class RankSeamMissing(RayAccelError, RuntimeError):
@@ -61,11 +67,15 @@ def shared_ips(ips: Sequence[str], raylets: Sequence[str]) -> dict[str, int]:
 
 def read_ray_ranks() -> dict[str, int] | None:
     """What `ray.train.get_context()` reports in this worker; None when the
-    worker holds no Train context (V1 before its session returns defaults
-    with a warning, ray/train/_internal/session.py:672-693)."""
-    try:
-        import ray.train
+    worker holds no Train context: V1 before its session returns defaults
+    with a warning (ray/train/_internal/session.py:672-693), V2 raises
+    RuntimeError until its context is set (`get_train_fn_utils`,
+    ray/train/v2/_internal/execution/train_fn_utils.py:301-314, and
+    `get_train_context`, execution/context.py:626-640). Any other exception
+    reaches the caller."""
+    import ray.train
 
+    try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             ctx = ray.train.get_context()
@@ -76,41 +86,15 @@ def read_ray_ranks() -> dict[str, int] | None:
                 "local_world_size": ctx.get_local_world_size(),
                 "node_rank": ctx.get_node_rank(),
             }
-    except Exception:
+    except RuntimeError:
         return None
     if not all(isinstance(v, int) for v in got.values()):
         return None
     return got
 
 
-def _has_rank_fields(obj: Any) -> bool:
-    return (
-        obj is not None
-        and dataclasses.is_dataclass(obj)
-        and not isinstance(obj, type)
-        and set(RANK_FIELDS) <= {f.name for f in dataclasses.fields(obj)}
-    )
-
-
-def replace_worker_context(expected: Mapping[str, int]) -> str | None:
-    """Replace the local ranks in this worker's Train context; None when done,
-    otherwise why the seam is not there."""
-    try:
-        from ray.train.v2._internal.execution.context import get_train_context
-    except ImportError as e:
-        return f"Ray Train's worker context is not where Ray 2.60 keeps it ({e})"
-    try:
-        context = get_train_context()
-    except Exception as e:
-        return f"Ray Train's worker context cannot be read ({type(e).__name__}: {e})"
-    current: Any = getattr(context, "distributed_context", None)
-    if not _has_rank_fields(current):
-        return f"Ray Train's worker context holds no distributed_context with fields {', '.join(RANK_FIELDS)}"
-    try:
-        context.distributed_context = dataclasses.replace(current, **{k: expected[k] for k in LOCAL_FIELDS})
-    except Exception as e:
-        return f"Ray Train's worker context cannot be changed ({type(e).__name__}: {e})"
-    return None
+def _raised(doing: str, e: BaseException) -> str:
+    return f"{doing} raised {type(e).__name__}: {e}"
 
 
 def judge(expected: Mapping[str, int], got: Mapping[str, int] | None) -> str:
@@ -127,8 +111,13 @@ def judge(expected: Mapping[str, int], got: Mapping[str, int] | None) -> str:
 
 def align_in_worker(expected: Mapping[str, int]) -> dict[str, Any]:
     """Runs in a training worker: make `ray.train.get_context()` report
-    `expected`, or say why not."""
-    got = read_ray_ranks()
+    `expected`, or say why not (MISSING: the seam is not there; FAILED: Ray
+    raised while its context was read or changed, with the exception's type
+    and message)."""
+    try:
+        got = read_ray_ranks()
+    except Exception as e:
+        return {"status": FAILED, "ray": None, "reason": _raised("reading ray.train.get_context()", e)}
     verdict = judge(expected, got)
     if verdict == UNFIXABLE:
         return {
@@ -139,37 +128,50 @@ def align_in_worker(expected: Mapping[str, int]) -> dict[str, Any]:
         }
     if verdict != DIFFERS:
         return {"status": verdict, "ray": got}
-    reason = replace_worker_context(expected)
-    if reason is None:
-        after = read_ray_ranks()
-        if after is not None and all(after[k] == expected[k] for k in RANK_FIELDS):
-            return {"status": FIXED, "ray": after, "was": got}
-        reason = f"after the change ray.train.get_context() still reports {after}"
-    return {"status": UNFIXABLE, "ray": got, "reason": reason}
-
-
-def set_controller_view(worker_group: Any, expected: Sequence[Mapping[str, int]]) -> bool:
-    """Replace the local ranks in the controller's `Worker.distributed_context`
-    objects (Ray's log line and state API read them). False, touching nothing,
-    when the worker group does not have them (a V1 worker group has no
-    `get_workers`, ray/train/_internal/worker_group.py)."""
-    get_workers = getattr(worker_group, "get_workers", None)
-    if not callable(get_workers):
-        return False
-    workers = list(get_workers())
-    if len(workers) != len(expected):
-        return False
-    contexts: list[Any] = [getattr(w, "distributed_context", None) for w in workers]
-    if not all(_has_rank_fields(c) for c in contexts):
-        return False
-    if any(c.world_rank != e["world_rank"] for c, e in zip(contexts, expected, strict=True)):
-        return False
     try:
-        for w, c, e in zip(workers, contexts, expected, strict=True):
-            w.distributed_context = dataclasses.replace(c, **{k: e[k] for k in LOCAL_FIELDS})
-    except Exception:
-        return False
-    return True
+        rayapi_train.replace_worker_ranks({k: expected[k] for k in LOCAL_FIELDS})
+    except RayApiMissing as e:
+        return {"status": MISSING, "ray": got, "reason": f"the seam is not there ({e})"}
+    except Exception as e:
+        return {"status": FAILED, "ray": got, "reason": _raised("changing Ray Train's worker context", e)}
+    try:
+        after = read_ray_ranks()
+    except Exception as e:
+        return {"status": FAILED, "ray": got, "reason": _raised("reading ray.train.get_context() after the change", e)}
+    if after is not None and all(after[k] == expected[k] for k in RANK_FIELDS):
+        return {"status": FIXED, "ray": after, "was": got}
+    return {
+        "status": UNFIXABLE,
+        "ray": got,
+        "reason": f"after the change ray.train.get_context() still reports {after}",
+    }
+
+
+def set_controller_view(worker_group: Any, expected: Sequence[Mapping[str, int]]) -> dict[str, str]:
+    """Replace the local ranks in the controller's `Worker.distributed_context`
+    objects (Ray's log line and state API read them): `{"status": FIXED}`, or
+    MISSING (a V1 worker group has no `get_workers`,
+    ray/train/_internal/worker_group.py), UNFIXABLE (the controller's workers
+    are not this job's ranks) or FAILED with the reason, touching nothing."""
+    try:
+        current = rayapi_train.controller_ranks(worker_group)
+    except RayApiMissing as e:
+        return {"status": MISSING, "reason": f"the seam is not there ({e})"}
+    except Exception as e:
+        return {"status": FAILED, "reason": _raised("reading Ray Train's controller view", e)}
+    if len(current) != len(expected) or any(
+        c["world_rank"] != e["world_rank"] for c, e in zip(current, expected, strict=False)
+    ):
+        return {
+            "status": UNFIXABLE,
+            "reason": f"the controller holds world ranks {[c['world_rank'] for c in current]} "
+            f"for {len(expected)} workers",
+        }
+    try:
+        rayapi_train.replace_controller_ranks(worker_group, [{k: e[k] for k in LOCAL_FIELDS} for e in expected])
+    except Exception as e:
+        return {"status": FAILED, "reason": _raised("changing Ray Train's controller view", e)}
+    return {"status": FIXED}
 
 
 def refusal(
@@ -178,18 +180,29 @@ def refusal(
     """Pure: the message to refuse the run with, or None.
 
     Only a job whose workers share an IP can get wrong ranks from Ray; there
-    an UNFIXABLE worker refuses the run, and so does one still PENDING when
-    training starts (its Train context never held this job's ranks)."""
+    a worker that could not be corrected refuses the run, and so does one
+    still PENDING when training starts (its Train context never held this
+    job's ranks). An exception Ray raised is named as such, apart from a
+    seam this Ray does not have."""
     if not shared:
         return None
-    bad = [o for o in outcomes if o["status"] == UNFIXABLE or (at_start and o["status"] == PENDING)]
+    bad = [o for o in outcomes if o["status"] in REFUSING or (at_start and o["status"] == PENDING)]
     if not bad:
         return None
     ip, n = next(iter(sorted(shared.items())))
-    why = bad[0].get("reason") or "ray.train.get_context() holds no ranks for this job when training starts"
-    return (
+    wrong = (
         f"Ray {ray_version}: Ray Train groups local ranks by node IP and {ip} hosts {n} of this job's "
         f"partitions (raylets), so ray.train.get_context() would report wrong local ranks, local world "
-        f"size and node rank; ray-accel could not correct them ({why}). Refusing to train with wrong ranks: "
+        "size and node rank"
+    )
+    failed = [o for o in bad if o["status"] == FAILED]
+    if failed:
+        return (
+            f"{wrong}; ray-accel's correction failed: {failed[0]['reason']}. Refusing to train with wrong "
+            "ranks: this is an error inside Ray Train's context, not a Ray version without the seam."
+        )
+    why = bad[0].get("reason") or "ray.train.get_context() holds no ranks for this job when training starts"
+    return (
+        f"{wrong}; ray-accel could not correct them ({why}). Refusing to train with wrong ranks: "
         "use a tested Ray version or place at most one partition per host in this job."
     )

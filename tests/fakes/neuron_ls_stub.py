@@ -1,4 +1,4 @@
-"""A stub `neuron-ls`: prints the inventory of a preset as `--json-output` does.
+"""A stub `neuron-ls`: prints the inventory of a preset as the tool's JSON does.
 
 Behaviour from the environment: STUB_PRESET (default trn1.32xlarge) and
 STUB_MODE: ok | fail | hang | hang-tree | invalid | old | short-bdf.
@@ -9,7 +9,18 @@ print that fixture byte for byte instead; the fixtures come from published
 neuron-ls output and are catalogued in tests/fixtures/neuron/CATALOGUE.md.
 Preset inventories print trn2 as the real tool does (Neuron docs
 neuron-ls.rst, 2.22 onwards): ``nc_count`` in logical cores (4) with
-``logical_neuroncore_config`` 2, never the 8 physical cores.
+``logical_neuroncore_config`` 2, never the 8 physical cores; Trainium3
+presets the same way, by analogy (no Trainium3 output is published).
+
+STUB_ACCEPTS: which output flag the tool takes, as a tool of Neuron 2.33 or
+older (``old``, the default: ``--json-output``/``-j`` only), of 2.34 onwards
+(``new``: ``--output-format json`` only, the announcement
+announce-intent-eos-neuron-ls-json), or ``both``. Any other flag exits 2
+with a usage line on stderr. With ``--output-format json`` a preset is
+printed in the ASSUMED new format: an object with top-level instance fields
+and an UltraServer object beside the device list (the announcement says only
+that such top-level fields are added; their names here are placeholders).
+STUB_CALLS: a file that gets one line per run, the flags it was given.
 """
 
 from __future__ import annotations
@@ -51,9 +62,36 @@ def inventory(preset: str, mode: str) -> list[dict[str, object]]:
     return out
 
 
+OLD = ["--json-output"]
+OLD_SHORT = ["-j"]
+NEW = ["--output-format", "json"]
+
+
+def new_format(preset: str, devices: list[dict[str, object]]) -> dict[str, object]:
+    """The ASSUMED `--output-format json` envelope around the devices."""
+    sys.path.insert(0, str(HERE.parents[2]))
+    from ray_accel_mock.spec import load_spec
+
+    spec = load_spec(preset)
+    out: dict[str, object] = {"instance_type": spec.instance_type, "instance_id": "i-aabbccdd123456789"}
+    lncs = {int(d.attributes["logical_core_size"]) for d in spec.devices}
+    if lncs != {1}:
+        out["logical_neuroncore_config"] = lncs.pop()
+    out["ultraserver"] = {"mode": None, "server_id": None}
+    out["neuron_devices"] = [{k: v for k, v in d.items() if k != "logical_neuroncore_config"} for d in devices]
+    return out
+
+
 def main() -> int:
-    if "--json-output" not in sys.argv:
-        print("stub supports only --json-output", file=sys.stderr)
+    args = sys.argv[1:]
+    calls = os.environ.get("STUB_CALLS")
+    if calls:
+        with open(calls, "a") as f:
+            f.write(" ".join(args) + "\n")
+    accepts = os.environ.get("STUB_ACCEPTS", "old")
+    allowed = {"old": [OLD, OLD_SHORT], "new": [NEW], "both": [OLD, OLD_SHORT, NEW]}[accepts]
+    if args not in allowed:
+        print(f"neuron-ls: error: unrecognized arguments: {' '.join(args)}", file=sys.stderr)
         return 2
     fixture = os.environ.get("STUB_FIXTURE")
     if fixture:
@@ -76,7 +114,9 @@ def main() -> int:
     if mode == "invalid":
         print('[{"neuron_device": 0, "nc_count": ')
         return 0
-    print(json.dumps(inventory(os.environ.get("STUB_PRESET", "trn1.32xlarge"), mode)))
+    preset = os.environ.get("STUB_PRESET", "trn1.32xlarge")
+    devices = inventory(preset, mode)
+    print(json.dumps(new_format(preset, devices) if args == NEW else devices))
     return 0
 
 

@@ -42,6 +42,28 @@ Two builders live here:
       the PCI probe or BDF order.
     * ``preinstall``: udev rule ``KERNEL=="neuron*", MODE="0666"`` for ``/dev/neuronN``.
 
+    Trainium3 follows the same repository @ 9cc489ec99db2512006aa5b665b50e0c77132a59
+    (``dkms.conf`` 2.30.2.0, the driver of Neuron 2.32): ``v4/neuron_dhal_v4.c``
+    ``ndhal_register_funcs_trn3`` (NDv4/NCv4/Trn3/Trainium3), ``v4/address_map.h``
+    (8 physical cores), ``neuron_device.h`` ``TRN3_DEVICE_ID0`` 0x7564;
+    ``fw_io_topology_v3`` (reused by V4) lists the Trn2 torus table as
+    ``connected_devices`` on a 16-device host ("TODO PDS update") and nothing
+    on 4- or 1-device hosts; ``neuron_sysfs_metrics.c`` adds
+    ``stats/hardware/health_status/{unhealthy_components,healthcheck_heartbeat,
+    hw_error_event}`` (``S_IRUGO``, 0444) where ``health_status_enabled`` (V4 only).
+    Its instance shapes are the driver's (``v4_platform_map``: trn3.48xlarge
+    16 devices, trn3e.24xlarge 4; ``ndhal_instance_type_3xl``:
+    trn3pd98.3xlarge 1). No neuron-ls output of a Trainium3 host is
+    published, so its PCI BDFs are placeholders (``0000:NN:00.0``, NUMA
+    node -1): tests must not treat them as facts.
+
+    ``layout="unrecognised"`` builds the tree a driver with another layout
+    would show as far as anything is known: each ``neuronN`` with only what
+    the kernel's device model writes for any class device (``dev``,
+    ``uevent``, ``subsystem``) and none of the driver's own nodes. Driver
+    2.31 moved sysfs nodes to paths that are not published, so no
+    new-layout tree is invented.
+
     PCI BDFs, NUMA nodes and CPU lists per device come from the neuron-ls
     fixtures in ``tests/fixtures/neuron/neuron-ls`` (see CATALOGUE.md there),
     laid out as the generic kernel PCI sysfs does (``/sys/bus/pci/devices/<bdf>``
@@ -102,6 +124,9 @@ class Generation:
 TRN1 = Generation("trn1", 0x7164, 2, "NDv2", "NCv2", "Trn1", "Trainium1")
 INF2 = Generation("inf2", 0x7264, 2, "NDv3", "NCv2", "Inf2", "Inferentia2")
 TRN2 = Generation("trn2", 0x7364, 8, "NDv3", "NCv3", "Trn2", "Trainium2")
+# ndhal_register_funcs_trn3 (v4/neuron_dhal_v4.c, 2.30.2.0)
+TRN3 = Generation("trn3", 0x7564, 8, "NDv4", "NCv4", "Trn3", "Trainium3")
+HEALTH_GENERATIONS = (TRN3,)  # health_status_enabled: set in ndhal_register_funcs_v4 only
 
 # instance -> (generation, device count): Neuron docs inf2-arch.rst, trn1-arch.rst,
 # trn2-arch.rst; trn2.3xlarge (one Trainium2) from the trn2.3xlarge neuron-ls capture.
@@ -114,6 +139,11 @@ INSTANCES: dict[str, tuple[Generation, int]] = {
     "inf2.48xlarge": (INF2, 12),
     "trn2.3xlarge": (TRN2, 1),
     "trn2.48xlarge": (TRN2, 16),
+    # v4/neuron_dhal_v4.c: v4_pds_routing_id_to_user_id (16), v4_max_routing_id_to_user_id (4),
+    # ndhal_instance_type_3xl (one device, routing id 0).
+    "trn3.48xlarge": (TRN3, 16),
+    "trn3e.24xlarge": (TRN3, 4),
+    "trn3pd98.3xlarge": (TRN3, 1),
 }
 
 # v3/neuron_dhal_v3.c trn2_32xl_neigbor_ids: one row per device, one column per
@@ -208,7 +238,7 @@ UNPRIVILEGED_UID = 65534  # nobody
 def driver_links(gen: Generation, total: int, index: int) -> tuple[int, ...]:
     """``connected_devices`` of device ``index`` on a host with ``total`` devices
     (fw_io_topology_v2 / fw_io_topology_v3)."""
-    if gen in (TRN1, TRN2) and total % 16 == 0:
+    if gen in (TRN1, TRN2, TRN3) and total % 16 == 0:
         if gen is TRN1:
             # trn1_32xl_neigbor_ids: up, left, down, right on a 4x4 torus, row-major.
             r, c = divmod(index % 16, 4)
@@ -221,6 +251,9 @@ def driver_links(gen: Generation, total: int, index: int) -> tuple[int, ...]:
     if gen is INF2 and total == 6:  # inf2_24xl_neighbor_ids: a line, ends have one link
         return tuple(p for p in (index - 1, index + 1) if 0 <= p < 6)
     return ()
+
+
+LAYOUTS = ("2.30", "unrecognised")
 
 
 def connected_devices_text(links: Iterable[int]) -> str:
@@ -250,6 +283,11 @@ def fixture_pci(instance: str) -> dict[int, PciInfo]:
             local_cpulist=entry.get("cpu_affinity", ""),
         )
     return out
+
+
+def placeholder_pci(total: int) -> dict[int, PciInfo]:
+    """BDFs for a host no published neuron-ls output describes: placeholders."""
+    return {i: PciInfo(f"0000:{0x10 + i:02x}:00.0", -1, "") for i in range(total)}
 
 
 @dataclass(frozen=True)
@@ -352,6 +390,9 @@ def build_tree(
     pci: bool = True,
     dmi_product_name: str | None = None,
     char_devices: bool = True,
+    generation: Generation | None = None,
+    layout: str = "2.30",
+    unhealthy: Mapping[int, str] | None = None,
 ) -> NeuronSysfs:
     """Lay out ``root/sys`` and ``root/dev`` as the driver does for ``instance``.
 
@@ -363,16 +404,30 @@ def build_tree(
     ``ecc``: device -> {ECC file name: count}. ``char_devices``: make character
     devices (major 0, which no driver owns, so opening them fails with ENXIO)
     where mknod is permitted; otherwise plain files (see ``dev_node_kind``).
+    ``generation``: devices of another generation than the instance's (a
+    made-up one, to test what the backend does with a device it does not
+    know). ``layout``: "2.30" (the driver's, 2.24.7.0 to 2.30.2.0) or
+    "unrecognised" (see the module doc). ``unhealthy``: device ->
+    ``unhealthy_components`` text without its newline (health nodes are
+    written for Trainium3 only, as the driver does).
     """
     if instance not in INSTANCES:
         raise ValueError(f"unknown instance {instance!r}; known: {', '.join(sorted(INSTANCES))}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown layout {layout!r}; known: {', '.join(LAYOUTS)}")
     gen, total = INSTANCES[instance]
+    gen = generation or gen
     in_sysfs = tuple(sorted(set(range(total) if sysfs_devices is None else sysfs_devices)))
     with_nodes = tuple(sorted(set(range(total) if dev_nodes is None else dev_nodes)))
     for i in (*in_sysfs, *with_nodes):
         if not 0 <= i < total:
             raise ValueError(f"device {i} is not on a {instance} ({total} devices)")
-    pci_info = fixture_pci(instance) if (FIXTURES / f"{instance}.json").exists() else {}
+    if (FIXTURES / f"{instance}.json").exists():
+        pci_info = fixture_pci(instance)
+    elif gen not in (TRN1, INF2, TRN2):
+        pci_info = placeholder_pci(total)
+    else:
+        pci_info = {}
     sys_root, dev_root = root / "sys", root / "dev"
     tree = NeuronSysfs(sys_root, dev_root, instance, gen, total, in_sysfs, with_nodes, pci_info, "file")
     root_only: list[Path] = []
@@ -388,6 +443,8 @@ def build_tree(
         _symlink(d / "subsystem", tree.class_root)
         _write(d / "dev", f"0:{i}\n", MODE_RO_ALL)
         _write(d / "uevent", f"MAJOR=0\nMINOR={i}\nDEVNAME=neuron{i}\n")
+        if layout == "unrecognised":
+            continue
         _write(d / "reset", "0\n", 0o600)
         _write(d / "core_count", f"{gen.nc_per_device}", 0o400)  # "%d", no newline
         _write(d / "connected_devices", connected_devices_text(driver_links(gen, total, i)), 0o400)
@@ -407,6 +464,11 @@ def build_tree(
         for name in ECC_FILES:
             _write(stats / "hardware" / name, f"{(ecc or {}).get(i, {}).get(name, 0)}\n")
         _write(stats / "power" / "utilization", "POWER_STATUS_VALID,1789180860,0.00,0.00,0.00\n")
+        if gen in HEALTH_GENERATIONS:
+            health = stats / "hardware" / "health_status"
+            _write(health / "unhealthy_components", f"{(unhealthy or {}).get(i, '')}\n", MODE_RO_ALL)
+            _write(health / "healthcheck_heartbeat", "0\n", MODE_RO_ALL)
+            _write(health / "hw_error_event", "0\n", MODE_RO_ALL)
 
         for c in range(gen.nc_per_device):
             core = tree.core_dir(i, c)

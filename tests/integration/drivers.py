@@ -40,6 +40,36 @@ parts2 = [p for p in parts for _ in range(2)]
 print(json.dumps(ray.get([a.seen.remote(p) for a, p in zip(actors, parts2)], timeout=240)))
 """
 
+# Drains one partition's raylet through ray-accel's seam (what `ray
+# drain-node --reason DRAIN_NODE_REASON_PREEMPTION` sends) while an actor
+# keeps it busy, and reads the GCS's draining nodes before and after.
+DRAIN = r"""
+import json, os, sys, time
+import ray
+from ray_accel.rayapi import gcs
+address, node_id, part = sys.argv[1], sys.argv[2], sys.argv[3]
+ray.init(address=address, log_to_driver=False)
+
+@ray.remote(num_gpus=1, num_cpus=0)
+class Busy:
+    def pid(self):
+        return os.getpid()
+
+busy = Busy.options(label_selector={"ray-accel.io/partition": part}).remote()
+ray.get(busy.pid.remote(), timeout=120)
+before = gcs.draining_nodes(address)
+deadline_ms = int(time.time() * 1000) + 600_000
+reply = gcs.drain_node(address, node_id, "ray-accel test: drain one partition", deadline_ms, timeout_s=60)
+draining = {}
+for _ in range(100):
+    draining = gcs.draining_nodes(address)
+    if node_id in draining:
+        break
+    time.sleep(0.1)
+print(json.dumps({"before": before, "accepted": reply.accepted, "rejection": reply.rejection,
+                  "draining": draining, "deadline_ms": deadline_ms}))
+"""
+
 INIT_RANGES = r"""
 import json, os
 import ray, ray_accel
@@ -109,6 +139,27 @@ try:
     print(json.dumps({"ok": True}))
 except Exception as e:
     print(json.dumps({"ok": False, "error": f"{type(e).__name__}: {e}"}))
+"""
+
+# Several fits, one after another, in one driver (one Python start-up and one
+# ray.init for all of them): argv[2] is a JSON object of name -> run_job's
+# keyword arguments; prints name -> {"ok", "error"} in the order given.
+TRAIN_JOBS = r"""
+import json, os, sys
+from examples.hooks import Recording
+from examples.train_partitions import run_job
+from tests.integration.train_hooks import SetsEnv
+out = {}
+for key, kw in json.loads(sys.argv[2]).items():
+    kw.setdefault("name", f"{key}-{os.getpid()}")
+    hooks = [Recording(**h) for h in kw.pop("recording", [])]
+    hooks += [SetsEnv(**h) for h in kw.pop("sets_env", [])]
+    try:
+        run_job(sys.argv[1], hooks=hooks, **kw)
+        out[key] = {"ok": True}
+    except Exception as e:
+        out[key] = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+print(json.dumps(out))
 """
 
 TASK_ACTOR_HOOKS = r"""

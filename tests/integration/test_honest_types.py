@@ -64,7 +64,9 @@ print(json.dumps(out))
 
 def start(tmp: Path, *args: str) -> tuple[Cluster, str]:
     env = {"RAYACCEL_MOCK": MIXED, "RAYACCEL_STATE_DIR": str(tmp / "state"), "PYTHONPATH": repo_pythonpath()}
-    proc = run_cli("start", "--head", "--port", str(free_port()), "--json", *args, env=env, timeout=300)
+    # Ray's view of resources and labels is what is checked: no dashboard, no metrics.
+    base = ("start", "--head", "--port", str(free_port()), "--no-dashboard", "--no-metrics", "--json")
+    proc = run_cli(*base, *args, env=env, timeout=300)
     if proc.returncode != 0:
         run_cli("stop", "--grace", "2", env=env)
         pytest.fail(f"ray-accel start failed ({proc.returncode}): {proc.stderr[-3000:]}")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ import pytest
 from ray_accel.core.visibility import parse_visible_ids
 from ray_accel.jobs import store
 from ray_accel.jobs.model import PHASES
-from tests.integration.conftest import Cluster, start_cluster
+from tests.integration.conftest import Cluster
 from tests.integration.test_metrics import scrape_all
 
 pytestmark = pytest.mark.ray
@@ -217,12 +216,10 @@ print(json.dumps(out))
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = start_cluster(tmp_path_factory.mktemp("jobs"), "trn1.32xlarge", 4)
-    try:
-        yield c
-    finally:
-        c.cli("stop", "--grace", "2")
+def cluster(trn1x4_cluster: Cluster) -> Cluster:
+    """The shared four-partition cluster (tests.clusters.TRN1_X4), dashboard
+    on: the job store asks Ray's state API whether a controller is alive."""
+    return trn1x4_cluster
 
 
 def cli_jobs(cluster: Cluster, *args: str) -> Any:

@@ -120,7 +120,9 @@ def test_acceptance_13_5_sigint_during_start_leaves_nothing(
     tag = new_tag()
     env = cli_env(tmp_path / "state", tag)
     cleanup.append(env)
-    start = Background("start", "--head", "--agents", "4", "--port", str(free_port()), "--no-metrics", env=env)
+    start = Background(
+        "start", "--head", "--partitions", "4", "--port", str(free_port()), "--no-metrics", "--no-dashboard", env=env
+    )
     if phase == "head":
         # The head's launch is under way: its GCS runs, its launcher has not reported.
         start.wait_for(lambda: "gcs_server" in names(tag), what="the head's GCS is up")
@@ -147,7 +149,7 @@ def test_a_launch_timeout_stops_every_process_the_launch_began(tmp_path: Path, c
     env = cli_env(tmp_path / "state", tag)
     cleanup.append(env)
     seen: set[str] = set()
-    start = Background("start", "--head", "--agents", "2", "--port", str(free_port()), "--timeout", "4", env=env)
+    start = Background("start", "--head", "--partitions", "2", "--port", str(free_port()), "--timeout", "4", env=env)
     while start.proc.poll() is None:
         seen |= names(tag)
         time.sleep(0.1)
@@ -170,7 +172,10 @@ def test_acceptance_13_6_concurrent_starts_one_wins_and_a_second_head_has_its_ow
     envs = [cli_env(state, t) for t in tags]
     cleanup.append(envs[0])
     starts = [
-        Background("start", "--head", "--agents", "2", "--port", str(free_port()), "--no-metrics", env=e) for e in envs
+        Background(
+            "start", "--head", "--partitions", "2", "--port", str(free_port()), "--no-metrics", "--no-dashboard", env=e
+        )
+        for e in envs
     ]
     codes = [s.finish(300) for s in starts]
     assert sorted(codes) == [0, 2], [s.stderr[-2000:] for s in starts]
@@ -185,7 +190,9 @@ def test_acceptance_13_6_concurrent_starts_one_wins_and_a_second_head_has_its_ow
     tag_b = new_tag()
     env_b = cli_env(tmp_path / "state-b", tag_b)
     cleanup.append(env_b)
-    second = run_cli("start", "--head", "--agents", "1", "--port", str(free_port()), "--no-metrics", env=env_b)
+    second = run_cli(
+        "start", "--head", "--partitions", "1", "--port", str(free_port()), "--no-metrics", "--no-dashboard", env=env_b
+    )
     assert second.returncode == 0, second.stderr[-3000:]
     ports = []
     for env in (envs[winner], env_b):
@@ -209,7 +216,17 @@ def blocked_start(tmp_path: Path, cleanup: list[dict[str, str]], *extra: str) ->
     env = cli_env(tmp_path / "state", tag)
     cleanup.append(env)
     start = Background(
-        "start", "--head", "--agents", "2", "--port", str(free_port()), "--no-metrics", "--block", *extra, env=env
+        "start",
+        "--head",
+        "--partitions",
+        "2",
+        "--port",
+        str(free_port()),
+        "--no-metrics",
+        "--no-dashboard",
+        "--block",
+        *extra,
+        env=env,
     )
     start.wait_for(lambda: "blocking with p0, p1" in start.stderr, what="blocking")
     # stdout is flushed before "blocking" goes to stderr; each pipe has its own

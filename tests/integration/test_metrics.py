@@ -6,6 +6,7 @@ health is no value, never 0."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -15,15 +16,16 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import repo_pythonpath, run_cli
+from tests.conftest import repo_pythonpath
 from tests.dashboard_probe import orphan
 from tests.integration import drivers
-from tests.integration.conftest import Cluster, free_port
+from tests.integration.conftest import Cluster, ClusterSpec, start_cluster
 
 pytestmark = pytest.mark.ray
 SAMPLE = re.compile(r"^(\w+)\{(.*)\}\s+(\S+)$")
@@ -55,29 +57,33 @@ def top(cluster: Cluster) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    tmp = tmp_path_factory.mktemp("metrics")
-    env = {
-        "RAYACCEL_MOCK": "trn1.32xlarge",
-        "RAYACCEL_STATE_DIR": str(tmp / "state"),
-        "RAYACCEL_MOCK_FAULTS": str(tmp / "faults.json"),
-        "RAYACCEL_METRICS_INTERVAL_S": "1",
-        "RAY_metrics_report_interval_ms": "1000",
-        "PYTHONPATH": repo_pythonpath(),
-    }
-    proc = run_cli("start", "--head", "--agents", "2", "--port", str(free_port()), "--json", env=env, timeout=300)
-    if proc.returncode != 0:
-        run_cli("stop", "--grace", "2", env=env)
-        pytest.fail(proc.stderr[-3000:])
-    c = Cluster(env, json.loads(proc.stdout))
+def cluster(trn1_cluster: Cluster) -> Cluster:
+    """The shared cluster (tests.clusters.TRN1), metrics every second."""
+    return trn1_cluster
+
+
+# A cluster of its own for the test that injects faults into it.
+FAULTY = ClusterSpec(
+    "faults",
+    "trn1.32xlarge",
+    2,
+    env={"RAYACCEL_METRICS_INTERVAL_S": "1", "RAY_metrics_report_interval_ms": "1000"},
+)
+
+
+@pytest.fixture
+def faulty(tmp_path: Path) -> Iterator[Cluster]:
+    spec = replace(FAULTY, env={**FAULTY.env, "RAYACCEL_MOCK_FAULTS": str(tmp_path / "faults.json")})
+    c = start_cluster(tmp_path, spec)
     try:
         yield c
     finally:
-        c.cli("stop", "--grace", "2")
+        c.stop()
 
 
-@pytest.fixture(scope="module")
-def holders(cluster: Cluster) -> Iterator[dict[str, Any]]:
+@contextlib.contextmanager
+def holding(cluster: Cluster) -> Iterator[dict[str, Any]]:
+    """An actor holding two cores in each partition, while the context lasts."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAYACCEL_")}
     env.update(cluster.status["env"], PYTHONPATH=repo_pythonpath())
     proc = subprocess.Popen(
@@ -89,6 +95,12 @@ def holders(cluster: Cluster) -> Iterator[dict[str, Any]]:
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.fixture(scope="module")
+def holders(cluster: Cluster) -> Iterator[dict[str, Any]]:
+    with holding(cluster) as held:
+        yield held
 
 
 @pytest.fixture(scope="module")
@@ -196,7 +208,12 @@ def test_top_agrees_with_the_scrape(cluster: Cluster, holders: dict[str, Any]) -
         assert pids[h["pid"]]["partition"] == part
 
 
-def test_vanished_device_and_failing_source_are_reported(cluster: Cluster, holders: dict[str, Any]) -> None:
+def test_vanished_device_and_failing_source_are_reported(faulty: Cluster) -> None:
+    with holding(faulty) as holders:
+        check_faults(faulty, holders)
+
+
+def check_faults(cluster: Cluster, holders: dict[str, Any]) -> None:
     faults = Path(cluster.env["RAYACCEL_MOCK_FAULTS"])
     faults.write_text(json.dumps({"lost": ["neuron:3"]}))
     try:

@@ -12,6 +12,7 @@ the phase gauge of a real `fit()` run on the cluster first.
 from __future__ import annotations
 
 import json
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,7 @@ import psutil
 import pytest
 
 from ray_accel.jobs.model import PHASES
-from tests.dashboard_probe import device_owners, holders, metrics_cluster, metrics_targets, orphan, sd_file
+from tests.dashboard_probe import device_owners, holders, metrics_targets, orphan, sd_file
 from tests.dashboard_queries import PanelQuery, load, metric_names, panel_queries, variable_queries
 from tests.integration import drivers
 from tests.integration.conftest import Cluster
@@ -54,24 +55,23 @@ def with_marks(q: PanelQuery) -> Any:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    try:
-        with metrics_cluster(tmp_path_factory.mktemp("prom")) as c:
-            yield c
-    except RuntimeError as e:
-        pytest.fail(str(e))
+def cluster(trn1_cluster: Cluster) -> Cluster:
+    """The shared cluster (tests.clusters.TRN1): dashboard on (Ray writes its
+    service-discovery file from it), metrics every second."""
+    return trn1_cluster
 
 
 @pytest.fixture(scope="module")
 def trained(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The job of one finished `fit()` with AcceleratorTorchConfig, as `ray-accel jobs` lists it."""
     part = cluster.status["partitions"][0]["partition"]
-    kw = {"partition": part, "out": str(tmp_path_factory.mktemp("fit")), "steps": 3, "workers": 1}
+    name = f"prom-{uuid.uuid4().hex[:8]}"
+    kw = {"partition": part, "out": str(tmp_path_factory.mktemp("fit")), "steps": 3, "workers": 1, "name": name}
     result = cluster.driver(drivers.TRAIN_JOB, json.dumps(kw), timeout=400)
     assert result["ok"], result
     listed = cluster.cli("jobs", "--json")
     assert listed.returncode == 0, listed.stderr[-2000:]
-    (job,) = json.loads(listed.stdout)["jobs"]
+    (job,) = [j for j in json.loads(listed.stdout)["jobs"] if j["name"] == name]
     assert job["phase"] == "Succeeded", job
     return dict(job)
 

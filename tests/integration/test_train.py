@@ -1,11 +1,17 @@
-"""Issue 6 acceptance with real Ray and real torch: training inside partitions."""
+"""Training inside partitions with real Ray and real torch: two jobs at once,
+hooks around every worker (in order, denying, setting a protected variable,
+asking for a retry), a worker killed mid-run.
+
+A fit costs 40-50 s on two cores whatever it trains, so the fits run once per
+module, in two drivers (two jobs at once; the rest one after another in one
+driver, `drivers.TRAIN_JOBS`), and each test checks one thing of their results.
+"""
 
 from __future__ import annotations
 
 import concurrent.futures
 import json
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,19 +19,14 @@ import pytest
 
 from ray_accel.core.visibility import parse_visible_ids
 from tests.integration import drivers
-from tests.integration.conftest import Cluster, start_cluster
+from tests.integration.conftest import Cluster
 
 pytestmark = pytest.mark.ray
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    # 2 CPUs per raylet: a 2-worker job plus Ray Train's controller.
-    c = start_cluster(tmp_path_factory.mktemp("train"), "trn1.32xlarge", 2, "--num-cpus", "2")
-    try:
-        yield c
-    finally:
-        c.cli("stop", "--grace", "2")
+def cluster(trn1_cluster: Cluster) -> Cluster:
+    return trn1_cluster
 
 
 def job(cluster: Cluster, **kw: Any) -> dict[str, Any]:
@@ -57,64 +58,98 @@ def check_job(out: Path, partition_cores: set[int]) -> None:
     assert r0["weights"] == r1["weights"], "identical weights on both ranks"
 
 
-def test_two_jobs_in_two_partitions_at_once(cluster: Cluster, tmp_path: Path) -> None:
-    cores = {p["partition"]: set(p["core_ids"]) for p in cluster.status["partitions"]}
+@pytest.fixture(scope="module")
+def two_jobs(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, dict[str, Any]]]:
+    """One job in each partition at the same time; p0's has a recording hook."""
+    tmp = tmp_path_factory.mktemp("two-jobs")
+    kws = {
+        "p0": {"partition": "p0", "out": str(tmp / "p0"), "recording": [{"log": str(tmp / "hooks.log")}]},
+        "p1": {"partition": "p1", "out": str(tmp / "p1")},
+    }
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        futures = {part: pool.submit(job, cluster, partition=part, out=str(tmp_path / part)) for part in ("p0", "p1")}
-        results = {part: f.result() for part, f in futures.items()}
+        futures = {part: pool.submit(job, cluster, **kw) for part, kw in kws.items()}
+        return tmp, {part: f.result() for part, f in futures.items()}
+
+
+@pytest.fixture(scope="module")
+def sequential(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, dict[str, Any]]]:
+    """The fits that end early or fail on purpose, one after another in one driver."""
+    tmp = tmp_path_factory.mktemp("fits")
+    kws: dict[str, dict[str, Any]] = {
+        "denied": {
+            "partition": "p1", "out": str(tmp / "denied"),
+            "recording": [{"log": str(tmp / "denied.log"), "deny": "quota exhausted"}],
+        },
+        # A hook may not set a rank, collective or visibility variable; the
+        # visibility variable here (tests/unit/test_train_protected.py refuses
+        # each of the others on the same path, `HookRun.pre_create` with the
+        # worker's protected set, without a fit per variable).
+        "protected": {
+            "partition": "p0", "out": str(tmp / "protected"), "steps": 3,
+            "recording": [{"log": str(tmp / "protected.log")}],
+            "sets_env": [{"name": "NEURON_RT_VISIBLE_CORES", "value": "0-31"}],
+        },
+        "retried": {
+            "partition": "p1", "out": str(tmp / "retried"), "steps": 5, "max_failures": 1,
+            "recording": [{"log": str(tmp / "retried.log"), "retry_marker": str(tmp / "retried.marker")}],
+        },
+        "retry_refused": {
+            "partition": "p1", "out": str(tmp / "retry_refused"), "steps": 5, "max_failures": 0,
+            "recording": [{"log": str(tmp / "retry_refused.log"), "retry_marker": str(tmp / "refused.marker")}],
+        },
+        "killed": {
+            "partition": "p0", "out": str(tmp / "killed"), "max_failures": 1,
+            "die_once_marker": str(tmp / "died"), "recording": [{"log": str(tmp / "killed.log")}],
+        },
+    }  # fmt: skip
+    results: dict[str, dict[str, Any]] = cluster.driver(drivers.TRAIN_JOBS, json.dumps(kws), timeout=900)
+    return tmp, results
+
+
+def test_two_jobs_in_two_partitions_at_once(cluster: Cluster, two_jobs: tuple[Path, dict[str, Any]]) -> None:
+    tmp, results = two_jobs
+    cores = {p["partition"]: set(p["core_ids"]) for p in cluster.status["partitions"]}
     for part, result in results.items():
         assert result["ok"], result
-        check_job(tmp_path / part, cores[part])
-        assert {r["partition"] for r in ranks(tmp_path / part)} == {part}
+        check_job(tmp / part, cores[part])
+        assert {r["partition"] for r in ranks(tmp / part)} == {part}
 
 
-def test_hooks_run_in_order_with_matching_counts(cluster: Cluster, tmp_path: Path) -> None:
-    log = tmp_path / "hooks.log"
-    result = job(cluster, partition="p0", out=str(tmp_path / "out"), steps=5, recording=[{"log": str(log)}])
-    assert result["ok"], result
-    evs = events(log)
+def test_hooks_run_in_order_with_matching_counts(two_jobs: tuple[Path, dict[str, Any]]) -> None:
+    tmp, results = two_jobs
+    assert results["p0"]["ok"], results["p0"]
     per_workload: dict[str, list[str]] = {}
-    for e in evs:
+    for e in events(tmp / "hooks.log"):
         per_workload.setdefault(e["workload"], []).append(e["event"])
     assert len(per_workload) == 2
     for seq in per_workload.values():
         assert seq == ["pre_create", "post_create", "pre_terminate", "post_terminate"]
-    r0, r1 = ranks(tmp_path / "out")
+    r0, r1 = ranks(tmp / "p0")
     assert r0["hook_env"] == r1["hook_env"] == "granted", "pre_create's env vars reach the worker"
     assert r0["resource_file"] and r0["resource_file"].endswith(".resources")
     assert not Path(r0["resource_file"]).exists(), "the per-workload resource file is removed after the run"
+    assert ranks(tmp / "p1")[0]["hook_env"] is None, "the other job, without the hook, never saw it"
 
 
-def test_denying_hook_fails_fit_with_its_reason(cluster: Cluster, tmp_path: Path) -> None:
-    log = tmp_path / "hooks.log"
-    result = job(
-        cluster, partition="p1", out=str(tmp_path / "out"), recording=[{"log": str(log), "deny": "quota exhausted"}]
-    )
+def test_denying_hook_fails_fit_with_its_reason(sequential: tuple[Path, dict[str, Any]]) -> None:
+    tmp, results = sequential
+    result = results["denied"]
     assert not result["ok"]
     assert "hook Recording denied workload" in result["error"] and "quota exhausted" in result["error"]
-    counts = Counter(e["event"] for e in events(log))
+    counts = Counter(e["event"] for e in events(tmp / "denied.log"))
     assert counts["pre_create"] == counts["post_terminate"] == 2
     assert counts["post_create"] == 0
-    assert not (tmp_path / "out" / "rank0.json").exists(), "training never started"
+    assert not (tmp / "denied" / "rank0.json").exists(), "training never started"
 
 
-def test_hook_setting_a_runtime_variable_fails_the_run(cluster: Cluster, tmp_path: Path) -> None:
-    """Issue 12 acceptance 7, with a real TorchTrainer: a hook may not set a
-    rank, collective or visibility variable; the run fails naming both. The
-    visibility variable here; tests/unit/test_train_protected.py refuses
-    each of the others on the same path (`HookRun.pre_create` with the
-    worker's protected set), without a fit per variable."""
-    variable, value = "NEURON_RT_VISIBLE_CORES", "0-31"
-    log = tmp_path / "hooks.log"
-    result = job(
-        cluster, partition="p0", out=str(tmp_path / "out"), steps=3,
-        recording=[{"log": str(log)}], sets_env=[{"name": variable, "value": value}],
-    )  # fmt: skip
+def test_hook_setting_a_runtime_variable_fails_the_run(sequential: tuple[Path, dict[str, Any]]) -> None:
+    tmp, results = sequential
+    result = results["protected"]
     assert not result["ok"], result
     # Ray Train V2 wraps the refusal in its ControllerError; the reason is ours.
-    assert "hook SetsEnv " in result["error"] and variable in result["error"], result["error"]
-    assert not (tmp_path / "out" / "rank0.json").exists(), "training never started"
-    counts = Counter(e["event"] for e in events(log))
+    assert "hook SetsEnv " in result["error"] and "NEURON_RT_VISIBLE_CORES" in result["error"], result["error"]
+    assert not (tmp / "protected" / "rank0.json").exists(), "training never started"
+    counts = Counter(e["event"] for e in events(tmp / "protected.log"))
     assert counts["pre_create"] == counts["post_terminate"] == 2, counts
     assert counts["post_create"] == 0
 
@@ -132,35 +167,24 @@ def test_a_worker_that_cannot_load_its_backend_fails_the_fit_at_start_naming_why
     assert not (tmp_path / "out" / "rank0.json").exists(), "training never started"
 
 
-def test_retry_request_counts_as_a_worker_failure(cluster: Cluster, tmp_path: Path) -> None:
-    log = tmp_path / "hooks.log"
-    marker = tmp_path / "retried"
-    result = job(
-        cluster, partition="p1", out=str(tmp_path / "out"), steps=5, max_failures=1,
-        recording=[{"log": str(log), "retry_marker": str(marker)}],
-    )  # fmt: skip
-    assert result["ok"], result
-    assert marker.exists()
-    counts = Counter(e["event"] for e in events(log))
+def test_retry_request_counts_as_a_worker_failure(sequential: tuple[Path, dict[str, Any]]) -> None:
+    tmp, results = sequential
+    assert results["retried"]["ok"], results["retried"]
+    assert (tmp / "retried.marker").exists()
+    counts = Counter(e["event"] for e in events(tmp / "retried.log"))
     assert counts["pre_create"] == counts["post_terminate"] == 4, counts
-    refused = tmp_path / "refused"
-    result = job(
-        cluster, partition="p1", out=str(tmp_path / "out2"), steps=5, max_failures=0,
-        recording=[{"log": str(tmp_path / "h2.log"), "retry_marker": str(refused)}],
-    )  # fmt: skip
-    assert not result["ok"] and "asked to retry" in result["error"]
+    refused = results["retry_refused"]
+    assert not refused["ok"] and "asked to retry" in refused["error"], refused
 
 
-def test_killed_worker_restarts_and_hook_counts_reconcile(cluster: Cluster, tmp_path: Path) -> None:
-    log = tmp_path / "hooks.log"
-    marker = tmp_path / "died"
-    result = job(
-        cluster, partition="p0", out=str(tmp_path / "out"), max_failures=1,
-        die_once_marker=str(marker), recording=[{"log": str(log)}],
-    )  # fmt: skip
-    assert result["ok"], result
+def test_killed_worker_restarts_and_hook_counts_reconcile(
+    cluster: Cluster, sequential: tuple[Path, dict[str, Any]]
+) -> None:
+    tmp, results = sequential
+    assert results["killed"]["ok"], results["killed"]
+    marker = tmp / "died"
     assert marker.exists(), "a worker was killed mid-run"
-    evs = events(log)
+    evs = events(tmp / "killed.log")
     counts = Counter(e["event"] for e in evs)
     assert counts["pre_create"] == counts["post_terminate"] == 4, counts
     killed_pid = int(marker.read_text())
@@ -170,4 +194,4 @@ def test_killed_worker_restarts_and_hook_counts_reconcile(cluster: Cluster, tmp_
     )
     reconciled = [e for e in evs if e["event"] == "post_terminate" and e["workload"] == killed[0]["workload"]]
     assert len(reconciled) == 1 and reconciled[0]["pid"] != killed_pid, "another worker ran its post_terminate"
-    check_job(tmp_path / "out", set(range(16)))
+    check_job(tmp / "killed", set(cluster.part("p0")["core_ids"]))

@@ -12,7 +12,7 @@ import pytest
 
 from ray_accel.core.visibility import parse_visible_ids
 from tests.integration import drivers
-from tests.integration.conftest import Cluster, start_cluster
+from tests.integration.conftest import Cluster, ClusterSpec, start_cluster
 from tests.integration.test_train import ranks
 
 pytestmark = [pytest.mark.xla, pytest.mark.ray]
@@ -21,11 +21,12 @@ pytestmark = [pytest.mark.xla, pytest.mark.ray]
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     pytest.importorskip("torch_xla", reason="the XLA lane runs in .venv-xla (make test-xla)")
-    c = start_cluster(tmp_path_factory.mktemp("xla"), "trn1.32xlarge", 2, "--num-cpus", "2")
+    spec = ClusterSpec("xla", "trn1.32xlarge", 2, start_args=("--no-metrics",), ray_args=("--num-cpus", "2"))
+    c = start_cluster(tmp_path_factory.mktemp("xla"), spec)
     try:
         yield c
     finally:
-        c.cli("stop", "--grace", "2")
+        c.stop()
 
 
 def test_xla_jobs_in_both_partitions_keep_ranks_in_sync(cluster: Cluster, tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from ray_accel.cluster.ports import port_blocks
 from ray_accel.cluster.procs import identity
 from ray_accel.cluster.record import NodeRecord, PartitionEntry, RayProcess, dumps
 from tests.badinput import badinput
+from tests.clirun import run_cli_here
 from tests.conftest import run_cli
 from tests.tagged import new_tag, tagged
 
@@ -205,6 +206,23 @@ PARAMS = [
     for case in CASES
     for as_json in (False, True)
 ]
+# Every case runs through the CLI's entry function in this process
+# (`tests.clirun`); these also run the installed console script, so the
+# script itself (its exit status, its streams) stays covered, one per class.
+AS_SUBPROCESS = {
+    "start --agnets",
+    "start bad mask",
+    "plan --agents 3",
+    "plan --agents 1e8",
+    "stale: stop --grace -1",
+    "shared: top --interval -1",
+}
+
+
+def test_the_subprocess_cases_are_cases_one_per_class() -> None:
+    ids = {case[0]: case[5] for case in CASES}
+    assert AS_SUBPROCESS <= set(ids), AS_SUBPROCESS - set(ids)
+    assert {ids[i] for i in AS_SUBPROCESS} == set(ids.values()), "every class keeps a console-script case"
 
 
 @pytest.fixture
@@ -281,7 +299,10 @@ def test_bad_input_is_exit_2_naming_it_and_changes_nothing(
     cut = argv.index("--") if "--" in argv else len(argv)
     full = [*argv[:cut], *(["--json"] if as_json else []), *argv[cut:]]
 
-    proc = run_cli(*full, env=env, timeout=60)
+    if case[0] in AS_SUBPROCESS:
+        proc = run_cli(*full, env=env, timeout=60)
+    else:
+        proc = run_cli_here(*full, env=env)
 
     assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
     assert proc.stdout == "", "a refused command prints no result"

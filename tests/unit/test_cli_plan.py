@@ -7,7 +7,8 @@ import pytest
 
 from ray_accel.cli import main
 from tests.badinput import badinput
-from tests.conftest import CliRunner, cli_json
+from tests.clirun import cli_json_here as cli_json
+from tests.conftest import CliRunner
 from tests.fakes.neuron_env import tree_only
 from tests.fakes.neuron_sysfs import build_tree
 

@@ -7,7 +7,9 @@ refusing. Processes are real: a stand-in for a raylet is `sleep` run under
 the path Ray's raylet binary has (``ray/core/src/ray/raylet/raylet``, from
 ``ray/_private/services.py``'s `start_raylet`), so its command line is a
 raylet's as /proc shows it; everything a test starts carries its own tag
-(`tests.tagged`) and is killed by PID at the end.
+(`tests.tagged`) and is killed by PID at the end. Commands run through the
+CLI's entry function in this process (`tests.clirun`), except where a hang
+is what is tested: those run the console script under a timeout.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from ray_accel.cluster.procs import Verdict, check, identity
 from ray_accel.cluster.record import NodeRecord, PartitionEntry, RayProcess, dumps
 from ray_accel.core.processes import ProcessRecord, read_cmdline
 from tests.badinput import badinput
+from tests.clirun import run_cli_here
 from tests.conftest import run_cli
 from tests.tagged import new_tag, tagged
 
@@ -195,7 +198,7 @@ def test_acceptance_17_1_a_record_naming_a_process_not_ours(
     entry, bystander = foreign_entry(case, spawn)
     raw = write_record(env, (ray_process(ours),), (entry,))
 
-    status = run_cli("status", "--json", env=env)
+    status = run_cli_here("status", "--json", env=env)
     assert status.returncode == 0, status.stderr
     payload = json.loads(status.stdout)
     p1 = next(p for p in payload["partitions"] if p["partition"] == "p1")
@@ -203,7 +206,7 @@ def test_acceptance_17_1_a_record_naming_a_process_not_ours(
     assert any(f"process {entry.pid} (raylet)" in w for w in payload["warnings"]), payload["warnings"]
 
     for args in (["stop"], ["stop", "--grace", "0"], ["start", "--recover"], ["start", "--head", "--agents", "2"]):
-        proc = run_cli(*args, env=env)
+        proc = run_cli_here(*args, env=env)
         assert_clean_error(proc, 2, str(Path(env["RAYACCEL_STATE_DIR"]) / "node.json"), f"process {entry.pid}")
         assert state_bytes(env) == raw, f"{args} changed the record"
         assert ours.poll() is None, f"{args} signalled a process although the record cannot be trusted"
@@ -220,10 +223,10 @@ def test_stop_stops_exactly_the_recorded_processes_and_their_children(
     children = set(tagged(tag)) - {raylet.pid, bystander.pid}
     assert len(children) == 1
     write_record(env, (ray_process(raylet),))
-    status = json.loads(run_cli("status", "--json", env=env).stdout)
+    status = json.loads(run_cli_here("status", "--json", env=env).stdout)
     assert status["partitions"][0]["alive"] is True and status["warnings"] == []
 
-    proc = run_cli("stop", "--grace", "2", "--json", env=env)
+    proc = run_cli_here("stop", "--grace", "2", "--json", env=env)
     assert proc.returncode == 0, proc.stderr
     assert set(json.loads(proc.stdout)["pids"]) == {raylet.pid, *children}
     raylet.wait(timeout=5)
@@ -240,9 +243,9 @@ def test_a_reused_pid_is_stale_not_ours(spawn: Spawn, env: dict[str, str]) -> No
     sleeper = spawn()
     reused = ray_process(sleeper, start_ticks=ray_process(sleeper).start_ticks - 5)
     write_record(env, (reused,))
-    status = json.loads(run_cli("status", "--json", env=env).stdout)
+    status = json.loads(run_cli_here("status", "--json", env=env).stdout)
     assert status["partitions"][0]["alive"] is False and status["running"] is False
-    proc = run_cli("stop", "--json", env=env)
+    proc = run_cli_here("stop", "--json", env=env)
     assert proc.returncode == 0 and json.loads(proc.stdout)["pids"] == []
     assert sleeper.poll() is None
     assert state_bytes(env) is None, "a stale record is cleared"
@@ -252,17 +255,17 @@ def test_a_reused_pid_is_stale_not_ours(spawn: Spawn, env: dict[str, str]) -> No
 def test_a_record_from_another_host_is_never_acted_on(spawn: Spawn, env: dict[str, str]) -> None:
     raylet = spawn()
     raw = write_record(env, (ray_process(raylet),), host="host-b")
-    status = json.loads(run_cli("status", "--json", env=env).stdout)
+    status = json.loads(run_cli_here("status", "--json", env=env).stdout)
     assert status["partitions"][0]["alive"] is False
     assert any("host-b" in w for w in status["warnings"])
     for args in (["stop"], ["start", "--recover"], ["start", "--head", "--agents", "2"]):
-        assert_clean_error(run_cli(*args, env=env), 2, "'host-b'")
+        assert_clean_error(run_cli_here(*args, env=env), 2, "'host-b'")
         assert state_bytes(env) == raw and raylet.poll() is None
 
 
 def test_the_default_state_dir_is_per_host(tmp_path: Path, env: dict[str, str]) -> None:
     env = {k: v for k, v in env.items() if k != "RAYACCEL_STATE_DIR"}
-    status = json.loads(run_cli("status", "--json", env=env).stdout)
+    status = json.loads(run_cli_here("status", "--json", env=env).stdout)
     assert status["state_file"] == str(Path(env["HOME"]) / ".ray-accel" / state.host_name() / "node.json")
 
 
@@ -284,11 +287,11 @@ def test_acceptance_17_2_top_once_without_a_cluster(
     json_flag: list[str], env: dict[str, str], tag: dict[str, str]
 ) -> None:
     env = {k: v for k, v in env.items() if k != "RAYACCEL_STATE_DIR"}  # the default dir, under HOME
-    proc = run_cli("top", "--once", *json_flag, env=env)
+    proc = run_cli_here("top", "--once", *json_flag, env=env)
     assert_clean_error(proc, 1, "no cluster")
     if json_flag:
         assert json.loads(proc.stderr)["exit_code"] == 1
-    status = run_cli("status", *json_flag, env=env)
+    status = run_cli_here("status", *json_flag, env=env)
     assert status.returncode == 0
     assert list(Path(env["HOME"]).rglob("*")) == [], "nothing is written to HOME"
     assert tagged(tag) == {}, "no Ray process was started"
@@ -305,7 +308,7 @@ def test_acceptance_17_4_manual_names_never_become_paths(
     outside = tmp_path / "x.result.json"
     outside.write_text("keep")
     before = sorted(str(p) for p in tmp_path.rglob("*"))
-    proc = run_cli("start", "--head", "--mode", "manual", "--manual", f"{name}=0-15", env=env)
+    proc = run_cli_here("start", "--head", "--mode", "manual", "--manual", f"{name}=0-15", env=env)
     assert_clean_error(proc, 2, repr(name))
     assert sorted(str(p) for p in tmp_path.rglob("*")) == before, "no file created or removed"
     assert outside.read_text() == "keep"
@@ -322,10 +325,10 @@ def test_acceptance_17_5_a_shared_state_dir_keeps_its_mode(tmp_path: Path, env: 
     os.chmod(shared, 0o1777)
     env["RAYACCEL_STATE_DIR"] = str(shared)
     for args in (["status"], ["stop"], ["start", "--recover"], ["top", "--once"]):
-        proc = run_cli(*args, env=env)
+        proc = run_cli_here(*args, env=env)
         assert "Traceback" not in proc.stderr
         assert stat.S_IMODE(shared.stat().st_mode) == 0o1777, f"{args} changed the mode"
-    assert "writable by other users (mode 1777)" in run_cli("stop", env=env).stderr
+    assert "writable by other users (mode 1777)" in run_cli_here("stop", env=env).stderr
 
 
 def test_a_new_state_dir_is_made_0700_with_its_parents(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -393,7 +396,7 @@ def test_bad_start_input_starts_nothing_and_writes_nothing(
 ) -> None:
     cut = args.index("--") if "--" in args else len(args)
     argv = ["start", *args[:cut], *(["--json"] if as_json else []), *args[cut:]]
-    proc = run_cli(*argv, env=env)
+    proc = run_cli_here(*argv, env=env)
     assert_clean_error(proc, 2)
     if as_json:
         error = json.loads(proc.stderr.strip().splitlines()[-1])
@@ -412,7 +415,7 @@ def test_stop_with_a_bad_grace_signals_nothing_and_keeps_the_record(
 ) -> None:
     raylet = spawn()
     raw = write_record(env, (ray_process(raylet),))
-    assert_clean_error(run_cli("stop", "--grace", grace, env=env), 2, repr(grace))
+    assert_clean_error(run_cli_here("stop", "--grace", grace, env=env), 2, repr(grace))
     assert state_bytes(env) == raw and raylet.poll() is None
 
 
@@ -420,7 +423,7 @@ def test_stop_with_a_bad_grace_signals_nothing_and_keeps_the_record(
 def test_a_rejected_start_keeps_a_stale_record(spawn: Spawn, env: dict[str, str]) -> None:
     sleeper = spawn()
     raw = write_record(env, (ray_process(sleeper, start_ticks=1),))  # stale: that process is gone
-    assert_clean_error(run_cli("start", "--head", "--agents", "3", env=env), 2, "3")
+    assert_clean_error(run_cli_here("start", "--head", "--agents", "3", env=env), 2, "3")
     assert state_bytes(env) == raw, "the stale record is only removed by a start that goes ahead"
 
 
@@ -482,7 +485,7 @@ def test_a_record_that_does_not_fit_is_exit_2_naming_the_file_for_every_command(
         ["start", "--head"],
         ["top", "--once"],
     ):
-        proc = run_cli(*args, env=env)
+        proc = run_cli_here(*args, env=env)
         assert_clean_error(proc, 2, path)
         assert state_bytes(env) == raw, f"{args} changed the record"
     assert set(tagged(tag)) == {raylet}, "nothing signalled, nothing started"
@@ -537,9 +540,9 @@ def test_the_lock_refuses_a_second_command_naming_the_lock(
     lock = str(Path(env["RAYACCEL_STATE_DIR"]) / "lock")
     with state.host_lock("start"):
         for args in (["stop"], ["start", "--recover"], ["start", "--head", "--agents", "2"]):
-            proc = run_cli(*args, env=env)
+            proc = run_cli_here(*args, env=env)
             assert_clean_error(proc, 2, lock, f"start, pid {os.getpid()}")
             assert state_bytes(env) == raw and raylet.poll() is None
     assert set(tagged(tag)) == {raylet.pid}, "nothing was started"
-    assert run_cli("stop", env=env).returncode == 0, "the lock is released on exit"
+    assert run_cli_here("stop", env=env).returncode == 0, "the lock is released on exit"
     raylet.wait(timeout=10)

@@ -26,7 +26,8 @@ from ray_accel.bridge.managers import SPEC_ENV, BridgeSpec, make_manager, raylet
 from ray_accel.cluster.raylet import partition_env
 from ray_accel.core.devices import Device
 from ray_accel.partition.plan import Mode, PartitionError
-from tests.conftest import CliRunner, cli_json
+from tests.clirun import cli_json_here as cli_json
+from tests.conftest import CliRunner
 from tests.planning import plan_for
 
 MIXED = "mixed-v100-a100"

@@ -11,7 +11,7 @@ from ray_accel.cli.jobs import find_job, job_text, jobs_text
 from ray_accel.core.errors import InputError
 from ray_accel.jobs.model import STARTING, STATE, SUBMITTED, Event, apply_all, job_json
 from ray_accel.train.jobs import CALLBACK_PATH, allowed_workers, register_callback
-from tests.conftest import run_cli
+from tests.clirun import run_cli_here
 
 
 def _job() -> dict[str, object]:
@@ -29,9 +29,9 @@ def _job() -> dict[str, object]:
 
 def test_jobs_without_a_recorded_cluster_says_no_cluster_and_exits_1(tmp_path: Path) -> None:
     env = {"RAYACCEL_STATE_DIR": str(tmp_path / "state"), "RAYACCEL_MOCK": "trn1.32xlarge"}
-    proc = run_cli("jobs", "--json", env=env)
+    proc = run_cli_here("jobs", "--json", env=env)
     assert proc.returncode == 1 and "no cluster" in json.loads(proc.stderr)["error"]
-    proc = run_cli("jobs", "show", "x", env=env)
+    proc = run_cli_here("jobs", "show", "x", env=env)
     assert proc.returncode == 1 and "no cluster" in proc.stderr
 
 
@@ -58,3 +58,30 @@ def test_the_callback_is_named_once_and_after_what_was_there() -> None:
     register_callback(env)
     assert env["RAY_TRAIN_CALLBACKS"] == f"a.B,{CALLBACK_PATH}"
     assert allowed_workers(3) == (3, 3) and allowed_workers((2, 4)) == (2, 4)
+
+
+def test_the_named_callback_is_ray_trains_controller_callback() -> None:
+    """What Ray Train imports from `RAY_TRAIN_CALLBACKS` is a `ControllerCallback`."""
+    import importlib
+
+    from ray.train.v2._internal.execution.callback import ControllerCallback
+
+    module, _, name = CALLBACK_PATH.rpartition(".")
+    assert issubclass(getattr(importlib.import_module(module), name), ControllerCallback)
+
+
+def test_without_the_callback_class_no_callback_is_named(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Ray without Train V2's ControllerCallback: naming ours would make
+    Ray Train fail to import it, so nothing is named and the warning says
+    what is lost and what is missing."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ray.train.v2._internal.execution.callback", None)
+    env = {"RAY_TRAIN_CALLBACKS": "a.B"}
+    with caplog.at_level("WARNING", logger="ray_accel.train.jobs"):
+        register_callback(env)
+    assert env == {"RAY_TRAIN_CALLBACKS": "a.B"}
+    assert "has no module ray.train.v2._internal.execution.callback" in caplog.text
+    assert "not recorded as jobs" in caplog.text

@@ -1,6 +1,7 @@
 """The layering rule, checked on every import in the product (lazy ones inside
 functions too): a module may import its own layer or a lower one, never a
-higher one. Backends sit beside `plugins`: they may use `core` and `plugins`."""
+higher one. Backends sit beside `plugins`: they may use `core` and `plugins`.
+And no import circle among ray_accel's modules, lazy imports counted."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # Lowest first; the order of docs/design.md.
 LAYERS = (
     "core",
+    "rayapi",
     "plugins",
     "partition",
     "hooks",
@@ -108,4 +110,121 @@ def test_the_checker_reports_an_upward_import_even_inside_a_function(tmp_path: P
         "ray_accel/hooks/bad.py:1: hooks imports ray_accel.train (train)",
         "ray_accel/metrics/bad.py:1: metrics imports ray_accel.init (cli)",
         "backends/x/ray_accel_x/plugin.py:1: a backend imports ray_accel.bridge.managers (bridge)",
+    ]
+
+
+def _module_names(root: Path) -> dict[str, Path]:
+    """Dotted name -> file of every module under ray_accel (a package by its
+    own name, for its __init__)."""
+    out = {}
+    for path in sorted((root / "ray_accel").rglob("*.py")):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """Module -> the ray_accel modules it imports, anywhere in it. `from p
+    import x` imports the module p.x when there is one, else p (a name in
+    it); importing p.x is not counted as importing p's __init__, which
+    Python runs first but which a circle through a package's own facade
+    would make of every package."""
+    modules = _module_names(root)
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [
+                    f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                    for a in node.names
+                ]
+            else:
+                continue
+            deps |= {t for t in targets if t in modules and t != name}
+        graph[name] = deps
+    return graph
+
+
+def import_cycles(root: Path) -> list[list[str]]:
+    """Every import circle among ray_accel's modules, each as the path that
+    closes it (`a -> b -> a`), from each strongly connected group's first
+    module."""
+    graph = import_graph(root)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[set[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.add(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(group)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return [_circle(graph, group) for group in sorted(groups, key=min)]
+
+
+def _circle(graph: dict[str, set[str]], group: set[str]) -> list[str]:
+    """A shortest path inside `group` from its first module back to itself."""
+    start = min(group)
+    paths = {start: [start]}
+    queue = [start]
+    while queue:
+        v = queue.pop(0)
+        for w in sorted(graph[v] & group):
+            if w == start:
+                return [*paths[v], start]
+            if w not in paths:
+                paths[w] = [*paths[v], w]
+                queue.append(w)
+    raise AssertionError(f"no circle through {start} in {sorted(group)}")
+
+
+def test_no_import_circles() -> None:
+    cycles = import_cycles(ROOT)
+    assert cycles == [], "import circles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_checker_reports_a_planted_circle_through_a_lazy_import(tmp_path: Path) -> None:
+    root = _tree(
+        tmp_path,
+        {
+            "ray_accel/__init__.py": "",
+            "ray_accel/cli/__init__.py": "from ray_accel.cli.a import run\n",
+            "ray_accel/cli/a.py": "from ray_accel.cli import b\n",
+            "ray_accel/cli/b.py": "def f():\n    from ray_accel.cli.c import g\n",
+            "ray_accel/cli/c.py": "import ray_accel.cli.a\n",
+            "ray_accel/core/__init__.py": "",
+            "ray_accel/core/ok.py": "from ray_accel.core import errors\n",
+            "ray_accel/core/errors.py": "from ray_accel.core.ok import x\n",
+            "ray_accel/core/fine.py": "from ray_accel.core import errors\n",
+        },
+    )
+    assert import_cycles(root) == [
+        ["ray_accel.cli.a", "ray_accel.cli.b", "ray_accel.cli.c", "ray_accel.cli.a"],
+        ["ray_accel.core.errors", "ray_accel.core.ok", "ray_accel.core.errors"],
     ]

@@ -18,6 +18,7 @@ from ray_accel.cluster.launcher import Launch
 from ray_accel.cluster.ports import MIN_WORKER_PORTS, plan_ports, raylet_ports, worker_port_count
 from ray_accel.cluster.procs import identity, is_ray_process
 from ray_accel.cluster.start import Interrupted, interruptible, worker_ports
+from ray_accel.cluster.startargs import port_args
 from tests.conftest import run_cli
 from tests.planning import plan_for
 from tests.tagged import new_tag, tagged
@@ -44,11 +45,11 @@ def test_worker_ports_follow_the_partitions_share_or_the_users_figure(monkeypatc
 
 def test_only_a_head_binds_the_client_server_and_dashboard_ports() -> None:
     head, worker = plan_ports([184, 500], None, client_server=True)
-    head_args = head.ray_start_args(head=True)
+    head_args = port_args(head, head=True)
     assert "--ray-client-server-port" in head_args and "--dashboard-port" in head_args
     port = head_args[head_args.index("--ray-client-server-port") + 1]
     assert int(port) == head.named["ray_client_server_port"] != 10001
-    worker_args = worker.ray_start_args(head=False)
+    worker_args = port_args(worker, head=False)
     assert "--ray-client-server-port" not in worker_args and "--dashboard-port" not in worker_args
     assert worker_args[-4:] == [
         "--min-worker-port",
@@ -58,7 +59,7 @@ def test_only_a_head_binds_the_client_server_and_dashboard_ports() -> None:
     ]
     assert worker.max_worker_port - worker.min_worker_port + 1 == 500
     plain = raylet_ports(30000, 184, client_server=False)
-    assert "--ray-client-server-port" not in plain.ray_start_args(head=True), "no client dependencies: no port"
+    assert "--ray-client-server-port" not in port_args(plain, head=True), "no client dependencies: no port"
 
 
 # ------------------------------------------------------------------ identity

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from ray_accel_mock.spec import GIB, PRESETS, load_spec
 
-from tests.conftest import CliRunner, cli_json
+from tests.clirun import cli_json_here as cli_json
+from tests.conftest import CliRunner
 
 # name: (family, devices, cores per device, memory per device, peers per device, numa nodes)
 SHAPES = {
@@ -16,6 +17,10 @@ SHAPES = {
     "trn1.32xlarge": ("neuron", 16, 2, 32 * GIB, 4, 2),
     "inf2.48xlarge": ("neuron", 12, 2, 32 * GIB, 2, 2),
     "trn2.48xlarge": ("neuron", 16, 4, 96 * GIB, 4, 2),
+    # Trainium3: all to all through NeuronSwitch; NUMA layout not published.
+    "trn3.48xlarge": ("neuron", 16, 4, 144 * GIB, 15, 1),
+    "trn3e.24xlarge": ("neuron", 4, 4, 144 * GIB, 3, 1),
+    "trn3pd98.3xlarge": ("neuron", 1, 4, 144 * GIB, 0, 1),
     "p4d.24xlarge": ("gpu", 8, 1, 40 * GIB, 7, 2),
     "p5.48xlarge": ("gpu", 8, 1, 80 * GIB, 7, 2),
 }
@@ -83,6 +88,15 @@ def test_trn2_logical_cores() -> None:
     assert d.attributes["physical_cores"] == "8"
     assert d.attributes["logical_core_size"] == "2"
     assert load_spec("trn2.48xlarge").accelerator_type == "Trainium2"
+
+
+@pytest.mark.parametrize("preset", ["trn3.48xlarge", "trn3e.24xlarge", "trn3pd98.3xlarge"])
+def test_trn3_logical_cores(preset: str) -> None:
+    spec = load_spec(preset)
+    assert spec.accelerator_type == "Trainium3" and spec.instance_type == preset
+    for d in spec.devices:
+        assert d.core_ids == tuple(range(4 * d.index, 4 * d.index + 4))
+        assert (d.attributes["physical_cores"], d.attributes["logical_core_size"]) == ("8", "2")
 
 
 def test_inf2_ring() -> None:

@@ -47,7 +47,7 @@ from ray_accel.core.errors import InputError
 from ray_accel.core.validate import PARTITION_NAME
 from ray_accel.plugins.inventory import discover
 from tests.badinput import badinput
-from tests.conftest import CliRunner
+from tests.conftest import run_cli
 
 GPU = '[node]\nfamily = "gpu"\n'
 NEURON = '[node]\nfamily = "neuron"\n'
@@ -293,12 +293,12 @@ def test_file_kinds_fail_at_once_in_process(
 
 @badinput("dangerous")
 @pytest.mark.parametrize("case", ["fifo", "fifo without .toml", "character device", "directory", "10 GiB file"])
-def test_file_kinds_through_the_console_script(case: str, tmp_path: Path, cli: CliRunner) -> None:
+def test_file_kinds_through_the_console_script(case: str, tmp_path: Path) -> None:
     # The 2 s bound is timed in-process above; here the installed script must
     # not hang (the timeout) and must say the same in text and in JSON.
     value, said = _file_cases(tmp_path)[case]
     for command in (["devices"], ["plan", "--json"]):
-        proc = cli(*command, env={"RAYACCEL_MOCK": value}, timeout=20)
+        proc = run_cli(*command, env={"RAYACCEL_MOCK": value}, timeout=20)
         assert (proc.returncode, proc.stdout) == (2, ""), proc.stderr
         if "--json" in command:
             error = json.loads(proc.stderr)

@@ -11,7 +11,8 @@ from ray_accel_neuron import NeuronPlugin
 from ray_accel_neuron.neuron_ls import NeuronLsError, normalize_bdf, parse_output
 from ray_accel_neuron.runtime import efa_present
 
-from tests.conftest import CliRunner, cli_json
+from tests.clirun import cli_json_here as cli_json
+from tests.conftest import CliRunner
 from tests.fakes.neuron_env import LS_STUB, executable, ls_only, no_tools, tree_only
 from tests.fakes.neuron_sysfs import build_tree
 
@@ -21,6 +22,9 @@ TYPES = {
     "trn1.32xlarge": "Trainium",
     "inf2.48xlarge": "Inferentia2",
     "trn2.48xlarge": "Trainium2",
+    "trn3.48xlarge": "Trainium3",
+    "trn3e.24xlarge": "Trainium3",
+    "trn3pd98.3xlarge": "Trainium3",
 }
 
 
@@ -41,6 +45,10 @@ INSTANCE_BY_SHAPE = {
     "trn1.32xlarge": "unknown",  # trn1.32xlarge or trn1n.32xlarge
     "inf2.48xlarge": "inf2.48xlarge",
     "trn2.48xlarge": "unknown",  # trn2, trn2n or trn2u
+    # The driver knows several names for every Trainium3 shape (arch.AMBIGUOUS_SHAPES).
+    "trn3.48xlarge": "unknown",
+    "trn3e.24xlarge": "unknown",
+    "trn3pd98.3xlarge": "unknown",
 }
 
 

@@ -1,4 +1,4 @@
-"""Issue 16's acceptance, at the CLI, on published neuron-ls output and
+"""Neuron discovery at the CLI, on published neuron-ls output and
 driver-faithful sysfs trees (tests/fixtures/neuron/CATALOGUE.md,
 tests/fakes/neuron_sysfs.py::build_tree). Every seam is set (see
 tests/fakes/neuron_env.py), so nothing of this machine's /sys leaks in."""
@@ -12,7 +12,10 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import cli_json, run_cli
+from tests.clirun import cli_json_here as cli_json
+from tests.clirun import run_cli_here
+from tests.conftest import cli_json as cli_json_subprocess
+from tests.conftest import run_cli
 from tests.fakes.neuron_env import LS_STUB, executable, ls_only, tree_and_ls, tree_only
 from tests.fakes.neuron_sysfs import INSTANCES, NeuronSysfs, build_tree, denied_reads_env, driver_links
 
@@ -108,10 +111,10 @@ def test_container_device_keeps_host_links_as_external(name: str, tmp_path: Path
     assert d["core_ids"] == entry["neuroncore_ids"]  # host numbering: 20-23 for device 5
     assert d["peers"] == []
     assert sorted(d["external_peers"]) == sorted(f"neuron:{p}" for p in entry["connected_to"])
-    text = run_cli("devices", "--backend", "neuron", env=env)
+    text = run_cli_here("devices", "--backend", "neuron", env=env)
     assert text.returncode == 0 and "EXTERNAL" in text.stdout and d["external_peers"][0] in text.stdout
 
-    plan = run_cli("plan", "--agents", "2", "--backend", "neuron", env=env)
+    plan = run_cli_here("plan", "--agents", "2", "--backend", "neuron", env=env)
     assert plan.returncode == 2
     assert "more partitions (2) than devices (1)" in plan.stderr
     assert "peer" not in plan.stderr
@@ -166,7 +169,7 @@ def test_neuron_ls_instance_type_sets_the_node(name: str, expected: str, tmp_pat
 @pytest.mark.parametrize(
     ("instance", "accelerator", "instance_type"),
     [
-        # Correction to issue 16: a lone Inferentia2 is told from trn1.2xlarge by
+        # A lone Inferentia2 is told from trn1.2xlarge by
         # sysfs device_name (readable by anyone); only the instance stays open.
         ("inf2.xlarge", "Inferentia2", "unknown"),
         ("trn1.2xlarge", "Trainium", "trn1.2xlarge"),
@@ -205,6 +208,8 @@ def test_dmi_gives_the_instance_type(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------
 
 
+# The denied reads are a `sitecustomize` on the child's PYTHONPATH
+# (tests/fakes/neuron_sysfs.py), so these run the console script.
 def _non_root_env(tree: NeuronSysfs, tmp_path: Path, stub: Path, fixture_name: str) -> dict[str, str]:
     return {**tree_and_ls(tree, stub, fixture_name), **denied_reads_env(tree.root_only, tmp_path / "site")}
 
@@ -212,7 +217,7 @@ def _non_root_env(tree: NeuronSysfs, tmp_path: Path, stub: Path, fixture_name: s
 def test_non_root_gets_links_from_neuron_ls_with_a_warning(tmp_path: Path, stub: Path) -> None:
     tree = build_tree(tmp_path / "t", "trn1.32xlarge", core_metrics=False)
     env = _non_root_env(tree, tmp_path, stub, "trn1.32xlarge.json")
-    out = cli_json("devices", "--backend", "neuron", env=env)
+    out = cli_json_subprocess("devices", "--backend", "neuron", env=env)
     gen, total = INSTANCES["trn1.32xlarge"]
     for d in out["devices"]:
         assert sorted(d["peers"]) == sorted(f"neuron:{p}" for p in driver_links(gen, total, d["index"]))
@@ -223,7 +228,7 @@ def test_non_root_gets_links_from_neuron_ls_with_a_warning(tmp_path: Path, stub:
     assert "neuron{0-15}/{connected_devices,core_count}" in warning
     text = run_cli("devices", "--backend", "neuron", env=env)
     assert f"warning (neuron): {warning}" in text.stdout
-    plan = cli_json("plan", "--agents", "2", "--backend", "neuron", env=env)
+    plan = cli_json_subprocess("plan", "--agents", "2", "--backend", "neuron", env=env)
     assert [p["connected"] for p in plan["partitions"]] == [True, True]
     assert all("connected=yes" in p["quality"] for p in plan["partitions"])
 
@@ -231,7 +236,7 @@ def test_non_root_gets_links_from_neuron_ls_with_a_warning(tmp_path: Path, stub:
 def test_non_root_without_neuron_ls_says_links_are_unknown(tmp_path: Path) -> None:
     tree = build_tree(tmp_path / "t", "trn1.32xlarge", core_metrics=False)
     env = {**tree_only(tree), **denied_reads_env(tree.root_only, tmp_path / "site")}
-    out = cli_json("devices", "--backend", "neuron", env=env)
+    out = cli_json_subprocess("devices", "--backend", "neuron", env=env)
     assert all(d["peers"] == [] for d in out["devices"])
     warnings = backend_node(out)["warnings"]
     assert any(w.startswith("links of neuron:0-15 unknown") for w in warnings)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ray_accel.plugins.discovery import discover_plugins
-from tests.conftest import cli_json
+from tests.clirun import cli_json_here as cli_json
 from tests.plugins import install_test_plugins
 
 

@@ -12,21 +12,17 @@ from hypothesis import strategies as st
 from ray_accel_cuda.runtime import TRAITS as CUDA_TRAITS
 from ray_accel_neuron.runtime import TRAITS as NEURON_TRAITS
 
-from ray_accel.bridge.managers import FAKE_RAY_VERSION_ENV, BridgeSpec, BridgeUnsupported, check_ray_version
+from ray_accel.bridge.managers import BridgeSpec, BridgeUnsupported, check_ray_version
 from ray_accel.cluster.host import read_host, user_figures
-from ray_accel.cluster.ports import raylet_ports
-from ray_accel.cluster.raylet import (
-    StartRequest,
-    check_user_keys,
-    partition_env,
-    ray_start_args,
-    validate_ray_args,
-)
+from ray_accel.cluster.ports import RayletPorts, raylet_ports
+from ray_accel.cluster.raylet import StartRequest, check_user_keys, partition_env
 from ray_accel.cluster.raylet_launch import CPU_SET_ENV
+from ray_accel.cluster.startargs import ray_start_args, validate_ray_args
 from ray_accel.core import validate
 from ray_accel.core.errors import InputError
 from ray_accel.partition.plan import Partition
 from ray_accel.partition.share import Share
+from ray_accel.rayapi.feature import FAKE_RAY_VERSION_ENV
 from tests.badinput import badinput
 
 SPEC = BridgeSpec(
@@ -41,9 +37,34 @@ def value(args: list[str], flag: str) -> str:
     return args[args.index(flag) + 1]
 
 
+def start_args(
+    part: Partition,
+    ports: RayletPorts,
+    spec: BridgeSpec,
+    head: bool,
+    gcs: str | None,
+    req: StartRequest,
+    gcs_port: int,
+    share: Share,
+) -> list[str]:
+    """One partition's arguments for the request `req`, as `start` builds them."""
+    return ray_start_args(
+        part,
+        ports,
+        spec,
+        head=head,
+        gcs=gcs,
+        gcs_port=gcs_port,
+        share=share,
+        user_args=req.ray_args,
+        user_labels=req.labels,
+        dashboard=req.dashboard,
+    )
+
+
 def test_a_raylet_gets_its_share_not_the_host() -> None:
     req = StartRequest(head=True, ray_args=["--num-cpus", "8", "--memory=9", "--temp-dir", "/x"], labels={"team": "a"})
-    args = ray_start_args(PART, raylet_ports(30000, 1), SPEC, True, None, req, 6379, SHARE)
+    args = start_args(PART, raylet_ports(30000, 1), SPEC, True, None, req, 6379, SHARE)
     assert value(args, "--num-cpus") == "3" and args.count("--num-cpus") == 1, "the user's host figure is replaced"
     assert value(args, "--memory") == "4000000000" and not any(a.startswith("--memory=") for a in args)
     assert value(args, "--object-store-memory") == "1500000000"
@@ -55,7 +76,7 @@ def test_a_raylet_gets_its_share_not_the_host() -> None:
 
 def test_gpu_count_goes_to_num_gpus_and_custom_resources_stay() -> None:
     share = Share("p0", 1, 10**9, 10**8)
-    args = ray_start_args(PART, raylet_ports(30000, 0), GPU, False, "h:1", StartRequest(), 0, share)
+    args = start_args(PART, raylet_ports(30000, 0), GPU, False, "h:1", StartRequest(), 0, share)
     assert value(args, "--num-gpus") == "4"
     assert "--resources" not in args, "nothing custom, nothing to pass"
 
@@ -71,11 +92,11 @@ def test_gpu_count_goes_to_num_gpus_and_custom_resources_stay() -> None:
 def test_dashboard_on_by_default_on_the_head(dashboard: bool, ray_args: list[str], expect: str | None) -> None:
     req = StartRequest(head=True, dashboard=dashboard, ray_args=ray_args)
     share = Share("p0", 1, 10**9, 10**8)
-    args = ray_start_args(PART, raylet_ports(30000, 0), SPEC, True, None, req, 6379, share)
+    args = start_args(PART, raylet_ports(30000, 0), SPEC, True, None, req, 6379, share)
     got = value(args, "--include-dashboard") if "--include-dashboard" in args else None
     assert got == expect
     assert "--dashboard-port" in args, "its port comes from the head's port block"
-    worker = ray_start_args(PART, raylet_ports(30000, 1), SPEC, False, "h:1", req, 0, share)
+    worker = start_args(PART, raylet_ports(30000, 1), SPEC, False, "h:1", req, 0, share)
     assert "--include-dashboard" not in worker and "--dashboard-port" not in worker, "Ray refuses them off the head"
 
 

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from ray_accel.train import backend as backend_mod
 from ray_accel.train import raycontext, worker
 from ray_accel.train.ranks import assign_ranks
-from ray_accel.train.raycontext import AGREES, DIFFERS, FIXED, PENDING, UNFIXABLE, RankSeamMissing
+from ray_accel.train.raycontext import AGREES, DIFFERS, FAILED, FIXED, MISSING, PENDING, UNFIXABLE, RankSeamMissing
 
 SEAM_MODULE = "ray.train.v2._internal.execution.context"
 IP = "192.0.2.2"
@@ -50,8 +50,8 @@ def v2_worker() -> Iterator[Any]:
     from ray.train.v2._internal.execution import context as ctx_mod
     from ray.train.v2._internal.execution import train_fn_utils
 
-    def become(ranks: dict[str, int]) -> Any:
-        context = ctx_mod.TrainContext(
+    def become(ranks: dict[str, int], cls: type = ctx_mod.TrainContext) -> Any:
+        context = cls(
             train_run_context=None,
             distributed_context=ctx_mod.DistributedContext(**ranks),
             execution_context=None,
@@ -117,22 +117,59 @@ def test_outside_a_train_worker_the_context_is_pending() -> None:
     assert raycontext.align_in_worker(ours(RAYLETS)[1])["status"] == PENDING
 
 
-def test_a_missing_seam_is_unfixable(monkeypatch: pytest.MonkeyPatch, v2_worker: Any) -> None:
+def test_a_missing_seam_is_reported_as_missing(monkeypatch: pytest.MonkeyPatch, v2_worker: Any) -> None:
     """An untested Ray: the public context still groups by IP, but the worker
     context is not where Ray 2.60 keeps it."""
     v2_worker(per_ip(4)[1])
     monkeypatch.setitem(sys.modules, SEAM_MODULE, None)
     outcome = raycontext.align_in_worker(ours(RAYLETS)[1])
-    assert outcome["status"] == UNFIXABLE
-    assert "not where Ray 2.60 keeps it" in outcome["reason"] and SEAM_MODULE in outcome["reason"]
+    assert outcome["status"] == MISSING
+    assert outcome["reason"].startswith(f"the seam is not there (Ray {ray.__version__}: has no module {SEAM_MODULE}")
 
 
-def test_a_context_without_the_rank_fields_is_unfixable(monkeypatch: pytest.MonkeyPatch, v2_worker: Any) -> None:
+def test_a_context_without_the_rank_fields_is_missing(monkeypatch: pytest.MonkeyPatch, v2_worker: Any) -> None:
     context = v2_worker(per_ip(4)[3])
     monkeypatch.setattr(context, "distributed_context", types.SimpleNamespace(local_rank=3))
     monkeypatch.setattr(raycontext, "read_ray_ranks", lambda: per_ip(4)[3])
     outcome = raycontext.align_in_worker(ours(RAYLETS)[3])
-    assert outcome["status"] == UNFIXABLE and "no distributed_context" in outcome["reason"]
+    assert outcome["status"] == MISSING and "holds no distributed_context with fields" in outcome["reason"]
+
+
+def test_an_exception_while_changing_the_context_is_reported_as_such(v2_worker: Any) -> None:
+    """The seam is there, but Ray's context refuses the change: that is an
+    error with its type and message, not a missing seam."""
+    from ray.train.v2._internal.execution import context as ctx_mod
+
+    class Locked(ctx_mod.TrainContext):  # type: ignore[misc]
+        def __setattr__(self, name: str, value: Any) -> None:
+            if name == "distributed_context" and hasattr(self, name):
+                raise PermissionError("the context is locked")
+            super().__setattr__(name, value)
+
+    v2_worker(per_ip(4)[1], Locked)
+    outcome = raycontext.align_in_worker(ours(RAYLETS)[1])
+    assert outcome["status"] == FAILED
+    assert outcome["reason"] == "changing Ray Train's worker context raised PermissionError: the context is locked"
+    assert outcome["ray"] == per_ip(4)[1]
+
+
+def test_an_exception_while_reading_the_context_is_reported_as_such(
+    monkeypatch: pytest.MonkeyPatch, v2_worker: Any
+) -> None:
+    """A getter of Ray's public context raising something other than its
+    documented "no context yet" RuntimeError is an error, not PENDING."""
+    context = v2_worker(per_ip(4)[2])
+
+    def broken() -> int:
+        raise ValueError("rank table is corrupt")
+
+    monkeypatch.setattr(type(context), "get_local_rank", lambda self: broken())
+    outcome = raycontext.align_in_worker(ours(RAYLETS)[2])
+    assert outcome == {
+        "status": FAILED,
+        "ray": None,
+        "reason": "reading ray.train.get_context() raised ValueError: rank table is corrupt",
+    }
 
 
 def test_refusal_names_the_ray_version_the_ip_and_the_reason() -> None:
@@ -146,6 +183,17 @@ def test_refusal_names_the_ray_version_the_ip_and_the_reason() -> None:
     assert raycontext.refusal(pending, {IP: 2}, "9.1.0", at_start=False) is None, "V1 before its session"
     late = raycontext.refusal(pending, {IP: 2}, "9.1.0", at_start=True)
     assert late is not None and "holds no ranks for this job" in late
+
+
+def test_refusal_tells_an_error_apart_from_a_missing_seam() -> None:
+    missing = [{"status": MISSING, "reason": "the seam is not there (Ray 9.1.0: has no module m)"}]
+    failed = [{"status": FAILED, "reason": "changing Ray Train's worker context raised PermissionError: locked"}]
+    for_missing = raycontext.refusal(missing, {IP: 2}, "9.1.0", at_start=False)
+    for_failed = raycontext.refusal(missing + failed, {IP: 2}, "9.1.0", at_start=False)
+    assert for_missing is not None and for_failed is not None
+    assert "has no module m" in for_missing and "use a tested Ray version" in for_missing
+    assert "correction failed: changing Ray Train's worker context raised PermissionError: locked" in for_failed
+    assert "not a Ray version without the seam" in for_failed and "use a tested Ray version" not in for_failed
 
 
 class FakeWorkerGroup:
@@ -206,6 +254,22 @@ def test_fit_is_refused_at_start_when_the_seam_is_missing_on_a_shared_ip(
     assert "prepare" not in group.called, "refused before any hook ran"
 
 
+def test_fit_is_refused_at_start_naming_an_exception_raised_by_rays_context(
+    monkeypatch: pytest.MonkeyPatch, untested_ray: None
+) -> None:
+    group = FakeWorkerGroup([IP] * 4, list(per_ip(4)))
+
+    def raising() -> dict[str, int]:
+        raise KeyError("local_rank")
+
+    monkeypatch.setattr(raycontext, "read_ray_ranks", raising)
+    config = types.SimpleNamespace(backend="gloo", run_id="r", hooks=(), timeout_s=5, pre_terminate_timeout_s=1)
+    with pytest.raises(RankSeamMissing) as err:
+        backend_mod.AcceleratorBackend().on_start(group, config)
+    assert "correction failed: reading ray.train.get_context() raised KeyError: 'local_rank'" in str(err.value)
+    assert "prepare" not in group.called, "refused before any hook ran"
+
+
 def test_one_partition_per_ip_needs_nothing_and_fails_nothing(
     monkeypatch: pytest.MonkeyPatch, untested_ray: None
 ) -> None:
@@ -240,8 +304,26 @@ def test_the_controller_view_is_replaced_on_a_v2_shaped_group() -> None:
     expected = ours(RAYLETS)
     workers = [types.SimpleNamespace(distributed_context=DistributedContext(**r)) for r in per_ip(4)]
     group = types.SimpleNamespace(get_workers=lambda: workers)
-    assert raycontext.set_controller_view(group, expected)
+    assert raycontext.set_controller_view(group, expected) == {"status": FIXED}
     assert [w.distributed_context.local_rank for w in workers] == [0, 1, 0, 1]
     assert [w.distributed_context.node_rank for w in workers] == [0, 0, 1, 1]
     assert [w.distributed_context.world_rank for w in workers] == [0, 1, 2, 3]
-    assert not raycontext.set_controller_view(types.SimpleNamespace(), expected), "a V1 group: untouched"
+    v1 = raycontext.set_controller_view(types.SimpleNamespace(), expected)
+    assert v1["status"] == MISSING and "has no get_workers" in v1["reason"], "a V1 group: untouched"
+
+
+def test_an_exception_on_the_controller_is_reported_not_dropped() -> None:
+    from ray.train.v2._internal.execution.context import DistributedContext
+
+    def inactive() -> list[Any]:
+        raise AssertionError("Worker group is not active")
+
+    view = raycontext.set_controller_view(types.SimpleNamespace(get_workers=inactive), ours(RAYLETS))
+    assert view == {
+        "status": FAILED,
+        "reason": "reading Ray Train's controller view raised AssertionError: Worker group is not active",
+    }
+    others = [types.SimpleNamespace(distributed_context=DistributedContext(**r)) for r in per_ip(2)]
+    mismatch = raycontext.set_controller_view(types.SimpleNamespace(get_workers=lambda: others), ours(RAYLETS))
+    assert mismatch["status"] == UNFIXABLE and "[0, 1] for 4 workers" in mismatch["reason"]
+    assert [w.distributed_context.local_rank for w in others] == [0, 1], "untouched"

@@ -4,6 +4,16 @@ Shapes follow the hardware facts in DESIGN.md: trn1.32xlarge is 16 devices x
 2 cores on a 4x4 torus (device 0 peers 12, 3, 4, 1); inf2.48xlarge is 12 x 2 in
 a ring; trn2.48xlarge is 16 x 8 physical cores shown as 4 logical cores each
 (logical core size 2); the GPU presets are 8 GPUs all linked through NVSwitch.
+Trainium3 (the Neuron docs' trainium3.rst and trn3-arch.rst: 8 physical
+NeuronCore-v4 and 144 GiB per device, linked all to all through
+NeuronSwitch-v1) comes in the three shapes the Neuron driver knows
+(aws-neuron-driver 2.30.2.0, `v4/neuron_dhal_v4.c`): `trn3.48xlarge` (16
+devices, a Gen1 UltraServer server), `trn3e.24xlarge` (4 devices, a Gen2
+UltraServer server) and `trn3pd98.3xlarge` (1 device). Every Trainium3
+instance name is known only from that driver source: the Neuron docs name
+none, so which names are sold is not known. Each device shows 4 logical
+cores: the default logical core size 2 is seen only in TorchNeuron's
+pre-release source. Their NUMA layout is not published: one node.
 `mixed-v100-a100` is a node of two GPU models, one V100 and two NVLinked
 A100s, the shape of Ray's own NVML test data (GPU_MOCK_DATA in
 python/ray/tests/accelerators/test_nvidia_gpu.py: two A100s and a V100), with
@@ -277,6 +287,42 @@ PRESETS: dict[str, Callable[[], NodeSpec]] = {
         "torus:4x4",
         2,
         instance_type="trn2.48xlarge",
+        physical_cores=8,
+    ),
+    "trn3.48xlarge": lambda: build_node(
+        "trn3.48xlarge",
+        FAMILY_NEURON,
+        "Trainium3",
+        16,
+        4,
+        144 * GIB,
+        "all-to-all",
+        1,
+        instance_type="trn3.48xlarge",
+        physical_cores=8,
+    ),
+    "trn3e.24xlarge": lambda: build_node(
+        "trn3e.24xlarge",
+        FAMILY_NEURON,
+        "Trainium3",
+        4,
+        4,
+        144 * GIB,
+        "all-to-all",
+        1,
+        instance_type="trn3e.24xlarge",
+        physical_cores=8,
+    ),
+    "trn3pd98.3xlarge": lambda: build_node(
+        "trn3pd98.3xlarge",
+        FAMILY_NEURON,
+        "Trainium3",
+        1,
+        4,
+        144 * GIB,
+        "none",
+        1,
+        instance_type="trn3pd98.3xlarge",
         physical_cores=8,
     ),
     "p4d.24xlarge": lambda: build_node(

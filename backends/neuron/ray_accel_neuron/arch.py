@@ -1,21 +1,32 @@
 """What a Neuron device is: its generation, from whichever source can tell.
 
-The strings come from the Neuron driver (aws-neuron/aws-neuron-driver @
-fca19f7d, aws-neuronx-dkms 2.24.7.0): `ndhal_register_funcs_trn1/_inf2`
-(`v2/neuron_dhal_v2.c`) and `_trn2` (`v3/neuron_dhal_v3.c`) write
+The strings come from the Neuron driver: `ndhal_register_funcs_trn1/_inf2`
+(`v2/neuron_dhal_v2.c`) and `_trn2` (`v3/neuron_dhal_v3.c`) in
+aws-neuron/aws-neuron-driver @ fca19f7d (aws-neuronx-dkms 2.24.7.0), and
+`ndhal_register_funcs_trn3` (`v4/neuron_dhal_v4.c`) in the same repository @
+9cc489ec (aws-neuronx-dkms 2.30.2.0, shipped with Neuron 2.32). They write
 `info/architecture/{arch_type,instance_type,device_name}`; `neuron_device.h`
 has the PCI device ids (vendor 0x1d0f). Note that the sysfs `instance_type`
 is a family ("Trn1"), never an EC2 instance type, and that `arch_type` NDv3
 is both Inferentia2 and Trainium2: only `device_name`, the PCI device id or
 the shape tell them apart. Memory sizes and core counts: the Neuron
 documentation's `about-neuron/arch/neuron-hardware/*.rst`.
+
+A device this table does not know is not an error: `reported` makes a
+generation of what the device calls itself, with every fact the table would
+give left unknown, so discovery goes on with what the machine shows.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 GIB = 1024**3
+
+# Fabrics: how the devices of one host are linked.
+TABLE = "table"  # the driver's `connected_devices` lists each device's links
+ALL_TO_ALL = "all-to-all"  # every device reaches every other through a switch
 
 
 @dataclass(frozen=True)
@@ -23,29 +34,80 @@ class Generation:
     accelerator_type: str  # what Ray's `accelerator_type:` resource and label carry
     device_name: str  # sysfs info/architecture/device_name
     pci_device_ids: tuple[int, ...]
-    physical_cores: int  # per device (sysfs core_count)
-    memory_bytes: int  # per device; sysfs has no total, the hardware has one size
-    default_lnc: int  # logical core size the runtime uses unless told otherwise
+    physical_cores: int | None  # per device (sysfs core_count); None: not known
+    memory_bytes: int | None  # per device; sysfs has no total, the hardware has one size
+    default_lnc: int | None  # logical core size the runtime uses unless told otherwise; None: not known
     instance_prefixes: tuple[str, ...]  # EC2 instance families with this device
+    arch_types: tuple[str, ...] = ()  # device-level sysfs arch_type ("ND" + the driver's suffix)
+    fabric: str = TABLE
+    known: bool = True  # False: made by `reported` from a name this table does not hold
 
     @property
     def supports_lnc(self) -> bool:
-        # Logical NeuronCores exist on Trainium2 only (logical-neuroncore-config.rst).
-        return self.default_lnc > 1
+        # Logical NeuronCores exist on Trainium2 and Trainium3
+        # (logical-neuroncore-config.rst); of an unknown device nothing is known.
+        return self.default_lnc is None or self.default_lnc > 1
 
 
-TRAINIUM = Generation("Trainium", "Trainium1", (0x7164,), 2, 32 * GIB, 1, ("trn1", "trn1n"))
-INFERENTIA2 = Generation("Inferentia2", "Inferentia2", (0x7264,), 2, 32 * GIB, 1, ("inf2",))
-TRAINIUM2 = Generation("Trainium2", "Trainium2", (0x7364,), 8, 96 * GIB, 2, ("trn2", "trn2n", "trn2u", "trn2p"))
+TRAINIUM = Generation("Trainium", "Trainium1", (0x7164,), 2, 32 * GIB, 1, ("trn1", "trn1n"), ("NDv2",))
+INFERENTIA2 = Generation("Inferentia2", "Inferentia2", (0x7264,), 2, 32 * GIB, 1, ("inf2",), ("NDv3",))
+TRAINIUM2 = Generation(
+    "Trainium2", "Trainium2", (0x7364,), 8, 96 * GIB, 2, ("trn2", "trn2n", "trn2u", "trn2p"), ("NDv3",)
+)
+# Trainium3 (driver 2.30.2.0: NDv4/NCv4/Trn3/Trainium3, TRN3_DEVICE_ID0/1 =
+# 0x7564/0x7565; `v4/address_map.h`: 2 dies x 2 SENGs x 2 NCs = 8 physical
+# cores, 4 HBM stacks of 36 GiB = 144 GiB, as trainium3.rst says).
+# Default LNC 2: only TorchNeuron's pre-release source says so
+# (`torch_neuronx/csrc/core/utils/PlatformUtils.cpp` maps NRT_INSTANCE_TRN3
+# and NRT_INSTANCE_TRN3PDS98 to "2"); the Neuron LNC page says LNC applies to
+# Trn2 and Trn3 but states the default for Trn2 only. NEURON_LOGICAL_NC_CONFIG
+# overrides it.
+# Instance families: every name is known only from the driver's own tables
+# (`v4_platform_map`, `ndhal_instance_type_3xl` in `v4/neuron_dhal_v4.c`)
+# and "trn3pds" from a public test harness; the Neuron docs name no
+# Trainium3 instance type.
+# Fabric: all to all through NeuronSwitch-v1 (trn3-arch.rst: "Both
+# configurations use NeuronSwitch-v1 interconnect technology to enable
+# all-to-all connectivity between chips"). The driver's `connected_devices`
+# is not used on Trainium3: `fw_io_topology_v3` (`v3/neuron_dhal_v3.c`,
+# reused by V4) prints the Trn2 torus table for it on 16-device hosts under
+# "TODO PDS update", and an empty line on others.
+TRAINIUM3 = Generation(
+    "Trainium3",
+    "Trainium3",
+    (0x7564, 0x7565),
+    8,
+    144 * GIB,
+    2,
+    (
+        "trn3",
+        "trn3e",
+        "trn3e-dev0",
+        "trn3-dev0",
+        "trn3-dev1",
+        "trn3s-es",
+        "trn3sn",
+        "trn3sn-es",
+        "trn3p",
+        "trn3pd98",
+        "trn3pds",
+    ),
+    arch_types=("NDv4",),
+    fabric=ALL_TO_ALL,
+)
 # Inf1 (NDv1, 4 NeuronCore-v1, 8 GiB) is recognised so that it is named, not mistaken.
-INFERENTIA = Generation("Inferentia", "Inferentia", (0x7064, 0x7065, 0x7066, 0x7067), 4, 8 * GIB, 1, ("inf1",))
+INFERENTIA = Generation(
+    "Inferentia", "Inferentia", (0x7064, 0x7065, 0x7066, 0x7067), 4, 8 * GIB, 1, ("inf1",), ("NDv1",)
+)
 
-GENERATIONS = (TRAINIUM, INFERENTIA2, TRAINIUM2, INFERENTIA)
+GENERATIONS = (TRAINIUM, INFERENTIA2, TRAINIUM2, TRAINIUM3, INFERENTIA)
 NEURON_PCI_VENDOR = 0x1D0F
 
 # Instance types a (generation, host device count) can only be; missing keys
-# (16 Trainium: trn1 or trn1n; 16 Trainium2: trn2, trn2n, trn2u; 1
-# Inferentia2: inf2.xlarge or inf2.8xlarge) are ambiguous.
+# are ambiguous: 16 Trainium: trn1 or trn1n; 16 Trainium2: trn2, trn2n,
+# trn2u; 1 Inferentia2: inf2.xlarge or inf2.8xlarge; every Trainium3 shape
+# (the driver knows several names for each, and which are sold is not
+# published).
 UNIQUE_SHAPES = {
     (TRAINIUM, 1): "trn1.2xlarge",
     (INFERENTIA2, 6): "inf2.24xlarge",
@@ -56,7 +118,43 @@ AMBIGUOUS_SHAPES = {
     (TRAINIUM, 16): ("trn1.32xlarge", "trn1n.32xlarge"),
     (INFERENTIA2, 1): ("inf2.xlarge", "inf2.8xlarge"),
     (TRAINIUM2, 16): ("trn2.48xlarge", "trn2n.48xlarge", "trn2u.48xlarge"),
+    # v4_platform_map (PDS, ULTRASERVER), MAX, and ndhal_instance_type_3xl.
+    (TRAINIUM3, 16): (
+        "trn3.48xlarge",
+        "trn3-dev0.48xlarge",
+        "trn3-dev1.48xlarge",
+        "trn3s-es.48xlarge",
+        "trn3sn.48xlarge",
+        "trn3sn-es.48xlarge",
+        "trn3p.48xlarge",
+    ),
+    (TRAINIUM3, 4): ("trn3e.24xlarge", "trn3e-dev0.24xlarge"),
+    (TRAINIUM3, 1): ("trn3pd98.3xlarge", "trn3s-es.3xlarge", "trn3sn.3xlarge", "trn3sn-es.3xlarge"),
 }
+
+# A Ray label value (Ray 2.60 `label_utils.LABEL_REGEX`): the accelerator
+# type becomes the `ray-accel.io/accelerator-type` label and Ray's
+# `accelerator_type:<T>` resource.
+_LABEL_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+MAX_TYPE_LEN = 63
+
+
+def safe_type(name: str) -> str | None:
+    """What a device calls itself, as an accelerator type Ray can carry:
+    runs of other characters become '-', the ends are letters or digits, at
+    most 63 characters; None when nothing is left."""
+    text = _LABEL_SAFE.sub("-", name.strip())[:MAX_TYPE_LEN]
+    text = text.strip("-_.")
+    return text or None
+
+
+def reported(name: str) -> Generation | None:
+    """A generation for a device name this table does not know: its type is
+    the name (made label-safe), every other fact unknown."""
+    kind = safe_type(name)
+    if kind is None:
+        return None
+    return Generation(kind, name.strip(), (), None, None, None, (), known=False)
 
 
 def from_device_name(name: str) -> Generation | None:
@@ -65,9 +163,18 @@ def from_device_name(name: str) -> Generation | None:
     return next((g for g in GENERATIONS if g.device_name == text), None)
 
 
+def with_arch_type(arch_type: str) -> tuple[Generation, ...]:
+    """The generations whose devices write this device-level `arch_type`:
+    one for NDv2 and NDv4, two for NDv3 (Inferentia2, Trainium2), none for a
+    string the table does not hold."""
+    text = arch_type.strip()
+    return tuple(g for g in GENERATIONS if text in g.arch_types)
+
+
 def from_arch_type(arch_type: str) -> Generation | None:
-    """sysfs device-level `arch_type`: decisive for NDv2 only (NDv3 is Inf2 or Trn2)."""
-    return TRAINIUM if arch_type.strip() == "NDv2" else None
+    """sysfs device-level `arch_type` where it names one generation only."""
+    found = with_arch_type(arch_type)
+    return found[0] if len(found) == 1 else None
 
 
 def from_pci_device_id(device_id: int) -> Generation | None:
@@ -82,5 +189,10 @@ def from_instance_type(instance_type: str) -> Generation | None:
 
 def from_monitor_type(device_type: str) -> Generation | None:
     """neuron-monitor `neuron_hardware_info.neuron_device_type` (trainium, inferentia2, trainium2)."""
-    names = {"trainium": TRAINIUM, "inferentia2": INFERENTIA2, "trainium2": TRAINIUM2, "inferentia": INFERENTIA}
+    names = {
+        "trainium": TRAINIUM,
+        "inferentia2": INFERENTIA2,
+        "trainium2": TRAINIUM2,
+        "inferentia": INFERENTIA,
+    }
     return names.get(device_type.strip().lower())

@@ -1,17 +1,22 @@
 """The one rule for NeuronCore numbering, used by every discovery path.
 
-Facts (Neuron documentation; /work/notes/neuron-facts.md section 2):
+Facts (the Neuron documentation: logical-neuroncore-config.rst,
+neuron-ls.rst, the runtime configuration guide):
 
 - sysfs `core_count` and the `neuron_coreN` directories count *physical*
-  cores (2 on Trainium and Inferentia2, 8 on Trainium2).
+  cores (2 on Trainium and Inferentia2, 8 on Trainium2 and Trainium3).
 - The runtime, `NEURON_RT_VISIBLE_CORES` and every LNC-aware tool count
   *logical* cores: a logical core is 1 or 2 physical ones
-  (`NEURON_LOGICAL_NC_CONFIG`, default 2 on Trainium2, 1 elsewhere).
+  (`NEURON_LOGICAL_NC_CONFIG`, default 2 on Trainium2 and, by TorchNeuron's
+  pre-release source only, on Trainium3; 1 elsewhere; see `arch`).
   `neuron-ls` prints `nc_count` already in logical cores, with
   `logical_neuroncore_config` on Trainium2: it is never divided again.
 - Logical ids are global, by device index: device i holds
   i*n .. i*n+n-1, also inside a container that sees only some devices
   (the runtime keeps host numbering there).
+- A device whose generation is unknown has no known default: the user's
+  variable, the tool or the node file decide, else one logical core per
+  physical core, said in a warning (`Lnc.assumed`).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ class Lnc:
     size: int
     source: str
     explicit: bool  # set by the user (NEURON_LOGICAL_NC_CONFIG), so it wins over the tool
+    assumed: bool = False  # no source and no known default: logical = physical
 
 
 @dataclass(frozen=True)
@@ -68,9 +74,10 @@ def worker_lnc(
         return Lnc(tool_lnc, "neuron-ls logical_neuroncore_config", False), ()
     if file_lnc is not None:
         return Lnc(file_lnc, "logical_nc_config file", False), ()
-    if generation is not None:
+    if generation is not None and generation.default_lnc is not None:
         return Lnc(generation.default_lnc, f"default for {generation.accelerator_type}", False), ()
-    return Lnc(1, "no generation known: logical = physical", False), ()
+    what = "no generation known" if generation is None else f"no known default for {generation.accelerator_type}"
+    return Lnc(1, f"{what}: logical = physical", False, assumed=True), ()
 
 
 def _divide(physical: int, lnc: int, what: str) -> int:

@@ -1,22 +1,26 @@
 """One inventory from every source, each fact with where it came from.
 
 Pure: the plugin reads the sources (`sysfs`, `neuron_ls`, PCI, DMI, /dev)
-and hands them here. The rules (/work/notes/neuron-facts.md):
+and hands them here. The rules:
 
 - Visible devices are those this process can open: the usable /dev/neuronN
   nodes when /dev has any (sysfs is not namespaced, so a container sees
   every host device there), else what neuron-ls lists (it opens them).
 - Cores: `cores.number`, one rule for sysfs's physical counts and
   neuron-ls's logical ones; both read must agree.
-- Links: sysfs `connected_devices` (root-only), else neuron-ls
-  `connected_to`. A link to a device not visible here is an external peer:
-  shown, never planned over.
+- Links: by the generation's fabric. Trainium3 is all to all (the Neuron
+  docs' trn3-arch.rst): every device of the host is a peer, and the driver's
+  `connected_devices` is not used (2.30.2.0 prints the Trn2 torus table
+  there under "TODO PDS update", `fw_io_topology_v3`). Otherwise sysfs
+  `connected_devices` (root-only), else neuron-ls `connected_to`. A link to
+  a device not visible here is an external peer: shown, never planned over.
 - NUMA: the PCI function's `numa_node` by the BDF neuron-ls gives, else
   neuron-ls's own `numa_node`, else the node every Neuron PCI function is
   on; otherwise unknown, with a warning.
 - A fact no source gives is a warning naming the reason, never a default.
-  What the machine reports that contradicts itself raises `BadData`; the
-  backend then goes inactive with that reason.
+  A device, name or field this backend does not know keeps working with a
+  warning naming it. What the machine reports that contradicts itself
+  raises `BadData`; the backend then goes inactive with that reason.
 """
 
 from __future__ import annotations
@@ -26,9 +30,9 @@ from dataclasses import dataclass, field
 
 from ray_accel.core.devices import Device
 from ray_accel.core.visibility import format_visible_ids
-from ray_accel_neuron import cores, identity, limits, sysfs
+from ray_accel_neuron import arch, cores, identity, limits, sysfs
 from ray_accel_neuron.arch import Generation
-from ray_accel_neuron.neuron_ls import LsDevice
+from ray_accel_neuron.neuron_ls import FORMAT_NEW, LsDevice
 from ray_accel_neuron.runtime import FAMILY
 from ray_accel_neuron.sysfs import DevNode, PciFunction, Reading, SysfsDevice
 
@@ -39,12 +43,15 @@ class Sources:
     dev_root: str
     sysfs: tuple[SysfsDevice, ...] = ()
     sysfs_error: str | None = None  # why the Neuron class directory could not be listed
+    sysfs_layout: str | None = None  # why the tree is not a layout this backend reads (`sysfs.layout_problem`)
     dev: tuple[DevNode, ...] = ()
     pci: Mapping[str, PciFunction] = field(default_factory=dict)  # by BDF
     neuron_pci: tuple[str, ...] = ()  # BDFs bound to the Neuron driver
     ls: tuple[LsDevice, ...] | None = None
     ls_error: str | None = None  # why there is no neuron-ls listing
     ls_path: str | None = None
+    ls_format: str | None = None  # which output format neuron-ls printed
+    ls_unread: tuple[str, ...] = ()  # its top-level fields not read (new format)
     dmi: Reading | None = None
     env_lnc: int | None = None
     file_lnc: int | None = None
@@ -125,9 +132,23 @@ def _physical(sd: SysfsDevice, denied: list[tuple[int, str]]) -> tuple[int | Non
     return None, f"{r.path}: {r.error}"
 
 
+ALL_TO_ALL_SOURCE = (
+    "architecture: {kind} devices are linked all to all (Neuron docs, trn3-arch.rst); "
+    "the driver's connected_devices is a placeholder for them and is not used"
+)
+
+
 def _links(
-    index: int, sd: SysfsDevice | None, ld: LsDevice | None, denied: list[tuple[int, str]], warnings: list[str]
+    index: int,
+    sd: SysfsDevice | None,
+    ld: LsDevice | None,
+    denied: list[tuple[int, str]],
+    warnings: list[str],
+    gen: Generation | None = None,
+    host: tuple[int, ...] = (),
 ) -> tuple[tuple[int, ...] | None, str]:
+    if gen is not None and gen.fabric == arch.ALL_TO_ALL:
+        return tuple(i for i in host if i != index), ALL_TO_ALL_SOURCE.format(kind=gen.accelerator_type)
     from_sysfs = None
     why = "no source"
     if sd is not None:
@@ -219,11 +240,24 @@ def merge(src: Sources) -> Inventory:
         raise limits.BadData(f"neuron-ls prints logical_neuroncore_config {sorted(tool_lncs)} on one node")
     lnc, lnc_warnings = cores.worker_lnc(gen, src.env_lnc, next(iter(tool_lncs), None), src.file_lnc)
     warnings += lnc_warnings
+    if src.sysfs_layout:
+        if src.ls is None:
+            raise limits.BadData(
+                f"sysfs layout not recognised: {src.sysfs_layout}; neuron-ls, the fallback, is unavailable "
+                f"({src.ls_error})"
+            )
+        warnings.append(f"sysfs layout not recognised: {src.sysfs_layout}; facts from neuron-ls ({src.ls_format})")
+    if src.ls is not None and src.ls_format == FORMAT_NEW:
+        unread = f"; top-level fields not read: {', '.join(src.ls_unread)}" if src.ls_unread else ""
+        warnings.append(f"neuron-ls printed {FORMAT_NEW}, read by its shape{unread}")
+    host = tuple(sorted(set(by_sysfs) | set(ls)))
 
     devices = []
     no_links: list[int] = []
     no_numa: dict[int, str] = {}
+    no_memory: list[int] = []
     per_device: dict[int, int] = {}
+    from_physical: list[int] = []
     for i, how_visible in visible.items():
         sd, ld = by_sysfs.get(i), ls.get(i)
         physical, physical_source = (None, "no sysfs entry") if sd is None else _physical(sd, denied)
@@ -238,7 +272,9 @@ def merge(src: Sources) -> Inventory:
         )
         warnings += numbering.warnings
         per_device[i] = len(numbering.ids)
-        links, links_source = _links(i, sd, ld, denied, warnings)
+        if ld is None:
+            from_physical.append(i)
+        links, links_source = _links(i, sd, ld, denied, warnings, gen, host)
         if links is None:
             no_links.append(i)
         if links is not None and i in links:
@@ -247,20 +283,13 @@ def merge(src: Sources) -> Inventory:
         numa, numa_source, cpus = _numa(i, bdf, ld, src)
         if numa is None:
             no_numa[i] = numa_source
-        if gen is not None:
-            memory, memory_source = (
-                (ld.memory_bytes, "neuron-ls memory_size")
-                if ld and ld.memory_bytes
-                else (
-                    gen.memory_bytes,
-                    f"architecture table ({gen.accelerator_type})",
-                )
-            )
-        elif ld is not None and ld.memory_bytes:
+        if ld is not None and ld.memory_bytes:
             memory, memory_source = ld.memory_bytes, "neuron-ls memory_size"
+        elif gen is not None and gen.memory_bytes:
+            memory, memory_source = gen.memory_bytes, f"architecture table ({gen.accelerator_type})"
         else:
             memory, memory_source = 0, "unknown"
-            warnings.append(f"neuron:{i}: memory size unknown (no neuron-ls memory_size, generation unknown)")
+            no_memory.append(i)
         arch_type = sd.arch_type.text.strip() if sd and sd.arch_type.text and sd.arch_type.text.strip() else None
         attributes = {
             "physical_cores": str(numbering.physical),
@@ -315,6 +344,14 @@ def merge(src: Sources) -> Inventory:
     if no_numa:
         first = next(iter(no_numa.values()))
         warnings.append(f"NUMA node of {ids_text(list(no_numa))} unknown: {first}")
+    if no_memory:
+        kind = "generation unknown" if gen is None else f"{gen.accelerator_type} is not in the architecture table"
+        warnings.append(f"memory size of {ids_text(no_memory)} unknown (no neuron-ls memory_size, {kind})")
+    if lnc.assumed and from_physical:
+        warnings.append(
+            f"logical cores of {ids_text(from_physical)}: {lnc.source}, as neither {cores.LNC_ENV} nor neuron-ls "
+            f"says otherwise; set {cores.LNC_ENV} if the runtime groups them"
+        )
     host_devices = _host_devices(by_sysfs, ls, src)
     instance = identity.instance_type(gen, host_devices, hints, dmi_reason)
     warnings += instance.warnings
@@ -357,8 +394,7 @@ def _denied_warning(root: str, denied: Sequence[tuple[int, str]], have_ls: bool)
     names = sorted({name for _, name in denied})
     indexes = format_visible_ids(sorted({i for i, _ in denied}), "ranges")
     shown = f"{root}/neuron{{{indexes}}}/{{{','.join(names)}}}"
-    fallback = "links from neuron-ls" if have_ls else "links unknown (neuron-ls unavailable)"
-    return (
-        f"not readable by this user (root-only, mode 0400, in the Neuron driver): {shown}; "
-        f"cores counted from neuron_coreN directories, {fallback}"
-    )
+    fallback = ["cores counted from neuron_coreN directories"] if "core_count" in names else []
+    if "connected_devices" in names:
+        fallback.append("links from neuron-ls" if have_ls else "links unknown (neuron-ls unavailable)")
+    return f"not readable by this user (root-only, mode 0400, in the Neuron driver): {shown}; {', '.join(fallback)}"

@@ -3,9 +3,10 @@ discovery for what the machine reports.
 
 Sources, cheapest first: the Neuron sysfs tree, /dev/neuronN, PCI sysfs and
 DMI (plain file reads); `neuron-ls` only when those leave a fact open (links
-unreadable by a non-root user, NUMA that needs a BDF, a generation sysfs
-cannot name, or no sysfs at all), so a root process on a host whose Neuron
-functions share one NUMA node starts no subprocess.
+unreadable by a non-root user on a host whose links are not known from the
+architecture, NUMA that needs a BDF, a generation sysfs cannot name, a sysfs
+layout this backend does not read, or no sysfs at all), so a root process on
+a host whose Neuron functions share one NUMA node starts no subprocess.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from collections.abc import Mapping
 
 from ray_accel.core.devices import Device, NodeInfo, all_core_ids
 from ray_accel.plugins.interface import DevicePlugin
-from ray_accel_neuron import config, limits, merge, sysfs
-from ray_accel_neuron.neuron_ls import PATH_ENV, LsDevice, NeuronLsError, run_neuron_ls
+from ray_accel_neuron import arch, config, limits, merge, sysfs
+from ray_accel_neuron.neuron_ls import PATH_ENV, LsListing, NeuronLsError, run_listing
 from ray_accel_neuron.runtime import COLLECTIVES, FAMILY, PROTECTED_ENV, TRAITS, VISIBLE_ENV, NeuronRuntime
 from ray_accel_neuron.sysfs import PciFunction, SysfsDevice
 from ray_accel_neuron.telemetry import NeuronTelemetry
@@ -26,12 +27,21 @@ from ray_accel_neuron.tools import find_tool
 log = logging.getLogger(__name__)
 
 
+def _links_from_architecture(devices: tuple[SysfsDevice, ...]) -> bool:
+    """Every device names a generation whose links the architecture gives (Trainium3)."""
+    gens = [arch.from_device_name(d.device_name.text or "") for d in devices]
+    return all(g is not None and g.fabric == arch.ALL_TO_ALL for g in gens)
+
+
 def _needs_neuron_ls(devices: tuple[SysfsDevice, ...], pci: Mapping[str, PciFunction]) -> list[str]:
     """What sysfs leaves open that neuron-ls can give; empty when nothing."""
     if not devices:
         return ["no Neuron sysfs tree"]
+    layout = sysfs.layout_problem(devices)
+    if layout:
+        return ["every fact (the sysfs layout is not one this backend reads)"]
     why = []
-    if any(d.connected.text is None for d in devices):
+    if any(d.connected.text is None for d in devices) and not _links_from_architecture(devices):
         why.append("links (connected_devices unreadable)")
     if len({fn.numa_node for fn in pci.values()}) != 1 or None in {fn.numa_node for fn in pci.values()}:
         why.append("NUMA (needs each device's BDF)")
@@ -65,7 +75,7 @@ class NeuronPlugin(DevicePlugin):
         devices = tuple(sysfs.read_device(i, p) for i, p in listed)
         pci = {fn.bdf: fn for fn in sysfs.neuron_pci_functions(cfg.sys_root)}
         neuron_pci = tuple(sorted(pci))
-        ls: tuple[LsDevice, ...] | None = None
+        listing: LsListing | None = None
         ls_error = None
         path = find_tool("neuron-ls", cfg.neuron_ls)
         needed = _needs_neuron_ls(devices, pci)
@@ -73,11 +83,11 @@ class NeuronPlugin(DevicePlugin):
             ls_error = f"not found ({PATH_ENV}, /opt/aws/neuron/bin, PATH)"
         elif needed and path is not None:
             try:
-                ls = run_neuron_ls(path, cfg.ls_timeout_s, cfg.environ)
+                listing = run_listing(path, cfg.ls_timeout_s, cfg.environ)
             except NeuronLsError as e:
                 ls_error = str(e)
                 log.info("neuron-ls unusable: %s", e)
-            for d in ls or ():
+            for d in listing.devices if listing else ():
                 if d.bdf and d.bdf not in pci:
                     fn = sysfs.pci_function(cfg.sys_root, d.bdf)
                     if fn is not None:
@@ -90,18 +100,21 @@ class NeuronPlugin(DevicePlugin):
             dev_root=cfg.dev_root,
             sysfs=devices,
             sysfs_error=list_error,
+            sysfs_layout=sysfs.layout_problem(devices),
             dev=sysfs.dev_nodes(cfg.dev_root),
             pci=pci,
             neuron_pci=neuron_pci,
-            ls=ls,
+            ls=None if listing is None else listing.devices,
             ls_error=ls_error,
             ls_path=path,
+            ls_format=None if listing is None else listing.format,
+            ls_unread=() if listing is None else listing.unread,
             dmi=sysfs.dmi_product_name(cfg.sys_root),
             env_lnc=cfg.env_lnc,
             file_lnc=file_lnc,
         )
         self._extra_warnings = [lnc_problem] if lnc_problem else []
-        if ls is None and ls_error and needed and devices:
+        if listing is None and ls_error and needed and devices:
             self._extra_warnings.append(f"neuron-ls {ls_error}; it was needed for: {', '.join(needed)}")
         return src
 

@@ -1,7 +1,9 @@
 """Reading what the kernel shows about Neuron devices: no subprocess here.
 
 Layout from the Neuron driver's source (aws-neuron/aws-neuron-driver @
-fca19f7d = aws-neuronx-dkms 2.24.7.0; `neuron_cdev.c`, `neuron_sysfs_metrics.c`):
+fca19f7d = aws-neuronx-dkms 2.24.7.0; `neuron_cdev.c`,
+`neuron_sysfs_metrics.c`), unchanged through @ 9cc489ec = 2.30.2.0 (the
+driver of Neuron 2.32), which adds Trainium3 and its health nodes:
 
 - `<neuron root>/neuronN/` (class `neuron_device`, created with no parent
   device: no `device` link, no `numa_node`): `core_count` ("%d", physical
@@ -13,6 +15,9 @@ fca19f7d = aws-neuronx-dkms 2.24.7.0; `neuron_cdev.c`, `neuron_sysfs_metrics.c`)
   (`present` is only the size of the last allocation or free).
 - `neuronN/stats/hardware/{mem_ecc_uncorrected,sram_ecc_uncorrected,
   mem_ecc_repairable_uncorrected}` are plain files ("%u\\n").
+- `neuronN/stats/hardware/health_status/{unhealthy_components,
+  healthcheck_heartbeat,hw_error_event}` (0444; 2.30.2.0, created where the
+  driver's `health_status_enabled` is set: V4, i.e. Trainium3, only).
 - PCI: `<sys>/bus/pci/drivers/neuron/<bdf>` -> the function, with `device`,
   `numa_node` ("-1": no NUMA information) and `local_cpulist` (kernel ABI).
   The Neuron tree never says which BDF is which device index.
@@ -20,6 +25,14 @@ fca19f7d = aws-neuronx-dkms 2.24.7.0; `neuron_cdev.c`, `neuron_sysfs_metrics.c`)
   type (the driver reads it too, `ndhal_instance_type_pod`).
 - `/dev/neuronN`: character devices the driver's udev rule makes 0666 (or
   0660 group `neuron` when hardened); in a container only the mounted ones.
+
+Driver 2.31 (Neuron 2.33) "reorganized the Neuron sysfs tree and moved
+several nodes to new paths", not backwards compatible (the Neuron sysfs user
+guide, v2.33.0). Which nodes moved where is not published (no 2.31 source,
+and the guide's tree is not readable here), so nothing here guesses new
+paths: the layout is read by feature, node by node, and `layout_problem`
+says when a tree has none of the nodes above, so discovery falls back to
+`neuron-ls` with that reason.
 
 Every read goes through `ray_accel.core.files` (bounded, never blocks on a
 FIFO) and keeps its failure reason, so discovery can say which fact is
@@ -62,6 +75,10 @@ class Reading:
     @property
     def denied(self) -> bool:
         return self.error == "permission denied"
+
+    @property
+    def absent(self) -> bool:
+        return self.error == "absent"
 
 
 def read(path: str) -> Reading:
@@ -179,6 +196,24 @@ def read_device(index: int, path: str) -> SysfsDevice:
     )
 
 
+def layout_problem(devices: tuple[SysfsDevice, ...]) -> str | None:
+    """None when some device shows a node this backend reads; else why the
+    tree is not the layout it knows (every node absent, not denied)."""
+    if not devices:
+        return None
+    for d in devices:
+        readings = (d.core_count, d.connected, d.device_name, d.arch_type, d.serial)
+        if d.core_dirs or any(not r.absent for r in readings):
+            return None
+    root = os.path.dirname(devices[0].path)
+    return (
+        f"{root} has {len(devices)} neuronN entries but none of core_count, connected_devices, "
+        "info/architecture/{device_name,arch_type}, info/serial_number or neuron_coreN in any: not the "
+        "layout of Neuron drivers 2.24 to 2.30 that this backend reads (driver 2.31 moved sysfs nodes "
+        "to paths not published)"
+    )
+
+
 # ---------------------------------------------------------------------------
 # PCI, DMI, /dev
 # ---------------------------------------------------------------------------
@@ -284,3 +319,76 @@ def ecc_uncorrected(neuron_root: str | Path, index: int) -> dict[str, int] | Non
         except limits.BadData:
             continue
     return out if out else None
+
+
+# ---------------------------------------------------------------------------
+# Health (Trainium3, driver 2.30.2.0): read by nothing but tests yet
+# ---------------------------------------------------------------------------
+
+HEALTH_STATUS_DIR = os.path.join("stats", "hardware", "health_status")
+# `healthcheck_status_fields` in `neuron_sysfs_metrics.c` (2.30.2.0), in the
+# order the driver prints them; `device_unreachable` when the registers
+# cannot be read. The driver writes into a 512-byte buffer.
+HEALTH_COMPONENTS = (
+    "hbm",
+    "firmware_service_api",
+    "firmware_service_processor",
+    "sram",
+    "link_intraserver",
+    "link_host",
+    "link_efa",
+    "link_interserver",
+    "link_switch",
+    "axi_fabric",
+)
+DEVICE_UNREACHABLE = "device_unreachable"
+HEALTH_MAX_CHARS = 511
+_COMPONENT = re.compile(r"^[a-z0-9_]{1,64}$")
+
+
+@dataclass(frozen=True)
+class UnhealthyComponents:
+    """One reading of `unhealthy_components`."""
+
+    components: tuple[str, ...]  # as printed, known or not
+    unreachable: bool = False  # the driver could not read the health registers
+
+    @property
+    def healthy(self) -> bool:
+        return not self.components and not self.unreachable
+
+    @property
+    def unknown(self) -> tuple[str, ...]:
+        """Names not in the driver's table: kept (a newer driver may add
+        components), for the caller to warn about."""
+        return tuple(c for c in self.components if c not in HEALTH_COMPONENTS)
+
+
+def parse_unhealthy_components(text: str, what: str) -> UnhealthyComponents:
+    """'\\n' -> healthy; 'hbm,link_efa\\n' -> those two; 'device_unreachable\\n'."""
+    value = text.strip()
+    if len(value) > HEALTH_MAX_CHARS or not value.isascii():
+        raise limits.BadData(f"{what} is {text[:80]!r}: not a list of component names")
+    if not value:
+        return UnhealthyComponents(())
+    if value == DEVICE_UNREACHABLE:
+        return UnhealthyComponents((), unreachable=True)
+    names = tuple(value.split(","))
+    for name in names:
+        if not _COMPONENT.match(name) or name == DEVICE_UNREACHABLE:
+            raise limits.BadData(f"{what} is {text[:80]!r}: {name!r} is not a component name")
+    if len(set(names)) != len(names):
+        raise limits.BadData(f"{what} is {text[:80]!r}: a component is listed twice")
+    return UnhealthyComponents(names)
+
+
+def unhealthy_components(neuron_root: str | Path, index: int) -> tuple[UnhealthyComponents | None, str | None]:
+    """(reading, why there is none): none where the node is absent (drivers
+    before 2.30, devices before Trainium3, or a moved node after 2.31) or
+    unreadable. A value that does not fit the driver's format is `BadData`."""
+    r = read(os.path.join(neuron_root, f"neuron{index}", HEALTH_STATUS_DIR, "unhealthy_components"))
+    if r.refused:
+        raise limits.BadData(f"{r.error}")
+    if r.text is None:
+        return None, f"{r.path}: {r.error}"
+    return parse_unhealthy_components(r.text, r.path), None

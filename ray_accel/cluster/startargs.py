@@ -1,0 +1,218 @@
+"""What a `ray start` argument list means, in one place: parsing it into
+options and values, the flags ray-accel sets itself or reads as the host's
+figures, building one partition's list, and the launcher's command line that
+carries it. Pure functions; everything that reads or writes `ray start`
+arguments calls these.
+
+Ray 2.60's `ray start` is a click command (ray/scripts/scripts.py `start`):
+an option takes its value as `--f v` or `--f=v`, and click gives an option
+that takes a value the next word whatever it looks like; a flag takes none.
+Which of Ray's options are flags is listed here (`NO_VALUE`,
+tests/unit/test_startargs.py checks the list against the installed Ray). An
+option Ray 2.60 does not have (a newer Ray's) is kept as given: it takes the
+next word as its value unless that word starts with "-".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from ray_accel.bridge.managers import BridgeSpec
+from ray_accel.cluster.ports import HEAD_ONLY, RayletPorts
+from ray_accel.core import ray_resources
+from ray_accel.core.errors import InputError
+from ray_accel.partition.labels import PARTITION_LABEL, TYPE_LABEL
+from ray_accel.partition.plan import Partition
+from ray_accel.partition.share import Share
+
+# Ray 2.60 `ray start` options that take no value (click flags and counts,
+# and click's own --help); every other option of it takes one (`VALUE`).
+NO_VALUE = frozenset({
+    "--block", "--disable-usage-stats", "--enable-object-reconstruction", "--enable-resource-isolation", "--head",
+    "--no-monitor", "--no-redirect-output", "--ray-debugger-external", "--verbose", "-v", "--help",
+})  # fmt: skip
+VALUE = frozenset({
+    "--address", "--autoscaling-config", "--cgroup-path", "--dashboard-agent-grpc-port",
+    "--dashboard-agent-listen-port", "--dashboard-host", "--dashboard-port", "--include-dashboard",
+    "--include-log-monitor", "--labels", "--labels-file", "--log-color", "--log-style", "--max-worker-port",
+    "--memory", "--metrics-export-port", "--min-worker-port", "--node-ip-address", "--node-manager-port",
+    "--node-name", "--num-cpus", "--num-gpus", "--object-manager-port", "--object-spilling-directory",
+    "--object-store-memory", "--plasma-directory", "--port", "--proxy-server-url", "--ray-client-server-port",
+    "--redis-password", "--redis-shard-ports", "--redis-username", "--resources", "--runtime-env-agent-port",
+    "--system-config", "--system-reserved-cpu", "--system-reserved-memory", "--temp-dir", "--tracing-startup-hook",
+    "--worker-port-list",
+})  # fmt: skip
+
+# Flags ray-accel sets per partition; a user value would break the split.
+RESERVED_FLAGS = {
+    "--head", "--address", "--port", "--resources", "--num-gpus", "--labels", "--labels-file",
+    "--node-manager-port", "--object-manager-port", "--min-worker-port", "--max-worker-port", "--worker-port-list",
+    "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port", "--runtime-env-agent-port",
+    "--metrics-export-port", "--ray-client-server-port", "--dashboard-port", "--block",
+}  # fmt: skip
+# Reserved flags that have an option of ray-accel's own in their place.
+OUR_OPTION = {
+    "--labels": "ray-accel start --labels k=v,... (they go to every partition)",
+    "--labels-file": "ray-accel start --labels k=v,... (they go to every partition)",
+    "--resources": "ray-accel start --resources '{...}' (the host's amounts, divided between partitions)",
+    "--port": "ray-accel start --port",
+    "--address": "ray-accel start --address",
+    "--head": "ray-accel start --head",
+}
+# Ray refuses these on a raylet that joins a cluster.
+HEAD_ONLY_FLAGS = {"--include-dashboard", "--redis-shard-ports"}
+# `ray start` flags whose values are the host's figures, divided per partition.
+HOST_FLAGS = {"--num-cpus": "cpus", "--memory": "memory", "--object-store-memory": "object_store_memory"}
+
+# The launcher's command line: RESULT_JSON -- start ARGS...
+LAUNCH_SEPARATOR = "--"
+LAUNCH_USAGE = "usage: python -m ray_accel.cluster.raylet_launch RESULT -- start ARGS..."
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One item of a `ray start` argument list: an option with its value
+    (`--f v`, or `--f=v` when `joined`), an option alone (`value` None), or
+    a bare word (`name` None)."""
+
+    name: str | None
+    value: str | None = None
+    joined: bool = False
+
+    def tokens(self) -> list[str]:
+        if self.name is None:
+            return [self.value or ""]
+        if self.value is None:
+            return [self.name]
+        return [f"{self.name}={self.value}"] if self.joined else [self.name, self.value]
+
+
+def _takes_value(name: str, following: str) -> bool:
+    if name in NO_VALUE:
+        return False
+    if name in VALUE:
+        return True
+    return not following.startswith("-")
+
+
+def parse(args: Sequence[str]) -> tuple[Arg, ...]:
+    """`args` as options and values; `render` gives back the very same list."""
+    out: list[Arg] = []
+    i = 0
+    while i < len(args):
+        token = args[i]
+        i += 1
+        if not token.startswith("-") or token in ("-", "--"):
+            out.append(Arg(None, token))
+        elif token.startswith("--") and "=" in token:
+            name, value = token.split("=", 1)
+            out.append(Arg(name, value, joined=True))
+        elif token.startswith("--") and i < len(args) and _takes_value(token, args[i]):
+            out.append(Arg(token, args[i]))
+            i += 1
+        else:
+            out.append(Arg(token))
+    return tuple(out)
+
+
+def render(items: Iterable[Arg]) -> list[str]:
+    return [t for a in items for t in a.tokens()]
+
+
+def flag_names(args: Sequence[str]) -> list[str]:
+    """Every option named in `args`, in order (values are never options)."""
+    return [a.name for a in parse(args) if a.name is not None]
+
+
+def has_flag(args: Sequence[str], name: str) -> bool:
+    return name in flag_names(args)
+
+
+def flag_value(args: Sequence[str], name: str) -> str | None:
+    """The value of `--name v` or `--name=v` (the last one, as click takes
+    it); None when `name` is not given; `InputError` when it is given without
+    the value it takes."""
+    found = [a for a in parse(args) if a.name == name]
+    if not found:
+        return None
+    if found[-1].value is None and name not in NO_VALUE:
+        raise InputError(f"{name} needs a value")
+    return found[-1].value
+
+
+def without(args: Sequence[str], flags: Iterable[str]) -> list[str]:
+    """`args` less `flags` and their values (`--f v` or `--f=v`)."""
+    drop = set(flags)
+    return render(a for a in parse(args) if a.name not in drop)
+
+
+def validate_ray_args(args: Sequence[str]) -> None:
+    """Refuse a flag ray-accel sets per partition, naming it and what to use."""
+    clash = [f for f in flag_names(args) if f.replace("_", "-") in RESERVED_FLAGS]
+    if clash:
+        flag = clash[0].replace("_", "-")
+        hint = f"use `{OUR_OPTION[flag]}`" if flag in OUR_OPTION else "remove it"
+        raise InputError(f"{clash[0]} is set per partition by ray-accel; {hint}")
+
+
+def port_args(ports: RayletPorts, head: bool) -> list[str]:
+    """A raylet's port block as `ray start` flags (a head's own ports only on a head)."""
+    args: list[str] = []
+    for key, port in ports.named.items():
+        if not head and key in HEAD_ONLY:
+            continue
+        args += [f"--{key.replace('_', '-')}", str(port)]
+    return [*args, "--min-worker-port", str(ports.min_worker_port), "--max-worker-port", str(ports.max_worker_port)]
+
+
+def ray_start_args(
+    part: Partition,
+    ports: RayletPorts,
+    spec: BridgeSpec,
+    *,
+    head: bool,
+    gcs: str | None,
+    gcs_port: int,
+    share: Share,
+    user_args: Sequence[str],
+    user_labels: Mapping[str, str],
+    dashboard: bool,
+    extra_labels: Mapping[str, str] | None = None,
+) -> list[str]:
+    """`ray start` arguments for one partition: its ports, its accelerator
+    count, its share of the host (`share`), its labels (the user's, then
+    ray-accel's own per-partition labels `extra_labels`: host, topology),
+    then the user's own `ray start` options less the host figures `share`
+    replaces (and, on a raylet joining, less the head-only ones)."""
+    args = ["start"]
+    args += ["--head", "--port", str(gcs_port)] if head else ["--address", str(gcs)]
+    args += port_args(ports, head)
+    args += ray_resources.start_args(spec.resource_name, len(part.core_ids), share.resources)
+    labels = {**user_labels, **(extra_labels or {}), PARTITION_LABEL: part.name}
+    if spec.accelerator_type:
+        labels[TYPE_LABEL] = spec.accelerator_type.replace(" ", "-")
+    args += ["--labels", ",".join(f"{k}={v}" for k, v in labels.items())]
+    # Every raylet would otherwise claim the whole host (docs/design.md).
+    args += ["--num-cpus", str(share.cpus), "--memory", str(share.memory)]
+    args += ["--object-store-memory", str(share.object_store_memory)]
+    if head and not dashboard and not has_flag(user_args, "--include-dashboard"):
+        args += ["--include-dashboard", "false"]
+    if not has_flag(user_args, "--disable-usage-stats"):
+        args.append("--disable-usage-stats")
+    user = without(user_args, HOST_FLAGS)
+    return args + (user if head else without(user, HEAD_ONLY_FLAGS))
+
+
+def launch_argv(result_path: str, args: Sequence[str]) -> list[str]:
+    """The launcher module's arguments: where to write its result, then the
+    `ray` command line (`start ...`)."""
+    return [result_path, LAUNCH_SEPARATOR, *args]
+
+
+def parse_launch_argv(argv: Sequence[str]) -> tuple[str, list[str]]:
+    """(result path, `ray` arguments) from the launcher's arguments, or
+    `InputError` with its usage line."""
+    if len(argv) < 2 or argv[1] != LAUNCH_SEPARATOR:
+        raise InputError(LAUNCH_USAGE)
+    return argv[0], list(argv[2:])

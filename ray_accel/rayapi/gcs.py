@@ -1,0 +1,162 @@
+"""Asking the GCS directly, without a driver (Ray 2.60:
+`ray._private.state.GlobalState` over `ray._raylet.GcsClientOptions`, and
+`ray._raylet.GcsClient` for a drain, as `ray drain-node` does,
+ray/scripts/scripts.py `drain_node`).
+
+Every call here blocks until the GCS answers (Ray's client waits for an
+absent GCS); callers that must not hang bound them (`ray_accel.cluster.gcs`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ray_accel.rayapi.feature import RayApiMissing, attr, missing, module, require_params
+
+STATE = "ray._private.state"
+RAYLET = "ray._raylet"
+# What `ray drain-node --reason DRAIN_NODE_REASON_PREEMPTION` sends: a
+# request the raylet may not reject (InnerGcsClient.drain_node's docstring).
+DRAIN_REASON_PREEMPTION = "DRAIN_NODE_REASON_PREEMPTION"
+DRAIN_PARAMS = ("node_id", "reason", "reason_message", "deadline_timestamp_ms", "timeout")
+
+
+@dataclass(frozen=True)
+class GcsNode:
+    """One row of the GCS node table, with its resources."""
+
+    node_id: str
+    alive: bool
+    total: Mapping[str, float] = field(default_factory=dict)
+    available: Mapping[str, float] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    ip: str = ""
+    hostname: str = ""
+    # Why a dead node died, by Ray's name (AUTOSCALER_DRAIN_PREEMPTED: a
+    # drain took it; its number where this Ray has no name), and the message
+    # given with it; "" for a live node.
+    death_reason: str = ""
+    death_message: str = ""
+
+
+@dataclass(frozen=True)
+class DrainReply:
+    accepted: bool
+    rejection: str  # the raylet's reason when not accepted; "" otherwise
+
+
+def _global_state(address: str) -> Any:
+    state = module(STATE)
+    raylet = module(RAYLET)
+    options = attr(raylet, "GcsClientOptions", RAYLET)
+    create = attr(options, "create", f"{RAYLET}.GcsClientOptions")
+    require_params(
+        create,
+        ("gcs_address", "cluster_id_hex", "allow_cluster_id_nil", "fetch_cluster_id_if_nil"),
+        f"{RAYLET}.GcsClientOptions.create",
+    )
+    gs = attr(state, "GlobalState", STATE)()
+    init = attr(gs, "_initialize_global_state", f"{STATE}.GlobalState")
+    init(create(address, None, allow_cluster_id_nil=True, fetch_cluster_id_if_nil=False))
+    return gs
+
+
+def _method(owner: Any, name: str, where: str) -> Any:
+    fn = attr(owner, name, where)
+    if not callable(fn):
+        raise missing(f"{where}.{name} is not callable")
+    return fn
+
+
+def read_nodes(address: str) -> tuple[GcsNode, ...]:
+    """Every node the GCS at `address` knows, alive or dead, with its total
+    and available resources and its labels."""
+    gs = _global_state(address)
+    where = f"{STATE}.GlobalState"
+    total = _method(gs, "total_resources_per_node", where)()
+    avail = _method(gs, "available_resources_per_node", where)()
+    table = _method(gs, "node_table", where)()
+    out = []
+    for n in table:
+        nid = n["NodeID"]
+        out.append(
+            GcsNode(
+                node_id=nid,
+                alive=bool(n["Alive"]),
+                total=dict(total.get(nid, {})),
+                available=dict(avail.get(nid, {})),
+                labels=dict(n.get("Labels", {})),
+                ip=n.get("NodeManagerAddress", ""),
+                hostname=n.get("NodeManagerHostname", ""),
+                death_reason=death_reason_name(int(n.get("DeathReason") or 0)),
+                death_message=str(n.get("DeathReasonMessage") or ""),
+            )
+        )
+    return tuple(out)
+
+
+def death_reason_name(code: int) -> str:
+    """Ray's name for a node's death reason (`NodeDeathInfo.Reason`); ""
+    for none (0); the number as text where this Ray's protocol has no name
+    for it."""
+    if code == 0:
+        return ""
+    try:
+        proto = module("ray.core.generated.common_pb2")
+        reasons = attr(attr(proto, "NodeDeathInfo", "ray.core.generated.common_pb2"), "Reason", "NodeDeathInfo")
+        return str(reasons.Name(code))
+    except (RayApiMissing, ValueError):
+        return str(code)
+
+
+def draining_nodes(address: str) -> dict[str, int]:
+    """Hex node id -> the drain's deadline (ms since the epoch; 0: none) of
+    every live node the GCS at `address` is draining. A raylet with nothing
+    running exits as soon as it is drained: it is then dead in `read_nodes`
+    with `death_reason` AUTOSCALER_DRAIN_PREEMPTED."""
+    gs = _global_state(address)
+    found = _method(gs, "get_draining_nodes", f"{STATE}.GlobalState")()
+    return {str(k): int(v) for k, v in dict(found).items()}
+
+
+def drain_reason(name: str = DRAIN_REASON_PREEMPTION) -> int:
+    """The `DrainNodeReason` enum value Ray's protocol gives `name`."""
+    pb = module("ray.core.generated.autoscaler_pb2")
+    reasons = attr(pb, "DrainNodeReason", "ray.core.generated.autoscaler_pb2")
+    try:
+        return int(reasons.Value(name))
+    except ValueError:
+        raise missing(f"ray.core.generated.autoscaler_pb2.DrainNodeReason has no {name}") from None
+
+
+def gcs_client(address: str) -> Any:
+    """Ray's GCS client for `address`, as `ray drain-node` makes it."""
+    return attr(module(RAYLET), "GcsClient", RAYLET)(address=address)
+
+
+def drain_node(
+    address: str,
+    node_id: str,
+    reason_message: str,
+    deadline_ms: int = 0,
+    timeout_s: float | None = None,
+    client: Any = None,
+) -> DrainReply:
+    """Ask the GCS at `address` to drain the node `node_id` (hex) for
+    preemption: it takes no new work and its workloads are told; `deadline_ms`
+    (ms since the epoch, 0 for none) is when it will be stopped. `client`: an
+    existing GCS client (a new one otherwise)."""
+    reason = drain_reason()
+    gcs = gcs_client(address) if client is None else client
+    drain = _method(gcs, "drain_node", f"{RAYLET}.GcsClient")
+    require_params(drain, DRAIN_PARAMS, f"{RAYLET}.GcsClient.drain_node")
+    accepted, rejection = drain(
+        node_id=node_id,
+        reason=reason,
+        reason_message=reason_message,
+        deadline_timestamp_ms=deadline_ms,
+        timeout=timeout_s,
+    )
+    return DrainReply(bool(accepted), str(rejection or ""))

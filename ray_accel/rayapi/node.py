@@ -1,0 +1,125 @@
+"""Ray's `Node` (the object `ray start` builds and keeps every process it
+spawns on) and Ray's own host sizing rules (Ray 2.60: `ray._private.node`,
+`ray._private.utils`, `ray.scripts.scripts`)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from ray_accel.rayapi.feature import attr, missing, module, require_params
+
+NODE = "ray._private.node"
+UTILS = "ray._private.utils"
+SCRIPTS = "ray.scripts.scripts"
+
+
+@dataclass(frozen=True)
+class HostSizing:
+    """What Ray detects for the whole host: its CPUs and available memory."""
+
+    cpus: int
+    available_memory: int
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What a started `Node` says about itself."""
+
+    node_id: str
+    gcs_address: str
+    node_ip: str
+    webui_url: str | None  # the head's dashboard, when it runs
+
+
+def host_sizing() -> HostSizing:
+    utils = module(UTILS)
+    cpus = attr(utils, "get_num_cpus", UTILS)()
+    available = attr(utils, "estimate_available_memory", UTILS)()
+    return HostSizing(int(cpus), int(available))
+
+
+def object_store_for(available_memory: int) -> int:
+    """The object store Ray sizes for `available_memory` bytes (its default
+    share, capped by /dev/shm and its maximum)."""
+    resolve = attr(module(UTILS), "resolve_object_store_memory", UTILS)
+    require_params(resolve, ("available_memory_bytes",), f"{UTILS}.resolve_object_store_memory")
+    return int(resolve(available_memory))
+
+
+def _node_class() -> Any:
+    cls = attr(module(NODE), "Node", NODE)
+    prepare = attr(cls, "_prepare_socket_file", f"{NODE}.Node")
+    require_params(prepare, ("socket_path", "default_prefix"), f"{NODE}.Node._prepare_socket_file")
+    return cls
+
+
+def check_node() -> None:
+    """`RayApiMissing` unless `capture_nodes` can patch Ray's `Node`."""
+    _node_class()
+    attr(module(SCRIPTS), "cli", SCRIPTS)
+
+
+@contextmanager
+def capture_nodes(socket_tag: str) -> Iterator[list[Any]]:
+    """Within: every `Node` Ray builds in this process is appended to the
+    list yielded, and its raylet and plasma sockets are named
+    `<prefix>.<socket_tag>` in place of Ray's `raylet`, `raylet.1`, ... (Ray
+    picks the first free name by looking at the disk, so raylets started at
+    the same moment on one host pick the same one)."""
+    cls = _node_class()
+    captured: list[Any] = []
+    original_init = cls.__init__
+    original_prepare = cls._prepare_socket_file
+
+    def capturing_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        captured.append(self)
+        original_init(self, *args, **kwargs)
+
+    def tagged_socket(self: Any, socket_path: str | None, default_prefix: str) -> Any:
+        if socket_path is None:
+            sockets = getattr(self, "_sockets_dir", None)
+            if not isinstance(sockets, str):
+                raise missing(f"{NODE}.Node has no _sockets_dir")
+            socket_path = os.path.join(sockets, f"{default_prefix}.{socket_tag}")
+        return original_prepare(self, socket_path, default_prefix)
+
+    cls.__init__ = capturing_init
+    cls._prepare_socket_file = tagged_socket
+    try:
+        yield captured
+    finally:
+        cls.__init__ = original_init
+        cls._prepare_socket_file = original_prepare
+
+
+def run_ray_cli(args: list[str]) -> None:
+    """Ray's own `ray` command, in this process (click's exceptions and
+    SystemExit reach the caller)."""
+    cli = attr(module(SCRIPTS), "cli", SCRIPTS)
+    cli.main(args=args, prog_name="ray", standalone_mode=False)
+
+
+def node_processes(node: Any) -> list[tuple[str, int]]:
+    """(kind, pid) of every process `node` started (Ray's process types)."""
+    table = attr(node, "all_processes", f"{NODE}.Node")
+    return [(str(kind), int(info.process.pid)) for kind, infos in dict(table).items() for info in infos]
+
+
+def node_facts(node: Any) -> NodeFacts:
+    where = f"{NODE}.Node"
+    url = attr(node, "webui_url", where)
+    return NodeFacts(
+        node_id=str(attr(node, "node_id", where)),
+        gcs_address=str(attr(node, "gcs_address", where)),
+        node_ip=str(attr(node, "node_ip_address", where)),
+        webui_url=str(url) if url else None,
+    )
+
+
+def kill_node(node: Any) -> None:
+    """Kill every process `node` started, at once."""
+    attr(node, "kill_all_processes", f"{NODE}.Node")(check_alive=False, allow_graceful=False)
