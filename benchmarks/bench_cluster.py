@@ -117,7 +117,7 @@ def synthetic(partitions: int, seed: int = 0) -> Synthetic:
     spec = load_spec(PRESET)
     plugin = MockPlugin(spec)
     accel = plugin.node_info().accelerator_type
-    plan = plan_partitions(spec.devices, "auto-split", PER_HOST)
+    plan = plan_partitions(spec.devices, "auto-split", PER_HOST, traits=plugin.traits)
     by_id = {d.id: d for d in spec.devices}
     nodes: list[dict[str, Any]] = []
     available: dict[str, dict[str, float]] = {}

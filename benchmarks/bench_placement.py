@@ -57,6 +57,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from ray_accel_mock import MockPlugin
 from ray_accel_mock.spec import load_spec
 
 from benchmarks.harness import run_main
@@ -140,7 +141,7 @@ class Cluster:
 
 def make_cluster(hosts: int, partitions: int) -> Cluster:
     spec = load_spec(PRESET)
-    plan = plan_partitions(spec.devices, "auto-split", partitions)
+    plan = plan_partitions(spec.devices, "auto-split", partitions, traits=MockPlugin(spec).traits)
     raylets, devices = [], {}
     for h in range(hosts):
         host = f"10.0.0.{h + 1}"

@@ -18,7 +18,11 @@ aws-neuron-core) and, on a node of several models, each partition's own
 (`BridgeSpec.for_partition`; Ray 2.60 types a whole node by its GPU 0), and
 any plugin's resource name. The spec also carries the variables every
 process using the devices needs (`DevicePlugin.process_env`), which
-`raylet_env` puts in each raylet's environment, so every worker inherits them.
+`raylet_env` puts in each raylet's environment, so every worker inherits them;
+the backend's name, so a training worker loads that backend's runtime by
+name instead of running discovery; and its traits (`DeviceTraits`): whole
+units or fractions, opaque ids in masks, and whether workers publish their
+masks for the backend's telemetry.
 """
 
 from __future__ import annotations
@@ -31,12 +35,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ray_accel.core import masks
-from ray_accel.core.devices import SHAREABLE_FAMILIES, all_core_ids
+from ray_accel.core import masks, ray_resources
+from ray_accel.core.devices import all_core_ids
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.visibility import VisibilityError, format_mask, parse_visible_ids
 from ray_accel.partition.plan import Partition
-from ray_accel.plugins.interface import DevicePlugin
+from ray_accel.plugins.interface import NOSET_PREFIX, DevicePlugin
+from ray_accel.plugins.traits import DeviceTraits
 from ray_accel.rayapi import accelerators
 from ray_accel.rayapi.feature import RayApiMissing, ray_version
 
@@ -54,9 +59,13 @@ LOST_WITHOUT_BRIDGE = (
     "for, every worker sees the partition's whole mask), Ray's own accelerator type in place of ray-accel's, "
     "whole-core checks on requests, and per-process device attribution (top, metrics)"
 )
+# Ray's own word for "no device" in a visibility variable
+# (ray/_private/accelerators/nvidia_gpu.py, Ray 2.60), kept for masks Ray wrote.
+NONE_VISIBLE = "NoDevFiles"
 # Ray's C++ default for custom_unit_instance_resources (read from _raylet.so).
 RAY_DEFAULT_UNIT_RESOURCES = ("neuron_cores", "TPU", "NPU", "HPU", "RBLN", "FURIOSA", "TTNPU", "MBLT")
-PREDEFINED_UNIT_RESOURCES = ("GPU",)
+# Ray treats its GPU resource per instance itself.
+PREDEFINED_UNIT_RESOURCES = (ray_resources.RAY_GPU,)
 
 
 class BridgeUnsupported(RayAccelError):
@@ -69,7 +78,9 @@ class BridgeSpec:
     visible_ids_env: str
     family: str
     accelerator_type: str | None
-    unit_ids: tuple[int, ...]  # every schedulable id on the node
+    unit_ids: tuple[int, ...]  # every schedulable id on the host
+    backend: str  # the backend's entry-point name
+    traits: DeviceTraits
     # (name, value) pairs every process using these devices needs.
     process_env: tuple[tuple[str, str], ...] = ()
 
@@ -81,20 +92,27 @@ class BridgeSpec:
             family=plugin.family,
             accelerator_type=plugin.node_info().accelerator_type,
             unit_ids=tuple(all_core_ids(plugin.list_devices())),
+            backend=plugin.name,
+            traits=plugin.traits,
             process_env=tuple(sorted(plugin.process_env().items())),
         )
 
     @classmethod
     def from_json(cls, row: Mapping[str, Any]) -> BridgeSpec:
-        """A spec as `asdict` wrote it (to the environment or a state record);
-        a record written before `process_env` existed has none."""
+        """A spec as `to_json` wrote it (to the environment)."""
         return cls(
-            **{
-                **row,
-                "unit_ids": tuple(row["unit_ids"]),
-                "process_env": tuple((str(k), str(v)) for k, v in row.get("process_env", ())),
-            }
+            resource_name=row["resource_name"],
+            visible_ids_env=row["visible_ids_env"],
+            family=row["family"],
+            accelerator_type=row["accelerator_type"],
+            unit_ids=tuple(row["unit_ids"]),
+            backend=row["backend"],
+            traits=DeviceTraits.from_json(row["traits"]),
+            process_env=tuple((str(k), str(v)) for k, v in row.get("process_env", ())),
         )
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "traits": self.traits.to_json()}
 
     def for_partition(self, part: Partition) -> BridgeSpec:
         """This spec as the raylet of `part` reports it: the accelerator type of
@@ -103,14 +121,14 @@ class BridgeSpec:
 
     @property
     def whole_units_only(self) -> bool:
-        return self.family not in SHAREABLE_FAMILIES
+        return not self.traits.shareable
 
     @property
     def noset_env(self) -> str:
-        return f"RAY_EXPERIMENTAL_NOSET_{self.visible_ids_env}"
+        return NOSET_PREFIX + self.visible_ids_env
 
     def to_env(self) -> str:
-        return json.dumps([asdict(self)])
+        return json.dumps([self.to_json()])
 
 
 def specs_from_env(value: str | None) -> list[BridgeSpec]:
@@ -119,25 +137,30 @@ def specs_from_env(value: str | None) -> list[BridgeSpec]:
     try:
         rows = json.loads(value)
         return [BridgeSpec.from_json(r) for r in rows]
-    except (ValueError, TypeError, KeyError) as e:
+    except KeyError as e:
+        raise InputError(f"bad {SPEC_ENV}: missing {e}") from None
+    except (ValueError, TypeError, AttributeError) as e:
         raise InputError(f"bad {SPEC_ENV}: {e}") from None
 
 
 def visible_tokens(spec: BridgeSpec, value: str | None) -> list[str] | None:
     """The mask as Ray wants it: one string per unit, ranges expanded.
 
-    GPU masks may name devices by UUID; those tokens pass through unchanged,
+    A family whose masks may name devices by opaque ids (`DeviceTraits.opaque_ids`:
+    GPU UUIDs) has a mask that is not integers passed through token by token,
     since Ray only maps slot i to the i-th token.
     """
     if value is None:
         return None
     text = value.strip()
-    if text in ("", "NoDevFiles"):
+    if text in ("", NONE_VISIBLE):
         return []
-    tokens = [t.strip() for t in text.split(",")]
-    if spec.family in SHAREABLE_FAMILIES and any(t.startswith(("GPU-", "MIG-")) for t in tokens):
-        return tokens
-    ids = parse_visible_ids(text)
+    try:
+        ids = parse_visible_ids(text)
+    except VisibilityError:
+        if not spec.traits.opaque_ids:
+            raise
+        return [t.strip() for t in text.split(",")]
     return [str(i) for i in ids or []]
 
 
@@ -158,7 +181,9 @@ def make_manager(spec: BridgeSpec) -> Any:
         if os.environ.get(spec.noset_env, "").lower() in ("1", "true"):
             return
         os.environ[spec.visible_ids_env] = format_mask(ids)
-        masks.publish(os.environ[spec.visible_ids_env])
+        if spec.traits.reads_published_masks:
+            # Only a backend that reads them gets them: a write per task start.
+            masks.publish(os.environ[spec.visible_ids_env])
 
     def validate(quantity: float) -> tuple[bool, str | None]:
         if spec.whole_units_only and isinstance(quantity, float) and not quantity.is_integer():
@@ -248,7 +273,7 @@ def raylet_env(specs: Sequence[BridgeSpec], base: dict[str, str]) -> dict[str, s
     """Variables a raylet needs so that its workers install the bridge, and the
     variables every process using the devices needs (inherited by every
     worker of that raylet, whatever it runs)."""
-    env: dict[str, str] = {SPEC_ENV: json.dumps([asdict(s) for s in specs])}
+    env: dict[str, str] = {SPEC_ENV: json.dumps([s.to_json() for s in specs])}
     for s in specs:
         env.update(dict(s.process_env))
     preload = [m for m in base.get(PRELOAD_ENV, "").split(",") if m]

@@ -2,7 +2,8 @@
 
 Exit 0 on success, 2 for bad input (usage errors included), 1 for a run-time
 failure, 130 on Ctrl-C. With --json an error is a JSON object on stderr
-(`{"error": ..., "kind": ..., "exit_code": ...}`) with the same exit code,
+(`{"error": ..., "kind": ..., "exit_code": ...}`, and what the error adds as
+`details`, e.g. every backend's state when none is active) with the same exit code,
 an unforeseen one too (kind "internal", exit 1; without --json it is a
 traceback).
 Options meant for `ray start` go after `--` and are never guessed at: a
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import click
 
@@ -35,9 +37,9 @@ for command in (devices, plan, start, status_command, stop, top, jobs):
     cli.add_command(command)
 
 
-def _fail(message: str, kind: str, code: int, as_json: bool) -> int:
+def _fail(message: str, kind: str, code: int, as_json: bool, details: dict[str, Any] | None = None) -> int:
     if as_json:
-        print(json.dumps({"error": message, "kind": kind, "exit_code": code}), file=sys.stderr)
+        print(json.dumps({"error": message, "kind": kind, "exit_code": code, **(details or {})}), file=sys.stderr)
     else:
         print(f"ray-accel: {'error' if code == 2 else 'failed'}: {message}", file=sys.stderr)
     return code
@@ -63,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InputError as e:
         return _fail(str(e), "input", 2, as_json)
     except RayAccelError as e:
-        return _fail(str(e), "failure", 1, as_json)
+        return _fail(str(e), "failure", 1, as_json, getattr(e, "details", None))
     except (KeyboardInterrupt, click.Abort):
         return _fail("interrupted", "interrupted", 130, as_json)
     except Exception as e:

@@ -16,7 +16,7 @@ json_option = click.option("--json", "as_json", is_flag=True, help="machine-read
 
 
 @click.command()
-@click.option("--backend", help="only this backend (cuda, neuron, mock, ...)")
+@click.option("--backend", help="only this backend (an installed backend's name, as `devices` lists them)")
 @json_option
 def devices(backend: str | None, as_json: bool) -> int:
     """List the accelerators of this host and every backend's state."""
@@ -46,7 +46,7 @@ def plan(mode: str, partitions: int | None, manual: str | None, backend: str | N
     plugin = discover(backend).require_primary()
     mask = inherited_mask(plugin, os.environ)
     node_type = plugin.node_info().accelerator_type
-    result = plan_within_mask(plugin.list_devices(), mode, partitions, manual, mask, node_type)
+    result = plan_within_mask(plugin.list_devices(), mode, partitions, manual, mask, node_type, traits=plugin.traits)
     host = read_host([])
     division = divide_host(result, host)
     payload = result.to_json()

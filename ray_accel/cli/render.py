@@ -23,9 +23,12 @@ def gib(n: int | None, digits: int = 0) -> str:
 
 
 def format_id_list(ids: Sequence[str]) -> str:
-    """`neuron:0-3` for a run of Neuron ids, else the ids themselves."""
-    if ids and all(i.startswith("neuron:") and i.removeprefix("neuron:").isdigit() for i in ids):
-        return "neuron:" + format_visible_ids([int(i.removeprefix("neuron:")) for i in ids], "ranges")
+    """`dev:0-3` for ids that are one prefix and numbers (`dev:0`, `dev:1`, ...),
+    else the ids themselves."""
+    prefixes = {i.partition(":")[0] for i in ids}
+    numbers = [i.partition(":")[2] for i in ids]
+    if len(prefixes) == 1 and all(":" in i for i in ids) and all(n.isascii() and n.isdigit() for n in numbers):
+        return f"{prefixes.pop()}:" + format_visible_ids([int(n) for n in numbers], "ranges")
     return ",".join(ids)
 
 

@@ -18,6 +18,7 @@ from ray_accel.bridge.managers import (
     raylet_env,
     refresh_worker_masks,
 )
+from ray_accel.core import ray_resources
 from ray_accel.core.errors import InputError
 from ray_accel.core.visibility import format_visible_ids
 from ray_accel.partition.inherited import inherited_mask
@@ -78,21 +79,15 @@ def _starts_a_local_cluster(address: str | None, temp_dir: str | None) -> bool:
         return False
 
 
-def _requested(spec: BridgeSpec, kwargs: dict[str, Any]) -> Any:
-    if spec.resource_name == "GPU":
-        return kwargs.get("num_gpus")
-    return dict(kwargs.get("resources") or {}).get(spec.resource_name)
-
-
 def check_request(spec: BridgeSpec, kwargs: dict[str, Any], visible: Sequence[int], where: str) -> None:
     """Refuse, before any Ray process starts, a local cluster asking for more
     of our resource than `visible` holds (or a fraction of a whole unit): Ray
     2.60 finds this only after it has started the GCS and its helpers, and
     leaves them running."""
-    requested = _requested(spec, kwargs)
+    requested = ray_resources.requested(spec.resource_name, kwargs)
     if requested is None:
         return
-    what = "num_gpus" if spec.resource_name == "GPU" else f"resources[{spec.resource_name!r}]"
+    what = ray_resources.request_name(spec.resource_name)
     if isinstance(requested, bool) or not isinstance(requested, (int, float)) or not math.isfinite(requested):
         raise InputError(f"ray_accel.init: {what}={requested!r} is not a number")
     if requested < 0:
@@ -177,12 +172,7 @@ def init(partition: PartitionArg = None, backend: str | None = None, **ray_init_
             # Ray's own managers read comma lists only, and detect nothing on
             # a family they do not know: give them the mask and the count.
             os.environ[spec.visible_ids_env] = format_visible_ids(visible)
-            if spec.resource_name == "GPU":
-                ray_init_kwargs.setdefault("num_gpus", len(visible))
-            else:
-                resources = dict(ray_init_kwargs.pop("resources", None) or {})
-                resources.setdefault(spec.resource_name, len(visible))
-                ray_init_kwargs["resources"] = resources
+            ray_resources.with_count(spec.resource_name, len(visible), ray_init_kwargs)
         return ray.init(**ray_init_kwargs)
     # The raylet that ray.init starts inherits this environment, and so do its
     # workers: the mask, the preload of our bridge and the spec it reads.

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from ray_accel.bridge.managers import SPEC_ENV, BridgeSpec
 from ray_accel.cluster import auth
 from ray_accel.cluster.raylet_launch import CPU_SET_ENV, PARTITION_ENV
+from ray_accel.core import ray_resources
 from ray_accel.core.errors import InputError
 from ray_accel.core.numa import format_cpulist
 from ray_accel.partition.labels import PARTITION_LABEL
@@ -42,7 +43,7 @@ OUR_LABEL_PREFIX = PARTITION_LABEL.split("/", 1)[0] + "/"
 # Ray's own resources: set by their own flags (--num-cpus ...), never in --resources.
 RAY_RESOURCE_FLAGS = {
     "CPU": "-- --num-cpus",
-    "GPU": "(set per partition)",
+    ray_resources.RAY_GPU: "(set per partition)",
     "memory": "-- --memory",
     "object_store_memory": "-- --object-store-memory",
 }

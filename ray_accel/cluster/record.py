@@ -29,14 +29,18 @@ from ray_accel.core.processes import ProcessRecord
 from ray_accel.core.visibility import format_visible_ids
 from ray_accel.partition.plan import Mode, Partition
 from ray_accel.partition.share import Share
+from ray_accel.plugins.traits import DeviceTraits
 
-# 4: the host's node IP beside its name (`host_ip`), in `host.json`.
+# 4: the host's node IP beside its name (`host_ip`), in `host.json`; the
+# spec names its backend and carries its traits.
 # 3 (`node.json`, an earlier ray-accel's): processes as {kind, pid,
 # start_ticks, identity}, the host's name, ports per partition; read so that
 # `stop` can stop what it names (2 had [pid, start ticks] pairs; 1 had
-# wall-clock start times).
+# wall-clock start times). Its spec names no backend and no traits: read as
+# LEGACY_BACKEND with default traits, and written back without them.
 VERSION = 4
 LEGACY_VERSION = 3
+LEGACY_BACKEND = "unknown"
 MAX_BYTES = 4 * 1024 * 1024
 MAX_PARTITIONS = 1024
 MAX_PROCESSES = 256
@@ -45,6 +49,9 @@ MAX_TEXT = 4096
 # Linux's largest PID (PID_MAX_LIMIT, include/linux/threads.h).
 PID_MAX = 1 << 22
 _KIND = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
+# An entry-point name (the backend's), as the packaging spec's entry-points
+# page allows it: letters, digits, '.', '-', '_' (no '=', no spaces).
+_BACKEND = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _RESOURCE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,127}$")
 _HEX_ID = re.compile(r"^[0-9a-f]{1,128}$")
@@ -158,6 +165,12 @@ class HostRecord:
     def with_partitions(self, parts: Sequence[PartitionEntry]) -> HostRecord:
         return replace(self, partitions=tuple(parts))
 
+    def _spec_json(self) -> dict[str, Any]:
+        spec = self.spec.to_json()
+        if self.legacy:
+            spec = {k: v for k, v in spec.items() if k not in ("backend", "traits")}
+        return spec
+
     def to_json(self) -> dict[str, Any]:
         # A record read from an earlier version's file is written back in its
         # own version (`stop` marks it stopping), which that version can read.
@@ -169,7 +182,7 @@ class HostRecord:
             "created": self.created,
             "head": self.head,
             "mode": self.mode,
-            "spec": asdict(self.spec),
+            "spec": self._spec_json(),
             "ray_args": list(self.ray_args),
             "gcs_address": self.gcs_address,
             "gcs_port": self.gcs_port,
@@ -237,7 +250,7 @@ def _record(data: object) -> HostRecord:
             f"{_show(version)}; this ray-accel reads versions {LEGACY_VERSION} and {VERSION} (stop that version's "
             "processes with the ray-accel that wrote it, or by hand, then remove the file)",
         )
-    spec = _spec(_key(obj, "spec", ""))
+    spec = _spec(_key(obj, "spec", ""), legacy=version == LEGACY_VERSION)
     head = _bool(_key(obj, "head", ""), "head")
     parts_raw = _list(_key(obj, "partitions", ""), "partitions", MAX_PARTITIONS)
     if not parts_raw:
@@ -428,7 +441,7 @@ def _ports(data: object, where: str) -> RayletPorts:
     return RayletPorts(_int(_key(obj, "base", where), f"{where}.base", 1024, 65535), named, lo, hi)
 
 
-def _spec(data: object) -> BridgeSpec:
+def _spec(data: object, legacy: bool = False) -> BridgeSpec:
     obj = _mapping(data, "spec")
     resource = _text(_key(obj, "resource_name", "spec"), "spec.resource_name", 128)
     env = _text(_key(obj, "visible_ids_env", "spec"), "spec.visible_ids_env", 128)
@@ -439,9 +452,21 @@ def _spec(data: object) -> BridgeSpec:
         raise _Bad("spec.visible_ids_env", f"{env!r} is not an environment variable name")
     if not _KIND.match(family):
         raise _Bad("spec.family", f"{family!r} is not a family name")
+    if legacy:
+        backend, traits = LEGACY_BACKEND, DeviceTraits()
+    else:
+        backend = _text(_key(obj, "backend", "spec"), "spec.backend", 64)
+        if not _BACKEND.match(backend):
+            raise _Bad("spec.backend", f"{backend!r} is not a backend name")
+        try:
+            traits = DeviceTraits.from_json(_mapping(_key(obj, "traits", "spec"), "spec.traits"))
+        except InputError as e:
+            raise _Bad("spec", str(e)) from None
     units = _list(_key(obj, "unit_ids", "spec"), "spec.unit_ids", MAX_UNITS)
     accel = obj.get("accelerator_type")
     return BridgeSpec(
+        backend=backend,
+        traits=traits,
         resource_name=resource,
         visible_ids_env=env,
         family=family,

@@ -164,7 +164,9 @@ def start(req: StartRequest, progress: Progress, max_workers: int | None = None)
     spec = BridgeSpec.from_plugin(plugin)
     mask = inherited_mask(plugin, os.environ)
     devices = plugin.list_devices()
-    plan = plan_within_mask(devices, req.mode, req.partitions, req.manual, mask, spec.accelerator_type)
+    plan = plan_within_mask(
+        devices, req.mode, req.partitions, req.manual, mask, spec.accelerator_type, traits=spec.traits
+    )
     req.partitions = len(plan)
     check_user_keys(req.labels, req.resources, spec)
     division = divide_host(plan, read_host(req.ray_args, req.resources))

@@ -15,12 +15,12 @@ next word as its value unless that word starts with "-".
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ray_accel.bridge.managers import BridgeSpec
 from ray_accel.cluster.ports import HEAD_ONLY, RayletPorts
+from ray_accel.core import ray_resources
 from ray_accel.core.errors import InputError
 from ray_accel.partition.labels import PARTITION_LABEL, TYPE_LABEL
 from ray_accel.partition.plan import Partition
@@ -188,14 +188,7 @@ def ray_start_args(
     args = ["start"]
     args += ["--head", "--port", str(gcs_port)] if head else ["--address", str(gcs)]
     args += port_args(ports, head)
-    count = len(part.core_ids)
-    resources: dict[str, float] = dict(share.resources)
-    if spec.resource_name == "GPU":
-        args += ["--num-gpus", str(count)]
-    else:
-        resources[spec.resource_name] = count
-    if resources:
-        args += ["--resources", json.dumps(resources)]
+    args += ray_resources.start_args(spec.resource_name, len(part.core_ids), share.resources)
     labels = {**user_labels, **(extra_labels or {}), PARTITION_LABEL: part.name}
     if spec.accelerator_type:
         labels[TYPE_LABEL] = spec.accelerator_type.replace(" ", "-")

@@ -17,14 +17,10 @@ from typing import Any
 
 from ray_accel.core.errors import RayAccelError
 
+# A family is a backend's own name for its kind of device; what ray-accel
+# must know of one (may it be shared, how to split it) the backend declares
+# (`ray_accel.plugins.traits`).
 DeviceId = str
-
-FAMILY_GPU = "gpu"
-FAMILY_NEURON = "neuron"
-
-# Families whose devices can be used by several processes at once. A
-# NeuronCore belongs to exactly one process, so Neuron is absent.
-SHAREABLE_FAMILIES = frozenset({FAMILY_GPU})
 
 
 class DeviceError(RayAccelError):

@@ -13,6 +13,8 @@ also what the metrics collector needs (CPU time and resident memory).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -204,10 +206,33 @@ def alive(pid: int, start_ticks: int, table: ProcessTable | None = None) -> bool
     return u is not None and _is_current(u.state, u.start_ticks, start_ticks)
 
 
+# The process table a caller read a moment ago, for the liveness checks of
+# code it calls (`table_in_use`).
+_TABLE_IN_USE: contextvars.ContextVar[ProcessTable | None] = contextvars.ContextVar("table_in_use", default=None)
+
+
+@contextlib.contextmanager
+def table_in_use(table: ProcessTable) -> Iterator[None]:
+    """Inside the block, `alive_all` without a table answers from `table`.
+
+    A metrics collection reads every stat line of the host once; a backend
+    it calls that must tell live processes from dead ones (the mock, over
+    the masks workers publish) then checks them against that reading instead
+    of reading each stat line again, which would be most of a collection's
+    cost. The backend needs no parameter for it."""
+    token = _TABLE_IN_USE.set(table)
+    try:
+        yield
+    finally:
+        _TABLE_IN_USE.reset(token)
+
+
 def alive_all(recorded: Mapping[int, int], table: ProcessTable | None = None) -> list[int]:
     """The PIDs of `recorded` (PID -> recorded start ticks) that `alive`
-    answers True for, as `table` shows them if given: one call for a
+    answers True for, as `table` shows them if given (else as the table in
+    use shows them, if any, else as `/proc` shows them now): one call for a
     collector that checks hundreds of records each sample."""
+    table = table if table is not None else _TABLE_IN_USE.get()
     if table is None:
         return [pid for pid, start_ticks in recorded.items() if current(pid, start_ticks) is not None]
     return table.alive(recorded)

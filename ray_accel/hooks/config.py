@@ -3,7 +3,9 @@
 A hook is stateless: what it needs after a restart it reads back from the
 `Workload`. `pre_create` may refuse (`WorkloadDenied`) or ask to be retried
 later (`WorkloadRetry`); whatever it returns is validated before use, so a
-hook cannot inject newlines into an environment or override the mask.
+hook cannot inject newlines into an environment or override the mask (the
+variables no hook may set are checked where the hooks run, against every
+installed backend's declaration).
 """
 
 from __future__ import annotations
@@ -13,23 +15,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ray_accel.core.errors import InputError, RayAccelError
+from ray_accel.plugins.runtime import RANK_ENV_VARS
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 RESOURCE_FILE_ENV = "RAYACCEL_RESOURCE_FILE"
 
-# Variables that define what a worker may touch or how Ray reaches it; a hook
-# that sets one would break the partition, so it is refused.
-PROTECTED_ENV_VARS = frozenset(
-    {
-        "CUDA_VISIBLE_DEVICES",
-        "NEURON_RT_VISIBLE_CORES",
-        "HIP_VISIBLE_DEVICES",
-        RESOURCE_FILE_ENV,
-        "RAY_ADDRESS",
-        "LD_PRELOAD",
-    }
-)
+# ray-accel's own variables that define what a workload may touch or how it
+# reaches Ray, and torchrun's rank variables; a hook that sets one would break
+# the partition or the job, so it is refused. Each backend protects its own
+# (its visibility and collective variables: `DevicePlugin.protected_env`),
+# checked when the hooks run (`ray_accel.hooks.run`).
+PROTECTED_ENV_VARS = frozenset({RESOURCE_FILE_ENV, "RAY_ADDRESS", "LD_PRELOAD"}) | RANK_ENV_VARS
 
 
 # Fields a container runtime applies when it creates a process: a mount

@@ -13,6 +13,7 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from ray_accel.hooks.config import (
+    PROTECTED_ENV_VARS,
     RESOURCE_FILE_ENV,
     HookConfigError,
     Workload,
@@ -21,8 +22,16 @@ from ray_accel.hooks.config import (
     WorkloadRetry,
 )
 from ray_accel.hooks.ledger import HookFactory, entry_path, hook_name, open_entry
+from ray_accel.plugins.discovery import declarations
 
 log = logging.getLogger(__name__)
+
+
+def protected_env(extra: Collection[str] = ()) -> frozenset[str]:
+    """What no hook may set here: ray-accel's own variables, every installed
+    backend's protected variables (read from their classes, no hardware
+    probed), and `extra` (what the runtime set for this workload)."""
+    return PROTECTED_ENV_VARS | declarations().protected_env | frozenset(extra)
 
 
 class HookRun:
@@ -37,12 +46,16 @@ class HookRun:
         self.resource_file: Path | None = None
         self._terminated = False
 
-    def pre_create(self, protected: Collection[str] = ()) -> WorkloadConfig:
+    def pre_create(self, protected: Collection[str] | None = None) -> WorkloadConfig:
         """Run every pre_create; apply their env vars and resource data here.
 
-        A denial or a retry request still gets its post_terminate, so the
-        counts always match.
+        `protected`: the variables no hook may set (default `protected_env()`);
+        a hook that sets one is refused, naming it and the hook. A denial or
+        a retry request still gets its post_terminate, so the counts always
+        match.
         """
+        if protected is None:
+            protected = protected_env()
         open_entry(self.run_id, self.workload, self.factories)
         # Key -> (the hook that set it, its value).
         merged_env: dict[str, tuple[str, str]] = {}

@@ -16,14 +16,18 @@ whose name the kernel cut short (its title names the workload; a short title
 is whole in the stat line) and once per orphan, and asks the backend twice
 (device samples, then process memory and holders; the mock reads the mask
 records, and works out what they hold, again only when their directory
-changed, and checks every record's writer against the table each time). A
-backend's per-process memory is read only, so processes that hold the same
-share one mapping, and this partition's share of each is made once per
-collection. `benchmarks/bench_metrics.py` compares it with the floor.
+changed, and checks every record's writer against the collection's table,
+handed to it through `processes.table_in_use`). A backend's per-process
+memory is read only, so processes that hold the same share one mapping, and
+this partition's share of each is made once per collection. A source that
+fails is in the snapshot's `errors`, and logged when it starts failing.
+`benchmarks/bench_metrics.py` compares it with the floor.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -40,8 +44,11 @@ from ray_accel.core.processes import (
     descendants,
     process_table,
     read_small,
+    table_in_use,
 )
 from ray_accel.plugins.interface import Telemetry
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -218,6 +225,22 @@ def worker_trees(
     return {r: [r, *descendants(r, kids)] for r in roots if r in table}
 
 
+def _reading(table: Mapping[int, ProcStat]) -> contextlib.AbstractContextManager[None]:
+    """Liveness checks inside a backend's call answer from `table`, when it is a `ProcessTable`."""
+    return table_in_use(table) if isinstance(table, ProcessTable) else contextlib.nullcontext()
+
+
+def process_memory(
+    telemetry: Telemetry, pids: Collection[int], table: Mapping[int, ProcStat]
+) -> tuple[Mapping[int, Mapping[str, int]], list[str]]:
+    """The backend's device memory per process, or none and the reason it failed."""
+    try:
+        with _reading(table):
+            return telemetry.process_device_memory(pids), []
+    except Exception as e:
+        return {}, [f"process device memory unknown: {type(e).__name__}: {e}"]
+
+
 def workload_readings(
     telemetry: Telemetry | None,
     roots: Iterable[int],
@@ -228,26 +251,23 @@ def workload_readings(
     titles: Mapping[int, str] | None = None,
     kids: Mapping[int, Sequence[int]] | None = None,
     trees: Mapping[int, Sequence[int]] | None = None,
-) -> list[WorkloadReading]:
+) -> tuple[list[WorkloadReading], list[str]]:
     """One reading per Ray worker, over its whole process tree, from one pass
-    over the process table. `titles`: the roots' command lines, when the
-    caller has read them already; `trees`: `worker_trees` of the roots, likewise."""
+    over the process table, and what could not be read. `titles`: the roots'
+    command lines, when the caller has read them already; `trees`:
+    `worker_trees` of the roots, likewise."""
     roots = list(roots)
     if not roots:
-        return []
+        return [], []
     procs = process_table() if table is None else table
     if trees is None:
         if kids is None:
             kids = procs.children if isinstance(procs, ProcessTable) else children_map(procs.values())
         trees = worker_trees(roots, kids, procs)
     held: Mapping[int, Mapping[str, int]] = {}
+    errors: list[str] = []
     if telemetry is not None:
-        try:
-            held = telemetry.process_device_memory(
-                [p for tree in trees.values() for p in tree], procs if isinstance(procs, ProcessTable) else None
-            )
-        except Exception:
-            held = {}
+        held, errors = process_memory(telemetry, [p for tree in trees.values() for p in tree], procs)
     usage = procs.usage if isinstance(procs, ProcessTable) else _usage_of(procs)
     ticks = CLOCK_TICKS
     # This partition's share of each distinct mapping the backend gave, made
@@ -277,7 +297,7 @@ def workload_readings(
         line = titles.get(root) if titles is not None else None
         title = (cmdline(root) if line is None else line).partition(" ")[0] or readings[0].name
         out.append(_new_tuple(WorkloadReading, (f"{title}[{root}]", host, partition, root, tuple(readings))))
-    return out
+    return out, errors
 
 
 def _usage_of(table: Mapping[int, ProcStat]) -> Callable[[int], Usage | None]:
@@ -367,7 +387,8 @@ def orphan_readings(
     if telemetry is None:
         return [], []
     try:
-        holders = telemetry.device_holders(table if isinstance(table, ProcessTable) else None)
+        with _reading(table):
+            holders = telemetry.device_holders()
     except Exception as e:
         return [], [f"device holders unknown: {type(e).__name__}: {e}"]
     outside = orphan_pids(holders, mine, known)
@@ -408,8 +429,11 @@ def collect(
         # Holders first: a backend may answer both from one reading (the mock does).
         known = {pid for tree in trees.values() for pid in tree}
         orphans, orphan_errors = orphan_readings(telemetry, mine, raylet_pid, kids, table, partition, host, known)
-        workloads = workload_readings(telemetry, titles, partition, mine, table, host, titles, kids, trees)
-        errors += orphan_errors
+        workloads, workload_errors = workload_readings(
+            telemetry, titles, partition, mine, table, host, titles, kids, trees
+        )
+        errors += orphan_errors + workload_errors
+    _log_new(partition, errors)
     return Snapshot(
         host,
         node_id,
@@ -421,3 +445,15 @@ def collect(
         tuple(orphans),
         tuple(errors),
     )
+
+
+# The errors last logged per partition: a source that keeps failing is logged
+# when it starts to, not at every sample.
+_logged: dict[str, frozenset[str]] = {}
+
+
+def _log_new(partition: str, errors: Sequence[str]) -> None:
+    now = frozenset(errors)
+    for e in sorted(now - _logged.get(partition, frozenset())):
+        log.warning("ray-accel metrics of partition %s: %s", partition, e)
+    _logged[partition] = now

@@ -1,7 +1,7 @@
 """Planning within a mask the environment already sets.
 
-Under Slurm, a container runtime or a shared node, `CUDA_VISIBLE_DEVICES` or
-`NEURON_RT_VISIBLE_CORES` is set before ray-accel runs: that is the part of the
+Under Slurm, a container runtime or a shared host, the backend's visibility
+variable is set before ray-accel runs: that is the part of the
 node this job was given. Discovery still sees the whole node (the backend lists
 every device, ignoring masks), but a plan covers only what the mask shows: a
 device partly shown keeps only its shown cores, and a manual spec that names a
@@ -21,6 +21,7 @@ from ray_accel.core.errors import InputError
 from ray_accel.core.visibility import VisibilityError, format_visible_ids
 from ray_accel.partition.plan import Mode, PartitionError, Plan, plan_partitions
 from ray_accel.plugins.interface import DevicePlugin
+from ray_accel.plugins.traits import DeviceTraits
 
 
 @dataclass(frozen=True)
@@ -88,17 +89,19 @@ def plan_within_mask(
     manual: str | Mapping[str, str | Sequence[str]] | None = None,
     mask: InheritedMask | None = None,
     default_type: str | None = None,
+    *,
+    traits: DeviceTraits,
 ) -> Plan:
     """`plan_partitions` over what `mask` shows (everything when None)."""
     if mask is None:
-        return plan_partitions(devices, mode, partitions, manual, default_type)
+        return plan_partitions(devices, mode, partitions, manual, default_type, traits=traits)
     shown = restrict(devices, mask)
     if not shown:
         raise PartitionError(f"{mask.env}={mask.value!r} set in the environment shows no device: nothing to plan")
     if Mode.parse(mode) is Mode.MANUAL and manual is not None:
         # Resolve the spec against the whole node first, so a device outside
         # the mask is named as such rather than as unknown.
-        whole = plan_partitions(devices, mode, partitions, manual, default_type)
+        whole = plan_partitions(devices, mode, partitions, manual, default_type, traits=traits)
         kept = {d.id for d in shown}
         for part in whole:
             for did in part.device_ids:
@@ -107,7 +110,7 @@ def plan_within_mask(
                         f"partition {part.name!r}: device {did} is outside the inherited mask "
                         f"{mask.env}={mask.value} (it shows {format_visible_ids(mask.ids, 'ranges') or 'nothing'})"
                     )
-    plan = plan_partitions(shown, mode, partitions, manual, default_type)
+    plan = plan_partitions(shown, mode, partitions, manual, default_type, traits=traits)
     partly = [d for d in shown if len(d.core_ids) < len(next(x for x in devices if x.id == d.id).core_ids)]
     notes = [
         f"device {d.id} is partly inside {mask.env}: only core(s) {format_visible_ids(d.core_ids, 'ranges')}"

@@ -1,14 +1,17 @@
 """Splitting one node's devices into partitions, one raylet each.
 
 Modes:
-- SHARED: every partition sees every device. Only for families that can share a
-  device (GPUs, with no memory isolation between the partitions); refused for
-  Neuron, where a core belongs to one process.
-- AUTO_SPLIT: N partitions of equal size. Neuron keeps whole devices together in
-  consecutive index blocks, so each partition's core ids form one contiguous
-  range aligned to its size (what multi-core Neuron jobs need) and, on the
-  torus and ring, neighbouring devices. GPUs are grouped by NUMA node and
-  NVLink island first. When N does not divide the device count the plan is
+- SHARED: every partition sees every device. Only for families whose backend
+  declares their devices shareable (`DeviceTraits.shareable`: GPUs, with no
+  memory isolation between the partitions); refused for the others (Neuron,
+  where a core belongs to one process).
+- AUTO_SPLIT: N partitions of equal size, devices ordered as the backend
+  declares (`DeviceTraits.split`): INDEX_BLOCKS keeps whole devices together
+  in consecutive index blocks, so each partition's core ids form one
+  contiguous range aligned to its size (what multi-core Neuron jobs need)
+  and, on Neuron's torus and ring, neighbouring devices; LOCALITY groups
+  devices by NUMA node and link island first (GPUs and NVLink), then grows
+  linked blocks. When N does not divide the device count the plan is
   refused: an uneven split would leave devices idle without anyone asking.
   A node of several models is split model by model: no partition holds two
   models, each model's devices are split evenly, and without a count there is
@@ -31,9 +34,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ray_accel.core import validate
-from ray_accel.core.devices import FAMILY_NEURON, SHAREABLE_FAMILIES, Device, DeviceId
+from ray_accel.core.devices import Device, DeviceId
 from ray_accel.core.errors import InputError
 from ray_accel.core.visibility import VisibilityError, format_visible_ids, parse_visible_ids
+from ray_accel.plugins.traits import DeviceTraits, SplitOrder
 
 
 class PartitionError(InputError):
@@ -228,7 +232,7 @@ def _grow(devices: Sequence[Device], size: int) -> list[list[Device]] | None:
     return groups
 
 
-def _auto_split(devices: Sequence[Device], count: int) -> list[list[Device]]:
+def _auto_split(devices: Sequence[Device], count: int, split: SplitOrder) -> list[list[Device]]:
     if len(devices) % count:
         divisors = [n for n in range(1, len(devices) + 1) if len(devices) % n == 0]
         raise PartitionError(
@@ -236,14 +240,14 @@ def _auto_split(devices: Sequence[Device], count: int) -> list[list[Device]]:
             f"use --partitions {', '.join(map(str, divisors))}, or --mode manual"
         )
     size = len(devices) // count
-    if devices[0].family == FAMILY_NEURON:
+    if split is SplitOrder.INDEX_BLOCKS:
         order = sorted(devices, key=lambda d: d.index)
-    else:
-        island = _islands(devices)
-        order = sorted(devices, key=lambda d: (d.numa_node, island[d.id], d.index))
+        return [order[i : i + size] for i in range(0, len(order), size)]
+    island = _islands(devices)
+    order = sorted(devices, key=lambda d: (d.numa_node, island[d.id], d.index))
     blocks = [order[i : i + size] for i in range(0, len(order), size)]
     has_topology = any(d.peers for d in devices)
-    if devices[0].family == FAMILY_NEURON or not has_topology or all(_connected(b) for b in blocks):
+    if not has_topology or all(_connected(b) for b in blocks):
         return blocks
     grown = _grow(order, size)
     return grown if grown is not None else blocks
@@ -285,11 +289,12 @@ def _model_counts(groups: Sequence[Sequence[Device]], count: int) -> list[int]:
     return list(best[1])
 
 
-def _auto_split_models(devices: Sequence[Device], count: int) -> list[list[Device]]:
+def _auto_split_models(devices: Sequence[Device], count: int, split: SplitOrder) -> list[list[Device]]:
     groups = _by_model(devices)
     if len(groups) == 1:
-        return _auto_split(devices, count)
-    return [block for g, k in zip(groups, _model_counts(groups, count), strict=True) for block in _auto_split(g, k)]
+        return _auto_split(devices, count, split)
+    counts = _model_counts(groups, count)
+    return [block for g, k in zip(groups, counts, strict=True) for block in _auto_split(g, k, split)]
 
 
 def _type_warnings(parts: Sequence[Partition]) -> list[str]:
@@ -368,11 +373,15 @@ def plan_partitions(
     partitions: int | None = None,
     manual: str | Mapping[str, str | Sequence[str]] | None = None,
     default_type: str | None = None,
+    *,
+    traits: DeviceTraits,
 ) -> Plan:
-    """Plan which devices each partition (one raylet each) of the node gets.
+    """Plan which devices each partition (one raylet each) of the host gets.
 
-    `default_type` is the node's accelerator type as its backend reports it,
-    for devices that name none of their own (see `group_type`).
+    `default_type` is the host's accelerator type as its backend reports it,
+    for devices that name none of their own (see `group_type`); `traits`
+    what the backend declares of its family (may devices be shared, how to
+    order them for AUTO_SPLIT).
     """
     mode = Mode.parse(mode)
     devices = sorted(devices, key=lambda d: d.index)
@@ -397,10 +406,10 @@ def plan_partitions(
     elif manual is not None:
         raise PartitionError(f"a manual spec was given with mode {mode.value}; use --mode manual")
     elif mode is Mode.SHARED:
-        if family not in SHAREABLE_FAMILIES:
+        if not traits.shareable:
             raise PartitionError(
-                f"SHARED mode is impossible on {family} devices: a core belongs to one process; "
-                "use auto-split or manual"
+                f"SHARED mode is impossible on {family} devices: a device belongs to one process (its backend "
+                "declares them not shareable); use auto-split or manual"
             )
         warnings.append("shared: every partition sees every device, with no memory isolation between them")
         named = [(f"p{i}", list(devices)) for i in range(partitions or 1)]
@@ -408,7 +417,7 @@ def plan_partitions(
         n = partitions or len(_by_model(devices))
         if n > len(devices):
             raise PartitionError(f"more partitions ({n}) than devices ({len(devices)})")
-        named = [(f"p{i}", g) for i, g in enumerate(_auto_split_models(devices, n))]
+        named = [(f"p{i}", g) for i, g in enumerate(_auto_split_models(devices, n, traits.split))]
 
     topology = any(d.peers for d in devices)
     node_models = len(models_of(devices))

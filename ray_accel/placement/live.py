@@ -6,22 +6,24 @@ raylet: `NodeID`, `Alive`, `NodeManagerAddress`, `Resources` (totals),
 what `rayapi.state.available_resources_per_node()` returns (node hex id
 -> available resources; a `DeveloperAPI` of Ray 2.60, the per-raylet view that
 `ray.available_resources()` sums). `read_view` calls the two. Only raylets
-with a partition label are partitions; a raylet started without ray-accel's
-topology labels still counts, with its devices unknown (so nothing placed
-there counts as linked or aligned). A partition's host is its host's key, from
-the name and node IP Ray records (`labels.node_host`): two hosts that share a
-name are two hosts.
+with a partition label are partitions, and which accelerator a partition
+serves is what its family and resource labels say (`ray-accel start` writes
+them from the backend): a raylet without them is left out, named in
+`LiveView.ignored`. A raylet without ray-accel's topology labels still
+counts, with its devices unknown (so nothing placed there counts as linked or
+aligned). A partition's host is its host's key, from the name and node IP Ray
+records (`labels.node_host`): two hosts that share a name are two hosts.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ray_accel.core.devices import FAMILY_GPU, FAMILY_NEURON
 from ray_accel.core.errors import InputError
 from ray_accel.partition.labels import (
     CONNECTED_LABEL,
@@ -42,9 +44,7 @@ from ray_accel.rayapi import state as rayapi_state
 # Ray's own label naming one raylet (Ray 2.60 `ray._raylet.RAY_NODE_ID_KEY`;
 # Ray Train pins its synchronization actor with it).
 NODE_ID_LABEL = "ray.io/node-id"
-# Which family a raylet serves when it carries no family label: the resource
-# names of Ray's own managers for the two built-in families.
-KNOWN_RESOURCES = {"neuron_cores": FAMILY_NEURON, "GPU": FAMILY_GPU}
+log = logging.getLogger(__name__)
 # Ray reports resources as floats; 7.9999999 units are 8.
 EPS = 1e-6
 
@@ -57,6 +57,8 @@ class LiveView:
 
     partitions: tuple[FreePartition, ...]
     selectors: Mapping[tuple[str, str], Mapping[str, str]]
+    # Raylets with a partition label that cannot be placed on, each with why.
+    ignored: tuple[str, ...] = ()
 
     def families(self) -> list[tuple[str, str]]:
         return sorted({(p.family, p.resource) for p in self.partitions})
@@ -69,27 +71,21 @@ def _ids(labels: Mapping[str, str], key: str) -> tuple[int, ...]:
         return ()  # a raylet's labels are data from the cluster: unknown, not fatal
 
 
-def _resource(labels: Mapping[str, str], total: Mapping[str, float]) -> tuple[str, str] | None:
-    resource = labels.get(RESOURCE_LABEL) or next((r for r in KNOWN_RESOURCES if total.get(r, 0) > 0), None)
-    if resource is None:
-        return None
-    family = labels.get(FAMILY_LABEL) or KNOWN_RESOURCES.get(resource)
-    return (family, resource) if family else None
-
-
 def view_from_nodes(nodes: Sequence[Mapping[str, Any]], available: Mapping[str, Mapping[str, float]]) -> LiveView:
     rows: list[tuple[FreePartition, Mapping[str, str]]] = []
+    ignored: list[str] = []
     for node in nodes:
         labels: Mapping[str, str] = node.get("Labels") or {}
         name = labels.get(PARTITION_LABEL)
         if not (node.get("Alive") and name):
             continue
         total: Mapping[str, float] = node.get("Resources") or {}
-        kind = _resource(labels, total)
-        if kind is None:
-            continue
-        family, resource = kind
+        family, resource = labels.get(FAMILY_LABEL), labels.get(RESOURCE_LABEL)
         node_id = str(node["NodeID"])
+        if not (family and resource):
+            missing = " and ".join(k for k, v in ((FAMILY_LABEL, family), (RESOURCE_LABEL, resource)) if not v)
+            ignored.append(f"partition {name} (node {node_id}) has no {missing} label: what it serves is unknown")
+            continue
         # A raylet not yet in the available table has nothing known free.
         avail = available.get(node_id, {})
         units = math.floor(total.get(resource, 0.0) + EPS)
@@ -129,7 +125,7 @@ def view_from_nodes(nodes: Sequence[Mapping[str, Any]], available: Mapping[str, 
                 selector[NODE_ID_LABEL] = part.node_id
         selectors[part.key] = selector
         parts.append(part)
-    return LiveView(tuple(parts), selectors)
+    return LiveView(tuple(parts), selectors, tuple(ignored))
 
 
 def read_view() -> LiveView:
@@ -138,4 +134,7 @@ def read_view() -> LiveView:
 
     if not ray.is_initialized():
         raise InputError("not connected to a Ray cluster: call ray.init(address=...) or ray_accel.init first")
-    return view_from_nodes(ray.nodes(), rayapi_state.available_resources_per_node())
+    view = view_from_nodes(ray.nodes(), rayapi_state.available_resources_per_node())
+    for why in view.ignored:
+        log.warning("ray-accel placement leaves out %s", why)
+    return view

@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ray_accel.core import ray_resources
 from ray_accel.core.errors import InputError
 from ray_accel.placement.live import LiveView, read_view
 from ray_accel.placement.model import Assignment, Job, PlacementError, apply, mark_held, refusal
@@ -87,7 +88,7 @@ def to_scaling_config(assignment: Assignment, view: LiveView, **scaling: Any) ->
     return ScalingConfig(
         num_workers=job.workers,
         resources_per_worker=resources,
-        use_gpu=job.resource == "GPU",
+        use_gpu=ray_resources.is_ray_gpu(job.resource),
         label_selector=selectors,
         **scaling,
     )

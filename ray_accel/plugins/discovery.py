@@ -5,17 +5,25 @@ load, finds no hardware, or reports data that contradicts itself (a driver
 listing one UUID twice, say) is listed inactive with its reason, and every
 other backend goes on. Only configuration the user wrote (a bad mock spec, a
 bad mask in the environment) is an error for the user to fix.
+
+Besides discovery: what every installed backend declares on its class (its
+collectives, the variables it protects), read without constructing it or
+probing hardware, and one backend loaded by name (a training worker's, named
+by its raylet's bridge spec).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import logging
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ray_accel.core.devices import validate_inventory
+from ray_accel.core.errors import RayAccelError
 from ray_accel.plugins.interface import DevicePlugin
 
 ENTRY_POINT_GROUP = "ray_accel.backends"
@@ -37,18 +45,32 @@ class PluginStatus:
         return {"name": self.name, "active": self.active, "reason": self.reason}
 
 
+class BackendUnavailable(RayAccelError):
+    """A backend that was asked for by name cannot be loaded or constructed."""
+
+
 def _inactive(name: str, reason: str, error: BaseException | None = None) -> PluginStatus:
     log.info("ray-accel backend %s inactive: %s", name, reason)
     return PluginStatus(name=name, active=False, reason=reason, error=error)
 
 
-def _activate(name: str, factory: object) -> PluginStatus:
+def _construct(name: str, factory: object) -> DevicePlugin:
+    """The plugin an entry point's object makes; `BackendUnavailable` naming
+    why not. Nothing is probed."""
     try:
         plugin = factory() if callable(factory) else factory
     except Exception as e:  # a third-party constructor can fail any way
-        return _inactive(name, f"failed to construct: {type(e).__name__}: {e}", e)
+        raise BackendUnavailable(f"failed to construct: {type(e).__name__}: {e}") from e
     if not isinstance(plugin, DevicePlugin):
-        return _inactive(name, f"entry point gave {type(plugin).__name__}, not a DevicePlugin")
+        raise BackendUnavailable(f"entry point gave {type(plugin).__name__}, not a DevicePlugin")
+    return plugin
+
+
+def _activate(name: str, factory: object) -> PluginStatus:
+    try:
+        plugin = _construct(name, factory)
+    except BackendUnavailable as e:
+        return _inactive(name, str(e), e.__cause__)
     try:
         reason = plugin.probe()
         if reason is not None:
@@ -89,3 +111,73 @@ def discover_plugins(only: str | None = None, env: Mapping[str, str] | None = No
 
 def active_plugins(statuses: Sequence[PluginStatus]) -> list[DevicePlugin]:
     return [s.plugin for s in statuses if s.active and s.plugin is not None]
+
+
+def _entry_points() -> list[importlib.metadata.EntryPoint]:
+    """Each installed backend's entry point once (the first of a name), by name."""
+    seen: dict[str, importlib.metadata.EntryPoint] = {}
+    for ep in sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        seen.setdefault(ep.name, ep)
+    return list(seen.values())
+
+
+def load_plugin(name: str) -> DevicePlugin:
+    """The installed backend `name`, constructed but not probed (a worker
+    whose raylet's spec names it needs its runtime, not its hardware).
+    `BackendUnavailable` names the backend and why it cannot be had."""
+    eps = _entry_points()
+    ep = next((e for e in eps if e.name == name), None)
+    if ep is None:
+        installed = ", ".join(e.name for e in eps) or "none"
+        raise BackendUnavailable(f"backend {name!r} is not installed here (installed: {installed})")
+    try:
+        factory = ep.load()
+    except Exception as e:
+        raise BackendUnavailable(f"backend {name!r} failed to load {ep.value}: {type(e).__name__}: {e}") from e
+    try:
+        return _construct(name, factory)
+    except BackendUnavailable as e:
+        raise BackendUnavailable(f"backend {name!r}: {e}") from e.__cause__
+
+
+@dataclass(frozen=True)
+class Declarations:
+    """What the installed backends declare on their classes."""
+
+    collectives: Mapping[str, tuple[str, ...]]  # backend -> the collectives its runtime makes
+    protected_env: frozenset[str]  # the union of the variables they protect
+    unknown: Mapping[str, str]  # backend -> why its declarations could not be read
+
+
+def declarations() -> Declarations:
+    """Every installed backend's class declarations. Loads each entry point
+    (imports its module), never constructs a backend or probes hardware; a
+    backend whose class cannot be loaded is in `unknown` with the reason
+    (and a warning: what it would protect is not protected). Read once per
+    import path: every hooked task asks, and what is installed where this
+    process looks for distributions does not change under it."""
+    return _declarations(tuple(sys.path))
+
+
+@functools.lru_cache(maxsize=4)
+def _declarations(path: tuple[str, ...]) -> Declarations:
+    collectives: dict[str, tuple[str, ...]] = {}
+    protected: set[str] = set()
+    unknown: dict[str, str] = {}
+    for ep in _entry_points():
+        try:
+            obj = ep.load()
+        except Exception as e:
+            unknown[ep.name] = f"failed to load {ep.value}: {type(e).__name__}: {e}"
+            continue
+        cls = obj if isinstance(obj, type) else type(obj)
+        if not issubclass(cls, DevicePlugin):
+            unknown[ep.name] = f"entry point {ep.value} is {cls.__name__}, not a DevicePlugin class"
+            continue
+        collectives[ep.name] = tuple(cls.collectives)
+        protected |= cls.protected_env
+    for name, why in unknown.items():
+        log.warning(
+            "ray-accel: backend %s declares nothing readable (%s): its protected variables are unknown", name, why
+        )
+    return Declarations(collectives, frozenset(protected), unknown)

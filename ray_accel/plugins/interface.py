@@ -1,41 +1,120 @@
 """The backend plugin interface, cut at its seams.
 
 A backend is a `DevicePlugin`: discovery and node facts for one accelerator
-family on one node. It may also have the other two parts, and implements
+family on one host. It may also have the other two parts, and implements
 only the ones it has:
 
-- `Runtime`: what a training worker of this family needs (its collective
-  backend and its environment, computed from the whole job);
+- `Runtime`: what a training worker of this family needs (its collective,
+  its environment computed from the whole job, its process group, its torch
+  device);
 - `Telemetry`: device samples (utilisation, memory, power, temperature,
   health), the device memory each process holds, and which processes hold
   each device.
 
-Every method here is called by the product; see `tests/unit/test_interface_used.py`.
+What ray-accel must know of a backend without probing its hardware is
+declared on its class (`collectives`, `protected_env`): ray-accel reads it
+from every installed backend's entry point. Vendor knowledge (variable
+names, collective names and their start-up) lives in the backends; the
+layers above this interface ask, and know none of it.
+
+Every member here is used by the product; see `tests/unit/test_interface_used.py`.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Mapping, Sequence
+from datetime import timedelta
+from typing import Any, ClassVar
 
 from ray_accel.core.devices import Device, NodeInfo, all_core_ids
-from ray_accel.core.processes import ProcessTable
 from ray_accel.core.samples import DeviceSample
 from ray_accel.core.visibility import VisibilityError, parse_visible_ids
-from ray_accel.plugins.runtime import WorkerSlot
+from ray_accel.plugins.runtime import GLOO, WorkerSlot, check_collective, own_ids_env, rank_env
+from ray_accel.plugins.traits import DeviceTraits
+
+# Ray's switch that stops it writing a visibility variable
+# (ray/_private/accelerators/nvidia_gpu.py, neuron.py, amd_gpu.py in Ray
+# 2.60: the RAY_EXPERIMENTAL_NOSET_<variable> pattern).
+NOSET_PREFIX = "RAY_EXPERIMENTAL_NOSET_"
+
+
+def visibility_protected(visible_ids_env: str) -> frozenset[str]:
+    """A visibility variable and Ray's switch for it: what no hook may set
+    for a family that shows devices through `visible_ids_env`."""
+    return frozenset({visible_ids_env, NOSET_PREFIX + visible_ids_env})
 
 
 class Runtime(ABC):
-    """The training side of a family: NCCL and shared GPUs, PJRT and own cores, ..."""
+    """The training side of a family: its collectives, what each worker sees,
+    how its process group starts. Called inside the training worker."""
 
     @abstractmethod
     def collective_backend(self) -> str:
-        """The torch.distributed backend this family trains with."""
+        """The collective this worker trains with under backend="auto".
+        Called in the worker, so it may depend on what is installed there."""
 
     @abstractmethod
-    def worker_env(self, worker: WorkerSlot, job: Sequence[WorkerSlot]) -> dict[str, str]:
+    def worker_env(self, worker: WorkerSlot, job: Sequence[WorkerSlot], collective: str) -> dict[str, str]:
         """`worker`'s environment, given every worker of the job in world-rank
-        order: rank variables, what it may see, its collective's variables."""
+        order and the job's collective: rank variables, what it may see, its
+        collective's variables. A collective it cannot make, or a job it
+        cannot run with it, is an `InputError` naming both."""
+
+    def init_process_group(self, collective: str, world_rank: int, world_size: int, timeout_s: float) -> None:
+        """Make this worker's torch.distributed group (after `worker_env` is
+        in the environment). By default torch's own start-up from the rank
+        variables (`env://`); a family with a start-up of its own overrides it."""
+        import torch.distributed as dist
+
+        dist.init_process_group(
+            collective,
+            init_method="env://",
+            rank=world_rank,
+            world_size=world_size,
+            timeout=timedelta(seconds=timeout_s),
+        )
+
+    def destroy_process_group(self) -> None:
+        """Tear this worker's group down (before another is made, and at the
+        end of a run), with whatever the family frees after it."""
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+    def select_device(self, collective: str, visible_ids: Sequence[str], own_ids: Sequence[str]) -> Any:
+        """This worker's torch device, made current where the family has such
+        a notion; `visible_ids` as the worker's mask lists them, `own_ids` as
+        Ray assigned them. Called when training starts and by
+        `ray_accel.train.get_device()`. By default the CPU."""
+        import torch
+
+        return torch.device("cpu")
+
+    def reduce_gradients(self, group: str, grads: Sequence[Any], world_size: int) -> bool:
+        """Average `grads` over the job through this family's own reduce, if
+        the process group (`group`, torch.distributed's name for it) has one;
+        False: ray-accel reduces them through `torch.distributed.all_reduce`."""
+        return False
+
+
+class GlooRuntime(Runtime):
+    """The runtime of a backend that has none, and of a worker with no
+    backend: gloo on the CPU, each worker seeing exactly its own ids (the
+    safe rule where devices may not be shared)."""
+
+    def __init__(self, visible_ids_env: str | None = None) -> None:
+        self._visible_ids_env = visible_ids_env
+
+    def collective_backend(self) -> str:
+        return GLOO
+
+    def worker_env(self, worker: WorkerSlot, job: Sequence[WorkerSlot], collective: str) -> dict[str, str]:
+        check_collective(collective, (GLOO,), "a worker without an accelerator runtime")
+        if self._visible_ids_env is None:
+            return rank_env(worker.rank)
+        return own_ids_env(self._visible_ids_env, worker)
 
 
 class Telemetry(ABC):
@@ -45,28 +124,33 @@ class Telemetry(ABC):
     def device_samples(self) -> list[DeviceSample]:
         """One sample per device still present; a device that vanished is absent."""
 
-    def process_device_memory(
-        self, pids: Collection[int], table: ProcessTable | None = None
-    ) -> Mapping[int, Mapping[str, int]]:
+    def process_device_memory(self, pids: Collection[int]) -> Mapping[int, Mapping[str, int]]:
         """Device id -> bytes held, for each of `pids` that holds any (one call
         per collection, so a backend can answer from one query per device).
-        Read only: processes that hold the same may share one mapping.
-        `table`: the host's processes as the caller read them a moment ago,
-        for a backend that must tell live processes from dead ones (the
-        collector has read every stat line already; reading them again is
-        most of a collection's cost)."""
+        Read only: processes that hold the same may share one mapping. A
+        liveness check through `ray_accel.core.processes` answers from the
+        collector's process table during the call (`processes.table_in_use`)."""
         return {}
 
-    def device_holders(self, table: ProcessTable | None = None) -> dict[str, tuple[int, ...]]:
+    def device_holders(self) -> dict[str, tuple[int, ...]]:
         """Device id -> PIDs the vendor tool says hold it (every process on
         the host, not only Ray's: the metrics layer names the ones that are not
-        workers of the raylet that owns the device). `{}`: unknown or none.
-        `table`: as for `process_device_memory`."""
+        workers of the raylet that owns the device). `{}`: unknown or none."""
         return {}
 
 
 class DevicePlugin(ABC):
-    """One accelerator family on one node: discovery and node facts."""
+    """One accelerator family on one host: discovery and host facts."""
+
+    # Declared on the class, read from every installed backend without
+    # constructing it or probing hardware (`ray_accel.plugins.discovery`):
+    # - the collectives its runtime makes (`AcceleratorTorchConfig(backend=...)`
+    #   accepts "auto", "gloo" and any installed backend's);
+    collectives: ClassVar[tuple[str, ...]] = ()
+    # - the variables no lifecycle hook may set, whatever this backend's
+    #   workers run: its visibility variable and Ray's switch for it
+    #   (`visibility_protected`), its collectives' variables.
+    protected_env: ClassVar[frozenset[str]] = frozenset()
 
     # Read-only properties, so a backend may answer with a class attribute or
     # (like the mock, whose family comes from its spec) compute them.
@@ -86,13 +170,18 @@ class DevicePlugin(ABC):
     @abstractmethod
     def family(self) -> str: ...
 
+    @property
+    def traits(self) -> DeviceTraits:
+        """How the family's devices may be shared, split and attributed."""
+        return DeviceTraits()
+
     @abstractmethod
     def probe(self) -> str | None:
         """Find the hardware; return None when present, else why not."""
 
     @abstractmethod
     def list_devices(self) -> tuple[Device, ...]:
-        """Every device of the node, ignoring any visibility mask."""
+        """Every device of the host, ignoring any visibility mask."""
 
     @abstractmethod
     def node_info(self) -> NodeInfo: ...
@@ -104,14 +193,13 @@ class DevicePlugin(ABC):
         if ids is not None and cores:
             unknown = [i for i in ids if i not in cores]
             if unknown:
-                raise VisibilityError(f"{self.visible_ids_env}={value!r} names {unknown[0]}, not on this node")
+                raise VisibilityError(f"{self.visible_ids_env}={value!r} names {unknown[0]}, not on this host")
         return ids
 
     def process_env(self) -> dict[str, str]:
         """Variables every process using this family's devices needs, whatever
         it runs (a raylet, a task, an actor, a training worker): carried to the
-        raylets, so their workers inherit them. CUDA's `CUDA_DEVICE_ORDER=PCI_BUS_ID`
-        is one: masks are NVML indexes, and CUDA numbers devices fastest-first."""
+        raylets, so their workers inherit them (e.g. a device ordering variable)."""
         return {}
 
     @property

@@ -1,8 +1,9 @@
-"""The node as the active plugins see it: one call for the CLI and the bridge."""
+"""The host as the active plugins see it: one call for the CLI and the bridge."""
 
 from __future__ import annotations
 
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,6 +11,19 @@ from ray_accel.core.devices import Device
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.plugins.discovery import PluginStatus, active_plugins, discover_plugins
 from ray_accel.plugins.interface import DevicePlugin
+
+
+class NoActiveBackend(RayAccelError):
+    """No backend is active on this host; the message names each installed
+    one and why it is inactive (`details` has them as JSON)."""
+
+    def __init__(self, statuses: Sequence[PluginStatus]) -> None:
+        inactive = ", ".join(f"{s.name} ({s.reason})" for s in statuses)
+        super().__init__(
+            "no active accelerator backend on this host; "
+            + (f"inactive: {inactive}" if inactive else "no backend is installed")
+        )
+        self.details: dict[str, Any] = {"backends": [s.to_json() for s in statuses]}
 
 
 @dataclass(frozen=True)
@@ -29,7 +43,7 @@ class Inventory:
     def require_primary(self) -> DevicePlugin:
         plugin = self.primary
         if plugin is None:
-            raise RayAccelError("no active accelerator backend on this node (see `ray-accel devices`)")
+            raise NoActiveBackend(self.statuses)
         return plugin
 
     def devices(self) -> list[tuple[str, Device]]:

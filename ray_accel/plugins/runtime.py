@@ -3,6 +3,8 @@
 The training layer fills one `WorkerSlot` per worker (ranks per raylet, not
 per IP; the ids Ray assigned to it) and hands the whole job to the backend's
 `Runtime.worker_env`, which decides per family what each worker sees.
+The only collective ray-accel itself names is gloo, torch's CPU collective,
+which every worker can make; every other is a backend's.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from dataclasses import dataclass
 
 from ray_accel.core.errors import InputError
 from ray_accel.core.visibility import format_mask, mask_order
+
+GLOO = "gloo"
 
 # torchrun's variables: set by ray-accel from the ranks, never by a hook.
 RANK_ENV_VARS = frozenset(
@@ -77,3 +81,17 @@ def own_ids_env(visible_ids_env: str, worker: WorkerSlot) -> dict[str, str]:
     """Rank variables, and `worker` sees exactly its own devices: the safe rule
     for a family whose devices cannot be opened by two processes."""
     return {**rank_env(worker.rank), visible_ids_env: format_mask(worker.own_ids)}
+
+
+def check_collective(collective: str, accepted: Sequence[str], who: str) -> None:
+    """Refuse a collective `who` cannot make, naming the ones it can."""
+    if collective not in accepted:
+        raise InputError(f"backend {collective!r} cannot be made by {who}: it makes {', '.join(accepted)}")
+
+
+def first_own_index(visible_ids: Sequence[str], own_ids: Sequence[str]) -> int:
+    """The position of a worker's first own id in the mask it sees (0 if it
+    owns none): its device ordinal where the workers of a raylet share a mask."""
+    if not own_ids:
+        return 0
+    return list(visible_ids).index(own_ids[0])

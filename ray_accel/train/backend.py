@@ -5,12 +5,13 @@ on_start, run by Ray Train's controller after the worker group starts:
 2. ranks per raylet (`ranks.assign_ranks`, the one place they are computed,
    on every start and restart), and Ray Train's own context made to report
    them (`raycontext`), or the run refused where it cannot be;
-3. on each worker: reconcile crashed workloads, set the environment through the
-   plugin's runtime (NCCL, PJRT, gloo), run pre_create hooks;
+3. on each worker: reconcile crashed workloads, set the environment through
+   its backend's runtime (which also refuses a collective it cannot make),
+   run pre_create hooks;
 4. a denial fails `fit()` with the hook's reason; a retry request makes the
    workers fail when training starts, which Ray Train counts against
    `FailureConfig(max_failures)`;
-5. the process group, then post_create.
+5. the process group (made by each worker's runtime), then post_create.
 The job store hears of every attempt's replicas at on_start (`jobs`).
 on_training_start: where a worker had no Ray Train context yet at on_start
 (V1), check it now.
@@ -29,22 +30,33 @@ from ray.exceptions import RayActorError, RayTaskError
 from ray.train.backend import Backend
 
 from ray_accel.hooks.config import WorkloadDenied
+from ray_accel.plugins.discovery import declarations
+from ray_accel.plugins.runtime import GLOO
 from ray_accel.rayapi.feature import ray_version
 from ray_accel.train import jobs, raycontext, worker
 from ray_accel.train.ranks import assign_ranks
 
 log = logging.getLogger(__name__)
 
-BACKENDS = ("auto", "nccl", "xla", "gloo")
+AUTO = "auto"
+
+
+def accepted_backends() -> tuple[str, ...]:
+    """What `AcceleratorTorchConfig(backend=...)` accepts: "auto", gloo and
+    every installed backend's collectives (read from their classes)."""
+    declared = [c for cs in declarations().collectives.values() for c in cs]
+    return (AUTO, GLOO, *dict.fromkeys(c for c in declared if c not in (AUTO, GLOO)))
 
 
 def resolve_backend(requested: str | None, infos: list[dict[str, Any]]) -> str:
-    if requested and requested != "auto":
+    """The job's collective: the one asked for, or under "auto" the one every
+    worker's runtime chose (gloo for a worker without devices)."""
+    if requested and requested != AUTO:
         return requested
     found = {i["collective"] for i in infos}
     if len(found) > 1:
         raise ValueError(f"workers disagree on the collective backend ({sorted(found)}): set backend explicitly")
-    return found.pop() if found else "gloo"
+    return found.pop() if found else GLOO
 
 
 def align_ray_context(
@@ -70,7 +82,8 @@ def align_ray_context(
 
 
 class AcceleratorBackend(Backend):
-    # Sharing is done here, per raylet and numerically sorted, for every family.
+    # Ray Train's own switch for sharing GPUs between a node's workers, off:
+    # sharing is the runtime's, per raylet and numerically sorted.
     share_cuda_visible_devices = False
 
     def __init__(self) -> None:
@@ -92,7 +105,7 @@ class AcceleratorBackend(Backend):
         backend = resolve_backend(backend_config.backend, infos)
         addr, port, comm_port = worker_group.execute_single(0, worker.address_and_ports)
         # Every worker gets the whole job: its backend's runtime decides from
-        # it what this worker sees (CUDA: its raylet's GPUs; Neuron: its cores).
+        # it what this worker sees (its raylet's devices, or its own only).
         job = [
             {
                 "rank": {

@@ -17,8 +17,10 @@ from ray_accel.hooks.ledger import HookFactory
 class AcceleratorTorchConfig(TorchConfig):
     """Distributed torch inside ray-accel partitions.
 
-    backend: "auto" (the partition's plugin decides: nccl for GPUs, xla for
-        Neuron, gloo for CPU and the mock), or "nccl", "xla", "gloo".
+    backend: "auto" (each worker's backend runtime decides; gloo for a worker
+        without devices), "gloo", or a collective an installed backend
+        declares (`DevicePlugin.collectives`); anything else is refused,
+        naming the accepted ones.
     hooks: LifecycleHook classes (or factories taking a Workload) run around
         every worker: pre_create, post_create, pre_terminate, post_terminate.
     pre_terminate_timeout_s: bound on the pre_terminate hooks.
@@ -34,10 +36,14 @@ class AcceleratorTorchConfig(TorchConfig):
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 
     def __post_init__(self) -> None:
-        from ray_accel.train.backend import BACKENDS
+        from ray_accel.train.backend import accepted_backends
 
-        if self.backend not in BACKENDS:
-            raise InputError(f"backend {self.backend!r}: use one of {', '.join(BACKENDS)}")
+        accepted = accepted_backends()
+        if self.backend not in accepted:
+            raise InputError(
+                f"backend {self.backend!r}: use one of {', '.join(accepted)} "
+                "(auto, gloo, and the collectives of the installed backends)"
+            )
         if self.init_method != "env":
             # TorchConfig's field: every group here is made from the rank
             # variables ray-accel sets (MASTER_ADDR, MASTER_PORT: env://).

@@ -14,7 +14,7 @@ class TrainContext:
     node_rank: int
     node_id: str
     partition: str | None
-    backend: str  # the collective: nccl, xla, gloo
+    backend: str  # the job's collective (gloo, or one its backends declare)
     visible_ids: tuple[str, ...]  # shared by the local workers
     own_ids: tuple[str, ...]  # assigned to this worker by Ray
     device_family: str | None

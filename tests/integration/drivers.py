@@ -114,6 +114,33 @@ except Exception as e:
     print(json.dumps({"ok": False, "error": f"{type(e).__name__}: {e}"}))
 """
 
+# TRAIN_JOB, with the job's workers told (through the job's runtime env) that
+# their raylet serves a backend that is not installed where they run: the
+# bridge spec of the partition, read from one of its tasks, with another
+# backend's name.
+TRAIN_JOB_BACKEND_MISSING = r"""
+import json, sys
+import ray
+from examples.train_partitions import run_job
+address, kw = sys.argv[1], json.loads(sys.argv[2])
+ray.init(address=address, log_to_driver=False)
+
+@ray.remote(num_cpus=0)
+def spec():
+    import os
+    return os.environ["RAYACCEL_BRIDGE_SPEC"]
+
+rows = json.loads(ray.get(spec.options(label_selector={"ray-accel.io/partition": kw["partition"]}).remote()))
+ray.shutdown()
+rows[0]["backend"] = kw.pop("backend_name")
+ray.init(address=address, log_to_driver=False, runtime_env={"env_vars": {"RAYACCEL_BRIDGE_SPEC": json.dumps(rows)}})
+try:
+    run_job(address, **kw)
+    print(json.dumps({"ok": True}))
+except Exception as e:
+    print(json.dumps({"ok": False, "error": f"{type(e).__name__}: {e}"}))
+"""
+
 # Several fits, one after another, in one driver (one Python start-up and one
 # ray.init for all of them): argv[2] is a JSON object of name -> run_job's
 # keyword arguments; prints name -> {"ok", "error"} in the order given.

@@ -154,6 +154,19 @@ def test_hook_setting_a_runtime_variable_fails_the_run(sequential: tuple[Path, d
     assert counts["post_create"] == 0
 
 
+def test_a_worker_that_cannot_load_its_backend_fails_the_fit_at_start_naming_why(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """A worker loads the backend its raylet's bridge spec names; where that
+    backend is not installed the job fails at start, naming the backend and
+    the reason, instead of training on gloo without a word."""
+    kw = {"partition": "p1", "out": str(tmp_path / "out"), "steps": 3, "backend_name": "acme-not-installed"}
+    result = cluster.driver(drivers.TRAIN_JOB_BACKEND_MISSING, json.dumps(kw), timeout=400)
+    assert not result["ok"], result
+    assert "cannot load its raylet's backend: backend 'acme-not-installed' is not installed here" in result["error"]
+    assert not (tmp_path / "out" / "rank0.json").exists(), "training never started"
+
+
 def test_retry_request_counts_as_a_worker_failure(sequential: tuple[Path, dict[str, Any]]) -> None:
     tmp, results = sequential
     assert results["retried"]["ok"], results["retried"]

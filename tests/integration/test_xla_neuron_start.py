@@ -30,11 +30,12 @@ import pytest
 from ray_accel_mock import MockPlugin, load_spec
 from ray_accel_neuron.runtime import NeuronRuntime
 
-from ray_accel.partition.plan import Mode, plan_partitions
+from ray_accel.partition.plan import Mode
 from ray_accel.plugins.runtime import RankInfo, WorkerSlot
 from ray_accel.train.ranks import assign_ranks
 from tests.conftest import ROOT
 from tests.fakes.neuron_runtime import NeuronRuntimeError, start_job
+from tests.planning import plan_for
 
 pytestmark = pytest.mark.xla
 
@@ -45,7 +46,7 @@ def _torch_xla() -> None:
 
 
 def job(per_worker: int) -> list[WorkerSlot]:
-    plan = plan_partitions(MockPlugin(load_spec("trn1.32xlarge")).list_devices(), Mode.AUTO_SPLIT, 2)
+    plan = plan_for(MockPlugin(load_spec("trn1.32xlarge")).list_devices(), Mode.AUTO_SPLIT, 2)
     assert [len(p.core_ids) for p in plan.partitions] == [16, 16]
     raylets, own = [], []
     for part in plan.partitions:
@@ -60,6 +61,12 @@ def job(per_worker: int) -> list[WorkerSlot]:
         )
         for p, raylet, ids in zip(assign_ranks(raylets), raylets, own, strict=True)
     ]
+
+
+def collective(per_worker: int) -> str:
+    """The `xla` group is refused for workers of several cores (one device per
+    process); their environment is the same under gloo, which such a job uses."""
+    return "xla" if per_worker == 1 else "gloo"
 
 
 def run_worker(env: dict[str, str]) -> dict[str, Any]:
@@ -94,7 +101,7 @@ def run_job(envs: list[dict[str, str]]) -> list[dict[str, Any]]:
 @pytest.mark.parametrize(("per_worker", "counts"), [(2, "2,2,2,2"), (1, "1,1,1,1")])
 def test_every_worker_still_sees_exactly_its_own_cores(per_worker: int, counts: str) -> None:
     slots = job(per_worker)
-    envs = [NeuronRuntime().worker_env(w, slots) for w in slots]
+    envs = [NeuronRuntime().worker_env(w, slots, collective(per_worker)) for w in slots]
     assert {e["PJRT_DEVICE"] for e in envs} == {"NEURON"}
     results = run_job(envs)
     after = []
@@ -124,7 +131,10 @@ def test_torchelastic_control_fails_in_torch_xla_and_in_the_fake(per_worker: int
     it): torch-xla narrows a 2-core worker to one core, or refuses a 1-core
     worker, at import (_internal/neuron.py:58-81). The fake predicts it."""
     slots = job(per_worker)
-    envs = [{**NeuronRuntime().worker_env(w, slots), "TORCHELASTIC_RUN_ID": "control"} for w in slots]
+    envs = [
+        {**NeuronRuntime().worker_env(w, slots, collective(per_worker)), "TORCHELASTIC_RUN_ID": "control"}
+        for w in slots
+    ]
     results = run_job(envs)
     if per_worker == 1:
         assert all(r["error"] and r["error"]["type"] == "ValueError" for r in results), results

@@ -15,7 +15,9 @@ Modes:
       2. torch-xla's `xla://` rendezvous handler (_internal/rendezvous.py:22-66),
          which a user's own `init_process_group("xla", init_method="xla://")`
          would run (under torchrun it calls pjrt.initialize_multiprocess).
-      3. `ray_accel.train.worker.init_xla_group`, the product's path.
+      3. `ray_accel_neuron.xla.init_xla_group`, the product's path (what
+         the Neuron runtime's `init_process_group` runs for `xla` on a
+         PJRT device).
       Each stops where torch-xla would create the client: `torch_xla.device`,
       `torch_xla.devices`, `xm.get_xla_supported_devices` and
       `xr.process_count` raise ClientBoundary. Reported: the cores as
@@ -26,7 +28,9 @@ Modes:
       `init_xla_group` on PJRT CPU (world 1), `ray_accel.train.sync_gradients`
       on a model on the XLA device, with `xm.all_reduce` wrapped by a
       recorder (every XLA reduce goes through it: ProcessGroupXla.allreduce
-      calls it too, distributed/xla_backend.py:78-83).
+      calls it too, distributed/xla_backend.py:78-83). The worker's backend
+      is the one a Neuron raylet's bridge spec names, loaded by name as in a
+      training worker: its runtime reduces the `xla` group's gradients.
 """
 
 from __future__ import annotations
@@ -61,26 +65,6 @@ def _stop(name: str) -> Callable[..., Any]:
     return stop
 
 
-def _context(world_rank: int, world_size: int, local_rank: int, local_world_size: int) -> Any:
-    from ray_accel.train.context import TrainContext, set_context
-
-    ctx = TrainContext(
-        world_rank=world_rank,
-        world_size=world_size,
-        local_rank=local_rank,
-        local_world_size=local_world_size,
-        node_rank=0,
-        node_id="raylet",
-        partition=None,
-        backend="xla",
-        visible_ids=(),
-        own_ids=(),
-        device_family="neuron",
-    )
-    set_context(ctx)
-    return ctx
-
-
 def neuron_start() -> dict[str, Any]:
     before = dict(os.environ)
     out: dict[str, Any] = {"error": None, "boundaries": {}}
@@ -89,9 +73,8 @@ def neuron_start() -> dict[str, Any]:
         import torch_xla
         import torch_xla.core.xla_model as xm
         import torch_xla.runtime as xr
+        from ray_accel_neuron.xla import init_xla_group
         from torch_xla._internal import neuron, neuron_utils, rendezvous
-
-        from ray_accel.train import worker
 
         out["found_libneuronxla"] = bool(torch_xla._found_libneuronxla)
         stage = "configure_pjrt_environment"
@@ -110,14 +93,8 @@ def neuron_start() -> dict[str, Any]:
         except ClientBoundary as b:
             out["boundaries"]["xla://"] = str(b)
         stage = "ray_accel init_xla_group"
-        ctx = _context(
-            int(os.environ["RANK"]),
-            int(os.environ["WORLD_SIZE"]),
-            int(os.environ["LOCAL_RANK"]),
-            int(os.environ["LOCAL_WORLD_SIZE"]),
-        )
         try:
-            worker.init_xla_group(ctx, 30)
+            init_xla_group(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), 30)
         except ClientBoundary as b:
             out["boundaries"]["init_xla_group"] = str(b)
         stage = "read NEURON_RT_VISIBLE_CORES"
@@ -136,9 +113,12 @@ def sync_xla() -> dict[str, Any]:
     import torch_xla
     import torch_xla.core.xla_model as xm
     import torch_xla.runtime as xr
+    from ray_accel_neuron.plugin import NeuronPlugin
+    from ray_accel_neuron.runtime import NeuronRuntime
+    from ray_accel_neuron.xla import init_xla_group
 
-    from ray_accel.train import sync_gradients
-    from ray_accel.train.worker import init_xla_group
+    from ray_accel.bridge.managers import SPEC_ENV, BridgeSpec
+    from ray_accel.train import sync_gradients, worker
 
     calls: list[dict[str, Any]] = []
     real = xm.all_reduce
@@ -156,7 +136,10 @@ def sync_xla() -> dict[str, Any]:
         return real(reduce_type, inputs, *args, **kwargs)
 
     xm.all_reduce = recording
-    init_xla_group(_context(0, 1, 0, 1), 30)
+    spec = BridgeSpec("neuron_cores", NeuronPlugin.visible_ids_env, "neuron", None, (0,), "neuron", NeuronPlugin.traits)
+    os.environ[SPEC_ENV] = spec.to_env()
+    assert isinstance(worker.runtime(), NeuronRuntime), "the backend the spec names, loaded by name"
+    init_xla_group(0, 1, 30)
     device = torch_xla.device()
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 1).to(device)

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 from ray_accel.core.devices import Device, NodeInfo
-from ray_accel.plugins.interface import DevicePlugin
+from ray_accel.plugins.interface import DevicePlugin, visibility_protected
+
+VISIBLE_ENV = "FAKE_TPU_VISIBLE_CHIPS"
 
 
 class FakeTPU(DevicePlugin):
     name = "faketpu"
     resource_name = "FAKETPU"
-    visible_ids_env = "FAKE_TPU_VISIBLE_CHIPS"
+    visible_ids_env = VISIBLE_ENV
     family = "faketpu"
+    # What a third-party backend declares: its collective, and the variables
+    # no hook may set (its mask, Ray's switch for it, its collective's own).
+    collectives = ("fakeccl",)
+    protected_env = visibility_protected(VISIBLE_ENV) | {"FAKE_TPU_COMM_ID"}
 
     def probe(self) -> str | None:
         return None

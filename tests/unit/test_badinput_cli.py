@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from ray_accel_neuron.runtime import TRAITS as NEURON_TRAITS
 
 from ray_accel.bridge.managers import BridgeSpec
 from ray_accel.cluster import state
@@ -29,7 +30,9 @@ from tests.clirun import run_cli_here
 from tests.conftest import run_cli
 from tests.tagged import new_tag, tagged
 
-SPEC = BridgeSpec("neuron_cores", "NEURON_RT_VISIBLE_CORES", "neuron", "Trainium", tuple(range(32)))
+SPEC = BridgeSpec(
+    "neuron_cores", "NEURON_RT_VISIBLE_CORES", "neuron", "Trainium", tuple(range(32)), "neuron", NEURON_TRAITS
+)
 
 # (id, argv, extra environment, exit code, what the error names, class, setup)
 # setup: "" nothing; "stale" a record naming a process that is gone; "shared" a 1777 state dir.

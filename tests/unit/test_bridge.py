@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -13,6 +14,8 @@ import psutil
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from ray_accel_cuda.runtime import TRAITS as CUDA_TRAITS
+from ray_accel_neuron.runtime import TRAITS as NEURON_TRAITS
 
 from ray_accel.bridge.managers import (
     RAY_DEFAULT_UNIT_RESOURCES,
@@ -31,10 +34,13 @@ from ray_accel.core import masks
 from ray_accel.core.errors import InputError
 from ray_accel.core.processes import ProcessRecord
 from ray_accel.core.visibility import format_visible_ids
+from ray_accel.plugins.traits import DeviceTraits
 
-NEURON = BridgeSpec("neuron_cores", "NEURON_RT_VISIBLE_CORES", "neuron", "Trainium", tuple(range(32)))
-GPU = BridgeSpec("GPU", "CUDA_VISIBLE_DEVICES", "gpu", "A100", tuple(range(8)))
-TPU = BridgeSpec("FAKETPU", "FAKE_TPU_VISIBLE_CHIPS", "faketpu", "FakeTPU-v1", (0, 1, 2, 3))
+NEURON = BridgeSpec(
+    "neuron_cores", "NEURON_RT_VISIBLE_CORES", "neuron", "Trainium", tuple(range(32)), "neuron", NEURON_TRAITS
+)
+GPU = BridgeSpec("GPU", "CUDA_VISIBLE_DEVICES", "gpu", "A100", tuple(range(8)), "cuda", CUDA_TRAITS)
+TPU = BridgeSpec("FAKETPU", "FAKE_TPU_VISIBLE_CHIPS", "faketpu", "FakeTPU-v1", (0, 1, 2, 3), "faketpu", DeviceTraits())
 
 
 def test_spec_round_trips_through_the_environment() -> None:
@@ -47,7 +53,16 @@ def test_spec_round_trips_through_the_environment() -> None:
 
 
 def test_process_env_reaches_every_raylet_through_the_spec() -> None:
-    gpu = BridgeSpec("GPU", "CUDA_VISIBLE_DEVICES", "gpu", "A100", (0, 1), (("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),))
+    gpu = BridgeSpec(
+        "GPU",
+        "CUDA_VISIBLE_DEVICES",
+        "gpu",
+        "A100",
+        (0, 1),
+        "cuda",
+        CUDA_TRAITS,
+        (("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),),
+    )
     env = raylet_env([gpu], {"CUDA_DEVICE_ORDER": "FASTEST_FIRST"})
     assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID", "masks are NVML (PCI bus) indexes, whatever was inherited"
     assert specs_from_env(env["RAYACCEL_BRIDGE_SPEC"]) == [gpu]
@@ -70,10 +85,19 @@ def test_spec_from_plugin_carries_the_plugins_process_env() -> None:
     assert BridgeSpec.from_plugin(MockPlugin(load_spec("trn1.2xlarge"))).process_env == ()
 
 
-def test_a_state_record_from_before_process_env_still_loads() -> None:
+def test_a_spec_that_names_no_backend_or_traits_is_refused_naming_what_is_missing() -> None:
+    """A worker loads its backend by the spec's name: a spec without one
+    (written by an older ray-accel) is an error, never a guess."""
     old = {"resource_name": "GPU", "visible_ids_env": "CUDA_VISIBLE_DEVICES", "family": "gpu"}
-    spec = BridgeSpec.from_json({**old, "accelerator_type": "A100", "unit_ids": [0, 1]})
-    assert spec == BridgeSpec("GPU", "CUDA_VISIBLE_DEVICES", "gpu", "A100", (0, 1))
+    row = {**old, "accelerator_type": "A100", "unit_ids": [0, 1], "process_env": []}
+    with pytest.raises(InputError, match="bad RAYACCEL_BRIDGE_SPEC: missing 'backend'"):
+        specs_from_env(json.dumps([row]))
+    with pytest.raises(InputError, match="bad RAYACCEL_BRIDGE_SPEC: missing 'traits'"):
+        specs_from_env(json.dumps([{**row, "backend": "cuda"}]))
+    with pytest.raises(InputError, match="traits.split: 'sideways' is not one of"):
+        specs_from_env(
+            json.dumps([{**row, "backend": "cuda", "traits": {**CUDA_TRAITS.to_json(), "split": "sideways"}}])
+        )
 
 
 def test_new_resource_names_become_unit_instance_resources() -> None:
@@ -110,13 +134,41 @@ def test_manager_answers_from_its_spec(tmp_path: Path, monkeypatch: pytest.Monke
     assert m.get_current_process_visible_accelerator_ids() == ["0", "1", "2", "3"]
     m.set_current_process_visible_accelerator_ids(["7", "6"])
     assert os.environ["NEURON_RT_VISIBLE_CORES"] == "6,7", "written sorted (Ray writes '7,6')"
-    assert masks.all_published([os.getpid()]) == {os.getpid(): "6,7"}, "published for the metrics collector"
+    assert masks.all_published([os.getpid()]) == {}, "the Neuron backend reads no published masks: none written"
+    assert not any(tmp_path.iterdir()), "no mask file at all"
     monkeypatch.setenv("RAY_EXPERIMENTAL_NOSET_NEURON_RT_VISIBLE_CORES", "1")
     m.set_current_process_visible_accelerator_ids(["1"])
     assert os.environ["NEURON_RT_VISIBLE_CORES"] == "6,7"
     monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "3-1")
     with pytest.raises(ValueError, match="descending range '3-1'"):
         m.get_current_process_visible_accelerator_ids()
+
+
+@pytest.mark.parametrize("spec", [NEURON, GPU, TPU], ids=["neuron", "cuda", "third-party"])
+def test_a_worker_on_a_real_backend_writes_no_mask_file(
+    spec: BridgeSpec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Mask records are for a backend whose telemetry reads them (the mock's,
+    standing for the vendor tools' process reports); a real backend's workers
+    write none at their task starts."""
+    monkeypatch.setenv(masks.MASK_DIR_ENV, str(tmp_path / "masks"))
+    monkeypatch.setenv(spec.visible_ids_env, "0,1")
+    make_manager(spec).set_current_process_visible_accelerator_ids(["1"])
+    assert os.environ[spec.visible_ids_env] == "1"
+    assert not (tmp_path / "masks").exists()
+
+
+def test_a_worker_of_a_backend_that_reads_masks_publishes_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ray_accel_mock import MockPlugin, load_spec
+
+    spec = BridgeSpec.from_plugin(MockPlugin(load_spec("trn1.32xlarge")))
+    assert spec.traits.reads_published_masks and spec.backend == "mock"
+    monkeypatch.setenv(masks.MASK_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv(spec.visible_ids_env, "0-31")
+    make_manager(spec).set_current_process_visible_accelerator_ids(["7", "6"])
+    assert masks.all_published([os.getpid()]) == {os.getpid(): "6,7"}, "published for the metrics collector"
 
 
 def test_install_replaces_rays_manager_for_that_name() -> None:

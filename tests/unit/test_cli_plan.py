@@ -1,12 +1,16 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
+from ray_accel.cli import main
 from tests.badinput import badinput
 from tests.clirun import cli_json_here as cli_json
 from tests.conftest import CliRunner
+from tests.fakes.neuron_env import tree_only
+from tests.fakes.neuron_sysfs import build_tree
 
 TRN1 = {"RAYACCEL_MOCK": "trn1.32xlarge"}
 
@@ -92,3 +96,40 @@ def test_an_unforeseen_failure_under_json_is_a_json_object_not_a_traceback(
     }
     with pytest.raises(OSError, match="Input/output error"):  # without --json: the traceback
         cli_main.main(["plan", "--agents", "2"])
+
+
+@badinput("unnamed")
+@pytest.mark.parametrize("command", [["plan", "--agents", "2"], ["start", "--head", "--agents", "2"]])
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_no_active_backend_names_each_backend_and_why(
+    command: list[str],
+    as_json: bool,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Reasons up front: a Neuron host whose sysfs contradicts itself (a
+    one-sided link) makes `plan` and `start` say that no backend is active
+    and why each one is not, the neuron backend naming the bad value; exit 1
+    as for any run-time failure, nothing started (the state dir not made)."""
+    tree = build_tree(tmp_path / "t", "inf2.48xlarge", core_metrics=False)
+    (tree.device_dir(0) / "connected_devices").write_text("11, 5\n")  # device 5 does not list 0
+    for key, value in tree_only(tree).items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("RAYACCEL_STATE_DIR", str(tmp_path / "state"))
+    code = main([*command, *(["--json"] if as_json else [])])
+    out = capsys.readouterr()
+    assert code == 1 and out.out == ""
+    lines = out.err.strip().splitlines()
+    assert len(lines) == 1, out.err
+    message = json.loads(lines[0])["error"] if as_json else lines[0]
+    prefix = "" if as_json else "ray-accel: failed: "
+    assert message.startswith(f"{prefix}no active accelerator backend on this host; inactive: cuda (")
+    assert "neuron (discovery failed: DeviceError: link 'neuron:0' -> 'neuron:5' is one-sided" in message
+    assert "mock (RAYACCEL_MOCK is not set)" in message
+    if as_json:
+        payload = json.loads(lines[0])
+        assert payload["exit_code"] == 1 and payload["kind"] == "failure"
+        backends = {b["name"]: b for b in payload["backends"]}
+        assert backends["neuron"]["active"] is False and "one-sided" in backends["neuron"]["reason"]
+    assert not (tmp_path / "state").exists(), "nothing was started or written"

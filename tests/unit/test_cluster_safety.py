@@ -26,6 +26,7 @@ from typing import Any
 
 import psutil
 import pytest
+from ray_accel_neuron.runtime import TRAITS as NEURON_TRAITS
 
 from ray_accel.bridge.managers import BridgeSpec
 from ray_accel.cluster import state
@@ -40,7 +41,9 @@ from tests.clirun import run_cli_here
 from tests.conftest import run_cli
 from tests.tagged import new_tag, tagged
 
-SPEC = BridgeSpec("neuron_cores", "NEURON_RT_VISIBLE_CORES", "neuron", "Trainium", tuple(range(32)))
+SPEC = BridgeSpec(
+    "neuron_cores", "NEURON_RT_VISIBLE_CORES", "neuron", "Trainium", tuple(range(32)), "neuron", NEURON_TRAITS
+)
 RAYLET_PATH = "ray/core/src/ray/raylet/raylet"
 LOOPBACK = "127.0.0.1"
 

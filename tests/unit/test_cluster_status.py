@@ -18,6 +18,7 @@ from ray_accel.cluster import status as status_mod
 from ray_accel.cluster.status import cluster_status, cluster_view
 from ray_accel.core.errors import RayAccelError
 from ray_accel.core.hosts import host_key
+from ray_accel.core.visibility import parse_visible_ids
 from ray_accel.partition.labels import (
     CORES_LABEL,
     DEVICES_LABEL,
@@ -211,3 +212,21 @@ def test_a_host_is_its_name_and_ip_never_the_name_alone(spec: dict[str, tuple[st
     for p in view["partitions"]:
         name, ip, part, _ = spec[p["node_id"]]
         assert (p["host"], p["host_name"], p["ip"], p["partition"]) == (host_key(name, ip), name, ip, part)
+
+
+@given(st.sampled_from(["neuron", "dev", "acme"]), st.sets(st.integers(0, 300), min_size=1, max_size=20))
+def test_ids_of_one_prefix_and_numbers_read_as_ranges_of_any_family(prefix: str, numbers: set[int]) -> None:
+    ids = [f"{prefix}:{n}" for n in sorted(numbers)]
+    text = render.format_id_list(ids)
+    head, _, ranges = text.partition(":")
+    assert head == prefix and parse_visible_ids(ranges) == sorted(numbers)
+
+
+@given(st.lists(st.text(max_size=12), min_size=1, max_size=6))
+def test_other_ids_are_listed_as_they_are(ids: list[str]) -> None:
+    text = render.format_id_list(ids)
+    prefixes = {i.partition(":")[0] for i in ids}
+    compact = len(prefixes) == 1 and all(
+        ":" in i and i.partition(":")[2].isascii() and i.partition(":")[2].isdigit() for i in ids
+    )
+    assert compact or text == ",".join(ids)

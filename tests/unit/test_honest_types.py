@@ -19,14 +19,16 @@ import json
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from ray_accel_cuda.runtime import TRAITS as CUDA_TRAITS
 from ray_accel_mock.spec import GIB, build_mixed_gpus, load_spec
 
 from ray_accel.bridge.managers import SPEC_ENV, BridgeSpec, make_manager, raylet_env, specs_from_env
 from ray_accel.cluster.raylet import partition_env
 from ray_accel.core.devices import Device
-from ray_accel.partition.plan import Mode, PartitionError, plan_partitions
+from ray_accel.partition.plan import Mode, PartitionError
 from tests.clirun import cli_json_here as cli_json
 from tests.conftest import CliRunner
+from tests.planning import plan_for
 
 MIXED = "mixed-v100-a100"
 V100, A100 = "Tesla V100-SXM2-16GB", "NVIDIA A100-SXM4-40GB"
@@ -37,7 +39,7 @@ def mixed() -> tuple[Device, ...]:
 
 
 def test_auto_split_gives_each_model_its_own_partition_by_default() -> None:
-    plan = plan_partitions(mixed(), "auto-split")
+    plan = plan_for(mixed(), "auto-split")
     assert [(p.core_ids, p.accelerator_type, p.models) for p in plan] == [
         ((0,), "V100", (V100,)),
         ((1, 2), "A100", (A100,)),
@@ -46,17 +48,17 @@ def test_auto_split_gives_each_model_its_own_partition_by_default() -> None:
 
 
 def test_auto_split_three_ways_splits_the_a100s() -> None:
-    plan = plan_partitions(mixed(), "auto-split", 3)
+    plan = plan_for(mixed(), "auto-split", 3)
     assert [(p.core_ids, p.accelerator_type) for p in plan] == [((0,), "V100"), ((1,), "A100"), ((2,), "A100")]
 
 
 def test_auto_split_into_one_partition_is_refused_naming_the_models() -> None:
     with pytest.raises(PartitionError, match=r"1 x Tesla V100-SXM2-16GB, 2 x NVIDIA A100-SXM4-40GB.*--partitions 2, 3"):
-        plan_partitions(mixed(), "auto-split", 1)
+        plan_for(mixed(), "auto-split", 1)
 
 
 def test_shared_over_mixed_models_advertises_no_type_and_warns() -> None:
-    plan = plan_partitions(mixed(), Mode.SHARED, 2)
+    plan = plan_for(mixed(), Mode.SHARED, 2)
     assert [p.accelerator_type for p in plan] == [None, None]
     assert all(p.models == (V100, A100) for p in plan)
     warning = next(w for w in plan.warnings if "no single accelerator type" in w)
@@ -64,27 +66,27 @@ def test_shared_over_mixed_models_advertises_no_type_and_warns() -> None:
 
 
 def test_manual_partition_over_mixed_models_advertises_no_type() -> None:
-    plan = plan_partitions(mixed(), "manual", manual="a=0-1;b=2")
+    plan = plan_for(mixed(), "manual", manual="a=0-1;b=2")
     assert [(p.name, p.accelerator_type) for p in plan] == [("a", None), ("b", "A100")]
     assert any(w.startswith(f"partition a mixes models {V100}, {A100}") for w in plan.warnings)
 
 
 def test_models_of_one_type_keep_the_type() -> None:
     node = build_mixed_gpus("a100s", [(A100, "A100", 40 * GIB, 1), ("NVIDIA A100-SXM4-80GB", "A100", 80 * GIB, 1)])
-    plan = plan_partitions(node.devices, "manual", manual="both=0-1")
+    plan = plan_for(node.devices, "manual", manual="both=0-1")
     assert plan[0].accelerator_type == "A100"
     assert any("all of accelerator type A100" in w for w in plan.warnings)
-    assert [p.accelerator_type for p in plan_partitions(node.devices, "auto-split")] == ["A100", "A100"]
+    assert [p.accelerator_type for p in plan_for(node.devices, "auto-split")] == ["A100", "A100"]
 
 
 def test_devices_without_a_type_of_their_own_take_the_nodes_on_a_one_model_node() -> None:
     untyped = [dataclasses.replace(d, accelerator_type=None) for d in load_spec("p4d.24xlarge").devices]
-    assert [p.accelerator_type for p in plan_partitions(untyped, "auto-split", 2, default_type="A100")] == [
+    assert [p.accelerator_type for p in plan_for(untyped, "auto-split", 2, default_type="A100")] == [
         "A100",
         "A100",
     ]
     mixed_untyped = [dataclasses.replace(d, accelerator_type=None) for d in mixed()]
-    plan = plan_partitions(mixed_untyped, "auto-split", default_type="V100")
+    plan = plan_for(mixed_untyped, "auto-split", default_type="V100")
     assert [p.accelerator_type for p in plan] == [None, None], "GPU 0's type is not the node's"
 
 
@@ -103,7 +105,7 @@ def mixed_nodes(draw: st.DrawFn) -> tuple[tuple[Device, ...], int]:
 @given(mixed_nodes())
 def test_auto_split_never_mixes_models_and_types_each_partition(case: tuple[tuple[Device, ...], int]) -> None:
     devices, partitions = case
-    plan = plan_partitions(devices, "auto-split", partitions)
+    plan = plan_for(devices, "auto-split", partitions)
     assert len(plan) == partitions
     by_id = {d.id: d for d in devices}
     assert sorted(i for p in plan for i in p.device_ids) == sorted(by_id)
@@ -117,8 +119,8 @@ def test_auto_split_never_mixes_models_and_types_each_partition(case: tuple[tupl
 
 
 def test_a_partitions_spec_carries_its_own_type_to_rays_manager() -> None:
-    node = BridgeSpec("GPU", "CUDA_VISIBLE_DEVICES", "gpu", None, (0, 1, 2))
-    plan = plan_partitions(mixed(), "auto-split")
+    node = BridgeSpec("GPU", "CUDA_VISIBLE_DEVICES", "gpu", None, (0, 1, 2), "cuda", CUDA_TRAITS)
+    plan = plan_for(mixed(), "auto-split")
     base = raylet_env([node], {})
     for part, kind in zip(plan, ["V100", "A100"], strict=True):
         own = node.for_partition(part)
@@ -127,13 +129,13 @@ def test_a_partitions_spec_carries_its_own_type_to_rays_manager() -> None:
         assert spec.accelerator_type == kind
         # What Ray's resource and label code asks (resource_and_label_spec.py):
         assert make_manager(spec).get_current_node_accelerator_type() == kind
-    shared = plan_partitions(mixed(), "shared", 2)
+    shared = plan_for(mixed(), "shared", 2)
     assert make_manager(node.for_partition(shared[0])).get_current_node_accelerator_type() is None
 
 
 def test_partition_env_leaves_the_spec_alone_when_the_bridge_is_off() -> None:
-    node = BridgeSpec("GPU", "CUDA_VISIBLE_DEVICES", "gpu", None, (0, 1, 2))
-    part = plan_partitions(mixed(), "auto-split")[0]
+    node = BridgeSpec("GPU", "CUDA_VISIBLE_DEVICES", "gpu", None, (0, 1, 2), "cuda", CUDA_TRAITS)
+    part = plan_for(mixed(), "auto-split")[0]
     assert SPEC_ENV not in partition_env({}, node.for_partition(part), part)
 
 
@@ -165,13 +167,24 @@ def test_devices_cli_keeps_each_models_type(cli: CliRunner) -> None:
 
 
 def test_spec_json_round_trip_keeps_no_type() -> None:
-    spec = BridgeSpec("GPU", "CUDA_VISIBLE_DEVICES", "gpu", None, (0,), (("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),))
-    assert BridgeSpec.from_json(json.loads(json.dumps(dataclasses.asdict(spec)))) == spec
+    spec = BridgeSpec(
+        "GPU", "CUDA_VISIBLE_DEVICES", "gpu", None, (0,), "cuda", CUDA_TRAITS, (("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),)
+    )
+    assert BridgeSpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec
 
 
 def test_partition_env_carries_the_process_env_with_or_without_the_bridge() -> None:
-    node = BridgeSpec("GPU", "CUDA_VISIBLE_DEVICES", "gpu", None, (0, 1, 2), (("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),))
-    part = plan_partitions(mixed(), "auto-split")[1]
+    node = BridgeSpec(
+        "GPU",
+        "CUDA_VISIBLE_DEVICES",
+        "gpu",
+        None,
+        (0, 1, 2),
+        "cuda",
+        CUDA_TRAITS,
+        (("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),),
+    )
+    part = plan_for(mixed(), "auto-split")[1]
     for base in ({}, raylet_env([node], {})):
         env = partition_env(base, node.for_partition(part), part)
         assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID" and env["CUDA_VISIBLE_DEVICES"] == "1,2"

@@ -14,8 +14,8 @@ from tests.badinput import badinput
     [
         ({"env_vars": {"1BAD": "x"}}, "bad environment variable name '1BAD'"),
         ({"env_vars": {"A": "x\nB=y"}}, "one line"),
-        ({"env_vars": {"NEURON_RT_VISIBLE_CORES": "0-31"}}, "protected variable NEURON_RT_VISIBLE_CORES"),
-        ({"env_vars": {"CUDA_VISIBLE_DEVICES": "0"}}, "protected"),
+        ({"env_vars": {"RAYACCEL_RESOURCE_FILE": "/x"}}, "protected variable RAYACCEL_RESOURCE_FILE"),
+        ({"env_vars": {"LOCAL_RANK": "0"}}, "protected variable LOCAL_RANK"),
         ({"mounts": (("/data", "/data"),)}, r"mounts=\(\('/data', '/data'\),\) cannot be applied to a Ray worker"),
         ({"networks": ("efa0",)}, r"networks=\('efa0',\) cannot be applied"),
         ({"extra_gids": (27,)}, r"extra_gids=\(27,\) cannot be applied"),

@@ -92,7 +92,7 @@ def test_a_partly_shown_device_keeps_only_its_shown_cores() -> None:
     p = plugin("trn1.32xlarge")
     mask = inherited_mask(p, {"NEURON_RT_VISIBLE_CORES": "9-12"})
     assert mask is not None
-    plan = plan_within_mask(p.list_devices(), "manual", manual="a=4-5;b=6", mask=mask)
+    plan = plan_within_mask(p.list_devices(), "manual", manual="a=4-5;b=6", mask=mask, traits=p.traits)
     assert [list(x.core_ids) for x in plan] == [[9, 10, 11], [12]]
     assert any("neuron:4 is partly inside" in w for w in plan.warnings)
 
@@ -105,7 +105,7 @@ def test_plans_never_leave_the_mask(data: st.DataObject) -> None:
     cores = list(range(first * 2, (first + count) * 2))
     mask = inherited_mask(p, {"NEURON_RT_VISIBLE_CORES": format_visible_ids(cores, "ranges")})
     agents = data.draw(st.sampled_from([n for n in (1, 2, 4, 8) if count % n == 0]))
-    plan = plan_within_mask(p.list_devices(), "auto-split", agents, mask=mask)
+    plan = plan_within_mask(p.list_devices(), "auto-split", agents, mask=mask, traits=p.traits)
     planned = sorted(c for x in plan for c in x.core_ids)
     assert planned == cores
     assert len(plan) == agents
@@ -114,7 +114,7 @@ def test_plans_never_leave_the_mask(data: st.DataObject) -> None:
 def test_no_mask_is_the_plain_plan() -> None:
     p = plugin("trn1.32xlarge")
     assert inherited_mask(p, {}) is None
-    plan = plan_within_mask(p.list_devices(), "auto-split", 2)
+    plan = plan_within_mask(p.list_devices(), "auto-split", 2, traits=p.traits)
     assert plan.mask is None and plan.to_json()["inherited_mask"] is None
 
 
@@ -123,4 +123,4 @@ def test_manual_outside_raises_partition_error() -> None:
     p = plugin("p4d.24xlarge")
     mask = inherited_mask(p, {"CUDA_VISIBLE_DEVICES": "0,1"})
     with pytest.raises(PartitionError, match="outside the inherited mask CUDA_VISIBLE_DEVICES=0,1"):
-        plan_within_mask(p.list_devices(), "manual", manual="a=0;b=2", mask=mask)
+        plan_within_mask(p.list_devices(), "manual", manual="a=0;b=2", mask=mask, traits=p.traits)

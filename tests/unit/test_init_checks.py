@@ -8,14 +8,18 @@ import re
 from pathlib import Path
 
 import pytest
+from ray_accel_cuda.runtime import TRAITS as CUDA_TRAITS
+from ray_accel_neuron.runtime import TRAITS as NEURON_TRAITS
 
 from ray_accel.bridge.managers import BridgeSpec
 from ray_accel.cluster.driver import check_request
 from ray_accel.core.errors import InputError
 from tests.badinput import badinput
 
-NEURON = BridgeSpec("neuron_cores", "NEURON_RT_VISIBLE_CORES", "neuron", "Trainium", tuple(range(32)))
-GPU = BridgeSpec("GPU", "CUDA_VISIBLE_DEVICES", "gpu", "A100", tuple(range(8)))
+NEURON = BridgeSpec(
+    "neuron_cores", "NEURON_RT_VISIBLE_CORES", "neuron", "Trainium", tuple(range(32)), "neuron", NEURON_TRAITS
+)
+GPU = BridgeSpec("GPU", "CUDA_VISIBLE_DEVICES", "gpu", "A100", tuple(range(8)), "cuda", CUDA_TRAITS)
 
 
 @badinput("leftover")

@@ -19,8 +19,8 @@ from ray_accel.cluster.ports import MIN_WORKER_PORTS, plan_ports, raylet_ports, 
 from ray_accel.cluster.procs import identity, is_ray_process
 from ray_accel.cluster.start import Interrupted, interruptible, worker_ports
 from ray_accel.cluster.startargs import port_args
-from ray_accel.partition.plan import plan_partitions
 from tests.conftest import run_cli
+from tests.planning import plan_for
 from tests.tagged import new_tag, tagged
 
 # ------------------------------------------------------------------ ports
@@ -36,7 +36,7 @@ def test_worker_ports_grow_with_cpus_and_units_from_a_floor() -> None:
 def test_worker_ports_follow_the_partitions_share_or_the_users_figure(monkeypatch: pytest.MonkeyPatch) -> None:
     from ray_accel_mock.spec import load_spec
 
-    plan = plan_partitions(load_spec("trn1.32xlarge").devices, "auto-split", 2)
+    plan = plan_for(load_spec("trn1.32xlarge").devices, "auto-split", 2)
     monkeypatch.setattr(os, "cpu_count", lambda: 128)
     assert worker_ports(plan, [], None) == [2 * 64 + 4 * 16 + 64] * 2
     assert worker_ports(plan, ["--num-cpus", "500"], None) == [2 * 500 + 4 * 16 + 64] * 2

@@ -3,11 +3,13 @@ real process tree, the gauges and tags an exporter sets, and `top`'s view of eve
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Collection, Mapping
 from dataclasses import asdict
 from pathlib import Path
 
@@ -23,7 +25,7 @@ from ray_accel.cli.top import DEVICE_FIELDS, top_payload
 from ray_accel.core import masks
 from ray_accel.core.devices import Device
 from ray_accel.core.hosts import host_key
-from ray_accel.core.processes import ProcessRecord, ProcessTable, children_map, descendants, snapshot
+from ray_accel.core.processes import ProcessRecord, children_map, descendants, snapshot
 from ray_accel.core.samples import DeviceSample
 from ray_accel.metrics.collect import OrphanReading, Snapshot, collect, device_readings, orphan_pids, workload_readings
 from ray_accel.metrics.export import COMMAND_MAX, GAUGES, NodeValues, actor_name, gauge_values, partition_nodes
@@ -81,7 +83,7 @@ def test_workloads_cover_the_process_tree() -> None:
                 break
             time.sleep(0.05)
         telemetry = MockTelemetry(load_spec("trn1.32xlarge"))
-        (w,) = workload_readings(telemetry, [parent.pid], "p1", {d.id for d in _devices(telemetry)})
+        (w,), _ = workload_readings(telemetry, [parent.pid], "p1", {d.id for d in _devices(telemetry)})
         assert w.pid == parent.pid and len(w.processes) == 2 and w.partition == "p1"
         assert w.rss_bytes > 0 and w.workload.endswith(f"[{parent.pid}]")
         table = snapshot()
@@ -100,7 +102,7 @@ def test_a_workload_that_ends_before_collection_is_skipped() -> None:
     proc.kill()
     proc.wait()
     telemetry = MockTelemetry(load_spec("trn1.2xlarge"))
-    readings = workload_readings(telemetry, [proc.pid, os.getpid()], "p0", set())
+    readings, _ = workload_readings(telemetry, [proc.pid, os.getpid()], "p0", set())
     assert [w.pid for w in readings] == [os.getpid()], "the ended one is skipped, the other still read"
 
 
@@ -110,9 +112,9 @@ def test_process_device_memory_is_on_the_partitions_own_devices(
     monkeypatch.setenv("RAYACCEL_MASK_DIR", str(tmp_path))
     telemetry = MockTelemetry(load_spec("trn1.32xlarge"))
     masks.publish("0,1,2")  # this process holds cores 0-2: neuron:0 (2 cores) and neuron:1 (1 core)
-    (mine,) = workload_readings(telemetry, [os.getpid()], "p0", {"neuron:0"})
+    (mine,), _ = workload_readings(telemetry, [os.getpid()], "p0", {"neuron:0"})
     assert mine.device_memory_bytes == {"neuron:0": 2 * 64 * 1024**2}, "only the partition's own device"
-    (other,) = workload_readings(telemetry, [os.getpid()], "p1", {"neuron:1", "neuron:2"})
+    (other,), _ = workload_readings(telemetry, [os.getpid()], "p1", {"neuron:1", "neuron:2"})
     assert other.device_memory_bytes == {"neuron:1": 64 * 1024**2}
 
 
@@ -325,14 +327,50 @@ def test_collect_names_holders_outside_the_raylets_tree_as_orphans(
 
 
 class BrokenHolders(MockTelemetry):
-    def device_holders(self, table: ProcessTable | None = None) -> dict[str, tuple[int, ...]]:
+    def device_holders(self) -> dict[str, tuple[int, ...]]:
         raise OSError("neuron-ls timed out")
+
+
+class BrokenMemory(MockTelemetry):
+    def process_device_memory(self, pids: Collection[int]) -> Mapping[int, Mapping[str, int]]:
+        raise RuntimeError("neuron-monitor exited")
 
 
 def test_a_failing_holder_source_is_an_error_not_a_crash() -> None:
     telemetry = BrokenHolders(load_spec("trn1.2xlarge"))
     snap = collect(telemetry, _devices(telemetry), "p0", None, os.getpid(), set(), "hostA")
     assert snap.orphans == () and snap.errors == ("device holders unknown: OSError: neuron-ls timed out",)
+
+
+def test_a_failing_process_memory_source_reaches_the_errors_and_the_log(caplog: pytest.LogCaptureFixture) -> None:
+    """Not swallowed: the workloads are still read (without device memory),
+    the reason is in the snapshot's errors with its cause, and logged once
+    when the source starts failing."""
+    telemetry = BrokenMemory(load_spec("trn1.2xlarge"))
+    # A Ray worker of this process, titled as Ray titles them (in the kernel's comm too).
+    script = "printf ray::IDLE > /proc/$$/comm; sleep 60 & wait"
+    worker = subprocess.Popen(["ray::IDLE", "-c", script], executable="/bin/sh", start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{worker.pid}/comm").read_text().strip() != "ray::IDLE":
+            assert time.monotonic() < deadline, "the worker never retitled itself"
+            time.sleep(0.01)
+        with caplog.at_level(logging.WARNING, logger="ray_accel.metrics.collect"):
+            readings, errors = workload_readings(telemetry, [worker.pid], "p-broken", {"neuron:0"})
+            assert [w.pid for w in readings] == [worker.pid] and readings[0].device_memory_bytes == {}
+            assert errors == ["process device memory unknown: RuntimeError: neuron-monitor exited"]
+            snaps = [
+                collect(telemetry, _devices(telemetry), "p-broken", None, os.getpid(), set(), "hostA") for _ in "ab"
+            ]
+    finally:
+        worker.kill()
+        worker.wait()
+    for snap in snaps:
+        assert "process device memory unknown: RuntimeError: neuron-monitor exited" in snap.errors
+    logged = [r.getMessage() for r in caplog.records if "neuron-monitor exited" in r.getMessage()]
+    assert logged == [
+        "ray-accel metrics of partition p-broken: process device memory unknown: RuntimeError: neuron-monitor exited"
+    ]
 
 
 # ---------------------------------------------------------------- top: every host, orphans rendered

@@ -178,7 +178,7 @@ def test_visible_ranges_through_plugin(tmp_path: Path) -> None:
     plugin = NeuronPlugin(tree_only(build_tree(tmp_path / "s", "trn1.32xlarge", core_metrics=False)))
     assert plugin.probe() is None
     assert plugin.parse_visible("0-3") == [0, 1, 2, 3]
-    with pytest.raises(ValueError, match="names 32, not on this node"):
+    with pytest.raises(ValueError, match="names 32, not on this host"):
         plugin.parse_visible("30-33")
 
 

@@ -7,14 +7,16 @@ from ray_accel_mock.spec import load_spec
 
 from ray_accel.core.devices import Device
 from ray_accel.partition.plan import Mode, PartitionError, plan_partitions
+from ray_accel.plugins.traits import DeviceTraits, SplitOrder
 from tests.badinput import badinput
+from tests.planning import plan_for
 from tests.strategies import node_and_agents, nodes
 
 
 @given(node_and_agents())
 def test_auto_split_is_disjoint_and_covers_the_node(case: tuple[tuple[Device, ...], int]) -> None:
     devices, agents = case
-    plan = plan_partitions(devices, "auto-split", agents)
+    plan = plan_for(devices, "auto-split", agents)
     assert len(plan) == agents
     seen = [d for p in plan for d in p.device_ids]
     assert sorted(seen) == sorted(d.id for d in devices)
@@ -29,8 +31,8 @@ def test_auto_split_is_disjoint_and_covers_the_node(case: tuple[tuple[Device, ..
 def test_neuron_core_ranges_are_contiguous_and_aligned(case: tuple[tuple[Device, ...], int]) -> None:
     devices, agents = case
     for p, q in zip(
-        plan_partitions(devices, "auto-split", agents),
-        plan_partitions(devices, "auto-split", agents).quality,
+        plan_for(devices, "auto-split", agents),
+        plan_for(devices, "auto-split", agents).quality,
         strict=True,
     ):
         assert list(p.core_ids) == list(range(p.core_ids[0], p.core_ids[0] + len(p.core_ids)))
@@ -41,7 +43,7 @@ def test_neuron_core_ranges_are_contiguous_and_aligned(case: tuple[tuple[Device,
 @given(node_and_agents())
 def test_auto_split_keeps_linked_groups_when_the_topology_allows(case: tuple[tuple[Device, ...], int]) -> None:
     devices, agents = case
-    plan = plan_partitions(devices, "auto-split", agents)
+    plan = plan_for(devices, "auto-split", agents)
     all_to_all = len(devices) > 1 and all(len(d.peers) == len(devices) - 1 for d in devices)
     ring = all(len(d.peers) == min(2, len(devices) - 1) for d in devices) and len(devices) > 1
     if all_to_all or (ring and devices[0].family == "neuron"):
@@ -55,7 +57,7 @@ def test_auto_split_keeps_linked_groups_when_the_topology_allows(case: tuple[tup
 
 @given(nodes(family="gpu"), st.integers(1, 4))
 def test_shared_gives_every_agent_every_gpu(devices: tuple[Device, ...], agents: int) -> None:
-    plan = plan_partitions(devices, Mode.SHARED, agents)
+    plan = plan_for(devices, Mode.SHARED, agents)
     assert len(plan) == agents
     assert all(set(p.device_ids) == {d.id for d in devices} for p in plan)
 
@@ -64,7 +66,7 @@ def test_shared_gives_every_agent_every_gpu(devices: tuple[Device, ...], agents:
 @given(nodes(family="neuron"))
 def test_shared_is_refused_on_neuron(devices: tuple[Device, ...]) -> None:
     with pytest.raises(PartitionError, match="SHARED mode is impossible on neuron"):
-        plan_partitions(devices, "shared")
+        plan_for(devices, "shared")
 
 
 @given(nodes(), st.data())
@@ -74,20 +76,20 @@ def test_manual_partitions_are_what_was_asked(devices: tuple[Device, ...], data:
     spec = f"a=0-{cut - 1}" if cut else ""
     if cut < n:
         spec += f";b={cut}-{n - 1}" if spec else f"b={cut}-{n - 1}"
-    plan = plan_partitions(devices, "manual", manual=spec)
+    plan = plan_for(devices, "manual", manual=spec)
     assert sorted(d for p in plan for d in p.device_ids) == sorted(d.id for d in devices)
 
 
 def test_trn1_auto_split_shapes() -> None:
     devices = load_spec("trn1.32xlarge").devices
     for agents, cores in [(2, 16), (4, 8), (8, 4), (16, 2)]:
-        plan = plan_partitions(devices, "auto-split", agents)
+        plan = plan_for(devices, "auto-split", agents)
         assert [len(p.core_ids) for p in plan] == [cores] * agents
         assert all(q.connected and q.contiguous and q.aligned for q in plan.quality)
 
 
 def test_p4d_split_keeps_numa_together() -> None:
-    plan = plan_partitions(load_spec("p4d.24xlarge").devices, "auto-split", 2)
+    plan = plan_for(load_spec("p4d.24xlarge").devices, "auto-split", 2)
     assert [q.numa_nodes for q in plan.quality] == [(0,), (1,)]
 
 
@@ -99,9 +101,35 @@ def test_gpu_islands_kept_together() -> None:
     from dataclasses import replace
 
     devices = [replace(d, peers=tuple(ids[j] for j in links[i]), numa_node=0) for i, d in enumerate(base)]
-    plan = plan_partitions(devices, "auto-split", 2)
+    plan = plan_for(devices, "auto-split", 2)
     assert [set(p.core_ids) for p in plan] == [{0, 2}, {1, 3}]
     assert all(q.connected for q in plan.quality)
+
+
+def _acme(count: int, peers: dict[int, tuple[int, ...]]) -> list[Device]:
+    """A third-party family the planner has never heard of."""
+    return [
+        Device(f"acme{i}", "acme", i, "Acme X1", 1 << 30, (i,), numa_node=0, peers=tuple(f"acme{j}" for j in peers[i]))
+        for i in range(count)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("split", "blocks"),
+    [(SplitOrder.LOCALITY, [{0, 2}, {1, 3}]), (SplitOrder.INDEX_BLOCKS, [{0, 1}, {2, 3}])],
+)
+def test_the_split_order_is_the_backends_declaration_not_its_family(split: SplitOrder, blocks: list[set[int]]) -> None:
+    devices = _acme(4, {0: (2,), 2: (0,), 1: (3,), 3: (1,)})
+    plan = plan_partitions(devices, "auto-split", 2, traits=DeviceTraits(split=split))
+    assert [set(p.core_ids) for p in plan] == blocks
+
+
+def test_shared_is_what_the_backend_declares_for_any_family() -> None:
+    devices = _acme(2, {0: (), 1: ()})
+    with pytest.raises(PartitionError, match="SHARED mode is impossible on acme devices"):
+        plan_partitions(devices, "shared", 2, traits=DeviceTraits())
+    plan = plan_partitions(devices, "shared", 2, traits=DeviceTraits(shareable=True))
+    assert [p.core_ids for p in plan] == [(0, 1), (0, 1)]
 
 
 @badinput("unnamed")
@@ -126,12 +154,12 @@ def test_gpu_islands_kept_together() -> None:
 )
 def test_plan_errors_name_the_offending_value(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(PartitionError, match=message):
-        plan_partitions(load_spec("trn1.32xlarge").devices, **kwargs)  # type: ignore[arg-type]
+        plan_for(load_spec("trn1.32xlarge").devices, **kwargs)  # type: ignore[arg-type]
 
 
 def test_manual_reports_unassigned_and_accepts_ids() -> None:
     devices = load_spec("trn1.32xlarge").devices
-    plan = plan_partitions(devices, "manual", manual={"x": ["neuron:0", "neuron:1"], "y": "2-3"})
+    plan = plan_for(devices, "manual", manual={"x": ["neuron:0", "neuron:1"], "y": "2-3"})
     assert [p.core_ids for p in plan] == [(0, 1, 2, 3), (4, 5, 6, 7)]
     assert len(plan.unassigned) == 12
     assert any("in no partition" in w for w in plan.warnings)

@@ -25,7 +25,7 @@ from ray_accel.partition.labels import (
     encode_ids,
     topology_labels,
 )
-from ray_accel.partition.plan import plan_partitions
+from tests.planning import plan_for
 from tests.strategies import node_and_agents
 
 
@@ -60,7 +60,7 @@ def test_examples_of_bad_id_sets(text: str) -> None:
 @given(node_and_agents())
 def test_topology_labels_are_valid_and_links_are_mutual(case: tuple[tuple[Device, ...], int]) -> None:
     devices, count = case
-    plan = plan_partitions(devices, "auto-split", count)
+    plan = plan_for(devices, "auto-split", count)
     labels = topology_labels(plan.partitions, devices, HostId("host-a", "10.0.0.1"), devices[0].family, "neuron_cores")
     assert set(labels) == {p.name for p in plan.partitions}
     assert {lab[HOST_LABEL] for lab in labels.values()} == {"host-a_10.0.0.1"}
@@ -84,7 +84,7 @@ def test_topology_labels_are_valid_and_links_are_mutual(case: tuple[tuple[Device
 
 def test_trn1_split_in_four_links_neighbouring_rows_of_the_torus() -> None:
     spec = load_spec("trn1.32xlarge")
-    plan = plan_partitions(spec.devices, "auto-split", 4)
+    plan = plan_for(spec.devices, "auto-split", 4)
     labels = topology_labels(plan.partitions, spec.devices, HostId("h", "10.0.0.1"), "neuron", "neuron_cores")
     # Rows of the 4x4 torus: device 0 links to 1, 3, 4 and 12 (Neuron docs, trn1 topology).
     assert labels["p0"][DEVICES_LABEL] == "0-3" and labels["p0"][CORES_LABEL] == "0-7"

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from ray.train import ScalingConfig
 
-from ray_accel.partition.labels import HOST_LABEL, PARTITION_LABEL
+from ray_accel.partition.labels import FAMILY_LABEL, HOST_LABEL, PARTITION_LABEL, RESOURCE_LABEL
 from ray_accel.placement.live import NODE_ID_LABEL, view_from_nodes
 from ray_accel.placement.model import Job, PlacementError
 from ray_accel.placement.scaling import new_job, place, scaling_config, scaling_configs, to_scaling_config
@@ -80,14 +80,29 @@ def test_a_raylet_missing_from_the_available_table_has_nothing_free() -> None:
 
 def test_a_raylet_without_topology_labels_still_counts_as_unknown() -> None:
     nodes, avail = captured()
+    kept = (PARTITION_LABEL, FAMILY_LABEL, RESOURCE_LABEL)
     for n in nodes:
-        n["Labels"] = {k: v for k, v in n["Labels"].items() if k == PARTITION_LABEL or k.startswith("ray.io/")}
+        n["Labels"] = {k: v for k, v in n["Labels"].items() if k in kept or k.startswith("ray.io/")}
     view = view_from_nodes(nodes, avail)
     assert {p.host for p in view.partitions} == {VM}, "the host as Ray records it: name and node IP"
     assert all(p.core_ids == () and p.connected is None for p in view.partitions)
-    assert view.families() == [("neuron", "neuron_cores")], "family from Ray's resource name"
+    assert view.families() == [("neuron", "neuron_cores")], "from the labels the backend's start wrote"
     a = place(new_job(2, 8, view), "topology", view)
     assert not a.connected and not a.aligned, "nothing known is nothing promised"
+
+
+@pytest.mark.parametrize("missing", [FAMILY_LABEL, RESOURCE_LABEL])
+def test_a_partition_that_does_not_say_what_it_serves_is_left_out_and_named(missing: str) -> None:
+    """Which accelerator a raylet serves is what ray-accel's labels say, never
+    guessed from resource names; a raylet without them is named, not placed on."""
+    nodes, avail = captured()
+    del nodes[0]["Labels"][missing]
+    view = view_from_nodes(nodes, avail)
+    assert nodes[0]["NodeID"] not in {p.node_id for p in view.partitions} and len(view.partitions) == 3
+    name = nodes[0]["Labels"][PARTITION_LABEL]
+    assert view.ignored == (
+        f"partition {name} (node {nodes[0]['NodeID']}) has no {missing} label: what it serves is unknown",
+    )
 
 
 def test_same_partition_names_on_two_hosts_of_one_name_add_the_host_to_the_selector() -> None:

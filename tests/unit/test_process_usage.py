@@ -25,6 +25,7 @@ from ray_accel.core.processes import (
     parse_usage,
     process_table,
     read_raw_stat,
+    table_in_use,
 )
 
 # proc(5): "pid (comm) state ppid ..." ; comm may hold spaces and ')'.
@@ -177,3 +178,21 @@ def test_the_batch_liveness_check_without_a_table_reads_proc() -> None:
     recorded = {me.pid: me.start_ticks, -1: 0, 999_999_999: 1}
     assert alive_all(recorded) == [me.pid]
     assert alive_all({me.pid: me.start_ticks + 1}) == [], "a reused PID is not the recorded process"
+
+
+def test_liveness_checks_answer_from_the_table_in_use() -> None:
+    """`table_in_use`: inside the block, `alive_all` without a table answers
+    as the caller's table shows the processes (a backend the collector calls
+    needs no parameter for it); outside, as /proc shows them now."""
+    me = ProcessRecord.of()
+    assert me is not None
+    raw = read_raw_stat(os.getpid())
+    assert raw is not None
+    ghost = (1 << 22) + 1  # past PID_MAX_LIMIT (include/linux/threads.h): in the table only
+    table = ProcessTable({ghost: str(ghost).encode() + raw[raw.index(b" ") :]})
+    records = {ghost: me.start_ticks}
+    assert alive_all(records) == []
+    with table_in_use(table):
+        assert alive_all(records) == [ghost]
+        assert alive_all({os.getpid(): me.start_ticks}) == [], "this process is not in that table"
+    assert alive_all(records) == [], "the table is in use only inside the block"

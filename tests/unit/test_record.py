@@ -10,15 +10,26 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from ray_accel_neuron.runtime import TRAITS as NEURON_TRAITS
 
 from ray_accel.bridge.managers import BridgeSpec
 from ray_accel.cluster.auth import Auth
 from ray_accel.cluster.ports import port_blocks
-from ray_accel.cluster.record import HostRecord, PartitionEntry, RayProcess, RecordError, dumps, parse_record
+from ray_accel.cluster.record import (
+    LEGACY_BACKEND,
+    HostRecord,
+    PartitionEntry,
+    RayProcess,
+    RecordError,
+    dumps,
+    parse_record,
+)
 from tests.badinput import badinput
 
 SOURCE = "/state/host.json"
-SPEC = BridgeSpec("neuron_cores", "NEURON_RT_VISIBLE_CORES", "neuron", "Trainium", tuple(range(32)))
+SPEC = BridgeSpec(
+    "neuron_cores", "NEURON_RT_VISIBLE_CORES", "neuron", "Trainium", tuple(range(32)), "neuron", NEURON_TRAITS
+)
 RAY = "/venv/lib/python3.11/site-packages/ray"
 
 
@@ -207,9 +218,11 @@ def test_older_version_is_refused_with_a_way_out() -> None:
 def test_an_earlier_versions_record_is_read_without_an_ip_and_written_back_as_it_was() -> None:
     data = valid_json()
     del data["host_ip"]
+    del data["spec"]["backend"], data["spec"]["traits"]  # version 3's spec named neither
     data["version"] = 3
     record = parse(data)
     assert record.legacy and record.host_ip is None and record.host == "host-a"
+    assert record.spec.backend == LEGACY_BACKEND
     assert json.loads(dumps(record)) == data, "`stop` marks it stopping in the version that wrote it"
     assert parse_record(dumps(record), SOURCE) == record
 
@@ -265,6 +278,11 @@ def test_partition_names_that_could_be_paths(name: str) -> None:
         (("auth", "token_path"), "/x\x00y", "auth.token_path"),
         (("spec", "visible_ids_env"), "LD_PRELOAD=/x.so", "visible_ids_env"),
         (("spec", "unit_ids"), [-1], "unit_ids"),
+        (("spec", "backend"), "../x", "spec.backend"),
+        (("spec", "backend"), None, "spec.backend"),
+        (("spec", "traits"), [], "spec.traits"),
+        (("spec", "traits", "shareable"), "yes", "traits.shareable"),
+        (("spec", "traits", "split"), "sideways", "traits.split"),
         (("partitions", 0, "head"), False, "head partition"),
         (("partitions", 1, "head"), True, "head partition"),
         (("partitions", 1, "partition"), "p0", "twice"),

@@ -17,7 +17,7 @@ from ray_accel_cuda.runtime import CudaRuntime
 from ray_accel_mock import MockPlugin, load_spec
 from ray_accel_neuron.runtime import NeuronRuntime
 
-from ray_accel.plugins.runtime import RankInfo, WorkerSlot, raylet_union
+from ray_accel.plugins.runtime import GLOO, RankInfo, WorkerSlot, raylet_union
 from ray_accel.train.ranks import assign_ranks
 from tests.fakes.neuron_runtime import NeuronRuntimeError, start_job, torch_xla_start, visible_cores
 
@@ -50,7 +50,7 @@ def trn1_job(cores_per_worker: int) -> list[WorkerSlot]:
 def test_neuron_each_process_ends_with_exactly_its_own_cores(per_worker: int, counts: str) -> None:
     slots = trn1_job(per_worker)
     runtime = NeuronRuntime()  # PJRT_DEVICE=NEURON forced; no group is initialised here
-    envs = [runtime.worker_env(w, slots) for w in slots]
+    envs = [runtime.worker_env(w, slots, GLOO) for w in slots]
     assert all(e["PJRT_DEVICE"] == "NEURON" for e in envs)
     assert [e["NEURON_PJRT_PROCESSES_NUM_DEVICES"] for e in envs] == [counts] * 4
     opened = start_job(envs)
@@ -69,7 +69,7 @@ def test_neuron_env_keeps_torch_xla_from_rewriting_it(per_worker: int) -> None:
     count per raylet (runtime.py:96-99, 143-149)."""
     slots = trn1_job(per_worker)
     for w in slots:
-        env = NeuronRuntime().worker_env(w, slots)
+        env = NeuronRuntime().worker_env(w, slots, GLOO)
         assert "TORCHELASTIC_RUN_ID" not in env and "NEURON_PJRT_WORLD_SIZE" not in env
         assert env["PJRT_LOCAL_PROCESS_RANK"] == str(w.rank.local_rank) == env["LOCAL_RANK"]
         assert env["PJRT_LOCAL_PROCESS_COUNT"] == "2" == env["LOCAL_WORLD_SIZE"]
@@ -82,7 +82,7 @@ def test_torchelastic_would_break_the_per_process_env(per_worker: int) -> None:
     2-core worker to one core (PJRT still says 2) and refuses a 1-core worker
     whose LOCAL_WORLD_SIZE is 2 (the r2-xla matrix rows per-process-*-torchelastic)."""
     slots = trn1_job(per_worker)
-    envs = [{**NeuronRuntime().worker_env(w, slots), "TORCHELASTIC_RUN_ID": "x"} for w in slots]
+    envs = [{**NeuronRuntime().worker_env(w, slots, GLOO), "TORCHELASTIC_RUN_ID": "x"} for w in slots]
     with pytest.raises(NeuronRuntimeError, match="says it has 2 cores but opens 1" if per_worker == 2 else "not equal"):
         start_job(envs)
 
@@ -95,7 +95,9 @@ def test_ray_v1s_union_with_torchelastic_is_remapped_for_one_core_only() -> None
         slots = trn1_job(per_worker)
         envs = []
         for w in slots:
-            env = {k: v for k, v in NeuronRuntime().worker_env(w, slots).items() if not k.startswith("NEURON_PJRT")}
+            env = {
+                k: v for k, v in NeuronRuntime().worker_env(w, slots, GLOO).items() if not k.startswith("NEURON_PJRT")
+            }
             env.update({"NEURON_RT_VISIBLE_CORES": ",".join(raylet_union(w, slots)), "TORCHELASTIC_RUN_ID": "x"})
             envs.append(env)
         if works:
@@ -122,7 +124,7 @@ def test_fake_reads_visible_cores_as_torch_xla_does(value: str, cores: list[int]
 
 def test_fake_refuses_two_layouts_and_defaults_the_root() -> None:
     slots = trn1_job(1)
-    envs = [NeuronRuntime().worker_env(w, slots) for w in slots]
+    envs = [NeuronRuntime().worker_env(w, slots, GLOO) for w in slots]
     with pytest.raises(NeuronRuntimeError, match="both"):
         start_job([{**e, "NEURON_PJRT_WORLD_SIZE": "4"} for e in envs])
     # One core per process: NEURON_PJRT_WORLD_SIZE alone is a valid layout.
@@ -139,7 +141,7 @@ def test_the_old_shared_union_is_refused_by_the_fake_runtime() -> None:
     slots = trn1_job(2)
     envs = []
     for w in slots:
-        env = NeuronRuntime().worker_env(w, slots)
+        env = NeuronRuntime().worker_env(w, slots, GLOO)
         env["NEURON_RT_VISIBLE_CORES"] = ",".join(raylet_union(w, slots))
         env["NEURON_PJRT_PROCESSES_NUM_DEVICES"] = ",".join(["2"] * 4)
         envs.append(env)
@@ -154,7 +156,7 @@ def test_neuron_any_job_opens_disjoint_cores_and_counts_match(rows: list[tuple[s
         own.append(list(range(nxt, nxt + n)))
         nxt += n
     slots = job([r for r, _ in rows], own)
-    envs = [NeuronRuntime().worker_env(w, slots) for w in slots]
+    envs = [NeuronRuntime().worker_env(w, slots, GLOO) for w in slots]
     opened = start_job(envs)
     assert sum(len(c) for c in opened.values()) == nxt
     assert {e["NEURON_RT_ROOT_COMM_ID"] for e in envs} == {"10.0.0.1:29501"}, "rank 0's host, one root"
@@ -169,7 +171,7 @@ def test_cuda_workers_of_a_raylet_share_its_sorted_union(rows: list[tuple[str, l
     slots = job([r for r, _ in rows], [ids for _, ids in rows])
     runtime = CudaRuntime()
     for w in slots:
-        env = runtime.worker_env(w, slots)
+        env = runtime.worker_env(w, slots, GLOO)
         union = sorted({i for s in slots if s.raylet == w.raylet for i in map(int, s.own_ids)})
         assert env["CUDA_VISIBLE_DEVICES"] == ",".join(map(str, union)), "numeric order, not string order"
         assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID", "ordinals mean NVML's (PCI bus) order"
@@ -179,7 +181,7 @@ def test_cuda_workers_of_a_raylet_share_its_sorted_union(rows: list[tuple[str, l
 def test_cuda_uuid_masks_keep_their_tokens() -> None:
     slots = job(["a", "a"], [[], []])
     slots = [WorkerSlot(s.rank, s.raylet, (f"GPU-{i}",)) for i, s in enumerate(slots)]
-    assert CudaRuntime().worker_env(slots[1], slots)["CUDA_VISIBLE_DEVICES"] == "GPU-0,GPU-1"
+    assert CudaRuntime().worker_env(slots[1], slots, "nccl")["CUDA_VISIBLE_DEVICES"] == "GPU-0,GPU-1"
 
 
 def test_the_mock_trains_on_cpu_with_its_familys_real_rules() -> None:
@@ -188,6 +190,6 @@ def test_the_mock_trains_on_cpu_with_its_familys_real_rules() -> None:
     assert isinstance(neuron, NeuronRuntime) and isinstance(gpu, CudaRuntime)
     assert neuron.collective_backend() == gpu.collective_backend() == "gloo"
     slots = trn1_job(2)
-    envs = [neuron.worker_env(w, slots) for w in slots]
+    envs = [neuron.worker_env(w, slots, GLOO) for w in slots]
     assert all(e["PJRT_DEVICE"] == "CPU" for e in envs)
     start_job(envs)

@@ -9,6 +9,8 @@ import re
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from ray_accel_cuda.runtime import TRAITS as CUDA_TRAITS
+from ray_accel_neuron.runtime import TRAITS as NEURON_TRAITS
 
 from ray_accel.bridge.managers import BridgeSpec, BridgeUnsupported, check_ray_version
 from ray_accel.cluster.host import read_host, user_figures
@@ -23,8 +25,10 @@ from ray_accel.partition.share import Share
 from ray_accel.rayapi.feature import FAKE_RAY_VERSION_ENV
 from tests.badinput import badinput
 
-SPEC = BridgeSpec("neuron_cores", "NEURON_RT_VISIBLE_CORES", "neuron", "Trainium", tuple(range(32)))
-GPU = BridgeSpec("GPU", "CUDA_VISIBLE_DEVICES", "gpu", "A100", tuple(range(8)))
+SPEC = BridgeSpec(
+    "neuron_cores", "NEURON_RT_VISIBLE_CORES", "neuron", "Trainium", tuple(range(32)), "neuron", NEURON_TRAITS
+)
+GPU = BridgeSpec("GPU", "CUDA_VISIBLE_DEVICES", "gpu", "A100", tuple(range(8)), "cuda", CUDA_TRAITS)
 PART = Partition("p1", ("neuron:8", "neuron:9"), (16, 17, 18, 19))
 SHARE = Share("p1", 3, 4_000_000_000, 1_500_000_000, {"license": 2.0}, (4, 5), "NUMA node 1")
 

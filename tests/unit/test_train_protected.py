@@ -1,10 +1,11 @@
-"""What a hook may not set in a training worker (issue 12 point 6, acceptance 7).
+"""What a hook may not set in a training worker.
 
 Protected: every variable the family's runtime sets, the visibility variable
-and Ray's switch for it, the rank variables, and the collectives' own
-variables even where this family's runtime leaves them unset. The run is
-refused naming the variable and the hook (tests/integration/test_train.py
-proves it with a real TorchTrainer).
+and Ray's switch for it, the rank variables, and what every installed
+backend declares (its visibility and collectives' variables, even where this
+family's runtime leaves them unset). The run is refused naming the variable
+and the hook (tests/integration/test_train.py proves it with a real
+TorchTrainer).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def _hook_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     [(NeuronRuntime(), "NEURON_RT_VISIBLE_CORES"), (CudaRuntime(), "CUDA_VISIBLE_DEVICES"), (None, None)],
 )
 def test_every_runtime_variable_and_the_collectives_are_protected(runtime: object, visible: str | None) -> None:
-    env = runtime.worker_env(SLOT, JOB) if runtime is not None else {}  # type: ignore[attr-defined]
+    env = runtime.worker_env(SLOT, JOB, "gloo") if runtime is not None else {}  # type: ignore[attr-defined]
     protected = protected_vars(env, visible)
     assert set(env) <= protected
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "PJRT_DEVICE",
@@ -56,7 +57,7 @@ def test_a_third_party_visibility_variable_is_protected() -> None:
 def test_the_refusal_names_the_variable_and_the_hook_and_terminates(tmp_path: Path, name: str) -> None:
     log = tmp_path / "log"
     run = HookRun("r", Workload("w", "p0"), [Recording(str(log)), SetsEnv(name, "7")])
-    env = NeuronRuntime().worker_env(SLOT, JOB)
+    env = NeuronRuntime().worker_env(SLOT, JOB, "gloo")
     with pytest.raises(WorkloadDenied, match=f"hook SetsEnv .*{name}"):
         run.pre_create(protected=protected_vars(env, "NEURON_RT_VISIBLE_CORES"))
     assert [line.split('"event": "')[1].split('"')[0] for line in log.read_text().splitlines()] == [

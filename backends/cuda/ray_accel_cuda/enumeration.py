@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ray_accel.core.devices import FAMILY_GPU, Device
+from ray_accel.core.devices import Device
 from ray_accel_cuda.nvml import NA, GpuLost, Nvml, text
+from ray_accel_cuda.runtime import FAMILY
 
 # Ray's convention (ray/_private/accelerators/nvidia_gpu.py, Ray 2.60):
 # 'NVIDIA A100-SXM4-40GB' -> 'A100'; a mixed-case product line falls back to
@@ -72,7 +73,7 @@ def _device(nvml: Nvml, i: int, h: Any) -> Device:
         attrs["mig_note"] = "MIG instances are not scheduled individually: the GPU is one opaque device"
     return Device(
         id=uuid,
-        family=FAMILY_GPU,
+        family=FAMILY,
         index=i,
         model=name,
         memory_bytes=int(mem.total) if mem is not NA else 0,

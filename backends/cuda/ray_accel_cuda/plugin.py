@@ -12,11 +12,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ray_accel.core.devices import FAMILY_GPU, Device, NodeInfo
+from ray_accel.core.devices import Device, NodeInfo
 from ray_accel.plugins.interface import DevicePlugin
 from ray_accel_cuda.enumeration import enumerate_gpus, inconsistency
 from ray_accel_cuda.nvml import NA, Nvml, NvmlUnavailable, text
-from ray_accel_cuda.runtime import PROCESS_ENV, CudaRuntime
+from ray_accel_cuda.runtime import COLLECTIVES, FAMILY, PROCESS_ENV, PROTECTED_ENV, TRAITS, CudaRuntime
 from ray_accel_cuda.telemetry import CudaTelemetry
 from ray_accel_cuda.topology import nvlink_peers, with_peers
 from ray_accel_cuda.visible import ENV, parse_cuda_visible
@@ -26,7 +26,10 @@ class CudaPlugin(DevicePlugin):
     name = "cuda"
     resource_name = "GPU"
     visible_ids_env = ENV
-    family = FAMILY_GPU
+    family = FAMILY
+    collectives = COLLECTIVES
+    protected_env = PROTECTED_ENV
+    traits = TRAITS
 
     def __init__(self, nvml_module: Any = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.nvml = Nvml(nvml_module)

@@ -8,7 +8,6 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from ray_accel.core.devices import Device
-from ray_accel.core.processes import ProcessTable
 from ray_accel.core.samples import DeviceSample
 from ray_accel.plugins.interface import Telemetry
 from ray_accel_cuda.health import PollErrors, XidMonitor, ecc_uncorrected, health_reason
@@ -62,9 +61,7 @@ class CudaTelemetry(Telemetry):
             out.append((d, list(procs)))
         return out
 
-    def process_device_memory(
-        self, pids: Collection[int], table: ProcessTable | None = None
-    ) -> dict[int, dict[str, int]]:
+    def process_device_memory(self, pids: Collection[int]) -> dict[int, dict[str, int]]:
         wanted = set(pids)
         held: dict[int, dict[str, int]] = {}
         for d, procs in self._compute_processes():
@@ -75,7 +72,7 @@ class CudaTelemetry(Telemetry):
                     mine[d.id] = mine.get(d.id, 0) + int(p.usedGpuMemory)
         return held
 
-    def device_holders(self, table: ProcessTable | None = None) -> dict[str, tuple[int, ...]]:
+    def device_holders(self) -> dict[str, tuple[int, ...]]:
         """Device id -> PIDs holding a compute context on it (sorted, each once),
         for every GPU that answers; a lost GPU is absent."""
         return {d.id: tuple(sorted({int(p.pid) for p in procs})) for d, procs in self._compute_processes()}

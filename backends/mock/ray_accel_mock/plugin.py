@@ -2,32 +2,35 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
-from ray_accel_cuda.runtime import PROCESS_ENV as CUDA_PROCESS_ENV
-from ray_accel_cuda.runtime import CudaRuntime
+from ray_accel_cuda import runtime as cuda
 from ray_accel_cuda.visible import parse_cuda_visible
-from ray_accel_neuron.runtime import NeuronRuntime
+from ray_accel_neuron import runtime as neuron
 
 from ray_accel.core import masks
-from ray_accel.core.devices import FAMILY_NEURON, Device, NodeInfo, all_core_ids
-from ray_accel.core.processes import ProcessTable, alive_all
+from ray_accel.core.devices import Device, NodeInfo, all_core_ids
+from ray_accel.core.processes import alive_all
 from ray_accel.core.samples import DeviceSample
 from ray_accel.core.visibility import parse_visible_ids
 from ray_accel.plugins.discovery import MOCK_ENV
 from ray_accel.plugins.interface import DevicePlugin, Runtime, Telemetry
+from ray_accel.plugins.runtime import GLOO
+from ray_accel.plugins.traits import DeviceTraits
 from ray_accel_mock.spec import NodeSpec, load_spec
 
 FAULTS_ENV = "RAYACCEL_MOCK_FAULTS"
 PROCESS_MEMORY_PER_CORE = 64 * 1024**2
 # Distinct masks remembered (each a few bytes): far more than a node's workers publish.
 MASK_CACHE_SIZE = 4096
-RESOURCES = {FAMILY_NEURON: ("neuron_cores", "NEURON_RT_VISIBLE_CORES")}
-GPU_RESOURCE = ("GPU", "CUDA_VISIBLE_DEVICES")
+# What each family it impersonates is to Ray: its resource name and visibility variable.
+RESOURCES = {neuron.FAMILY: ("neuron_cores", neuron.VISIBLE_ENV)}
+GPU_RESOURCE = ("GPU", cuda.VISIBLE_ENV)
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,9 @@ class MockPlugin(DevicePlugin):
     """Impersonates the family of its spec, so Ray sees `neuron_cores` or `GPU`."""
 
     name = "mock"
+    # Whichever family it impersonates, with that family's own declarations.
+    collectives = (*neuron.COLLECTIVES, *cuda.COLLECTIVES)
+    protected_env = neuron.PROTECTED_ENV | cuda.PROTECTED_ENV
 
     def __init__(self, spec: NodeSpec | None = None) -> None:
         self._spec = spec
@@ -81,6 +87,13 @@ class MockPlugin(DevicePlugin):
     def visible_ids_env(self) -> str:
         return RESOURCES.get(self.family, GPU_RESOURCE)[1]
 
+    @property
+    def traits(self) -> DeviceTraits:
+        # The impersonated family's traits, and its telemetry reads the masks
+        # workers publish (they stand for the vendor tools' process reports).
+        own = neuron.TRAITS if self.family == neuron.FAMILY else cuda.TRAITS
+        return dataclasses.replace(own, reads_published_masks=True)
+
     def probe(self) -> str | None:
         if self._spec is None and not self._env_value:
             return f"{MOCK_ENV} is not set"
@@ -94,7 +107,7 @@ class MockPlugin(DevicePlugin):
         # A GPU node reads CUDA_VISIBLE_DEVICES as the CUDA backend does (ids,
         # UUIDs or their unique prefixes, NoDevFiles), so a Slurm-style UUID
         # mask on a mock p4d means what it would on a real one.
-        if self.family != FAMILY_NEURON:
+        if self.family != neuron.FAMILY:
             return parse_cuda_visible(value, self.spec.devices)
         return super().parse_visible(value)
 
@@ -116,15 +129,15 @@ class MockPlugin(DevicePlugin):
 
     def process_env(self) -> dict[str, str]:
         # As the backend it impersonates: GPU masks are NVML (PCI bus) indexes.
-        return {} if self.family == FAMILY_NEURON else dict(CUDA_PROCESS_ENV)
+        return {} if self.family == neuron.FAMILY else dict(cuda.PROCESS_ENV)
 
     @property
     def runtime(self) -> Runtime:
         # The real runtime of the family impersonated, so training on the mock
         # exercises the same visibility rules; but on the CPU: gloo, PJRT CPU.
-        if self.family == FAMILY_NEURON:
-            return NeuronRuntime(pjrt_device="CPU", collective="gloo")
-        return CudaRuntime(collective="gloo")
+        if self.family == neuron.FAMILY:
+            return neuron.NeuronRuntime(pjrt_device=neuron.PJRT_CPU, collective=GLOO)
+        return cuda.CudaRuntime(collective=GLOO)
 
     @property
     def telemetry(self) -> MockTelemetry:
@@ -218,21 +231,18 @@ class MockTelemetry(Telemetry):
             self._holdings_of = (records, _Holdings.of(records, self._memory_of))
         return self._holdings_of[1]
 
-    def _held(
-        self, pids: Collection[int] | None = None, table: ProcessTable | None = None, h: _Holdings | None = None
-    ) -> dict[int, dict[str, int]]:
+    def _held(self, pids: Collection[int] | None = None, h: _Holdings | None = None) -> dict[int, dict[str, int]]:
         """PID -> device id -> bytes, for each live process (of `pids`, if
-        given; alive as `table` shows it, if given) whose published mask names
-        any of this node's cores (as `h` says, if given). The inner dicts are
+        given) whose published mask names any of this node's cores (as `h`
+        says, if given). Alive as the collector's process table shows it
+        (`processes.table_in_use`), when there is one. The inner dicts are
         the cache's: read only."""
         h = self._holdings() if h is None else h
         starts = h.starts if pids is None else {p: s for p in pids if (s := h.starts.get(p)) is not None}
         memory = h.memory
-        return {pid: memory[pid] for pid in alive_all(starts, table)}
+        return {pid: memory[pid] for pid in alive_all(starts)}
 
-    def process_device_memory(
-        self, pids: Collection[int], table: ProcessTable | None = None
-    ) -> Mapping[int, Mapping[str, int]]:
+    def process_device_memory(self, pids: Collection[int]) -> Mapping[int, Mapping[str, int]]:
         """64 MiB per core each process's current mask names (as the bridge
         published it): deterministic, and only on processes that hold cores.
         Processes with the same mask share one (read-only) mapping."""
@@ -240,9 +250,9 @@ class MockTelemetry(Telemetry):
         if handoff is not None and time.monotonic() - handoff[0] < self.HANDOFF_S:
             found = handoff[1]
             return {pid: found[pid] for pid in pids if pid in found}
-        return self._held(pids, table)
+        return self._held(pids)
 
-    def device_holders(self, table: ProcessTable | None = None) -> dict[str, tuple[int, ...]]:
+    def device_holders(self) -> dict[str, tuple[int, ...]]:
         """Every live process whose published mask names one of a device's
         cores holds that device, Ray worker or not. It stands for what the
         vendor tools report: `neuron-ls --json-output` lists the processes
@@ -251,7 +261,7 @@ class MockTelemetry(Telemetry):
         to the process_device_memory call that follows in the same collection,
         so one collection reads each mask once."""
         h = self._holdings()
-        held = self._held(None, table, h)
+        held = self._held(None, h)
         self._handoff = (time.monotonic(), held)
         if len(held) == len(h.starts):  # every writer is alive: all of them hold
             return dict(h.holders)

@@ -39,11 +39,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ray_accel_cuda.runtime import FAMILY as FAMILY_GPU
 from ray_accel_neuron.limits import MAX_DEVICES as MAX_NEURON_DEVICES
 from ray_accel_neuron.limits import MAX_LOGICAL_CORES
+from ray_accel_neuron.runtime import FAMILY as FAMILY_NEURON
 
 from ray_accel.core import files
-from ray_accel.core.devices import FAMILY_GPU, FAMILY_NEURON, Device, DeviceError, validate_inventory
+from ray_accel.core.devices import Device, DeviceError, validate_inventory
 from ray_accel.core.errors import InputError
 from ray_accel.core.validate import PARTITION_NAME
 

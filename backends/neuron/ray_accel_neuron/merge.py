@@ -28,11 +28,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ray_accel.core.devices import FAMILY_NEURON, Device
+from ray_accel.core.devices import Device
 from ray_accel.core.visibility import format_visible_ids
 from ray_accel_neuron import arch, cores, identity, limits, sysfs
 from ray_accel_neuron.arch import Generation
 from ray_accel_neuron.neuron_ls import FORMAT_NEW, LsDevice
+from ray_accel_neuron.runtime import FAMILY
 from ray_accel_neuron.sysfs import DevNode, PciFunction, Reading, SysfsDevice
 
 
@@ -315,7 +316,7 @@ def merge(src: Sources) -> Inventory:
         devices.append(
             Device(
                 id=f"neuron:{i}",
-                family=FAMILY_NEURON,
+                family=FAMILY,
                 index=i,
                 model=gen.accelerator_type if gen else identity.UNKNOWN,
                 memory_bytes=memory,

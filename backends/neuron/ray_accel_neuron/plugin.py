@@ -15,11 +15,11 @@ import logging
 import os
 from collections.abc import Mapping
 
-from ray_accel.core.devices import FAMILY_NEURON, Device, NodeInfo, all_core_ids
+from ray_accel.core.devices import Device, NodeInfo, all_core_ids
 from ray_accel.plugins.interface import DevicePlugin
 from ray_accel_neuron import arch, config, limits, merge, sysfs
 from ray_accel_neuron.neuron_ls import PATH_ENV, LsListing, NeuronLsError, run_listing
-from ray_accel_neuron.runtime import NeuronRuntime
+from ray_accel_neuron.runtime import COLLECTIVES, FAMILY, PROTECTED_ENV, TRAITS, VISIBLE_ENV, NeuronRuntime
 from ray_accel_neuron.sysfs import PciFunction, SysfsDevice
 from ray_accel_neuron.telemetry import NeuronTelemetry
 from ray_accel_neuron.tools import find_tool
@@ -53,8 +53,11 @@ def _needs_neuron_ls(devices: tuple[SysfsDevice, ...], pci: Mapping[str, PciFunc
 class NeuronPlugin(DevicePlugin):
     name = "neuron"
     resource_name = "neuron_cores"
-    visible_ids_env = "NEURON_RT_VISIBLE_CORES"
-    family = FAMILY_NEURON
+    visible_ids_env = VISIBLE_ENV
+    family = FAMILY
+    collectives = COLLECTIVES
+    protected_env = PROTECTED_ENV
+    traits = TRAITS
 
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:
         # User configuration is checked here, before any hardware is touched:

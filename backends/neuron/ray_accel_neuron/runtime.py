@@ -35,13 +35,47 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import Any, Final
 
 from ray_accel.core.visibility import format_visible_ids
-from ray_accel.plugins.interface import Runtime
-from ray_accel.plugins.runtime import WorkerSlot, rank_env
+from ray_accel.plugins.interface import Runtime, visibility_protected
+from ray_accel.plugins.runtime import GLOO, WorkerSlot, check_collective, rank_env
+from ray_accel.plugins.traits import DeviceTraits, SplitOrder
+from ray_accel_neuron.xla import XLA, all_reduce_mean, check_one_device_per_process, init_xla_group, xla_device
 
+FAMILY = "neuron"
 VISIBLE_ENV = "NEURON_RT_VISIBLE_CORES"
+PJRT_DEVICE_ENV = "PJRT_DEVICE"
+# PJRT on the host's CPU: no NeuronCore is opened (the mock, the XLA lane).
+PJRT_CPU = "CPU"
+COLLECTIVES: Final = (XLA,)
 EFA_CLASS = "/sys/class/infiniband"
+# The collectives' own variables, protected whatever the job's collective (a
+# hook could otherwise steer PJRT or torch-xla even where the runtime left
+# them unset): PJRT's process layout and device (torch_xla/_internal/neuron.py
+# reads NEURON_PJRT_*, NEURON_RT_ROOT_COMM_ID, PJRT_LOCAL_PROCESS_* at 16-89;
+# torch_xla/_internal/pjrt.py:100-119 sets PJRT_LOCAL_PROCESS_*), and
+# TORCHELASTIC_RUN_ID, whose presence alone makes torch-xla remap every
+# process's NeuronCores to cores[LOCAL_RANK] (neuron.py:58-81,
+# rendezvous.py:26-32).
+COLLECTIVE_ENV: Final = frozenset(
+    {
+        PJRT_DEVICE_ENV,
+        "PJRT_LOCAL_PROCESS_RANK",
+        "PJRT_LOCAL_PROCESS_COUNT",
+        "NEURON_RT_ROOT_COMM_ID",
+        "NEURON_PJRT_PROCESS_INDEX",
+        "NEURON_PJRT_PROCESSES_NUM_DEVICES",
+        "NEURON_PJRT_WORLD_SIZE",
+        "TORCHELASTIC_RUN_ID",
+    }
+)
+PROTECTED_ENV: Final = visibility_protected(VISIBLE_ENV) | COLLECTIVE_ENV
+# A NeuronCore belongs to one process (Neuron runtime docs), so a device is
+# never shared; multi-core jobs want consecutive cores starting at a multiple
+# of their size, and the torus and ring link neighbouring indexes, so
+# AUTO_SPLIT cuts consecutive index blocks.
+TRAITS: Final = DeviceTraits(shareable=False, split=SplitOrder.INDEX_BLOCKS)
 
 
 def efa_present(root: str = EFA_CLASS) -> bool:
@@ -52,14 +86,17 @@ def efa_present(root: str = EFA_CLASS) -> bool:
 
 
 class NeuronRuntime(Runtime):
-    def __init__(self, pjrt_device: str = "NEURON", collective: str = "xla") -> None:
+    def __init__(self, pjrt_device: str = "NEURON", collective: str = XLA) -> None:
         self._pjrt_device = pjrt_device
         self._collective = collective
 
     def collective_backend(self) -> str:
         return self._collective
 
-    def worker_env(self, worker: WorkerSlot, job: Sequence[WorkerSlot]) -> dict[str, str]:
+    def worker_env(self, worker: WorkerSlot, job: Sequence[WorkerSlot], collective: str) -> dict[str, str]:
+        check_collective(collective, (*COLLECTIVES, GLOO), "the Neuron runtime")
+        if collective == XLA and self._pjrt_device != PJRT_CPU:
+            check_one_device_per_process(job)
         rank = worker.rank
         by_rank = sorted(job, key=lambda w: w.rank.world_rank)
         env = rank_env(rank)
@@ -68,7 +105,7 @@ class NeuronRuntime(Runtime):
         env[VISIBLE_ENV] = format_visible_ids((int(i) for i in worker.own_ids), "ranges")
         env.update(
             {
-                "PJRT_DEVICE": self._pjrt_device,
+                PJRT_DEVICE_ENV: self._pjrt_device,
                 "NEURON_RT_ROOT_COMM_ID": f"{rank.master_addr}:{rank.root_comm_port}",
                 "NEURON_PJRT_PROCESS_INDEX": str(rank.world_rank),
                 "NEURON_PJRT_PROCESSES_NUM_DEVICES": ",".join(str(len(w.own_ids)) for w in by_rank),
@@ -79,3 +116,21 @@ class NeuronRuntime(Runtime):
         if efa_present():
             env.update({"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_FORK_SAFE": "1"})
         return env
+
+    def init_process_group(self, collective: str, world_rank: int, world_size: int, timeout_s: float) -> None:
+        if collective == XLA and os.environ.get(PJRT_DEVICE_ENV) != PJRT_CPU:
+            init_xla_group(world_rank, world_size, timeout_s)
+            return
+        # On PJRT CPU, XLA collectives across processes silently return the
+        # local value, so reductions go through gloo instead.
+        super().init_process_group(GLOO if collective == XLA else collective, world_rank, world_size, timeout_s)
+
+    def select_device(self, collective: str, visible_ids: Sequence[str], own_ids: Sequence[str]) -> Any:
+        # The XLA device, also on PJRT CPU (the tensors are XLA's; the group is gloo).
+        return xla_device() if collective == XLA else super().select_device(collective, visible_ids, own_ids)
+
+    def reduce_gradients(self, group: str, grads: Sequence[Any], world_size: int) -> bool:
+        if group != XLA:
+            return False
+        all_reduce_mean(grads, world_size)
+        return True

@@ -21,7 +21,6 @@ import os
 from collections.abc import Collection
 
 from ray_accel.core.devices import Device
-from ray_accel.core.processes import ProcessTable
 from ray_accel.core.samples import DeviceSample
 from ray_accel.plugins.interface import Telemetry
 from ray_accel_neuron import sysfs
@@ -101,9 +100,7 @@ class NeuronTelemetry(Telemetry):
             )
         return out
 
-    def process_device_memory(
-        self, pids: Collection[int], table: ProcessTable | None = None
-    ) -> dict[int, dict[str, int]]:
+    def process_device_memory(self, pids: Collection[int]) -> dict[int, dict[str, int]]:
         """From neuron-monitor's per-runtime memory by core; {} without it."""
         report = self._report()
         if report is None:
@@ -117,7 +114,7 @@ class NeuronTelemetry(Telemetry):
                     out.setdefault(pid, {})[dev] = out.get(pid, {}).get(dev, 0) + nbytes
         return out
 
-    def device_holders(self, table: ProcessTable | None = None) -> dict[str, tuple[int, ...]]:
+    def device_holders(self) -> dict[str, tuple[int, ...]]:
         """Device id -> PIDs neuron-ls lists in its `neuron_processes`, for every
         device of this node (an empty tuple: nobody). Runs neuron-ls each call;
         raises NeuronLsError when it is missing or fails, so that "unknown" is
