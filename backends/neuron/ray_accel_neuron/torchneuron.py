@@ -4,7 +4,7 @@ What ray-accel relies on, and where it comes from. [doc]: the public Neuron
 2.33 documentation (awsdocs-neuron.readthedocs-hosted.com). [src]: TorchNeuron's
 pre-release development source (`torch_neuronx/...`, April 2026, version
 0.1.0), read for behaviour only and not confirmed against the released
-wheels; README.md, "TorchNeuron", says which is which.
+wheels; docs/torchneuron.md says which is which.
 
 - Generations: Trainium2 and Trainium3 only [doc: release-notes/components/
   torchneuron.html, "Move the model and its inputs to neuron to run them on
