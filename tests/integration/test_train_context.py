@@ -115,6 +115,10 @@ def test_ray_context_stays_right_on_v1(cluster: Cluster, tmp_path: Path) -> None
         assert r["ray_context"] == ours, (rank, r["ray_context"], ours)
     assert columns(got) == PER_RAYLET
     assert len({json.dumps(r["weights"]) for r in got}) == 1
+    # V1 runs the backend inside its placement group: the job store made
+    # from there must outlive the group (it is a detached actor).
+    listed = cluster.cli("jobs", "--json")
+    assert listed.returncode == 0, listed.stderr[-2000:]
 
 
 def test_ray_only_ddp_with_prepare_model_over_both_partitions(v2: dict[str, list[dict[str, Any]]]) -> None:
