@@ -1,6 +1,6 @@
 """Run every dashboard query against a real partitioned mock cluster and say which return data.
 
-    /work/tools/raylock python -m tests.dashboard_probe [--preset trn1.32xlarge] [--agents 2]
+    python -m tests.dashboard_probe [--preset trn1.32xlarge] [--partitions 2]
 
 Starts `ray-accel start --head` with the mock backend and the dashboard (so
 Ray writes its service-discovery file), one actor holding two cores in every

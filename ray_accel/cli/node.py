@@ -25,7 +25,7 @@ def devices(backend: str | None, as_json: bool) -> int:
     plugin = inventory.primary
     # The host's devices are listed whole, but a mask set in the environment is
     # read here as `plan`/`start` read it, so a bad one is exit 2 naming it
-    # rather than a listing that looks fine (issue 17, masks).
+    # rather than a listing that looks fine (a bad mask is bad input).
     mask = None if plugin is None else inherited_mask(plugin, os.environ)
     if mask is not None:
         payload["inherited_mask"] = {"env": mask.env, "value": mask.value, "ids": list(mask.ids)}

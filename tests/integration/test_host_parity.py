@@ -1,5 +1,6 @@
-"""Issue 20 points 2, 4, 5, 6 and issue 12 points 3 and 5, on real Ray with
-mock hardware: what each raylet is given, seen through Ray's own views
+"""A partitioned host on real Ray with mock hardware: what each raylet is
+given (labels, the dashboard, host figures, NUMA pinning, an inherited mask,
+explicit resources where Ray is untested), seen through Ray's own views
 (`ray list nodes`, `ray.util.state`, `ray job submit`, `ray.nodes()`, `ray status`).
 
 Ray's upstream tests are the reference for intent: `python/ray/tests/

@@ -1,4 +1,4 @@
-"""Metrics with real Ray (issues 7, 13 and 14): every device of every partition
+"""Metrics with real Ray: every device of every partition
 exactly once on Ray's Prometheus endpoints, under Ray's `ray_` prefix, tagged
 with its host and partition; host values once per host; exporters named by
 node id; orphans in `status`, `top` and a gauge with PID and command; unknown

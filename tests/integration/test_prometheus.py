@@ -1,4 +1,4 @@
-"""Issue 14 acceptance 6 with a real Prometheus: every dashboard panel query
+"""The dashboard with a real Prometheus: every panel query
 returns data from a partitioned cluster, each device exactly once, tagged with
 its partition and host.
 

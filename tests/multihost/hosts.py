@@ -78,7 +78,7 @@ What Ray 2.60 needs inside the namespaces (found making the self-test pass):
   whole machine (other hosts, other sessions). Stop what you spawned, by PID.
 - Ports are per namespace: every host may use 6379 without a collision.
 
-How a ray-accel test uses it (issue 13)::
+How a ray-accel test uses it::
 
     def test_two_hosts(hosts):
         a, b = hosts(2)

@@ -1,5 +1,4 @@
-"""Bad input at the command line, each with and without `--json` (issue 17,
-issue 14 acceptance 5): exit 2 with one error naming the value (with `--json`
+"""Bad input at the command line, each with and without `--json`: exit 2 with one error naming the value (with `--json`
 a JSON object on stderr with the same exit code), no Traceback, nothing
 started, nothing written: no state directory, nothing in HOME, no process
 carrying the test's tag (so no raylet or GCS), and a record already there
@@ -37,7 +36,7 @@ SPEC = BridgeSpec(
 # (id, argv, extra environment, exit code, what the error names, class, setup)
 # setup: "" nothing; "stale" a record naming a process that is gone; "shared" a 1777 state dir.
 CASES: list[tuple[str, list[str], dict[str, str], int, str, str, str]] = [
-    # A mistyped flag of ours is an error, never passed on to `ray start` (issue 14 acceptance 5).
+    # A mistyped flag of ours is an error, never passed on to `ray start`.
     ("start --agnets", ["start", "--head", "--agnets", "2"], {}, 2, "--agnets", "launcher", ""),
     ("start --prot", ["start", "--head", "--prot", "7000"], {}, 2, "--prot", "launcher", ""),
     ("start --address garbage", ["start", "--address", "garbage"], {}, 2, "'garbage'", "launcher", ""),
@@ -153,7 +152,7 @@ CASES: list[tuple[str, list[str], dict[str, str], int, str, str, str]] = [
         "masks",
         "",
     ),
-    # Names that could be paths (17.4): nothing outside the state directory is touched.
+    # Names that could be paths: nothing outside the state directory is touched.
     ("manual ../x", ["start", "--head", "--mode", "manual", "--manual", "../x=0-15"], {}, 2, "'../x'", "dangerous", ""),
     (
         "manual /abs",
@@ -195,7 +194,7 @@ CASES: list[tuple[str, list[str], dict[str, str], int, str, str, str]] = [
     ("stale: stop --grace inf", ["stop", "--grace", "inf"], {}, 2, "'inf'", "state", "stale"),
     ("stale: stop ray options", ["stop", "--", "--force"], {}, 2, "--force", "state", "stale"),
     ("stale: recover --agents", ["start", "--recover", "--agents", "2"], {}, 2, "--partitions", "state", "stale"),
-    # A shared (1777) state directory keeps its mode through a refusal (17.5).
+    # A shared (1777) state directory keeps its mode through a refusal.
     ("shared: start --agents 3", ["start", "--head", "--agents", "3"], {}, 2, "3 partitions", "dangerous", "shared"),
     ("shared: stop --grace -1", ["stop", "--grace", "-1"], {}, 2, "'-1'", "dangerous", "shared"),
     ("shared: top --interval -1", ["top", "--interval", "-1"], {}, 2, "'-1'", "dangerous", "shared"),

@@ -1,4 +1,4 @@
-"""Issue 17 (cluster side) at the command line, without starting Ray.
+"""Bad input on the cluster side, at the command line, without starting Ray.
 
 What a command must never do with bad input or a state record it cannot
 trust: signal a process it did not start, start a cluster, write outside the
@@ -164,7 +164,7 @@ def assert_clean_error(proc: subprocess.CompletedProcess[str], code: int, *needl
         assert needle in proc.stderr, (needle, proc.stderr)
 
 
-# ------------------------------------------------ 17.1: never signal what is not ours
+# ------------------------------------------------ never signal what is not ours
 
 
 def test_verdicts_of_the_process_check(spawn: Spawn) -> None:
@@ -203,7 +203,7 @@ def foreign_entry(case: str, spawn: Spawn) -> tuple[RayProcess, subprocess.Popen
 
 @badinput("dangerous")
 @pytest.mark.parametrize("case", FOREIGN_CASES)
-def test_acceptance_17_1_a_record_naming_a_process_not_ours(
+def test_a_record_naming_a_process_not_ours_is_refused_and_nothing_signalled(
     case: str, spawn: Spawn, env: dict[str, str], tag: dict[str, str]
 ) -> None:
     ours = spawn()  # a live stand-in raylet in the same record: it must survive too
@@ -292,12 +292,12 @@ def test_host_names_become_safe_directory_names(monkeypatch: pytest.MonkeyPatch)
             assert name == safe
 
 
-# ------------------------------------------------ 17.2: top and status start nothing
+# ------------------------------------------------ top and status start nothing
 
 
 @badinput("dangerous")
 @pytest.mark.parametrize("json_flag", [[], ["--json"]])
-def test_acceptance_17_2_top_once_without_a_cluster(
+def test_top_once_and_status_without_a_cluster_start_nothing(
     json_flag: list[str], env: dict[str, str], tag: dict[str, str]
 ) -> None:
     env = {k: v for k, v in env.items() if k != "RAYACCEL_STATE_DIR"}  # the default dir, under HOME
@@ -311,14 +311,12 @@ def test_acceptance_17_2_top_once_without_a_cluster(
     assert tagged(tag) == {}, "no Ray process was started"
 
 
-# ------------------------------------------------ 17.4: no path from unvalidated names
+# ------------------------------------------------ no path from unvalidated names
 
 
 @badinput("dangerous")
 @pytest.mark.parametrize("name", ["../x", "../../escape", "a/b", "$(id)", "p" * 200, "p\u0430rt", ".x", "x."], ids=repr)
-def test_acceptance_17_4_manual_names_never_become_paths(
-    name: str, tmp_path: Path, env: dict[str, str], tag: dict[str, str]
-) -> None:
+def test_manual_names_never_become_paths(name: str, tmp_path: Path, env: dict[str, str], tag: dict[str, str]) -> None:
     outside = tmp_path / "x.result.json"
     outside.write_text("keep")
     before = sorted(str(p) for p in tmp_path.rglob("*"))
@@ -329,11 +327,11 @@ def test_acceptance_17_4_manual_names_never_become_paths(
     assert tagged(tag) == {}
 
 
-# ------------------------------------------------ 17.5: the state directory's mode
+# ------------------------------------------------ the state directory's mode
 
 
 @badinput("dangerous")
-def test_acceptance_17_5_a_shared_state_dir_keeps_its_mode(tmp_path: Path, env: dict[str, str]) -> None:
+def test_a_shared_state_dir_keeps_its_mode(tmp_path: Path, env: dict[str, str]) -> None:
     shared = tmp_path / "shared"
     shared.mkdir()
     os.chmod(shared, 0o1777)

@@ -1,4 +1,4 @@
-"""Issue 12 point 3 / acceptance 4: a mask already set in the environment
+"""A mask already set in the environment
 (Slurm, a container runtime) bounds the plan; discovery still sees the node."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Acceptance for the mock backend: every preset has its documented shape."""
+"""The mock backend: every preset has its documented shape."""
 
 from __future__ import annotations
 

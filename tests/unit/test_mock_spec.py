@@ -1,4 +1,4 @@
-"""The mock spec file is user input (issue 17): every bad value is an exit-2
+"""The mock spec file is user input: every bad value is an exit-2
 error of one line naming the file, the field and the value; nothing else
 escapes the parser, and a spec is never silently half-used.
 
@@ -55,7 +55,7 @@ ROW = "[[devices]]\n"
 
 # (case, spec text, field named, value as the message shows it)
 BAD: list[tuple[str, str, str, str]] = [
-    # [node] values of the wrong type or out of range (issue 17's "wrong exit codes").
+    # [node] values of the wrong type or out of range (the bad-input class "wrong exit codes").
     ("memory lots", GPU + 'devices = 2\nmemory_gib = "lots"\n', "memory_gib", "'lots'"),
     ("memory inf", GPU + "devices = 2\nmemory_gib = inf\n", "memory_gib", "inf"),
     ("memory -inf", GPU + "devices = 2\nmemory_gib = -inf\n", "memory_gib", "-inf"),
@@ -182,7 +182,7 @@ def _run(argv: list[str], spec: str, capsys: pytest.CaptureFixture[str], monkeyp
 
 
 def _class(case: str, shown: str) -> str:
-    """Issue 17's class of a bad spec value: a traceback before, a limit
+    """The bad-input class of a bad spec value: a traceback before, a limit
     (unbounded or the value not named), or a silently inactive mock (exit code)."""
     if case in ("type int", "row type int"):
         return "traceback"  # `accelerator_type = 5` raised AttributeError
@@ -265,7 +265,7 @@ def _file_cases(tmp_path: Path) -> dict[str, tuple[str, str]]:
 
 
 FILE_CASES = {
-    # What blocked or read without bound before (issue 17's hangs) ...
+    # What blocked or read without bound before (hangs) ...
     **dict.fromkeys(["fifo", "fifo without .toml", "link to a fifo", "character device", "directory"], "dangerous"),
     **dict.fromkeys(["directory with a trailing slash", "10 GiB file", "just past the bound"], "dangerous"),
     # ... and what a parser could raise on.
