@@ -37,10 +37,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Folders a walk never enters: git's own, virtual environments, and caches
-# that record this machine's absolute paths by design.
+# Folders a walk never enters: git's own, virtual environments, and what
+# .gitignore names (caches, builds, Ray's session files), which record this
+# machine's absolute paths by design.
 SKIP_DIRS = re.compile(
-    r"^(\.git|\.venv.*|__pycache__|\.mypy_cache|\.ruff_cache|\.pytest_cache|\.hypothesis|.*\.egg-info)$"
+    r"^(\.git|\.venv.*|__pycache__|\.mypy_cache|\.ruff_cache|\.pytest_cache|\.hypothesis|.*\.egg-info"
+    r"|build|dist|tmp|ray_results|\.ray-accel|\.whl)$"
 )
 
 PLACEHOLDER = r"(<[^>/\s]+>|\$\{?USER\}?)"
@@ -78,14 +80,19 @@ def find_in_text(path: str, text: str) -> list[Finding]:
 
 
 def listed_files(root: Path) -> list[Path]:
-    """The repository's files: git's list in a checkout, else a walk."""
+    """The repository's files: git's list in a checkout, else (no checkout,
+    or no git to ask) a walk."""
     if (root / ".git").exists():
-        out = subprocess.run(
-            ["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-            capture_output=True,
-            check=True,
-        ).stdout
-        return [root / name for name in out.decode().split("\0") if name]
+        try:
+            out = subprocess.run(
+                ["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                capture_output=True,
+                check=True,
+            ).stdout
+        except (OSError, subprocess.CalledProcessError):
+            pass
+        else:
+            return [root / name for name in out.decode().split("\0") if name]
     files = []
     for folder, dirs, names in os.walk(root):
         dirs[:] = [d for d in dirs if not SKIP_DIRS.match(d)]
