@@ -94,7 +94,7 @@ def test_plain_ray_v2_reports_per_ip_ranks_in_partitions(v2: dict[str, list[dict
 
 
 def test_ray_context_reports_per_raylet_ranks_on_v2(v2: dict[str, list[dict[str, Any]]]) -> None:
-    """`auto` on the mock Neuron node is gloo through the Neuron runtime's
+    """`auto` on the mock Neuron host is gloo through the Neuron runtime's
     per-process environment. With `gloo` named, the same ranks reach Ray's
     context too: the Ray-only fit below reads only Ray's."""
     check_agrees(v2["auto"])
