@@ -318,7 +318,7 @@ def deploy_metrics(record: HostRecord, parts: Sequence[PartitionEntry], progress
 
     try:
         first = record.partitions[0].name if record.partitions else None
-        names = exporter.deploy(record.gcs_address, [p.to_json() for p in parts], node_level_partition=first)
+        names = exporter.deploy(record.gcs_address, [p.to_json() for p in parts], host_level_partition=first)
         progress(f"metrics exporters: {', '.join(names)}")
         record = replace(record, metrics=True)
     except Exception as e:

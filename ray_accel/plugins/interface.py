@@ -1,6 +1,6 @@
 """The backend plugin interface, cut at its seams.
 
-A backend is a `DevicePlugin`: discovery and node facts for one accelerator
+A backend is a `DevicePlugin`: discovery and host facts for one accelerator
 family on one host. It may also have the other two parts, and implements
 only the ones it has:
 
@@ -9,7 +9,10 @@ only the ones it has:
   device);
 - `Telemetry`: device samples (utilisation, memory, power, temperature,
   health), the device memory each process holds, and which processes hold
-  each device.
+  each device;
+- `HealthMonitor`: the family's health rule applied poll after poll (what
+  is fatal, what makes a device healthy again), with its state kept between
+  polls.
 
 What ray-accel must know of a backend without probing its hardware is
 declared on its class (`collectives`, `protected_env`): ray-accel reads it
@@ -17,7 +20,8 @@ from every installed backend's entry point. Vendor knowledge (variable
 names, collective names and their start-up) lives in the backends; the
 layers above this interface ask, and know none of it.
 
-Every member here is used by the product; see `tests/unit/test_interface_used.py`.
+Every member here is used by the product; see `tests/unit/test_interface_used.py`
+(which names the members still waiting for their first product caller).
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, ClassVar
 
-from ray_accel.core.devices import Device, NodeInfo, all_core_ids
+from ray_accel.core.devices import Device, HostInfo, all_core_ids
+from ray_accel.core.health import HealthReport
 from ray_accel.core.samples import DeviceSample
 from ray_accel.core.visibility import VisibilityError, parse_visible_ids
 from ray_accel.plugins.runtime import GLOO, CollectiveChoice, WorkerSlot, check_collective, own_ids_env, rank_env
@@ -141,6 +146,27 @@ class Telemetry(ABC):
         return {}
 
 
+class HealthMonitor(ABC):
+    """A family's health rule over its health sources, poll after poll.
+
+    Constructing one is cheap; polling reads only the health sources, never
+    full discovery. The monitor keeps the rule's state between polls (the
+    last counter readings, open faults, clean polls counted), so one monitor
+    serves one poller. Thread-safe: `clear` may come while a poll runs."""
+
+    @abstractmethod
+    def poll(self) -> HealthReport:
+        """Read the sources, apply the family's rule: every device listed at
+        discovery, in index order, with its verdict; the events new in this
+        poll; the sources that could not be read, with their causes."""
+
+    @abstractmethod
+    def clear(self, device_id: str) -> None:
+        """A person said the device is fixed: its sticky state (what no source
+        ever reports as over) is dropped; the next poll decides its state.
+        A device this monitor does not know is an `InputError` naming it."""
+
+
 class DevicePlugin(ABC):
     """One accelerator family on one host: discovery and host facts."""
 
@@ -186,7 +212,7 @@ class DevicePlugin(ABC):
         """Every device of the host, ignoring any visibility mask."""
 
     @abstractmethod
-    def node_info(self) -> NodeInfo: ...
+    def host_info(self) -> HostInfo: ...
 
     def parse_visible(self, value: str | None) -> list[int] | None:
         """Read this family's visibility variable into schedulable ids."""
@@ -212,4 +238,10 @@ class DevicePlugin(ABC):
     @property
     def telemetry(self) -> Telemetry | None:
         """Device and process samples, if this backend can take them."""
+        return None
+
+    @property
+    def health(self) -> HealthMonitor | None:
+        """The family's health monitor, one per plugin (it keeps state between
+        polls); None: no health source, every device's health is unknown."""
         return None
