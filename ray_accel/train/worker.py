@@ -96,7 +96,7 @@ def accelerator_type() -> str | None:
     if specs:
         return specs[0].accelerator_type
     plugin = backend()
-    return plugin.node_info().accelerator_type if plugin else None
+    return plugin.host_info().accelerator_type if plugin else None
 
 
 def describe_backend() -> dict[str, str | None]:
