@@ -85,6 +85,9 @@ def job_text(job: Mapping[str, Any], now: float | None = None) -> str:
         f"restarts {job['restarts']}, attempts {job['attempts']}; Ray run {job['ray_run_id'] or '-'}",
         "phases: " + " -> ".join(f"{p['phase']} (+{p['at'] - t0:.1f}s)" for p in job["phases"]),
     ]
+    if job.get("collective"):
+        why = f" ({job['collective_reason']})" if job.get("collective_reason") else ""
+        head.append(f"collective: {job['collective']}{why}")
     if job.get("detail"):
         head.append(f"detail: {job['detail']}")
     table = render(

@@ -117,6 +117,8 @@ class JobRecord:
     retired: tuple[Replica, ...] = ()  # earlier attempts', newest last
     ray_state: str = ""
     detail: str = ""
+    collective: str = ""  # the current attempt's ("" before one is placed)
+    collective_reason: str = ""  # why "auto" chose it, where the workers' runtimes said
 
     @property
     def phase(self) -> Phase:
@@ -233,7 +235,14 @@ def apply_event(job: JobRecord | None, event: Event) -> JobRecord:
     phase = phase_for_start(job.phase)
     replicas = tuple(replica_from(r, attempt, event.at) for r in event.data.get("replicas", ()))
     retired = (*job.retired, *job.replicas)[-RETIRED_MAX:]
-    job = dataclasses.replace(job, attempts=attempt, replicas=(), retired=retired)
+    job = dataclasses.replace(
+        job,
+        attempts=attempt,
+        replicas=(),
+        retired=retired,
+        collective=str(event.data.get("collective") or ""),
+        collective_reason=str(event.data.get("collective_reason") or ""),
+    )
     job = _move(job, phase, event.at, "on_start")
     if job.phase is Phase.RESTARTING:
         t = Transition(Phase.RESTARTING, event.at, "on_start")
@@ -295,6 +304,8 @@ def job_json(job: JobRecord, *, replicas: bool = False) -> dict[str, Any]:
         "hosts": list(job.hosts),
         "phases": [_transition_json(t) for t in job.transitions],
         "detail": job.detail,
+        "collective": job.collective,
+        "collective_reason": job.collective_reason,
     }
     if replicas:
         out["replicas"] = [replica_json(r) for r in job.replicas]

@@ -35,7 +35,7 @@ from ray_accel.core.devices import Device, HostInfo, all_core_ids
 from ray_accel.core.health import HealthReport
 from ray_accel.core.samples import DeviceSample
 from ray_accel.core.visibility import VisibilityError, parse_visible_ids
-from ray_accel.plugins.runtime import GLOO, WorkerSlot, check_collective, own_ids_env, rank_env
+from ray_accel.plugins.runtime import GLOO, CollectiveChoice, WorkerSlot, check_collective, own_ids_env, rank_env
 from ray_accel.plugins.traits import DeviceTraits
 
 # Ray's switch that stops it writing a visibility variable
@@ -55,9 +55,11 @@ class Runtime(ABC):
     how its process group starts. Called inside the training worker."""
 
     @abstractmethod
-    def collective_backend(self) -> str:
-        """The collective this worker trains with under backend="auto".
-        Called in the worker, so it may depend on what is installed there."""
+    def collective_backend(self, accelerator_type: str | None) -> CollectiveChoice:
+        """The collective this worker trains with under backend="auto", and
+        why where that needs saying. Called in the worker, so it may depend on
+        what is installed there; `accelerator_type` is its devices' type as
+        discovery named it (None: not known)."""
 
     @abstractmethod
     def worker_env(self, worker: WorkerSlot, job: Sequence[WorkerSlot], collective: str) -> dict[str, str]:
@@ -112,8 +114,8 @@ class GlooRuntime(Runtime):
     def __init__(self, visible_ids_env: str | None = None) -> None:
         self._visible_ids_env = visible_ids_env
 
-    def collective_backend(self) -> str:
-        return GLOO
+    def collective_backend(self, accelerator_type: str | None) -> CollectiveChoice:
+        return CollectiveChoice(GLOO)
 
     def worker_env(self, worker: WorkerSlot, job: Sequence[WorkerSlot], collective: str) -> dict[str, str]:
         check_collective(collective, (GLOO,), "a worker without an accelerator runtime")

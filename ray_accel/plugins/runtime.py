@@ -51,11 +51,23 @@ class RankInfo:
 
 @dataclass(frozen=True)
 class WorkerSlot:
-    """One training worker: its ranks, its raylet (node id) and its own device ids."""
+    """One training worker: its ranks, its raylet (node id), its own device
+    ids and their accelerator type (as discovery named it for its raylet)."""
 
     rank: RankInfo
     raylet: str
     own_ids: tuple[str, ...]  # as Ray assigned them: core or GPU indexes, or UUIDs
+    accelerator_type: str | None = None  # None: not known, or devices of several types
+
+
+@dataclass(frozen=True)
+class CollectiveChoice:
+    """What a worker's runtime chooses under backend="auto", and why where the
+    choice is not the obvious one (a newer stack passed over, a fallback):
+    logged in the worker and shown with the job. "" when there is nothing to say."""
+
+    collective: str
+    reason: str = ""
 
 
 def rank_env(rank: RankInfo) -> dict[str, str]:

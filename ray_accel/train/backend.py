@@ -48,15 +48,17 @@ def accepted_backends() -> tuple[str, ...]:
     return (AUTO, GLOO, *dict.fromkeys(c for c in declared if c not in (AUTO, GLOO)))
 
 
-def resolve_backend(requested: str | None, infos: list[dict[str, Any]]) -> str:
-    """The job's collective: the one asked for, or under "auto" the one every
-    worker's runtime chose (gloo for a worker without devices)."""
+def resolve_backend(requested: str | None, infos: list[dict[str, Any]]) -> tuple[str, str]:
+    """The job's collective and why: the one asked for, or under "auto" the
+    one every worker's runtime chose (gloo for a worker without devices),
+    with the reasons the runtimes gave ("" where none did)."""
     if requested and requested != AUTO:
-        return requested
+        return requested, ""
     found = {i["collective"] for i in infos}
     if len(found) > 1:
         raise ValueError(f"workers disagree on the collective backend ({sorted(found)}): set backend explicitly")
-    return found.pop() if found else GLOO
+    reasons = dict.fromkeys(r for i in infos if (r := i.get("reason")))
+    return (found.pop() if found else GLOO), "; ".join(reasons)
 
 
 def align_ray_context(
@@ -98,11 +100,12 @@ class AcceleratorBackend(Backend):
         placements = assign_ranks(node_ids)
         expected = [dataclasses.asdict(p) for p in placements]
         shared = raycontext.shared_ips([i["ip"] for i in infos], node_ids)
-        jobs.on_start(backend_config, jobs.replica_rows(expected, infos))
+        # The job shows the attempt's replicas and the collective chosen for them.
+        collective, reason = resolve_backend(backend_config.backend, infos)
+        jobs.on_start(backend_config, jobs.replica_rows(expected, infos), collective, reason)
         aligned = align_ray_context(worker_group, expected, shared, at_start=False)
         if any(o["status"] == raycontext.PENDING for o in aligned):
             self._recheck[id(worker_group)] = (expected, shared)
-        backend = resolve_backend(backend_config.backend, infos)
         addr, port, comm_port = worker_group.execute_single(0, worker.address_and_ports)
         # Every worker gets the whole job: its backend's runtime decides from
         # it what this worker sees (its raylet's devices, or its own only).
@@ -116,6 +119,7 @@ class AcceleratorBackend(Backend):
                 },
                 "raylet": info["node_id"],
                 "own_ids": info["ids"],
+                "accelerator_type": info.get("accelerator_type"),
             }
             for ranks, info in zip(expected, infos, strict=True)
         ]
@@ -125,7 +129,8 @@ class AcceleratorBackend(Backend):
                 "index": i,
                 "job": job,
                 "partition": info["partition"],
-                "backend": backend,
+                "backend": collective,
+                "backend_reason": reason,
                 "env": info["env"],
                 "family": info["family"],
             }

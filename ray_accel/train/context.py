@@ -18,6 +18,7 @@ class TrainContext:
     visible_ids: tuple[str, ...]  # shared by the local workers
     own_ids: tuple[str, ...]  # assigned to this worker by Ray
     device_family: str | None
+    backend_reason: str = ""  # why "auto" chose `backend`, where the runtimes said
 
 
 _context: TrainContext | None = None

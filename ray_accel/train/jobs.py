@@ -70,5 +70,10 @@ def replica_rows(expected: Sequence[Mapping[str, int]], infos: Sequence[Mapping[
     ]
 
 
-def on_start(backend_config: Any, rows: list[dict[str, Any]]) -> None:
-    store.send(model.STARTING, backend_config.run_id, {"replicas": rows})
+def on_start(backend_config: Any, rows: list[dict[str, Any]], collective: str, reason: str) -> None:
+    """A new attempt: its replicas, its collective and why "auto" chose it."""
+    store.send(
+        model.STARTING,
+        backend_config.run_id,
+        {"replicas": rows, "collective": collective, "collective_reason": reason},
+    )

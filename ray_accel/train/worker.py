@@ -89,25 +89,40 @@ def runtime() -> Runtime:
     return _state.runtime
 
 
-def describe_backend() -> dict[str, str | None]:
-    """This worker's backend and the collective its runtime chooses under
-    "auto" (here in the worker: it may depend on what is installed here);
-    `WorkerBackendError` where the backend cannot be had."""
+def accelerator_type() -> str | None:
+    """This worker's devices' type as discovery named it: from its raylet's
+    bridge spec, or (a raylet ray-accel did not start) its backend's host facts."""
+    specs = specs_from_env(os.environ.get(SPEC_ENV))
+    if specs:
+        return specs[0].accelerator_type
     plugin = backend()
-    return {"backend": plugin.name if plugin else None, "collective": runtime().collective_backend()}
+    return plugin.host_info().accelerator_type if plugin else None
+
+
+def describe_backend() -> dict[str, str | None]:
+    """This worker's backend, the collective its runtime chooses under
+    "auto" (here in the worker: it may depend on what is installed here) and
+    why where that needs saying (logged here too); `WorkerBackendError` where
+    the backend cannot be had."""
+    plugin = backend()
+    choice = runtime().collective_backend(accelerator_type())
+    if choice.reason:
+        log.warning("ray-accel: backend 'auto' chooses %r in this worker: %s", choice.collective, choice.reason)
+    return {"backend": plugin.name if plugin else None, "collective": choice.collective, "reason": choice.reason}
 
 
 def describe() -> dict[str, Any]:
     import ray
 
-    chosen = describe_backend()  # first: a worker without its backend fails the job here, at start
     ctx = ray.get_runtime_context()
     specs = specs_from_env(os.environ.get(SPEC_ENV))
     accel = ctx.get_accelerator_ids()
-    plugin = backend()
+    plugin = backend()  # first: a worker without its backend fails the job here, at start
     spec = specs[0] if specs else None
     resource = spec.resource_name if spec else (plugin.resource_name if plugin else None)
     ids = [str(i) for i in accel.get(resource, [])] if resource else []
+    # A worker holding no device trains on gloo whatever its backend would pick.
+    chosen = describe_backend() if ids else {"backend": plugin.name if plugin else None, "collective": GLOO}
     labels = ctx.get_node_labels() or {}
     return {
         "node_id": ctx.get_node_id(),
@@ -115,10 +130,12 @@ def describe() -> dict[str, Any]:
         "resource": resource,
         "env": spec.visible_ids_env if spec else (plugin.visible_ids_env if plugin else None),
         "family": spec.family if spec else (plugin.family if plugin else None),
+        "accelerator_type": accelerator_type() if ids else None,
         "plugin": chosen["backend"],
         "ids": ids,
         "partition": labels.get(PARTITION_LABEL),
-        "collective": chosen["collective"] if ids else GLOO,
+        "collective": chosen["collective"],
+        "reason": chosen.get("reason") or "",
         "pid": os.getpid(),
         "host": HostId(this_host_name(), ray.util.get_node_ip_address()).key,
     }
@@ -140,7 +157,12 @@ def address_and_ports() -> tuple[str, int, int]:
 
 
 def _slot(raw: dict[str, Any]) -> WorkerSlot:
-    return WorkerSlot(rank=RankInfo(**raw["rank"]), raylet=raw["raylet"], own_ids=tuple(raw["own_ids"]))
+    return WorkerSlot(
+        rank=RankInfo(**raw["rank"]),
+        raylet=raw["raylet"],
+        own_ids=tuple(raw["own_ids"]),
+        accelerator_type=raw.get("accelerator_type"),
+    )
 
 
 def _visible(value: str | None) -> tuple[str, ...]:
@@ -184,6 +206,7 @@ def prepare(setup: dict[str, Any], factories: Sequence[HookFactory]) -> dict[str
             node_id=me.raylet,
             partition=setup["partition"],
             backend=setup["backend"],
+            backend_reason=setup.get("backend_reason", ""),
             visible_ids=_visible(env.get(setup["env"])) if setup["env"] else (),
             own_ids=me.own_ids,
             device_family=setup["family"],

@@ -67,7 +67,7 @@ def test_a_hook_may_set_what_no_backend_protects(test_plugins: Path) -> None:
 def test_a_backend_whose_class_cannot_be_loaded_is_named_with_why(test_plugins: Path) -> None:
     found = declarations()
     assert found.collectives["faketpu"] == ("fakeccl",) and found.collectives["cuda"] == ("nccl",)
-    assert found.collectives["neuron"] == ("xla",)
+    assert found.collectives["neuron"] == ("neuron", "xla")
     assert "ModuleNotFoundError" in found.unknown["unimportable"]
     assert set(found.unknown) == {"unimportable"}, "a backend that only fails to probe declares as any other"
 

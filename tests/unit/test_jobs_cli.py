@@ -21,7 +21,7 @@ def _job() -> dict[str, object]:
     ]
     events = [
         Event(SUBMITTED, "abc123", 10.0, {"name": "train-a", "min_workers": 1, "max_workers": 2}),
-        Event(STARTING, "abc123", 11.0, {"replicas": rows}),
+        Event(STARTING, "abc123", 11.0, {"replicas": rows, "collective": "gloo", "collective_reason": "no stack"}),
         Event(STATE, "abc123", 12.0, {"state": "RUNNING"}),
     ]
     return job_json(apply_all(events)["abc123"], replicas=True)
@@ -49,6 +49,7 @@ def test_text_views_show_phase_sizes_and_replicas() -> None:
     shown = job_text(job, now=20.0)
     assert "allowed 1..2" in shown and "Pending (+0.0s) -> Starting (+1.0s) -> Running (+2.0s)" in shown
     assert "Starting -> Running" in shown and "0,1" in shown
+    assert "collective: gloo (no stack)" in shown
     assert jobs_text({"jobs": []}) == "no jobs"
 
 

@@ -203,3 +203,21 @@ def test_pending_after_a_restart_stays_restarting() -> None:
     assert phase_for_state(Phase.RESTARTING, "SCHEDULING") is None
     assert phase_for_state(Phase.RUNNING, "SHUTTING_DOWN") is None
     assert phase_for_state(Phase.SUCCEEDED, "RUNNING") is None
+
+
+def test_each_attempt_shows_its_collective_and_why_auto_chose_it() -> None:
+    why = "TorchNeuron supports Trainium2 and Trainium3 only, and this worker's devices are Trainium"
+    jobs = apply_all(
+        _run(
+            SUBMIT,
+            (STARTING, {"replicas": _replicas(2, ["p0", "p1"]), "collective": "gloo", "collective_reason": why}),
+            state("RESTARTING"),
+            (STARTING, {"replicas": _replicas(2, ["p0", "p1"]), "collective": "neuron", "collective_reason": ""}),
+        )
+    )
+    shown = job_json(jobs["j1"])
+    assert (shown["collective"], shown["collective_reason"]) == ("neuron", ""), "the current attempt's"
+    first = job_json(
+        apply_all(_run(SUBMIT, (STARTING, {"replicas": [], "collective": "gloo", "collective_reason": why})))["j1"]
+    )
+    assert (first["collective"], first["collective_reason"]) == ("gloo", why)

@@ -182,9 +182,28 @@ def test_visible_ranges_through_plugin(tmp_path: Path) -> None:
         plugin.parse_visible("30-33")
 
 
+def rdma_device(root: Path, name: str, driver: str | None) -> None:
+    """/sys/class/infiniband/<name>, its `device/driver` linking to the PCI
+    driver it is bound to (as sysfs links it), or no such link."""
+    (root / name / "device").mkdir(parents=True)
+    if driver is not None:
+        (root / "drivers" / driver).mkdir(parents=True, exist_ok=True)
+        (root / name / "device" / "driver").symlink_to(root / "drivers" / driver)
+
+
 def test_efa_detection(tmp_path: Path) -> None:
+    """An EFA device is one bound to the `efa` driver, whatever rdma-core's
+    udev rules renamed it to; without a readable driver link, the name the
+    driver registers (`efa_<n>`) says so."""
+    ib = tmp_path / "ib"
     assert not efa_present(str(tmp_path / "missing"))
-    (tmp_path / "ib").mkdir()
-    assert not efa_present(str(tmp_path / "ib"))
-    (tmp_path / "ib" / "rdmap16s27").mkdir()
-    assert efa_present(str(tmp_path / "ib"))
+    ib.mkdir()
+    assert not efa_present(str(ib))
+    rdma_device(ib, "rdmap16s27", "mlx5_core")  # renamed, another driver's
+    rdma_device(ib, "efa_3", "mlx5_core")  # a misleading name does not decide
+    assert not efa_present(str(ib))
+    rdma_device(ib, "rdmap0s6", "efa")
+    assert efa_present(str(ib))
+    other = tmp_path / "ib2"
+    rdma_device(other, "efa_0", None)
+    assert efa_present(str(other))

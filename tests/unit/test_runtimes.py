@@ -188,7 +188,7 @@ def test_the_mock_trains_on_cpu_with_its_familys_real_rules() -> None:
     neuron = MockPlugin(load_spec("trn1.32xlarge")).runtime
     gpu = MockPlugin(load_spec("p4d.24xlarge")).runtime
     assert isinstance(neuron, NeuronRuntime) and isinstance(gpu, CudaRuntime)
-    assert neuron.collective_backend() == gpu.collective_backend() == "gloo"
+    assert neuron.collective_backend("Trainium").collective == gpu.collective_backend("A100").collective == "gloo"
     slots = trn1_job(2)
     envs = [neuron.worker_env(w, slots, GLOO) for w in slots]
     assert all(e["PJRT_DEVICE"] == "CPU" for e in envs)

@@ -73,7 +73,9 @@ def test_a_worker_loads_the_backend_its_spec_names_without_discovery(monkeypatch
     no_discovery(monkeypatch)
     monkeypatch.setenv(SPEC_ENV, spec_naming("mock"))
     monkeypatch.setenv("RAYACCEL_MOCK", "trn1.32xlarge")
-    assert worker.describe_backend() == {"backend": "mock", "collective": "gloo"}
+    chosen = worker.describe_backend()
+    assert chosen["backend"] == "mock" and chosen["collective"] == "gloo"
+    assert "TorchNeuron supports Trainium2 and Trainium3 only" in str(chosen["reason"]), "a Trainium1 spec says why"
     assert isinstance(worker.runtime(), NeuronRuntime), "the family's real runtime, on the CPU"
 
 
@@ -83,7 +85,7 @@ def test_a_backend_without_a_runtime_trains_on_gloo_with_its_own_ids(
     no_discovery(monkeypatch)
     monkeypatch.syspath_prepend(str(install_test_plugins(tmp_path / "site")))
     monkeypatch.setenv(SPEC_ENV, spec_naming("faketpu"))
-    assert worker.describe_backend() == {"backend": "faketpu", "collective": "gloo"}
+    assert worker.describe_backend() == {"backend": "faketpu", "collective": "gloo", "reason": ""}
     runtime = worker.runtime()
     assert isinstance(runtime, GlooRuntime)
 
@@ -92,7 +94,7 @@ def test_a_worker_without_a_spec_asks_discovery_and_with_nothing_found_trains_on
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(inventory, "discover", lambda: inventory.Inventory(()))
-    assert worker.describe_backend() == {"backend": None, "collective": "gloo"}
+    assert worker.describe_backend() == {"backend": None, "collective": "gloo", "reason": ""}
     assert isinstance(worker.runtime(), GlooRuntime)
 
 

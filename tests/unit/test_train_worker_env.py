@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from ray_accel_cuda.runtime import CudaRuntime
 from ray_accel_neuron.runtime import NeuronRuntime
+from ray_accel_neuron.stacks import Stacks
 
 from ray_accel.core.errors import InputError
 from ray_accel.plugins.interface import GlooRuntime, Runtime
@@ -38,8 +39,14 @@ def setup(per_worker: int, backend: str, index: int = 0) -> dict[str, Any]:
     return {"job": job, "index": index, "env": "NEURON_RT_VISIBLE_CORES", "backend": backend}
 
 
+# A worker with torch-xla and without TorchNeuron (the legacy stack).
+XLA_ONLY = Stacks(torchneuron="not installed (in this test)", xla=None)
+
+
 def neuron(pjrt_device: str) -> NeuronRuntime:
-    return NeuronRuntime(pjrt_device=pjrt_device, collective="xla" if pjrt_device == "NEURON" else "gloo")
+    return NeuronRuntime(
+        pjrt_device=pjrt_device, fallback=None if pjrt_device == "NEURON" else "gloo", probe=lambda: XLA_ONLY
+    )
 
 
 def test_xla_on_neuron_refuses_workers_holding_more_than_one_core() -> None:
@@ -81,4 +88,4 @@ def test_without_a_runtime_a_worker_sees_exactly_its_own_ids_and_trains_on_gloo(
     assert env["NEURON_RT_VISIBLE_CORES"] == "4,5" and env["RANK"] == "2"
     bare = worker_env(setup(2, "gloo", index=2), GlooRuntime(None))
     assert "NEURON_RT_VISIBLE_CORES" not in bare and bare["LOCAL_RANK"] == "0"
-    assert GlooRuntime(None).collective_backend() == "gloo"
+    assert GlooRuntime(None).collective_backend("Trainium2").collective == "gloo"

@@ -12,7 +12,15 @@ from typing import Any, Final
 
 from ray_accel.core.visibility import format_mask
 from ray_accel.plugins.interface import Runtime, visibility_protected
-from ray_accel.plugins.runtime import GLOO, WorkerSlot, check_collective, first_own_index, rank_env, raylet_union
+from ray_accel.plugins.runtime import (
+    GLOO,
+    CollectiveChoice,
+    WorkerSlot,
+    check_collective,
+    first_own_index,
+    rank_env,
+    raylet_union,
+)
 from ray_accel.plugins.traits import DeviceTraits, SplitOrder
 
 FAMILY = "gpu"
@@ -36,8 +44,8 @@ class CudaRuntime(Runtime):
     def __init__(self, collective: str = NCCL) -> None:
         self._collective = collective
 
-    def collective_backend(self) -> str:
-        return self._collective
+    def collective_backend(self, accelerator_type: str | None) -> CollectiveChoice:
+        return CollectiveChoice(self._collective)
 
     def worker_env(self, worker: WorkerSlot, job: Sequence[WorkerSlot], collective: str) -> dict[str, str]:
         check_collective(collective, (*COLLECTIVES, GLOO), "the CUDA runtime")

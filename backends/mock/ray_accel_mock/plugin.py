@@ -138,8 +138,11 @@ class MockPlugin(DevicePlugin):
     def runtime(self) -> Runtime:
         # The real runtime of the family impersonated, so training on the mock
         # exercises the same visibility rules; but on the CPU: gloo, PJRT CPU.
+        # A Neuron preset picks `neuron` under "auto" where TorchNeuron is in
+        # the worker and supports the preset's generation, as on the hardware
+        # (tests give the workers a fake of it that runs on the CPU).
         if self.family == neuron.FAMILY:
-            return neuron.NeuronRuntime(pjrt_device=neuron.PJRT_CPU, collective=GLOO)
+            return neuron.NeuronRuntime(pjrt_device=neuron.PJRT_CPU, fallback=GLOO)
         return cuda.CudaRuntime(collective=GLOO)
 
     @property

@@ -2,9 +2,14 @@
 
 A NeuronCore can be opened by one process only (Neuron runtime docs), so
 unlike CUDA the workers of a raylet do not share the union of their cores:
-each gets its own, and PJRT is told how the job's cores are laid out across
-processes. Which variable answers to which torch-xla 2.9 function (file:line
-in torch_xla 2.9.0, identical to tag v2.9.0 of pytorch/xla):
+each gets its own. Two collectives train on them: `neuron` (TorchNeuron,
+Neuron 2.33+, Trainium2 and Trainium3: its contract is in `torchneuron.py`)
+and `xla` (PyTorch/XLA, `xla.py`); "auto" picks between them in the worker
+(`stacks.py`).
+
+For `xla`, PJRT is told how the job's cores are laid out across processes.
+Which variable answers to which torch-xla 2.9 function (file:line in
+torch_xla 2.9.0, identical to tag v2.9.0 of pytorch/xla):
 
 - NEURON_RT_VISIBLE_CORES: the worker's own cores, a range where contiguous;
   parsed by `_internal/neuron_utils.py:28-43` (`get_visible_cores_list`:
@@ -33,23 +38,43 @@ in torch_xla 2.9.0, identical to tag v2.9.0 of pytorch/xla):
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, Final
 
+from ray_accel.core.errors import InputError
 from ray_accel.core.visibility import format_visible_ids
 from ray_accel.plugins.interface import Runtime, visibility_protected
-from ray_accel.plugins.runtime import GLOO, WorkerSlot, check_collective, rank_env
+from ray_accel.plugins.runtime import GLOO, CollectiveChoice, WorkerSlot, check_collective, rank_env
 from ray_accel.plugins.traits import DeviceTraits, SplitOrder
+from ray_accel_neuron import torchneuron
+from ray_accel_neuron.stacks import Stacks, choose, stacks_here
+from ray_accel_neuron.torchneuron import NEURON
 from ray_accel_neuron.xla import XLA, all_reduce_mean, check_one_device_per_process, init_xla_group, xla_device
+
+log = logging.getLogger(__name__)
 
 FAMILY = "neuron"
 VISIBLE_ENV = "NEURON_RT_VISIBLE_CORES"
 PJRT_DEVICE_ENV = "PJRT_DEVICE"
 # PJRT on the host's CPU: no NeuronCore is opened (the mock, the XLA lane).
 PJRT_CPU = "CPU"
-COLLECTIVES: Final = (XLA,)
+COLLECTIVES: Final = (NEURON, XLA)
 EFA_CLASS = "/sys/class/infiniband"
+# The kernel's EFA driver: its PCI driver name and the name it registers
+# its RDMA devices under ("efa_%d"; amzn-drivers kernel/linux/efa/src/efa_main.c,
+# DRV_MODULE_NAME and ib_register_device). rdma-core's udev rules may rename
+# them (kernel-boot/rdma-persistent-naming.rules: "rdmap<bus>s<slot>" for a
+# device of no known protocol), a name other devices can have too, so the
+# driver a device is bound to decides.
+EFA_DRIVER = "efa"
+# libfabric on EFA, as TorchNeuron's multi-node example and Ray's
+# TorchXLAConfig set it (ray/train/torch/xla/config.py, Ray 2.60).
+EFA_ENV: Final[Mapping[str, str]] = MappingProxyType(
+    {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_FORK_SAFE": "1"}
+)
 # The collectives' own variables, protected whatever the job's collective (a
 # hook could otherwise steer PJRT or torch-xla even where the runtime left
 # them unset): PJRT's process layout and device (torch_xla/_internal/neuron.py
@@ -79,25 +104,81 @@ TRAITS: Final = DeviceTraits(shareable=False, split=SplitOrder.INDEX_BLOCKS)
 
 
 def efa_present(root: str = EFA_CLASS) -> bool:
+    """This host has an EFA device: an RDMA device (/sys/class/infiniband)
+    bound to the `efa` driver, or, where its driver link cannot be read,
+    under the driver's own name `efa_<n>`."""
     try:
-        return any(name.startswith(("efa", "rdmap")) for name in os.listdir(root))
+        names = os.listdir(root)
     except OSError:
         return False
+    for name in names:
+        try:
+            driver = os.path.basename(os.readlink(os.path.join(root, name, "device", "driver")))
+        except OSError:
+            driver = None
+        if driver == EFA_DRIVER or (driver is None and name.startswith(EFA_DRIVER + "_")):
+            return True
+    return False
 
 
 class NeuronRuntime(Runtime):
-    def __init__(self, pjrt_device: str = "NEURON", collective: str = XLA) -> None:
-        self._pjrt_device = pjrt_device
-        self._collective = collective
+    """`pjrt_device`: where PJRT runs the `xla` collective (CPU: the mock and
+    the XLA lane, no NeuronCore opened). `fallback`: what "auto" picks where
+    TorchNeuron is not used (None: PyTorch/XLA, which must be installed; the
+    mock: gloo). `probe`: what the worker has installed, looked up once.
+    `efa`: whether this host has an EFA device."""
 
-    def collective_backend(self) -> str:
-        return self._collective
+    def __init__(
+        self,
+        pjrt_device: str = "NEURON",
+        fallback: str | None = None,
+        probe: Callable[[], Stacks] = stacks_here,
+        efa: Callable[[], bool] = efa_present,
+    ) -> None:
+        self._pjrt_device = pjrt_device
+        self._fallback = fallback
+        self._probe = probe
+        self._efa = efa
+        self._stacks: Stacks | None = None
+
+    def stacks(self) -> Stacks:
+        if self._stacks is None:
+            self._stacks = self._probe()
+        return self._stacks
+
+    def collective_backend(self, accelerator_type: str | None) -> CollectiveChoice:
+        return choose(accelerator_type, self.stacks(), self._fallback)
+
+    def _check_stack(self, collective: str, job: Sequence[WorkerSlot]) -> None:
+        """A collective asked for is made, or refused naming what is missing."""
+        missing = {NEURON: self.stacks().torchneuron, XLA: self.stacks().xla}.get(collective)
+        if missing:
+            raise InputError(f"backend {collective!r} cannot be made in this training worker: {missing}")
+        if collective == NEURON:
+            torchneuron.check_one_core_per_process(job)
+            odd = sorted({str(w.accelerator_type) for w in job if w.accelerator_type in torchneuron.UNSUPPORTED})
+            if odd:
+                log.warning(
+                    "ray-accel: backend 'neuron' as asked on %s: TorchNeuron supports %s only",
+                    ", ".join(odd),
+                    ", ".join(torchneuron.GENERATIONS),
+                )
+        elif collective == XLA and self._pjrt_device != PJRT_CPU:
+            check_one_device_per_process(job)
 
     def worker_env(self, worker: WorkerSlot, job: Sequence[WorkerSlot], collective: str) -> dict[str, str]:
         check_collective(collective, (*COLLECTIVES, GLOO), "the Neuron runtime")
-        if collective == XLA and self._pjrt_device != PJRT_CPU:
-            check_one_device_per_process(job)
+        self._check_stack(collective, job)
         rank = worker.rank
+        if collective == NEURON:
+            # Rank variables per raylet, the worker's one core, rank 0's
+            # rendezvous; no PJRT variable (torchneuron.py).
+            env = {
+                **rank_env(rank),
+                VISIBLE_ENV: str(int(worker.own_ids[0])),
+                "NEURON_RT_ROOT_COMM_ID": f"{rank.master_addr}:{rank.root_comm_port}",
+            }
+            return {**env, **EFA_ENV} if self._efa() else env
         by_rank = sorted(job, key=lambda w: w.rank.world_rank)
         env = rank_env(rank)
         # The runtime accepts ranges; a worker's own cores are one range when
@@ -113,8 +194,8 @@ class NeuronRuntime(Runtime):
                 "PJRT_LOCAL_PROCESS_COUNT": str(rank.local_world_size),
             }
         )
-        if efa_present():
-            env.update({"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_FORK_SAFE": "1"})
+        if self._efa():
+            env.update(EFA_ENV)
         return env
 
     def init_process_group(self, collective: str, world_rank: int, world_size: int, timeout_s: float) -> None:
@@ -126,6 +207,10 @@ class NeuronRuntime(Runtime):
         super().init_process_group(GLOO if collective == XLA else collective, world_rank, world_size, timeout_s)
 
     def select_device(self, collective: str, visible_ids: Sequence[str], own_ids: Sequence[str]) -> Any:
+        if collective == NEURON:
+            # TorchNeuron numbers the process's device by the LOCAL_RANK
+            # worker_env set; naming it starts no runtime.
+            return torchneuron.device(os.environ.get("LOCAL_RANK"))
         # The XLA device, also on PJRT CPU (the tensors are XLA's; the group is gloo).
         return xla_device() if collective == XLA else super().select_device(collective, visible_ids, own_ids)
 

@@ -6,6 +6,7 @@ pytorch/xla).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Sequence
 from datetime import timedelta
@@ -15,6 +16,18 @@ from ray_accel.core.errors import InputError
 from ray_accel.plugins.runtime import WorkerSlot
 
 XLA = "xla"
+
+
+def problem_here() -> str | None:
+    """Why the `xla` collective cannot be made in this process; None where it
+    can. Looked up without importing torch_xla, whose import configures PJRT
+    on a Neuron host (_internal/neuron.py:58-81)."""
+    if importlib.util.find_spec("torch_xla") is None:
+        return (
+            "torch-xla is not installed (PyTorch/XLA: torch-neuronx for PyTorch 2.9, last shipped in "
+            "Neuron 2.31; Neuron supports it for training only up to 2.29)"
+        )
+    return None
 
 
 def check_one_device_per_process(job: Sequence[WorkerSlot]) -> None:
