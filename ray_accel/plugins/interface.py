@@ -9,7 +9,9 @@ only the ones it has:
   device);
 - `Telemetry`: device samples (utilisation, memory, power, temperature,
   health), the device memory each process holds, and which processes hold
-  each device.
+  each device;
+- `HealthMonitor`: each device's health by the family's own rule, polled
+  from its health sources only (not a full discovery).
 
 What ray-accel must know of a backend without probing its hardware is
 declared on its class (`collectives`, `protected_env`): ray-accel reads it
@@ -28,6 +30,7 @@ from datetime import timedelta
 from typing import Any, ClassVar
 
 from ray_accel.core.devices import Device, NodeInfo, all_core_ids
+from ray_accel.core.health import HealthReport
 from ray_accel.core.samples import DeviceSample
 from ray_accel.core.visibility import VisibilityError, parse_visible_ids
 from ray_accel.plugins.runtime import GLOO, WorkerSlot, check_collective, own_ids_env, rank_env
@@ -139,6 +142,20 @@ class Telemetry(ABC):
         return {}
 
 
+class HealthMonitor(ABC):
+    """One family's device health: its sources read on every poll, its rule
+    applied, its state kept between polls (an unhealthy state may be sticky
+    until a person clears it)."""
+
+    @abstractmethod
+    def poll(self) -> HealthReport:
+        """Read the health sources, apply the family's rule, keep its state."""
+
+    @abstractmethod
+    def clear(self, device_id: str) -> None:
+        """A person said the device is fixed: its sticky state is dropped."""
+
+
 class DevicePlugin(ABC):
     """One accelerator family on one host: discovery and host facts."""
 
@@ -210,4 +227,11 @@ class DevicePlugin(ABC):
     @property
     def telemetry(self) -> Telemetry | None:
         """Device and process samples, if this backend can take them."""
+        return None
+
+    @property
+    def health(self) -> HealthMonitor | None:
+        """A monitor of the devices' health (cheap to make; each poll reads
+        only the health sources); None: no health source, every device's
+        health is unknown."""
         return None

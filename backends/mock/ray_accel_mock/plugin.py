@@ -19,9 +19,10 @@ from ray_accel.core.processes import alive_all
 from ray_accel.core.samples import DeviceSample
 from ray_accel.core.visibility import parse_visible_ids
 from ray_accel.plugins.discovery import MOCK_ENV
-from ray_accel.plugins.interface import DevicePlugin, Runtime, Telemetry
+from ray_accel.plugins.interface import DevicePlugin, HealthMonitor, Runtime, Telemetry
 from ray_accel.plugins.runtime import GLOO
 from ray_accel.plugins.traits import DeviceTraits
+from ray_accel_mock.health import MockHealthMonitor
 from ray_accel_mock.spec import NodeSpec, load_spec
 
 FAULTS_ENV = "RAYACCEL_MOCK_FAULTS"
@@ -142,6 +143,10 @@ class MockPlugin(DevicePlugin):
     @property
     def telemetry(self) -> MockTelemetry:
         return MockTelemetry(self.spec)
+
+    @property
+    def health(self) -> HealthMonitor:
+        return MockHealthMonitor(self.spec.devices, self.family, os.environ.get(FAULTS_ENV))
 
 
 class MockTelemetry(Telemetry):
