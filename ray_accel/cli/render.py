@@ -219,17 +219,21 @@ def top_text(payload: dict[str, Any]) -> str:
         return "-" if v is None else f"{v:.0f} {unit}"
 
     def health(d: dict[str, Any]) -> str:
+        rule = d.get("health_state")
+        if rule in ("unhealthy", "unknown"):
+            return f"{rule} (by rule)" + (f", sample: {d['reason']}" if d["reason"] else "")
         if d["healthy"]:
             return "ok"
         return ("?" if d["healthy"] is None else "BAD") + (f" ({d['reason']})" if d["reason"] else "")
 
     parts = render(
-        ["PARTITION", "HOST", "STATE", "NODE", "DEVICES", "EXPORTER"],
+        ["PARTITION", "HOST", "STATE", "HEALTH", "NODE", "DEVICES", "EXPORTER"],
         [
             [
                 p["partition"],
                 p["host"],
                 "alive" if p["alive"] else "DEAD",
+                (p.get("health") or {}).get("state") or "-",
                 p["node_id"][:12],
                 format_id_list(p["device_ids"]) or "-",
                 p["exporter"] if p["exporter"] != "ok" else f"ok ({p['took_s'] * 1000:.0f} ms)",

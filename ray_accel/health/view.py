@@ -102,6 +102,22 @@ def check_clear(found: Recorded, device_id: str) -> None:
 WAITING_PHASES = ("Pending", "Restarting")
 
 
+def annotate_jobs(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`jobs` with `waiting`: why a job that waits does, where a partition of
+    this host it ran on is not serving (nothing recorded or readable here:
+    the jobs as they are)."""
+    from ray_accel.cluster.identity import this_host
+
+    try:
+        found = locate_health()
+    except RayAccelError:
+        return jobs
+    if found.record.host_ip is None:
+        return jobs
+    notes = job_notes(jobs, found.health, this_host(found.record.host_ip).key)
+    return [{**j, "waiting": notes.get(str(j["id"]))} for j in jobs]
+
+
 def job_notes(jobs: Sequence[Mapping[str, Any]], health: HostHealth | None, host_key: str) -> dict[str, str]:
     """Job id -> why it waits, for a job that waits (Pending, Restarting)
     for a partition of this host that is not serving: the partition's state

@@ -64,8 +64,8 @@ WORKLOAD_TAGS = ("host", "partition", "workload")
 NODE_TAGS = ("host", "family", "accelerator_type")
 ORPHAN_TAGS = ("host", "partition", "device_id", "pid", "command")
 PARTITION_STATE_TAGS = ("host", "partition", "state")
-DEVICE_STATE_TAGS = ("host", "device_id", "state")
-EVENT_TAGS = ("host", "device_id", "kind", "code")
+DEVICE_STATE_TAGS = ("host", "partition", "device_id", "state")
+EVENT_TAGS = ("host", "partition", "device_id", "kind", "code")
 COMMAND_MAX = 200  # an orphan's command line is a label value: keep it bounded
 
 
@@ -185,20 +185,22 @@ def gauge_values(snap: Snapshot, node: NodeValues | None) -> list[tuple[str, flo
 def health_values(health: HostHealth, host: str) -> list[tuple[str, float, dict[str, str]]]:
     """(gauge key, value, tags) for a host's health state: pure, as `gauge_values`."""
     out: list[tuple[str, float, dict[str, str]]] = []
+    # A device's partition is the one it was planned in, in service or out.
+    owner = {d: p.partition for p in health.partitions for d in (*p.devices, *p.out)}
     for p in health.partitions:
         for st in PartState:
             out.append(
                 ("p_state", 1.0 if p.state is st else 0.0, {"host": host, "partition": p.partition, "state": st.value})
             )
     for d in health.devices:
+        tags = {"host": host, "partition": owner.get(d.device_id, ""), "device_id": d.device_id}
         for h in Health:
-            out.append(
-                ("d_state", 1.0 if d.state is h else 0.0, {"host": host, "device_id": d.device_id, "state": h.value})
-            )
+            out.append(("d_state", 1.0 if d.state is h else 0.0, {**tags, "state": h.value}))
     for device, counts in sorted(health.counters.items()):
         for key, n in sorted(counts.items()):
             kind, _, code = key.partition(":")
-            out.append(("events", float(n), {"host": host, "device_id": device, "kind": kind, "code": code}))
+            tags = {"host": host, "partition": owner.get(device, ""), "device_id": device}
+            out.append(("events", float(n), {**tags, "kind": kind, "code": code}))
     return out
 
 
