@@ -19,7 +19,7 @@ from ray_accel.cluster.procs import DECIDER_MODULE, identity
 from ray_accel.cluster.record import DECIDER_KIND, HostRecord, RayProcess
 from ray_accel.core.errors import RayAccelError
 from ray_accel.core.health_state import HealthFileError, read_health
-from ray_accel.core.processes import ProcessRecord, read_cmdline
+from ray_accel.core.processes import ProcessRecord
 
 LOG_FILE = "decider.log"
 FIRST_POLL_S = 90.0
@@ -44,15 +44,16 @@ def start_decider(record: HostRecord, progress: Progress) -> HostRecord:
     if settings is None:
         return record
     place = state.place_of(record)
-    log = place.directory / LOG_FILE
+    log = state.ensure_dir(place) / LOG_FILE
     try:
         fd = open_for_write(log)
     except OSError as e:
         raise RayAccelError(f"cannot write the decider's log {log}: {e}") from None
     started = time.time()
+    argv = decider_argv(record, place)
     try:
         proc = subprocess.Popen(
-            decider_argv(record, place),
+            argv,
             env=dict(os.environ),
             stdin=subprocess.DEVNULL,
             stdout=fd,
@@ -61,9 +62,10 @@ def start_decider(record: HostRecord, progress: Progress) -> HostRecord:
         )
     finally:
         os.close(fd)
+    # Not yet waited for, so its PID is not reused; its identity is what it
+    # was started with (its command line may read empty for a moment after exec).
     found = ProcessRecord.of(proc.pid)
-    argv = read_cmdline(proc.pid) or []
-    if found is None or identity(argv) != f"-m {DECIDER_MODULE}":
+    if found is None:
         proc.kill()
         raise RayAccelError(f"the health decider exited at once; see {log}")
     decider = RayProcess(DECIDER_KIND, proc.pid, found.start_ticks, identity(argv))

@@ -95,11 +95,21 @@ def initial(name: str, facts: Facts, now: float) -> PartitionHealth:
 
 
 def drain_message(
-    name: str, bad: Sequence[str], back: Sequence[str], health: Mapping[str, DeviceHealth], action: Action
+    name: str,
+    bad: Sequence[str],
+    back: Sequence[str],
+    health: Mapping[str, DeviceHealth],
+    action: Action,
+    head: bool = False,
 ) -> str:
     """The drain's reason, as Ray records it for the raylet."""
     parts = [why(health, d) for d in bad] + [f"{d}: healthy again" for d in back]
-    verb = "restarted without it" if action is Action.SHRINK and bad else "restarted with it" if back else "stopped"
+    if head:
+        verb = "held (the head cannot be restarted)"
+    elif action is Action.SHRINK and bad:
+        verb = "restarted without it"
+    else:
+        verb = "restarted with it" if back else "stopped"
     return f"ray-accel health: {'; '.join(parts)}; partition {name} is drained and {verb}"
 
 
@@ -142,7 +152,7 @@ def decide(settings: HealthSettings, view: PartitionHealth, facts: Facts, now: f
                 "there): it takes no new work until `ray-accel stop`"
             )
             view = replace(view, state=PartState.DRAINING, since=now, out=out, detail=detail, target=None)
-            return Step(view, Effect.HOLD, drain_message(view.partition, bad, [], health, Action.DRAIN))
+            return Step(view, Effect.HOLD, drain_message(view.partition, bad, [], health, Action.DRAIN, head=True))
         if settings.action is Action.DRAIN:
             if not bad:
                 return Step(view, Effect.NONE)
@@ -178,6 +188,8 @@ def decide(settings: HealthSettings, view: PartitionHealth, facts: Facts, now: f
         return Step(stopped, Effect.STOP)
 
     # STOPPED: back once its devices are healthy (all of them under `drain`).
+    if facts.head:
+        return Step(view, Effect.NONE)  # never stopped by the decider; never restarted
     target = wanted(full, full, health)
     if not target or (settings.action is Action.DRAIN and target != full):
         return Step(view, Effect.NONE)
