@@ -16,7 +16,8 @@ class DeviceSample(NamedTuple):
     memory_total_bytes: int | None
     power_watts: float | None = None
     temperature_c: float | None = None
-    healthy: bool | None = True  # None: no health source
+    # None: unknown (no health source, or it could not be read); never assumed healthy.
+    healthy: bool | None = None
     health_reason: str | None = None
 
 

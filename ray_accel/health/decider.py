@@ -133,7 +133,10 @@ class Decider:
         for c in clears:
             say(f"clear asked for {c.device_id}")
             if self.monitor is not None:
-                self.monitor.clear(c.device_id)
+                try:
+                    self.monitor.clear(c.device_id)
+                except RayAccelError as e:  # a device the monitor does not know: said, not acted on
+                    errors.append(f"clear {c.device_id}: {e}")
         now = time.time()
         if self.monitor is None:
             report = unknown_report(self.devices, "the backend has no health monitor: every device is unknown", now)

@@ -10,8 +10,9 @@ only the ones it has:
 - `Telemetry`: device samples (utilisation, memory, power, temperature,
   health), the device memory each process holds, and which processes hold
   each device;
-- `HealthMonitor`: each device's health by the family's own rule, polled
-  from its health sources only (not a full discovery).
+- `HealthMonitor`: the family's health rule applied poll after poll (what
+  is fatal, what makes a device healthy again), with its state kept between
+  polls.
 
 What ray-accel must know of a backend without probing its hardware is
 declared on its class (`collectives`, `protected_env`): ray-accel reads it
@@ -19,7 +20,8 @@ from every installed backend's entry point. Vendor knowledge (variable
 names, collective names and their start-up) lives in the backends; the
 layers above this interface ask, and know none of it.
 
-Every member here is used by the product; see `tests/unit/test_interface_used.py`.
+Every member here is used by the product; see `tests/unit/test_interface_used.py`
+(which names the members still waiting for their first product caller).
 """
 
 from __future__ import annotations
@@ -143,17 +145,24 @@ class Telemetry(ABC):
 
 
 class HealthMonitor(ABC):
-    """One family's device health: its sources read on every poll, its rule
-    applied, its state kept between polls (an unhealthy state may be sticky
-    until a person clears it)."""
+    """A family's health rule over its health sources, poll after poll.
+
+    Constructing one is cheap; polling reads only the health sources, never
+    full discovery. The monitor keeps the rule's state between polls (the
+    last counter readings, open faults, clean polls counted), so one monitor
+    serves one poller. Thread-safe: `clear` may come while a poll runs."""
 
     @abstractmethod
     def poll(self) -> HealthReport:
-        """Read the health sources, apply the family's rule, keep its state."""
+        """Read the sources, apply the family's rule: every device listed at
+        discovery, in index order, with its verdict; the events new in this
+        poll; the sources that could not be read, with their causes."""
 
     @abstractmethod
     def clear(self, device_id: str) -> None:
-        """A person said the device is fixed: its sticky state is dropped."""
+        """A person said the device is fixed: its sticky state (what no source
+        ever reports as over) is dropped; the next poll decides its state.
+        A device this monitor does not know is an `InputError` naming it."""
 
 
 class DevicePlugin(ABC):
@@ -231,7 +240,6 @@ class DevicePlugin(ABC):
 
     @property
     def health(self) -> HealthMonitor | None:
-        """A monitor of the devices' health (cheap to make; each poll reads
-        only the health sources); None: no health source, every device's
-        health is unknown."""
+        """The family's health monitor, one per plugin (it keeps state between
+        polls); None: no health source, every device's health is unknown."""
         return None

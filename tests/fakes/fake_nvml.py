@@ -24,6 +24,18 @@ nvidia-ml-py 13.615.71, read in the venv's `pynvml.py`):
 - Events arrive only for devices registered on that event set
   (`nvmlDeviceRegisterEvents`), one per wait; an empty set times out
   (NVML_ERROR_TIMEOUT, "raises NVML_ERROR_TIMEOUT exception on timeout").
+  Each event set gets every event of its devices (nvml.h,
+  nvmlDeviceRegisterEvents: "Starts recording of events on a specified
+  devices and add the events to specified nvmlEventSet_t"), so two sets
+  (the samples' and the health monitor's) do not take each other's events.
+- `nvmlDeviceGetHandleByUUID` (nvml.h): NVML_ERROR_NOT_FOUND "if uuid does
+  not match a valid device on the system", NVML_ERROR_GPU_IS_LOST "if any
+  GPU has fallen off the bus or is otherwise inaccessible" (any GPU, not
+  only the one asked for); calls on one GPU's handle answer GPU_IS_LOST
+  for "the target GPU" only.
+
+Failure scenarios that happen to a running host are in `FAULTS` (each
+names its public source); they act on a fake after discovery.
 """
 
 from __future__ import annotations
@@ -43,6 +55,7 @@ LIBRARY_NOT_FOUND = pynvml.NVML_ERROR_LIBRARY_NOT_FOUND
 TIMEOUT = pynvml.NVML_ERROR_TIMEOUT
 UNKNOWN = pynvml.NVML_ERROR_UNKNOWN
 INVALID_ARGUMENT = pynvml.NVML_ERROR_INVALID_ARGUMENT
+NOT_FOUND = pynvml.NVML_ERROR_NOT_FOUND
 
 # Ray's own NVML test data: `GPU_MOCK_DATA` in ray-project/ray
 # python/ray/tests/accelerators/test_nvidia_gpu.py (commit d6d53738), served by
@@ -65,6 +78,7 @@ class FakeGpu:
     mig: tuple[int, int] | None = (0, 0)
     lost: bool = False
     lost_after_discovery: bool = False
+    gone: bool = False  # no longer on the system: NVML does not find it by UUID
     unsupported: set[str] = field(default_factory=set)
     ecc_uncorrected: int = 0
     processes: list[tuple[int, int | None]] = field(default_factory=list)
@@ -112,8 +126,10 @@ class FakeNvml:
         self.nvlink = nvlink or set()
         self.missing = missing or set()  # functions the "driver" lacks
         self.init_error = init_error
-        self.events: list[tuple[int, int]] = []  # (gpu index, xid) raised by the "driver"
+        self.events: list[tuple[int, int]] = []  # (gpu index, xid) raised by the "driver", in order
+        self.delivered: dict[int, int] = {}  # event set -> how many of `events` it has been through
         self.wait_errors: list[int] = []  # NVML codes the next nvmlEventSetWait calls fail with
+        self.lookup_errors: list[int] = []  # NVML codes the next nvmlDeviceGetHandleByUUID calls fail with
         self.registered: dict[int, set[int]] = {}  # event set -> registered GPU indexes
         self.calls: dict[str, int] = {}
         self.discovered = False
@@ -132,11 +148,14 @@ class FakeNvml:
             # ctypes refuses anything but a c_nvmlDevice_t as a handle argument.
             raise NVMLError(INVALID_ARGUMENT)
         g = h._gpu
-        if g.lost or (g.lost_after_discovery and self.discovered):
+        if self._is_lost(g) or g.gone:  # gone: "otherwise inaccessible"
             raise NVMLError(GPU_IS_LOST)
         if field_name in g.unsupported:
             raise NVMLError(NOT_SUPPORTED)
         return g
+
+    def _is_lost(self, g: FakeGpu) -> bool:
+        return g.lost or (g.lost_after_discovery and self.discovered)
 
     def nvmlInit(self) -> None:
         if self.init_error is not None:
@@ -158,6 +177,17 @@ class FakeNvml:
         handle = FakeHandle(self.gpus[i])
         self._gpu(handle, "nvmlDeviceGetHandleByIndex")
         return handle
+
+    def nvmlDeviceGetHandleByUUID(self, uuid_text: str) -> FakeHandle:
+        self._count("nvmlDeviceGetHandleByUUID")
+        if self.lookup_errors:
+            raise NVMLError(self.lookup_errors.pop(0))
+        if any(self._is_lost(g) for g in self.gpus):
+            raise NVMLError(GPU_IS_LOST)  # nvml.h: "if any GPU has fallen off the bus"
+        for g in self.gpus:
+            if g.uuid == uuid_text and not g.gone:
+                return FakeHandle(g)
+        raise NVMLError(NOT_FOUND)
 
     def nvmlDeviceGetUUID(self, h: FakeHandle) -> str:
         return self._gpu(h, "nvmlDeviceGetUUID").uuid
@@ -230,9 +260,11 @@ class FakeNvml:
         if self.wait_errors:
             raise NVMLError(self.wait_errors.pop(0))
         wanted = self.registered.get(event_set, set())
-        for n, (index, xid) in enumerate(self.events):
+        start = self.delivered.get(event_set, 0)
+        for n in range(start, len(self.events)):
+            index, xid = self.events[n]
             if index in wanted:
-                del self.events[n]
+                self.delivered[event_set] = n + 1
                 # c_nvmlEventData_t's fields; `device` is a new handle object.
                 return SimpleNamespace(
                     device=FakeHandle(self.gpus[index]),
@@ -241,6 +273,7 @@ class FakeNvml:
                     gpuInstanceId=0xFFFFFFFF,
                     computeInstanceId=0xFFFFFFFF,
                 )
+        self.delivered[event_set] = len(self.events)
         raise NVMLError(TIMEOUT)
 
 
@@ -313,4 +346,72 @@ SCENARIOS = {
     "no_gpu": no_gpu,
     "ray_duplicate_uuid": ray_duplicate_uuid,
     "mixed_v100_a100": mixed_v100_a100,
+}
+
+
+# ---------------------------------------------------------------------------
+# Failures of a running host, each from a public source
+# ---------------------------------------------------------------------------
+
+
+def fall_off_the_bus(nv: FakeNvml, index: int) -> None:
+    """XID 79, "GPU has fallen off the bus" (NVIDIA's XID catalogue,
+    docs.nvidia.com/deploy/xid-errors), after which every call on the GPU
+    answers NVML_ERROR_GPU_IS_LOST (nvml.h) and looking any GPU up by UUID does
+    too ("if any GPU has fallen off the bus")."""
+    nv.events.append((index, 79))
+    nv.gpus[index].lost_after_discovery = True
+
+
+def back_on_the_bus(nv: FakeNvml, index: int) -> None:
+    """The GPU answers again (after a reset: `nvidia-smi --gpu-reset`, or the
+    bus rescanned through nvmlDeviceDiscoverGpus, nvml.h "Drain states")."""
+    nv.gpus[index].lost_after_discovery = False
+    nv.gpus[index].gone = False
+
+
+def removed(nv: FakeNvml, index: int) -> None:
+    """The GPU is no longer on the system (nvmlDeviceRemoveGpu, nvml.h
+    "Drain states"; or the driver unbound): nvmlDeviceGetHandleByUUID answers
+    NVML_ERROR_NOT_FOUND "if uuid does not match a valid device on the system"."""
+    nv.gpus[index].gone = True
+
+
+def application_fault(nv: FakeNvml, index: int) -> None:
+    """XID 13, "Graphics Engine Exception": an application error, in the
+    device plugin's ignored list (NVIDIA/k8s-device-plugin internal/rm/health.go)."""
+    nv.events.append((index, 13))
+
+
+def double_bit_ecc(nv: FakeNvml, index: int) -> None:
+    """XID 48, "Double Bit ECC Error" (NVIDIA's XID catalogue): the volatile
+    uncorrected ECC count grows (nvmlDeviceGetTotalEccErrors with
+    NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC: counts since the
+    driver loaded, nvml.h "ECC Error Counts")."""
+    nv.events.append((index, 48))
+    nv.gpus[index].ecc_uncorrected += 1
+
+
+def event_wait_fails(nv: FakeNvml, index: int) -> None:
+    """nvmlEventSetWait answers an error other than a timeout
+    (NVML_ERROR_UNKNOWN); NVIDIA's device plugin marks every GPU unhealthy
+    then (internal/rm/health.go: "Error waiting for event ... marking all
+    devices as unhealthy"), which ray-accel does not: the events are unread."""
+    nv.wait_errors.append(UNKNOWN)
+
+
+def lookup_fails(nv: FakeNvml, index: int) -> None:
+    """nvmlDeviceGetHandleByUUID answers NVML_ERROR_UNKNOWN ("on any
+    unexpected error", nvml.h) once, for the next GPU looked up."""
+    nv.lookup_errors.append(UNKNOWN)
+
+
+FAULTS = {
+    "lookup_fails": lookup_fails,
+    "fall_off_the_bus": fall_off_the_bus,
+    "back_on_the_bus": back_on_the_bus,
+    "removed": removed,
+    "application_fault": application_fault,
+    "double_bit_ecc": double_bit_ecc,
+    "event_wait_fails": event_wait_fails,
 }

@@ -330,6 +330,51 @@ class NeuronSysfs:
     def dev_node(self, index: int) -> Path:
         return self.dev_root / f"neuron{index}"
 
+    # -- what changes on a running host, between two polls -----------------
+
+    def ecc_file(self, index: int, name: str) -> Path:
+        return self.device_dir(index) / "stats" / "hardware" / name
+
+    def set_ecc(self, index: int, name: str, count: int) -> None:
+        """An uncorrected ECC counter now reads `count` ("%u\n", as
+        `neuron_sysfs_metrics.c` prints `ecc_attrs_info_tbl`'s files)."""
+        if name not in ECC_FILES:
+            raise ValueError(f"{name!r} is not one of the driver's ECC files {ECC_FILES}")
+        self.ecc_file(index, name).write_text(f"{count}\n")
+
+    def components_file(self, index: int) -> Path:
+        return self.device_dir(index) / "stats" / "hardware" / "health_status" / "unhealthy_components"
+
+    def set_unhealthy(self, index: int, text: str) -> None:
+        """`unhealthy_components` now prints `text` and a newline: "" (healthy),
+        "hbm,link_efa", "device_unreachable" (`neuron_sysfs_metrics.c`,
+        2.30.2.0). The node is read-only (0444), as the driver makes it: the
+        fake writes it as its owner would after making it writable."""
+        path = self.components_file(index)
+        if not path.exists():
+            raise ValueError(f"neuron{index} has no unhealthy_components (a {self.generation.name} device)")
+        path.chmod(0o644)
+        path.write_text(f"{text}\n")
+        path.chmod(MODE_RO_ALL)
+
+    def _stash(self, path: Path) -> Path:
+        return self.sys_root.parent / "gone" / os.path.relpath(path, self.sys_root.parent).replace(os.sep, "!")
+
+    def take_away(self, index: int, sysfs: bool = True, dev: bool = True) -> None:
+        """The device goes away: its `neuronN` directory and/or its /dev node
+        disappear (the driver removes both when the device is removed), kept aside to come back."""
+        for keep, path in ((sysfs, self.device_dir(index)), (dev, self.dev_node(index))):
+            if keep and os.path.lexists(path):
+                stash = self._stash(path)
+                stash.parent.mkdir(parents=True, exist_ok=True)
+                os.rename(path, stash)
+
+    def bring_back(self, index: int) -> None:
+        for path in (self.device_dir(index), self.dev_node(index)):
+            stash = self._stash(path)
+            if os.path.lexists(stash):
+                os.rename(stash, path)
+
 
 def _write(path: Path, text: str, mode: int = MODE_METRIC) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -38,8 +38,10 @@ NAMES = st.from_regex(r"[a-z][a-z0-9]{0,5}", fullmatch=True)
 
 
 @st.composite
-def events(draw: st.DrawFn) -> HealthEvent:
-    return HealthEvent(draw(IDS), draw(NAMES), draw(st.none() | IDS), draw(IDS), draw(TIMES), draw(st.booleans()))
+def events(draw: st.DrawFn, device: str | None = None) -> HealthEvent:
+    return HealthEvent(
+        device or draw(IDS), draw(NAMES), draw(st.none() | IDS), draw(IDS), draw(TIMES), draw(st.booleans())
+    )
 
 
 @st.composite
@@ -47,7 +49,7 @@ def host_healths(draw: st.DrawFn) -> HostHealth:
     ids = draw(st.lists(IDS, unique=True, max_size=6))
     devices = tuple(
         DeviceHealth(
-            d, draw(st.sampled_from(list(Health))), draw(TIMES), draw(st.none() | events()), draw(st.just("") | IDS)
+            d, draw(st.sampled_from(list(Health))), draw(TIMES), draw(st.none() | events(d)), draw(st.just("") | IDS)
         )
         for d in ids
     )

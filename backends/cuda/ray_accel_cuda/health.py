@@ -1,4 +1,9 @@
-"""Health: critical XID events and uncorrected ECC errors per GPU.
+"""Health sources: critical XID events and uncorrected ECC errors per GPU.
+
+The telemetry's samples read them as a window (an XID in the last five
+minutes, any uncorrected ECC error); the health rule (`health_rule`, run by
+`health_monitor`) reads the same sources poll by poll and decides what is
+fatal and what makes a GPU healthy again.
 
 XID events are matched to a GPU by its UUID, asked of the handle the event
 carries. The handle itself cannot be matched: nvidia-ml-py returns a new
@@ -16,15 +21,17 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
+from ray_accel_cuda.health_rule import DEFAULT_IGNORED_XIDS
 from ray_accel_cuda.nvml import NA, Nvml, text
 
 log = logging.getLogger(__name__)
 
 # XIDs caused by the application, not the hardware (the Kubernetes device
 # plugin's list): a crashing kernel must not mark the GPU unhealthy.
-APPLICATION_XIDS: Final = frozenset({13, 31, 43, 45, 68, 109})
+APPLICATION_XIDS: Final = DEFAULT_IGNORED_XIDS
 XID_CRITICAL_EVENT: Final = 8  # nvmlEventTypeXidCriticalError
 NVML_TIMEOUT: Final = 10  # NVML_ERROR_TIMEOUT: no event waiting
 XID_WINDOW_S: Final = 300.0
@@ -63,8 +70,20 @@ class PollErrors:
             return out
 
 
+@dataclass(frozen=True)
+class XidPoll:
+    """The XID events one poll drained: (GPU UUID, XID) in arrival order, and
+    whether the events could be read at all."""
+
+    events: tuple[tuple[str, int], ...] = ()
+    supported: bool = True
+    error: str | None = None  # why waiting for events failed this poll
+    unattributed: tuple[str, ...] = ()  # events whose GPU could not be told, each said
+
+
 class XidMonitor:
-    """Critical XIDs per device id over the last `window_s` seconds."""
+    """Critical XIDs per device id: drained poll by poll, and kept over the
+    last `window_s` seconds (those not in `ignored`) for the samples."""
 
     def __init__(
         self,
@@ -73,12 +92,14 @@ class XidMonitor:
         clock: Callable[[], float],
         errors: PollErrors,
         window_s: float = XID_WINDOW_S,
+        ignored: frozenset[int] = APPLICATION_XIDS,
     ) -> None:
         self.nvml = nvml
         self.handles = dict(handles)
         self.clock = clock
         self.errors = errors
         self.window_s = window_s
+        self.ignored = ignored
         self.supported: bool | None = None  # None: not tried yet
         self._event_set: Any = None
         self._seen: list[tuple[float, str, int]] = []  # (when, device id, xid)
@@ -98,45 +119,55 @@ class XidMonitor:
             except Exception as e:  # that GPU's events are missed: counted, and the others still register
                 self.errors.record(f"registering XID events of {device_id}", e)
 
-    def _device_of(self, event: Any) -> str | None:
+    def _device_of(self, event: Any) -> tuple[str | None, str]:
+        """(the event's GPU, or None and why not)."""
         try:
             uuid = text(self.nvml.query("nvmlDeviceGetUUID", event.device))
         except Exception as e:
             self.errors.record("reading the UUID of an XID event's GPU", e)
-            return None
+            return None, f"its GPU's UUID cannot be read ({type(e).__name__}: {e})"
         if uuid is None or uuid not in self.handles:
             self.errors.record("XID event", f"GPU {uuid!r} is not one of this backend's devices")
-            return None
-        return uuid
+            return None, f"GPU {uuid!r} is not one of this backend's devices"
+        return uuid, ""
 
-    def poll(self) -> None:
-        """Drain waiting events (without blocking) into the window."""
+    def poll(self) -> XidPoll:
+        """Drain waiting events (without blocking) into the window; what was drained."""
         try:
             if self.supported is None:
                 self._register()
         except Exception as e:
             self.supported = None  # try again at the next poll
             self.errors.record("creating the XID event set", e)
-            return
+            return XidPoll(error=f"creating the XID event set: {type(e).__name__}: {e}")
         if not self.supported:
-            return
+            return XidPoll(supported=False)
         kind = getattr(self.nvml.module, "nvmlEventTypeXidCriticalError", XID_CRITICAL_EVENT)
+        drained: list[tuple[str, int]] = []
+        unattributed: list[str] = []
         for _ in range(MAX_EVENTS_PER_POLL):
             try:
                 event = self.nvml.query("nvmlEventSetWait", self._event_set, 0)
             except Exception as e:
                 if _code(e) != NVML_TIMEOUT:
                     self.errors.record("nvmlEventSetWait", e)
-                return
+                    why = f"nvmlEventSetWait: {type(e).__name__}: {e}"
+                    return XidPoll(tuple(drained), error=why, unattributed=tuple(unattributed))
+                break
             if event is NA:  # waiting is unsupported by this driver or binding
                 self.supported = False
-                return
+                return XidPoll(tuple(drained), supported=False, unattributed=tuple(unattributed))
             if int(getattr(event, "eventType", kind)) != kind:
                 continue
             xid = int(event.eventData)
-            device_id = self._device_of(event)
-            if device_id is not None and xid not in APPLICATION_XIDS:
+            device_id, why = self._device_of(event)
+            if device_id is None:
+                unattributed.append(f"XID {xid} event: {why}")
+                continue
+            drained.append((device_id, xid))
+            if xid not in self.ignored:
                 self._seen.append((self.clock(), device_id, xid))
+        return XidPoll(tuple(drained), unattributed=tuple(unattributed))
 
     def recent(self, device_id: str) -> tuple[int, ...]:
         now = self.clock()

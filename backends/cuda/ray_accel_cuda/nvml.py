@@ -17,6 +17,7 @@ log = logging.getLogger(__name__)
 # NVML return codes (nvml.h); stable across driver versions.
 NOT_SUPPORTED: Final = 3
 NO_PERMISSION: Final = 4
+NOT_FOUND: Final = 6
 LIBRARY_NOT_FOUND: Final = 12
 FUNCTION_NOT_FOUND: Final = 13
 GPU_IS_LOST: Final = 15

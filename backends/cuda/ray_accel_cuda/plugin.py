@@ -1,20 +1,25 @@
 """The CUDA DevicePlugin: NVIDIA GPUs through NVML, keyed by UUID.
 
 Discovery only; each concern has its own module: `enumeration` (GPUs as
-devices), `topology` (NVLink peers), `health` (XIDs, ECC), `telemetry`
-(samples, process memory, holders), `visible` (CUDA_VISIBLE_DEVICES),
-`runtime` (what a training worker needs).
+devices), `topology` (NVLink peers), `health` (XIDs, ECC), `health_rule`
+(what is fatal, what makes a GPU healthy again; pure), `health_monitor`
+(the rule over NVML, poll by poll), `telemetry` (samples, process memory,
+holders), `visible` (CUDA_VISIBLE_DEVICES), `runtime` (what a training
+worker needs).
 """
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ray_accel.core.devices import Device, NodeInfo
 from ray_accel.plugins.interface import DevicePlugin
 from ray_accel_cuda.enumeration import enumerate_gpus, inconsistency
+from ray_accel_cuda.health_monitor import CudaHealthMonitor
+from ray_accel_cuda.health_rule import Settings
 from ray_accel_cuda.nvml import NA, Nvml, NvmlUnavailable, text
 from ray_accel_cuda.runtime import COLLECTIVES, FAMILY, PROCESS_ENV, PROTECTED_ENV, TRAITS, CudaRuntime
 from ray_accel_cuda.telemetry import CudaTelemetry
@@ -31,9 +36,20 @@ class CudaPlugin(DevicePlugin):
     protected_env = PROTECTED_ENV
     traits = TRAITS
 
-    def __init__(self, nvml_module: Any = None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        nvml_module: Any = None,
+        clock: Callable[[], float] = time.monotonic,
+        environ: Mapping[str, str] | None = None,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        # The user's health settings are checked here, before any hardware is
+        # touched: a bad value is an InputError naming the variable (exit 2).
+        self._health_settings = Settings.from_environ(os.environ if environ is None else environ)
         self.nvml = Nvml(nvml_module)
         self._clock = clock
+        self._wall_clock = wall_clock
+        self._health: CudaHealthMonitor | None = None
         self._devices: tuple[Device, ...] = ()
         self._handles: dict[str, Any] = {}
         self._lost: tuple[int, ...] = ()
@@ -77,8 +93,19 @@ class CudaPlugin(DevicePlugin):
     @property
     def telemetry(self) -> CudaTelemetry:
         if self._telemetry is None:
-            self._telemetry = CudaTelemetry(self.nvml, self._devices, self._handles, self._clock)
+            self._telemetry = CudaTelemetry(
+                self.nvml, self._devices, self._handles, self._clock, self._health_settings.ignored_xids
+            )
         return self._telemetry
+
+    @property
+    def health(self) -> CudaHealthMonitor:
+        # One per plugin: it keeps the rule's state between polls.
+        if self._health is None:
+            self._health = CudaHealthMonitor(
+                self.nvml, self._devices, self._handles, self._health_settings, self._wall_clock
+            )
+        return self._health
 
     def parse_visible(self, value: str | None) -> list[int] | None:
         """CUDA masks may name GPUs by index, by UUID (or a unique prefix), or be NoDevFiles."""

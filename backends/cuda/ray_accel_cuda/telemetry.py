@@ -10,19 +10,24 @@ from typing import Any
 from ray_accel.core.devices import Device
 from ray_accel.core.samples import DeviceSample
 from ray_accel.plugins.interface import Telemetry
-from ray_accel_cuda.health import PollErrors, XidMonitor, ecc_uncorrected, health_reason
+from ray_accel_cuda.health import APPLICATION_XIDS, PollErrors, XidMonitor, ecc_uncorrected, health_reason
 from ray_accel_cuda.nvml import NA, GpuLost, Nvml
 
 
 class CudaTelemetry(Telemetry):
     def __init__(
-        self, nvml: Nvml, devices: Sequence[Device], handles: Mapping[str, Any], clock: Callable[[], float]
+        self,
+        nvml: Nvml,
+        devices: Sequence[Device],
+        handles: Mapping[str, Any],
+        clock: Callable[[], float],
+        ignored_xids: frozenset[int] = APPLICATION_XIDS,
     ) -> None:
         self.nvml = nvml
         self.devices = tuple(devices)
         self.handles = dict(handles)
         self.errors = PollErrors()
-        self.xids = XidMonitor(nvml, self.handles, clock, self.errors)
+        self.xids = XidMonitor(nvml, self.handles, clock, self.errors, ignored=ignored_xids)
 
     def _sample(self, d: Device) -> DeviceSample:
         q = self.nvml.query

@@ -1,129 +1,176 @@
-"""The mock's device health, fed from its fault file (RAYACCEL_MOCK_FAULTS,
-re-read on every poll).
+"""The mock's health monitor: the fault file (`faults`) stands for the
+vendor's health sources, and the rule is the real backend's (GPU presets:
+`ray_accel_cuda.health_rule`; Neuron presets: `ray_accel_neuron.health_rule`),
+so what is fatal and what makes a device healthy again on the mock is what
+it is on the hardware.
 
-A minimal monitor written against the health contract so the decider can be
-built and tested: an injected event is seen once per (device, kind, code,
-seq); its `fatal` decides, or, where null, the rule of the family the mock
-impersonates (GPU: NVIDIA's default list of application XIDs that do not make
-a GPU unhealthy, 13, 31, 43, 45, 68 and 109, from NVIDIA/k8s-device-plugin
-`internal/rm/health.go`; every other event is fatal). A fatal event is
-sticky until `clear`; a lost device is unhealthy until present for
-`RETURN_POLLS` polls in a row. `"fail": true` reads every device as unknown
-(a sticky unhealthy state stays).
+A mock device's sources read clean until the fault file says otherwise: its
+error counters read 0 when the monitor starts (the rule's baseline), and an
+`ecc` entry makes them grow once. A device the spec marks `healthy = false`
+is unhealthy for as long as the spec says so (a fault of kind `marked`,
+beside the family's own sources).
 """
 
 from __future__ import annotations
 
-import json
 import os
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
+from ray_accel_cuda import health_rule as cuda_rule
+from ray_accel_neuron import health_rule as neuron_rule
+from ray_accel_neuron import runtime as neuron_runtime
+from ray_accel_neuron.sysfs import DEVICE_UNREACHABLE, ECC_FILES, UnhealthyComponents
+
+from ray_accel.core import health_track
 from ray_accel.core.devices import Device
-from ray_accel.core.health import DeviceHealth, Health, HealthEvent, HealthReport
+from ray_accel.core.health import HealthEvent, HealthReport
+from ray_accel.core.health_track import Findings, Level
 from ray_accel.plugins.interface import HealthMonitor
-
-RETURN_POLLS = 3
-GPU_NON_FATAL_XIDS = frozenset({"13", "31", "43", "45", "68", "109"})
-_EVENT_KEYS = {"device", "kind", "code", "fatal", "seq", "count"}
+from ray_accel_mock.faults import FAULTS_ENV, FaultEvent, FaultFileError, Faults, load_faults
+from ray_accel_mock.spec import NodeSpec
 
 
-def read_faults(path: str | None) -> Mapping[str, object]:
-    """The fault file's object ({} when none is set or it cannot be read yet:
-    a test may be writing it)."""
-    if not path:
-        return {}
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+def marked_unhealthy(d: Device) -> bool:
+    return d.attributes.get("healthy", "true") != "true"
+
+
+def current_components(events: tuple[FaultEvent, ...], device_id: str) -> UnhealthyComponents:
+    """The device's `unhealthy_components` reading while these entries are in the file."""
+    names: list[str] = []
+    unreachable = False
+    for e in events:
+        if e.device == device_id and e.kind == "components":
+            if e.code.strip() == DEVICE_UNREACHABLE:
+                unreachable = True
+            else:
+                names += [n for n in e.code.strip().split(",") if n not in names]
+    return UnhealthyComponents(tuple(names), unreachable and not names)
 
 
 class MockHealthMonitor(HealthMonitor):
-    def __init__(self, devices: tuple[Device, ...], family: str, faults_path: str | None) -> None:
-        self._devices = devices
-        self._gpu = family != "neuron"
-        self._path = faults_path
-        self._seen: set[tuple[str, str, str, str]] = set()
-        self._state: dict[str, DeviceHealth] = {}
-        self._present: dict[str, int] = {}
+    def __init__(
+        self,
+        spec: NodeSpec,
+        environ: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        env = os.environ if environ is None else environ
+        self.spec = spec
+        self.environ = env
+        self.clock = clock
+        self.devices = tuple(sorted(spec.devices, key=lambda d: d.index))
+        self.neuron = spec.family == neuron_runtime.FAMILY
+        self._ids = tuple(d.id for d in self.devices)
+        k = health_track.recovery_polls(env)
+        now = clock()
+        self._taken: set[tuple[str, str, str, int]] = set()
+        self._lock = threading.Lock()
+        # Counters start at 0: the rule's baseline, as if it had read them once.
+        self._state: neuron_rule.State | cuda_rule.State
+        if self.neuron:
+            self._ecc = {(d, name): 0 for d in self._ids for name in ECC_FILES}
+            first = neuron_rule.initial(self._ids, neuron_rule.Settings(k), now)
+            self._state = neuron_rule.State(first.settings, first.tracked, dict(self._ecc), frozenset(self._ecc))
+        else:
+            self._ecc = {(d, cuda_rule.ECC_CODE): 0 for d in self._ids}
+            settings = cuda_rule.Settings(cuda_rule.ignored_xids(env), k)
+            self._state = cuda_rule.State(
+                settings, cuda_rule.initial(self._ids, settings, now).tracked, dict.fromkeys(self._ids, 0)
+            )
 
-    def _fatal(self, kind: str, code: str | None, given: object) -> bool:
-        if isinstance(given, bool):
-            return given
-        if kind == "xid" and self._gpu:
-            return code not in GPU_NON_FATAL_XIDS
-        return True
+    def _faults(self) -> Faults:
+        return load_faults(self.environ.get(FAULTS_ENV), self._ids, self.spec.family)
+
+    def _take(self, faults: Faults) -> list[FaultEvent]:
+        """The file's xid and ecc entries this monitor has not taken yet (each once)."""
+        new = []
+        for e in faults.events:
+            if e.kind != "components" and e.key not in self._taken:
+                self._taken.add(e.key)
+                new.append(e)
+        return new
+
+    def _marks(self, now: float) -> tuple[Findings, ...]:
+        out = []
+        for d in self.devices:
+            if marked_unhealthy(d):
+                event = HealthEvent(d.id, "marked", None, "marked unhealthy in the mock spec", now, True)
+                out.append(Findings(d.id, levels=(Level("marked", event, "not marked unhealthy in the spec"),)))
+        return tuple(out)
+
+    def _neuron_observation(self, faults: Faults | None, failure: str | None, now: float) -> neuron_rule.Observation:
+        marks = self._marks(now)
+        if faults is None or faults.fail:
+            why = failure or "mock health source failed (injected)"
+            node: neuron_rule.Node[int] = neuron_rule.Node(error=why)
+            devices = tuple(
+                neuron_rule.DeviceReading(
+                    d,
+                    None,
+                    presence_error=why,
+                    ecc=dict.fromkeys(ECC_FILES, node),
+                    components=neuron_rule.Node(error=why),
+                )
+                for d in self._ids
+            )
+            return neuron_rule.Observation(devices, (why,), marks)
+        for e in self._take(faults):
+            self._ecc[(e.device, e.code)] += e.count
+        readings = []
+        for d in self._ids:
+            if d in faults.lost:
+                readings.append(neuron_rule.DeviceReading(d, False, absent_why="lost in the mock fault file"))
+                continue
+            readings.append(
+                neuron_rule.DeviceReading(
+                    d,
+                    True,
+                    ecc={name: neuron_rule.Node(self._ecc[(d, name)]) for name in ECC_FILES},
+                    components=neuron_rule.Node(current_components(faults.events, d)),
+                )
+            )
+        return neuron_rule.Observation(tuple(readings), (), marks)
+
+    def _cuda_observation(self, faults: Faults | None, failure: str | None, now: float) -> cuda_rule.Observation:
+        marks = self._marks(now)
+        if faults is None or faults.fail:
+            why = failure or "mock health source failed (injected)"
+            gpus = tuple(cuda_rule.GpuReading(d, None, presence_error=why) for d in self._ids)
+            return cuda_rule.Observation(gpus, (), "failed", why, (), marks)
+        xids = []
+        for e in self._take(faults):
+            if e.kind == "xid":
+                xids.append(cuda_rule.Xid(e.device, int(e.code), e.fatal))
+            else:
+                self._ecc[(e.device, e.code)] += e.count
+        gpus = tuple(
+            cuda_rule.GpuReading(d, False, absent_why="lost in the mock fault file")
+            if d in faults.lost
+            else cuda_rule.GpuReading(d, True, ecc=self._ecc[(d, cuda_rule.ECC_CODE)])
+            for d in self._ids
+        )
+        return cuda_rule.Observation(gpus, tuple(xids), "read", None, (), marks)
 
     def poll(self) -> HealthReport:
-        now = time.time()
-        faults = read_faults(self._path or os.environ.get("RAYACCEL_MOCK_FAULTS"))
-        lost_raw = faults.get("lost", [])
-        lost = {str(x) for x in lost_raw} if isinstance(lost_raw, list) else set()
-        failing = faults.get("fail") is True
-        events: list[HealthEvent] = []
-        raw_events = faults.get("events", [])
-        for raw in raw_events if isinstance(raw_events, list) else []:
-            if not isinstance(raw, dict) or set(raw) - _EVENT_KEYS:
-                continue
-            device, kind = str(raw.get("device")), str(raw.get("kind"))
-            code = None if raw.get("code") is None else str(raw.get("code"))
-            key = (device, kind, code or "", str(raw.get("seq", "")))
-            if key in self._seen or device not in {d.id for d in self._devices}:
-                continue
-            self._seen.add(key)
-            reason = f"{kind.upper()} {code}" if code else kind
-            events.append(
-                HealthEvent(device, kind, code, f"{reason} (injected)", now, self._fatal(kind, code, raw.get("fatal")))
-            )
-        out = []
-        for d in self._devices:
-            prev = self._state.get(d.id)
-            mine = [e for e in events if e.device_id == d.id]
-            fatal = next((e for e in reversed(mine) if e.fatal), None)
-            if d.id in lost:
-                self._present[d.id] = 0
-                if prev is None or prev.state is not Health.UNHEALTHY or prev.last_event is None:
-                    lost_event = HealthEvent(d.id, "lost", None, "device lost (injected)", now, True)
-                    events.append(lost_event)
-                    prev = DeviceHealth(d.id, Health.UNHEALTHY, now, lost_event, f"present for {RETURN_POLLS} polls")
-                out.append(prev)
-                continue
-            if fatal is not None:
-                again = f"cleared by hand: ray-accel health clear {d.id}"
-                cur = DeviceHealth(d.id, Health.UNHEALTHY, now, fatal, again)
-            elif prev is not None and prev.state is Health.UNHEALTHY:
-                cur = prev
-                if prev.last_event is not None and prev.last_event.kind == "lost":
-                    self._present[d.id] = self._present.get(d.id, 0) + 1
-                    if self._present[d.id] >= RETURN_POLLS:
-                        back = HealthEvent(d.id, "returned", None, "device present again", now, False)
-                        events.append(back)
-                        cur = DeviceHealth(d.id, Health.HEALTHY, now, back, "")
-            elif failing:
-                cur = DeviceHealth(
-                    d.id,
-                    Health.UNKNOWN,
-                    now if prev is None or prev.state is not Health.UNKNOWN else prev.since,
-                    prev.last_event if prev else None,
-                    "a readable health source",
-                )
+        with self._lock:
+            now = self.clock()
+            faults: Faults | None
+            failure = None
+            try:
+                faults = self._faults()
+            except FaultFileError as e:
+                faults, failure = None, str(e)
+            if isinstance(self._state, neuron_rule.State):
+                self._state, report = neuron_rule.step(self._state, self._neuron_observation(faults, failure, now), now)
             else:
-                last = mine[-1] if mine else (prev.last_event if prev else None)
-                since = prev.since if prev is not None and prev.state is Health.HEALTHY else now
-                cur = DeviceHealth(d.id, Health.HEALTHY, since, last, "")
-            self._state[d.id] = cur
-            out.append(cur)
-        for d in out:
-            self._state[d.device_id] = d
-        errors = ("mock health source failed (injected)",) if failing else ()
-        return HealthReport(now, tuple(out), tuple(events), errors)
+                self._state, report = cuda_rule.step(self._state, self._cuda_observation(faults, failure, now), now)
+            return report
 
     def clear(self, device_id: str) -> None:
-        prev = self._state.get(device_id)
-        if prev is not None and prev.state is Health.UNHEALTHY:
-            now = time.time()
-            event = HealthEvent(device_id, "cleared", None, "cleared by hand", now, False)
-            self._state[device_id] = DeviceHealth(device_id, Health.HEALTHY, now, event, "")
+        with self._lock:
+            if isinstance(self._state, neuron_rule.State):
+                self._state = neuron_rule.clear(self._state, device_id)
+            else:
+                self._state = cuda_rule.clear(self._state, device_id)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -19,13 +18,15 @@ from ray_accel.core.processes import alive_all
 from ray_accel.core.samples import DeviceSample
 from ray_accel.core.visibility import parse_visible_ids
 from ray_accel.plugins.discovery import MOCK_ENV
-from ray_accel.plugins.interface import DevicePlugin, HealthMonitor, Runtime, Telemetry
+from ray_accel.plugins.interface import DevicePlugin, Runtime, Telemetry
 from ray_accel.plugins.runtime import GLOO
 from ray_accel.plugins.traits import DeviceTraits
-from ray_accel_mock.health import MockHealthMonitor
+from ray_accel_mock.faults import FAULTS_ENV, Faults, load_faults
+from ray_accel_mock.health import MockHealthMonitor, marked_unhealthy
 from ray_accel_mock.spec import NodeSpec, load_spec
 
-FAULTS_ENV = "RAYACCEL_MOCK_FAULTS"
+__all__ = ["FAULTS_ENV", "MockHealthMonitor", "MockPlugin", "MockTelemetry"]
+
 PROCESS_MEMORY_PER_CORE = 64 * 1024**2
 # Distinct masks remembered (each a few bytes): far more than a node's workers publish.
 MASK_CACHE_SIZE = 4096
@@ -69,6 +70,7 @@ class MockPlugin(DevicePlugin):
     def __init__(self, spec: NodeSpec | None = None) -> None:
         self._spec = spec
         self._env_value = os.environ.get(MOCK_ENV, "")
+        self._health: MockHealthMonitor | None = None
 
     @property
     def spec(self) -> NodeSpec:
@@ -145,8 +147,11 @@ class MockPlugin(DevicePlugin):
         return MockTelemetry(self.spec)
 
     @property
-    def health(self) -> HealthMonitor:
-        return MockHealthMonitor(self.spec.devices, self.family, os.environ.get(FAULTS_ENV))
+    def health(self) -> MockHealthMonitor:
+        # One per plugin: it keeps the rule's state and the fault entries it took.
+        if self._health is None:
+            self._health = MockHealthMonitor(self.spec)
+        return self._health
 
 
 class MockTelemetry(Telemetry):
@@ -167,32 +172,23 @@ class MockTelemetry(Telemetry):
         self._published = masks.PublishedMasks()
         self._holdings_of: tuple[object, _Holdings] | None = None
 
-    def _faults(self) -> dict[str, object]:
-        """Faults injected while running (RAYACCEL_MOCK_FAULTS: a JSON file,
-        re-read on every sample): {"lost": [device ids], "fail": true}."""
-        path = os.environ.get(FAULTS_ENV)
-        if not path:
-            return {}
-        try:
-            with open(path) as f:
-                data = json.load(f)
-        except (OSError, ValueError):
-            return {}
-        return data if isinstance(data, dict) else {}
+    def _faults(self) -> Faults:
+        """Faults injected while running (`ray_accel_mock.faults`: the
+        RAYACCEL_MOCK_FAULTS file, re-read on every sample); a file that does
+        not fit is a `FaultFileError` naming what, and the samples fail with it."""
+        return load_faults(os.environ.get(FAULTS_ENV), [d.id for d in self.spec.devices], self.spec.family)
 
     def device_samples(self) -> list[DeviceSample]:
         # Fixed functions of the index: tests can predict every value.
         faults = self._faults()
-        if faults.get("fail"):
+        if faults.fail:
             raise RuntimeError("mock metrics source failed (injected)")
-        listed = faults.get("lost", [])
-        lost = {str(x) for x in listed} if isinstance(listed, list) else set()
         out = []
         for d in self.spec.devices:
-            if d.id in lost:
+            if d.id in faults.lost:
                 continue
             i = d.index
-            healthy = d.attributes.get("healthy", "true") == "true"
+            healthy = not marked_unhealthy(d)
             out.append(
                 DeviceSample(
                     device_id=d.id,

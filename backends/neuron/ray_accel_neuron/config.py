@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ray_accel.core import files
+from ray_accel.core import files, health_track
 from ray_accel.core.errors import InputError
 from ray_accel.core.validate import ascii_int, finite_float
 from ray_accel_neuron import limits, sysfs
@@ -44,6 +44,7 @@ class Config:
     env_lnc: int | None
     lnc_file: str
     environ: Mapping[str, str]
+    recovery_polls: int = health_track.DEFAULT_RECOVERY_POLLS  # K clean polls that end a health fault
 
 
 def _sys_roots(env: Mapping[str, str]) -> tuple[str, str]:
@@ -88,6 +89,7 @@ def from_environ(env: Mapping[str, str]) -> Config:
         env_lnc=env_lnc,
         lnc_file=env.get(LNC_FILE_ENV) or DEFAULT_LNC_FILE,
         environ=env,
+        recovery_polls=health_track.recovery_polls(env),
     )
 
 

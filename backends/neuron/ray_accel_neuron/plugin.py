@@ -17,7 +17,8 @@ from collections.abc import Mapping
 
 from ray_accel.core.devices import Device, NodeInfo, all_core_ids
 from ray_accel.plugins.interface import DevicePlugin
-from ray_accel_neuron import arch, config, limits, merge, sysfs
+from ray_accel_neuron import arch, config, health_rule, limits, merge, sysfs
+from ray_accel_neuron.health_monitor import NeuronHealthMonitor
 from ray_accel_neuron.neuron_ls import PATH_ENV, LsListing, NeuronLsError, run_listing
 from ray_accel_neuron.runtime import COLLECTIVES, FAMILY, PROTECTED_ENV, TRAITS, VISIBLE_ENV, NeuronRuntime
 from ray_accel_neuron.sysfs import PciFunction, SysfsDevice
@@ -65,6 +66,7 @@ class NeuronPlugin(DevicePlugin):
         self._config = config.from_environ(dict(os.environ if environ is None else environ))
         self._inventory: merge.Inventory | None = None
         self._telemetry: NeuronTelemetry | None = None
+        self._health: NeuronHealthMonitor | None = None
         self._extra_warnings: list[str] = []
 
     # -- discovery ---------------------------------------------------------
@@ -171,3 +173,11 @@ class NeuronPlugin(DevicePlugin):
         if self._telemetry is None:
             self._telemetry = NeuronTelemetry(self._config, self.list_devices())
         return self._telemetry
+
+    @property
+    def health(self) -> NeuronHealthMonitor:
+        # One per plugin: it keeps the rule's state (baselines, open faults) between polls.
+        if self._health is None:
+            settings = health_rule.Settings(self._config.recovery_polls)
+            self._health = NeuronHealthMonitor(self._config, self.list_devices(), settings)
+        return self._health

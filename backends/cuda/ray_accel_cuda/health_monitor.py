@@ -1,0 +1,126 @@
+"""The CUDA health monitor: reads NVML's health sources each poll and
+applies the CUDA rule (`health_rule`, where what is fatal and what makes a
+GPU healthy again is written down).
+
+A GPU is found again by its UUID each poll (`nvmlDeviceGetHandleByUUID`),
+not by the handle discovery took: NVML_ERROR_NOT_FOUND there means it is no
+longer on the system. That call answers NVML_ERROR_GPU_IS_LOST when ANY GPU
+fell off the bus (nvml.h), so then, and with a binding that lacks the call,
+the GPU's own discovery handle is asked (nvmlDeviceGetUUID answers
+GPU_IS_LOST for "the target GPU" only). XID events come through their own event set (NVML delivers
+every event to each set registered for the GPU), so the samples' set and
+this one do not take each other's events.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ray_accel.core.devices import Device
+from ray_accel.core.health import HealthReport
+from ray_accel.plugins.interface import HealthMonitor
+from ray_accel_cuda import health_rule
+from ray_accel_cuda.health import PollErrors, XidMonitor, ecc_uncorrected
+from ray_accel_cuda.health_rule import GpuReading, Observation, Settings, Xid
+from ray_accel_cuda.nvml import NA, NOT_FOUND, GpuLost, Nvml, text
+
+
+def _code(err: BaseException) -> int | None:
+    value = getattr(err, "value", None)
+    return value if isinstance(value, int) else None
+
+
+def _why(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err}"
+
+
+class CudaHealthMonitor(HealthMonitor):
+    def __init__(
+        self,
+        nvml: Nvml,
+        devices: Sequence[Device],
+        handles: Mapping[str, Any],
+        settings: Settings,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.nvml = nvml
+        self.devices = tuple(sorted(devices, key=lambda d: d.index))
+        self.handles = dict(handles)
+        self.clock = clock
+        self.errors = PollErrors()
+        self.xids = XidMonitor(nvml, self.handles, time.monotonic, self.errors, ignored=settings.ignored_xids)
+        self._lock = threading.Lock()
+        self._state = health_rule.initial(tuple(d.id for d in self.devices), settings, clock())
+
+    def _handle(self, device_id: str) -> tuple[Any, GpuReading | None]:
+        """(a handle for the GPU, None) or (None, its reading: absent or unknown)."""
+        try:
+            h = self.nvml.query("nvmlDeviceGetHandleByUUID", device_id)
+        except GpuLost:
+            # nvml.h: this call answers NVML_ERROR_GPU_IS_LOST "if ANY GPU has
+            # fallen off the bus", so only the GPU's own handle can say whether it is this one.
+            h = NA
+        except Exception as e:
+            if _code(e) == NOT_FOUND:
+                return None, GpuReading(device_id, False, absent_why="NVML no longer finds it by its UUID")
+            return None, GpuReading(device_id, None, presence_error=f"nvmlDeviceGetHandleByUUID: {_why(e)}")
+        if h is not NA:
+            return h, None
+        h = self.handles[device_id]
+        try:
+            uuid = text(self.nvml.query("nvmlDeviceGetUUID", h))
+        except GpuLost:
+            return None, GpuReading(device_id, False, absent_why="NVML: GPU is lost")
+        except Exception as e:
+            return None, GpuReading(device_id, None, presence_error=f"nvmlDeviceGetUUID: {_why(e)}")
+        if uuid != device_id:
+            why = f"nvmlDeviceGetUUID: its handle now answers as {uuid!r}"
+            return None, GpuReading(device_id, None, presence_error=why)
+        return h, None
+
+    def _reading(self, device_id: str) -> GpuReading:
+        h, reading = self._handle(device_id)
+        if reading is not None:
+            return reading
+        try:
+            return GpuReading(device_id, True, ecc=ecc_uncorrected(self.nvml, h))
+        except GpuLost:
+            return GpuReading(device_id, False, absent_why="NVML: GPU is lost")
+        except Exception as e:
+            return GpuReading(device_id, True, ecc_error=f"nvmlDeviceGetTotalEccErrors: {_why(e)}")
+
+    def observe(self) -> Observation:
+        """What NVML says now (I/O only; the rule decides)."""
+        polled = self.xids.poll()
+        source: health_rule.XidSource = "read"
+        error = polled.error
+        if error is None and polled.unattributed:
+            # An XID came for a GPU that could not be told: any of them may
+            # have had it, so none can be vouched for by XIDs in this poll
+            # (NVIDIA's device plugin marks every GPU unhealthy then; unknown
+            # is no reason to drain one).
+            error = "; ".join(polled.unattributed)
+        if error is not None:
+            source = "failed"
+        elif not polled.supported:
+            source = "unsupported"
+        return Observation(
+            gpus=tuple(self._reading(d.id) for d in self.devices),
+            xids=tuple(Xid(uuid, xid) for uuid, xid in polled.events),
+            xid_source=source,
+            xid_error=error,
+            errors=polled.unattributed,
+        )
+
+    def poll(self) -> HealthReport:
+        with self._lock:
+            obs = self.observe()
+            self._state, report = health_rule.step(self._state, obs, self.clock())
+            return report
+
+    def clear(self, device_id: str) -> None:
+        with self._lock:
+            self._state = health_rule.clear(self._state, device_id)

@@ -1,0 +1,254 @@
+"""The mock's fault file: faults injected into a running mock host.
+
+`RAYACCEL_MOCK_FAULTS` names a JSON file, read again on every sample and
+every health poll (an absent or empty file: no faults; an empty one is what
+a reader can see while a test rewrites the file in place). It is test input, and input
+all the same: it is checked strictly, and anything that does not fit is a
+`FaultFileError` naming the field and the value (samples then fail with it;
+a health poll reports it as its error, every device UNKNOWN).
+
+```json
+{"lost": ["neuron:3"],
+ "fail": true,
+ "events": [
+   {"device": "neuron:3", "kind": "ecc", "code": "mem_ecc_uncorrected", "count": 2, "seq": 1},
+   {"device": "neuron:7", "kind": "components", "code": "hbm,sram"},
+   {"device": "GPU-...", "kind": "xid", "code": 79, "fatal": null, "seq": 1}
+ ]}
+```
+
+Top level (every key optional; no other key):
+
+- `lost`: device ids (of this mock host, each once) that are gone: absent
+  from the samples, and gone for the health rule (fatal; present again for
+  K polls once removed from the list).
+- `fail`: true makes every source fail: samples raise, health polls read
+  nothing (every device UNKNOWN; states that only a person or K clean polls
+  end are kept).
+- `events`: what the family's health sources would report, fed to the same
+  rule as the real backend's (GPU presets: the CUDA rule; Neuron presets:
+  the Neuron rule). Each entry:
+  - `device` (required): a device id of this host.
+  - `kind` (required), by the family impersonated:
+    - GPU presets: `xid` (`code`: the XID, an integer >= 0) and `ecc`
+      (`code`: `volatile_uncorrected`, the one NVML counter the rule reads);
+    - Neuron presets: `ecc` (`code`: `sram_ecc_uncorrected`,
+      `mem_ecc_uncorrected` or `mem_ecc_repairable_uncorrected`) and
+      `components` (`code`: what the driver prints in
+      `health_status/unhealthy_components`: a comma list such as
+      `hbm,link_efa`, or `device_unreachable`).
+  - `code` (required), as above.
+  - `seq` (integer >= 0, default 0): `xid` and `ecc` entries are events,
+    each taken ONCE per (device, kind, code, seq) by a monitor; a new seq
+    repeats one.
+  - `count` (`ecc` only; integer >= 1, default 1): how much the counter
+    grows when the entry is taken. A mock device's counters read 0 when
+    its monitor starts (the baseline), so the first entry is growth.
+  - `fatal` (`xid` only; true, false or null, default null): null lets
+    the rule decide (NVIDIA's ignored XIDs only count); a bool overrides
+    the rule for that event, as the ignored list may be set per host. The
+    other kinds' rules allow no override (ECC growth, unhealthy components
+    and a gone device are always fatal), so `fatal` on them is an error.
+  - `components` entries are not events but the node's current reading:
+    the device reads those components as unhealthy while the entry is in
+    the file (several entries: all of their components), and reads empty
+    once it is removed (healthy again after K polls).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from ray_accel_cuda import health_rule as cuda_rule
+from ray_accel_cuda.runtime import FAMILY as GPU_FAMILY
+from ray_accel_neuron import limits as neuron_limits
+from ray_accel_neuron import sysfs as neuron_sysfs
+from ray_accel_neuron.runtime import FAMILY as NEURON_FAMILY
+
+from ray_accel.core import files
+from ray_accel.core.errors import InputError
+
+FAULTS_ENV = "RAYACCEL_MOCK_FAULTS"
+MAX_BYTES = 1024 * 1024
+MAX_COUNT = (1 << 32) - 1  # the driver's counters are "%u"
+TOP_KEYS = ("lost", "fail", "events")
+EVENT_KEYS = ("device", "kind", "code", "seq", "count", "fatal")
+# Per family impersonated: its kinds, and each kind's codes (None: checked by the kind's own parser).
+KINDS: dict[str, dict[str, tuple[str, ...] | None]] = {
+    GPU_FAMILY: {"xid": None, "ecc": (cuda_rule.ECC_CODE,)},
+    NEURON_FAMILY: {"ecc": neuron_sysfs.ECC_FILES, "components": None},
+}
+
+
+class FaultFileError(InputError):
+    """The fault file does not fit its schema; the message names the field and value."""
+
+
+@dataclass(frozen=True)
+class FaultEvent:
+    device: str
+    kind: str
+    code: str  # an XID as its decimal text; a counter's name; the components as the driver prints them
+    seq: int = 0
+    count: int = 1
+    fatal: bool | None = None
+
+    @property
+    def key(self) -> tuple[str, str, str, int]:
+        """What makes an event new to a monitor."""
+        return (self.device, self.kind, self.code, self.seq)
+
+
+@dataclass(frozen=True)
+class Faults:
+    lost: frozenset[str] = frozenset()
+    fail: bool = False
+    events: tuple[FaultEvent, ...] = ()
+
+
+def _show(value: object) -> str:
+    """A value of the file as an error shows it: its repr, cut short."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _key(key: str) -> str:
+    """A key of the file as an error names it: itself when short and printable."""
+    return key if key.isprintable() and len(key) <= 40 else _show(key)
+
+
+def _int(value: object, where: str, lo: int, hi: int) -> int:
+    if type(value) is not int:
+        raise FaultFileError(f"{where}: {_show(value)} is not an integer")
+    if not lo <= value <= hi:
+        raise FaultFileError(f"{where}: {value} is outside {lo}..{hi}")
+    return value
+
+
+def _no_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key, value in pairs:
+        if key in out:
+            raise FaultFileError(f"key {_show(key)} appears twice in one object")
+        out[key] = value
+    return out
+
+
+def _device(value: object, where: str, devices: Collection[str]) -> str:
+    if not isinstance(value, str):
+        raise FaultFileError(f"{where}: {_show(value)} is not a device id")
+    if value not in devices:
+        raise FaultFileError(f"{where}: {_show(value)} is not a device of this mock host")
+    return value
+
+
+def _code(kind: str, value: object, where: str, family: str) -> str:
+    allowed = KINDS[family][kind]
+    if kind == "xid":
+        return str(_int(value, where, 0, cuda_rule.MAX_XID))
+    if not isinstance(value, str):
+        raise FaultFileError(f"{where}: {_show(value)} is not a string")
+    if allowed is not None:
+        if value not in allowed:
+            raise FaultFileError(f"{where}: {_show(value)} is not one of {', '.join(allowed)} for kind {_show(kind)}")
+        return value
+    if not value.strip():
+        raise FaultFileError(f"{where}: empty (a component list, or device_unreachable)")
+    if value != value.strip():
+        raise FaultFileError(f"{where}: {_show(value)} has spaces around it")
+    try:
+        neuron_sysfs.parse_unhealthy_components(value, where)
+    except neuron_limits.BadData as e:
+        raise FaultFileError(str(e)) from None
+    return value
+
+
+def _event(data: object, where: str, devices: Collection[str], family: str) -> FaultEvent:
+    if not isinstance(data, dict):
+        raise FaultFileError(f"{where}: {_show(data)} is not an object")
+    for key in data:
+        if key not in EVENT_KEYS:
+            raise FaultFileError(f"{where}.{_key(key)}: unknown key (known: {', '.join(EVENT_KEYS)})")
+    for key in ("device", "kind", "code"):
+        if key not in data:
+            raise FaultFileError(f"{where}.{key}: missing")
+    kinds = KINDS[family]
+    kind = data["kind"]
+    if not isinstance(kind, str) or kind not in kinds:
+        raise FaultFileError(f"{where}.kind: {_show(kind)} is not one of {', '.join(kinds)} (a {family} mock host)")
+    fatal = data.get("fatal")
+    if fatal is not None:
+        if not isinstance(fatal, bool):
+            raise FaultFileError(f"{where}.fatal: {_show(fatal)} is not true, false or null")
+        if kind != "xid":
+            raise FaultFileError(
+                f"{where}.fatal: {_show(fatal)}: only an xid's rule can be overridden ({kind} is always fatal)"
+            )
+    if "count" in data and kind != "ecc":
+        raise FaultFileError(f"{where}.count: only ecc events have a count ({_show(kind)} has none)")
+    return FaultEvent(
+        device=_device(data["device"], f"{where}.device", devices),
+        kind=kind,
+        code=_code(kind, data["code"], f"{where}.code", family),
+        seq=_int(data.get("seq", 0), f"{where}.seq", 0, MAX_COUNT),
+        count=_int(data.get("count", 1), f"{where}.count", 1, MAX_COUNT),
+        fatal=fatal,
+    )
+
+
+def parse_faults(text: str, devices: Collection[str], family: str, where: str = "fault file") -> Faults:
+    """The fault file's text, checked against this host's devices and the
+    family it impersonates; a `FaultFileError` naming what does not fit."""
+    if family not in KINDS:
+        raise FaultFileError(f"{where}: no fault kinds for family {family!r}")
+    if not text.strip():
+        return Faults()
+    try:
+        data = json.loads(text, object_pairs_hook=_no_duplicates)
+    except FaultFileError as e:
+        raise FaultFileError(f"{where}: {e}") from None
+    except ValueError as e:
+        raise FaultFileError(f"{where}: not JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise FaultFileError(f"{where}: {type(data).__name__} is not an object")
+    for key in data:
+        if key not in TOP_KEYS:
+            raise FaultFileError(f"{where}: {_key(key)}: unknown key (known: {', '.join(TOP_KEYS)})")
+    lost_list = data.get("lost", [])
+    if not isinstance(lost_list, list):
+        raise FaultFileError(f"{where}: lost: {_show(lost_list)} is not a list")
+    lost = [_device(x, f"{where}: lost[{i}]", devices) for i, x in enumerate(lost_list)]
+    for i, x in enumerate(lost):
+        if x in lost[:i]:
+            raise FaultFileError(f"{where}: lost[{i}]: {x!r} is listed twice")
+    fail = data.get("fail", False)
+    if not isinstance(fail, bool):
+        raise FaultFileError(f"{where}: fail: {_show(fail)} is not true or false")
+    events_list = data.get("events", [])
+    if not isinstance(events_list, list):
+        raise FaultFileError(f"{where}: events: {_show(events_list)} is not a list")
+    events = tuple(_event(x, f"{where}: events[{i}]", devices, family) for i, x in enumerate(events_list))
+    seen: set[tuple[str, str, str, int]] = set()
+    for i, ev in enumerate(events):
+        if ev.kind != "components" and ev.key in seen:
+            raise FaultFileError(
+                f"{where}: events[{i}]: ({ev.device}, {ev.kind}, {ev.code}, seq {ev.seq}) is listed twice; "
+                "give a repeat its own seq"
+            )
+        seen.add(ev.key)
+    return Faults(frozenset(lost), fail, events)
+
+
+def load_faults(path: str | None, devices: Collection[str], family: str) -> Faults:
+    """The faults in `path` now; none when no path is set, or the file does not exist yet or is empty."""
+    if not path:
+        return Faults()
+    try:
+        text = files.read_text(path, MAX_BYTES)
+    except FileNotFoundError:
+        return Faults()
+    except OSError as e:
+        raise FaultFileError(f"fault file {path}: {files.describe(e)}") from None
+    return parse_faults(text, devices, family, f"fault file {path}")

@@ -1,0 +1,99 @@
+"""The Neuron health monitor: reads the driver's health nodes each poll and
+applies the Neuron rule (`health_rule`, where what is fatal and what makes a
+device healthy again is written down).
+
+It reads sysfs and /dev only (plain bounded file reads and stats, never a
+subprocess), so a poll is cheap. What it knew at discovery, it checks:
+a device whose sysfs directory or /dev node existed then and is gone now
+has gone away. neuron-monitor's hardware counters are not read here (the
+rule's observation could take them; the samples still fall back to them).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from ray_accel.core.devices import Device
+from ray_accel.core.health import HealthReport
+from ray_accel.plugins.interface import HealthMonitor
+from ray_accel_neuron import health_rule, limits, sysfs
+from ray_accel_neuron.config import Config
+from ray_accel_neuron.health_rule import DeviceReading, Node, Observation, Settings
+
+
+def read_count(path: str) -> Node[int]:
+    """An ECC counter file ("%u\\n"): its count, why it cannot be read, or absent."""
+    r = sysfs.read(path)
+    if r.text is None:
+        return Node() if r.absent else Node(error=f"{path}: {r.error}")
+    try:
+        return Node(sysfs.parse_u64(r.text, r.path))
+    except limits.BadData as e:
+        return Node(error=str(e))
+
+
+def read_components(path: str) -> Node[sysfs.UnhealthyComponents]:
+    r = sysfs.read(path)
+    if r.text is None:
+        return Node() if r.absent else Node(error=f"{path}: {r.error}")
+    try:
+        return Node(sysfs.parse_unhealthy_components(r.text, r.path))
+    except limits.BadData as e:
+        return Node(error=str(e))
+
+
+class NeuronHealthMonitor(HealthMonitor):
+    def __init__(
+        self, cfg: Config, devices: Sequence[Device], settings: Settings, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.cfg = cfg
+        self.devices = tuple(sorted(devices, key=lambda d: d.index))
+        self.clock = clock
+        # What existed at discovery: only its going away means the device went away.
+        self._had_dir = {d.index for d in self.devices if os.path.isdir(self._device_dir(d.index))}
+        self._had_node = {d.index for d in self.devices if os.path.exists(self._dev_node(d.index))}
+        self._lock = threading.Lock()
+        self._state = health_rule.initial(tuple(d.id for d in self.devices), settings, clock())
+
+    def _device_dir(self, index: int) -> str:
+        return os.path.join(self.cfg.neuron_root, f"neuron{index}")
+
+    def _dev_node(self, index: int) -> str:
+        return os.path.join(self.cfg.dev_root, f"neuron{index}")
+
+    def _reading(self, d: Device) -> DeviceReading:
+        i = d.index
+        gone = []
+        if i in self._had_dir and not os.path.isdir(self._device_dir(i)):
+            gone.append(f"its sysfs directory {self._device_dir(i)} is gone")
+        if i in self._had_node and not os.path.exists(self._dev_node(i)):
+            gone.append(f"its device node {self._dev_node(i)} is gone")
+        if gone:
+            return DeviceReading(d.id, False, absent_why="; ".join(gone))
+        present = True if (i in self._had_dir or i in self._had_node) else None
+        hw = os.path.join(self._device_dir(i), "stats", "hardware")
+        return DeviceReading(
+            d.id,
+            present,
+            ecc={name: read_count(os.path.join(hw, name)) for name in sysfs.ECC_FILES},
+            components=read_components(
+                os.path.join(self._device_dir(i), sysfs.HEALTH_STATUS_DIR, "unhealthy_components")
+            ),
+        )
+
+    def observe(self) -> Observation:
+        """What sysfs and /dev show now (I/O only; the rule decides)."""
+        return Observation(tuple(self._reading(d) for d in self.devices))
+
+    def poll(self) -> HealthReport:
+        with self._lock:
+            obs = self.observe()
+            self._state, report = health_rule.step(self._state, obs, self.clock())
+            return report
+
+    def clear(self, device_id: str) -> None:
+        with self._lock:
+            self._state = health_rule.clear(self._state, device_id)

@@ -1,0 +1,209 @@
+"""The Neuron health rule, pure: what the driver's sysfs showed in one poll
+-> each device's verdict.
+
+What is fatal, and what makes a device healthy again (node paths as the
+Neuron driver lays them out, aws-neuron/aws-neuron-driver 2.24.7.0 to
+2.30.2.0: `neuron_sysfs_metrics.c`; see `sysfs`):
+
+- **Uncorrected ECC errors**: `neuronN/stats/hardware/{sram_ecc_uncorrected,
+  mem_ecc_uncorrected, mem_ecc_repairable_uncorrected}`, counts since the
+  driver loaded. The first reading of each is a baseline, never an event
+  (a count already there when monitoring began, or left after a person
+  cleared the device, is not news); a count that GROWS between polls is
+  fatal, and sticky until cleared by hand: the driver has no "repaired"
+  signal (a repairable uncorrected error is repaired by a device reset,
+  after which the counts start again; a count that falls is a new
+  baseline).
+- **Unhealthy components** (Trainium3, driver 2.30.2.0:
+  `stats/hardware/health_status/unhealthy_components`, written where the
+  driver's `health_status_enabled` is set, V4 only): a non-empty list
+  (hbm, sram, link_efa, ...; names the driver's table does not have are
+  kept, with a note) or `device_unreachable` (the driver could not read
+  the device's health registers) is fatal; the node reading empty for K
+  polls in a row (`RAYACCEL_HEALTH_RECOVERY_POLLS`, default 3) makes the
+  device healthy again, as the driver itself then says nothing is wrong.
+- **Gone**: the device's sysfs directory or its /dev node, present at
+  discovery, is gone: fatal; back for K polls in a row: healthy again.
+
+Nodes are read by feature, one by one. Driver 2.31 (Neuron 2.33) "moved
+several nodes to new paths" and where is not published, so nothing here
+guesses new paths: a node absent since the first poll is simply not a
+source on this driver or device (not an error); a node that was read once
+and is absent now, unreadable (permission), or not in the driver's format
+is unreadable this poll: the device is UNKNOWN unless a fault holds, and the
+poll counts toward nothing. A device none of whose nodes exists is UNKNOWN,
+and the report says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from ray_accel.core import health_track
+from ray_accel.core.health import HealthEvent, HealthReport, one_line
+from ray_accel.core.health_track import Findings, Level, Tracked
+from ray_accel_neuron.sysfs import DEVICE_UNREACHABLE, ECC_FILES, UnhealthyComponents
+
+T = TypeVar("T")
+COMPONENTS_NODE = "health_status/unhealthy_components"
+NO_NODE = (
+    "no health node exists (stats/hardware/*ecc_uncorrected, stats/hardware/health_status/"
+    "unhealthy_components): not this driver's layout (driver 2.31 moved sysfs nodes to paths not "
+    "published), or a device without them"
+)
+
+
+@dataclass(frozen=True)
+class Node(Generic[T]):
+    """One sysfs node in one poll: its value, or why it could not be read;
+    neither: the node does not exist."""
+
+    value: T | None = None
+    error: str | None = None
+
+    @property
+    def absent(self) -> bool:
+        return self.value is None and self.error is None
+
+
+@dataclass(frozen=True)
+class DeviceReading:
+    """What sysfs and /dev showed of one device in one poll."""
+
+    device_id: str
+    # None: not known; with no presence_error, no presence source (neither a
+    # sysfs directory nor a /dev node at discovery).
+    present: bool | None
+    absent_why: str | None = None  # "its sysfs directory /sys/.../neuron3 is gone"
+    presence_error: str | None = None
+    ecc: Mapping[str, Node[int]] = field(default_factory=dict)  # by ECC file name
+    components: Node[UnhealthyComponents] = field(default_factory=Node)
+
+
+@dataclass(frozen=True)
+class Observation:
+    devices: tuple[DeviceReading, ...]
+    errors: tuple[str, ...] = ()
+    other: tuple[Findings, ...] = ()  # findings from outside sysfs (the mock's spec), merged per device
+
+
+@dataclass(frozen=True)
+class Settings:
+    recovery_polls: int = health_track.DEFAULT_RECOVERY_POLLS
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> Settings:
+        return cls(health_track.recovery_polls(environ))
+
+
+@dataclass(frozen=True)
+class State:
+    settings: Settings
+    tracked: tuple[Tracked, ...]
+    ecc: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (device, file) -> last count
+    seen: frozenset[tuple[str, str]] = frozenset()  # (device, node) read at least once
+
+    def device_ids(self) -> tuple[str, ...]:
+        return tuple(t.device_id for t in self.tracked)
+
+
+def initial(device_ids: tuple[str, ...], settings: Settings, now: float) -> State:
+    return State(settings, health_track.start(device_ids, now))
+
+
+def components_event(device_id: str, reading: UnhealthyComponents, now: float) -> HealthEvent:
+    if reading.unreachable:
+        reason = "the driver cannot read the device's health registers (device_unreachable)"
+        return HealthEvent(device_id, "unreachable", DEVICE_UNREACHABLE, reason, now, True)
+    reason = "unhealthy components: " + ", ".join(reading.components)
+    if reading.unknown:
+        reason += f" ({', '.join(reading.unknown)} not in the driver 2.30 table)"
+    return HealthEvent(device_id, "components", ",".join(reading.components), reason, now, True)
+
+
+def _node_unread(
+    node: Node[T], key: tuple[str, str], seen: frozenset[tuple[str, str]], name: str
+) -> tuple[str | None, bool]:
+    """(why the node is unreadable this poll, or None; whether it is a source at all)."""
+    if node.error is not None:
+        return f"{name}: {node.error}", True
+    if node.absent:
+        if key in seen:
+            return f"{name}: absent now, read before", True
+        return None, False
+    return None, True
+
+
+def _findings(r: DeviceReading, prev: State, now: float) -> tuple[Findings, set[tuple[str, str]], dict[str, int]]:
+    d = r.device_id
+    vouched: list[str] = []
+    unread: list[str] = []
+    events: list[HealthEvent] = []
+    levels: list[Level] = []
+    seen: set[tuple[str, str]] = set()
+    counts: dict[str, int] = {}
+    if r.present is False:
+        gone = HealthEvent(d, "lost", None, one_line(f"device gone ({r.absent_why or 'absent'})"), now, True)
+        return Findings(d, levels=(Level("lost", gone, "present"),)), seen, counts
+    if r.present:
+        levels.append(Level("lost", None, "present"))
+    elif r.presence_error is not None:
+        unread.append(f"presence: {r.presence_error}")
+    sources = 0
+    for name in ECC_FILES:
+        node = r.ecc.get(name, Node())
+        why, source = _node_unread(node, (d, name), prev.seen, name)
+        sources += source
+        if why is not None:
+            unread.append(why)
+        elif node.value is not None:
+            seen.add((d, name))
+            counts[name] = node.value
+            vouched.append(name)
+            before = prev.ecc.get((d, name))
+            if before is not None and node.value > before:
+                reason = f"{name} grew from {before} to {node.value}"
+                events.append(HealthEvent(d, "ecc", name, reason, now, True))
+    node_c = r.components
+    why, source = _node_unread(node_c, (d, COMPONENTS_NODE), prev.seen, COMPONENTS_NODE)
+    sources += source
+    if why is not None:
+        unread.append(why)
+    elif node_c.value is not None:
+        seen.add((d, COMPONENTS_NODE))
+        vouched.append(COMPONENTS_NODE)
+        bad = None if node_c.value.healthy else components_event(d, node_c.value, now)
+        levels.append(Level("components", bad, "no unhealthy component"))
+    if not sources:
+        unread.append(NO_NODE)
+    return Findings(d, tuple(vouched), tuple(unread), tuple(events), tuple(levels)), seen, counts
+
+
+def step(previous: State, obs: Observation, now: float) -> tuple[State, HealthReport]:
+    """The next state and this poll's report."""
+    readings = {r.device_id: r for r in obs.devices}
+    findings: dict[str, Findings] = {}
+    seen = set(previous.seen)
+    ecc = dict(previous.ecc)
+    for d in previous.device_ids():
+        r = readings.get(d)
+        if r is None:
+            findings[d] = Findings(d, unread=("not read this poll",))
+            continue
+        findings[d], read, counts = _findings(r, previous, now)
+        seen |= read
+        ecc.update({(d, name): n for name, n in counts.items()})
+    for f in obs.other:
+        if f.device_id in findings:
+            findings[f.device_id] = findings[f.device_id].merged(f)
+    tracked, report = health_track.step_all(
+        previous.tracked, findings, obs.errors, now, previous.settings.recovery_polls
+    )
+    return State(previous.settings, tracked, ecc, frozenset(seen)), report
+
+
+def clear(previous: State, device_id: str) -> State:
+    tracked = health_track.clear_device(previous.tracked, device_id)
+    return State(previous.settings, tracked, previous.ecc, previous.seen)
