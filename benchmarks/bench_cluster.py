@@ -116,7 +116,7 @@ def synthetic(partitions: int, seed: int = 0) -> Synthetic:
     rng = random.Random(seed)
     spec = load_spec(PRESET)
     plugin = MockPlugin(spec)
-    accel = plugin.node_info().accelerator_type
+    accel = plugin.host_info().accelerator_type
     plan = plan_partitions(spec.devices, "auto-split", PER_HOST, traits=plugin.traits)
     by_id = {d.id: d for d in spec.devices}
     nodes: list[dict[str, Any]] = []

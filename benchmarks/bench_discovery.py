@@ -78,7 +78,7 @@ def main() -> None:
         def ours_sysfs() -> int:
             p = NeuronPlugin(sysfs_env)
             assert p.probe() is None
-            return p.node_info().core_count
+            return p.host_info().core_count
 
         def ours_neuron_ls() -> int:
             p = NeuronPlugin(
@@ -89,7 +89,7 @@ def main() -> None:
                 }
             )
             assert p.probe() is None
-            return p.node_info().core_count
+            return p.host_info().core_count
 
         from ray._private.accelerators.neuron import NeuronAcceleratorManager
 

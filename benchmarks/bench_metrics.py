@@ -161,7 +161,7 @@ def measure(preset: str, n: int, with_masks: bool, repeats: int) -> dict[str, ob
     plugin = MockPlugin(load_spec(preset))
     devices = plugin.list_devices()
     telemetry = plugin.telemetry
-    accel = plugin.node_info().accelerator_type
+    accel = plugin.host_info().accelerator_type
     cores = sorted(c for d in devices for c in d.core_ids)
     with fake_raylet(n) as (raylet, workers, tree):
         if with_masks:
@@ -178,7 +178,7 @@ def measure(preset: str, n: int, with_masks: bool, repeats: int) -> dict[str, ob
         table = len(snapshot())
     c, fo, fp = (statistics.median(x) for x in (coll, f_os, f_open))
     return {
-        "node": preset,
+        "host": preset,
         "devices": len(devices),
         "workloads": n,
         "processes": 2 * n,
@@ -219,7 +219,7 @@ def main() -> None:
     print(
         render(
             [
-                "NODE",
+                "HOST",
                 "DEVICES",
                 "WORKLOADS",
                 "PROCESSES",
@@ -233,7 +233,7 @@ def main() -> None:
             ],
             [
                 [
-                    r["node"],
+                    r["host"],
                     r["devices"],
                     r["workloads"],
                     r["processes"],
@@ -254,7 +254,7 @@ def main() -> None:
             ratio = float(r["ratio"])  # type: ignore[arg-type]
             verdict = "meets" if ratio <= TARGET_RATIO else "MISSES"
             print(
-                f"{r['node']}, {r['processes']} processes, masks {'yes' if r['masks'] else 'no'}: "
+                f"{r['host']}, {r['processes']} processes, masks {'yes' if r['masks'] else 'no'}: "
                 f"ratio {ratio:.2f}x {verdict} the target <= {TARGET_RATIO}x"
             )
 

@@ -1,14 +1,14 @@
 """Questions: how long until 4 partitions are registered, with `ray-accel start`
-against the way users split a node today (4 hand-written `ray start` commands
+against the way users split a host today (4 hand-written `ray start` commands
 with masks, run one after the other)? And what does Ray's dashboard (on by
 default, as with `ray start --head`) cost in start time and resident memory?
 
-Node: mock trn1.32xlarge split into 4 (8 cores each). Every side gives each
+Host: mock trn1.32xlarge split into 4 (8 cores each). Every side gives each
 raylet a block of ports of its own, 1 CPU and 1 GiB of object store (ray-accel
 is given the host figures `-- --num-cpus 4 --object-store-memory 4 GiB`, which
 it divides by 4). `ray-accel start` runs through its CLI, as a user runs it,
 and is stopped with `ray-accel stop`. The baseline runs each `ray start` with
-`--block` in the background and waits for its node to register before the
+`--block` in the background and waits for its raylet to register before the
 next (the same order and timing as sequential non-blocking commands);
 `--block` makes each command own its processes, so the benchmark stops them
 by PID. Resident memory is the sum of RSS over every process the start left

@@ -1,7 +1,7 @@
 """`make demo`: a partitioned local cluster, two training jobs at once, teardown.
 
-1. Discover this node's accelerators (the mock trn1.32xlarge when none).
-2. `ray-accel start --head --agents 2`: one raylet per partition.
+1. Discover this host's accelerators (the mock trn1.32xlarge when none).
+2. `ray-accel start --head --partitions 2`: one raylet per partition.
 3. A 2-worker TorchTrainer with AcceleratorTorchConfig in each partition, both
    at the same time; print every worker's ranks and devices and the loss.
 4. Stop exactly the processes that were started.
@@ -45,9 +45,9 @@ def main() -> int:
     if plugin is None:
         print("no active backend", file=sys.stderr)
         return 1
-    info = plugin.node_info()
+    info = plugin.host_info()
     say(
-        f"\n== node: {info.device_count} x {info.accelerator_type}, "
+        f"\n== host: {info.device_count} x {info.accelerator_type}, "
         f"{info.core_count} {info.resource_name} ({plugin.name})"
     )
     say(

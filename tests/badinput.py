@@ -1,4 +1,4 @@
-"""The classes of the bad-input catalogue (issue 17).
+"""The classes of the bad-input catalogue: the ways bad input went wrong.
 
 A test that feeds a bad input and asserts the clean outcome (exit 2 or a
 named error, nothing changed, nothing started) carries

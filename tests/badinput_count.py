@@ -1,4 +1,4 @@
-"""Count the bad-input catalogue (issue 17) by class.
+"""Count the bad-input catalogue (tests/badinput.py) by class.
 
     python tests/badinput_count.py [paths...]   (default: tests/unit tests/integration)
 

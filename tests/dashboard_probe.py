@@ -1,6 +1,6 @@
 """Run every dashboard query against a real partitioned mock cluster and say which return data.
 
-    /work/tools/raylock python -m tests.dashboard_probe [--preset trn1.32xlarge] [--agents 2]
+    python -m tests.dashboard_probe [--preset trn1.32xlarge] [--partitions 2]
 
 Starts `ray-accel start --head` with the mock backend and the dashboard (so
 Ray writes its service-discovery file), one actor holding two cores in every
@@ -74,12 +74,13 @@ def cluster_env(tmp: Path, preset: str) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def metrics_cluster(tmp: Path, preset: str = "trn1.32xlarge", agents: int = 2) -> Iterator[Cluster]:
+def metrics_cluster(tmp: Path, preset: str = "trn1.32xlarge", partitions: int = 2) -> Iterator[Cluster]:
     """A partitioned mock head with the dashboard on (Ray's SD file needs it); stopped on exit."""
     from ray_accel.cluster.ports import free_port
 
     env = cluster_env(tmp, preset)
-    args = ("start", "--head", "--agents", str(agents), "--port", str(free_port()))  # the dashboard is on by default
+    # The dashboard is on by default.
+    args = ("start", "--head", "--partitions", str(partitions), "--port", str(free_port()))
     proc = run_cli(*args, "--json", env=env, timeout=300)
     try:
         if proc.returncode != 0:
@@ -159,11 +160,11 @@ def probe(prom: Prometheus, dashboard: Mapping[str, Any]) -> list[tuple[PanelQue
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="trn1.32xlarge")
-    ap.add_argument("--agents", type=int, default=2)
+    ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--settle", type=float, default=20.0, help="seconds to wait for workload series")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="dashboard-probe-") as tmp:
-        with metrics_cluster(Path(tmp), args.preset, args.agents) as cluster:
+        with metrics_cluster(Path(tmp), args.preset, args.partitions) as cluster:
             print(f"cluster {cluster.address}; SD file {sd_file(cluster)}", flush=True)
             with holders(cluster) as held, orphan(cluster, "0,1") as orphan_pid:
                 print(f"holders {held}; orphan pid {orphan_pid}", flush=True)

@@ -21,7 +21,7 @@ DASHBOARD = Path(__file__).resolve().parent.parent / "dashboards" / "ray-accel.j
 
 DEVICE = frozenset({"host", "partition", "device_id", "family", "accelerator_type"})
 WORKLOAD = frozenset({"host", "partition", "workload"})
-NODE = frozenset({"host", "family", "accelerator_type"})
+HOST = frozenset({"host", "family", "accelerator_type"})
 # The names and labels ray-accel exports, as Prometheus sees them.
 METRICS: Mapping[str, frozenset[str]] = {
     "ray_accel_device_utilization": DEVICE,
@@ -33,8 +33,8 @@ METRICS: Mapping[str, frozenset[str]] = {
     "ray_accel_workload_rss_bytes": WORKLOAD,
     "ray_accel_workload_cpu_seconds": WORKLOAD,
     "ray_accel_workload_device_memory_bytes": WORKLOAD | {"device_id"},
-    "ray_accel_node_devices": NODE,
-    "ray_accel_node_host_memory_used_bytes": NODE,
+    "ray_accel_host_devices": HOST,
+    "ray_accel_host_memory_used_bytes": HOST,
     "ray_accel_device_orphan_processes": frozenset({"host", "partition", "device_id", "pid", "command"}),
     "ray_accel_job_phase": frozenset({"job_id", "name", "phase"}),
     "ray_accel_partition_state": frozenset({"host", "partition", "state"}),

@@ -14,7 +14,7 @@ must happen in three kinds of process (docs/design.md, "How Ray is wired"):
 
 What our managers fix over Ray's: masks with ranges (`0-3` is four cores),
 masks written sorted, a real accelerator type (Trainium2, not
-aws-neuron-core) and, on a node of several models, each partition's own
+aws-neuron-core) and, on a host of several models, each partition's own
 (`BridgeSpec.for_partition`; Ray 2.60 types a whole node by its GPU 0), and
 any plugin's resource name. The spec also carries the variables every
 process using the devices needs (`DevicePlugin.process_env`), which
@@ -90,7 +90,7 @@ class BridgeSpec:
             resource_name=plugin.resource_name,
             visible_ids_env=plugin.visible_ids_env,
             family=plugin.family,
-            accelerator_type=plugin.node_info().accelerator_type,
+            accelerator_type=plugin.host_info().accelerator_type,
             unit_ids=tuple(all_core_ids(plugin.list_devices())),
             backend=plugin.name,
             traits=plugin.traits,

@@ -22,8 +22,8 @@ import click
 from ray_accel import __version__
 from ray_accel.cli.cluster import start, status_command, stop
 from ray_accel.cli.health import health
+from ray_accel.cli.host import devices, plan
 from ray_accel.cli.jobs import jobs
-from ray_accel.cli.node import devices, plan
 from ray_accel.cli.top import top
 from ray_accel.core.errors import InputError, RayAccelError
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from ray_accel.cli.node import json_option
+from ray_accel.cli.host import json_option
 from ray_accel.cli.output import emit
 from ray_accel.cli.render import render
 from ray_accel.core.errors import InputError

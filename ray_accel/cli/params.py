@@ -3,6 +3,7 @@ refused at the edge, naming the flag and the value (exit 2)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import click
@@ -60,6 +61,34 @@ class HostPort(click.ParamType[str]):
         except InputError as e:
             self.fail(_reason(e), param, ctx)
         return f"{host}:{port}"
+
+
+class HiddenAliases(click.Option):
+    """An option with old spellings that still parse but are never shown:
+    `--help` and usage errors name only its current spellings."""
+
+    def __init__(self, *decls: Any, hidden_aliases: Sequence[str] = (), **attrs: Any) -> None:
+        super().__init__(*decls, **attrs)
+        unknown = [a for a in hidden_aliases if a not in self.opts]
+        if unknown:
+            raise ValueError(f"hidden alias {unknown[0]!r} is not one of {self.opts}")
+        self.hidden_aliases = tuple(hidden_aliases)
+
+    def _shown(self) -> list[str]:
+        return [o for o in self.opts if o not in self.hidden_aliases]
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        # click writes the help line from `opts`; parsing reads them too, so
+        # they are narrowed only while the line is written.
+        opts = self.opts
+        self.opts = self._shown()
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.opts = opts
+
+    def get_error_hint(self, ctx: click.Context | None) -> str:
+        return " / ".join(f"'{o}'" for o in self._shown())
 
 
 PARTITION_COUNT = AsciiInt(1, 1024)

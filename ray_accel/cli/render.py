@@ -32,11 +32,11 @@ def format_id_list(ids: Sequence[str]) -> str:
     return ",".join(ids)
 
 
-def node_kind(payload: dict[str, Any]) -> str:
-    """The node's one accelerator type, or every type of a mixed node."""
-    node = payload["node"]
-    if node.get("accelerator_type"):
-        return str(node["accelerator_type"])
+def host_kind(payload: dict[str, Any]) -> str:
+    """The host's one accelerator type, or every type of a mixed host."""
+    host = payload["host"]
+    if host.get("accelerator_type"):
+        return str(host["accelerator_type"])
     kinds = list(dict.fromkeys(d.get("accelerator_type") or d["model"] for d in payload["devices"]))
     if not kinds:
         return "no accelerators"
@@ -52,10 +52,10 @@ def partition_kind(p: dict[str, Any]) -> str | None:
 
 
 def devices_text(payload: dict[str, Any]) -> str:
-    node = payload["node"]
+    host = payload["host"]
     lines = [
-        f"node {node['hostname']}: {node_kind(payload)}"
-        + (f" ({node['instance_type']})" if node.get("instance_type") else "")
+        f"host {host['hostname']}: {host_kind(payload)}"
+        + (f" ({host['instance_type']})" if host.get("instance_type") else "")
     ]
     rows = [
         [
@@ -72,7 +72,7 @@ def devices_text(payload: dict[str, Any]) -> str:
     ]
     if rows:
         lines.append(render(["DEVICE", "BACKEND", "MODEL", "CORES", "MEMORY", "NUMA", "PEERS", "EXTERNAL"], rows))
-    for backend in node.get("backends", []):
+    for backend in host.get("backends", []):
         lines += [f"warning ({backend['plugin']}): {w}" for w in backend.get("warnings", [])]
     lines.append("")
     lines.append(

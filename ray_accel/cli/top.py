@@ -16,8 +16,8 @@ import click
 
 from ray_accel.cli import render
 from ray_accel.cli.connect import connect_to_recorded_cluster
+from ray_accel.cli.host import json_option
 from ray_accel.cli.jobs import top_jobs, top_jobs_text
-from ray_accel.cli.node import json_option
 from ray_accel.cli.params import FiniteFloat
 
 DEVICE_FIELDS = (

@@ -1,4 +1,4 @@
-"""`ray_accel.init`: a local `ray.init` that sees this node's accelerators
+"""`ray_accel.init`: a local `ray.init` that sees this host's accelerators
 through the bridge, optionally restricted to one partition's mask."""
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def _partition_ids(partition: PartitionArg, spec: BridgeSpec, plugin_parse: Any)
         ids = [int(i) for i in partition]
     unknown = sorted(set(ids) - set(spec.unit_ids))
     if unknown:
-        raise InputError(f"partition names {spec.resource_name} id {unknown[0]}, which this node does not have")
+        raise InputError(f"partition names {spec.resource_name} id {unknown[0]}, which this host does not have")
     if not ids:
         raise InputError("partition is empty")
     return ids
@@ -102,7 +102,7 @@ def check_request(spec: BridgeSpec, kwargs: dict[str, Any], visible: Sequence[in
 
 
 def init(partition: PartitionArg = None, backend: str | None = None, **ray_init_kwargs: Any) -> Any:
-    """`ray.init(**ray_init_kwargs)` with the accelerators of this node registered
+    """`ray.init(**ray_init_kwargs)` with the accelerators of this host registered
     through ray-accel. With `partition` (a `Partition`, a mask such as "0-7",
     or ids), the local raylet and its workers see only those devices. A mask
     already set in the environment (Slurm, a container) bounds what the
@@ -125,7 +125,7 @@ def init(partition: PartitionArg = None, backend: str | None = None, **ray_init_
         asked = f"partition={partition!r}" if partition is not None else f"backend={backend!r}"
         which = f"backend {backend!r} is" if backend is not None else "no accelerator backend is"
         raise InputError(
-            f"ray_accel.init: {asked} needs an active backend, and {which} not active on this node "
+            f"ray_accel.init: {asked} needs an active backend, and {which} not active on this host "
             "(see `ray-accel devices`); nothing was started"
         )
     _apply_recorded_auth(address)
@@ -154,7 +154,7 @@ def init(partition: PartitionArg = None, backend: str | None = None, **ray_init_
     elif mask is not None:
         visible, where = list(mask.ids), f"the inherited mask {mask.env}={mask.value}"
     else:
-        visible, where = list(spec.unit_ids), "this node"
+        visible, where = list(spec.unit_ids), "this host"
     if local:
         check_request(spec, ray_init_kwargs, visible, where)
     # The local raylet advertises the type of the devices it gets (none if several).

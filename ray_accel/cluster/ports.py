@@ -3,7 +3,7 @@
 Each raylet gets a block of consecutive ports: a few named ones, then its
 worker-port range, sized for the workers it may run. Every port is checked by
 binding before any raylet starts, so a taken port is a clear error, not a
-half-started node.
+half-started raylet.
 
 Worker ports: every worker process of a raylet (task workers, actors, drivers
 attached to it, I/O workers) binds one port from the raylet's range, and a

@@ -423,7 +423,7 @@ def _partition(data: object, where: str, spec: BridgeSpec) -> PartitionEntry:
         raise _Bad(f"{where}.core_ids", "empty: a partition has at least one unit")
     unknown = sorted(set(core_ids) - set(spec.unit_ids))
     if unknown:
-        raise _Bad(f"{where}.core_ids", f"unit {unknown[0]} is not one of the node's units")
+        raise _Bad(f"{where}.core_ids", f"unit {unknown[0]} is not one of the host's units")
     if len(set(core_ids)) != len(core_ids):
         raise _Bad(f"{where}.core_ids", "a unit appears twice")
     procs_list = _list(_key(obj, "processes", where), f"{where}.processes", MAX_PROCESSES)
@@ -454,7 +454,7 @@ def _partition(data: object, where: str, spec: BridgeSpec) -> PartitionEntry:
         node_id=_optional(obj.get("node_id"), f"{where}.node_id", _hex_id),
         node_ip=_optional(obj.get("node_ip"), f"{where}.node_ip", lambda v, w: _text(v, w, 255)),
         log=_optional(obj.get("log"), f"{where}.log", lambda v, w: _text(v, w, MAX_TEXT)),
-        # A record from before types per partition: the node's type, as then.
+        # A record from before types per partition: the host's type, as then.
         accelerator_type=_optional(
             obj.get("accelerator_type", spec.accelerator_type),
             f"{where}.accelerator_type",

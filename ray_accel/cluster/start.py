@@ -334,7 +334,7 @@ def stop_decider(place: state.Place, grace_s: float = 10.0) -> list[int]:
     return procs.terminate([record.decider.record], grace_s)
 
 
-def node_level_partition(record: HostRecord) -> str | None:
+def host_level_partition(record: HostRecord) -> str | None:
     """The partition whose exporter also exports the host's own values: the
     first one serving (one the decider stopped has no exporter)."""
     serving = [p.name for p in record.partitions if p.decider_state is None]
@@ -354,7 +354,7 @@ def deploy_metrics(record: HostRecord, parts: Sequence[PartitionEntry], progress
         names = exporter.deploy(
             record.gcs_address,
             exporter_entries(parts),
-            node_level_partition=node_level_partition(record),
+            host_level_partition=host_level_partition(record),
             state_dir=str(state.place_of(record).directory),
         )
         progress(f"metrics exporters: {', '.join(names)}")

@@ -1,11 +1,11 @@
-"""The device model: what a node has, as frozen values.
+"""The device model: what a host has, as frozen values.
 
 A `Device` is one physical accelerator (a GPU, a Neuron device). Its
 `core_ids` are the schedulable units the visibility variable names: global
 NeuronCore indexes for Neuron, the device's own index for a GPU. Its
 `accelerator_type` is what Ray's `accelerator_type:<T>` resource would say
 for it alone (`A100` for an 'NVIDIA A100-SXM4-40GB'); None where the backend
-types only the node. Everything here is pure; discovery (sysfs, NVML, a spec
+types only the host. Everything here is pure; discovery (sysfs, NVML, a spec
 file) lives in the backends.
 """
 
@@ -47,7 +47,7 @@ class Device:
     architecture: str | None = None
     attributes: Mapping[str, str] = field(default_factory=dict, hash=False)
     accelerator_type: str | None = None
-    # Links to devices this node cannot use (a container given some of the
+    # Links to devices that cannot be used here (a container given some of the
     # host's devices): shown, never planned over, not checked for symmetry.
     external_peers: tuple[DeviceId, ...] = ()
 
@@ -71,8 +71,8 @@ class Device:
 
 
 @dataclass(frozen=True)
-class NodeInfo:
-    """What a plugin knows about the node as a whole."""
+class HostInfo:
+    """What a plugin knows about the host as a whole."""
 
     plugin: str
     family: str
@@ -115,7 +115,7 @@ def validate_inventory(devices: Iterable[Device]) -> tuple[Device, ...]:
 
     Rejects duplicate ids, indexes or core ids, devices without cores, peers
     that name unknown devices or the device itself, one-sided links, and
-    external peers that are on the node after all.
+    external peers that are on the host after all.
     """
     items = sorted(devices, key=lambda d: d.index)
     by_id: dict[DeviceId, Device] = {}
@@ -148,5 +148,5 @@ def validate_inventory(devices: Iterable[Device]) -> tuple[Device, ...]:
                 raise DeviceError(f"link {d.id!r} -> {p!r} is one-sided: {p!r} does not list {d.id!r}")
         for p in d.external_peers:
             if p == d.id or p in by_id:
-                raise DeviceError(f"device {d.id!r} lists {p!r} as external, but it is on this node")
+                raise DeviceError(f"device {d.id!r} lists {p!r} as external, but it is on this host")
     return tuple(items)

@@ -1,4 +1,4 @@
-"""Each worker's current device mask, published where samplers on the node can read it.
+"""Each worker's current device mask, published where samplers on the host can read it.
 
 ``/proc/<pid>/environ`` shows a process's environment as it was at exec, and
 Ray sets the mask in-process before each task, so tools outside the process

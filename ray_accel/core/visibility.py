@@ -14,7 +14,7 @@ from typing import Literal
 
 from ray_accel.core.errors import InputError
 
-# A mask names devices or cores on one node; a bound keeps `0-999999999` from
+# A mask names devices or cores on one host; a bound keeps `0-999999999` from
 # allocating a billion-element list before anything can reject it.
 MAX_VISIBLE_ID = 65535
 
@@ -67,7 +67,7 @@ def parse_visible_ids(value: str | None, total: int | None = None) -> list[int] 
                 raise VisibilityError(f"duplicate id {i} (from {token!r}) in visibility mask {value!r}")
             if total is not None and i >= total:
                 raise VisibilityError(
-                    f"id {i} (from {token!r}) in visibility mask {value!r} is out of range: the node has {total}"
+                    f"id {i} (from {token!r}) in visibility mask {value!r} is out of range: the host has {total}"
                 )
             seen.add(i)
             ids.append(i)

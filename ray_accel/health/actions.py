@@ -24,7 +24,7 @@ from ray_accel.cluster.launcher import Launches
 from ray_accel.cluster.raylet import raylet_base_env
 from ray_accel.cluster.record import HostRecord, PartitionEntry, RayProcess
 from ray_accel.cluster.recover import HEAD_KINDS, relaunch
-from ray_accel.cluster.start import exporter_entries, node_level_partition, shielded
+from ray_accel.cluster.start import exporter_entries, host_level_partition, shielded
 from ray_accel.core.devices import Device
 from ray_accel.core.errors import RayAccelError
 from ray_accel.core.hosts import HostId
@@ -193,11 +193,11 @@ def _restart(host: Host, name: str, serve: Sequence[str], progress: Progress) ->
 
 def redeploy_exporters(record: HostRecord, names: Sequence[str], progress: Progress) -> None:
     """Start the metrics exporters of partitions `names` (those serving) again;
-    the host's node-level values go to `node_level_partition`. A failure is
+    the host's host-level values go to `host_level_partition`. A failure is
     reported, never fatal."""
     if not record.metrics:
         return
-    level = node_level_partition(record)
+    level = host_level_partition(record)
     parts = [p for p in record.partitions if p.name in set(names) and p.decider_state is None and p.node_id]
     if not parts:
         return
@@ -210,7 +210,7 @@ def redeploy_exporters(record: HostRecord, names: Sequence[str], progress: Progr
         str(state.place_of(record).directory),
     ]
     if level is not None:
-        args += ["--node-level", level]
+        args += ["--host-level", level]
     try:
         driver_ops.run("exporters", args, raylet_base_env(record.auth))
         progress(f"metrics exporters of {', '.join(p.name for p in parts)} started")

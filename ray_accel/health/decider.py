@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ray_accel.cluster import procs, state
 from ray_accel.cluster.record import HostRecord, PartitionEntry, RayProcess
-from ray_accel.cluster.start import interruptible, node_level_partition
+from ray_accel.cluster.start import host_level_partition, interruptible
 from ray_accel.core.devices import Device
 from ray_accel.core.errors import RayAccelError
 from ray_accel.core.health import DeviceHealth, Health, HealthReport
@@ -187,18 +187,18 @@ class Decider:
                 actions.hold_head(record, p.node_id, step.message, now + self.settings.drain_deadline_s)
                 self.health = self._with(step.view)
                 return None
-            level = node_level_partition(record)
+            level = host_level_partition(record)
             if step.effect is rules.Effect.STOP:
                 record = actions.stop_partition(self.host, name, say)
                 self.health = self._with(replace(step.view, node_id=None))
-                moved = node_level_partition(record)
+                moved = host_level_partition(record)
                 if moved != level and moved is not None:
                     actions.redeploy_exporters(record, [moved], say)
                 return record
             record = actions.restart_partition(self.host, name, step.devices, say)
             new = actions.entry(record, name)
             self.health = self._with(rules.restarted(view, p.device_ids, step.devices, new.node_id, by_id, time.time()))
-            moved = node_level_partition(record)
+            moved = host_level_partition(record)
             actions.redeploy_exporters(record, [name, *([level] if level and moved != level else [])], say)
             return record
         except actions.Busy as e:

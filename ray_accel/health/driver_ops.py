@@ -64,10 +64,10 @@ def _keep(address: str, node_id: str) -> None:
         ray.shutdown()
 
 
-def _exporters(address: str, entries: Sequence[Mapping[str, object]], node_level: str | None, state_dir: str) -> None:
+def _exporters(address: str, entries: Sequence[Mapping[str, object]], host_level: str | None, state_dir: str) -> None:
     from ray_accel.metrics import export
 
-    export.deploy(address, list(entries), node_level_partition=node_level, state_dir=state_dir)
+    export.deploy(address, list(entries), host_level_partition=host_level, state_dir=state_dir)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -79,13 +79,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     exp = sub.add_parser("exporters")
     exp.add_argument("--address", required=True)
     exp.add_argument("--entries", required=True, help="JSON list of partition entries")
-    exp.add_argument("--node-level")
+    exp.add_argument("--host-level")
     exp.add_argument("--state-dir", required=True)
     args = parser.parse_args(argv)
     if args.op == "keep":
         _keep(args.address, args.node_id)
     else:
-        _exporters(args.address, json.loads(args.entries), args.node_level, args.state_dir)
+        _exporters(args.address, json.loads(args.entries), args.host_level, args.state_dir)
     print(json.dumps({"ok": True}), flush=True)
     return 0
 

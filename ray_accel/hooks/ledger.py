@@ -1,7 +1,7 @@
 """The crash ledger: every `pre_create` gets exactly one `post_terminate`.
 
 Before a workload's first hook runs, an entry (a small JSON file on the
-node's local disk) records the workload, its process (PID and kernel start
+host's local disk) records the workload, its process (PID and kernel start
 time), its host and the hooks that run for it. The entry goes away after
 `post_terminate`. A worker that dies in between leaves it behind; the next
 worker of the same run on the same host finds it, sees the process gone,

@@ -9,7 +9,7 @@ post_terminate after it, whatever happens; env vars a hook returns apply to
 that call only. An actor runs pre_create/post_create in its constructor and the
 terminate hooks when `ray_accel_terminate()` is called or its process exits;
 one that is killed outright is reconciled by the next hooked workload of the
-same `run_id` on that node.
+same `run_id` on that host.
 """
 
 from __future__ import annotations

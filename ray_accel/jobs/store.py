@@ -131,6 +131,13 @@ def store(create: bool = True) -> Any:
         num_cpus=0,
         max_concurrency=1,  # in-order events: see the module doc
         max_restarts=-1,
+        # Never inside the caller's placement group: the store is often first
+        # made from a training worker or trainer (Ray Train V1 captures child
+        # actors in its group), and Ray kills an actor of a group when the
+        # group is removed; a detached actor then restarts into the removed
+        # group forever ("restarting"). Ray 2.60 warns of exactly this
+        # (ray/actor.py, "restartable detached actor with a placement group").
+        scheduling_strategy="DEFAULT",
     )
     return actor.remote()
 

@@ -1,4 +1,4 @@
-"""Samples at four levels: node, partition, workload, process; and the
+"""Samples at four levels: host, partition, workload, process; and the
 processes that hold a partition's devices without being its workers (orphans).
 
 Collection is one function per level over a backend's telemetry and `/proc`;
@@ -169,7 +169,7 @@ def device_readings(
     host: str = "",
 ) -> tuple[list[DeviceReading], list[str]]:
     """This partition's devices only; each one exactly once, tagged with its
-    own accelerator type where it has one (a node may hold several models)."""
+    own accelerator type where it has one (a host may hold several models)."""
     kind = {d.id: d.accelerator_type or accelerator_type for d in devices}
 
     def unknown(d: Device, healthy: bool | None, reason: str) -> DeviceReading:

@@ -9,7 +9,7 @@ workers and the processes that hold its devices without being its workers
 Ray's Prometheus endpoint next to Ray's own. Every series carries `host`,
 the host's key (`<name>_<node IP>`, the value of its raylets' host label:
 `ray_accel.core.hosts`), so `partition="p0"` is never ambiguous, and two
-hosts that share a name are two hosts. Node-level values come from one partition per host, so a host is
+hosts that share a name are two hosts. Host-level values come from one partition per host, so a host is
 counted once (Ray's dashboard reports every GPU from every raylet of a host).
 `ray-accel top` and `status` read the same snapshots back from the actors.
 
@@ -26,7 +26,7 @@ dropped: a workload or orphan that ended disappears on its own.
 
 Health, from the host's decider (`<state dir>/health.json`, read on every
 sample as the untrusted file it is): the exporter that exports the host's
-node-level values also sets, for every partition and device of the host,
+host-level values also sets, for every partition and device of the host,
 `accel_partition_state` (1 for the partition's state, 0 for the others),
 `accel_device_health_state` (1 for the device's state: healthy, unhealthy,
 unknown) and `accel_device_health_events` (the events seen per device, kind
@@ -61,7 +61,7 @@ INTERVAL_ENV = "RAYACCEL_METRICS_INTERVAL_S"
 RAY_PREFIX = "ray_"  # what Ray's recorder puts before every name
 DEVICE_TAGS = ("host", "partition", "device_id", "family", "accelerator_type")
 WORKLOAD_TAGS = ("host", "partition", "workload")
-NODE_TAGS = ("host", "family", "accelerator_type")
+HOST_TAGS = ("host", "family", "accelerator_type")
 ORPHAN_TAGS = ("host", "partition", "device_id", "pid", "command")
 PARTITION_STATE_TAGS = ("host", "partition", "state")
 DEVICE_STATE_TAGS = ("host", "partition", "device_id", "state")
@@ -101,8 +101,8 @@ GAUGES: Mapping[str, GaugeSpec] = {
         "Device memory held by a Ray worker's process tree",
         (*WORKLOAD_TAGS, "device_id"),
     ),
-    "n_devices": GaugeSpec("accel_node_devices", "Accelerator devices on the host", NODE_TAGS),
-    "n_mem": GaugeSpec("accel_node_host_memory_used_bytes", "Host memory in use", NODE_TAGS),
+    "n_devices": GaugeSpec("accel_host_devices", "Accelerator devices on the host", HOST_TAGS),
+    "n_mem": GaugeSpec("accel_host_memory_used_bytes", "Host memory in use", HOST_TAGS),
     "p_state": GaugeSpec(
         "accel_partition_state",
         "1 for the partition's state (serving, draining, shrunk, restoring, stopped), 0 for the others",
@@ -122,7 +122,7 @@ GAUGES: Mapping[str, GaugeSpec] = {
 
 
 @dataclass(frozen=True)
-class NodeValues:
+class HostValues:
     host: str
     family: str
     accelerator_type: str
@@ -135,7 +135,7 @@ def actor_name(node_id: str) -> str:
     return f"exporter-{node_id}"
 
 
-def gauge_values(snap: Snapshot, node: NodeValues | None) -> list[tuple[str, float, dict[str, str]]]:
+def gauge_values(snap: Snapshot, host: HostValues | None) -> list[tuple[str, float, dict[str, str]]]:
     """(gauge key, value, tags) for everything a snapshot sets: pure, so the
     names and labels Prometheus will see are testable without Ray."""
     out: list[tuple[str, float, dict[str, str]]] = []
@@ -175,10 +175,10 @@ def gauge_values(snap: Snapshot, node: NodeValues | None) -> list[tuple[str, flo
             "command": o.command[:COMMAND_MAX],
         }
         out.append(("orphan", 1.0, tags))
-    if node is not None:
-        nt = {"host": node.host, "family": node.family, "accelerator_type": node.accelerator_type}
-        out.append(("n_devices", float(node.devices), nt))
-        out.append(("n_mem", float(node.memory_used_bytes), nt))
+    if host is not None:
+        ht = {"host": host.host, "family": host.family, "accelerator_type": host.accelerator_type}
+        out.append(("n_devices", float(host.devices), ht))
+        out.append(("n_mem", float(host.memory_used_bytes), ht))
     return out
 
 
@@ -227,7 +227,7 @@ class PartitionExporter:
         partition: str,
         node_id: str,
         device_ids: Sequence[str],
-        node_level: bool,
+        host_level: bool,
         interval_s: float,
         state_dir: str | None = None,
     ) -> None:
@@ -248,8 +248,8 @@ class PartitionExporter:
         self.node_id = node_id
         wanted = set(device_ids)
         self.devices = [d for d in plugin.list_devices() if d.id in wanted]
-        self.accelerator_type = plugin.node_info().accelerator_type
-        self.node_level = node_level
+        self.accelerator_type = plugin.host_info().accelerator_type
+        self.host_level = host_level
         self.interval_s = interval_s
         self.state_dir = Path(state_dir) if state_dir else None
         self.raylet = os.getppid()
@@ -269,11 +269,11 @@ class PartitionExporter:
             except Exception:
                 log.exception("ray-accel metrics sample failed")
 
-    def _node_values(self) -> NodeValues | None:
-        if not self.node_level:
+    def _host_values(self) -> HostValues | None:
+        if not self.host_level:
             return None
-        info = self.plugin.node_info()
-        return NodeValues(
+        info = self.plugin.host_info()
+        return HostValues(
             self.host, info.family, info.accelerator_type or "", info.device_count, psutil.virtual_memory().used
         )
 
@@ -298,8 +298,8 @@ class PartitionExporter:
             self.node_id,
         )
         health, problem = self._health()
-        values = gauge_values(snap, self._node_values())
-        if self.node_level and health is not None:
+        values = gauge_values(snap, self._host_values())
+        if self.host_level and health is not None:
             values += health_values(health, self.host)
         for key, value, tags in values:
             self.g[key].set(value, tags)
@@ -322,19 +322,19 @@ def deploy(
     address: str,
     partitions: Sequence[Mapping[str, Any]],
     interval_s: float | None = None,
-    node_level_partition: str | None = None,
+    host_level_partition: str | None = None,
     state_dir: str | None = None,
 ) -> list[str]:
     """Start (or restart) the exporter of each partition's raylet (each
     `{"partition", "node_id", "device_ids"}`); returns their names. The
-    exporter of `node_level_partition` (default: the first given) also
-    exports this host's node-level values: pass the host's first partition
+    exporter of `host_level_partition` (default: the first given) also
+    exports the host-level values: pass the host's first partition
     when restarting only some, or a host would be counted twice."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     interval = interval_s or float(os.environ.get(INTERVAL_ENV, "5"))
-    node_level = node_level_partition or (partitions[0]["partition"] if partitions else None)
+    host_level = host_level_partition or (partitions[0]["partition"] if partitions else None)
     remote_cls = ray.remote(num_cpus=0, max_restarts=0)(PartitionExporter)
     connect(address)
     try:
@@ -353,7 +353,7 @@ def deploy(
                     # The raylet itself, not a label: labels repeat on every host.
                     scheduling_strategy=NodeAffinitySchedulingStrategy(p["node_id"], soft=False),
                 ).remote(
-                    p["partition"], p["node_id"], p["device_ids"], p["partition"] == node_level, interval, state_dir
+                    p["partition"], p["node_id"], p["device_ids"], p["partition"] == host_level, interval, state_dir
                 )
             )
         ray.get([h.snapshot.remote() for h in handles], timeout=120)

@@ -2,7 +2,7 @@
 
 Under Slurm, a container runtime or a shared host, the backend's visibility
 variable is set before ray-accel runs: that is the part of the
-node this job was given. Discovery still sees the whole node (the backend lists
+host this job was given. Discovery still sees the whole host (the backend lists
 every device, ignoring masks), but a plan covers only what the mask shows: a
 device partly shown keeps only its shown cores, and a manual spec that names a
 device outside the mask is refused. A mask that cannot be read is the user's
@@ -28,7 +28,7 @@ from ray_accel.plugins.traits import DeviceTraits
 class InheritedMask:
     env: str
     value: str
-    ids: tuple[int, ...]  # the schedulable ids it shows, in the node's numbering
+    ids: tuple[int, ...]  # the schedulable ids it shows, in the host's numbering
     resource_name: str
 
     def describe(self, devices: Sequence[Device]) -> str:
@@ -67,7 +67,7 @@ def inherited_mask(plugin: DevicePlugin, environ: Mapping[str, str]) -> Inherite
     known = set(all_core_ids(plugin.list_devices()))
     unknown = [i for i in ids or [] if i not in known]
     if unknown:
-        raise InputError(f"{env}={value!r} set in the environment names {unknown[0]}, which this node does not have")
+        raise InputError(f"{env}={value!r} set in the environment names {unknown[0]}, which this host does not have")
     return InheritedMask(env, value, tuple(sorted(ids or [])), plugin.resource_name)
 
 
@@ -99,7 +99,7 @@ def plan_within_mask(
     if not shown:
         raise PartitionError(f"{mask.env}={mask.value!r} set in the environment shows no device: nothing to plan")
     if Mode.parse(mode) is Mode.MANUAL and manual is not None:
-        # Resolve the spec against the whole node first, so a device outside
+        # Resolve the spec against the whole host first, so a device outside
         # the mask is named as such rather than as unknown.
         whole = plan_partitions(devices, mode, partitions, manual, default_type, traits=traits)
         kept = {d.id for d in shown}

@@ -1,4 +1,4 @@
-"""Splitting one node's devices into partitions, one raylet each.
+"""Splitting one host's devices into partitions, one raylet each.
 
 Modes:
 - SHARED: every partition sees every device. Only for families whose backend
@@ -13,14 +13,14 @@ Modes:
   devices by NUMA node and link island first (GPUs and NVLink), then grows
   linked blocks. When N does not divide the device count the plan is
   refused: an uneven split would leave devices idle without anyone asking.
-  A node of several models is split model by model: no partition holds two
+  A host of several models is split model by model: no partition holds two
   models, each model's devices are split evenly, and without a count there is
   one partition per model.
 - MANUAL: explicit device indexes, ranges or ids per partition.
 
 Honest types (beyond Ray 2.60, which types a node by its GPU 0): each
 partition carries the accelerator type of its own devices. A partition whose
-devices are of several types (SHARED or MANUAL over a mixed node) has none, so
+devices are of several types (SHARED or MANUAL over a mixed host) has none, so
 its raylet advertises no `accelerator_type:<T>`, and the plan warns, naming
 the models.
 """
@@ -171,24 +171,24 @@ def models_of(devices: Sequence[Device]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(d.model for d in sorted(devices, key=lambda d: d.index)))
 
 
-def group_type(group: Sequence[Device], default_type: str | None = None, node_models: int = 1) -> str | None:
+def group_type(group: Sequence[Device], default_type: str | None = None, host_models: int = 1) -> str | None:
     """The one accelerator type of `group`, or None if its devices have several.
 
-    A device that names no type of its own has `default_type` (the node's, as
-    its backend reports it) when the whole node is of one model; on a node of
+    A device that names no type of its own has `default_type` (the host's, as
+    its backend reports it) when the whole host is of one model; on a host of
     several models its type is unknown.
     """
-    types = {d.accelerator_type or (default_type if node_models == 1 else None) for d in group}
+    types = {d.accelerator_type or (default_type if host_models == 1 else None) for d in group}
     return types.pop() if len(types) == 1 else None
 
 
-def _make(name: str, group: Sequence[Device], default_type: str | None = None, node_models: int = 1) -> Partition:
+def _make(name: str, group: Sequence[Device], default_type: str | None = None, host_models: int = 1) -> Partition:
     ordered = sorted(group, key=lambda d: d.index)
     return Partition(
         name,
         tuple(d.id for d in ordered),
         tuple(sorted(c for d in ordered for c in d.core_ids)),
-        group_type(ordered, default_type, node_models),
+        group_type(ordered, default_type, host_models),
         models_of(ordered),
     )
 
@@ -420,8 +420,8 @@ def plan_partitions(
         named = [(f"p{i}", g) for i, g in enumerate(_auto_split_models(devices, n, traits.split))]
 
     topology = any(d.peers for d in devices)
-    node_models = len(models_of(devices))
-    parts = tuple(_make(a, g, default_type, node_models) for a, g in named)
+    host_models = len(models_of(devices))
+    parts = tuple(_make(a, g, default_type, host_models) for a, g in named)
     quality = tuple(assess(g, topology) for _, g in named)
     used = {i for p in parts for i in p.device_ids}
     unassigned = tuple(d.id for d in devices if d.id not in used)

@@ -15,7 +15,7 @@ ask for ``num_cpus=0``, or the user passes a larger host figure (``-- --num-cpus
 N``) to count CPUs more than once on purpose.
 
 CPU placement: where the host has several NUMA nodes and all of a partition's
-devices sit on one of them, its raylet runs on that node's CPUs (those this
+devices sit on one of them, its raylet runs on that NUMA node's CPUs (those this
 process may use); otherwise it is not pinned, and the reason is kept.
 """
 

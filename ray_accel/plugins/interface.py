@@ -1,6 +1,6 @@
 """The backend plugin interface, cut at its seams.
 
-A backend is a `DevicePlugin`: discovery and node facts for one accelerator
+A backend is a `DevicePlugin`: discovery and host facts for one accelerator
 family on one host. It may also have the other two parts, and implements
 only the ones it has:
 
@@ -31,7 +31,7 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, ClassVar
 
-from ray_accel.core.devices import Device, NodeInfo, all_core_ids
+from ray_accel.core.devices import Device, HostInfo, all_core_ids
 from ray_accel.core.health import HealthReport
 from ray_accel.core.samples import DeviceSample
 from ray_accel.core.visibility import VisibilityError, parse_visible_ids
@@ -210,7 +210,7 @@ class DevicePlugin(ABC):
         """Every device of the host, ignoring any visibility mask."""
 
     @abstractmethod
-    def node_info(self) -> NodeInfo: ...
+    def host_info(self) -> HostInfo: ...
 
     def parse_visible(self, value: str | None) -> list[int] | None:
         """Read this family's visibility variable into schedulable ids."""

@@ -51,12 +51,12 @@ class Inventory:
 
     def to_json(self) -> dict[str, Any]:
         primary = self.primary
-        node: dict[str, Any] = {"hostname": socket.gethostname()}
+        host: dict[str, Any] = {"hostname": socket.gethostname()}
         if primary is not None:
-            node.update(primary.node_info().to_json())
-        node["backends"] = [p.node_info().to_json() for p in self.plugins]
+            host.update(primary.host_info().to_json())
+        host["backends"] = [p.host_info().to_json() for p in self.plugins]
         return {
-            "node": node,
+            "host": host,
             "plugins": [s.to_json() for s in self.statuses],
             "devices": [dict(d.to_json(), plugin=name) for name, d in self.devices()],
         }

@@ -163,5 +163,5 @@ class AcceleratorBackend(Backend):
                 ray.get(ref, timeout=backend_config.pre_terminate_timeout_s + 60)
             except (RayActorError, RayTaskError, ray.exceptions.GetTimeoutError) as e:
                 # A dead worker's post_terminate runs when the next worker
-                # group reconciles the ledger on that node.
+                # group reconciles the ledger on that host.
                 log.warning("ray-accel: a worker could not shut down cleanly: %s", e)

@@ -324,7 +324,7 @@ def ray_duplicate_uuid() -> FakeNvml:
 
 
 def mixed_v100_a100() -> FakeNvml:
-    """One V100 and two NVLinked A100s, each with its own UUID (a node Ray 2.60
+    """One V100 and two NVLinked A100s, each with its own UUID (a host Ray 2.60
     types by GPU 0 alone)."""
     return FakeNvml(
         [

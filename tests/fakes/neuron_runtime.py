@@ -2,8 +2,8 @@
 environments when its processes start on a Neuron host.
 
 Per process, in order, each rule with its source (torch_xla 2.9.0 as installed
-in .venv-xla, byte-identical to tag v2.9.0 of pytorch/xla; see
-/work/notes/torch-xla-neuron.md for the matrix this was checked against):
+in .venv-xla, byte-identical to tag v2.9.0 of pytorch/xla; the XLA lane,
+tests/integration/test_xla_neuron_start.py, checks the fake against it):
 
 1. torch-xla's import-time configuration (torch_xla/__init__.py:119-142 runs
    `neuron.set_envvar_defaults` and `neuron.configure_pjrt_environment`,

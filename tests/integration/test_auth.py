@@ -1,4 +1,4 @@
-"""Issue 11: token auth from nothing, on a machine where Ray never ran.
+"""Token auth from nothing, on a machine where Ray never ran.
 
 Every test here runs the CLI with a HOME of its own that starts empty, so no
 token left by an earlier test or run can make it pass.

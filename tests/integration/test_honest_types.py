@@ -5,7 +5,7 @@ NVML test data). Here we deliberately differ from Ray: Ray 2.60 types a node
 by its GPU 0 (`NvidiaGPUAcceleratorManager.get_current_node_accelerator_type`
 reads handle 0 only; Ray's `test_gpu_info_parsing` in
 python/ray/tests/accelerators/test_nvidia_gpu.py expects one type for a node of
-A100s and a V100), so on this node it would advertise `accelerator_type:V100`
+A100s and a V100), so on this host it would advertise `accelerator_type:V100`
 and a task asking for an A100 would never land. We check Ray's own view
 (`ray.nodes()`: resources and labels per partition, where tasks land), not ours.
 

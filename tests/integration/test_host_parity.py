@@ -1,5 +1,6 @@
-"""Issue 20 points 2, 4, 5, 6 and issue 12 points 3 and 5, on real Ray with
-mock hardware: what each raylet is given, seen through Ray's own views
+"""A partitioned host on real Ray with mock hardware: what each raylet is
+given (labels, the dashboard, host figures, NUMA pinning, an inherited mask,
+explicit resources where Ray is untested), seen through Ray's own views
 (`ray list nodes`, `ray.util.state`, `ray job submit`, `ray.nodes()`, `ray status`).
 
 Ray's upstream tests are the reference for intent: `python/ray/tests/
@@ -266,7 +267,7 @@ def test_numa_pinning_and_the_users_host_figures(pinned: tuple[Cluster, dict[str
     assert status["cpu_pinning"] == "on"
     assert {p["partition"]: p["cpu_set"] for p in status["partitions"]} == {"p0": [0], "p1": [1]}
     for p in status["partitions"]:
-        assert psutil.Process(p["pid"]).cpu_affinity() == p["cpu_set"], "the raylet runs on its node's CPUs"
+        assert psutil.Process(p["pid"]).cpu_affinity() == p["cpu_set"], "the raylet runs on its NUMA node's CPUs"
         assert p["total"]["CPU"] == 2, "the user's 4 host CPUs, divided"
     out = per_partition(cluster)
     assert {r["part"]: r["affinity"] for r in out} == {"p0": [0], "p1": [1]}, "each worker's sched_getaffinity"

@@ -1,4 +1,4 @@
-"""Issue 5 acceptance 3: ranges in NEURON_RT_VISIBLE_CORES, ours against plain Ray."""
+"""Ranges in NEURON_RT_VISIBLE_CORES, ours against plain Ray."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 15 acceptance 1 to 4 with real Ray and real torch, on a mock
+"""Jobs with real Ray and real torch, on a mock
 trn1.32xlarge split into 4 partitions of 8 NeuronCores: jobs placed by a
 policy from the cluster's live resources (through the ScalingConfig the
 builder makes), one refused before any worker starts, and every `fit()` with
@@ -63,7 +63,7 @@ def selectors(*parts):
     return [{"ray-accel.io/partition": p} for p in parts]
 """
 
-# Acceptance 15.1: three jobs submitted at once, placed with `pack`.
+# Three jobs submitted at once, placed with `pack`.
 THREE_JOBS = (
     PROLOGUE
     + r"""
@@ -100,7 +100,7 @@ print(json.dumps({
 """
 )
 
-# Acceptance 15.3: the driver kills one worker, by the pid the job store
+# The driver kills one worker, by the pid the job store
 # reports, while the job runs; FailureConfig(max_failures=1).
 KILL_ONE = (
     PROLOGUE
@@ -130,12 +130,12 @@ print(json.dumps({"results": results, "id": config.run_id, "killed": victim}))
 """
 )
 
-# Acceptance 15.4: an elastic (2, 4) job while p2 and p3 are held by another
+# An elastic (2, 4) job while p2 and p3 are held by another
 # job; it grows to 4 when they are released. Ray Train's elastic policy sizes a
 # run from the Autoscaling Coordinator's reservations, which count other Train
 # runs but not plain tasks or actors (ray/data/_internal/cluster_autoscaler/
-# default_autoscaling_coordinator.py in Ray 2.60; /work/notes/ray-internals-2.md
-# §2.3), so the holder is a Train run.
+# default_autoscaling_coordinator.py in Ray 2.60, `get_reserved_resources`),
+# so the holder is a Train run.
 ELASTIC = (
     PROLOGUE
     + r"""
@@ -178,7 +178,7 @@ print(json.dumps({"results": results, "id": config.run_id, "holder": holder_conf
 )
 
 
-# Acceptance 15.2: a job larger than the free devices fails before any worker
+# A job larger than the free devices fails before any worker
 # starts, naming the largest size that fits now; once more with 4 cores of p1
 # held by an actor.
 TOO_BIG = r"""
@@ -251,7 +251,7 @@ def ranks(out: Path) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def three_jobs(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
-    """Acceptance 15.1's run, once for its two tests: (the driver's result, its output folder)."""
+    """The three packed jobs' run, once for its two tests: (the driver's result, its output folder)."""
     out = tmp_path_factory.mktemp("three-jobs")
     res = cluster.driver(THREE_JOBS, str(out), timeout=500)
     assert all(r["ok"] for r in res["results"].values()), res["results"]

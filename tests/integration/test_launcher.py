@@ -59,7 +59,7 @@ def test_status_json(trn1_cluster: Cluster) -> None:
 
 def test_second_start_is_refused(trn1_cluster: Cluster) -> None:
     before = raylet_pids()
-    proc = trn1_cluster.cli("start", "--head", "--agents", "2", "--port", str(free_port()))
+    proc = trn1_cluster.cli("start", "--head", "--partitions", "2", "--port", str(free_port()))
     assert proc.returncode == 2
     assert "already running" in proc.stderr
     assert raylet_pids() == before

@@ -1,4 +1,4 @@
-"""Issue 13 (single-host lifecycle) and issue 20 point 6 with a real Ray:
+"""The single-host lifecycle with a real Ray:
 a start interrupted, timed out or racing another leaves nothing behind;
 `start --block` stops what it started however it ends.
 
@@ -106,7 +106,7 @@ def cmdline(pid: int) -> list[str]:
     return open(f"/proc/{pid}/cmdline", "rb").read().decode().split("\0")[:-1]
 
 
-# ------------------------------------------------------------ 13.5: Ctrl-C mid-start
+# ------------------------------------------------------------ Ctrl-C mid-start
 
 
 @pytest.mark.parametrize(
@@ -114,7 +114,7 @@ def cmdline(pid: int) -> list[str]:
     [("head", signal.SIGINT), ("partitions", signal.SIGINT), ("partitions", signal.SIGTERM)],
     ids=["head-SIGINT", "partitions-SIGINT", "partitions-SIGTERM"],
 )
-def test_acceptance_13_5_sigint_during_start_leaves_nothing(
+def test_a_signal_during_start_leaves_nothing(
     phase: str, sig: signal.Signals, tmp_path: Path, cleanup: list[dict[str, str]]
 ) -> None:
     tag = new_tag()
@@ -161,10 +161,10 @@ def test_a_launch_timeout_stops_every_process_the_launch_began(tmp_path: Path, c
     assert not (tmp_path / "state" / "host.json").exists()
 
 
-# ------------------------------------------------------------ 13.6: two starts at once
+# ------------------------------------------------------------ two starts at once
 
 
-def test_acceptance_13_6_concurrent_starts_one_wins_and_a_second_head_has_its_own_client_port(
+def test_concurrent_starts_one_wins_and_a_second_head_has_its_own_client_port(
     tmp_path: Path, cleanup: list[dict[str, str]]
 ) -> None:
     state = tmp_path / "state"
@@ -208,7 +208,7 @@ def test_acceptance_13_6_concurrent_starts_one_wins_and_a_second_head_has_its_ow
         assert wait_none_tagged(tag) == {}
 
 
-# ------------------------------------------------------------ issue 20.6: start --block
+# ------------------------------------------------------------ start --block
 
 
 def blocked_start(tmp_path: Path, cleanup: list[dict[str, str]], *extra: str) -> tuple[Background, dict[str, str]]:

@@ -1,4 +1,4 @@
-"""Metrics with real Ray (issues 7, 13 and 14): every device of every partition
+"""Metrics with real Ray: every device of every partition
 exactly once on Ray's Prometheus endpoints, under Ray's `ray_` prefix, tagged
 with its host and partition; host values once per host; exporters named by
 node id; orphans in `status`, `top` and a gauge with PID and command; unknown
@@ -180,10 +180,10 @@ def test_scrape_shows_every_device_once_with_its_partition(cluster: Cluster, hol
     assert power == {f"neuron:{i}": 100.0 + 10 * i for i in range(16)}
     assert temp == {f"neuron:{i}": 40.0 + i for i in range(16)}
     assert all(labels["host"] == host for n, labels, _ in samples if n.startswith("ray_accel_workload"))
-    for name in ("ray_accel_node_devices", "ray_accel_node_host_memory_used_bytes"):
-        node = [(labels["host"], v) for n, labels, v in samples if n == name]
-        assert [h for h, _ in node] == [host], f"{name}: once per host, not once per raylet"
-    assert [v for n, _, v in samples if n == "ray_accel_node_devices"] == [16.0]
+    for name in ("ray_accel_host_devices", "ray_accel_host_memory_used_bytes"):
+        per_host = [(labels["host"], v) for n, labels, v in samples if n == name]
+        assert [h for h, _ in per_host] == [host], f"{name}: once per host, not once per raylet"
+    assert [v for n, _, v in samples if n == "ray_accel_host_devices"] == [16.0]
     for part, h in holders.items():
         dev_mem = {
             labels["device_id"]: value

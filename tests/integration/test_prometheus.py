@@ -1,4 +1,4 @@
-"""Issue 14 acceptance 6 with a real Prometheus: every dashboard panel query
+"""The dashboard with a real Prometheus: every panel query
 returns data from a partitioned cluster, each device exactly once, tagged with
 its partition and host.
 
@@ -164,7 +164,7 @@ def check_shape(q: PanelQuery, series: list[Series], owners: dict[str, str], hos
 def test_panel_query_returns_each_thing_once(settled: Prometheus, cluster: Cluster, query: PanelQuery) -> None:
     series = query_soon(settled, query.expr)
     assert series, f"{query.name}: no data for {query.expr}"
-    hosts = [labels["host"] for labels, _ in settled.query("ray_accel_node_devices")]
+    hosts = [labels["host"] for labels, _ in settled.query("ray_accel_host_devices")]
     assert len(hosts) == 1, f"one host, reported once: {hosts}"
     check_shape(query, series, device_owners(cluster), hosts[0])
 

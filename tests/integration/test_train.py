@@ -50,7 +50,7 @@ def check_job(out: Path, partition_cores: set[int]) -> None:
         assert r["losses"][-1] < r["losses"][0] / 10, "the loss goes down"
     assert {r0["local_rank"], r1["local_rank"]} == {0, 1}
     for r in (r0, r1):
-        # The mock is a Neuron node: a NeuronCore belongs to one process, so
+        # The mock is a Neuron host: a NeuronCore belongs to one process, so
         # each worker sees exactly the cores Ray granted it (as a range).
         assert parse_visible_ids(r["visible"]) == sorted(int(i) for i in r["own_ids"]), r
     assert not {int(i) for i in r0["own_ids"]} & {int(i) for i in r1["own_ids"]}, "no core seen by two workers"

@@ -94,7 +94,7 @@ def test_plain_ray_v2_reports_per_ip_ranks_in_partitions(v2: dict[str, list[dict
 
 
 def test_ray_context_reports_per_raylet_ranks_on_v2(v2: dict[str, list[dict[str, Any]]]) -> None:
-    """`auto` on the mock Neuron node is gloo through the Neuron runtime's
+    """`auto` on the mock Neuron host is gloo through the Neuron runtime's
     per-process environment. With `gloo` named, the same ranks reach Ray's
     context too: the Ray-only fit below reads only Ray's."""
     check_agrees(v2["auto"])
@@ -115,6 +115,10 @@ def test_ray_context_stays_right_on_v1(cluster: Cluster, tmp_path: Path) -> None
         assert r["ray_context"] == ours, (rank, r["ray_context"], ours)
     assert columns(got) == PER_RAYLET
     assert len({json.dumps(r["weights"]) for r in got}) == 1
+    # V1 runs the backend inside its placement group: the job store made
+    # from there must outlive the group (it is a detached actor).
+    listed = cluster.cli("jobs", "--json")
+    assert listed.returncode == 0, listed.stderr[-2000:]
 
 
 def test_ray_only_ddp_with_prepare_model_over_both_partitions(v2: dict[str, list[dict[str, Any]]]) -> None:

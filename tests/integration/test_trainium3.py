@@ -47,7 +47,17 @@ def test_a_trainium3_host_starts_two_partitions_and_runs_a_task_in_each(tmp_path
         "RAYACCEL_STATE_DIR": str(tmp_path / "state"),
         "PYTHONPATH": repo_pythonpath(),
     }
-    args = ("start", "--head", "--agents", "2", "--port", str(free_port()), "--no-dashboard", "--no-metrics", "--json")
+    args = (
+        "start",
+        "--head",
+        "--partitions",
+        "2",
+        "--port",
+        str(free_port()),
+        "--no-dashboard",
+        "--no-metrics",
+        "--json",
+    )
     proc = run_cli(*args, env=env, timeout=300)
     try:
         assert proc.returncode == 0, proc.stderr[-3000:]

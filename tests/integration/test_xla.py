@@ -57,7 +57,7 @@ def test_xla_jobs_in_both_partitions_keep_ranks_in_sync(cluster: Cluster, tmp_pa
 
 
 def test_xla_job_over_both_partitions_gets_ray_context_per_raylet(cluster: Cluster, tmp_path: Path) -> None:
-    """Issue 20 point 1 for the XLA backend: four workers, two partitions on
+    """Ray's own context for the XLA backend: four workers, two partitions on
     one IP; Ray's own context agrees with ray-accel's (see test_train_context.py)."""
     kw = {"partition": "p0,p1", "workers": 4, "out": str(tmp_path / "both"), "backend": "xla", "steps": 10}
     result = cluster.driver(drivers.TRAIN_JOB, json.dumps(kw), timeout=500)

@@ -1,6 +1,6 @@
 """torch-xla 2.9's own Neuron start-up on the environments ray-accel computes (XLA lane).
 
-Issue 12 acceptance 1, XLA part. A mock trn1.32xlarge planned into 2
+A mock trn1.32xlarge planned into 2
 partitions (ray-accel's own planner), a 4-worker job, 2 workers per
 partition, each granted a block of its partition's cores (2 cores per worker,
 then 1). Each worker's environment is `NeuronRuntime().worker_env(...)`, the

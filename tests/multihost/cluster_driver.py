@@ -16,7 +16,7 @@ each worker writes ``DIR/rank<N>.json``.
 Prometheus (`tests/prom.py`) inside this host scrapes every alive raylet's
 metrics endpoint over the test network until it holds D device series and H
 host series (or S seconds pass); prints its targets and the series of
-``ray_accel_device_utilization`` and ``ray_accel_node_devices``.
+``ray_accel_device_utilization`` and ``ray_accel_host_devices``.
 """
 
 from __future__ import annotations
@@ -180,7 +180,7 @@ def run_prometheus(spec: dict[str, Any]) -> dict[str, Any]:
         deadline = time.monotonic() + spec["timeout"]
         while True:
             devices = prom.query("ray_accel_device_utilization")
-            hosts = prom.query("ray_accel_node_devices")
+            hosts = prom.query("ray_accel_host_devices")
             if (len(devices) >= spec["devices"] and len(hosts) >= spec["hosts"]) or time.monotonic() > deadline:
                 break
             time.sleep(1)

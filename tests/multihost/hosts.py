@@ -78,15 +78,15 @@ What Ray 2.60 needs inside the namespaces (found making the self-test pass):
   whole machine (other hosts, other sessions). Stop what you spawned, by PID.
 - Ports are per namespace: every host may use 6379 without a collision.
 
-How a ray-accel test uses it (issue 13)::
+How a ray-accel test uses it::
 
     def test_two_hosts(hosts):
         a, b = hosts(2)
         mock = {"RAYACCEL_MOCK": "trn1.32xlarge"}
-        head = a.run([CLI, "start", "--head", "--port", "6379", "--agents", "2", "--json",
+        head = a.run([CLI, "start", "--head", "--port", "6379", "--partitions", "2", "--json",
                       "--node-ip-address", a.ip, "--temp-dir", a.ray_temp_dir], env=mock, timeout=300)
         assert head.returncode == 0, head.stderr
-        join = b.run([CLI, "start", "--address", f"{a.ip}:6379", "--agents", "2", "--json",
+        join = b.run([CLI, "start", "--address", f"{a.ip}:6379", "--partitions", "2", "--json",
                       "--node-ip-address", b.ip, "--temp-dir", b.ray_temp_dir], env=mock, timeout=300)
         ...   # each host has its own HOME and RAYACCEL_STATE_DIR and shares the token file
         b.run([CLI, "stop", "--json"])      # stops only host B's PIDs, from B's state dir

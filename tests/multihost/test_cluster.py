@@ -57,7 +57,7 @@ RAY_ARGS = ["--object-store-memory", str(300 * 10**6), "--disable-usage-stats"]
 
 def start_args(host: Host) -> list[str]:
     # --no-dashboard: two cores run four raylets and their exporters.
-    return ["--agents", "2", "--no-dashboard", "--json"]
+    return ["--partitions", "2", "--no-dashboard", "--json"]
 
 
 def key(host: Host) -> str:

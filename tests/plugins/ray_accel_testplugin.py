@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ray_accel.core.devices import Device, NodeInfo
+from ray_accel.core.devices import Device, HostInfo
 from ray_accel.plugins.interface import DevicePlugin, visibility_protected
 
 VISIBLE_ENV = "FAKE_TPU_VISIBLE_CHIPS"
@@ -27,8 +27,8 @@ class FakeTPU(DevicePlugin):
             for i in range(4)
         )
 
-    def node_info(self) -> NodeInfo:
-        return NodeInfo(self.name, self.family, "FakeTPU-v1", self.resource_name, self.visible_ids_env, 4, 4)
+    def host_info(self) -> HostInfo:
+        return HostInfo(self.name, self.family, "FakeTPU-v1", self.resource_name, self.visible_ids_env, 4, 4)
 
 
 class Exploding(FakeTPU):

@@ -1,5 +1,4 @@
-"""Bad input at the command line, each with and without `--json` (issue 17,
-issue 14 acceptance 5): exit 2 with one error naming the value (with `--json`
+"""Bad input at the command line, each with and without `--json`: exit 2 with one error naming the value (with `--json`
 a JSON object on stderr with the same exit code), no Traceback, nothing
 started, nothing written: no state directory, nothing in HOME, no process
 carrying the test's tag (so no raylet or GCS), and a record already there
@@ -37,7 +36,7 @@ SPEC = BridgeSpec(
 # (id, argv, extra environment, exit code, what the error names, class, setup)
 # setup: "" nothing; "stale" a record naming a process that is gone; "shared" a 1777 state dir.
 CASES: list[tuple[str, list[str], dict[str, str], int, str, str, str]] = [
-    # A mistyped flag of ours is an error, never passed on to `ray start` (issue 14 acceptance 5).
+    # A mistyped flag of ours is an error, never passed on to `ray start`.
     ("start --agnets", ["start", "--head", "--agnets", "2"], {}, 2, "--agnets", "launcher", ""),
     ("start --prot", ["start", "--head", "--prot", "7000"], {}, 2, "--prot", "launcher", ""),
     ("start --address garbage", ["start", "--address", "garbage"], {}, 2, "'garbage'", "launcher", ""),
@@ -52,9 +51,9 @@ CASES: list[tuple[str, list[str], dict[str, str], int, str, str, str]] = [
     ("start --timeout 0", ["start", "--head", "--timeout", "0"], {}, 2, "'0'", "launcher", ""),
     ("start --timeout nan", ["start", "--head", "--timeout", "nan"], {}, 2, "'nan'", "launcher", ""),
     ("start --timeout -inf", ["start", "--head", "--timeout", "-inf"], {}, 2, "'-inf'", "launcher", ""),
-    ("start --agents arabic", ["start", "--head", "--agents", "٤"], {}, 2, "'٤'", "launcher", ""),
-    ("start --agents 2.5", ["start", "--head", "--agents", "2.5"], {}, 2, "'2.5'", "launcher", ""),
-    ("start --agents 3", ["start", "--head", "--agents", "3"], {}, 2, "3 partitions", "launcher", ""),
+    ("start --partitions arabic", ["start", "--head", "--partitions", "٤"], {}, 2, "'٤'", "launcher", ""),
+    ("start --partitions 2.5", ["start", "--head", "--partitions", "2.5"], {}, 2, "'2.5'", "launcher", ""),
+    ("start --partitions 3", ["start", "--head", "--partitions", "3"], {}, 2, "3 partitions", "launcher", ""),
     ("start manual without spec", ["start", "--head", "--mode", "manual"], {}, 2, "manual mode", "launcher", ""),
     (
         "start manual twice",
@@ -78,10 +77,10 @@ CASES: list[tuple[str, list[str], dict[str, str], int, str, str, str]] = [
         "",
     ),
     # Exit codes: usage and input errors are 2, whatever the command.
-    ("plan --agents 3", ["plan", "--agents", "3"], {}, 2, "into 3 partitions", "exit-code", ""),
-    ("plan --agents arabic", ["plan", "--agents", "٤"], {}, 2, "is not an integer", "exit-code", ""),
-    ("plan --agents 1e3", ["plan", "--agents", "1e3"], {}, 2, "'1e3'", "exit-code", ""),
-    ("plan --agents -1", ["plan", "--agents", "-1"], {}, 2, "'-1'", "exit-code", ""),
+    ("plan --partitions 3", ["plan", "--partitions", "3"], {}, 2, "into 3 partitions", "exit-code", ""),
+    ("plan --partitions arabic", ["plan", "--partitions", "٤"], {}, 2, "is not an integer", "exit-code", ""),
+    ("plan --partitions 1e3", ["plan", "--partitions", "1e3"], {}, 2, "'1e3'", "exit-code", ""),
+    ("plan --partitions -1", ["plan", "--partitions", "-1"], {}, 2, "'-1'", "exit-code", ""),
     ("plan --mode sideways", ["plan", "--mode", "sideways"], {}, 2, "'sideways'", "exit-code", ""),
     ("plan --manual without mode", ["plan", "--manual", "a=0-3"], {}, 2, "--mode manual", "exit-code", ""),
     ("plan ray options", ["plan", "--", "--num-cpus", "2"], {}, 2, "--num-cpus", "exit-code", ""),
@@ -93,7 +92,7 @@ CASES: list[tuple[str, list[str], dict[str, str], int, str, str, str]] = [
     ("top --interval inf", ["top", "--interval", "inf"], {}, 2, "'inf'", "exit-code", ""),
     ("unknown preset", ["plan"], {"RAYACCEL_MOCK": "trn9.large"}, 2, "'trn9.large'", "exit-code", ""),
     # Values named and bounded.
-    ("plan --agents 1e8", ["plan", "--agents", "100000000"], {}, 2, "'100000000'", "unnamed", ""),
+    ("plan --partitions 1e8", ["plan", "--partitions", "100000000"], {}, 2, "'100000000'", "unnamed", ""),
     (
         "plan manual huge range",
         ["plan", "--mode", "manual", "--manual", "a=0-99999999"],
@@ -123,7 +122,7 @@ CASES: list[tuple[str, list[str], dict[str, str], int, str, str, str]] = [
         "masks",
         "",
     ),
-    ("devices mask past node", ["devices"], {"NEURON_RT_VISIBLE_CORES": "0-99"}, 2, "'0-99'", "masks", ""),
+    ("devices mask past the host", ["devices"], {"NEURON_RT_VISIBLE_CORES": "0-99"}, 2, "'0-99'", "masks", ""),
     ("devices mask huge", ["devices"], {"NEURON_RT_VISIBLE_CORES": "0-99999999"}, 2, "'0-99999999'", "masks", ""),
     ("plan mask -1", ["plan"], {"NEURON_RT_VISIBLE_CORES": "-1"}, 2, "NEURON_RT_VISIBLE_CORES='-1'", "masks", ""),
     (
@@ -153,7 +152,7 @@ CASES: list[tuple[str, list[str], dict[str, str], int, str, str, str]] = [
         "masks",
         "",
     ),
-    # Names that could be paths (17.4): nothing outside the state directory is touched.
+    # Names that could be paths: nothing outside the state directory is touched.
     ("manual ../x", ["start", "--head", "--mode", "manual", "--manual", "../x=0-15"], {}, 2, "'../x'", "dangerous", ""),
     (
         "manual /abs",
@@ -167,7 +166,7 @@ CASES: list[tuple[str, list[str], dict[str, str], int, str, str, str]] = [
     ("manual ..", ["start", "--head", "--mode", "manual", "--manual", "..=0-15"], {}, 2, "'..'", "dangerous", ""),
     ("manual empty name", ["start", "--head", "--mode", "manual", "--manual", "=0-15"], {}, 2, "''", "dangerous", ""),
     # A rejected command leaves a stale record where it was (it is only removed by a start that goes ahead).
-    ("stale: --agents 3", ["start", "--head", "--agents", "3"], {}, 2, "3 partitions", "state", "stale"),
+    ("stale: --partitions 3", ["start", "--head", "--partitions", "3"], {}, 2, "3 partitions", "state", "stale"),
     ("stale: --agnets", ["start", "--head", "--agnets", "2"], {}, 2, "--agnets", "state", "stale"),
     ("stale: --port 0", ["start", "--head", "--port", "0"], {}, 2, "'0'", "state", "stale"),
     ("stale: --timeout nan", ["start", "--head", "--timeout", "nan"], {}, 2, "'nan'", "state", "stale"),
@@ -194,9 +193,25 @@ CASES: list[tuple[str, list[str], dict[str, str], int, str, str, str]] = [
     ("stale: stop --grace nan", ["stop", "--grace", "nan"], {}, 2, "'nan'", "state", "stale"),
     ("stale: stop --grace inf", ["stop", "--grace", "inf"], {}, 2, "'inf'", "state", "stale"),
     ("stale: stop ray options", ["stop", "--", "--force"], {}, 2, "--force", "state", "stale"),
-    ("stale: recover --agents", ["start", "--recover", "--agents", "2"], {}, 2, "--partitions", "state", "stale"),
-    # A shared (1777) state directory keeps its mode through a refusal (17.5).
-    ("shared: start --agents 3", ["start", "--head", "--agents", "3"], {}, 2, "3 partitions", "dangerous", "shared"),
+    (
+        "stale: recover --partitions",
+        ["start", "--recover", "--partitions", "2"],
+        {},
+        2,
+        "--partitions",
+        "state",
+        "stale",
+    ),
+    # A shared (1777) state directory keeps its mode through a refusal.
+    (
+        "shared: start --partitions 3",
+        ["start", "--head", "--partitions", "3"],
+        {},
+        2,
+        "3 partitions",
+        "dangerous",
+        "shared",
+    ),
     ("shared: stop --grace -1", ["stop", "--grace", "-1"], {}, 2, "'-1'", "dangerous", "shared"),
     ("shared: top --interval -1", ["top", "--interval", "-1"], {}, 2, "'-1'", "dangerous", "shared"),
 ]
@@ -212,8 +227,8 @@ PARAMS = [
 AS_SUBPROCESS = {
     "start --agnets",
     "start bad mask",
-    "plan --agents 3",
-    "plan --agents 1e8",
+    "plan --partitions 3",
+    "plan --partitions 1e8",
     "stale: stop --grace -1",
     "shared: top --interval -1",
 }

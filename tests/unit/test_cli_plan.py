@@ -8,6 +8,7 @@ import pytest
 from ray_accel.cli import main
 from tests.badinput import badinput
 from tests.clirun import cli_json_here as cli_json
+from tests.clirun import run_cli_here
 from tests.conftest import CliRunner
 from tests.fakes.neuron_env import tree_only
 from tests.fakes.neuron_sysfs import build_tree
@@ -15,12 +16,12 @@ from tests.fakes.neuron_sysfs import build_tree
 TRN1 = {"RAYACCEL_MOCK": "trn1.32xlarge"}
 
 
-@pytest.mark.parametrize("agents", [2, 4, 8, 16])
-def test_auto_split_trn1(agents: int) -> None:
-    out = cli_json("plan", "--mode", "auto-split", "--agents", str(agents), env=TRN1)
-    size = 32 // agents
+@pytest.mark.parametrize("count", [2, 4, 8, 16])
+def test_auto_split_trn1(count: int) -> None:
+    out = cli_json("plan", "--mode", "auto-split", "--partitions", str(count), env=TRN1)
+    size = 32 // count
     parts = out["partitions"]
-    assert len(parts) == agents
+    assert len(parts) == count
     for i, p in enumerate(parts):
         assert p["core_ids"] == list(range(i * size, (i + 1) * size)), "contiguous and aligned"
         assert p["visible_ids"] == ",".join(map(str, p["core_ids"]))
@@ -32,7 +33,7 @@ def test_auto_split_trn1(agents: int) -> None:
 
 def test_devices_of_a_4_way_partition_are_linked() -> None:
     devices = {d["id"]: d for d in cli_json("devices", env=TRN1)["devices"]}
-    for p in cli_json("plan", "--agents", "4", env=TRN1)["partitions"]:
+    for p in cli_json("plan", "--partitions", "4", env=TRN1)["partitions"]:
         members = set(p["device_ids"])
         for did in members:
             assert members & set(devices[did]["peers"]), f"{did} has no neighbour in its partition"
@@ -44,11 +45,11 @@ def test_devices_of_a_4_way_partition_are_linked() -> None:
     [
         (["--mode", "manual", "--manual", "a=0-3;b=2-5"], "neuron:2"),
         (["--mode", "manual", "--manual", "a=0-3;b=40"], "40"),
-        (["--agents", "0"], "'0' is below the minimum 1"),
-        (["--agents", "32"], "more partitions (32)"),
+        (["--partitions", "0"], "'0' is below the minimum 1"),
+        (["--partitions", "32"], "more partitions (32)"),
         (["--mode", "shared"], "SHARED mode is impossible on neuron"),
-        (["--agents", "5"], "into 5 partitions"),
-        (["--agents", "two"], "'two'"),
+        (["--partitions", "5"], "into 5 partitions"),
+        (["--partitions", "two"], "'two'"),
     ],
 )
 def test_bad_plans_exit_2_naming_the_value(args: list[str], needle: str, cli: CliRunner) -> None:
@@ -59,19 +60,19 @@ def test_bad_plans_exit_2_naming_the_value(args: list[str], needle: str, cli: Cl
 
 
 def test_shared_on_gpus(cli: CliRunner) -> None:
-    out = cli_json("plan", "--mode", "shared", "--agents", "2", env={"RAYACCEL_MOCK": "p5.48xlarge"})
+    out = cli_json("plan", "--mode", "shared", "--partitions", "2", env={"RAYACCEL_MOCK": "p5.48xlarge"})
     assert [len(p["device_ids"]) for p in out["partitions"]] == [8, 8]
     assert any("no memory isolation" in w for w in out["warnings"])
 
 
 def test_plan_without_hardware_is_a_runtime_error(cli: CliRunner) -> None:
-    proc = cli("plan", "--agents", "2", "--backend", "mock")  # RAYACCEL_MOCK unset: mock is inactive
+    proc = cli("plan", "--partitions", "2", "--backend", "mock")  # RAYACCEL_MOCK unset: mock is inactive
     assert proc.returncode == 1
     assert "no active accelerator backend" in proc.stderr
 
 
 def test_plan_text_output(cli: CliRunner) -> None:
-    proc = cli("plan", "--agents", "2", env=TRN1)
+    proc = cli("plan", "--partitions", "2", env=TRN1)
     assert proc.returncode == 0
     assert "connected=yes contiguous=yes aligned=yes" in proc.stdout
     assert "neuron:0-7" in proc.stdout
@@ -81,13 +82,13 @@ def test_an_unforeseen_failure_under_json_is_a_json_object_not_a_traceback(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from ray_accel import cli as cli_main
-    from ray_accel.cli import node
+    from ray_accel.cli import host
 
     def broken(*args: object, **kwargs: object) -> object:
         raise OSError(5, "Input/output error", "/sys/devices/virtual/neuron_device")
 
-    monkeypatch.setattr(node, "discover", broken)
-    assert cli_main.main(["plan", "--agents", "2", "--json"]) == 1
+    monkeypatch.setattr(host, "discover", broken)
+    assert cli_main.main(["plan", "--partitions", "2", "--json"]) == 1
     err = json.loads(capsys.readouterr().err)
     assert err == {
         "error": "OSError: [Errno 5] Input/output error: '/sys/devices/virtual/neuron_device'",
@@ -95,11 +96,11 @@ def test_an_unforeseen_failure_under_json_is_a_json_object_not_a_traceback(
         "exit_code": 1,
     }
     with pytest.raises(OSError, match="Input/output error"):  # without --json: the traceback
-        cli_main.main(["plan", "--agents", "2"])
+        cli_main.main(["plan", "--partitions", "2"])
 
 
 @badinput("unnamed")
-@pytest.mark.parametrize("command", [["plan", "--agents", "2"], ["start", "--head", "--agents", "2"]])
+@pytest.mark.parametrize("command", [["plan", "--partitions", "2"], ["start", "--head", "--partitions", "2"]])
 @pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
 def test_no_active_backend_names_each_backend_and_why(
     command: list[str],
@@ -133,3 +134,17 @@ def test_no_active_backend_names_each_backend_and_why(
         backends = {b["name"]: b for b in payload["backends"]}
         assert backends["neuron"]["active"] is False and "one-sided" in backends["neuron"]["reason"]
     assert not (tmp_path / "state").exists(), "nothing was started or written"
+
+
+@pytest.mark.parametrize("command", [["plan"], ["start", "--head"]])
+def test_agents_is_a_hidden_old_name_of_partitions(command: list[str]) -> None:
+    """`--agents N` still means `--partitions N`, but help and usage errors
+    show only `--partitions`."""
+    helped = run_cli_here(*command[:1], "--help", env=TRN1)
+    assert helped.returncode == 0 and "--partitions" in helped.stdout
+    assert "--agents" not in helped.stdout
+    refused = run_cli_here(*command, "--agents", "x", env=TRN1)
+    assert refused.returncode == 2 and "'--partitions'" in refused.stderr and "--agents" not in refused.stderr
+    if command == ["plan"]:
+        old, new = (cli_json("plan", flag, "2", env=TRN1)["partitions"] for flag in ("--agents", "--partitions"))
+        assert [p["core_ids"] for p in old] == [p["core_ids"] for p in new] == [list(range(16)), list(range(16, 32))]

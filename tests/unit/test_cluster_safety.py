@@ -1,4 +1,4 @@
-"""Issue 17 (cluster side) at the command line, without starting Ray.
+"""Bad input on the cluster side, at the command line, without starting Ray.
 
 What a command must never do with bad input or a state record it cannot
 trust: signal a process it did not start, start a cluster, write outside the
@@ -164,7 +164,7 @@ def assert_clean_error(proc: subprocess.CompletedProcess[str], code: int, *needl
         assert needle in proc.stderr, (needle, proc.stderr)
 
 
-# ------------------------------------------------ 17.1: never signal what is not ours
+# ------------------------------------------------ never signal what is not ours
 
 
 def test_verdicts_of_the_process_check(spawn: Spawn) -> None:
@@ -203,7 +203,7 @@ def foreign_entry(case: str, spawn: Spawn) -> tuple[RayProcess, subprocess.Popen
 
 @badinput("dangerous")
 @pytest.mark.parametrize("case", FOREIGN_CASES)
-def test_acceptance_17_1_a_record_naming_a_process_not_ours(
+def test_a_record_naming_a_process_not_ours_is_refused_and_nothing_signalled(
     case: str, spawn: Spawn, env: dict[str, str], tag: dict[str, str]
 ) -> None:
     ours = spawn()  # a live stand-in raylet in the same record: it must survive too
@@ -217,7 +217,7 @@ def test_acceptance_17_1_a_record_naming_a_process_not_ours(
     assert p1["alive"] is False, "status never calls it ours"
     assert any(f"process {entry.pid} (raylet)" in w for w in payload["warnings"]), payload["warnings"]
 
-    for args in (["stop"], ["stop", "--grace", "0"], ["start", "--recover"], ["start", "--head", "--agents", "2"]):
+    for args in (["stop"], ["stop", "--grace", "0"], ["start", "--recover"], ["start", "--head", "--partitions", "2"]):
         proc = run_cli_here(*args, env=env)
         assert_clean_error(proc, 2, str(Path(env["RAYACCEL_STATE_DIR"]) / "host.json"), f"process {entry.pid}")
         assert state_bytes(env) == raw, f"{args} changed the record"
@@ -270,7 +270,7 @@ def test_a_record_from_another_host_is_never_acted_on(spawn: Spawn, env: dict[st
     status = json.loads(run_cli_here("status", "--json", env=env).stdout)
     assert status["partitions"][0]["alive"] is False
     assert any("host-b" in w for w in status["warnings"])
-    for args in (["stop"], ["start", "--recover"], ["start", "--head", "--agents", "2"]):
+    for args in (["stop"], ["start", "--recover"], ["start", "--head", "--partitions", "2"]):
         assert_clean_error(run_cli_here(*args, env=env), 2, "'host-b'")
         assert state_bytes(env) == raw and raylet.poll() is None
 
@@ -292,12 +292,12 @@ def test_host_names_become_safe_directory_names(monkeypatch: pytest.MonkeyPatch)
             assert name == safe
 
 
-# ------------------------------------------------ 17.2: top and status start nothing
+# ------------------------------------------------ top and status start nothing
 
 
 @badinput("dangerous")
 @pytest.mark.parametrize("json_flag", [[], ["--json"]])
-def test_acceptance_17_2_top_once_without_a_cluster(
+def test_top_once_and_status_without_a_cluster_start_nothing(
     json_flag: list[str], env: dict[str, str], tag: dict[str, str]
 ) -> None:
     env = {k: v for k, v in env.items() if k != "RAYACCEL_STATE_DIR"}  # the default dir, under HOME
@@ -311,14 +311,12 @@ def test_acceptance_17_2_top_once_without_a_cluster(
     assert tagged(tag) == {}, "no Ray process was started"
 
 
-# ------------------------------------------------ 17.4: no path from unvalidated names
+# ------------------------------------------------ no path from unvalidated names
 
 
 @badinput("dangerous")
 @pytest.mark.parametrize("name", ["../x", "../../escape", "a/b", "$(id)", "p" * 200, "p\u0430rt", ".x", "x."], ids=repr)
-def test_acceptance_17_4_manual_names_never_become_paths(
-    name: str, tmp_path: Path, env: dict[str, str], tag: dict[str, str]
-) -> None:
+def test_manual_names_never_become_paths(name: str, tmp_path: Path, env: dict[str, str], tag: dict[str, str]) -> None:
     outside = tmp_path / "x.result.json"
     outside.write_text("keep")
     before = sorted(str(p) for p in tmp_path.rglob("*"))
@@ -329,11 +327,11 @@ def test_acceptance_17_4_manual_names_never_become_paths(
     assert tagged(tag) == {}
 
 
-# ------------------------------------------------ 17.5: the state directory's mode
+# ------------------------------------------------ the state directory's mode
 
 
 @badinput("dangerous")
-def test_acceptance_17_5_a_shared_state_dir_keeps_its_mode(tmp_path: Path, env: dict[str, str]) -> None:
+def test_a_shared_state_dir_keeps_its_mode(tmp_path: Path, env: dict[str, str]) -> None:
     shared = tmp_path / "shared"
     shared.mkdir()
     os.chmod(shared, 0o1777)
@@ -375,9 +373,9 @@ BAD_START = [
     (["--head", "--port", "65536"], "'65536'"),
     (["--head", "--port", "٦٣٧٩"], "'٦٣٧٩'"),
     (["--head", "--port", "6379.0"], "'6379.0'"),
-    (["--head", "--agents", "٤"], "'٤'"),
-    (["--head", "--agents", "0"], "'0'"),
-    (["--head", "--agents", "-2"], "'-2'"),
+    (["--head", "--partitions", "٤"], "'٤'"),
+    (["--head", "--partitions", "0"], "'0'"),
+    (["--head", "--partitions", "-2"], "'-2'"),
     (["--head", "--timeout", "-1"], "'-1'"),
     (["--head", "--timeout", "0"], "'0'"),
     (["--head", "--timeout", "nan"], "'nan'"),
@@ -389,13 +387,13 @@ BAD_START = [
     (["--head", "--max-workers", "lots"], "'lots'"),
     (["--address", "127.0.0.1:6379", "--port", "7000"], "--port is the new head's GCS port"),
     (["--head", "--address", "127.0.0.1:6379"], "exactly one of"),
-    (["--recover", "--agents", "2"], "--partitions"),
+    (["--recover", "--partitions", "2"], "--partitions"),
     (["--recover", "--block"], "--block"),
     (["--head", "--", "--block"], "ray-accel start --block"),
     (["--head", "--", "--port", "7000"], "--port is set per partition"),
     (["--head", "--", "--node-manager-port=5"], "--node-manager-port"),
     (["--head", "--mode", "sideways"], "'sideways'"),
-    (["--head", "--agents", "3"], "3"),
+    (["--head", "--partitions", "3"], "3"),
 ]
 
 
@@ -443,7 +441,7 @@ def test_stop_with_a_bad_grace_signals_nothing_and_keeps_the_record(
 def test_a_rejected_start_keeps_a_stale_record(spawn: Spawn, env: dict[str, str]) -> None:
     sleeper = spawn()
     raw = write_record(env, (ray_process(sleeper, start_ticks=1),))  # stale: that process is gone
-    assert_clean_error(run_cli_here("start", "--head", "--agents", "3", env=env), 2, "3")
+    assert_clean_error(run_cli_here("start", "--head", "--partitions", "3", env=env), 2, "3")
     assert state_bytes(env) == raw, "the stale record is only removed by a start that goes ahead"
 
 
@@ -531,7 +529,7 @@ def test_a_fifo_as_the_lock_file_is_an_error_not_a_hang(spawn: Spawn, env: dict[
     raylet = spawn()
     raw = write_record(env, (ray_process(raylet),))  # `stop` takes the lock where there is a record
     os.mkfifo(Path(env["RAYACCEL_STATE_DIR"]) / "lock")
-    for args in (["stop"], ["start", "--head", "--agents", "2"]):
+    for args in (["stop"], ["start", "--head", "--partitions", "2"]):
         assert_clean_error(run_cli(*args, env=env, timeout=20), 2, "lock")
         assert state_bytes(env) == raw and raylet.poll() is None
 
@@ -543,7 +541,7 @@ def test_a_fifo_as_the_token_file_is_an_error_not_a_hang(
     fifo = tmp_path / "token"
     os.mkfifo(fifo)
     env["RAY_AUTH_TOKEN_PATH"] = str(fifo)
-    proc = run_cli("start", "--head", "--agents", "2", env=env, timeout=30)
+    proc = run_cli("start", "--head", "--partitions", "2", env=env, timeout=30)
     assert_clean_error(proc, 2, str(fifo))
     assert tagged(tag) == {}
     assert state_bytes(env) is None
@@ -561,7 +559,7 @@ def test_the_lock_refuses_a_second_command_naming_the_lock(
     monkeypatch.setenv("RAYACCEL_STATE_DIR", env["RAYACCEL_STATE_DIR"])
     lock = str(Path(env["RAYACCEL_STATE_DIR"]) / "lock")
     with state.host_lock("start", state.place_for(LOOPBACK)):
-        for args in (["stop"], ["start", "--recover"], ["start", "--head", "--agents", "2"]):
+        for args in (["stop"], ["start", "--recover"], ["start", "--head", "--partitions", "2"]):
             proc = run_cli_here(*args, env=env)
             assert_clean_error(proc, 2, lock, f"start, pid {os.getpid()}")
             assert state_bytes(env) == raw and raylet.poll() is None
@@ -671,7 +669,7 @@ def test_an_earlier_versions_node_json_is_read_with_a_warning_and_stopped(
     status = json.loads(run_cli("status", "--json", env=env).stdout)
     assert status["state_file"] == str(path) and status["running"] and status["host_ip"] is None
     assert any("earlier ray-accel" in w for w in status["warnings"]), status["warnings"]
-    assert_clean_error(run_cli("start", "--head", "--agents", "2", env=env), 2, "already running", str(path))
+    assert_clean_error(run_cli("start", "--head", "--partitions", "2", env=env), 2, "already running", str(path))
     assert_clean_error(run_cli("start", "--recover", env=env), 2, str(path), "earlier ray-accel")
     assert path.read_bytes() == raw and raylet.poll() is None
     stop = run_cli("stop", "--json", env=env)

@@ -1,10 +1,10 @@
-"""The core device model's additions: external peers and node warnings."""
+"""The core device model's additions: external peers and host warnings."""
 
 from __future__ import annotations
 
 import pytest
 
-from ray_accel.core.devices import Device, DeviceError, NodeInfo, validate_inventory
+from ray_accel.core.devices import Device, DeviceError, HostInfo, validate_inventory
 
 FAMILY_NEURON = "neuron"  # any family name: the core knows none
 
@@ -23,11 +23,11 @@ def test_external_peers_are_kept_shown_and_not_checked_for_symmetry() -> None:
 
 
 @pytest.mark.parametrize("external", ["neuron:1", "neuron:0"])
-def test_an_external_peer_that_is_on_the_node_is_refused(external: str) -> None:
-    with pytest.raises(DeviceError, match=f"lists {external!r} as external, but it is on this node"):
+def test_an_external_peer_that_is_on_the_host_is_refused(external: str) -> None:
+    with pytest.raises(DeviceError, match=f"lists {external!r} as external, but it is on this host"):
         validate_inventory([dev(0, external=(external,)), dev(1)])
 
 
-def test_node_warnings_are_in_the_json() -> None:
-    info = NodeInfo("neuron", FAMILY_NEURON, None, "neuron_cores", "NEURON_RT_VISIBLE_CORES", 1, 2, warnings=("w",))
+def test_host_warnings_are_in_the_json() -> None:
+    info = HostInfo("neuron", FAMILY_NEURON, None, "neuron_cores", "NEURON_RT_VISIBLE_CORES", 1, 2, warnings=("w",))
     assert info.to_json()["warnings"] == ["w"]

@@ -39,7 +39,7 @@ def test_a100x8_nvlink() -> None:
     assert all(len(d.peers) == 7 for d in devices)
     assert [d.numa_node for d in devices] == [0, 0, 0, 0, 1, 1, 1, 1]
     assert devices[2].pci_bus_id == "00000000:12:00.0"
-    info = plugin.node_info()
+    info = plugin.host_info()
     assert (info.accelerator_type, info.driver_version, info.runtime_version) == ("A100", "550.90.07", "12.4")
     samples = plugin.telemetry.device_samples()
     assert samples[0].utilization == 0.5 and samples[0].power_watts == 250.0 and samples[0].healthy
@@ -58,7 +58,7 @@ def test_nvlink_queries_are_cached() -> None:
 def test_lost_gpu_is_skipped_and_reported() -> None:
     plugin = active(fake_nvml.lost_gpu())
     assert [d.index for d in plugin.list_devices()] == [0, 1, 2, 4, 5, 6, 7]
-    assert plugin.node_info().attributes["lost_gpus"] == "3"
+    assert plugin.host_info().attributes["lost_gpus"] == "3"
 
 
 def test_gpu_lost_after_discovery_is_unhealthy_and_others_still_report() -> None:
@@ -141,7 +141,7 @@ def test_xid_health_ignores_application_xids_and_heals() -> None:
     assert not samples[nv.gpus[1].uuid].healthy, "a critical XID marks the GPU unhealthy"
     assert samples[nv.gpus[1].uuid].health_reason == f"XID 79 in the last {XID_WINDOW_S:.0f}s"
     assert sum(s.healthy for s in samples.values()) == 7
-    assert plugin.node_info().attributes["nvml_poll_errors"] == "0"
+    assert plugin.host_info().attributes["nvml_poll_errors"] == "0"
     clock.now += XID_WINDOW_S + 1
     assert all(s.healthy for s in plugin.telemetry.device_samples()), "health is re-evaluated, not sticky"
 
@@ -165,7 +165,7 @@ def test_nvml_errors_in_the_poll_are_logged_once_and_counted(caplog: pytest.LogC
         assert len(samples) == 8, "a failed poll does not cost the samples"
         nv.wait_errors += [fake_nvml.UNKNOWN]
         plugin.telemetry.device_samples()
-    attrs = plugin.node_info().attributes
+    attrs = plugin.host_info().attributes
     assert attrs["nvml_poll_errors"] == "2"
     assert "nvmlEventSetWait" in attrs["nvml_poll_last_error"] and "Unknown" in attrs["nvml_poll_last_error"]
     logged = [r for r in caplog.records if "NVML health poll error" in r.getMessage()]
@@ -183,7 +183,7 @@ def test_event_from_a_gpu_lost_since_is_counted_not_dropped() -> None:
     nv.gpus[5].lost_after_discovery = True
     samples = {s.device_id: s for s in plugin.telemetry.device_samples()}
     assert samples[nv.gpus[5].uuid].health_reason == "GPU is lost"
-    attrs = plugin.node_info().attributes
+    attrs = plugin.host_info().attributes
     assert attrs["nvml_poll_errors"] == "1" and "UUID" in attrs["nvml_poll_last_error"]
 
 
@@ -194,14 +194,14 @@ def test_registration_failure_is_counted_and_other_gpus_still_report_xids() -> N
     nv.events.append((1, 79))
     samples = {s.device_id: s for s in plugin.telemetry.device_samples()}
     assert samples[nv.gpus[1].uuid].health_reason == f"XID 79 in the last {XID_WINDOW_S:.0f}s"
-    assert plugin.node_info().attributes["nvml_poll_errors"] == "1"
+    assert plugin.host_info().attributes["nvml_poll_errors"] == "1"
 
 
 def test_xid_events_unsupported_is_said() -> None:
     nv = fake_nvml.FakeNvml([FakeGpu(0)], missing={"nvmlEventSetCreate"})
     plugin = active(nv)
     assert plugin.telemetry.device_samples()[0].healthy
-    assert plugin.node_info().attributes["xid_events"] == "unsupported"
+    assert plugin.host_info().attributes["xid_events"] == "unsupported"
 
 
 def test_power_and_temperature_reach_the_sample() -> None:
@@ -227,8 +227,8 @@ def test_ray_duplicate_uuid_data_makes_cuda_inactive_naming_the_uuid() -> None:
 def test_mixed_models_are_typed_per_device_not_by_gpu_0() -> None:
     plugin = active(fake_nvml.mixed_v100_a100())
     assert [d.accelerator_type for d in plugin.list_devices()] == ["V100", "A100", "A100"]
-    info = plugin.node_info()
-    # Ray 2.60 types this node V100 (GPU 0); we say it has no one type.
+    info = plugin.host_info()
+    # Ray 2.60 types this host V100 (GPU 0); we say it has no one type.
     assert info.accelerator_type is None and info.attributes["accelerator_types"] == "A100,V100"
 
 

@@ -17,7 +17,7 @@ from ray_accel.core.devices import Device
 from ray_accel.core.visibility import VisibilityError
 from tests.badinput import badinput
 
-NODE: tuple[Device, ...] = load_spec("p4d.24xlarge").devices
+P4D: tuple[Device, ...] = load_spec("p4d.24xlarge").devices
 SPACE = st.sampled_from(["", " ", "  "])
 
 
@@ -31,13 +31,13 @@ def _unique_prefix(uuid: str, devices: tuple[Device, ...]) -> str:
 @st.composite
 def masks(draw: st.DrawFn) -> tuple[str, list[int]]:
     """A mask of distinct GPUs, each named by index, UUID or unique prefix."""
-    order = draw(st.permutations([d.index for d in NODE]))
+    order = draw(st.permutations([d.index for d in P4D]))
     chosen = order[: draw(st.integers(1, len(order)))]
     tokens = []
     for i in chosen:
         form = draw(st.sampled_from(["index", "uuid", "prefix"]))
-        uuid = NODE[i].id
-        token = str(i) if form == "index" else uuid if form == "uuid" else _unique_prefix(uuid, NODE)
+        uuid = P4D[i].id
+        token = str(i) if form == "index" else uuid if form == "uuid" else _unique_prefix(uuid, P4D)
         tokens.append(draw(SPACE) + token + draw(SPACE))
     return ",".join(tokens), list(chosen)
 
@@ -45,7 +45,7 @@ def masks(draw: st.DrawFn) -> tuple[str, list[int]]:
 @given(masks())
 def test_every_form_gives_nvml_indexes_in_mask_order(case: tuple[str, list[int]]) -> None:
     value, expected = case
-    assert parse_cuda_visible(value, NODE) == expected
+    assert parse_cuda_visible(value, P4D) == expected
 
 
 @badinput("masks")
@@ -53,37 +53,37 @@ def test_every_form_gives_nvml_indexes_in_mask_order(case: tuple[str, list[int]]
 def test_naming_one_gpu_twice_is_refused(case: tuple[str, list[int]], data: st.DataObject) -> None:
     value, expected = case
     again = data.draw(st.sampled_from(expected))
-    twin = data.draw(st.sampled_from([str(again), NODE[again].id]))
+    twin = data.draw(st.sampled_from([str(again), P4D[again].id]))
     with pytest.raises(VisibilityError, match=f"duplicate GPU {again}"):
-        parse_cuda_visible(f"{value},{twin}", NODE)
+        parse_cuda_visible(f"{value},{twin}", P4D)
 
 
 @badinput("masks")
-@given(st.integers(len(NODE), 65535), masks())
-def test_an_index_past_the_node_is_refused_naming_it(index: int, case: tuple[str, list[int]]) -> None:
+@given(st.integers(len(P4D), 65535), masks())
+def test_an_index_past_the_host_is_refused_naming_it(index: int, case: tuple[str, list[int]]) -> None:
     with pytest.raises(VisibilityError, match=f"GPU {index} .*out of range"):
-        parse_cuda_visible(f"{case[0]},{index}", NODE)
+        parse_cuda_visible(f"{case[0]},{index}", P4D)
 
 
 @badinput("masks")
 @given(st.text(alphabet=st.sampled_from(list("0123456789,- GPU-abcdefMIGNoDevFiles")), max_size=30))
 def test_any_text_gives_known_gpus_or_a_visibility_error(value: str) -> None:
     try:
-        got = parse_cuda_visible(value, NODE)
+        got = parse_cuda_visible(value, P4D)
     except VisibilityError:
         return
     assert got is not None
     assert len(got) == len(set(got)), "never a GPU twice"
-    assert set(got) <= {d.index for d in NODE}
+    assert set(got) <= {d.index for d in P4D}
 
 
 @pytest.mark.parametrize("value", ["", "  ", "NoDevFiles"])
 def test_none_visible(value: str) -> None:
-    assert parse_cuda_visible(value, NODE) == []
+    assert parse_cuda_visible(value, P4D) == []
 
 
 def test_unset_is_everything() -> None:
-    assert parse_cuda_visible(None, NODE) is None
+    assert parse_cuda_visible(None, P4D) is None
 
 
 @badinput("masks")
@@ -99,4 +99,4 @@ def test_unset_is_everything() -> None:
 )
 def test_bad_entries_are_named(value: str, message: str) -> None:
     with pytest.raises(VisibilityError, match=message):
-        parse_cuda_visible(value, NODE)
+        parse_cuda_visible(value, P4D)

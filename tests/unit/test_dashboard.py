@@ -84,8 +84,8 @@ def test_substitution_uses_the_all_value_and_grafana_builtins() -> None:
 
 def test_variable_queries_are_promql_for_label_values() -> None:
     assert variable_queries(DASHBOARD) == {
-        "SessionName": "count by (SessionName) (ray_accel_node_devices)",
-        "host": 'count by (host) (ray_accel_node_devices{SessionName=~".+"})',
+        "SessionName": "count by (SessionName) (ray_accel_host_devices)",
+        "host": 'count by (host) (ray_accel_host_devices{SessionName=~".+"})',
         "partition": 'count by (partition) (ray_accel_device_healthy{SessionName=~".+",host=~".+"})',
     }
 
@@ -96,8 +96,8 @@ def test_unknown_variable_is_an_error_naming_it() -> None:
 
 
 def test_schema_check_catches_unknown_metrics_and_labels() -> None:
-    assert schema_problems('ray_accel_node_devices{partition=~"p0"}') == [
-        "label partition is not on ['ray_accel_node_devices']"
+    assert schema_problems('ray_accel_host_devices{partition=~"p0"}') == [
+        "label partition is not on ['ray_accel_host_devices']"
     ]
     assert schema_problems("rate(ray_node_cpu_seconds[1m])") == ["unknown metric ray_node_cpu_seconds"]
     assert schema_problems("vector(1)") == ["selects no metric"]
@@ -106,9 +106,9 @@ def test_schema_check_catches_unknown_metrics_and_labels() -> None:
 def test_names_ignore_strings_functions_durations_and_keywords() -> None:
     expr = (
         'sum by (host) (rate(ray_accel_workload_cpu_seconds{workload=~"ray_accel_fake.*"}[5m] offset 1m)) '
-        "/ on(host) group_left ray_accel_node_devices > bool 1e3 and ray_accel_node_devices unless inf"
+        "/ on(host) group_left ray_accel_host_devices > bool 1e3 and ray_accel_host_devices unless inf"
     )
-    assert metric_names(expr) == {"ray_accel_workload_cpu_seconds", "ray_accel_node_devices"}
+    assert metric_names(expr) == {"ray_accel_workload_cpu_seconds", "ray_accel_host_devices"}
     assert label_names(expr) == {"host", "workload"}
 
 

@@ -48,7 +48,7 @@ def test_inconsistent_nvml_data_makes_only_cuda_inactive(
     assert duplicate_uuid_nvml.calls["nvmlDeviceGetUUID"] == 3, "the cuda backend really read the fake NVML"
     assert plugins["faketpu"]["active"] is True
     assert [d["id"] for d in payload["devices"]] == ["chip0", "chip1", "chip2", "chip3"]
-    assert payload["node"]["resource_name"] == "FAKETPU"
+    assert payload["host"]["resource_name"] == "FAKETPU"
 
 
 def test_inconsistent_nvml_data_text_view(
@@ -62,7 +62,7 @@ def test_inconsistent_nvml_data_text_view(
 @badinput("exit-code")
 def test_a_bad_mock_spec_is_still_input_and_exits_2(tmp_path: Path, cli: CliRunner) -> None:
     spec = tmp_path / "dup.toml"
-    spec.write_text('[node]\nfamily="gpu"\n[[devices]]\nid="GPU-same"\n[[devices]]\nid="GPU-same"\n')
+    spec.write_text('[host]\nfamily="gpu"\n[[devices]]\nid="GPU-same"\n[[devices]]\nid="GPU-same"\n')
     proc = cli("devices", "--json", env={"RAYACCEL_MOCK": str(spec)})
     assert proc.returncode == 2
     error = json.loads(proc.stderr)

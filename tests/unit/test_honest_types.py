@@ -1,4 +1,4 @@
-"""Honest accelerator types on a node of several GPU models.
+"""Honest accelerator types on a host of several GPU models.
 
 Here we deliberately differ from Ray. Ray 2.60 types a whole node by its GPU
 0 (`NvidiaGPUAcceleratorManager.get_current_node_accelerator_type` reads
@@ -6,7 +6,7 @@ Here we deliberately differ from Ray. Ray 2.60 types a whole node by its GPU
 (`test_gpu_info_parsing` in python/ray/tests/accelerators/test_nvidia_gpu.py)
 expects "A100" for a node of two A100s and a V100. A task asking for a V100
 there may never land and one asking for an A100 may get the V100. Since we
-split nodes, each partition advertises the type of its own devices: AUTO_SPLIT
+split hosts, each partition advertises the type of its own devices: AUTO_SPLIT
 never puts two models in one partition, and a partition holding several types
 (SHARED or MANUAL) advertises none and is warned about, naming the models.
 """
@@ -72,14 +72,14 @@ def test_manual_partition_over_mixed_models_advertises_no_type() -> None:
 
 
 def test_models_of_one_type_keep_the_type() -> None:
-    node = build_mixed_gpus("a100s", [(A100, "A100", 40 * GIB, 1), ("NVIDIA A100-SXM4-80GB", "A100", 80 * GIB, 1)])
-    plan = plan_for(node.devices, "manual", manual="both=0-1")
+    host = build_mixed_gpus("a100s", [(A100, "A100", 40 * GIB, 1), ("NVIDIA A100-SXM4-80GB", "A100", 80 * GIB, 1)])
+    plan = plan_for(host.devices, "manual", manual="both=0-1")
     assert plan[0].accelerator_type == "A100"
     assert any("all of accelerator type A100" in w for w in plan.warnings)
-    assert [p.accelerator_type for p in plan_for(node.devices, "auto-split")] == ["A100", "A100"]
+    assert [p.accelerator_type for p in plan_for(host.devices, "auto-split")] == ["A100", "A100"]
 
 
-def test_devices_without_a_type_of_their_own_take_the_nodes_on_a_one_model_node() -> None:
+def test_devices_without_a_type_of_their_own_take_the_hosts_on_a_one_model_host() -> None:
     untyped = [dataclasses.replace(d, accelerator_type=None) for d in load_spec("p4d.24xlarge").devices]
     assert [p.accelerator_type for p in plan_for(untyped, "auto-split", 2, default_type="A100")] == [
         "A100",
@@ -87,22 +87,22 @@ def test_devices_without_a_type_of_their_own_take_the_nodes_on_a_one_model_node(
     ]
     mixed_untyped = [dataclasses.replace(d, accelerator_type=None) for d in mixed()]
     plan = plan_for(mixed_untyped, "auto-split", default_type="V100")
-    assert [p.accelerator_type for p in plan] == [None, None], "GPU 0's type is not the node's"
+    assert [p.accelerator_type for p in plan] == [None, None], "GPU 0's type is not the host's"
 
 
 @st.composite
-def mixed_nodes(draw: st.DrawFn) -> tuple[tuple[Device, ...], int]:
+def mixed_hosts(draw: st.DrawFn) -> tuple[tuple[Device, ...], int]:
     counts = draw(st.lists(st.integers(1, 6), min_size=1, max_size=3))
     rows = [(f"Model{n}", f"T{n}", (n + 1) * GIB, c) for n, c in enumerate(counts)]
-    node = build_mixed_gpus("hyp", rows)
+    host = build_mixed_gpus("hyp", rows)
     # Every count the plan can meet: each model split evenly, at least once.
     totals = {0}
     for c in counts:
         totals = {t + k for t in totals for k in range(1, c + 1) if c % k == 0}
-    return node.devices, draw(st.sampled_from(sorted(totals)))
+    return host.devices, draw(st.sampled_from(sorted(totals)))
 
 
-@given(mixed_nodes())
+@given(mixed_hosts())
 def test_auto_split_never_mixes_models_and_types_each_partition(case: tuple[tuple[Device, ...], int]) -> None:
     devices, partitions = case
     plan = plan_for(devices, "auto-split", partitions)
@@ -119,24 +119,24 @@ def test_auto_split_never_mixes_models_and_types_each_partition(case: tuple[tupl
 
 
 def test_a_partitions_spec_carries_its_own_type_to_rays_manager() -> None:
-    node = BridgeSpec("GPU", "CUDA_VISIBLE_DEVICES", "gpu", None, (0, 1, 2), "cuda", CUDA_TRAITS)
+    spec_all = BridgeSpec("GPU", "CUDA_VISIBLE_DEVICES", "gpu", None, (0, 1, 2), "cuda", CUDA_TRAITS)
     plan = plan_for(mixed(), "auto-split")
-    base = raylet_env([node], {})
+    base = raylet_env([spec_all], {})
     for part, kind in zip(plan, ["V100", "A100"], strict=True):
-        own = node.for_partition(part)
+        own = spec_all.for_partition(part)
         env = partition_env(base, own, part)
         (spec,) = specs_from_env(env[SPEC_ENV])
         assert spec.accelerator_type == kind
         # What Ray's resource and label code asks (resource_and_label_spec.py):
         assert make_manager(spec).get_current_node_accelerator_type() == kind
     shared = plan_for(mixed(), "shared", 2)
-    assert make_manager(node.for_partition(shared[0])).get_current_node_accelerator_type() is None
+    assert make_manager(spec_all.for_partition(shared[0])).get_current_node_accelerator_type() is None
 
 
 def test_partition_env_leaves_the_spec_alone_when_the_bridge_is_off() -> None:
-    node = BridgeSpec("GPU", "CUDA_VISIBLE_DEVICES", "gpu", None, (0, 1, 2), "cuda", CUDA_TRAITS)
+    spec_all = BridgeSpec("GPU", "CUDA_VISIBLE_DEVICES", "gpu", None, (0, 1, 2), "cuda", CUDA_TRAITS)
     part = plan_for(mixed(), "auto-split")[0]
-    assert SPEC_ENV not in partition_env({}, node.for_partition(part), part)
+    assert SPEC_ENV not in partition_env({}, spec_all.for_partition(part), part)
 
 
 def test_plan_cli_shows_the_type_per_partition(cli: CliRunner) -> None:
@@ -146,17 +146,17 @@ def test_plan_cli_shows_the_type_per_partition(cli: CliRunner) -> None:
         ("p0", "V100", [V100]),
         ("p1", "A100", [A100]),
     ]
-    text = cli("plan", "--mode", "shared", "--agents", "2", env=env)
+    text = cli("plan", "--mode", "shared", "--partitions", "2", env=env)
     assert text.returncode == 0, text.stderr
     assert "TYPE" in text.stdout and f"none ({V100} + {A100})" in text.stdout
     assert "no single accelerator type" in text.stdout
-    assert cli("plan", "--agents", "1", env=env).returncode == 2
+    assert cli("plan", "--partitions", "1", env=env).returncode == 2
 
 
 def test_devices_cli_keeps_each_models_type(cli: CliRunner) -> None:
     env = {"RAYACCEL_MOCK": MIXED}
     out = cli_json("devices", env=env)
-    assert out["node"]["accelerator_type"] is None
+    assert out["host"]["accelerator_type"] is None
     assert [(d["model"], d["accelerator_type"]) for d in out["devices"]] == [
         (V100, "V100"),
         (A100, "A100"),
@@ -174,7 +174,7 @@ def test_spec_json_round_trip_keeps_no_type() -> None:
 
 
 def test_partition_env_carries_the_process_env_with_or_without_the_bridge() -> None:
-    node = BridgeSpec(
+    spec_all = BridgeSpec(
         "GPU",
         "CUDA_VISIBLE_DEVICES",
         "gpu",
@@ -185,8 +185,8 @@ def test_partition_env_carries_the_process_env_with_or_without_the_bridge() -> N
         (("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),),
     )
     part = plan_for(mixed(), "auto-split")[1]
-    for base in ({}, raylet_env([node], {})):
-        env = partition_env(base, node.for_partition(part), part)
+    for base in ({}, raylet_env([spec_all], {})):
+        env = partition_env(base, spec_all.for_partition(part), part)
         assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID" and env["CUDA_VISIBLE_DEVICES"] == "1,2"
 
 

@@ -1,5 +1,5 @@
-"""Issue 12 point 3 / acceptance 4: a mask already set in the environment
-(Slurm, a container runtime) bounds the plan; discovery still sees the node."""
+"""A mask already set in the environment
+(Slurm, a container runtime) bounds the plan; discovery still sees the whole host."""
 
 from __future__ import annotations
 
@@ -25,17 +25,17 @@ def plugin(preset: str) -> MockPlugin:
 
 
 def test_neuron_range_mask_plans_over_those_cores_only() -> None:
-    out = cli_json("plan", "--agents", "2", env={**TRN1, "NEURON_RT_VISIBLE_CORES": "8-23"})
+    out = cli_json("plan", "--partitions", "2", env={**TRN1, "NEURON_RT_VISIBLE_CORES": "8-23"})
     assert [p["core_ids"] for p in out["partitions"]] == [list(range(8, 16)), list(range(16, 24))]
     assert out["inherited_mask"]["env"] == "NEURON_RT_VISIBLE_CORES"
     assert out["inherited_mask"]["visible_ids"] == list(range(8, 24))
     assert "16 of 32 neuron_cores" in out["inherited_mask"]["description"]
-    # Discovery still sees the whole node.
+    # Discovery still sees the whole host.
     assert len(cli_json("devices", env={**TRN1, "NEURON_RT_VISIBLE_CORES": "8-23"})["devices"]) == 16
 
 
 def test_plan_table_says_it_plans_within_the_mask(cli: CliRunner) -> None:
-    proc = cli("plan", "--agents", "2", env={**TRN1, "NEURON_RT_VISIBLE_CORES": "8-23"})
+    proc = cli("plan", "--partitions", "2", env={**TRN1, "NEURON_RT_VISIBLE_CORES": "8-23"})
     assert proc.returncode == 0, proc.stderr
     assert "inherited mask NEURON_RT_VISIBLE_CORES=8-23: planning over 16 of 32 neuron_cores" in proc.stdout
 
@@ -43,7 +43,7 @@ def test_plan_table_says_it_plans_within_the_mask(cli: CliRunner) -> None:
 def test_cuda_uuid_mask_on_mock_p4d_plans_over_those_gpus() -> None:
     devices = cli_json("devices", env=P4D)["devices"]
     chosen = [devices[5]["id"], devices[2]["id"]]
-    out = cli_json("plan", "--agents", "2", env={**P4D, "CUDA_VISIBLE_DEVICES": ",".join(chosen)})
+    out = cli_json("plan", "--partitions", "2", env={**P4D, "CUDA_VISIBLE_DEVICES": ",".join(chosen)})
     assert sorted(d for p in out["partitions"] for d in p["device_ids"]) == sorted(chosen)
     assert sorted(c for p in out["partitions"] for c in p["core_ids"]) == [2, 5]
     # A unique UUID prefix names the GPU too, as CUDA allows.
@@ -104,11 +104,11 @@ def test_plans_never_leave_the_mask(data: st.DataObject) -> None:
     count = data.draw(st.sampled_from([n for n in (1, 2, 4, 8) if first + n <= 16]))
     cores = list(range(first * 2, (first + count) * 2))
     mask = inherited_mask(p, {"NEURON_RT_VISIBLE_CORES": format_visible_ids(cores, "ranges")})
-    agents = data.draw(st.sampled_from([n for n in (1, 2, 4, 8) if count % n == 0]))
-    plan = plan_within_mask(p.list_devices(), "auto-split", agents, mask=mask, traits=p.traits)
+    count = data.draw(st.sampled_from([n for n in (1, 2, 4, 8) if count % n == 0]))
+    plan = plan_within_mask(p.list_devices(), "auto-split", count, mask=mask, traits=p.traits)
     planned = sorted(c for x in plan for c in x.core_ids)
     assert planned == cores
-    assert len(plan) == agents
+    assert len(plan) == count
 
 
 def test_no_mask_is_the_plain_plan() -> None:

@@ -1,4 +1,4 @@
-"""Issue 20 point 4: `ray_accel.init` checks a request before any Ray process
+"""`ray_accel.init` checks a request before any Ray process
 starts (the end-to-end check, with the driver's children listed, is
 tests/integration/test_host_parity.py)."""
 

@@ -2,9 +2,10 @@
 
 The state names and the order a run goes through them are Ray 2.60's
 (`TrainControllerStateType`, ray/train/v2/_internal/execution/controller/
-state.py:45-55; transitions in controller.py:636-723), as recorded by a
-ControllerCallback in /work/notes/ray-internals-2.md §2.2 (P2): a worker
-death is RUNNING -> RESTARTING -> SCHEDULING -> RUNNING."""
+state.py:45-55; transitions in controller.py:636-723), as a
+ControllerCallback (ray/train/v2/_internal/execution/callback.py) sees them
+on a real run: a worker death is RUNNING -> RESTARTING -> SCHEDULING ->
+RUNNING."""
 
 from __future__ import annotations
 

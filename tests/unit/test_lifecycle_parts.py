@@ -153,7 +153,7 @@ def test_a_fifo_where_a_launch_log_goes_stops_start_before_any_launch(tmp_path: 
     state_dir.mkdir(mode=0o700)
     os.mkfifo(state_dir / "p0.log")
     env = {"RAYACCEL_MOCK": "trn1.32xlarge", "RAYACCEL_STATE_DIR": str(state_dir), "HOME": str(tmp_path), **tag}
-    proc = run_cli("start", "--head", "--agents", "2", "--no-metrics", env=env, timeout=60)
+    proc = run_cli("start", "--head", "--partitions", "2", "--no-metrics", env=env, timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert "p0.log" in proc.stderr and "Traceback" not in proc.stderr
     assert tagged(tag) == {}

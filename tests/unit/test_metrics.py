@@ -28,7 +28,7 @@ from ray_accel.core.hosts import host_key
 from ray_accel.core.processes import ProcessRecord, children_map, descendants, snapshot
 from ray_accel.core.samples import DeviceSample
 from ray_accel.metrics.collect import OrphanReading, Snapshot, collect, device_readings, orphan_pids, workload_readings
-from ray_accel.metrics.export import COMMAND_MAX, GAUGES, NodeValues, actor_name, gauge_values, partition_nodes
+from ray_accel.metrics.export import COMMAND_MAX, GAUGES, HostValues, actor_name, gauge_values, partition_nodes
 from ray_accel.partition.labels import PARTITION_LABEL
 from tests.dashboard_queries import METRICS
 
@@ -188,11 +188,11 @@ def test_unknown_health_is_no_value_and_a_vanished_device_is_zero() -> None:
     assert [(tags["device_id"], v) for v, tags in health] == [(devices[0].id, 0.0)] + [(d.id, 1.0) for d in devices[1:]]
 
 
-def test_node_values_come_only_from_the_exporter_that_owns_them() -> None:
+def test_host_values_come_only_from_the_exporter_that_owns_them() -> None:
     telemetry = MockTelemetry(load_spec("trn1.32xlarge"))
     snap = _snapshot(telemetry, _devices(telemetry)[:8])
-    node = NodeValues("hostA", "neuron", "Trainium", 16, 123)
-    keys = _by_key(gauge_values(snap, node))
+    host = HostValues("hostA", "neuron", "Trainium", 16, 123)
+    keys = _by_key(gauge_values(snap, host))
     assert keys["n_devices"] == [(16.0, {"host": "hostA", "family": "neuron", "accelerator_type": "Trainium"})]
     assert keys["n_mem"] == [(123.0, {"host": "hostA", "family": "neuron", "accelerator_type": "Trainium"})]
     assert not {"n_devices", "n_mem"} & set(_by_key(gauge_values(snap, None)))

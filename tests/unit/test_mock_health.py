@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from ray_accel_mock.faults import FAULTS_ENV, FaultFileError, Faults, load_faults, parse_faults
 from ray_accel_mock.health import MockHealthMonitor
 from ray_accel_mock.plugin import MockPlugin
-from ray_accel_mock.spec import NodeSpec, load_spec
+from ray_accel_mock.spec import HostSpec, load_spec
 
 from ray_accel.core.health import Health, HealthReport
 from ray_accel.core.health_track import RECOVERY_POLLS_ENV
@@ -37,7 +37,7 @@ class Host:
     """A mock host, its monitor and its fault file."""
 
     def __init__(self, tmp: Path, preset: str, k: int = 3, **env: str) -> None:
-        self.spec: NodeSpec = load_spec(preset)
+        self.spec: HostSpec = load_spec(preset)
         self.faults = tmp / "faults.json"
         self.environ = {FAULTS_ENV: str(self.faults), RECOVERY_POLLS_ENV: str(k), **env}
         self.monitor = MockHealthMonitor(self.spec, self.environ)

@@ -1,4 +1,4 @@
-"""Acceptance for the mock backend: every preset has its documented shape."""
+"""The mock backend: every preset has its documented shape."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ SHAPES = {
 
 # Presets of several models, whose devices differ from each other: their
 # shapes are checked in tests/unit/test_honest_types.py and below, not by the
-# uniform SHAPES test (which assumes one model per node, as every preset did).
+# uniform SHAPES test (which assumes one model per host, as every preset did).
 MIXED = {
     "mixed-v100-a100": [
         ("Tesla V100-SXM2-16GB", "V100", 16 * GIB, 0),
@@ -47,7 +47,7 @@ def test_mixed_preset_shape_through_cli(preset: str) -> None:
     got = [(d["model"], d["accelerator_type"], d["memory_bytes"], len(d["peers"])) for d in out["devices"]]
     assert got == MIXED[preset]
     assert [d["core_ids"] for d in out["devices"]] == [[i] for i in range(len(MIXED[preset]))]
-    assert out["node"]["accelerator_type"] is None, "a node of several types has no one type"
+    assert out["host"]["accelerator_type"] is None, "a host of several types has no one type"
 
 
 @pytest.mark.parametrize("preset", sorted(SHAPES))
@@ -67,10 +67,10 @@ def test_preset_shape_through_cli(preset: str) -> None:
         for p in d["peers"]:
             assert p in ids
             assert d["id"] in next(e for e in devices if e["id"] == p)["peers"], "peers must be symmetric"
-    node = out["node"]
-    assert node["resource_name"] == ("neuron_cores" if family == "neuron" else "GPU")
-    assert node["visible_ids_env"] == ("NEURON_RT_VISIBLE_CORES" if family == "neuron" else "CUDA_VISIBLE_DEVICES")
-    assert node["instance_type"] == preset
+    host = out["host"]
+    assert host["resource_name"] == ("neuron_cores" if family == "neuron" else "GPU")
+    assert host["visible_ids_env"] == ("NEURON_RT_VISIBLE_CORES" if family == "neuron" else "CUDA_VISIBLE_DEVICES")
+    assert host["instance_type"] == preset
     assert out["plugins"] == [{"name": "mock", "active": True, "reason": None}] or any(
         p["name"] == "mock" and p["active"] for p in out["plugins"]
     )
@@ -107,10 +107,10 @@ def test_inf2_ring() -> None:
 
 
 def test_toml_spec(tmp_path: Path, cli: CliRunner) -> None:
-    f = tmp_path / "node.toml"
+    f = tmp_path / "host.toml"
     f.write_text(
         """
-[node]
+[host]
 family = "neuron"
 model = "Trainium"
 cores_per_device = 2
@@ -132,24 +132,24 @@ peers = [0]
 
 def test_toml_generated_topology(tmp_path: Path) -> None:
     f = tmp_path / "ring.toml"
-    f.write_text('[node]\nfamily = "gpu"\ndevices = 4\ntopology = "ring"\nnuma_nodes = 2\n')
+    f.write_text('[host]\nfamily = "gpu"\ndevices = 4\ntopology = "ring"\nnuma_nodes = 2\n')
     spec = load_spec(str(f))
     assert [len(d.peers) for d in spec.devices] == [2, 2, 2, 2]
     assert [d.numa_node for d in spec.devices] == [0, 0, 1, 1]
 
 
 BAD = {
-    "malformed": ("[node\nfamily=", "malformed TOML"),
-    "zero cores": ('[node]\nfamily="neuron"\n[[devices]]\ncores = 0\n', "cores must be a positive integer, got 0"),
+    "malformed": ("[host\nfamily=", "malformed TOML"),
+    "zero cores": ('[host]\nfamily="neuron"\n[[devices]]\ncores = 0\n', "cores must be a positive integer, got 0"),
     "negative cores": (
-        '[node]\nfamily="neuron"\n[[devices]]\ncores = -2\n',
+        '[host]\nfamily="neuron"\n[[devices]]\ncores = -2\n',
         "cores must be a positive integer, got -2",
     ),
-    "gpu zero cores": ('[node]\nfamily="gpu"\n[[devices]]\ncores = 0\n', "got 0"),
-    "duplicate ids": ('[node]\nfamily="neuron"\n[[devices]]\nid="x"\n[[devices]]\nid="x"\n', "duplicate device id 'x'"),
-    "unknown peer": ('[node]\nfamily="neuron"\n[[devices]]\nid="x"\npeers=["nope"]\n', "peer 'nope'"),
-    "bad family": ('[node]\nfamily="tpu"\n[[devices]]\nid="x"\n', "family must be"),
-    "one-sided link": ('[node]\nfamily="neuron"\n[[devices]]\nid="x"\npeers=["y"]\n[[devices]]\nid="y"\n', "one-sided"),
+    "gpu zero cores": ('[host]\nfamily="gpu"\n[[devices]]\ncores = 0\n', "got 0"),
+    "duplicate ids": ('[host]\nfamily="neuron"\n[[devices]]\nid="x"\n[[devices]]\nid="x"\n', "duplicate device id 'x'"),
+    "unknown peer": ('[host]\nfamily="neuron"\n[[devices]]\nid="x"\npeers=["nope"]\n', "peer 'nope'"),
+    "bad family": ('[host]\nfamily="tpu"\n[[devices]]\nid="x"\n', "family must be"),
+    "one-sided link": ('[host]\nfamily="neuron"\n[[devices]]\nid="x"\npeers=["y"]\n[[devices]]\nid="y"\n', "one-sided"),
 }
 
 

@@ -1,4 +1,4 @@
-"""The mock spec file is user input (issue 17): every bad value is an exit-2
+"""The mock spec file is user input: every bad value is an exit-2
 error of one line naming the file, the field and the value; nothing else
 escapes the parser, and a spec is never silently half-used.
 
@@ -32,9 +32,9 @@ from ray_accel_mock import MockPlugin
 from ray_accel_mock.spec import (
     DEVICE_KEYS,
     GIB,
+    HOST_KEYS,
     MAX_GPUS,
     MAX_SPEC_BYTES,
-    NODE_KEYS,
     SpecError,
     load_spec,
     spec_from_table,
@@ -49,13 +49,13 @@ from ray_accel.plugins.inventory import discover
 from tests.badinput import badinput
 from tests.conftest import run_cli
 
-GPU = '[node]\nfamily = "gpu"\n'
-NEURON = '[node]\nfamily = "neuron"\n'
+GPU = '[host]\nfamily = "gpu"\n'
+NEURON = '[host]\nfamily = "neuron"\n'
 ROW = "[[devices]]\n"
 
 # (case, spec text, field named, value as the message shows it)
 BAD: list[tuple[str, str, str, str]] = [
-    # [node] values of the wrong type or out of range (issue 17's "wrong exit codes").
+    # [host] values of the wrong type or out of range (the bad-input class "wrong exit codes").
     ("memory lots", GPU + 'devices = 2\nmemory_gib = "lots"\n', "memory_gib", "'lots'"),
     ("memory inf", GPU + "devices = 2\nmemory_gib = inf\n", "memory_gib", "inf"),
     ("memory -inf", GPU + "devices = 2\nmemory_gib = -inf\n", "memory_gib", "-inf"),
@@ -96,20 +96,20 @@ BAD: list[tuple[str, str, str, str]] = [
     ("instance int", GPU + "devices = 2\ninstance_type = 5\n", "instance_type", "5"),
     ("instance not a label", GPU + 'devices = 2\ninstance_type = "p4d/24"\n', "instance_type", "'p4d/24'"),
     ("name int", GPU + "devices = 2\nname = 5\n", "name", "5"),
-    ("family missing", "[node]\ndevices = 2\n", "family", "None"),
-    ("family tpu", '[node]\nfamily = "tpu"\ndevices = 2\n', "family", "'tpu'"),
-    ("family list", '[node]\nfamily = ["gpu"]\ndevices = 2\n', "family", "['gpu']"),
-    ("node unknown key", GPU + 'devices = 2\ncolour = "red"\n', "unknown key", "'colour'"),
-    ("node physical_cores", NEURON + "devices = 2\nphysical_cores = 8\n", "unknown key", "'physical_cores'"),
-    ("node devices with list", NEURON + "devices = 2\n" + ROW, "devices", "remove it"),
-    ("node topology with list", NEURON + 'topology = "ring"\n' + ROW, "topology", "remove it"),
-    ("node numa with list", NEURON + "numa_nodes = 2\n" + ROW, "numa_nodes", "remove it"),
+    ("family missing", "[host]\ndevices = 2\n", "family", "None"),
+    ("family tpu", '[host]\nfamily = "tpu"\ndevices = 2\n', "family", "'tpu'"),
+    ("family list", '[host]\nfamily = ["gpu"]\ndevices = 2\n', "family", "['gpu']"),
+    ("host unknown key", GPU + 'devices = 2\ncolour = "red"\n', "unknown key", "'colour'"),
+    ("host physical_cores", NEURON + "devices = 2\nphysical_cores = 8\n", "unknown key", "'physical_cores'"),
+    ("host devices with list", NEURON + "devices = 2\n" + ROW, "devices", "remove it"),
+    ("host topology with list", NEURON + 'topology = "ring"\n' + ROW, "topology", "remove it"),
+    ("host numa with list", NEURON + "numa_nodes = 2\n" + ROW, "numa_nodes", "remove it"),
     # The top level.
-    ("no node", "[[devices]]\n", "[node]", "missing"),
-    ("node not a table", "node = 5\n", "node", "5"),
-    ("node an array", '[[node]]\nfamily = "gpu"\n', "node", "[{'family': 'gpu'}]"),
+    ("no host", "[[devices]]\n", "[host]", "missing"),
+    ("host not a table", "host = 5\n", "host", "5"),
+    ("host an array", '[[host]]\nfamily = "gpu"\n', "host", "[{'family': 'gpu'}]"),
     ("top unknown key", "extra = 1\n" + GPU + "devices = 2\n", "unknown table or key", "'extra'"),
-    ("devices before node", "devices = 4\n" + GPU, "devices", "got 4"),
+    ("devices before host", "devices = 4\n" + GPU, "devices", "got 4"),
     ("devices empty", "devices = []\n" + GPU, "devices", "got []"),
     ("devices of numbers", "devices = [1, 2]\n" + GPU, "devices", "got [1, 2]"),
     ("devices one not a table", 'devices = [{id = "a"}, 5]\n' + GPU, "devices", "5]"),
@@ -165,7 +165,7 @@ BAD: list[tuple[str, str, str, str]] = [
 ]
 
 
-def _spec(tmp_path: Path, text: str | bytes, name: str = "node.toml") -> Path:
+def _spec(tmp_path: Path, text: str | bytes, name: str = "host.toml") -> Path:
     path = tmp_path / name
     if isinstance(text, bytes):
         path.write_bytes(text)
@@ -182,7 +182,7 @@ def _run(argv: list[str], spec: str, capsys: pytest.CaptureFixture[str], monkeyp
 
 
 def _class(case: str, shown: str) -> str:
-    """Issue 17's class of a bad spec value: a traceback before, a limit
+    """The bad-input class of a bad spec value: a traceback before, a limit
     (unbounded or the value not named), or a silently inactive mock (exit code)."""
     if case in ("type int", "row type int"):
         return "traceback"  # `accelerator_type = 5` raised AttributeError
@@ -221,7 +221,7 @@ def test_bad_spec_is_one_line_naming_file_field_and_value(
 
 def test_the_catalogue_covers_every_key() -> None:
     named = {field for _, _, field, _ in BAD}
-    assert set(NODE_KEYS) | set(DEVICE_KEYS) <= named
+    assert set(HOST_KEYS) | set(DEVICE_KEYS) <= named
 
 
 # ---------------------------------------------------------------------------
@@ -256,16 +256,16 @@ def _file_cases(tmp_path: Path) -> dict[str, tuple[str, str]]:
         "just past the bound": (str(over), f"{over} holds more than {MAX_SPEC_BYTES} bytes"),
         "dangling link": (str(dangling), f"mock spec file '{dangling}' does not exist"),
         "absent": (str(tmp_path / "no.toml"), "does not exist"),
-        "not utf-8": (str(_spec(tmp_path, b'[node]\nfamily = "\xff"\n', "latin.toml")), "not UTF-8 text (byte 17)"),
+        "not utf-8": (str(_spec(tmp_path, b'[host]\nfamily = "\xff"\n', "latin.toml")), "not UTF-8 text (byte 17)"),
         "nested too deeply": (str(_spec(tmp_path, "a = " + "[" * 5000, "deep.toml")), "nested too deeply"),
         "int past str limit": (str(_spec(tmp_path, "a = " + "1" * 5000, "digits.toml")), "a number too long to read"),
-        "malformed": (str(_spec(tmp_path, "[node\nfamily=", "bad.toml")), "malformed TOML"),
+        "malformed": (str(_spec(tmp_path, "[host\nfamily=", "bad.toml")), "malformed TOML"),
         "unknown preset": ("trn9.large", "unknown mock preset 'trn9.large'"),
     }
 
 
 FILE_CASES = {
-    # What blocked or read without bound before (issue 17's hangs) ...
+    # What blocked or read without bound before (hangs) ...
     **dict.fromkeys(["fifo", "fifo without .toml", "link to a fifo", "character device", "directory"], "dangerous"),
     **dict.fromkeys(["directory with a trailing slash", "10 GiB file", "just past the bound"], "dangerous"),
     # ... and what a parser could raise on.
@@ -331,7 +331,7 @@ def test_integer_peers_name_a_device_index(tmp_path: Path) -> None:
 
 def test_every_listed_field_is_honoured(tmp_path: Path) -> None:
     text = (
-        '[node]\nfamily = "gpu"\nmodel = "NVIDIA A100-SXM4-40GB"\naccelerator_type = "A100"\n'
+        '[host]\nfamily = "gpu"\nmodel = "NVIDIA A100-SXM4-40GB"\naccelerator_type = "A100"\n'
         'instance_type = "p4d.24xlarge"\nname = "box"\nmemory_gib = 40\n'
         + ROW
         + 'id = "GPU-a"\nnuma_node = -1\npci_bus_id = "00000000:10:1C.0"\nserial = "S1"\nhealthy = false\npeers = [1]\n'
@@ -358,8 +358,8 @@ def test_every_listed_field_is_honoured(tmp_path: Path) -> None:
     assert (a.peers, b.peers, b.numa_node, b.attributes["healthy"]) == (("GPU-b",), ("GPU-a",), 1, "true")
 
 
-def test_one_type_given_on_every_row_types_the_node(tmp_path: Path) -> None:
-    # Before: the node said its model ("NVIDIA GPU") while every device said A10G.
+def test_one_type_given_on_every_row_types_the_host(tmp_path: Path) -> None:
+    # Before: the host said its model ("NVIDIA GPU") while every device said A10G.
     spec = load_spec(str(_spec(tmp_path, GPU + (ROW + 'accelerator_type = "A10G"\n') * 2)))
     assert spec.accelerator_type == "A10G"
     assert {d.accelerator_type for d in spec.devices} == {"A10G"}
@@ -463,24 +463,24 @@ def good_specs(draw: st.DrawFn) -> dict[str, object]:
     """A spec every field of which is valid: it must load."""
     family = draw(st.sampled_from(["neuron", "gpu"]))
     neuron = family == "neuron"
-    node: dict[str, object] = {"family": family}
-    _maybe(draw, node, "model", st.sampled_from(MODELS))
+    host: dict[str, object] = {"family": family}
+    _maybe(draw, host, "model", st.sampled_from(MODELS))
     if draw(st.integers(0, 5)) == 0:
-        node["model"], node["accelerator_type"] = LONG_MODEL, draw(st.sampled_from(TYPES))
-    _maybe(draw, node, "name", st.sampled_from(["box", "a b"]))
-    _maybe(draw, node, "accelerator_type", st.sampled_from(TYPES))
-    _maybe(draw, node, "instance_type", st.sampled_from(["trn1.32xlarge", "p5.48xlarge"]))
-    _maybe(draw, node, "cores_per_device", st.integers(1, MAX_LOGICAL_CORES if neuron else 1))
-    _maybe(draw, node, "memory_gib", st.integers(0, 1024**2) | st.floats(0, 1024**2))
-    data: dict[str, object] = {"node": node}
+        host["model"], host["accelerator_type"] = LONG_MODEL, draw(st.sampled_from(TYPES))
+    _maybe(draw, host, "name", st.sampled_from(["box", "a b"]))
+    _maybe(draw, host, "accelerator_type", st.sampled_from(TYPES))
+    _maybe(draw, host, "instance_type", st.sampled_from(["trn1.32xlarge", "p5.48xlarge"]))
+    _maybe(draw, host, "cores_per_device", st.integers(1, MAX_LOGICAL_CORES if neuron else 1))
+    _maybe(draw, host, "memory_gib", st.integers(0, 1024**2) | st.floats(0, 1024**2))
+    data: dict[str, object] = {"host": host}
     if draw(st.booleans()):
         count = draw(st.integers(1, MAX_DEVICES if neuron else MAX_GPUS))
-        node["devices"] = count
+        host["devices"] = count
         rows_ = draw(st.sampled_from([r for r in range(1, count + 1) if count % r == 0]))
         _maybe(
-            draw, node, "topology", st.sampled_from(["none", "ring", "all-to-all", f"torus:{rows_}x{count // rows_}"])
+            draw, host, "topology", st.sampled_from(["none", "ring", "all-to-all", f"torus:{rows_}x{count // rows_}"])
         )
-        _maybe(draw, node, "numa_nodes", st.integers(1, 1024))
+        _maybe(draw, host, "numa_nodes", st.integers(1, 1024))
         return data
     count = draw(st.integers(1, 8))
     indexes = draw(
@@ -530,9 +530,9 @@ def spec_tables(draw: st.DrawFn) -> tuple[dict[str, object], int]:
     changes = draw(st.sampled_from([0, 1, 1, 2, 3]))
     for _ in range(changes):
         # Each table's own keys mostly, so the values are what gets tested.
-        tables: list[tuple[dict[str, Any], tuple[str, ...]]] = [(data, ("node", "devices"))]
-        if isinstance(data.get("node"), dict):
-            tables.append((data["node"], NODE_KEYS))  # type: ignore[arg-type]
+        tables: list[tuple[dict[str, Any], tuple[str, ...]]] = [(data, ("host", "node", "devices"))]
+        if isinstance(data.get("host"), dict):
+            tables.append((data["host"], HOST_KEYS))  # type: ignore[arg-type]
         if isinstance(data.get("devices"), list):
             tables += [(row, DEVICE_KEYS) for row in data["devices"] if isinstance(row, dict)]  # type: ignore[union-attr]
         table, keys = draw(st.sampled_from(tables))
@@ -544,12 +544,12 @@ def spec_tables(draw: st.DrawFn) -> tuple[dict[str, object], int]:
     return data, changes
 
 
-FIELD_WORDS = {*NODE_KEYS, *DEVICE_KEYS, "node", "peer", "link", "unknown table or key"}
-LOCATION = re.compile(r"^(?: \[node\]| \[\[devices\]\]\[\d+\])?: (.+)$")
+FIELD_WORDS = {*HOST_KEYS, *DEVICE_KEYS, "host", "node", "peer", "link", "unknown table or key"}
+LOCATION = re.compile(r"^(?: \[(?:host|node)\]| \[\[devices\]\]\[\d+\])?: (.+)$")
 
 
 def _check(path: str, data: Mapping[str, Any]) -> bool:
-    """`load_spec` gives a valid node or a SpecError naming the file and a
+    """`load_spec` gives a valid host or a SpecError naming the file and a
     field, and discovery agrees: the mock active, or the same error."""
     try:
         spec = load_spec(path)
@@ -563,7 +563,7 @@ def _check(path: str, data: Mapping[str, Any]) -> bool:
         error: SpecError | None = e
     else:
         error = None
-        family = data["node"]["family"]
+        family = data["host"]["family"]
         assert spec.family == family
         assert 1 <= len(spec.devices) <= (MAX_DEVICES if family == "neuron" else MAX_GPUS)
         assert validate_inventory(spec.devices) == spec.devices
@@ -571,7 +571,7 @@ def _check(path: str, data: Mapping[str, Any]) -> bool:
             assert 1 <= len(d.core_ids) <= (MAX_LOGICAL_CORES if family == "neuron" else 1)
             assert 0 <= d.memory_bytes <= 1024**2 * GIB
             assert d.accelerator_type and PARTITION_NAME.match(d.accelerator_type.replace(" ", "-"))
-        info = MockPlugin(spec).node_info()
+        info = MockPlugin(spec).host_info()
         assert info.device_count == len(spec.devices)
     with mock.patch.dict(os.environ, {"RAYACCEL_MOCK": path}):
         if error is not None:
@@ -614,14 +614,14 @@ def test_a_valid_spec_gives_exactly_what_it_says(
     family: str, count: int, cores: int, memory: float, links: set[tuple[int, int]], listed: bool
 ) -> None:
     cores = cores if family == "neuron" else 1
-    node: dict[str, object] = {"family": family, "cores_per_device": cores, "memory_gib": memory}
-    data: dict[str, object] = {"node": node}
+    host: dict[str, object] = {"family": family, "cores_per_device": cores, "memory_gib": memory}
+    data: dict[str, object] = {"host": host}
     pairs = {(a, b) for a, b in links if a != b and a < count and b < count}
     peers = {i: sorted({b for a, b in pairs if a == i} | {a for a, b in pairs if b == i}) for i in range(count)}
     if listed:
         data["devices"] = [{"peers": peers[i]} for i in range(count)]
     else:
-        node["devices"] = count
+        host["devices"] = count
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "spec.toml")
         Path(path).write_text(_toml_document(data))
@@ -670,15 +670,25 @@ def test_any_value_of_the_variable_is_a_preset_a_spec_or_a_spec_error(value: str
 
 def test_spec_from_table_takes_parsed_data_directly() -> None:
     # The parser is pure: the file is only where the table came from.
-    spec = spec_from_table({"node": {"family": "gpu", "devices": 2}}, "inline")
+    spec = spec_from_table({"host": {"family": "gpu", "devices": 2}}, "inline")
     assert len(spec.devices) == 2 and spec.name == "inline"
+    with pytest.raises(SpecError, match=r"^inline \[host\]: devices must be a positive integer, got 0$"):
+        spec_from_table({"host": {"family": "gpu", "devices": 0}}, "inline")
+
+
+def test_node_is_the_old_name_of_the_host_table() -> None:
+    # Spec files written before the table was renamed still load, alike.
+    old = spec_from_table({"node": {"family": "gpu", "devices": 2}}, "inline")
+    assert old == spec_from_table({"host": {"family": "gpu", "devices": 2}}, "inline")
     with pytest.raises(SpecError, match=r"^inline \[node\]: devices must be a positive integer, got 0$"):
         spec_from_table({"node": {"family": "gpu", "devices": 0}}, "inline")
+    with pytest.raises(SpecError, match=r"^inline: both \[host\] and \[node\] \(its old name\) are given"):
+        spec_from_table({"host": {"family": "gpu"}, "node": {"family": "gpu", "devices": 2}}, "inline")
 
 
 def test_the_readme_example_loads(tmp_path: Path) -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    (example,) = [b for b in re.findall(r"```toml\n(.*?)```", readme, re.S) if b.startswith("[node]")]
+    (example,) = [b for b in re.findall(r"```toml\n(.*?)```", readme, re.S) if b.startswith("[host]")]
     spec = load_spec(str(_spec(tmp_path, example)))
     assert [(d.id, d.core_ids, d.peers) for d in spec.devices] == [
         ("neuron:0", (0, 1), ("neuron:1",)),

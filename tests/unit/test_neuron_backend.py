@@ -53,7 +53,7 @@ INSTANCE_BY_SHAPE = {
 
 
 @pytest.mark.parametrize("preset", sorted(TYPES))
-def test_sysfs_tree_gives_the_right_node(preset: str, tmp_path: Path) -> None:
+def test_sysfs_tree_gives_the_right_host(preset: str, tmp_path: Path) -> None:
     tree = build_tree(tmp_path / "t", preset, core_metrics=False)
     out = cli_json("devices", "--backend", "neuron", env=tree_only(tree))
     expected = load_spec(preset).devices
@@ -63,9 +63,9 @@ def test_sysfs_tree_gives_the_right_node(preset: str, tmp_path: Path) -> None:
     # The driver lists trn2 links in another order than the docs: same sets.
     assert [sorted(d["peers"]) for d in got] == [sorted(d.peers) for d in expected]
     assert {d["model"] for d in got} == {TYPES[preset]}
-    assert out["node"]["accelerator_type"] == TYPES[preset]
-    assert out["node"]["instance_type"] == INSTANCE_BY_SHAPE[preset]
-    assert out["node"]["core_count"] == len([c for d in expected for c in d.core_ids])
+    assert out["host"]["accelerator_type"] == TYPES[preset]
+    assert out["host"]["instance_type"] == INSTANCE_BY_SHAPE[preset]
+    assert out["host"]["core_count"] == len([c for d in expected for c in d.core_ids])
     assert got[0]["serial"] == f"{0x9FF5434815C8BD00:016x}"
 
 
@@ -77,7 +77,7 @@ def test_trn2_logical_core_size_is_honoured(tmp_path: Path) -> None:
     lnc1 = NeuronPlugin({**tree_only(tree), "NEURON_LOGICAL_NC_CONFIG": "1"})
     assert lnc1.probe() is None
     assert lnc1.list_devices()[1].core_ids == tuple(range(8, 16))
-    assert lnc1.node_info().core_count == 128
+    assert lnc1.host_info().core_count == 128
 
 
 def test_sysfs_path_runs_no_subprocess_when_sysfs_gives_every_fact(
@@ -113,7 +113,7 @@ def test_neuron_ls_drives_discovery_without_sysfs(preset: str, stub: Path, tmp_p
     expected = load_spec(preset).devices
     assert [d["core_ids"] for d in out["devices"]] == [list(d.core_ids) for d in expected]
     assert [d["peers"] for d in out["devices"]] == [list(d.peers) for d in expected]
-    assert out["node"]["accelerator_type"] == LS_TYPES[preset]
+    assert out["host"]["accelerator_type"] == LS_TYPES[preset]
     assert out["devices"][0]["pci_bus_id"] == "0000:10:1e.0"
     # Which processes hold a device is telemetry (NeuronTelemetry.device_holders),
     # asked when needed, not a snapshot frozen into the inventory.
@@ -142,7 +142,7 @@ def test_old_neuron_ls_json_still_works(stub: Path, tmp_path: Path) -> None:
     assert len(out["devices"]) == 16
     assert sorted(c for d in out["devices"] for c in d["core_ids"]) == list(range(32))
     assert {d["numa_node"] for d in out["devices"]} == {-1}
-    assert any(w.startswith("NUMA node of neuron:0-15 unknown") for w in out["node"]["warnings"])
+    assert any(w.startswith("NUMA node of neuron:0-15 unknown") for w in out["host"]["warnings"])
 
 
 def test_short_bdf_and_single_device(stub: Path, tmp_path: Path) -> None:

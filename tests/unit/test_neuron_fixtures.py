@@ -220,7 +220,7 @@ def test_trn1_tree_follows_the_driver(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("instance", "gen"), [("inf2.xlarge", INF2), ("trn1.2xlarge", TRN1), ("trn2.3xlarge", TRN2)])
-def test_one_device_nodes_differ_only_in_arch_files(tmp_path: Path, instance: str, gen: Any) -> None:
+def test_one_device_hosts_differ_only_in_arch_files(tmp_path: Path, instance: str, gen: Any) -> None:
     tree = build_tree(tmp_path, instance, core_metrics=False)
     d = tree.device_dir(0)
     assert (d / "connected_devices").read_text() == "\n"

@@ -104,7 +104,7 @@ def test_huge_neuron_ls_values_are_refused_by_name(
 @badinput("unnamed")
 def test_a_huge_mock_cores_per_device_is_an_input_error(tmp_path: Path) -> None:
     spec = tmp_path / "big.toml"
-    spec.write_text('[node]\nfamily = "neuron"\ndevices = 2\ncores_per_device = 100000000\n')
+    spec.write_text('[host]\nfamily = "neuron"\ndevices = 2\ncores_per_device = 100000000\n')
     proc = run_cli_here("devices", env={"RAYACCEL_MOCK": str(spec)})
     assert proc.returncode == 2
     assert "cores_per_device = 100000000 is above the maximum 8" in proc.stderr
@@ -142,7 +142,7 @@ def test_a_hanging_neuron_ls_is_killed_with_its_children(tmp_path: Path, stub: P
 @pytest.mark.parametrize("mode", ["hang", "hang-tree"])
 @pytest.mark.parametrize(
     ("command", "code"),
-    [(["devices"], 0), (["devices", "--json"], 0), (["plan", "--agents", "2"], 1), (["plan", "--json"], 1)],
+    [(["devices"], 0), (["devices", "--json"], 0), (["plan", "--partitions", "2"], 1), (["plan", "--json"], 1)],
     ids=lambda v: " ".join(v) if isinstance(v, list) else str(v),
 )
 def test_a_hanging_neuron_ls_leaves_nothing_behind_any_command(
@@ -181,7 +181,7 @@ def test_a_hanging_neuron_ls_leaves_nothing_behind_any_command(
         ("RAYACCEL_NEURON_MONITOR_PERIOD_S", "0"),
     ],
 )
-@pytest.mark.parametrize("command", [["devices"], ["plan", "--agents", "2"]])
+@pytest.mark.parametrize("command", [["devices"], ["plan", "--partitions", "2"]])
 def test_bad_configuration_exits_2_naming_the_variable(
     variable: str, value: str, command: list[str], tmp_path: Path, stub: Path
 ) -> None:

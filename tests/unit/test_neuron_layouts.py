@@ -27,7 +27,7 @@ def stub(tmp_path: Path) -> Path:
 
 
 def neuron(out: dict[str, Any]) -> dict[str, Any]:
-    return next(b for b in out["node"]["backends"] if b["plugin"] == "neuron")
+    return next(b for b in out["host"]["backends"] if b["plugin"] == "neuron")
 
 
 def inventory(out: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -60,7 +60,7 @@ def test_an_unrecognised_tree_falls_back_to_neuron_ls_for_the_same_inventory(
     before = cli_json("devices", "--backend", "neuron", env=tree_and_ls(known, stub, "trn2.48xlarge.json"))
     after = cli_json("devices", "--backend", "neuron", env=tree_and_ls(moved, stub, fixture, STUB_ACCEPTS=accepts))
     assert inventory(after) == inventory(before)
-    assert after["node"]["core_count"] == 64 and after["node"]["accelerator_type"] == "Trainium2"
+    assert after["host"]["core_count"] == 64 and after["host"]["accelerator_type"] == "Trainium2"
     warnings = neuron(after)["warnings"]
     (layout,) = [w for w in warnings if w.startswith("sysfs layout not recognised")]
     assert "driver 2.31 moved sysfs nodes" in layout and "facts from neuron-ls" in layout
@@ -76,7 +76,7 @@ def test_an_unrecognised_trainium3_tree_with_neuron_ls_is_trainium3(tmp_path: Pa
     after = cli_json("devices", "--backend", "neuron", env=env)
     # Same devices, cores, links and type; the stub's BDFs differ from the tree's placeholders.
     assert [x[:5] for x in inventory(after)] == [x[:5] for x in inventory(before)]
-    assert after["node"]["instance_type"] == "trn3.48xlarge"
+    assert after["host"]["instance_type"] == "trn3.48xlarge"
 
 
 @badinput("unnamed")

@@ -36,7 +36,7 @@ def _fresh_flags() -> None:
 
 
 def neuron(out: dict[str, Any]) -> dict[str, Any]:
-    return next(b for b in out["node"]["backends"] if b["plugin"] == "neuron")
+    return next(b for b in out["host"]["backends"] if b["plugin"] == "neuron")
 
 
 @pytest.mark.parametrize("accepts", ["old", "new", "both"])
@@ -62,7 +62,7 @@ def test_the_assumed_fixture_reads_as_its_devices_with_the_top_level_applied(tmp
     out = cli_json("devices", "--backend", "neuron", env=env)
     old = cli_json("devices", "--backend", "neuron", env=ls_only(tmp_path, stub, "trn2.48xlarge.json"))
     assert [d["core_ids"] for d in out["devices"]] == [d["core_ids"] for d in old["devices"]]
-    assert out["node"]["instance_type"] == "trn2n.48xlarge"
+    assert out["host"]["instance_type"] == "trn2n.48xlarge"
     (note,) = [w for w in neuron(out)["warnings"] if w.startswith("neuron-ls printed")]
     assert note == f"neuron-ls printed {FORMAT_NEW}, read by its shape; top-level fields not read: ultraserver"
 

@@ -26,8 +26,8 @@ def stub(tmp_path: Path) -> Path:
     return executable(tmp_path / "neuron-ls", LS_STUB)
 
 
-def backend_node(out: dict[str, Any]) -> dict[str, Any]:
-    return next(b for b in out["node"]["backends"] if b["plugin"] == "neuron")
+def backend_info(out: dict[str, Any]) -> dict[str, Any]:
+    return next(b for b in out["host"]["backends"] if b["plugin"] == "neuron")
 
 
 def test_a_16_device_tree_lists_16_trainium3_with_4_logical_cores_each(tmp_path: Path) -> None:
@@ -43,9 +43,9 @@ def test_a_16_device_tree_lists_16_trainium3_with_4_logical_cores_each(tmp_path:
     assert {(d["attributes"]["physical_cores"], d["attributes"]["logical_core_size"]) for d in devices} == {("8", "2")}
     assert {d["attributes"]["source.logical_core_size"] for d in devices} == {"default for Trainium3"}
     assert {d["architecture"] for d in devices} == {"NDv4"}
-    node = out["node"]
-    assert (node["accelerator_type"], node["core_count"], node["device_count"]) == ("Trainium3", 64, 16)
-    neuron = backend_node(out)
+    host = out["host"]
+    assert (host["accelerator_type"], host["core_count"], host["device_count"]) == ("Trainium3", 64, 16)
+    neuron = backend_info(out)
     assert neuron["attributes"]["source.accelerator_type"] == "sysfs info/architecture/device_name"
     # Every fact came from sysfs and the architecture; only the instance stays open.
     assert [w.split(":")[0] for w in neuron["warnings"]] == ["instance type unknown"]
@@ -80,10 +80,10 @@ def test_every_trainium3_shape_is_discovered_and_plans(instance: str, count: int
     tree = build_tree(tmp_path / "t", instance, core_metrics=False)
     env = tree_only(tree)
     out = cli_json("devices", "--backend", "neuron", env=env)
-    assert len(out["devices"]) == count and out["node"]["core_count"] == 4 * count
+    assert len(out["devices"]) == count and out["host"]["core_count"] == 4 * count
     assert {len(d["peers"]) for d in out["devices"]} == {count - 1}
     # The driver knows several instance names per shape: unknown, with them listed.
-    neuron = backend_node(out)
+    neuron = backend_info(out)
     assert neuron["instance_type"] == "unknown"
     assert any(w.startswith("instance type unknown") and instance in w for w in neuron["warnings"])
     parts = 2 if count > 1 else 1
@@ -94,7 +94,7 @@ def test_every_trainium3_shape_is_discovered_and_plans(instance: str, count: int
 def test_neuron_logical_nc_config_overrides_the_default(tmp_path: Path) -> None:
     tree = build_tree(tmp_path / "t", "trn3.48xlarge", core_metrics=False)
     out = cli_json("devices", "--backend", "neuron", env=tree_only(tree, NEURON_LOGICAL_NC_CONFIG="1"))
-    assert out["node"]["core_count"] == 128
+    assert out["host"]["core_count"] == 128
     assert out["devices"][15]["core_ids"] == list(range(120, 128))
     assert out["devices"][0]["attributes"]["source.logical_core_size"] == "NEURON_LOGICAL_NC_CONFIG"
 
@@ -102,7 +102,7 @@ def test_neuron_logical_nc_config_overrides_the_default(tmp_path: Path) -> None:
 def test_dmi_names_the_instance(tmp_path: Path) -> None:
     tree = build_tree(tmp_path / "t", "trn3.48xlarge", core_metrics=False, dmi_product_name="trn3.48xlarge")
     out = cli_json("devices", "--backend", "neuron", env=tree_only(tree))
-    assert out["node"]["instance_type"] == "trn3.48xlarge"
+    assert out["host"]["instance_type"] == "trn3.48xlarge"
 
 
 def test_a_container_with_one_device_sees_the_others_as_external(tmp_path: Path) -> None:
@@ -117,9 +117,9 @@ def test_non_root_needs_no_neuron_ls_for_trainium3_links(tmp_path: Path) -> None
     tree = build_tree(tmp_path / "t", "trn3.48xlarge", core_metrics=False)
     env = {**tree_only(tree), **denied_reads_env(tree.root_only, tmp_path / "site")}
     out = cli_json("devices", "--backend", "neuron", env=env)
-    assert out["node"]["core_count"] == 64
+    assert out["host"]["core_count"] == 64
     assert {len(d["peers"]) for d in out["devices"]} == {15}
-    warnings = backend_node(out)["warnings"]
+    warnings = backend_info(out)["warnings"]
     assert not any("links of" in w for w in warnings)
     (denied,) = [w for w in warnings if "not readable by this user" in w]
     assert denied.endswith("neuron{0-15}/{core_count}; cores counted from neuron_coreN directories")
@@ -129,10 +129,10 @@ def test_non_root_needs_no_neuron_ls_for_trainium3_links(tmp_path: Path) -> None
 def test_neuron_ls_alone_tells_trainium3_by_its_shape(accepts: str, tmp_path: Path, stub: Path) -> None:
     env = ls_only(tmp_path, stub, STUB_PRESET="trn3.48xlarge", STUB_ACCEPTS=accepts)
     out = cli_json("devices", "--backend", "neuron", env=env)
-    assert out["node"]["accelerator_type"] == "Trainium3"
+    assert out["host"]["accelerator_type"] == "Trainium3"
     assert [d["core_ids"] for d in out["devices"]] == [list(range(4 * i, 4 * i + 4)) for i in range(16)]
     assert {len(d["peers"]) for d in out["devices"]} == {15}
-    neuron = backend_node(out)
+    neuron = backend_info(out)
     if accepts == "new":
         # The assumed new format carries the instance type at the top level.
         assert neuron["instance_type"] == "trn3.48xlarge"

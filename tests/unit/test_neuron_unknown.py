@@ -26,7 +26,7 @@ LABEL_VALUE = re.compile(r"^[a-zA-Z0-9]([a-zA-Z0-9_.-]{0,61}[a-zA-Z0-9])?$")
 
 
 def neuron(out: dict[str, Any]) -> dict[str, Any]:
-    return next(b for b in out["node"]["backends"] if b["plugin"] == "neuron")
+    return next(b for b in out["host"]["backends"] if b["plugin"] == "neuron")
 
 
 def status(out: dict[str, Any]) -> dict[str, Any]:
@@ -38,12 +38,12 @@ def test_a_made_up_generation_is_active_warned_about_and_plans(tmp_path: Path) -
     env = tree_only(tree)
     out = cli_json("devices", "--backend", "neuron", env=env)
     assert status(out)["active"] is True
-    node = out["node"]
-    assert node["accelerator_type"] == "Trainium9"
+    host = out["host"]
+    assert host["accelerator_type"] == "Trainium9"
     assert {d["model"] for d in out["devices"]} == {"Trainium9"}
     # No known default logical core size: one logical core per physical core.
     assert [d["core_ids"] for d in out["devices"]][1] == list(range(8, 16))
-    assert node["core_count"] == 128
+    assert host["core_count"] == 128
     warnings = neuron(out)["warnings"]
     assert any("'Trainium9'" in w and "not a Neuron device this backend knows" in w for w in warnings)
     assert any("'NDv9'" in w for w in warnings)
@@ -64,7 +64,7 @@ def test_a_made_up_generation_is_active_warned_about_and_plans(tmp_path: Path) -
 def test_the_users_logical_core_size_applies_to_an_unknown_generation(tmp_path: Path) -> None:
     tree = build_tree(tmp_path / "t", "trn3e.24xlarge", core_metrics=False, generation=TRN9)
     out = cli_json("devices", "--backend", "neuron", env=tree_only(tree, NEURON_LOGICAL_NC_CONFIG="2"))
-    assert out["node"]["core_count"] == 16
+    assert out["host"]["core_count"] == 16
     assert not any(w.startswith("logical cores of") for w in neuron(out)["warnings"])
 
 
@@ -73,7 +73,7 @@ def test_an_unknown_name_with_a_known_pci_id_is_that_generation_with_a_warning(t
     for i in range(4):
         (tree.device_dir(i) / "info" / "architecture" / "device_name").write_text("Trainium3 Gen2\n")
     out = cli_json("devices", "--backend", "neuron", env=tree_only(tree))
-    assert out["node"]["accelerator_type"] == "Trainium3"
+    assert out["host"]["accelerator_type"] == "Trainium3"
     assert any("'Trainium3 Gen2'" in w for w in neuron(out)["warnings"])
 
 
@@ -81,8 +81,8 @@ def test_a_name_that_is_no_label_value_is_made_one(tmp_path: Path) -> None:
     odd = Generation("odd", 0x7964, 2, "NDv9", "NCv9", "Odd", "Trainium 9 (eng) ")
     tree = build_tree(tmp_path / "t", "trn3pd98.3xlarge", core_metrics=False, generation=odd)
     out = cli_json("devices", "--backend", "neuron", env=tree_only(tree))
-    assert out["node"]["accelerator_type"] == "Trainium-9-eng"
-    assert out["node"]["core_count"] == 2
+    assert out["host"]["accelerator_type"] == "Trainium-9-eng"
+    assert out["host"]["core_count"] == 2
 
 
 def test_two_unknown_names_on_one_host_contradict_each_other(tmp_path: Path) -> None:
@@ -94,7 +94,7 @@ def test_two_unknown_names_on_one_host_contradict_each_other(tmp_path: Path) -> 
 
     st_ = next(p for p in json.loads(proc.stdout)["plugins"] if p["name"] == "neuron")
     assert st_["active"] is False
-    assert "name different generations on one node" in st_["reason"] and "Trainium10" in st_["reason"]
+    assert "name different generations on one host" in st_["reason"] and "Trainium10" in st_["reason"]
 
 
 @settings(max_examples=300, deadline=None)

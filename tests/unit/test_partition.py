@@ -10,14 +10,14 @@ from ray_accel.partition.plan import Mode, PartitionError, plan_partitions
 from ray_accel.plugins.traits import DeviceTraits, SplitOrder
 from tests.badinput import badinput
 from tests.planning import plan_for
-from tests.strategies import node_and_agents, nodes
+from tests.strategies import host_and_partition_count, hosts
 
 
-@given(node_and_agents())
-def test_auto_split_is_disjoint_and_covers_the_node(case: tuple[tuple[Device, ...], int]) -> None:
-    devices, agents = case
-    plan = plan_for(devices, "auto-split", agents)
-    assert len(plan) == agents
+@given(host_and_partition_count())
+def test_auto_split_is_disjoint_and_covers_the_host(case: tuple[tuple[Device, ...], int]) -> None:
+    devices, count = case
+    plan = plan_for(devices, "auto-split", count)
+    assert len(plan) == count
     seen = [d for p in plan for d in p.device_ids]
     assert sorted(seen) == sorted(d.id for d in devices)
     assert len(set(seen)) == len(seen)
@@ -27,12 +27,12 @@ def test_auto_split_is_disjoint_and_covers_the_node(case: tuple[tuple[Device, ..
     assert plan.unassigned == ()
 
 
-@given(node_and_agents(family="neuron"))
+@given(host_and_partition_count(family="neuron"))
 def test_neuron_core_ranges_are_contiguous_and_aligned(case: tuple[tuple[Device, ...], int]) -> None:
-    devices, agents = case
+    devices, count = case
     for p, q in zip(
-        plan_for(devices, "auto-split", agents),
-        plan_for(devices, "auto-split", agents).quality,
+        plan_for(devices, "auto-split", count),
+        plan_for(devices, "auto-split", count).quality,
         strict=True,
     ):
         assert list(p.core_ids) == list(range(p.core_ids[0], p.core_ids[0] + len(p.core_ids)))
@@ -40,10 +40,10 @@ def test_neuron_core_ranges_are_contiguous_and_aligned(case: tuple[tuple[Device,
         assert q.contiguous and q.aligned
 
 
-@given(node_and_agents())
+@given(host_and_partition_count())
 def test_auto_split_keeps_linked_groups_when_the_topology_allows(case: tuple[tuple[Device, ...], int]) -> None:
-    devices, agents = case
-    plan = plan_for(devices, "auto-split", agents)
+    devices, count = case
+    plan = plan_for(devices, "auto-split", count)
     all_to_all = len(devices) > 1 and all(len(d.peers) == len(devices) - 1 for d in devices)
     ring = all(len(d.peers) == min(2, len(devices) - 1) for d in devices) and len(devices) > 1
     if all_to_all or (ring and devices[0].family == "neuron"):
@@ -55,21 +55,21 @@ def test_auto_split_keeps_linked_groups_when_the_topology_allows(case: tuple[tup
             assert any(p.name in w and "not all linked" in w for w in plan.warnings)
 
 
-@given(nodes(family="gpu"), st.integers(1, 4))
-def test_shared_gives_every_agent_every_gpu(devices: tuple[Device, ...], agents: int) -> None:
-    plan = plan_for(devices, Mode.SHARED, agents)
-    assert len(plan) == agents
+@given(hosts(family="gpu"), st.integers(1, 4))
+def test_shared_gives_every_partition_every_gpu(devices: tuple[Device, ...], count: int) -> None:
+    plan = plan_for(devices, Mode.SHARED, count)
+    assert len(plan) == count
     assert all(set(p.device_ids) == {d.id for d in devices} for p in plan)
 
 
 @badinput("exit-code")
-@given(nodes(family="neuron"))
+@given(hosts(family="neuron"))
 def test_shared_is_refused_on_neuron(devices: tuple[Device, ...]) -> None:
     with pytest.raises(PartitionError, match="SHARED mode is impossible on neuron"):
         plan_for(devices, "shared")
 
 
-@given(nodes(), st.data())
+@given(hosts(), st.data())
 def test_manual_partitions_are_what_was_asked(devices: tuple[Device, ...], data: st.DataObject) -> None:
     n = len(devices)
     cut = data.draw(st.integers(0, n))
@@ -82,9 +82,9 @@ def test_manual_partitions_are_what_was_asked(devices: tuple[Device, ...], data:
 
 def test_trn1_auto_split_shapes() -> None:
     devices = load_spec("trn1.32xlarge").devices
-    for agents, cores in [(2, 16), (4, 8), (8, 4), (16, 2)]:
-        plan = plan_for(devices, "auto-split", agents)
-        assert [len(p.core_ids) for p in plan] == [cores] * agents
+    for count, cores in [(2, 16), (4, 8), (8, 4), (16, 2)]:
+        plan = plan_for(devices, "auto-split", count)
+        assert [len(p.core_ids) for p in plan] == [cores] * count
         assert all(q.connected and q.contiguous and q.aligned for q in plan.quality)
 
 

@@ -1,6 +1,6 @@
 """The partition labels: the id-set codec is held to Ray 2.60's own label
 validation (`ray._private.label_utils`), and the topology labels of every
-planned node describe links both ways and name its host by name and IP (the
+planned partition describe links both ways and name its host by name and IP (the
 host key's own properties: `test_host_keys.py`)."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from ray_accel.partition.labels import (
     topology_labels,
 )
 from tests.planning import plan_for
-from tests.strategies import node_and_agents
+from tests.strategies import host_and_partition_count
 
 
 @given(st.sets(st.integers(0, 2000), max_size=80))
@@ -57,7 +57,7 @@ def test_examples_of_bad_id_sets(text: str) -> None:
         decode_ids(text)
 
 
-@given(node_and_agents())
+@given(host_and_partition_count())
 def test_topology_labels_are_valid_and_links_are_mutual(case: tuple[tuple[Device, ...], int]) -> None:
     devices, count = case
     plan = plan_for(devices, "auto-split", count)

@@ -27,7 +27,7 @@ def test_entry_point_plugin_is_discovered_and_listed(plugin_path: Path) -> None:
     plugins = {p["name"]: p for p in out["plugins"]}
     assert plugins["faketpu"] == {"name": "faketpu", "active": True, "reason": None}
     assert [d["id"] for d in out["devices"] if d["plugin"] == "faketpu"] == ["chip0", "chip1", "chip2", "chip3"]
-    assert out["node"]["resource_name"] == "FAKETPU"
+    assert out["host"]["resource_name"] == "FAKETPU"
 
 
 def test_failing_plugins_are_inactive_with_reason_and_others_still_load(plugin_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Issue 17: the state record is untrusted input. Every malformed record is a
+"""The state record is untrusted input. Every malformed record is a
 `RecordError` naming the file; nothing else escapes the parser, whatever the bytes."""
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def valid_record() -> HostRecord:
         ray_args=("--temp-dir", "/data/ray"),
         gcs_address="10.0.0.1:6379",
         gcs_port=6379,
-        auth=Auth("token", "/home/u/.ray/auth_token", "generated"),
+        auth=Auth("token", "/home/<user>/.ray/auth_token", "generated"),
         partitions=(head, worker),
         metrics=True,
     )
@@ -104,7 +104,7 @@ def test_record_is_frozen() -> None:
         record.host = "b"  # type: ignore[misc]
 
 
-# --- The classes of issue 17 ("Tracebacks": [], {}, missing keys, PIDs of the
+# --- The bad-input classes ("Tracebacks": [], {}, missing keys, PIDs of the
 # wrong shape or negative, deeply nested JSON; plus NaN and friends).
 
 NOT_A_RECORD = [[], {}, None, 0, 1.5, "x", True, [valid_json()]]

@@ -1,4 +1,4 @@
-"""Dividing a host between its partitions (issue 20 point 5): pure functions,
+"""Dividing a host between its partitions: pure functions,
 with property tests, and the NUMA node tree they read."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What each raylet is given (issue 20 points 2, 5, 6): its `ray start`
+"""What each raylet is given: its `ray start`
 arguments, the user's labels and resources, the host figures, the dashboard."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`sync_gradients` reduces through whatever group the job has (issue 12 point 2).
+"""`sync_gradients` reduces through whatever group the job has.
 
 - gloo on CPU tensors (main venv): a real gloo group, in a child process;
 - an `xla` group (XLA lane): a real one, made by ray-accel's own

@@ -1,4 +1,4 @@
-"""Making Ray Train's own context agree with ray-accel's ranks (issue 20 point 1).
+"""Making Ray Train's own context agree with ray-accel's ranks.
 
 The seam is exercised against Ray 2.60's real classes (its worker-side
 `TrainContext`, `DistributedContext`, `DistributedTrainFnUtils`, read back

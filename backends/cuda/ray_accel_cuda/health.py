@@ -12,7 +12,7 @@ ctypes pointer object for every handle it gives out (every
 and ctypes pointers compare by identity and cannot be hashed.
 
 An NVML error while polling is never dropped: the first is logged, every one
-is counted (`PollErrors`, shown in the backend's node attributes), and the
+is counted (`PollErrors`, shown in the backend's host attributes), and the
 samples go on without the events that could not be read.
 """
 

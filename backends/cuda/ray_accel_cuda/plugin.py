@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ray_accel.core.devices import Device, NodeInfo
+from ray_accel.core.devices import Device, HostInfo
 from ray_accel.plugins.interface import DevicePlugin
 from ray_accel_cuda.enumeration import enumerate_gpus, inconsistency
 from ray_accel_cuda.health_monitor import CudaHealthMonitor
@@ -111,17 +111,17 @@ class CudaPlugin(DevicePlugin):
         """CUDA masks may name GPUs by index, by UUID (or a unique prefix), or be NoDevFiles."""
         return parse_cuda_visible(value, self._devices)
 
-    def node_info(self) -> NodeInfo:
+    def host_info(self) -> HostInfo:
         types = sorted({d.accelerator_type for d in self._devices if d.accelerator_type})
         attrs: dict[str, str] = {}
         if self._lost:
             attrs["lost_gpus"] = ",".join(map(str, self._lost))
         if len(types) > 1:
-            # A node of several models has no one type: each partition gets its own.
+            # A host of several models has no one type: each partition gets its own.
             attrs["accelerator_types"] = ",".join(types)
         if self._telemetry is not None:
             attrs.update(self._telemetry.attributes())
-        return NodeInfo(
+        return HostInfo(
             plugin=self.name,
             family=self.family,
             accelerator_type=types[0] if len(types) == 1 else None,

@@ -83,7 +83,7 @@ class CudaTelemetry(Telemetry):
         return {d.id: tuple(sorted({int(p.pid) for p in procs})) for d, procs in self._compute_processes()}
 
     def attributes(self) -> dict[str, str]:
-        """Health-poll facts for the node's attributes: errors met, XID support."""
+        """Health-poll facts for the host's attributes: errors met, XID support."""
         out = self.errors.attributes()
         if self.xids.supported is not None:
             out["xid_events"] = "supported" if self.xids.supported else "unsupported"

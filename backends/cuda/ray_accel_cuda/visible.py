@@ -36,7 +36,7 @@ def _by_index(token: str, value: str, devices: Sequence[Device]) -> list[int]:
         if i not in known:
             raise VisibilityError(
                 f"GPU {i} (from {token!r}) in {ENV}={value!r} is out of range: "
-                f"this node has GPUs {format_visible_ids(sorted(known), 'ranges') or 'none'}"
+                f"this host has GPUs {format_visible_ids(sorted(known), 'ranges') or 'none'}"
             )
     return ids
 

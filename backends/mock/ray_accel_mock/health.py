@@ -29,7 +29,7 @@ from ray_accel.core.health import HealthEvent, HealthReport
 from ray_accel.core.health_track import Findings, Level
 from ray_accel.plugins.interface import HealthMonitor
 from ray_accel_mock.faults import FAULTS_ENV, FaultEvent, FaultFileError, Faults, load_faults
-from ray_accel_mock.spec import NodeSpec
+from ray_accel_mock.spec import HostSpec
 
 
 def marked_unhealthy(d: Device) -> bool:
@@ -52,7 +52,7 @@ def current_components(events: tuple[FaultEvent, ...], device_id: str) -> Unheal
 class MockHealthMonitor(HealthMonitor):
     def __init__(
         self,
-        spec: NodeSpec,
+        spec: HostSpec,
         environ: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:

@@ -1,4 +1,4 @@
-"""The mock DevicePlugin: a preset or TOML node, presented as Neuron or GPU."""
+"""The mock DevicePlugin: a preset or TOML host, presented as Neuron or GPU."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from ray_accel_cuda.visible import parse_cuda_visible
 from ray_accel_neuron import runtime as neuron
 
 from ray_accel.core import masks
-from ray_accel.core.devices import Device, NodeInfo, all_core_ids
+from ray_accel.core.devices import Device, HostInfo, all_core_ids
 from ray_accel.core.processes import alive_all
 from ray_accel.core.samples import DeviceSample
 from ray_accel.core.visibility import parse_visible_ids
@@ -23,12 +23,12 @@ from ray_accel.plugins.runtime import GLOO
 from ray_accel.plugins.traits import DeviceTraits
 from ray_accel_mock.faults import FAULTS_ENV, Faults, load_faults
 from ray_accel_mock.health import MockHealthMonitor, marked_unhealthy
-from ray_accel_mock.spec import NodeSpec, load_spec
+from ray_accel_mock.spec import HostSpec, load_spec
 
 __all__ = ["FAULTS_ENV", "MockHealthMonitor", "MockPlugin", "MockTelemetry"]
 
 PROCESS_MEMORY_PER_CORE = 64 * 1024**2
-# Distinct masks remembered (each a few bytes): far more than a node's workers publish.
+# Distinct masks remembered (each a few bytes): far more than a host's workers publish.
 MASK_CACHE_SIZE = 4096
 # What each family it impersonates is to Ray: its resource name and visibility variable.
 RESOURCES = {neuron.FAMILY: ("neuron_cores", neuron.VISIBLE_ENV)}
@@ -37,7 +37,7 @@ GPU_RESOURCE = ("GPU", cuda.VISIBLE_ENV)
 
 @dataclass(frozen=True)
 class _Holdings:
-    """The records whose masks name any of this node's cores, as the mock's
+    """The records whose masks name any of this host's cores, as the mock's
     holdings: per PID its recorded start time and device memory, and per
     device its PIDs (sorted). Liveness is not in it: it is checked on every call."""
 
@@ -67,13 +67,13 @@ class MockPlugin(DevicePlugin):
     collectives = (*neuron.COLLECTIVES, *cuda.COLLECTIVES)
     protected_env = neuron.PROTECTED_ENV | cuda.PROTECTED_ENV
 
-    def __init__(self, spec: NodeSpec | None = None) -> None:
+    def __init__(self, spec: HostSpec | None = None) -> None:
         self._spec = spec
         self._env_value = os.environ.get(MOCK_ENV, "")
         self._health: MockHealthMonitor | None = None
 
     @property
-    def spec(self) -> NodeSpec:
+    def spec(self) -> HostSpec:
         if self._spec is None:
             self._spec = load_spec(self._env_value)
         return self._spec
@@ -107,16 +107,16 @@ class MockPlugin(DevicePlugin):
         return self.spec.devices
 
     def parse_visible(self, value: str | None) -> list[int] | None:
-        # A GPU node reads CUDA_VISIBLE_DEVICES as the CUDA backend does (ids,
+        # A GPU host reads CUDA_VISIBLE_DEVICES as the CUDA backend does (ids,
         # UUIDs or their unique prefixes, NoDevFiles), so a Slurm-style UUID
         # mask on a mock p4d means what it would on a real one.
         if self.family != neuron.FAMILY:
             return parse_cuda_visible(value, self.spec.devices)
         return super().parse_visible(value)
 
-    def node_info(self) -> NodeInfo:
+    def host_info(self) -> HostInfo:
         devices = self.spec.devices
-        return NodeInfo(
+        return HostInfo(
             plugin=self.name,
             family=self.family,
             accelerator_type=self.spec.accelerator_type,
@@ -164,7 +164,7 @@ class MockTelemetry(Telemetry):
     # call: the two calls of one collection, not two collections.
     HANDOFF_S = 1.0
 
-    def __init__(self, spec: NodeSpec) -> None:
+    def __init__(self, spec: HostSpec) -> None:
         self.spec = spec
         self._device_of = {c: d.id for d in spec.devices for c in d.core_ids}
         self._handoff: tuple[float, dict[int, dict[str, int]]] | None = None
@@ -205,7 +205,7 @@ class MockTelemetry(Telemetry):
 
     def _memory_of(self, mask: str) -> dict[str, int]:
         """Device id -> 64 MiB per core of it that `mask` names ({} for a mask
-        that names none of this node's cores, or cannot be parsed). Cached:
+        that names none of this host's cores, or cannot be parsed). Cached:
         workers publish few distinct masks."""
         held = self._mask_cache.get(mask)
         if held is None:
@@ -234,7 +234,7 @@ class MockTelemetry(Telemetry):
 
     def _held(self, pids: Collection[int] | None = None, h: _Holdings | None = None) -> dict[int, dict[str, int]]:
         """PID -> device id -> bytes, for each live process (of `pids`, if
-        given) whose published mask names any of this node's cores (as `h`
+        given) whose published mask names any of this host's cores (as `h`
         says, if given). Alive as the collector's process table shows it
         (`processes.table_in_use`), when there is one. The inner dicts are
         the cache's: read only."""

@@ -1,4 +1,4 @@
-"""Declarative node specs: the presets, and TOML files of the same shape.
+"""Declarative host specs: the presets, and TOML files of the same shape.
 
 Shapes follow the hardware facts in DESIGN.md: trn1.32xlarge is 16 devices x
 2 cores on a 4x4 torus (device 0 peers 12, 3, 4, 1); inf2.48xlarge is 12 x 2 in
@@ -13,11 +13,11 @@ UltraServer server) and `trn3pd98.3xlarge` (1 device). Every Trainium3
 instance name is known only from that driver source: the Neuron docs name
 none, so which names are sold is not known. Each device shows 4 logical
 cores: the default logical core size 2 is seen only in TorchNeuron's
-pre-release source. Their NUMA layout is not published: one node.
-`mixed-v100-a100` is a node of two GPU models, one V100 and two NVLinked
+pre-release source. Their NUMA layout is not published: one NUMA node.
+`mixed-v100-a100` is a host of two GPU models, one V100 and two NVLinked
 A100s, the shape of Ray's own NVML test data (GPU_MOCK_DATA in
 python/ray/tests/accelerators/test_nvidia_gpu.py: two A100s and a V100), with
-a UUID per GPU: Ray 2.60 would type the whole node by its GPU 0.
+a UUID per GPU: Ray 2.60 would type the whole host (one Ray node) by its GPU 0.
 
 A TOML spec is input the user wrote, so it is read strictly: the file through
 `ray_accel.core.files` (a regular file of at most `MAX_SPEC_BYTES`; a FIFO, a
@@ -82,7 +82,7 @@ PCI_BUS_ID = re.compile(r"^(?:[0-9A-Fa-f]{4}|[0-9A-Fa-f]{8}):[0-9A-Fa-f]{2}:[0-9
 TORUS = re.compile(r"^torus:([1-9][0-9]{0,2})x([1-9][0-9]{0,2})$")
 TOPOLOGIES = "torus:RxC, ring, all-to-all or none"
 
-NODE_KEYS = (
+HOST_KEYS = (
     "family",
     "model",
     "name",
@@ -94,7 +94,9 @@ NODE_KEYS = (
     "topology",
     "numa_nodes",
 )
-# Keys of [node] that shape generated devices: with [[devices]] listed they
+# The spec's table of the host as a whole; [node] is its old name, still read.
+HOST_TABLES = ("host", "node")
+# Keys of [host] that shape generated devices: with [[devices]] listed they
 # could not be honoured, so they are refused rather than ignored.
 GENERATED_ONLY = ("devices", "topology", "numa_nodes")
 DEVICE_KEYS = (
@@ -117,11 +119,11 @@ class SpecError(InputError):
 
 
 @dataclass(frozen=True)
-class NodeSpec:
+class HostSpec:
     name: str
     family: str
     model: str
-    accelerator_type: str | None  # None: the node's devices are of several types
+    accelerator_type: str | None  # None: the host's devices are of several types
     instance_type: str | None
     devices: tuple[Device, ...]
 
@@ -175,7 +177,7 @@ def _topology(name: str, count: int) -> Callable[[int], list[int]]:
     raise SpecError(f"bad topology {_show(name)}: use {TOPOLOGIES}")
 
 
-def build_node(
+def build_host(
     name: str,
     family: str,
     model: str,
@@ -187,7 +189,7 @@ def build_node(
     accelerator_type: str | None = None,
     instance_type: str | None = None,
     physical_cores: int | None = None,
-) -> NodeSpec:
+) -> HostSpec:
     peers_of = _topology(topology, count)
     per_numa = max(1, -(-count // numa_nodes))
     ids = [neuron_id(i) if family == FAMILY_NEURON else gpu_uuid(name, i) for i in range(count)]
@@ -220,7 +222,7 @@ def build_node(
                 accelerator_type=accelerator_type or model,
             )
         )
-    return NodeSpec(
+    return HostSpec(
         name=name,
         family=family,
         model=model,
@@ -230,8 +232,8 @@ def build_node(
     )
 
 
-def build_mixed_gpus(name: str, models: list[tuple[str, str, int, int]]) -> NodeSpec:
-    """A GPU node of several models, each `(model, accelerator type, memory,
+def build_mixed_gpus(name: str, models: list[tuple[str, str, int, int]]) -> HostSpec:
+    """A GPU host of several models, each `(model, accelerator type, memory,
     count)` in index order, each model on its own NUMA node, its GPUs NVLinked
     to each other and to no GPU of another model."""
     rows = [(i, n, row) for n, row in enumerate(models) for i in range(row[3])]
@@ -257,7 +259,7 @@ def build_mixed_gpus(name: str, models: list[tuple[str, str, int, int]]) -> Node
             )
         )
     kinds = {kind for _, kind, _, _ in models}
-    return NodeSpec(
+    return HostSpec(
         name=name,
         family=FAMILY_GPU,
         model=" + ".join(model for model, _, _, _ in models),
@@ -267,17 +269,17 @@ def build_mixed_gpus(name: str, models: list[tuple[str, str, int, int]]) -> Node
     )
 
 
-PRESETS: dict[str, Callable[[], NodeSpec]] = {
-    "trn1.2xlarge": lambda: build_node(
+PRESETS: dict[str, Callable[[], HostSpec]] = {
+    "trn1.2xlarge": lambda: build_host(
         "trn1.2xlarge", FAMILY_NEURON, "Trainium", 1, 2, 32 * GIB, "none", 1, instance_type="trn1.2xlarge"
     ),
-    "trn1.32xlarge": lambda: build_node(
+    "trn1.32xlarge": lambda: build_host(
         "trn1.32xlarge", FAMILY_NEURON, "Trainium", 16, 2, 32 * GIB, "torus:4x4", 2, instance_type="trn1.32xlarge"
     ),
-    "inf2.48xlarge": lambda: build_node(
+    "inf2.48xlarge": lambda: build_host(
         "inf2.48xlarge", FAMILY_NEURON, "Inferentia2", 12, 2, 32 * GIB, "ring", 2, instance_type="inf2.48xlarge"
     ),
-    "trn2.48xlarge": lambda: build_node(
+    "trn2.48xlarge": lambda: build_host(
         "trn2.48xlarge",
         FAMILY_NEURON,
         "Trainium2",
@@ -289,7 +291,7 @@ PRESETS: dict[str, Callable[[], NodeSpec]] = {
         instance_type="trn2.48xlarge",
         physical_cores=8,
     ),
-    "trn3.48xlarge": lambda: build_node(
+    "trn3.48xlarge": lambda: build_host(
         "trn3.48xlarge",
         FAMILY_NEURON,
         "Trainium3",
@@ -301,7 +303,7 @@ PRESETS: dict[str, Callable[[], NodeSpec]] = {
         instance_type="trn3.48xlarge",
         physical_cores=8,
     ),
-    "trn3e.24xlarge": lambda: build_node(
+    "trn3e.24xlarge": lambda: build_host(
         "trn3e.24xlarge",
         FAMILY_NEURON,
         "Trainium3",
@@ -313,7 +315,7 @@ PRESETS: dict[str, Callable[[], NodeSpec]] = {
         instance_type="trn3e.24xlarge",
         physical_cores=8,
     ),
-    "trn3pd98.3xlarge": lambda: build_node(
+    "trn3pd98.3xlarge": lambda: build_host(
         "trn3pd98.3xlarge",
         FAMILY_NEURON,
         "Trainium3",
@@ -325,10 +327,10 @@ PRESETS: dict[str, Callable[[], NodeSpec]] = {
         instance_type="trn3pd98.3xlarge",
         physical_cores=8,
     ),
-    "p4d.24xlarge": lambda: build_node(
+    "p4d.24xlarge": lambda: build_host(
         "p4d.24xlarge", FAMILY_GPU, "NVIDIA A100-SXM4-40GB", 8, 1, 40 * GIB, "all-to-all", 2, "A100", "p4d.24xlarge"
     ),
-    "p5.48xlarge": lambda: build_node(
+    "p5.48xlarge": lambda: build_host(
         "p5.48xlarge", FAMILY_GPU, "NVIDIA H100 80GB HBM3", 8, 1, 80 * GIB, "all-to-all", 2, "H100", "p5.48xlarge"
     ),
     "mixed-v100-a100": lambda: build_mixed_gpus(
@@ -436,25 +438,29 @@ def _peers(row: Mapping[str, Any], where: str, ids: list[str], by_index: Mapping
     return tuple(out)
 
 
-def spec_from_table(data: Mapping[str, Any], source: str) -> NodeSpec:
-    """The node a parsed TOML spec describes, or a `SpecError` naming
+def spec_from_table(data: Mapping[str, Any], source: str) -> HostSpec:
+    """The host a parsed TOML spec describes, or a `SpecError` naming
     `source`, the field and its value. Every count is checked against its
     maximum before anything is built."""
     for key in data:
-        if key not in ("node", "devices"):
+        if key not in (*HOST_TABLES, "devices"):
             raise SpecError(
-                f"{source}: unknown table or key {_show(key)}: a spec has [node] and, optionally, [[devices]]"
+                f"{source}: unknown table or key {_show(key)}: a spec has [host] and, optionally, [[devices]]"
             )
-    node = data.get("node")
-    if not isinstance(node, dict):
+    given = [t for t in HOST_TABLES if t in data]
+    if len(given) > 1:
+        raise SpecError(f"{source}: both [host] and [node] (its old name) are given: keep [host] only")
+    table = given[0] if given else "host"
+    host = data.get(table)
+    if not isinstance(host, dict):
         raise SpecError(
-            f"{source}: missing [node] table"
-            if node is None
-            else f"{source}: node must be a [node] table, got {_show(node)}"
+            f"{source}: missing [host] table"
+            if host is None
+            else f"{source}: {table} must be a [{table}] table, got {_show(host)}"
         )
-    where = f"{source} [node]"
-    _known_keys(node, NODE_KEYS, where)
-    family = node.get("family")
+    where = f"{source} [{table}]"
+    _known_keys(host, HOST_KEYS, where)
+    family = host.get("family")
     if family not in (FAMILY_NEURON, FAMILY_GPU):
         raise SpecError(f"{where}: family must be 'neuron' or 'gpu', got {_show(family)}")
     neuron = family == FAMILY_NEURON
@@ -468,33 +474,33 @@ def spec_from_table(data: Mapping[str, Any], source: str) -> NodeSpec:
         if neuron
         else (1, "a GPU is one schedulable unit")
     )
-    model = _text_or(node, "model", where, "Trainium" if neuron else "NVIDIA GPU")
-    name = _text_or(node, "name", where, Path(source).stem or "spec")
-    node_type = _optional_label(node, "accelerator_type", where)
-    instance_type = _optional_label(node, "instance_type", where)
-    default_cores = _int(node, "cores_per_device", where, 2 if neuron else 1, 1, max_cores, core_limit)
-    default_mem = _gib(node, "memory_gib", where, 32)
+    model = _text_or(host, "model", where, "Trainium" if neuron else "NVIDIA GPU")
+    name = _text_or(host, "name", where, Path(source).stem or "spec")
+    host_type = _optional_label(host, "accelerator_type", where)
+    instance_type = _optional_label(host, "instance_type", where)
+    default_cores = _int(host, "cores_per_device", where, 2 if neuron else 1, 1, max_cores, core_limit)
+    default_mem = _gib(host, "memory_gib", where, 32)
     rows = data.get("devices")
     if rows is None:
-        if "devices" not in node:
+        if "devices" not in host:
             raise SpecError(f"{where}: give devices = N (1-{max_devices}) or list the devices as [[devices]] tables")
-        count = _int(node, "devices", where, None, 1, max_devices, device_limit)
-        topology = node.get("topology", "none")
+        count = _int(host, "devices", where, None, 1, max_devices, device_limit)
+        topology = host.get("topology", "none")
         if not isinstance(topology, str):
             raise SpecError(f"{where}: topology must be {TOPOLOGIES}, got {_show(topology)}")
-        numa_nodes = _int(node, "numa_nodes", where, 1, 1, MAX_NUMA_NODES, "Linux's MAX_NUMNODES")
-        if node_type is None:
+        numa_nodes = _int(host, "numa_nodes", where, 1, 1, MAX_NUMA_NODES, "Linux's MAX_NUMNODES")
+        if host_type is None:
             _label(model, where, "model", derived=True)
         try:
-            return build_node(
-                name, family, model, count, default_cores, default_mem, topology, numa_nodes, node_type, instance_type
+            return build_host(
+                name, family, model, count, default_cores, default_mem, topology, numa_nodes, host_type, instance_type
             )
         except SpecError as e:
             raise SpecError(f"{where}: {e}") from None
         except DeviceError as e:
             raise SpecError(f"{source}: {e}") from None
     for key in GENERATED_ONLY:
-        if key in node:
+        if key in host:
             raise SpecError(
                 f"{where}: {key} shapes generated devices and cannot apply to [[devices]] listed: remove it"
             )
@@ -528,10 +534,10 @@ def spec_from_table(data: Mapping[str, Any], source: str) -> NodeSpec:
         memory = _gib(row, "memory_gib", at, 0) if "memory_gib" in row else default_mem
         row_model = _text_or(row, "model", at, model)
         row_type = _optional_label(row, "accelerator_type", at)
-        if row_type is None and node_type and row_model == model:
-            row_type = node_type
+        if row_type is None and host_type and row_model == model:
+            row_type = host_type
         elif row_type is None:
-            # A device of another model than the node's is its own type.
+            # A device of another model than the host's is its own type.
             row_type = _label(row_model, at if "model" in row else where, "model", derived=True)
         bus = _text(row, "pci_bus_id", at)
         if bus is not None:
@@ -567,7 +573,7 @@ def spec_from_table(data: Mapping[str, Any], source: str) -> NodeSpec:
     except DeviceError as e:
         raise SpecError(f"{source}: {e}") from None
     kinds = {d.accelerator_type for d in inventory}
-    return NodeSpec(name, family, model, kinds.pop() if len(kinds) == 1 else None, instance_type, inventory)
+    return HostSpec(name, family, model, kinds.pop() if len(kinds) == 1 else None, instance_type, inventory)
 
 
 def _read_table(value: str, shown: str) -> dict[str, Any]:
@@ -596,7 +602,7 @@ def _read_table(value: str, shown: str) -> dict[str, Any]:
         raise SpecError(f"malformed TOML in mock spec {shown}: a number too long to read") from None
 
 
-def load_spec(value: str) -> NodeSpec:
+def load_spec(value: str) -> HostSpec:
     """A preset name (``trn1.32xlarge``) or the path of a TOML spec file."""
     if value in PRESETS:
         return PRESETS[value]()

@@ -95,7 +95,7 @@ def from_environ(env: Mapping[str, str]) -> Config:
 
 def read_lnc_file(path: str) -> tuple[int | None, str | None]:
     """(value, problem). The file holds `NEURON_LOGICAL_NC_CONFIG=<n>`; an
-    absent file is normal. It is the node's configuration, not the user's
+    absent file is normal. It is the host's configuration, not the user's
     input, so a bad one is reported as a problem, not raised."""
     try:
         text = files.read_text(path, 4096)

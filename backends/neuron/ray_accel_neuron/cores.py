@@ -15,7 +15,7 @@ neuron-ls.rst, the runtime configuration guide):
   i*n .. i*n+n-1, also inside a container that sees only some devices
   (the runtime keeps host numbering there).
 - A device whose generation is unknown has no known default: the user's
-  variable, the tool or the node file decide, else one logical core per
+  variable, the tool or the EKS node file decide, else one logical core per
   physical core, said in a warning (`Lnc.assumed`).
 """
 

@@ -1,4 +1,4 @@
-"""Which generation the devices are and which EC2 instance the node is.
+"""Which generation the devices are and which EC2 instance the host is.
 
 Generation, most decisive source first: sysfs `device_name` (readable by
 anyone), the PCI device id, a device-level `arch_type` that names one
@@ -57,7 +57,7 @@ def _agree(found: Mapping[int, Generation], what: str) -> Generation | None:
     kinds = {g.accelerator_type for g in found.values()}
     if len(kinds) > 1:
         listed = ", ".join(f"neuron:{i} {g.accelerator_type}" for i, g in sorted(found.items()))
-        raise limits.BadData(f"{what} name different generations on one node: {listed}")
+        raise limits.BadData(f"{what} name different generations on one host: {listed}")
     return next(iter(found.values()), None)
 
 

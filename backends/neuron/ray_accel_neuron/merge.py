@@ -175,7 +175,7 @@ def _links(
 
 
 def _numa(index: int, bdf: str | None, ld: LsDevice | None, src: Sources) -> tuple[int | None, str, str | None]:
-    """(node, source, cpu list)."""
+    """(NUMA node, source, cpu list)."""
     fn = src.pci.get(bdf) if bdf else None
     if fn is not None and fn.numa_node is not None:
         return fn.numa_node, f"PCI {bdf}/numa_node", fn.local_cpulist or (ld.cpu_affinity if ld else None)
@@ -187,12 +187,12 @@ def _numa(index: int, bdf: str | None, ld: LsDevice | None, src: Sources) -> tup
         cpus = {src.pci[b].local_cpulist for b in src.neuron_pci if b in src.pci}
         return (
             node,
-            f"PCI: all {len(src.neuron_pci)} Neuron functions are on node {node}",
+            f"PCI: all {len(src.neuron_pci)} Neuron functions are on NUMA node {node}",
             (cpus.pop() if len(cpus) == 1 else None),
         )
     if src.neuron_pci:
         why = (
-            f"the {len(src.neuron_pci)} Neuron PCI functions are on nodes {sorted(nodes, key=str)} "
+            f"the {len(src.neuron_pci)} Neuron PCI functions are on NUMA nodes {sorted(nodes, key=str)} "
             f"and nothing maps neuron:{index} to its BDF (neuron-ls gives it)"
         )
     else:
@@ -237,7 +237,7 @@ def merge(src: Sources) -> Inventory:
 
     tool_lncs = {d.lnc for d in ls.values() if d.lnc is not None}
     if len(tool_lncs) > 1:
-        raise limits.BadData(f"neuron-ls prints logical_neuroncore_config {sorted(tool_lncs)} on one node")
+        raise limits.BadData(f"neuron-ls prints logical_neuroncore_config {sorted(tool_lncs)} on one host")
     lnc, lnc_warnings = cores.worker_lnc(gen, src.env_lnc, next(iter(tool_lncs), None), src.file_lnc)
     warnings += lnc_warnings
     if src.sysfs_layout:

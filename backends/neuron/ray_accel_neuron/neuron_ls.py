@@ -5,7 +5,7 @@ neuron-ls.rst`, 2.22 through 2.33, and public captures;
 tests/fixtures/neuron/CATALOGUE.md): a top-level array, one object per
 device, with `neuron_device` (the driver's index), `bdf` (short `cc:00.0`
 or full `0000:00:1e.0`), `connected_to` (a list, or `null` on a one-device
-node), `nc_count` (logical cores: already divided by the LNC),
+host), `nc_count` (logical cores: already divided by the LNC),
 `logical_neuroncore_config` (Trainium2 only), `memory_size` (bytes),
 `neuron_processes` (`pid`, `command`, `neuron_runtime_version`); since tools
 2.25 also `cpu_affinity`, `numa_node` (a string, "-1" without NUMA) and

@@ -15,7 +15,7 @@ import logging
 import os
 from collections.abc import Mapping
 
-from ray_accel.core.devices import Device, NodeInfo, all_core_ids
+from ray_accel.core.devices import Device, HostInfo, all_core_ids
 from ray_accel.plugins.interface import DevicePlugin
 from ray_accel_neuron import arch, config, health_rule, limits, merge, sysfs
 from ray_accel_neuron.health_monitor import NeuronHealthMonitor
@@ -135,7 +135,7 @@ class NeuronPlugin(DevicePlugin):
     def list_devices(self) -> tuple[Device, ...]:
         return self._inventory.devices if self._inventory else ()
 
-    def node_info(self) -> NodeInfo:
+    def host_info(self) -> HostInfo:
         inv = self._inventory
         devices = self.list_devices()
         attributes = {"sources": ",".join(inv.sources)} if inv else {}
@@ -150,7 +150,7 @@ class NeuronPlugin(DevicePlugin):
                 }
             )
             warnings = (*self._extra_warnings, *inv.warnings)
-        return NodeInfo(
+        return HostInfo(
             plugin=self.name,
             family=self.family,
             accelerator_type=inv.generation.accelerator_type if inv and inv.generation else None,

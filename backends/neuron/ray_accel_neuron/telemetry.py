@@ -116,7 +116,7 @@ class NeuronTelemetry(Telemetry):
 
     def device_holders(self) -> dict[str, tuple[int, ...]]:
         """Device id -> PIDs neuron-ls lists in its `neuron_processes`, for every
-        device of this node (an empty tuple: nobody). Runs neuron-ls each call;
+        device of this host (an empty tuple: nobody). Runs neuron-ls each call;
         raises NeuronLsError when it is missing or fails, so that "unknown" is
         never read as "nobody"."""
         path = find_tool("neuron-ls", self.cfg.neuron_ls)

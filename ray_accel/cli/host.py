@@ -8,7 +8,7 @@ import click
 
 from ray_accel.cli import render
 from ray_accel.cli.output import emit
-from ray_accel.cli.params import PARTITION_COUNT
+from ray_accel.cli.params import PARTITION_COUNT, HiddenAliases
 from ray_accel.partition.inherited import inherited_mask, plan_within_mask
 from ray_accel.plugins.inventory import discover
 
@@ -25,7 +25,7 @@ def devices(backend: str | None, as_json: bool) -> int:
     plugin = inventory.primary
     # The host's devices are listed whole, but a mask set in the environment is
     # read here as `plan`/`start` read it, so a bad one is exit 2 naming it
-    # rather than a listing that looks fine (issue 17, masks).
+    # rather than a listing that looks fine (a bad mask is bad input).
     mask = None if plugin is None else inherited_mask(plugin, os.environ)
     if mask is not None:
         payload["inherited_mask"] = {"env": mask.env, "value": mask.value, "ids": list(mask.ids)}
@@ -34,7 +34,15 @@ def devices(backend: str | None, as_json: bool) -> int:
 
 @click.command()
 @click.option("--mode", default="auto-split", show_default=True, help="shared, auto-split or manual")
-@click.option("--partitions", "--agents", "partitions", type=PARTITION_COUNT, help="number of partitions (raylets)")
+@click.option(
+    "--partitions",
+    "--agents",
+    "partitions",
+    cls=HiddenAliases,
+    hidden_aliases=("--agents",),
+    type=PARTITION_COUNT,
+    help="number of partitions (raylets)",
+)
 @click.option("--manual", metavar="SPEC", help="devices per partition, e.g. 'a=0-3;b=4-7' (indexes, ranges or ids)")
 @click.option("--backend", help="plan for this backend's devices")
 @json_option
@@ -45,8 +53,8 @@ def plan(mode: str, partitions: int | None, manual: str | None, backend: str | N
 
     plugin = discover(backend).require_primary()
     mask = inherited_mask(plugin, os.environ)
-    node_type = plugin.node_info().accelerator_type
-    result = plan_within_mask(plugin.list_devices(), mode, partitions, manual, mask, node_type, traits=plugin.traits)
+    host_type = plugin.host_info().accelerator_type
+    result = plan_within_mask(plugin.list_devices(), mode, partitions, manual, mask, host_type, traits=plugin.traits)
     host = read_host([])
     division = divide_host(result, host)
     payload = result.to_json()
