@@ -118,14 +118,8 @@ def _serving_state(full: Sequence[str], devices: Sequence[str]) -> PartState:
 
 
 def _detail(health: Mapping[str, DeviceHealth], out: Sequence[str]) -> str:
-    return "; ".join(f"{why(health, d)} ({_again(health, d)})" for d in out)
-
-
-def _again(health: Mapping[str, DeviceHealth], device: str) -> str:
-    found = health.get(device)
-    if found is None or not found.healthy_again:
-        return "out of service"
-    return f"back when {found.healthy_again}"
+    # What makes each healthy again is the device's own (`ray-accel health`).
+    return "; ".join(why(health, d) for d in out)
 
 
 def decide(settings: HealthSettings, view: PartitionHealth, facts: Facts, now: float) -> Step:
