@@ -180,9 +180,11 @@ def _restart(host: Host, name: str, serve: Sequence[str], progress: Progress) ->
         new = replace(new, out=out, out_core_ids=tuple(c for c in p.core_ids if c not in cores))
         record = _save_entry(record, new)
         wait_registered(record.gcs_address, [new.node_id] if new.node_id else [], host.timeout_s, progress, record.auth)
-    except BaseException:
+    except BaseException as e:
         with shielded():
-            launches.undo()
+            stopped = launches.undo()
+            why = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
+            progress(f"{name}: restart {why}: stopped the {len(stopped)} processes it had started")
             # Nothing of it runs now: the record says so.
             record = _save_entry(
                 record, replace(gone, out=p.device_ids, out_core_ids=p.core_ids, decider_state="stopped")
