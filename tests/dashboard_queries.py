@@ -37,6 +37,9 @@ METRICS: Mapping[str, frozenset[str]] = {
     "ray_accel_host_memory_used_bytes": HOST,
     "ray_accel_device_orphan_processes": frozenset({"host", "partition", "device_id", "pid", "command"}),
     "ray_accel_job_phase": frozenset({"job_id", "name", "phase"}),
+    "ray_accel_partition_state": frozenset({"host", "partition", "state"}),
+    "ray_accel_device_health_state": frozenset({"host", "partition", "device_id", "state"}),
+    "ray_accel_device_health_events": frozenset({"host", "partition", "device_id", "kind", "code"}),
 }
 # Ray's metrics agent adds SessionName (and Component, NodeAddress, Version,
 # WorkerId) to every metric, Prometheus adds instance and job; panels may

@@ -21,6 +21,7 @@ import click
 
 from ray_accel import __version__
 from ray_accel.cli.cluster import start, status_command, stop
+from ray_accel.cli.health import health
 from ray_accel.cli.host import devices, plan
 from ray_accel.cli.jobs import jobs
 from ray_accel.cli.top import top
@@ -33,7 +34,7 @@ def cli() -> None:
     """Accelerator partitions for Ray."""
 
 
-for command in (devices, plan, start, status_command, stop, top, jobs):
+for command in (devices, plan, start, status_command, stop, top, jobs, health):
     cli.add_command(command)
 
 

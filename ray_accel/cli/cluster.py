@@ -28,6 +28,9 @@ START_OPTIONS = (
     "resources",
     "max_workers",
     "block",
+    "on_unhealthy",
+    "health_interval",
+    "drain_deadline",
 )
 
 
@@ -75,6 +78,29 @@ START_OPTIONS = (
     help="stay in the foreground once the partitions are up; stop them all on SIGTERM or Ctrl-C, "
     "exit 1 if one dies (for systemd, KubeRay, Slurm)",
 )
+@click.option(
+    "--on-unhealthy",
+    type=click.Choice(["report", "drain", "shrink"]),
+    default="report",
+    show_default=True,
+    help="when a device goes bad: report it only; drain its partition through Ray (its raylet stopped at the "
+    "deadline); or drain, then restart the partition without the device. Either way it returns to service "
+    "once the device is healthy again",
+)
+@click.option(
+    "--health-interval",
+    type=FiniteFloat(0.1, 3600),
+    default=5.0,
+    show_default=True,
+    help="seconds between the health decider's polls",
+)
+@click.option(
+    "--drain-deadline",
+    type=FiniteFloat(0, 7 * 24 * 3600),
+    default=120.0,
+    show_default=True,
+    help="seconds a drained partition's work gets to move before its raylet is stopped",
+)
 @json_option
 @click.pass_context
 def start(
@@ -95,6 +121,9 @@ def start(
     resources: str | None,
     max_workers: int | None,
     block: bool,
+    on_unhealthy: str,
+    health_interval: float,
+    drain_deadline: float,
     as_json: bool,
 ) -> int:
     """Start one raylet per partition of this host."""
@@ -104,6 +133,8 @@ def start(
     from ray_accel.cluster.start import start as start_partitions
     from ray_accel.cluster.startargs import flag_names
     from ray_accel.cluster.status import status
+    from ray_accel.core.health_state import Action, HealthSettings
+    from ray_accel.health.launch import ensure_decider, start_decider
 
     ray_args: list[str] = ctx.obj["ray_args"] if ctx.obj else []
     if sum((head, address is not None, recover)) != 1:
@@ -124,7 +155,7 @@ def start(
         raise InputError("--port is the new head's GCS port; a raylet joining --address takes no --port")
     say = progress()
     if recover:
-        recover_partitions(say, timeout)
+        recover_partitions(say, timeout, after=ensure_decider)
         return emit(as_json, status(), render.started_text)
     request = StartRequest(
         head=head,
@@ -141,8 +172,9 @@ def start(
         dashboard=not no_dashboard,
         labels=validate.node_labels(labels) if labels is not None else {},
         resources=validate.resource_amounts(resources) if resources is not None else {},
+        health=HealthSettings(Action(on_unhealthy), health_interval, drain_deadline),
     )
-    record = start_partitions(request, say, max_workers)
+    record = start_partitions(request, say, max_workers, after=start_decider)
     emit(as_json, status(), render.started_text)
     if not block:
         return 0

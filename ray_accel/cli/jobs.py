@@ -21,13 +21,16 @@ from ray_accel.core.errors import InputError
 
 
 def read_recorded_jobs(replicas: bool = False) -> list[dict[str, Any]]:
-    """Every job of the cluster this host's record names (connects as a driver)."""
+    """Every job of the cluster this host's record names (connects as a
+    driver), with why it waits where a partition of this host it ran on is
+    not serving (`waiting`, from the host's health decider)."""
     from ray_accel.cli.connect import connect_to_recorded_cluster
     from ray_accel.cluster.status import status
+    from ray_accel.health.view import annotate_jobs
     from ray_accel.jobs.store import read_jobs
 
     connect_to_recorded_cluster(status())
-    return read_jobs(replicas=replicas)
+    return annotate_jobs(read_jobs(replicas=replicas))
 
 
 def find_job(jobs: Sequence[Mapping[str, Any]], job_id: str) -> Mapping[str, Any]:
@@ -73,7 +76,7 @@ def jobs_text(payload: Mapping[str, Any], now: float | None = None) -> str:
             ]
             for j in jobs
         ],
-    )
+    ) + "".join(f"\n{j['id']} waits: {j['waiting']}" for j in jobs if j.get("waiting"))
 
 
 def job_text(job: Mapping[str, Any], now: float | None = None) -> str:
@@ -90,6 +93,8 @@ def job_text(job: Mapping[str, Any], now: float | None = None) -> str:
         head.append(f"collective: {job['collective']}{why}")
     if job.get("detail"):
         head.append(f"detail: {job['detail']}")
+    if job.get("waiting"):
+        head.append(f"waits: {job['waiting']}")
     table = render(
         ["RANK", "LOCAL", "NODE", "HOST", "PARTITION", "DEVICES", "PID", "PHASE", "HISTORY"],
         [
@@ -131,9 +136,10 @@ def show(job_id: str, as_json: bool) -> int:
 
 def top_jobs() -> list[dict[str, Any]]:
     """The jobs for `ray-accel top` (the caller is connected); none, with no store."""
+    from ray_accel.health.view import annotate_jobs
     from ray_accel.jobs.store import read_jobs
 
-    return read_jobs()
+    return annotate_jobs(read_jobs())
 
 
 def top_jobs_text(jobs_list: Sequence[Mapping[str, Any]]) -> str:

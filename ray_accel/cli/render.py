@@ -129,16 +129,17 @@ def status_text(payload: dict[str, Any]) -> str:
         [
             p["partition"] + (" (head)" if p["head"] else ""),
             "alive" if p["alive"] else "DEAD",
+            (p.get("health") or {}).get("state", "-"),
             p["pid"],
             (p["node_id"] or "-")[:12],
-            format_visible_ids(p["core_ids"], "ranges"),
+            format_visible_ids(p["core_ids"], "ranges") or "-",
             partition_kind(p),
             cpu_set_text(p.get("cpu_set")),
             ", ".join(f"{k} {v:g}/{p['total'][k]:g}" for k, v in p["in_use"].items()) or "-",
         ]
         for p in payload["partitions"]
     ]
-    table = render(["PARTITION", "STATE", "RAYLET PID", "NODE", "CORES", "TYPE", "CPU SET", "IN USE"], rows)
+    table = render(["PARTITION", "STATE", "HEALTH", "RAYLET PID", "NODE", "CORES", "TYPE", "CPU SET", "IN USE"], rows)
     extra = [f"CPU pinning: {payload['cpu_pinning']}"] if payload.get("cpu_pinning") else []
     if payload.get("host_ip"):
         extra.append(f"host: {payload['host']}, node IP {payload['host_ip']}")
@@ -146,7 +147,28 @@ def status_text(payload: dict[str, Any]) -> str:
         extra.append(payload["inherited_mask"]["description"])
     if payload.get("dashboard_address"):
         extra.append(f"dashboard: {payload['dashboard_address']}")
+    extra += health_lines(payload)
     return "\n".join([table, *extra, *warnings])
+
+
+def health_lines(payload: dict[str, Any]) -> list[str]:
+    """`status`: the decider, each partition out of its normal state and
+    each device that is not healthy, with its last event."""
+    summary = payload.get("health")
+    if not summary:
+        return []
+    decider = summary["decider"]
+    running = f"pid {decider['pid']}" if decider["alive"] else "NOT RUNNING (ray-accel start --recover starts it)"
+    lines = [f"health decider: {running}, --on-unhealthy {summary['action']}"]
+    for p in payload["partitions"]:
+        h = p.get("health") or {}
+        if h.get("detail"):
+            lines.append(f"  {p['partition']} {h['state']}: {h['detail']}")
+    for d in summary["not_healthy"]:
+        event = d.get("last_event") or {}
+        why = f": {event['reason']}" if event.get("reason") else ""
+        lines.append(f"  {d['device_id']} {d['state']}{why}")
+    return lines
 
 
 def started_text(payload: dict[str, Any]) -> str:
@@ -197,17 +219,21 @@ def top_text(payload: dict[str, Any]) -> str:
         return "-" if v is None else f"{v:.0f} {unit}"
 
     def health(d: dict[str, Any]) -> str:
+        rule = d.get("health_state")
+        if rule in ("unhealthy", "unknown"):
+            return f"{rule} (by rule)" + (f", sample: {d['reason']}" if d["reason"] else "")
         if d["healthy"]:
             return "ok"
         return ("?" if d["healthy"] is None else "BAD") + (f" ({d['reason']})" if d["reason"] else "")
 
     parts = render(
-        ["PARTITION", "HOST", "STATE", "NODE", "DEVICES", "EXPORTER"],
+        ["PARTITION", "HOST", "STATE", "HEALTH", "NODE", "DEVICES", "EXPORTER"],
         [
             [
                 p["partition"],
                 p["host"],
                 "alive" if p["alive"] else "DEAD",
+                (p.get("health") or {}).get("state") or "-",
                 p["node_id"][:12],
                 format_id_list(p["device_ids"]) or "-",
                 p["exporter"] if p["exporter"] != "ok" else f"ok ({p['took_s'] * 1000:.0f} ms)",

@@ -56,8 +56,15 @@ def top_payload(partitions: Sequence[Mapping[str, Any]], snaps: Mapping[str, dic
             continue
         row["device_ids"] = [d["id"] for d in snap.get("devices", [])]
         row["took_s"] = snap.get("took_s")
+        # The partition's state and its devices' health, by the host's decider.
+        health = snap.get("health") or {}
+        row["health"] = {k: health.get(k) for k in ("state", "since", "detail", "out")} if health else None
+        by_rule = health.get("devices") or {}
         parts.append(row)
-        devices += [{k: d.get(k) for k in DEVICE_FIELDS} for d in snap.get("devices", [])]
+        devices += [
+            {**{k: d.get(k) for k in DEVICE_FIELDS}, "health_state": by_rule.get(d.get("id"))}
+            for d in snap.get("devices", [])
+        ]
         workloads += snap.get("workloads", [])
         orphans += snap.get("orphans", [])
         errors += [f"{where}: {e}" for e in snap.get("errors", [])]

@@ -11,6 +11,10 @@ change, and ends:
   then is gone): it exits 0;
 - when a partition dies: it stops the others and exits 1, so the supervisor
   sees the failure and can start the whole host again.
+
+The record is read again every round: the host's health decider restarts a
+partition (a new raylet, recorded) or stops one on purpose (marked in the
+record), and neither is a partition dying.
 """
 
 from __future__ import annotations
@@ -38,6 +42,18 @@ def _ours_now(record: HostRecord) -> bool:
     except RayAccelError:
         return True  # unreadable now: what we started is still what we watch
     return current is not None and current.created == record.created and not current.stopping
+
+
+def _latest(record: HostRecord) -> HostRecord:
+    """The record as it is now on disk, where it is still this start's (the
+    decider may have restarted a partition); else `record` as it was."""
+    try:
+        current = state.load(state.place_of(record))
+    except RayAccelError:
+        return record
+    if current is None or current.created != record.created:
+        return record
+    return current
 
 
 def _stop_all(record: HostRecord, grace_s: float, progress: Progress) -> None:
@@ -109,8 +125,15 @@ def _watch(record: HostRecord, progress: Progress, grace_s: float, wake: threadi
             _wait_stopped(record)
             progress("stopped by `ray-accel stop`")
             return 0
-        checks = procs.check_record(record)
-        for p in record.partitions:
+        current = _latest(record)
+        checks = procs.check_record(current)
+        for p in current.partitions:
+            if p.decider_state is not None:
+                # Stopped or being restarted by the health decider, on purpose.
+                if alive.get(p.name) is not None:
+                    progress(f"{p.name}: {p.decider_state} by the health decider")
+                alive.pop(p.name, None)
+                continue
             # A partition lives while its raylet does (and, on the head, the GCS).
             vital = p.of_kind("raylet", "gcs_server")
             gone = [r for r in vital if not checks[r].ours]
@@ -130,7 +153,7 @@ def _watch(record: HostRecord, progress: Progress, grace_s: float, wake: threadi
             if error is not None and error != gcs_error:
                 progress(f"warning: {error}")
             gcs_error = error
-            for p in record.partitions:
+            for p in current.partitions:
                 reg = None if nodes is None else bool(nodes.get(p.node_id or "", {}).get("alive"))
                 if registered.get(p.name, True) != reg:
                     progress(f"{p.name}: {'registered' if reg else 'NOT registered' if reg is False else 'GCS silent'}")

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib.util import find_spec
 
-from ray_accel.cluster.record import HostRecord, RayProcess, RecordError
+from ray_accel.cluster.record import DECIDER_KIND, HostRecord, RayProcess, RecordError
 from ray_accel.core.processes import (
     ProcessRecord,
     ProcStat,
@@ -55,6 +55,10 @@ RAY_PROCESSES = {
     "dashboard_agent": ("/ray/dashboard/agent.py",),
     "runtime_env_agent": ("/ray/_private/runtime_env/agent/main.py",),
 }
+# ray-accel's own long-lived process: the host's health decider (`start` runs
+# it as a module, in a session of its own).
+DECIDER_MODULE = "ray_accel.health.decider"
+OWN_PROCESSES = {DECIDER_KIND: (f"-m {DECIDER_MODULE}",)}
 
 
 class Verdict(enum.Enum):
@@ -115,7 +119,10 @@ def _ray_dir() -> str | None:
 def is_ray_process(kind: str, ident: str) -> bool:
     """Whether `ident` is what Ray runs: what the table says for `kind`, or
     (a kind or path another Ray version has) a file of the installed Ray
-    package or one of its modules."""
+    package or one of its modules; for ray-accel's own decider, exactly its
+    module."""
+    if kind in OWN_PROCESSES:
+        return ident in OWN_PROCESSES[kind]
     known = RAY_PROCESSES.get(kind, ())
     if any(ident == s if s.startswith("-m ") else ident.endswith(s) for s in known):
         return True
@@ -153,8 +160,9 @@ def check(proc: RayProcess, protected: set[int] | None = None) -> Check:
         return Check(proc, Verdict.GONE, "exited")
     live = identity(argv)
     if not is_ray_process(proc.kind, proc.identity):
+        whose = "ray-accel's" if proc.kind in OWN_PROCESSES else "Ray's"
         return Check(
-            proc, Verdict.FOREIGN, f"the record says it runs {proc.identity!r}, which is not Ray's {proc.kind}"
+            proc, Verdict.FOREIGN, f"the record says it runs {proc.identity!r}, which is not {whose} {proc.kind}"
         )
     if live != proc.identity:
         shown = " ".join(argv)[:200] or f"[{stat.name}]"

@@ -13,6 +13,7 @@ from ray_accel.cluster import auth
 from ray_accel.cluster.raylet_launch import CPU_SET_ENV, PARTITION_ENV
 from ray_accel.core import ray_resources
 from ray_accel.core.errors import InputError
+from ray_accel.core.health_state import HealthSettings
 from ray_accel.core.numa import format_cpulist
 from ray_accel.partition.labels import PARTITION_LABEL
 from ray_accel.partition.plan import Partition
@@ -37,6 +38,7 @@ class StartRequest:
     dashboard: bool = True
     labels: dict[str, str] = field(default_factory=dict)  # the user's, on every partition
     resources: dict[str, float] = field(default_factory=dict)  # the user's, host totals
+    health: HealthSettings = field(default_factory=HealthSettings)  # the host's health decider
 
 
 OUR_LABEL_PREFIX = PARTITION_LABEL.split("/", 1)[0] + "/"

@@ -24,6 +24,7 @@ from ray_accel.cluster.ports import NAMED, RayletPorts
 from ray_accel.cluster.startargs import validate_ray_args
 from ray_accel.core import validate
 from ray_accel.core.errors import InputError
+from ray_accel.core.health_state import HealthFileError, HealthSettings
 from ray_accel.core.hosts import canonical_ip
 from ray_accel.core.processes import ProcessRecord
 from ray_accel.core.visibility import format_visible_ids
@@ -31,6 +32,8 @@ from ray_accel.partition.plan import Mode, Partition
 from ray_accel.partition.share import Share
 from ray_accel.plugins.traits import DeviceTraits
 
+# 4 (read without them too): the health decider's settings and process, and
+# per partition its devices out of service and the decider's hold on it.
 # 4: the host's node IP beside its name (`host_ip`), in `host.json`; the
 # spec names its backend and carries its traits.
 # 3 (`node.json`, an earlier ray-accel's): processes as {kind, pid,
@@ -55,6 +58,11 @@ _BACKEND = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _RESOURCE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,127}$")
 _HEX_ID = re.compile(r"^[0-9a-f]{1,128}$")
+# The kind of the host's health decider among the recorded processes.
+DECIDER_KIND = "health_decider"
+# What the decider says of a partition whose raylet it stopped on purpose, or
+# is restarting under the host's lock: a dead raylet there is not a failure.
+DECIDER_STATES = ("stopped", "restarting")
 
 T = TypeVar("T")
 
@@ -98,14 +106,32 @@ class PartitionEntry:
     models: tuple[str, ...] = ()
     share: Share | None = None  # its part of the host, as started (None: a record from before)
     labels: tuple[tuple[str, str], ...] = ()  # ray-accel's own labels beyond the partition's name
+    # Its devices (and their units) the health decider took out of service:
+    # its raylet serves the others (`serving`); `device_ids`/`core_ids` stay
+    # the partition as planned, to which it returns.
+    out: tuple[str, ...] = ()
+    out_core_ids: tuple[int, ...] = ()
+    decider_state: str | None = None  # one of DECIDER_STATES, or None
 
     @property
     def partition(self) -> Partition:
+        """The partition as planned, every device in it."""
         return Partition(self.name, self.device_ids, self.core_ids, self.accelerator_type, self.models)
 
     @property
+    def serving(self) -> Partition:
+        """The partition as its raylet serves it: without the devices out of service."""
+        return Partition(
+            self.name,
+            tuple(d for d in self.device_ids if d not in self.out),
+            tuple(c for c in self.core_ids if c not in self.out_core_ids),
+            self.accelerator_type,
+            self.models,
+        )
+
+    @property
     def visible_ids(self) -> str:
-        return format_visible_ids(self.core_ids)
+        return format_visible_ids(self.serving.core_ids)
 
     def of_kind(self, *kinds: str) -> list[RayProcess]:
         return [p for p in self.processes if p.kind in kinds]
@@ -125,6 +151,9 @@ class PartitionEntry:
             "node_id": self.node_id,
             "node_ip": self.node_ip,
             "log": self.log,
+            "out": list(self.out),
+            "out_core_ids": list(self.out_core_ids),
+            "decider_state": self.decider_state,
         }
 
 
@@ -153,9 +182,13 @@ class HostRecord:
     # Set by `stop` before its first signal, so a `start --block` watching
     # these partitions knows their end was asked for.
     stopping: bool = False
+    health: HealthSettings | None = None  # the decider's settings (None: a record from before)
+    decider: RayProcess | None = None  # the host's health decider, while it runs
 
     def processes(self) -> list[RayProcess]:
-        return [r for p in self.partitions for r in p.processes]
+        """Every recorded process: the partitions', and the decider's."""
+        own = [r for p in self.partitions for r in p.processes]
+        return own if self.decider is None else [*own, self.decider]
 
     @property
     def legacy(self) -> bool:
@@ -193,6 +226,8 @@ class HostRecord:
             "cpu_pinning": self.cpu_pinning,
             "inherited_mask": None if self.inherited_mask is None else dict(self.inherited_mask),
             "stopping": self.stopping,
+            "health": None if self.health is None else self.health.to_json(),
+            "decider": None if self.decider is None else self.decider.to_json(),
             "partitions": [p.to_json() for p in self.partitions],
         }
 
@@ -297,7 +332,23 @@ def _record(data: object) -> HostRecord:
         cpu_pinning=_optional(obj.get("cpu_pinning"), "cpu_pinning", lambda v, w: _text(v, w, MAX_TEXT)),
         inherited_mask=_optional(obj.get("inherited_mask"), "inherited_mask", _mask),
         stopping=_bool(obj.get("stopping", False), "stopping"),
+        health=_optional(obj.get("health"), "health", _health_settings),
+        decider=_optional(obj.get("decider"), "decider", _decider),
     )
+
+
+def _health_settings(data: object, where: str) -> HealthSettings:
+    try:
+        return HealthSettings.from_json(data, where)
+    except HealthFileError as e:
+        raise _Bad(where, str(e)) from None
+
+
+def _decider(data: object, where: str) -> RayProcess:
+    proc = _process(data, where)
+    if proc.kind != DECIDER_KIND:
+        raise _Bad(f"{where}.kind", f"{proc.kind!r}: the decider's kind is {DECIDER_KIND!r}")
+    return proc
 
 
 def _labels(data: object, where: str = "labels") -> tuple[tuple[str, str], ...]:
@@ -377,6 +428,22 @@ def _partition(data: object, where: str, spec: BridgeSpec) -> PartitionEntry:
         raise _Bad(f"{where}.core_ids", "a unit appears twice")
     procs_list = _list(_key(obj, "processes", where), f"{where}.processes", MAX_PROCESSES)
     processes = tuple(_process(p, f"{where}.processes[{i}]") for i, p in enumerate(procs_list))
+    out = tuple(
+        _text(d, f"{where}.out[{i}]", 256) for i, d in enumerate(_list(obj.get("out", []), f"{where}.out", MAX_UNITS))
+    )
+    if set(out) - set(device_ids):
+        raise _Bad(f"{where}.out", f"device {sorted(set(out) - set(device_ids))[0]!r} is not one of the partition's")
+    out_cores = tuple(
+        _int(c, f"{where}.out_core_ids[{i}]", 0, MAX_UNITS)
+        for i, c in enumerate(_list(obj.get("out_core_ids", []), f"{where}.out_core_ids", MAX_UNITS))
+    )
+    if set(out_cores) - set(core_ids):
+        raise _Bad(
+            f"{where}.out_core_ids", f"unit {sorted(set(out_cores) - set(core_ids))[0]} is not one of the partition's"
+        )
+    held = obj.get("decider_state")
+    if held is not None and held not in DECIDER_STATES:
+        raise _Bad(f"{where}.decider_state", f"{_show(held)} is not one of {', '.join(DECIDER_STATES)} or null")
     return PartitionEntry(
         name=name,
         device_ids=device_ids,
@@ -399,6 +466,9 @@ def _partition(data: object, where: str, spec: BridgeSpec) -> PartitionEntry:
             _text(m, f"{where}.models[{i}]", 128)
             for i, m in enumerate(_list(obj.get("models", []), f"{where}.models", MAX_UNITS))
         ),
+        out=out,
+        out_core_ids=out_cores,
+        decider_state=held if isinstance(held, str) else None,
     )
 
 

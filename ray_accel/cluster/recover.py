@@ -1,10 +1,18 @@
 """`ray-accel start --recover`: restart dead partitions with their recorded masks
 and ports, under the host's lock. A record that names a live process that is
 not ours is refused before anything is signalled or started; a restart that
-fails or is interrupted stops what it started."""
+fails or is interrupted stops what it started.
+
+A partition restarts serving what its record says it serves (without the
+devices the health decider took out); one the decider stopped on purpose is
+left to it (`after`, given by the CLI, starts the decider again where it is
+gone). `relaunch` is the one restart of one partition, shared with the
+decider's shrink and return.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,19 +22,71 @@ from ray_accel.cluster.gcs import Progress, wait_registered
 from ray_accel.cluster.host import read_host
 from ray_accel.cluster.launcher import Launches
 from ray_accel.cluster.ports import check_free
-from ray_accel.cluster.raylet import StartRequest, partition_env, raylet_base_env
+from ray_accel.cluster.raylet import partition_env, raylet_base_env
 from ray_accel.cluster.record import HostRecord, PartitionEntry
 from ray_accel.cluster.start import deploy_metrics, interruptible, shielded
 from ray_accel.cluster.startargs import ray_start_args
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.numa import read_topology
+from ray_accel.partition.plan import Partition
 from ray_accel.partition.share import Share, divide
 
 # A recovered raylet is new; the head's cluster-wide processes stay as they were.
 HEAD_KINDS = ("gcs_server", "dashboard", "monitor", "ray_client_server")
 
+# What the CLI runs at the end of a recover, under the lock (the health layer
+# starts the decider again where it is gone).
+After = Callable[[HostRecord, Progress], HostRecord]
 
-def recover(progress: Progress, timeout_s: float = 180.0) -> HostRecord:
+
+def relaunch(
+    record: HostRecord,
+    p: PartitionEntry,
+    part: Partition,
+    extra_labels: Mapping[str, str],
+    base_env: dict[str, str],
+    launches: Launches,
+    progress: Progress,
+) -> PartitionEntry:
+    """Start partition `p`'s raylet again, serving `part` (all of its devices,
+    or some), on its recorded ports and share, with ray-accel's labels
+    `extra_labels` (the user's come from the record); the new entry: the new
+    raylet's processes and the head's that were kept. The old raylet and its
+    leftovers must be gone (its ports are checked)."""
+    check_free([p.ports.named["node_manager_port"], p.ports.named["object_manager_port"]], f"restarting {p.name}")
+    own = record.spec.for_partition(part)
+    share = recorded_share(p, record)
+    args = ray_start_args(
+        part,
+        p.ports,
+        own,
+        head=False,
+        gcs=record.gcs_address,
+        gcs_port=0,
+        share=share,
+        user_args=list(record.ray_args),
+        user_labels=dict(record.labels),
+        dashboard=True,
+        extra_labels=dict(extra_labels),
+    )
+    progress(f"restarting {part.name}: {record.spec.visible_ids_env}={part.visible_ids}")
+    (result,) = launches.run_all([(part.name, args, partition_env(base_env, own, part, share))])
+    if not result.ok:
+        raise RayAccelError(f"partition {part.name} did not restart: {result.error}")
+    # The head's GCS and dashboard stay as they were; the raylet is new.
+    kept = tuple(r for r in p.processes if r.kind in HEAD_KINDS)
+    return replace(
+        p,
+        processes=(*result.processes, *kept),
+        node_id=result.node_id,
+        node_ip=result.node_ip,
+        log=result.log,
+        labels=tuple(extra_labels.items()),
+        decider_state=None,
+    )
+
+
+def recover(progress: Progress, timeout_s: float = 180.0, after: After | None = None) -> HostRecord:
     found = state.locate()
     place = found.place
     if place is None:
@@ -60,60 +120,22 @@ def recover(progress: Progress, timeout_s: float = 180.0) -> HostRecord:
             raylet = p.raylet()
             return raylet is not None and checks[raylet].ours
 
-        dead = [p for p in record.partitions if not raylet_alive(p)]
+        # A partition the decider stopped on purpose stays as it is: the decider restarts it.
+        dead = [p for p in record.partitions if not raylet_alive(p) and p.decider_state != "stopped"]
         if not dead:
             progress("every partition is alive: nothing to recover")
-            return record
+            return after(record, progress) if after is not None else record
         cluster_auth = record.auth
         if cluster_auth.token_path is not None and not Path(cluster_auth.token_path).is_file():
             raise InputError(f"the cluster's token file {cluster_auth.token_path} is gone; cannot restart raylets")
-        spec = record.spec
         base_env = raylet_base_env(cluster_auth)
-        base_env.update(raylet_env([spec], base_env))
-        req = StartRequest(
-            address=record.gcs_address,
-            partitions=len(record.partitions),
-            ray_args=list(record.ray_args),
-            labels=dict(record.labels),
-        )
+        base_env.update(raylet_env([record.spec], base_env))
         launches = Launches(state.ensure_dir(place), timeout_s)
         try:
             for p in dead:
                 # The raylet's leftovers (Ray's agents, workers) go first: they hold its ports.
                 procs.terminate([r.record for r in p.processes if r.kind not in HEAD_KINDS and checks[r].ours])
-                check_free(
-                    [p.ports.named["node_manager_port"], p.ports.named["object_manager_port"]],
-                    f"recovering {p.name}",
-                )
-                part = p.partition
-                own = spec.for_partition(part)
-                share = recorded_share(p, record)
-                args = ray_start_args(
-                    part,
-                    p.ports,
-                    own,
-                    head=False,
-                    gcs=record.gcs_address,
-                    gcs_port=0,
-                    share=share,
-                    user_args=req.ray_args,
-                    user_labels=req.labels,
-                    dashboard=req.dashboard,
-                    extra_labels=dict(p.labels),
-                )
-                progress(f"restarting {part.name}: {spec.visible_ids_env}={part.visible_ids}")
-                (result,) = launches.run_all([(part.name, args, partition_env(base_env, own, part, share))])
-                if not result.ok:
-                    raise RayAccelError(f"partition {part.name} did not restart: {result.error}")
-                # The head's GCS and dashboard stay as they were; the raylet is new.
-                kept = tuple(r for r in p.processes if r.kind in HEAD_KINDS)
-                new = replace(
-                    p,
-                    processes=(*result.processes, *kept),
-                    node_id=result.node_id,
-                    node_ip=result.node_ip,
-                    log=result.log,
-                )
+                new = relaunch(record, p, p.serving, dict(p.labels), base_env, launches, progress)
                 record = record.with_partitions([new if q.name == p.name else q for q in record.partitions])
                 state.save(record)
             restarted = [q for q in record.partitions if q.name in {p.name for p in dead}]
@@ -128,6 +150,8 @@ def recover(progress: Progress, timeout_s: float = 180.0) -> HostRecord:
             raise
         if record.metrics:
             record = deploy_metrics(record, restarted, progress)
+        if after is not None:
+            record = after(record, progress)
     return record
 
 

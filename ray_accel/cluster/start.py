@@ -17,7 +17,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from importlib.util import find_spec
@@ -154,7 +154,14 @@ def entry(
     )
 
 
-def start(req: StartRequest, progress: Progress, max_workers: int | None = None) -> HostRecord:
+# What the CLI runs once every partition is up, under the lock and inside the
+# undo of a failed start (the health layer starts the host's decider).
+After = Callable[[HostRecord, Progress], HostRecord]
+
+
+def start(
+    req: StartRequest, progress: Progress, max_workers: int | None = None, after: After | None = None
+) -> HostRecord:
     if req.head == bool(req.address):
         raise InputError("give exactly one of --head (start a cluster) or --address ADDR (join one)")
     validate_ray_args(req.ray_args)
@@ -219,10 +226,12 @@ def start(req: StartRequest, progress: Progress, max_workers: int | None = None)
             )
             if req.metrics:
                 record = deploy_metrics(record, record.partitions, progress)
+            if after is not None:
+                record = after(record, progress)
         except BaseException as e:
             with shielded():
                 why = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
-                stopped = launches.undo()
+                stopped = stop_decider(place) + launches.undo()
                 state.clear(place)
                 progress(f"start {why}: stopped the {len(stopped)} processes it had started")
             raise
@@ -294,6 +303,7 @@ def _launch_all(
         dashboard_url=dashboard_url,
         cpu_pinning=division.pinning,
         inherited_mask=plan.mask,
+        health=req.health,
     )
     if entries:
         # Written as soon as there is something to stop: a start killed
@@ -312,13 +322,41 @@ def _launch_all(
     return record
 
 
+def stop_decider(place: state.Place, grace_s: float = 10.0) -> list[int]:
+    """Stop the health decider the record at `place` names, if it is ours
+    (a failed start, and `stop` before anything else); the PIDs signalled."""
+    try:
+        record = state.load(place)
+    except RayAccelError:
+        return []
+    if record is None or record.decider is None or not procs.check(record.decider).ours:
+        return []
+    return procs.terminate([record.decider.record], grace_s)
+
+
+def host_level_partition(record: HostRecord) -> str | None:
+    """The partition whose exporter also exports the host's own values: the
+    first one serving (one the decider stopped has no exporter)."""
+    serving = [p.name for p in record.partitions if p.decider_state is None]
+    return serving[0] if serving else None
+
+
+def exporter_entries(parts: Sequence[PartitionEntry]) -> list[dict[str, object]]:
+    """What an exporter is told of its partition: the devices its raylet serves."""
+    return [{**p.to_json(), "device_ids": list(p.serving.device_ids)} for p in parts if p.node_id]
+
+
 def deploy_metrics(record: HostRecord, parts: Sequence[PartitionEntry], progress: Progress) -> HostRecord:
     """Metrics are secondary: a failure here is reported, not fatal."""
     from ray_accel.metrics import export as exporter
 
     try:
-        first = record.partitions[0].name if record.partitions else None
-        names = exporter.deploy(record.gcs_address, [p.to_json() for p in parts], host_level_partition=first)
+        names = exporter.deploy(
+            record.gcs_address,
+            exporter_entries(parts),
+            host_level_partition=host_level_partition(record),
+            state_dir=str(state.place_of(record).directory),
+        )
         progress(f"metrics exporters: {', '.join(names)}")
         record = replace(record, metrics=True)
     except Exception as e:

@@ -20,6 +20,8 @@ from ray_accel.cluster import procs, state
 from ray_accel.cluster.gcs import GcsError, gcs_nodes
 from ray_accel.cluster.record import HostRecord, PartitionEntry, RecordError
 from ray_accel.core.errors import RayAccelError
+from ray_accel.core.health import Health
+from ray_accel.core.health_state import HostHealth, read_health
 from ray_accel.core.visibility import format_visible_ids
 from ray_accel.partition.labels import (
     CORES_LABEL,
@@ -88,6 +90,11 @@ def describe(record: HostRecord, place: state.Place) -> dict[str, Any]:
     except GcsError as e:  # the local view stands without it; say why it lacks registrations
         nodes = None
         warnings.append(str(e))
+    try:
+        health = read_health(place.directory)
+    except RayAccelError as e:
+        health = None
+        warnings.append(str(e))
     resource = record.spec.resource_name
     out = []
     for p in record.partitions:
@@ -97,12 +104,18 @@ def describe(record: HostRecord, place: state.Place) -> dict[str, Any]:
         total = node.get("total", {})
         avail = node.get("available", {})
         problems = [checks[r].describe() for r in p.processes if r in checks and not checks[r].ours]
+        view = health.partition(p.name) if health is not None else None
         out.append(
             {
                 "partition": p.name,
-                "device_ids": list(p.device_ids),
-                "core_ids": list(p.core_ids),
+                # What its raylet serves now; `out`: its devices out of service.
+                "device_ids": list(p.serving.device_ids),
+                "core_ids": list(p.serving.core_ids),
                 "visible_ids": p.visible_ids,
+                "out": list(p.out),
+                "health": None
+                if view is None
+                else {"state": view.state.value, "since": view.since, "detail": view.detail},
                 "accelerator_type": p.accelerator_type,
                 "models": list(p.models),
                 "pid": raylet.pid if raylet else None,
@@ -136,6 +149,29 @@ def describe(record: HostRecord, place: state.Place) -> dict[str, Any]:
         "env": record.auth.env(),
         "warnings": warnings,
         "partitions": out,
+        "health": health_summary(record, health, checks),
+    }
+
+
+def health_summary(
+    record: HostRecord, health: HostHealth | None, checks: Mapping[Any, procs.Check]
+) -> dict[str, Any] | None:
+    """The decider and what it saw: its action, whether it runs, every device
+    that is not healthy with its last event (None: no decider recorded)."""
+    if record.health is None:
+        return None
+    decider = record.decider
+    alive = decider is not None and decider in checks and checks[decider].ours
+    devices = [] if health is None else [d for d in health.devices if d.state is not Health.HEALTHY]
+    return {
+        "action": record.health.action.value,
+        "interval_s": record.health.interval_s,
+        "drain_deadline_s": record.health.drain_deadline_s,
+        "decider": {"pid": None if decider is None else decider.pid, "alive": alive},
+        "at": None if health is None else health.at,
+        "polls": None if health is None else health.polls,
+        "not_healthy": [d.to_json() for d in devices],
+        "errors": [] if health is None else list(health.errors),
     }
 
 

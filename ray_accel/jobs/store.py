@@ -13,6 +13,11 @@ after the SCHEDULING that followed it showed a restart as Pending, then
 Restarting (seen in CI). The gauge refresh runs on a thread of its own. Any driver on any host reads the store
 with `read_jobs()`; readers never create it.
 
+The store lives on the head raylet (Ray's `node:__internal_head__` marker
+resource, a sliver of it): the one raylet ray-accel's health decider never
+restarts, so a partition drained and restarted without a bad device does not
+take the jobs' history with it (the store would start again empty).
+
 A gauge value is dropped by Ray's recorder when not set for a while (twice
 the report interval), so the store sets every job's gauge again on a timer.
 While a job is not terminal the store also checks that the controller actor
@@ -37,6 +42,10 @@ GAUGE_NAME = "accel_job_phase"
 GAUGE_TAGS = ("job_id", "name", "phase")
 JOBS_MAX = 500  # finished jobs beyond this are forgotten, oldest first
 REFRESH_S = 5.0
+# Ray's resource that only the head raylet has (1 of it): asking for a
+# sliver places an actor there, as Ray's own docs do for the head.
+HEAD_RESOURCE = "node:__internal_head__"
+HEAD_SHARE = 0.001
 
 
 class JobStore:
@@ -129,6 +138,7 @@ def store(create: bool = True) -> Any:
         lifetime="detached",
         get_if_exists=True,
         num_cpus=0,
+        resources={HEAD_RESOURCE: HEAD_SHARE},  # on the head raylet: see the module doc
         max_concurrency=1,  # in-order events: see the module doc
         max_restarts=-1,
         # Never inside the caller's placement group: the store is often first

@@ -23,6 +23,16 @@ unhealthy or gone. Power and temperature are set only where the backend
 reports them (None sets nothing). A gauge value is kept for twice Ray's report interval
 (`metrics_report_interval_ms`, 10 s by default) after it was last set, then
 dropped: a workload or orphan that ended disappears on its own.
+
+Health, from the host's decider (`<state dir>/health.json`, read on every
+sample as the untrusted file it is): the exporter that exports the host's
+host-level values also sets, for every partition and device of the host,
+`accel_partition_state` (1 for the partition's state, 0 for the others),
+`accel_device_health_state` (1 for the device's state: healthy, unhealthy,
+unknown) and `accel_device_health_events` (the events seen per device, kind
+and code since the decider started: an event that does not take the device
+out of service only counts here). Each exporter's snapshot carries its own
+partition's state for `top`.
 """
 
 from __future__ import annotations
@@ -33,10 +43,13 @@ import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psutil
 
+from ray_accel.core.health import Health
+from ray_accel.core.health_state import HostHealth, PartState, read_health
 from ray_accel.core.hosts import HostId, this_host_name
 from ray_accel.metrics.collect import Snapshot, collect
 from ray_accel.partition.labels import PARTITION_LABEL, node_host
@@ -50,6 +63,9 @@ DEVICE_TAGS = ("host", "partition", "device_id", "family", "accelerator_type")
 WORKLOAD_TAGS = ("host", "partition", "workload")
 HOST_TAGS = ("host", "family", "accelerator_type")
 ORPHAN_TAGS = ("host", "partition", "device_id", "pid", "command")
+PARTITION_STATE_TAGS = ("host", "partition", "state")
+DEVICE_STATE_TAGS = ("host", "partition", "device_id", "state")
+EVENT_TAGS = ("host", "partition", "device_id", "kind", "code")
 COMMAND_MAX = 200  # an orphan's command line is a label value: keep it bounded
 
 
@@ -87,6 +103,21 @@ GAUGES: Mapping[str, GaugeSpec] = {
     ),
     "n_devices": GaugeSpec("accel_host_devices", "Accelerator devices on the host", HOST_TAGS),
     "n_mem": GaugeSpec("accel_host_memory_used_bytes", "Host memory in use", HOST_TAGS),
+    "p_state": GaugeSpec(
+        "accel_partition_state",
+        "1 for the partition's state (serving, draining, shrunk, restoring, stopped), 0 for the others",
+        PARTITION_STATE_TAGS,
+    ),
+    "d_state": GaugeSpec(
+        "accel_device_health_state",
+        "1 for the device's health (healthy, unhealthy, unknown) by its family's rule, 0 for the others",
+        DEVICE_STATE_TAGS,
+    ),
+    "events": GaugeSpec(
+        "accel_device_health_events",
+        "Health events seen per device, kind and code since the host's decider started (only grows)",
+        EVENT_TAGS,
+    ),
 }
 
 
@@ -151,9 +182,54 @@ def gauge_values(snap: Snapshot, host: HostValues | None) -> list[tuple[str, flo
     return out
 
 
+def health_values(health: HostHealth, host: str) -> list[tuple[str, float, dict[str, str]]]:
+    """(gauge key, value, tags) for a host's health state: pure, as `gauge_values`."""
+    out: list[tuple[str, float, dict[str, str]]] = []
+    # A device's partition is the one it was planned in, in service or out.
+    owner = {d: p.partition for p in health.partitions for d in (*p.devices, *p.out)}
+    for p in health.partitions:
+        for st in PartState:
+            out.append(
+                ("p_state", 1.0 if p.state is st else 0.0, {"host": host, "partition": p.partition, "state": st.value})
+            )
+    for d in health.devices:
+        tags = {"host": host, "partition": owner.get(d.device_id, ""), "device_id": d.device_id}
+        for h in Health:
+            out.append(("d_state", 1.0 if d.state is h else 0.0, {**tags, "state": h.value}))
+    for device, counts in sorted(health.counters.items()):
+        for key, n in sorted(counts.items()):
+            kind, _, code = key.partition(":")
+            tags = {"host": host, "partition": owner.get(device, ""), "device_id": device}
+            out.append(("events", float(n), {**tags, "kind": kind, "code": code}))
+    return out
+
+
+def partition_health(health: HostHealth | None, partition: str) -> dict[str, Any] | None:
+    """One partition's health for its exporter's snapshot (`top`): its state,
+    since when, why, and its devices' states."""
+    if health is None:
+        return None
+    p = health.partition(partition)
+    if p is None:
+        return None
+    return {
+        "state": p.state.value,
+        "since": p.since,
+        "detail": p.detail,
+        "out": list(p.out),
+        "devices": {d.device_id: d.state.value for d in health.devices if d.device_id in (*p.devices, *p.out)},
+    }
+
+
 class PartitionExporter:
     def __init__(
-        self, partition: str, node_id: str, device_ids: Sequence[str], host_level: bool, interval_s: float
+        self,
+        partition: str,
+        node_id: str,
+        device_ids: Sequence[str],
+        host_level: bool,
+        interval_s: float,
+        state_dir: str | None = None,
     ) -> None:
         import ray
         from ray.util.metrics import Gauge
@@ -175,10 +251,12 @@ class PartitionExporter:
         self.accelerator_type = plugin.host_info().accelerator_type
         self.host_level = host_level
         self.interval_s = interval_s
+        self.state_dir = Path(state_dir) if state_dir else None
         self.raylet = os.getppid()
         self.host = HostId(this_host_name(), ray.util.get_node_ip_address()).key
         self.g = {key: Gauge(s.name, s.description, s.tags) for key, s in GAUGES.items()}
         self._last: Snapshot | None = None
+        self._extra: dict[str, Any] = {}
         self._lock = threading.Lock()
         self.sample()
         threading.Thread(target=self._loop, daemon=True, name="ray-accel-metrics").start()
@@ -199,6 +277,15 @@ class PartitionExporter:
             self.host, info.family, info.accelerator_type or "", info.device_count, psutil.virtual_memory().used
         )
 
+    def _health(self) -> tuple[HostHealth | None, str | None]:
+        """The host's health file, or why there is none to read."""
+        if self.state_dir is None:
+            return None, None
+        try:
+            return read_health(self.state_dir), None
+        except Exception as e:  # the file is input: a bad one is reported, never fatal here
+            return None, f"health: {e}"
+
     def sample(self) -> dict[str, Any]:
         snap = collect(
             self.telemetry,
@@ -210,15 +297,25 @@ class PartitionExporter:
             self.host,
             self.node_id,
         )
-        for key, value, tags in gauge_values(snap, self._host_values()):
+        health, problem = self._health()
+        values = gauge_values(snap, self._host_values())
+        if self.host_level and health is not None:
+            values += health_values(health, self.host)
+        for key, value, tags in values:
             self.g[key].set(value, tags)
+        extra: dict[str, Any] = {"health": partition_health(health, self.partition)}
+        if problem is not None:
+            extra["health_error"] = problem
         with self._lock:
             self._last = snap
-        return snap.to_json()
+            self._extra = extra
+        return {**snap.to_json(), **extra}
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
-            return self._last.to_json() if self._last is not None else {}
+            if self._last is None:
+                return {}
+            return {**self._last.to_json(), **self._extra}
 
 
 def deploy(
@@ -226,6 +323,7 @@ def deploy(
     partitions: Sequence[Mapping[str, Any]],
     interval_s: float | None = None,
     host_level_partition: str | None = None,
+    state_dir: str | None = None,
 ) -> list[str]:
     """Start (or restart) the exporter of each partition's raylet (each
     `{"partition", "node_id", "device_ids"}`); returns their names. The
@@ -254,7 +352,9 @@ def deploy(
                     lifetime="detached",
                     # The raylet itself, not a label: labels repeat on every host.
                     scheduling_strategy=NodeAffinitySchedulingStrategy(p["node_id"], soft=False),
-                ).remote(p["partition"], p["node_id"], p["device_ids"], p["partition"] == host_level, interval)
+                ).remote(
+                    p["partition"], p["node_id"], p["device_ids"], p["partition"] == host_level, interval, state_dir
+                )
             )
         ray.get([h.snapshot.remote() for h in handles], timeout=120)
         return [actor_name(p["node_id"]) for p in partitions]

@@ -23,7 +23,7 @@ INTERFACE = ROOT / "ray_accel" / "plugins" / "interface.py"
 # yet. `HealthMonitor.poll` and `.clear` have none either, but their names
 # are matched by unrelated calls (`Popen.poll`, `dict.clear`), which this
 # listing cannot tell apart.
-AWAITING_CALLER = frozenset({"DevicePlugin.health"})
+AWAITING_CALLER: frozenset[str] = frozenset()
 
 
 def public_members(cls: type) -> list[str]:

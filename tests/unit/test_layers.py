@@ -19,6 +19,7 @@ LAYERS = (
     "metrics",
     "bridge",
     "cluster",
+    "health",
     "placement",
     "jobs",
     "train",

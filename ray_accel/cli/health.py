@@ -1,0 +1,99 @@
+"""`ray-accel health [--json]` and `ray-accel health clear DEVICE`: every
+device of this host with its health, since when and its last event; every
+partition's state; a hand-made "this device is fixed".
+
+Read from the host record and `health.json` (written by the host's decider
+after every poll); like `top`, never starts anything: none recorded on this
+host is "no cluster", exit 1; an unknown DEVICE for `clear` is exit 2.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import click
+
+from ray_accel.cli.host import json_option
+from ray_accel.cli.output import emit
+from ray_accel.cli.render import render
+
+
+def _ago(at: float | None, now: float) -> str:
+    return "-" if not at else f"{max(0.0, now - at):.0f}s ago"
+
+
+def health_text(payload: Mapping[str, Any], now: float | None = None) -> str:
+    now = time.time() if now is None else now
+    decider = payload["decider"]
+    running = f"pid {decider['pid']}" if decider["alive"] else "NOT RUNNING (ray-accel start --recover starts it)"
+    head = f"health decider: {running}, --on-unhealthy {payload['action']}"
+    if payload["at"] is None:
+        return head + "\nno health state yet: the decider has not polled"
+    head += f"; last poll {_ago(payload['at'], now)} (poll {payload['polls']})"
+    counters = payload["counters"]
+    devices = render(
+        ["DEVICE", "PARTITION", "HEALTH", "SINCE", "LAST EVENT", "EVENTS", "HEALTHY AGAIN WHEN"],
+        [
+            [
+                d["device_id"],
+                d["partition"],
+                d["state"],
+                _ago(d["since"], now),
+                (d["last_event"] or {}).get("reason", "-"),
+                ", ".join(f"{k} x{n}" for k, n in sorted(counters.get(d["device_id"], {}).items())) or "-",
+                d["healthy_again"] or "-",
+            ]
+            for d in payload["devices"]
+        ],
+    )
+    parts = render(
+        ["PARTITION", "STATE", "SINCE", "SERVING", "OUT", "DETAIL"],
+        [
+            [
+                p["partition"] + (" (head)" if p["head"] else ""),
+                p["state"],
+                _ago(p["since"], now),
+                len(p["devices"]),
+                ",".join(p["out"]) or "-",
+                p["detail"] or "-",
+            ]
+            for p in payload["partitions"]
+        ],
+    )
+    errors = [f"error: {e}" for e in payload["errors"]]
+    return "\n\n".join([head, devices, parts, *(["\n".join(errors)] if errors else [])])
+
+
+@click.group(invoke_without_command=True)
+@json_option
+@click.pass_context
+def health(ctx: click.Context, as_json: bool) -> int:
+    """Every device's health by its family's rule, and every partition's state."""
+    if ctx.invoked_subcommand is not None:
+        return 0
+    from ray_accel.health.view import health_payload, locate_health
+
+    return emit(as_json, health_payload(locate_health()), health_text)
+
+
+@health.command()
+@click.argument("device_id", metavar="DEVICE")
+@json_option
+def clear(device_id: str, as_json: bool) -> int:
+    """Say DEVICE is fixed: its unhealthy state is dropped, and its partition
+    returns to service with it (drained again and restarted with its full mask)."""
+    from ray_accel.health.requests import ask_clear
+    from ray_accel.health.view import check_clear, locate_health
+
+    found = locate_health()
+    check_clear(found, device_id)
+    request = ask_clear(found.place.directory, device_id)
+    payload = {
+        "clear": device_id,
+        "asked_at": request.at,
+        "message": f"asked the health decider to clear {device_id}; it acts at its next poll "
+        "(`ray-accel health` shows the device and its partition)",
+    }
+    return emit(as_json, payload, lambda p: str(p["message"]))

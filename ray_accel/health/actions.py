@@ -1,0 +1,220 @@
+"""What the decider does to a partition's raylet: drain it through Ray, stop
+it by PID, restart it serving some of its devices (the launcher code `start
+--recover` uses), and place the head's keeper.
+
+Stopping and restarting happen under the host's lock, as `start`, `stop` and
+`--recover` do: a command that holds it makes the decider try again next
+poll. Before it signals a raylet the decider marks the partition in the host
+record (`decider_state`), so `start --block` does not take the raylet's end
+for a failure; a restart that fails or is interrupted (SIGTERM from `stop`)
+stops every process it launched and saves the record as it stands: the
+partition stopped, nothing of it running.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from ray_accel.bridge.managers import raylet_env
+from ray_accel.cluster import procs, state
+from ray_accel.cluster.gcs import GcsError, Progress, answer_within, wait_registered
+from ray_accel.cluster.launcher import Launches
+from ray_accel.cluster.raylet import raylet_base_env
+from ray_accel.cluster.record import HostRecord, PartitionEntry, RayProcess
+from ray_accel.cluster.recover import HEAD_KINDS, relaunch
+from ray_accel.cluster.start import exporter_entries, host_level_partition, shielded
+from ray_accel.core.devices import Device
+from ray_accel.core.errors import RayAccelError
+from ray_accel.core.hosts import HostId
+from ray_accel.health import driver_ops
+from ray_accel.partition.labels import CONNECTED_LABEL, CORES_LABEL, DEVICES_LABEL, LINKS_LABEL, topology_labels
+from ray_accel.partition.plan import Partition
+from ray_accel.rayapi import gcs as rayapi_gcs
+from ray_accel.rayapi.feature import RayApiMissing
+
+GCS_TIMEOUT_S = 15.0
+TOPOLOGY_KEYS = (DEVICES_LABEL, CORES_LABEL, LINKS_LABEL, CONNECTED_LABEL)
+
+
+class Busy(RayAccelError):
+    """Another command holds the host's lock: try again next poll."""
+
+
+@dataclass(frozen=True)
+class Host:
+    """What the actions need to know of the host beyond its record."""
+
+    place: state.Place
+    devices: tuple[Device, ...]  # every device of the host, as its backend lists them
+    timeout_s: float = 180.0
+
+
+def entry(record: HostRecord, name: str) -> PartitionEntry:
+    found = next((p for p in record.partitions if p.name == name), None)
+    if found is None:
+        raise RayAccelError(f"partition {name} is no longer in the host record")
+    return found
+
+
+def drain(record: HostRecord, node_id: str, message: str, deadline: float | None) -> None:
+    """Ask the GCS to drain `node_id` for preemption with `message`, the way
+    `ray drain-node` does; `RayAccelError` when it is not accepted."""
+    from ray_accel.cluster import auth
+
+    auth.apply(record.auth)
+    deadline_ms = 0 if deadline is None else int(deadline * 1000)
+    try:
+        reply = answer_within(
+            lambda: rayapi_gcs.drain_node(record.gcs_address, node_id, message[:1000], deadline_ms, GCS_TIMEOUT_S),
+            GCS_TIMEOUT_S + 5,
+            f"the GCS at {record.gcs_address}",
+        )
+    except (GcsError, RayApiMissing) as e:
+        raise RayAccelError(f"drain of {node_id[:12]} failed: {e}") from None
+    if reply is None:
+        raise RayAccelError(f"drain of {node_id[:12]}: the GCS at {record.gcs_address} did not answer")
+    if not reply.accepted:
+        raise RayAccelError(f"drain of {node_id[:12]} was rejected: {reply.rejection}")
+
+
+def hold_head(record: HostRecord, node_id: str, message: str, deadline: float | None) -> None:
+    """Place the head's keeper, then drain the head: it takes no new work and,
+    kept busy, never exits."""
+    env = {**raylet_base_env(record.auth)}
+    driver_ops.run("keep", ["--address", record.gcs_address, "--node-id", node_id], env)
+    drain(record, node_id, message, deadline)
+
+
+def stop_partition(host: Host, name: str, progress: Progress) -> HostRecord:
+    """Stop partition `name`'s raylet (and what Ray started for it) by PID;
+    the record marks it stopped by the decider, every device out."""
+    try:
+        with state.host_lock(f"health decider stopping {name}", host.place):
+            return _stop(host, name, progress)
+    except state.LockError as e:
+        raise Busy(str(e)) from None
+
+
+def _stop(host: Host, name: str, progress: Progress) -> HostRecord:
+    record = _current(host)
+    p = entry(record, name)
+    checks = _trusted(record, host)
+    record = _save_entry(record, replace(p, decider_state="stopped"))
+    raylet = p.raylet()
+    progress(f"{name}: stopping raylet {raylet.pid if raylet is not None else '-'}")
+    procs.terminate([r.record for r in p.processes if r.kind not in HEAD_KINDS and checks[r].ours])
+    kept = tuple(r for r in p.processes if r.kind in HEAD_KINDS)
+    stopped = replace(
+        p, processes=kept, out=p.device_ids, out_core_ids=p.core_ids, decider_state="stopped", node_id=None
+    )
+    return _save_entry(record, stopped)
+
+
+def _trusted(record: HostRecord, host: Host) -> dict[RayProcess, procs.Check]:
+    """The checks of the partitions' processes (the decider, this process, is
+    never one to signal), or `RecordError` when one is not ours."""
+    return procs.require_trusted(replace(record, decider=None), str(host.place.file), "the health decider")
+
+
+def _current(host: Host) -> HostRecord:
+    record = state.load(host.place)
+    if record is None or record.stopping:
+        raise RayAccelError("the host record is gone or being stopped")
+    return record
+
+
+def _save_entry(record: HostRecord, new: PartitionEntry) -> HostRecord:
+    record = record.with_partitions([new if q.name == new.name else q for q in record.partitions])
+    state.save(record)
+    return record
+
+
+def cores_of(devices: Sequence[Device], ids: Sequence[str]) -> tuple[int, ...]:
+    wanted = set(ids)
+    return tuple(sorted(c for d in devices if d.id in wanted for c in d.core_ids))
+
+
+def relabel(p: PartitionEntry, part: Partition, devices: Sequence[Device], record: HostRecord) -> dict[str, str]:
+    """The partition's labels for a raylet serving `part`: the same, with the
+    topology labels (devices, cores, links) of what it serves now."""
+    host = HostId(record.host, record.host_ip or "0.0.0.0")
+    fresh = topology_labels([part], devices, host, record.spec.family, record.spec.resource_name)[part.name]
+    labels = {k: v for k, v in p.labels if k not in TOPOLOGY_KEYS}
+    labels.update({k: v for k, v in fresh.items() if k in TOPOLOGY_KEYS})
+    return labels
+
+
+def restart_partition(host: Host, name: str, serve: Sequence[str], progress: Progress) -> HostRecord:
+    """Restart partition `name` serving the devices `serve` (its own ids, in
+    its order): stop what is left of its raylet, start a new one on its ports
+    with its share, the mask and resources of `serve`, the same name and
+    labels (topology labels of what it serves). Under the host's lock."""
+    try:
+        with state.host_lock(f"health decider restarting {name}", host.place):
+            return _restart(host, name, serve, progress)
+    except state.LockError as e:
+        raise Busy(str(e)) from None
+
+
+def _restart(host: Host, name: str, serve: Sequence[str], progress: Progress) -> HostRecord:
+    record = _current(host)
+    p = entry(record, name)
+    if p.head:
+        raise RayAccelError(f"partition {name} is the head: it cannot be restarted")
+    checks = _trusted(record, host)
+    record = _save_entry(record, replace(p, decider_state="restarting"))
+    procs.terminate([r.record for r in p.processes if r.kind not in HEAD_KINDS and checks[r].ours])
+    serve_ids = tuple(d for d in p.device_ids if d in set(serve))
+    cores = cores_of(host.devices, serve_ids)
+    part = Partition(name, serve_ids, cores, p.accelerator_type, p.models)
+    labels = relabel(p, part, host.devices, record)
+    base_env = raylet_base_env(record.auth)
+    base_env.update(raylet_env([record.spec], base_env))
+    launches = Launches(state.ensure_dir(host.place), host.timeout_s)
+    out = tuple(d for d in p.device_ids if d not in serve_ids)
+    gone = replace(p, processes=tuple(r for r in p.processes if r.kind in HEAD_KINDS), node_id=None)
+    try:
+        new = relaunch(record, p, part, labels, base_env, launches, progress)
+        new = replace(new, out=out, out_core_ids=tuple(c for c in p.core_ids if c not in cores))
+        record = _save_entry(record, new)
+        wait_registered(record.gcs_address, [new.node_id] if new.node_id else [], host.timeout_s, progress, record.auth)
+    except BaseException as e:
+        with shielded():
+            stopped = launches.undo()
+            why = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
+            progress(f"{name}: restart {why}: stopped the {len(stopped)} processes it had started")
+            # Nothing of it runs now: the record says so.
+            record = _save_entry(
+                record, replace(gone, out=p.device_ids, out_core_ids=p.core_ids, decider_state="stopped")
+            )
+        raise
+    return record
+
+
+def redeploy_exporters(record: HostRecord, names: Sequence[str], progress: Progress) -> None:
+    """Start the metrics exporters of partitions `names` (those serving) again;
+    the host's host-level values go to `host_level_partition`. A failure is
+    reported, never fatal."""
+    if not record.metrics:
+        return
+    level = host_level_partition(record)
+    parts = [p for p in record.partitions if p.name in set(names) and p.decider_state is None and p.node_id]
+    if not parts:
+        return
+    args = [
+        "--address",
+        record.gcs_address,
+        "--entries",
+        json.dumps(exporter_entries(parts)),
+        "--state-dir",
+        str(state.place_of(record).directory),
+    ]
+    if level is not None:
+        args += ["--host-level", level]
+    try:
+        driver_ops.run("exporters", args, raylet_base_env(record.auth))
+        progress(f"metrics exporters of {', '.join(p.name for p in parts)} started")
+    except RayAccelError as e:
+        progress(f"warning: metrics exporters not restarted: {e}")

@@ -1,0 +1,270 @@
+"""The host's health decider: `python -m ray_accel.health.decider`.
+
+One per host, started by `ray-accel start` in a session of its own (so
+restarting a partition, or Ctrl-C in the shell that started it, never kills
+it) and recorded in the host record like the raylets' processes (kind
+`health_decider`, PID, start time, identity), so `stop` stops it by PID,
+first. It alone acts on the host's partitions for their health, so two
+partitions never race over a device.
+
+Every `interval_s` it takes the hand-made clears, polls the active backend's
+`HealthMonitor` (no monitor: every device unknown), folds the report into
+the host's health, decides each partition's step (`rules.decide`), acts
+(`actions`), and writes `<state dir>/health.json`. It ends when the record
+is gone, being stopped, or another start's; on SIGTERM, SIGINT or SIGHUP it
+undoes a restart half done and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from ray_accel.cluster import procs, state
+from ray_accel.cluster.record import HostRecord, PartitionEntry, RayProcess
+from ray_accel.cluster.start import host_level_partition, interruptible
+from ray_accel.core.devices import Device
+from ray_accel.core.errors import RayAccelError
+from ray_accel.core.health import DeviceHealth, Health, HealthReport
+from ray_accel.core.health_state import (
+    HEALTH_FILE,
+    MAX_EVENTS,
+    HealthSettings,
+    HostHealth,
+    PartitionHealth,
+    PartState,
+    count_events,
+    dumps,
+)
+from ray_accel.health import actions, rules
+from ray_accel.health.requests import take_requests
+from ray_accel.plugins.discovery import load_plugin
+from ray_accel.plugins.interface import HealthMonitor
+
+log = logging.getLogger("ray_accel.health.decider")
+
+
+def say(message: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
+
+
+def write_health(directory: Path, health: HostHealth) -> Path:
+    """`health.json`, written atomically, 0600."""
+    target = directory / HEALTH_FILE
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".health.", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(dumps(health))
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def unknown_report(devices: Sequence[Device], why: str, now: float) -> HealthReport:
+    """A poll without a health source: every device unknown."""
+    return HealthReport(
+        now, tuple(DeviceHealth(d.id, Health.UNKNOWN, now, None, "a health source") for d in devices), (), (why,)
+    )
+
+
+def fold(health: HostHealth, report: HealthReport, extra_errors: Sequence[str]) -> HostHealth:
+    """`health` after one more poll's `report`."""
+    return replace(
+        health,
+        at=report.at,
+        devices=report.devices,
+        events=(*health.events, *report.events)[-MAX_EVENTS:],
+        counters=count_events(health.counters, report.events),
+        polls=health.polls + 1,
+        errors=(*report.errors, *extra_errors),
+    )
+
+
+def view_of(p: PartitionEntry, now: float) -> PartitionHealth:
+    """A partition as the host record leaves it (a decider starting again
+    after one that stopped or shrank it)."""
+    if p.decider_state == "stopped":
+        return PartitionHealth(p.name, PartState.STOPPED, now, (), p.device_ids, None, "stopped", head=p.head)
+    serving = p.serving.device_ids
+    state_ = PartState.SHRUNK if p.out else PartState.SERVING
+    return PartitionHealth(p.name, state_, now, serving, p.out, p.node_id, "", head=p.head)
+
+
+@dataclass
+class Decider:
+    place: state.Place
+    created: float
+    settings: HealthSettings
+    devices: tuple[Device, ...]
+    monitor: HealthMonitor | None
+    health: HostHealth
+    timeout_s: float = 180.0
+
+    @property
+    def host(self) -> actions.Host:
+        return actions.Host(self.place, self.devices, self.timeout_s)
+
+    def current(self) -> HostRecord | None:
+        """The record this decider serves, None once it is gone, stopping or another start's."""
+        try:
+            record = state.load(self.place)
+        except RayAccelError as e:
+            say(f"warning: {e}")
+            return None
+        if record is None or record.stopping or record.created != self.created:
+            return None
+        return record
+
+    def poll(self) -> HostRecord | None:
+        record = self.current()
+        if record is None:
+            return None
+        clears, errors = take_requests(self.place.directory)
+        for c in clears:
+            say(f"clear asked for {c.device_id}")
+            if self.monitor is not None:
+                try:
+                    self.monitor.clear(c.device_id)
+                except RayAccelError as e:  # a device the monitor does not know: said, not acted on
+                    errors.append(f"clear {c.device_id}: {e}")
+        now = time.time()
+        if self.monitor is None:
+            report = unknown_report(self.devices, "the backend has no health monitor: every device is unknown", now)
+        else:
+            try:
+                report = self.monitor.poll()
+            except Exception as e:  # a source failing is a poll with nothing known, never the decider's end
+                report = unknown_report(self.devices, f"health poll failed: {type(e).__name__}: {e}", now)
+        for ev in report.events:
+            say(f"event {ev.device_id} {ev.kind} {ev.code or ''}: {ev.reason} ({'fatal' if ev.fatal else 'counted'})")
+        self.health = fold(self.health, report, errors)
+        by_id = {d.device_id: d for d in report.devices}
+        checks = procs.check_record(record)
+        for p in record.partitions:
+            record = self.step(record, p.name, by_id, checks) or record
+        write_health(self.place.directory, self.health)
+        return record
+
+    def step(
+        self, record: HostRecord, name: str, by_id: Mapping[str, DeviceHealth], checks: Mapping[RayProcess, procs.Check]
+    ) -> HostRecord | None:
+        p = actions.entry(record, name)
+        raylet = p.raylet()
+        facts = rules.Facts(
+            full=p.device_ids,
+            head=p.head,
+            raylet_alive=raylet is not None and raylet in checks and checks[raylet].ours,
+            node_id=p.node_id,
+            health=by_id,
+        )
+        now = time.time()
+        view = self.health.partition(name) or view_of(p, now)
+        step = rules.decide(self.settings, view, facts, now)
+        if step.effect is rules.Effect.NONE:
+            self.health = self._with(step.view)
+            return None
+        say(f"{name}: {step.effect.value} ({view.state.value} -> {step.view.state.value}) {step.message}".rstrip())
+        try:
+            if step.effect is rules.Effect.DRAIN:
+                if p.node_id is None:
+                    raise RayAccelError(f"partition {name} has no node id to drain")
+                actions.drain(record, p.node_id, step.message, step.view.deadline)
+                self.health = self._with(replace(step.view, node_id=p.node_id))
+                return None
+            if step.effect is rules.Effect.HOLD:
+                if p.node_id is None:
+                    raise RayAccelError(f"partition {name} has no node id to drain")
+                actions.hold_head(record, p.node_id, step.message, now + self.settings.drain_deadline_s)
+                self.health = self._with(step.view)
+                return None
+            level = host_level_partition(record)
+            if step.effect is rules.Effect.STOP:
+                record = actions.stop_partition(self.host, name, say)
+                self.health = self._with(replace(step.view, node_id=None))
+                moved = host_level_partition(record)
+                if moved != level and moved is not None:
+                    actions.redeploy_exporters(record, [moved], say)
+                return record
+            record = actions.restart_partition(self.host, name, step.devices, say)
+            new = actions.entry(record, name)
+            self.health = self._with(rules.restarted(view, p.device_ids, step.devices, new.node_id, by_id, time.time()))
+            moved = host_level_partition(record)
+            actions.redeploy_exporters(record, [name, *([level] if level and moved != level else [])], say)
+            return record
+        except actions.Busy as e:
+            say(f"{name}: {e}; trying again next poll")
+            self.health = self._with(view)
+        except RayAccelError as e:
+            say(f"{name}: {step.effect.value} failed: {e}")
+            if step.effect is rules.Effect.RESTART:
+                self.health = self._with(rules.restart_failed(view, p.device_ids, str(e), time.time()))
+            else:
+                self.health = self._with(view)
+            self.health = replace(self.health, errors=(*self.health.errors, f"{name}: {e}"))
+        return None
+
+    def _with(self, view: PartitionHealth) -> HostHealth:
+        return self.health.with_partition(view)
+
+
+def build(place: state.Place, created: float) -> Decider:
+    record = state.load(place)
+    if record is None or record.created != created:
+        raise RayAccelError(f"no host record of this start in {place.file}")
+    settings = record.health or HealthSettings()
+    plugin = load_plugin(record.spec.backend)
+    why = plugin.probe()
+    devices = plugin.list_devices() if why is None else ()
+    monitor = plugin.health if why is None else None
+    if why is not None:
+        say(f"warning: backend {record.spec.backend} is not usable here ({why}): every device is unknown")
+    elif monitor is None:
+        say(f"backend {record.spec.backend} has no health monitor: every device is unknown")
+    now = time.time()
+    parts = tuple(view_of(p, now) for p in record.partitions)
+    health = HostHealth(now, settings, (), parts)
+    return Decider(place, created, settings, tuple(devices), monitor, health)
+
+
+def run(place: state.Place, created: float) -> int:
+    decider = build(place, created)
+    say(
+        f"deciding for {', '.join(p.partition for p in decider.health.partitions)}: "
+        f"--on-unhealthy {decider.settings.action.value}, every {decider.settings.interval_s:g}s"
+    )
+    while True:
+        started = time.monotonic()
+        if decider.poll() is None:
+            say("the host record is gone, being stopped or another start's: exiting")
+            return 0
+        time.sleep(max(0.0, decider.settings.interval_s - (time.monotonic() - started)))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ray_accel.health.decider")
+    parser.add_argument("--state-dir", required=True)
+    parser.add_argument("--created", required=True, type=float, help="the host record's `created`")
+    parser.add_argument("--explicit", action="store_true", help="RAYACCEL_STATE_DIR named the directory")
+    args = parser.parse_args(argv)
+    directory = Path(args.state_dir)
+    place = state.Place(directory, directory / state.STATE_FILE, args.explicit)
+    try:
+        with interruptible():
+            return run(place, args.created)
+    except KeyboardInterrupt as e:
+        say(f"{e or 'interrupted'}: exiting")
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""Hand-made requests to the host's decider: `ray-accel health clear DEVICE`.
+
+The CLI cannot reach into the decider's process (the health monitor and its
+sticky states live there), so it leaves one small file per request in
+`<state dir>/health-requests/` (created 0700, each file 0600, written
+atomically); the decider takes them at its next poll, before it polls, and
+removes them. A request file is input like any other: one that does not fit
+is removed and named in the decider's errors, never acted on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ray_accel.core.errors import InputError
+from ray_accel.core.files import UnreadableFile, read_bytes
+
+REQUESTS_DIR = "health-requests"
+MAX_BYTES = 4096
+MAX_ID = 256
+
+
+@dataclass(frozen=True)
+class ClearRequest:
+    device_id: str
+    at: float
+
+    def to_json(self) -> dict[str, object]:
+        return {"clear": self.device_id, "at": self.at}
+
+
+def parse_request(raw: bytes, source: str) -> ClearRequest:
+    """A request file's content, or `InputError` naming `source` and the field."""
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise InputError(f"request {source} is not JSON: {e}") from None
+    if not isinstance(data, dict) or set(data) != {"clear", "at"}:
+        raise InputError(f"request {source}: expected an object with exactly 'clear' and 'at'")
+    device, at = data["clear"], data["at"]
+    if not isinstance(device, str) or not 0 < len(device) <= MAX_ID or any(ord(c) < 32 for c in device):
+        raise InputError(f"request {source}: 'clear' is not a device id: {device!r:.80}")
+    if not isinstance(at, int | float) or isinstance(at, bool) or not 0 <= at < 1e11:
+        raise InputError(f"request {source}: 'at' is not a time: {at!r:.80}")
+    return ClearRequest(device, float(at))
+
+
+def ask_clear(state_dir: Path, device_id: str) -> ClearRequest:
+    """Leave a clear request for the decider; the request."""
+    folder = state_dir / REQUESTS_DIR
+    folder.mkdir(mode=0o700, exist_ok=True)
+    request = ClearRequest(device_id, time.time())
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".clear.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(request.to_json(), f)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, folder / f"clear-{time.time_ns()}-{secrets.token_hex(4)}.json")
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return request
+
+
+def take_requests(state_dir: Path) -> tuple[list[ClearRequest], list[str]]:
+    """Every pending request, oldest first, each removed once read; and what
+    could not be read (each named)."""
+    folder = state_dir / REQUESTS_DIR
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.startswith("clear-") and n.endswith(".json"))
+    except FileNotFoundError:
+        return [], []
+    except OSError as e:
+        return [], [f"requests folder {folder}: {e}"]
+    found: list[ClearRequest] = []
+    errors: list[str] = []
+    for name in names:
+        path = folder / name
+        try:
+            found.append(parse_request(read_bytes(path, MAX_BYTES, follow=False), str(path)))
+        except (UnreadableFile, OSError, InputError) as e:
+            errors.append(str(e))
+        finally:
+            path.unlink(missing_ok=True)
+    return found, errors

@@ -1,0 +1,141 @@
+"""What `ray-accel health` and `ray-accel jobs` show of the host's health:
+payloads built from the host record and `health.json` (pure, but for
+`locate_health`, which reads them)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ray_accel.cluster import procs, state
+from ray_accel.cluster.record import HostRecord
+from ray_accel.core.errors import InputError, RayAccelError
+from ray_accel.core.health_state import HostHealth, PartState, read_health
+
+
+@dataclass(frozen=True)
+class Recorded:
+    place: state.Place
+    record: HostRecord
+    health: HostHealth | None
+    decider_alive: bool
+
+
+def locate_health() -> Recorded:
+    """This host's record and health file; "no cluster" (exit 1) when none is
+    recorded, as `top` and `jobs` say it."""
+    found = state.locate()
+    record = state.load(found.place) if found.place is not None else None
+    if record is None or found.place is None:
+        note = found.note()
+        raise RayAccelError(
+            f"no cluster: no ray-accel partitions recorded on this host ({state.search_root()}); "
+            "see `ray-accel start`" + (f" ({note})" if note else "")
+        )
+    health = read_health(found.place.directory)
+    alive = record.decider is not None and procs.check(record.decider).ours
+    return Recorded(found.place, record, health, alive)
+
+
+def partition_of(record: HostRecord) -> dict[str, str]:
+    """Device id -> the partition it belongs to (as planned)."""
+    return {d: p.name for p in record.partitions for d in p.device_ids}
+
+
+def health_payload(found: Recorded) -> dict[str, Any]:
+    """`ray-accel health --json`: every device with its state, since when, its
+    last event and what makes it healthy again; every partition's state; the
+    event counts and the last events."""
+    record, health = found.record, found.health
+    owner = partition_of(record)
+    settings = record.health
+    out: dict[str, Any] = {
+        "host": record.host,
+        "host_ip": record.host_ip,
+        "state_file": str(found.place.file),
+        "action": None if settings is None else settings.action.value,
+        "decider": {
+            "pid": None if record.decider is None else record.decider.pid,
+            "alive": found.decider_alive,
+        },
+        "at": None,
+        "polls": 0,
+        "devices": [],
+        "partitions": [],
+        "events": [],
+        "counters": {},
+        "errors": [],
+    }
+    if health is None:
+        return out
+    data = health.to_json()
+    out.update(
+        at=health.at,
+        polls=health.polls,
+        interval_s=health.settings.interval_s,
+        drain_deadline_s=health.settings.drain_deadline_s,
+        devices=[{**d.to_json(), "partition": owner.get(d.device_id)} for d in health.devices],
+        partitions=data["partitions"],
+        events=data["events"],
+        counters=data["counters"],
+        errors=list(health.errors),
+    )
+    return out
+
+
+def check_clear(found: Recorded, device_id: str) -> None:
+    """Refuse a clear that cannot be honoured: an unknown device (exit 2,
+    naming it and the known ones), or no decider to act on it (exit 1)."""
+    known = list(partition_of(found.record))
+    if found.health is not None:
+        known += [d.device_id for d in found.health.devices if d.device_id not in known]
+    if device_id not in known:
+        shown = ", ".join(known[:20]) + (", ..." if len(known) > 20 else "")
+        raise InputError(f"device {device_id!r} is not a device of this host's partitions (devices: {shown})")
+    if found.record.health is None:
+        raise RayAccelError("this host's partitions were started without a health decider; nothing to clear")
+    if not found.decider_alive:
+        raise RayAccelError("the host's health decider is not running: `ray-accel start --recover` starts it")
+
+
+WAITING_PHASES = ("Pending", "Restarting")
+
+
+def annotate_jobs(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`jobs` with `waiting`: why a job that waits does, where a partition of
+    this host it ran on is not serving (nothing recorded or readable here:
+    the jobs as they are)."""
+    from ray_accel.cluster.identity import this_host
+
+    try:
+        found = locate_health()
+    except RayAccelError:
+        return jobs
+    if found.record.host_ip is None:
+        return jobs
+    notes = job_notes(jobs, found.health, this_host(found.record.host_ip).key)
+    return [{**j, "waiting": notes.get(str(j["id"]))} for j in jobs]
+
+
+def job_notes(jobs: Sequence[Mapping[str, Any]], health: HostHealth | None, host_key: str) -> dict[str, str]:
+    """Job id -> why it waits, for a job that waits (Pending, Restarting)
+    for a partition of this host that is not serving: the partition's state
+    and why. Pure."""
+    if health is None:
+        return {}
+    held = {p.partition: p for p in health.partitions if p.state is not PartState.SERVING}
+    notes = {}
+    for job in jobs:
+        if job.get("phase") not in WAITING_PHASES:
+            continue
+        # A job's partitions are `<host key>/<partition>`.
+        mine = [
+            held[name]
+            for hp in job.get("partitions") or []
+            for host, _, name in [hp.partition("/")]
+            if host == host_key and name in held
+        ]
+        if mine:
+            notes[str(job["id"])] = "; ".join(f"{p.partition} {p.state.value}: {p.detail}" for p in mine)
+    return notes

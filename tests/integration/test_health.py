@@ -1,0 +1,462 @@
+"""A device that goes bad leaves scheduling through Ray, its work moves, and
+it comes back when healthy: real Ray, mock hardware, injected faults, polls
+of 0.5 s counted (never timed). One cluster serves one story: these tests
+change their clusters, so they never share one.
+
+- a mock trn1.32xlarge in two partitions, `--on-unhealthy shrink`: a fatal
+  event on a device of p1 while a 4-worker fit spans both; p1 is drained
+  (the GCS says so by the third poll), new work lands on p0, the fit goes
+  Restarting and finishes on what is left, p1 serves again without the
+  device (14 NeuronCores), its old raylet is DEAD with the drain's message;
+  `health clear` brings the full partition back; so does a lost device that
+  is present again for K polls;
+- a mock p4d.24xlarge, `--on-unhealthy drain`: XID 13 only counts (health
+  and a metric), XID 79 on the head drains it and holds it (drivers stay
+  connected, the head takes no new work); `stop` while a worker partition
+  drains leaves nothing;
+- the real Neuron backend on fake sysfs trees: ECC growth (trn1.32xlarge)
+  and Trainium3's `unhealthy_components` take the same path; `stop` during
+  the return of one and the shrink of the other leaves nothing.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ray_accel.cluster.ports import free_port
+from ray_accel.core.health import Health
+from ray_accel.core.health_state import PartState
+from tests.conftest import repo_pythonpath, run_cli
+from tests.fakes.neuron_env import tree_only
+from tests.fakes.neuron_sysfs import NeuronSysfs, build_tree
+from tests.integration.conftest import Cluster, ClusterSpec, raylet_pids, start_cluster
+from tests.integration.health_steps import (
+    alive_node,
+    background_driver,
+    gcs_view,
+    gone,
+    health,
+    part,
+    ray_cli,
+    record,
+    result_of,
+    until,
+    until_poll,
+    write_faults,
+)
+from tests.integration.test_metrics import scrape_all
+from tests.tagged import new_tag, tagged
+
+pytestmark = pytest.mark.ray
+
+P1 = [f"neuron:{i}" for i in range(8, 16)]
+
+FIT = r"""
+import json, sys
+from pathlib import Path
+import ray, ray_accel
+from ray.train import FailureConfig, RunConfig, ScalingConfig
+from ray.train.torch import TorchTrainer
+from ray_accel.train import AcceleratorTorchConfig
+from tests.integration.jobs_loops import wait_then_train
+
+ray_accel.init(address=sys.argv[1], log_to_driver=False)
+out = Path(sys.argv[2])
+config = AcceleratorTorchConfig()
+(out / "job_id").write_text(config.run_id)
+trainer = TorchTrainer(
+    wait_then_train,
+    # The first attempt waits (it is preempted while it does); a restarted one trains and ends.
+    train_loop_config={"out": str(out), "wait_for": str(out / "never"), "skip_if": str(out / "moved"),
+                       "max_wait_s": 400, "steps": 3},
+    torch_config=config,
+    scaling_config=ScalingConfig(num_workers=4, resources_per_worker={"neuron_cores": 4},
+                                 label_selector=[{"ray-accel.io/partition": p} for p in ("p0", "p0", "p1", "p1")]),
+    run_config=RunConfig(name="health-shrink", storage_path=str(out / "ray_results"),
+                         failure_config=FailureConfig(max_failures=1)),
+)
+try:
+    trainer.fit()
+    result = {"ok": True}
+except Exception as e:
+    result = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+ray.shutdown()
+print(json.dumps({**result, "id": config.run_id}))
+"""
+
+# Connected before the fault; submits once told to (while p1 drains).
+TASKS = r"""
+import json, sys, time
+from pathlib import Path
+import ray
+ray.init(address=sys.argv[1], log_to_driver=False)
+go = Path(sys.argv[2])
+(go.parent / "tasks-connected").write_text("1")
+while not go.exists():
+    time.sleep(0.05)
+
+@ray.remote(resources={"neuron_cores": 2}, num_cpus=0)
+def where():
+    return ray.get_runtime_context().get_node_labels().get("ray-accel.io/partition")
+
+print(json.dumps(ray.get([where.remote() for _ in range(4)], timeout=120)))
+"""
+
+
+def test_a_bad_device_is_drained_its_fit_moves_it_is_shrunk_then_restored(tmp_path: Path) -> None:
+    faults = tmp_path / "faults.json"
+    write_faults(faults, {})
+    spec = ClusterSpec(
+        "health-shrink",
+        "trn1.32xlarge",
+        2,
+        start_args=(
+            "--on-unhealthy",
+            "shrink",
+            "--health-interval",
+            "0.5",
+            "--drain-deadline",
+            "12",
+            "--labels",
+            "team=ml",
+        ),
+        env={
+            "RAYACCEL_MOCK_FAULTS": str(faults),
+            # Ray Train's preemption watcher runs in the raylets' processes: see a drain within a second.
+            "RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S": "1",
+        },
+        dashboard=True,  # `ray list nodes` and the job store need Ray's state API
+    )
+    cluster = start_cluster(tmp_path / "c", spec)
+    fit_log, tasks_log = tmp_path / "fit.log", tmp_path / "tasks.log"
+    out = tmp_path / "fit"
+    out.mkdir()
+    drivers = []
+    try:
+        before = alive_node(cluster, "p1")
+        assert before.total["neuron_cores"] == 16
+        fit = background_driver(cluster, FIT, str(out), log=fit_log)
+        drivers.append(fit)
+        until(lambda: len(list((out / "ws4").glob("rank*.json"))) == 4 or fit.poll() is not None, 400)
+        assert fit.poll() is None, fit_log.read_text()[-3000:]
+        tasks = background_driver(cluster, TASKS, str(tmp_path / "go"), log=tasks_log)
+        drivers.append(tasks)
+        until(lambda: (tmp_path / "tasks-connected").exists() or tasks.poll() is not None, 120)
+
+        # The fault: by the third poll p1 is draining, in health.json and in the GCS.
+        write_faults(faults, {"events": [{"device": "neuron:11", "kind": "ecc", "code": "mem_ecc_uncorrected"}]})
+        (out / "moved").write_text("1")
+        h = until_poll(cluster, lambda h: part(h, "p1").state is PartState.DRAINING, polls=3)
+        _, draining = gcs_view(cluster)
+        assert before.node_id in draining, "drained through Ray"
+        (tmp_path / "go").write_text("1")
+        assert part(h, "p1").out == ("neuron:11",) and part(h, "p0").state is PartState.SERVING
+        dev = h.device("neuron:11")
+        assert dev is not None and dev.state is Health.UNHEALTHY and dev.last_event is not None
+        shown = json.loads(cluster.cli("health", "--json").stdout)
+        (named,) = [d for d in shown["devices"] if d["device_id"] == "neuron:11"]
+        assert named["state"] == "unhealthy" and "mem_ecc_uncorrected" in named["last_event"]["reason"]
+        status = cluster.refresh()
+        (p1,) = [p for p in status["partitions"] if p["partition"] == "p1"]
+        assert p1["health"]["state"] == "draining" and "neuron:11" in p1["health"]["detail"]
+        assert [d["device_id"] for d in status["health"]["not_healthy"]] == ["neuron:11"]
+
+        # New work asking for NeuronCores lands on the partition left.
+        assert result_of(tasks, tasks_log, 180) == ["p0"] * 4
+
+        # The fit is preempted (Restarting), then finishes on p0 and the shrunk p1.
+        result = result_of(fit, fit_log, 600)
+        assert result["ok"], result
+        job = json.loads(cluster.cli("jobs", "show", result["id"], "--json").stdout)
+        phases = [p["phase"] for p in job["phases"]]
+        assert "Restarting" in phases and phases[-1] == "Succeeded", phases
+        assert phases.index("Restarting") > phases.index("Running")
+
+        # p1 serves again without the device: same name and labels, 14 NeuronCores.
+        h = until_poll(cluster, lambda h: part(h, "p1").state is PartState.SHRUNK, polls=200)
+        shrunk = alive_node(cluster, "p1")
+        assert shrunk.node_id != before.node_id and shrunk.total["neuron_cores"] == 14
+        for key in ("ray-accel.io/host", "ray-accel.io/accelerator-type", "team"):
+            assert shrunk.labels[key] == before.labels[key], key
+        assert shrunk.labels["ray-accel.io/cores"] == "16-21_24-31"
+        listed = json.loads(
+            ray_cli(
+                cluster,
+                "list",
+                "nodes",
+                "--format",
+                "json",
+                "--detail",
+                "--address",
+                cluster.status["dashboard_address"],
+            )
+        )
+        (old,) = [n for n in listed if n["node_id"] == before.node_id]
+        assert old["state"] == "DEAD" and "ray-accel health: neuron:11" in (old["state_message"] or ""), old
+
+        # `health clear`: drained again, restarted with its full mask and labels.
+        shrunk_procs = [r.record for r in record(cluster).partitions[1].processes]
+        cleared = cluster.cli("health", "clear", "neuron:11", "--json")
+        assert cleared.returncode == 0, cleared.stderr
+        until_poll(cluster, lambda h: part(h, "p1").state is PartState.RESTORING, polls=3)
+        h = until_poll(cluster, lambda h: part(h, "p1").state is PartState.SERVING, polls=200)
+        assert part(h, "p1").devices == tuple(P1) and part(h, "p1").out == ()
+        full = alive_node(cluster, "p1")
+        assert full.total["neuron_cores"] == 16 and full.labels["ray-accel.io/cores"] == "16-31"
+        # The same labels (Ray's own node id aside: a new raylet is a new node).
+        same = {"ray-accel.io/cores", "ray.io/node-id"}
+        assert {k: v for k, v in full.labels.items() if k not in same} == {
+            k: v for k, v in before.labels.items() if k not in same
+        }
+        assert until(lambda: gone(shrunk_procs), 30), "no process of the shrunk raylet is left"
+        assert "0.0/32.0 neuron_cores" in ray_cli(cluster, "status", "--address", cluster.address)
+        p1_entry = record(cluster).partitions[1]
+        assert p1_entry.visible_ids == ",".join(str(c) for c in range(16, 32)) and p1_entry.out == ()
+
+        # A lost device: out while gone, back with its partition once present for K polls.
+        write_faults(faults, {"lost": ["neuron:12"]})
+        until_poll(cluster, lambda h: part(h, "p1").state is PartState.DRAINING, polls=3)
+        until_poll(cluster, lambda h: part(h, "p1").state is PartState.SHRUNK, polls=200)
+        assert alive_node(cluster, "p1").total["neuron_cores"] == 14
+        lost_procs = [r.record for r in record(cluster).partitions[1].processes]
+        write_faults(faults, {})
+        h = until_poll(cluster, lambda h: part(h, "p1").state is PartState.RESTORING, polls=4)
+        assert h.device("neuron:12").state is Health.HEALTHY  # type: ignore[union-attr]
+        until_poll(cluster, lambda h: part(h, "p1").state is PartState.SERVING, polls=200)
+        assert alive_node(cluster, "p1").total["neuron_cores"] == 16
+        assert until(lambda: gone(lost_procs), 30)
+        decider = record(cluster).decider
+        assert decider is not None
+    finally:
+        for d in drivers:
+            if d.poll() is None:
+                d.kill()
+                d.wait()
+        stopped = cluster.stop()
+    assert stopped.returncode == 0, stopped.stderr
+    assert not decider.record.alive() and not raylet_pids(), "the decider and every raylet are gone"
+
+
+# Connected before the head's fault: asks for GPUs twice while the head is held.
+GPU_DRIVER = r"""
+import json, sys, time
+from pathlib import Path
+import ray
+ray.init(address=sys.argv[1], log_to_driver=False)
+d = Path(sys.argv[2])
+(d / "connected").write_text("1")
+
+@ray.remote(num_gpus=1, num_cpus=0)
+def where():
+    return ray.get_runtime_context().get_node_labels().get("ray-accel.io/partition")
+
+rounds = []
+for name in ("first", "second"):
+    while not (d / name).exists():
+        time.sleep(0.05)
+    rounds.append(ray.get([where.remote() for _ in range(8)], timeout=120))
+print(json.dumps(rounds))
+"""
+
+
+def lock_is_free(state_dir: Path) -> bool:
+    lock = state_dir / "lock"
+    if not lock.exists():
+        return True
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def nothing_left(cluster: Cluster, tag: dict[str, str]) -> None:
+    """After `stop`: no process the cluster started (every one carries its tag),
+    no record, the host's lock free."""
+    until(lambda: not tagged(tag), 30)
+    assert not (cluster.state_dir / "host.json").exists()
+    assert lock_is_free(cluster.state_dir)
+
+
+def test_a_gpu_host_counts_xid_13_drains_on_79_holds_its_head_and_stops_mid_drain(tmp_path: Path) -> None:
+    faults = tmp_path / "faults.json"
+    write_faults(faults, {})
+    tag = new_tag()
+    spec = ClusterSpec(
+        "health-gpu",
+        "p4d.24xlarge",
+        2,
+        start_args=("--on-unhealthy", "drain", "--health-interval", "0.5", "--drain-deadline", "600"),
+        env={
+            "RAYACCEL_MOCK_FAULTS": str(faults),
+            "RAYACCEL_METRICS_INTERVAL_S": "1",
+            "RAY_metrics_report_interval_ms": "1000",
+            **tag,
+        },
+    )
+    cluster = start_cluster(tmp_path / "c", spec)
+    gpus = {p["partition"]: p["device_ids"] for p in cluster.status["partitions"]}
+    d = tmp_path / "d"
+    d.mkdir()
+    driver = None
+    try:
+        # A non-fatal XID only counts: in `health --json` and as a metric.
+        xid13 = {"device": gpus["p1"][0], "kind": "xid", "code": 13}
+        write_faults(faults, {"events": [xid13]})
+        h = until_poll(cluster, lambda h: h.counters.get(gpus["p1"][0]) == {"xid:13": 1}, polls=3)
+        assert h.device(gpus["p1"][0]).state is Health.HEALTHY  # type: ignore[union-attr]
+        assert {p.state for p in h.partitions} == {PartState.SERVING}
+        shown = json.loads(cluster.cli("health", "--json").stdout)
+        assert shown["counters"] == {gpus["p1"][0]: {"xid:13": 1}}
+        (dev,) = [x for x in shown["devices"] if x["device_id"] == gpus["p1"][0]]
+        assert dev["state"] == "healthy" and dev["last_event"]["fatal"] is False
+        until(
+            lambda: (
+                [
+                    v
+                    for name, labels, v in scrape_all(cluster)
+                    if name == "ray_accel_device_health_events"
+                    and labels["device_id"] == gpus["p1"][0]
+                    and (labels["kind"], labels["code"], labels["partition"]) == ("xid", "13", "p1")
+                ]
+                == [1.0]
+            ),
+            90,
+            every_s=1,
+        )
+
+        # A fatal XID on the head: it is drained and held, never stopped; drivers stay connected.
+        driver = background_driver(cluster, GPU_DRIVER, str(d), log=tmp_path / "gpu.log")
+        until(lambda: (d / "connected").exists() or driver.poll() is not None, 120)
+        head = alive_node(cluster, "p0")
+        xid79 = {"device": gpus["p0"][0], "kind": "xid", "code": 79}
+        write_faults(faults, {"events": [xid13, xid79]})
+        h = until_poll(cluster, lambda h: part(h, "p0").state is PartState.DRAINING, polls=3)
+        assert "head" in part(h, "p0").detail and part(h, "p0").out == (gpus["p0"][0],)
+        _, draining = gcs_view(cluster)
+        assert head.node_id in draining
+        (d / "first").write_text("1")
+        polls = health(cluster).polls
+        until_poll(cluster, lambda h: h.polls >= polls + 10, polls=10)  # well past a drain, held all along
+        nodes, draining = gcs_view(cluster)
+        assert nodes[head.node_id].alive and head.node_id in draining, "the head stays up, drained"
+        (d / "second").write_text("1")
+        assert result_of(driver, tmp_path / "gpu.log", 300) == [["p1"] * 8] * 2, "no new work on the head"
+        status = cluster.refresh()
+        assert status["gcs_alive"] and all(p["alive"] for p in status["partitions"])
+
+        # `stop` while a worker partition drains (its deadline far away): nothing left.
+        worker = alive_node(cluster, "p1")
+        bad = {"device": gpus["p1"][1], "kind": "xid", "code": 79}
+        write_faults(faults, {"events": [xid13, xid79, bad]})
+        until_poll(cluster, lambda h: part(h, "p1").state is PartState.DRAINING, polls=3)
+        assert worker.node_id in gcs_view(cluster)[1]
+    finally:
+        if driver is not None and driver.poll() is None:
+            driver.kill()
+            driver.wait()
+        stopped = cluster.stop()
+    assert stopped.returncode == 0, stopped.stderr
+    nothing_left(cluster, tag)
+
+
+def start_neuron(tmp_path: Path, tree: NeuronSysfs, tag: dict[str, str], *extra: str) -> Cluster:
+    """The real Neuron backend on a fake sysfs tree, two partitions, no
+    dashboard and no exporters: a drained raylet with nothing on it ends
+    itself (Ray's own idle exit), so no deadline is waited for."""
+    env = {
+        **tree_only(tree),
+        "RAYACCEL_NEURON_MONITOR": "off",
+        "RAYACCEL_STATE_DIR": str(tmp_path / "state"),
+        "PYTHONPATH": repo_pythonpath(),
+        **tag,
+    }
+    args = ("--on-unhealthy", "shrink", "--health-interval", "0.5", "--drain-deadline", "120", *extra)
+    proc = run_cli(
+        "start",
+        "--head",
+        "--partitions",
+        "2",
+        "--port",
+        str(free_port()),
+        "--backend",
+        "neuron",
+        "--no-dashboard",
+        "--no-metrics",
+        *args,
+        "--json",
+        env=env,
+        timeout=300,
+    )
+    if proc.returncode != 0:
+        run_cli("stop", "--grace", "2", env=env)
+        raise AssertionError(f"start failed: {proc.stderr[-3000:]}")
+    return Cluster(env, json.loads(proc.stdout), proc.stderr)
+
+
+def stop_while_restarting(cluster: Cluster, name: str) -> subprocess.CompletedProcess[str]:
+    """`ray-accel stop` as soon as the decider is restarting partition `name`."""
+    until(
+        lambda: (
+            record(cluster).partitions[[p.name for p in record(cluster).partitions].index(name)].decider_state
+            == "restarting"
+        ),
+        300,
+        every_s=0.02,
+    )
+    return cluster.stop()
+
+
+def test_neuron_ecc_growth_on_sysfs_shrinks_and_a_stop_during_the_return_leaves_nothing(tmp_path: Path) -> None:
+    tree = build_tree(tmp_path / "tree", "trn1.32xlarge")
+    tag = new_tag()
+    cluster = start_neuron(tmp_path, tree, tag)
+    before = alive_node(cluster, "p1")
+    try:
+        tree.set_ecc(11, "mem_ecc_uncorrected", 2)  # from the baseline 0: growth
+        until_poll(cluster, lambda h: part(h, "p1").state is PartState.DRAINING, polls=3)
+        h = until_poll(cluster, lambda h: part(h, "p1").state is PartState.SHRUNK, polls=100)
+        assert part(h, "p1").out == ("neuron:11",)
+        assert alive_node(cluster, "p1").total["neuron_cores"] == 14
+        old = gcs_view(cluster)[0][before.node_id]
+        assert not old.alive and old.death_reason == "AUTOSCALER_DRAIN_PREEMPTED" and "neuron:11" in old.death_message
+        assert cluster.cli("health", "clear", "neuron:11").returncode == 0
+        stopped = stop_while_restarting(cluster, "p1")
+    finally:
+        if "stopped" not in locals():
+            stopped = cluster.stop()
+    assert stopped.returncode == 0, stopped.stderr
+    assert "p1: restart interrupted" in (cluster.state_dir / "decider.log").read_text()
+    nothing_left(cluster, tag)
+
+
+def test_trainium3_unhealthy_components_shrink_and_a_stop_during_a_shrink_leaves_nothing(tmp_path: Path) -> None:
+    tree = build_tree(tmp_path / "tree", "trn3.48xlarge")
+    tag = new_tag()
+    cluster = start_neuron(tmp_path, tree, tag)
+    try:
+        assert alive_node(cluster, "p1").total["neuron_cores"] == 32
+        tree.set_unhealthy(10, "hbm")
+        until_poll(cluster, lambda h: part(h, "p1").state is PartState.DRAINING, polls=3)
+        h = until_poll(cluster, lambda h: part(h, "p1").state is PartState.SHRUNK, polls=100)
+        assert part(h, "p1").out == ("neuron:10",)
+        assert alive_node(cluster, "p1").total["neuron_cores"] == 28
+        tree.set_unhealthy(11, "device_unreachable")
+        until_poll(cluster, lambda h: part(h, "p1").state is PartState.DRAINING, polls=3)
+        stopped = stop_while_restarting(cluster, "p1")
+    finally:
+        if "stopped" not in locals():
+            stopped = cluster.stop()
+    assert stopped.returncode == 0, stopped.stderr
+    assert "p1: restart interrupted" in (cluster.state_dir / "decider.log").read_text()
+    nothing_left(cluster, tag)

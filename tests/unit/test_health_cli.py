@@ -1,0 +1,258 @@
+"""The health decider as a process and `ray-accel health` at the command
+line, without Ray: a host record whose raylet is a stand-in (`sleep` run
+under the path of Ray's raylet binary, as in test_cluster_safety), the real
+decider process polling the mock backend's monitor, `stop` stopping the
+decider first and by PID. What each needs of Ray (a drain, a restart) is in
+the integration tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from ray_accel_neuron.runtime import TRAITS as NEURON_TRAITS
+
+from ray_accel.bridge.managers import BridgeSpec
+from ray_accel.cluster import procs, state
+from ray_accel.cluster.auth import Auth
+from ray_accel.cluster.ports import port_blocks
+from ray_accel.cluster.record import (
+    DECIDER_KIND,
+    HostRecord,
+    PartitionEntry,
+    RecordError,
+    dumps,
+    parse_record,
+)
+from ray_accel.core.health_state import Action, HealthSettings, read_health
+from ray_accel.core.processes import read_cmdline
+from ray_accel.health.launch import start_decider
+from ray_accel.health.view import job_notes
+from tests.badinput import badinput
+from tests.clirun import run_cli_here
+from tests.tagged import new_tag, tagged
+from tests.unit.test_cluster_safety import LOOPBACK, RAYLET_PATH, ray_process
+
+SPEC = BridgeSpec(
+    "neuron_cores", "NEURON_RT_VISIBLE_CORES", "neuron", "Trainium", tuple(range(4)), "mock", NEURON_TRAITS
+)
+Spawn = Callable[[], "subprocess.Popen[bytes]"]
+
+
+@pytest.fixture
+def tag() -> dict[str, str]:
+    return new_tag()
+
+
+@pytest.fixture
+def spawn(tmp_path: Path, tag: dict[str, str]) -> Iterator[Spawn]:
+    """`sleep` run under the path of Ray's raylet binary: a stand-in raylet."""
+    fake = tmp_path / "site-packages" / RAYLET_PATH
+    fake.parent.mkdir(parents=True)
+    os.symlink(shutil.which("sleep") or "/bin/sleep", fake)
+    started: list[subprocess.Popen[bytes]] = []
+
+    def run() -> subprocess.Popen[bytes]:
+        p = subprocess.Popen([str(fake), "600"], env={**os.environ, **tag})
+        started.append(p)
+        wait_for(lambda: (read_cmdline(p.pid) or [])[:1] == [str(fake)], 5)
+        return p
+
+    yield run
+    for p in started:
+        p.kill()
+        p.wait()
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tag: dict[str, str]) -> Iterator[dict[str, str]]:
+    values = {
+        "RAYACCEL_MOCK": "trn1.2xlarge",
+        "RAYACCEL_STATE_DIR": str(tmp_path / "state"),
+        "RAYACCEL_MOCK_FAULTS": str(tmp_path / "faults.json"),
+        "HOME": str(tmp_path),
+        **tag,
+    }
+    for k, v in values.items():
+        monkeypatch.setenv(k, v)
+    yield values
+    for pid in tagged(tag):
+        os.kill(pid, 9)  # what this test started and left, by PID
+
+
+def record_of(raylet: object, health: HealthSettings | None) -> HostRecord:
+    block = port_blocks(42000, [184])[0]
+    part = PartitionEntry("p0", ("neuron:0",), (0, 1), False, block, (raylet,))  # type: ignore[arg-type]
+    return HostRecord(
+        host=state.host_name(),
+        host_ip=LOOPBACK,
+        created=time.time(),
+        head=False,
+        mode="auto-split",
+        spec=SPEC,
+        ray_args=(),
+        gcs_address="127.0.0.1:1",
+        gcs_port=None,
+        auth=Auth("disabled", None, "test"),
+        partitions=(part,),
+        health=health,
+    )
+
+
+def wait_for(check: object, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():  # type: ignore[operator]
+            return
+        time.sleep(0.1)
+    raise AssertionError("not within the time given")
+
+
+def test_no_cluster_is_exit_1_and_an_unknown_device_exit_2(env: dict[str, str]) -> None:
+    proc = run_cli_here("health", "--json", env=env)
+    assert proc.returncode == 1 and json.loads(proc.stderr)["error"].startswith("no cluster"), proc.stderr
+    proc = run_cli_here("health", "clear", "neuron:0", env=env)
+    assert proc.returncode == 1 and "no cluster" in proc.stderr
+
+
+@badinput("exit-code")
+def test_the_decider_polls_reports_clears_and_is_stopped_first(env: dict[str, str], spawn: Spawn) -> None:
+    raylet = spawn()
+    settings = HealthSettings(Action.REPORT, 0.2, 5.0)
+    record = record_of(ray_process(raylet), settings)
+    state.save(record)
+    record = start_decider(record, lambda m: None)
+    assert record.decider is not None and record.decider.kind == DECIDER_KIND
+    assert procs.check(record.decider).ours, "recorded by PID, start time and identity"
+    place = state.place_of(record)
+    health = read_health(place.directory)
+    assert health is not None and health.polls >= 1
+    assert [d.device_id for d in health.devices] == ["neuron:0"] and health.devices[0].state.value == "healthy"
+
+    # An injected fatal event, reported only: every command names the device and the event.
+    Path(env["RAYACCEL_MOCK_FAULTS"]).write_text(
+        json.dumps({"events": [{"device": "neuron:0", "kind": "ecc", "code": "mem_ecc_uncorrected"}]})
+    )
+    wait_for(lambda: (h := read_health(place.directory)) is not None and h.devices[0].state.value == "unhealthy")
+    shown = json.loads(run_cli_here("health", "--json", env=env).stdout)
+    (dev,) = shown["devices"]
+    assert dev["partition"] == "p0" and dev["last_event"]["kind"] == "ecc" and shown["decider"]["alive"]
+    assert shown["counters"] == {"neuron:0": {"ecc:mem_ecc_uncorrected": 1}}
+    (part,) = shown["partitions"]
+    assert part["state"] == "serving" and "neuron:0" in part["detail"], "report: named, scheduling untouched"
+    text = run_cli_here("status", env=env).stdout
+    assert "neuron:0 unhealthy" in text and "--on-unhealthy report" in text
+
+    # A clear of an unknown device is refused naming it, and leaves no request.
+    bad = run_cli_here("health", "clear", "neuron:99", "--json", env=env)
+    assert bad.returncode == 2 and "neuron:99" in json.loads(bad.stderr)["error"]
+    assert (
+        not list((place.directory / "health-requests").glob("clear-*"))
+        if (place.directory / "health-requests").exists()
+        else True
+    )
+    ok = run_cli_here("health", "clear", "neuron:0", env=env)
+    assert ok.returncode == 0, ok.stderr
+    wait_for(lambda: (h := read_health(place.directory)) is not None and h.devices[0].state.value == "healthy")
+
+    # `stop` stops the decider first, then the raylet; nothing is left.
+    decider = record.decider
+    stopped = run_cli_here("stop", "--json", env=env)
+    assert stopped.returncode == 0, stopped.stderr
+    assert decider.pid in json.loads(stopped.stdout)["pids"] and raylet.pid in json.loads(stopped.stdout)["pids"]
+    assert not procs.check(decider).ours and state.load(place) is None
+
+
+def test_the_decider_ends_with_its_record_and_says_so(env: dict[str, str], spawn: Spawn) -> None:
+    raylet = spawn()
+    record = start_decider(record_of(ray_process(raylet), HealthSettings(Action.SHRINK, 0.2, 5.0)), lambda m: None)
+    assert record.decider is not None
+    place = state.place_of(record)
+    state.save(replace(record, created=record.created + 1))  # another start's record now
+    wait_for(lambda: not procs.check(record.decider).ours)  # type: ignore[arg-type]
+    assert "another start's: exiting" in (place.directory / "decider.log").read_text()
+
+
+def test_a_record_without_health_settings_starts_no_decider(env: dict[str, str], spawn: Spawn) -> None:
+    record = record_of(ray_process(spawn()), None)
+    state.save(record)
+    assert start_decider(record, lambda m: None).decider is None
+    status = json.loads(run_cli_here("status", "--json", env=env).stdout)
+    assert status["health"] is None
+
+
+@badinput("traceback")
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        (lambda p: p.update(out=["neuron:7"]), "partitions[0].out"),
+        (lambda p: p.update(out_core_ids=[9]), "partitions[0].out_core_ids"),
+        (lambda p: p.update(decider_state="resting"), "partitions[0].decider_state"),
+    ],
+)
+def test_a_record_with_bad_health_fields_is_refused_naming_them(
+    env: dict[str, str], spawn: Spawn, change: object, needle: str
+) -> None:
+    data = json.loads(dumps(record_of(ray_process(spawn()), HealthSettings())))
+    change(data["partitions"][0])  # type: ignore[operator]
+    with pytest.raises(RecordError, match="host.json") as e:
+        parse_record(json.dumps(data), "host.json")
+    assert needle in str(e.value)
+
+
+@badinput("traceback")
+def test_a_decider_of_another_kind_or_bad_settings_is_refused(env: dict[str, str], spawn: Spawn) -> None:
+    record = record_of(ray_process(spawn()), HealthSettings())
+    data = json.loads(dumps(replace(record, decider=ray_process(os.getpid(), kind="raylet"))))
+    with pytest.raises(RecordError, match="decider.kind"):
+        parse_record(json.dumps(data), "host.json")
+    data = json.loads(dumps(record))
+    data["health"]["action"] = "explode"
+    with pytest.raises(RecordError, match="health.action"):
+        parse_record(json.dumps(data), "host.json")
+    data["health"] = None
+    assert parse_record(json.dumps(data), "host.json").health is None, "a record from before: no decider"
+
+
+def test_a_shrunk_entry_serves_its_devices_but_keeps_its_plan(env: dict[str, str], spawn: Spawn) -> None:
+    record = record_of(ray_process(spawn()), HealthSettings())
+    p = replace(record.partitions[0], device_ids=("neuron:0", "neuron:1"), core_ids=(0, 1, 2, 3))
+    shrunk = replace(p, out=("neuron:1",), out_core_ids=(2, 3))
+    assert shrunk.serving.device_ids == ("neuron:0",) and shrunk.serving.core_ids == (0, 1)
+    assert shrunk.visible_ids == "0,1" and shrunk.partition.core_ids == (0, 1, 2, 3)
+    back = parse_record(dumps(record.with_partitions([shrunk])), "host.json").partitions[0]
+    assert back == shrunk
+
+
+def test_a_decider_identity_is_exactly_its_module() -> None:
+    assert procs.is_ray_process(DECIDER_KIND, "-m ray_accel.health.decider")
+    assert not procs.is_ray_process(DECIDER_KIND, "-m ray.something")
+    assert not procs.is_ray_process(DECIDER_KIND, "/usr/bin/python")
+
+
+def test_a_waiting_job_names_the_partition_it_waits_for() -> None:
+    from ray_accel.core.health_state import HostHealth, PartitionHealth, PartState
+
+    h = HostHealth(
+        1.0,
+        HealthSettings(Action.SHRINK),
+        (),
+        (
+            PartitionHealth("p0", PartState.SERVING, 1.0, ("neuron:0",), (), "a", ""),
+            PartitionHealth("p1", PartState.DRAINING, 1.0, ("neuron:1",), ("neuron:1",), "b", "neuron:1: XID 79"),
+        ),
+    )
+    jobs = [
+        {"id": "a", "phase": "Restarting", "partitions": ["host_1.2.3.4/p0", "host_1.2.3.4/p1"]},
+        {"id": "b", "phase": "Running", "partitions": ["host_1.2.3.4/p1"]},
+        {"id": "c", "phase": "Restarting", "partitions": ["other_5.6.7.8/p1"]},
+    ]
+    assert job_notes(jobs, h, "host_1.2.3.4") == {"a": "p1 draining: neuron:1: XID 79"}
+    assert job_notes(jobs, None, "host_1.2.3.4") == {}

@@ -1,0 +1,176 @@
+"""The decider's state machine of one partition (`ray_accel.health.rules`):
+pure, so every path is walked without Ray, processes or time."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ray_accel.core.health import DeviceHealth, Health, HealthEvent
+from ray_accel.core.health_state import Action, HealthSettings, PartitionHealth, PartState
+from ray_accel.health.rules import RETRY_S, Effect, Facts, decide, initial, restart_failed, restarted, wanted
+
+FULL = tuple(f"neuron:{i}" for i in range(8, 16))
+SHRINK = HealthSettings(Action.SHRINK, 1.0, 10.0)
+DRAIN = HealthSettings(Action.DRAIN, 1.0, 10.0)
+REPORT = HealthSettings(Action.REPORT, 1.0, 10.0)
+
+
+def health(
+    bad: Sequence[str] = (), unknown: Sequence[str] = (), devices: Sequence[str] = FULL
+) -> dict[str, DeviceHealth]:
+    out = {}
+    for d in devices:
+        if d in bad:
+            event = HealthEvent(d, "xid", "79", "XID 79 (fallen off the bus)", 5.0, True)
+            out[d] = DeviceHealth(d, Health.UNHEALTHY, 5.0, event, f"cleared by hand: ray-accel health clear {d}")
+        elif d in unknown:
+            out[d] = DeviceHealth(d, Health.UNKNOWN, 5.0, None, "a readable health source")
+        else:
+            out[d] = DeviceHealth(d, Health.HEALTHY, 1.0, None, "")
+    return out
+
+
+def facts(h: Mapping[str, DeviceHealth], alive: bool = True, head: bool = False) -> Facts:
+    return Facts(full=FULL, head=head, raylet_alive=alive, node_id="ab12", health=h)
+
+
+def serving(head: bool = False) -> PartitionHealth:
+    return initial("p1", facts(health(), head=head), 0.0)
+
+
+def test_a_fatal_device_drains_then_shrinks_at_the_deadline() -> None:
+    bad = health(bad=["neuron:11"])
+    step = decide(SHRINK, serving(), facts(bad), 100.0)
+    assert step.effect is Effect.DRAIN and step.view.state is PartState.DRAINING
+    assert step.view.out == ("neuron:11",) and step.view.deadline == 110.0
+    assert step.view.target == tuple(d for d in FULL if d != "neuron:11")
+    assert "neuron:11: XID 79" in step.message and "p1" in step.message
+    # Before the deadline, while the raylet runs: nothing.
+    assert decide(SHRINK, step.view, facts(bad), 105.0).effect is Effect.NONE
+    due = decide(SHRINK, step.view, facts(bad), 110.0)
+    assert due.effect is Effect.RESTART and due.devices == step.view.target
+    # Ray ends an idle drained raylet itself: no need to wait for the deadline.
+    gone = decide(SHRINK, step.view, facts(bad, alive=False), 101.0)
+    assert gone.effect is Effect.RESTART
+    after = restarted(due.view, FULL, due.devices, "cd34", bad, 111.0)
+    assert after.state is PartState.SHRUNK and after.out == ("neuron:11",) and after.node_id == "cd34"
+    assert "neuron:11" in after.detail
+    assert decide(SHRINK, after, facts(bad), 120.0).effect is Effect.NONE, "shrunk and stable"
+
+
+def test_a_device_healthy_again_brings_the_whole_partition_back() -> None:
+    bad = health(bad=["neuron:11"])
+    shrunk = restarted(serving(), FULL, wanted(FULL, (), bad), "cd34", bad, 0.0)
+    step = decide(SHRINK, shrunk, facts(health()), 50.0)
+    assert step.effect is Effect.DRAIN and step.view.state is PartState.RESTORING
+    assert step.view.target == FULL and "healthy again" in step.message
+    due = decide(SHRINK, step.view, facts(health()), 60.0)
+    assert due.effect is Effect.RESTART and due.devices == FULL
+    back = restarted(due.view, FULL, due.devices, "ef56", health(), 61.0)
+    assert back.state is PartState.SERVING and back.out == () and back.detail == ""
+
+
+def test_unknown_health_neither_drains_nor_brings_back() -> None:
+    assert decide(SHRINK, serving(), facts(health(unknown=FULL)), 1.0).effect is Effect.NONE
+    bad = health(bad=["neuron:11"])
+    shrunk = restarted(serving(), FULL, wanted(FULL, (), bad), "cd34", bad, 0.0)
+    step = decide(SHRINK, shrunk, facts(health(unknown=["neuron:11"])), 5.0)
+    assert step.effect is Effect.NONE and step.view.state is PartState.SHRUNK, "unknown is not healthy"
+
+
+def test_report_never_changes_scheduling_but_says_why() -> None:
+    step = decide(REPORT, serving(), facts(health(bad=["neuron:9"])), 1.0)
+    assert step.effect is Effect.NONE and step.view.state is PartState.SERVING and step.view.devices == FULL
+    assert "neuron:9" in step.view.detail and "report" in step.view.detail
+
+
+def test_drain_stops_the_partition_and_restarts_it_only_when_every_device_is_healthy() -> None:
+    two = health(bad=["neuron:9", "neuron:12"])
+    step = decide(DRAIN, serving(), facts(two), 1.0)
+    assert step.effect is Effect.DRAIN and step.view.target == ()
+    stop = decide(DRAIN, step.view, facts(two), 11.0)
+    assert stop.effect is Effect.STOP and stop.view.state is PartState.STOPPED and stop.view.out == FULL
+    one = health(bad=["neuron:12"])
+    assert decide(DRAIN, stop.view, facts(one, alive=False), 20.0).effect is Effect.NONE
+    back = decide(DRAIN, stop.view, facts(health(), alive=False), 21.0)
+    assert back.effect is Effect.RESTART and back.devices == FULL
+
+
+def test_shrink_with_every_device_bad_stops_and_returns_with_the_healthy_ones() -> None:
+    all_bad = health(bad=FULL)
+    step = decide(SHRINK, serving(), facts(all_bad), 1.0)
+    stop = decide(SHRINK, step.view, facts(all_bad), 11.0)
+    assert stop.effect is Effect.STOP
+    some = health(bad=FULL[2:])
+    back = decide(SHRINK, stop.view, facts(some, alive=False), 12.0)
+    assert back.effect is Effect.RESTART and back.devices == FULL[:2]
+
+
+def test_a_device_failing_during_the_drain_leaves_the_target() -> None:
+    step = decide(SHRINK, serving(), facts(health(bad=["neuron:8"])), 1.0)
+    worse = health(bad=["neuron:8", "neuron:15"])
+    due = decide(SHRINK, step.view, facts(worse), 11.0)
+    assert due.effect is Effect.RESTART and "neuron:15" not in due.devices and "neuron:8" not in due.devices
+
+
+def test_the_head_is_drained_and_held_never_stopped_or_restarted() -> None:
+    bad = health(bad=["neuron:11"])
+    step = decide(SHRINK, serving(head=True), facts(bad, head=True), 1.0)
+    assert step.effect is Effect.HOLD and step.view.state is PartState.DRAINING
+    assert "head" in step.message and "cannot be restarted" in step.view.detail
+    for later in (5.0, 1e6):
+        for h in (bad, health()):
+            assert decide(SHRINK, step.view, facts(h, head=True), later).effect is Effect.NONE
+
+
+def test_a_failed_restart_is_tried_again_after_a_while() -> None:
+    failed = restart_failed(serving(), FULL, "partition p1 did not restart: port taken", 100.0)
+    assert failed.state is PartState.STOPPED and failed.detail.startswith("restart failed")
+    assert decide(SHRINK, failed, facts(health(), alive=False), 100.0 + RETRY_S / 2).effect is Effect.NONE
+    assert decide(SHRINK, failed, facts(health(), alive=False), 100.0 + RETRY_S).effect is Effect.RESTART
+
+
+STATES = st.sampled_from(list(Health))
+
+
+@given(
+    st.lists(STATES, min_size=len(FULL), max_size=len(FULL)),
+    st.sampled_from([SHRINK, DRAIN, REPORT]),
+    st.sampled_from(list(PartState)),
+    st.booleans(),
+    st.booleans(),
+    st.floats(0, 1e6),
+)
+def test_properties_of_every_step(
+    states: list[Health], settings: HealthSettings, state: PartState, alive: bool, head: bool, now: float
+) -> None:
+    h = {d: DeviceHealth(d, s, 0.0, None, "") for d, s in zip(FULL, states, strict=True)}
+    out = tuple(d for d, s in zip(FULL, states, strict=True) if s is not Health.HEALTHY)
+    view = PartitionHealth(
+        "p1", state, 0.0, tuple(d for d in FULL if d not in out), out, "ab12", "", deadline=5.0, target=FULL[:4]
+    )
+    step = decide(settings, view, Facts(FULL, head, alive, "ab12", h), now)
+    # Never a device that is unhealthy, never one that is not the partition's.
+    assert all(h[d].state is not Health.UNHEALTHY for d in step.devices)
+    assert set(step.devices) <= set(FULL) and set(step.view.out) <= set(FULL)
+    if step.effect is Effect.RESTART:
+        assert step.devices and not head
+    if head:
+        assert step.effect in (Effect.NONE, Effect.HOLD), "the head is never stopped or restarted"
+    if settings.action is Action.REPORT:
+        assert step.effect is Effect.NONE and step.view.state is PartState.SERVING
+    # UNKNOWN alone never takes a device out.
+    if all(s is not Health.UNHEALTHY for s in states) and state in (PartState.SERVING, PartState.SHRUNK):
+        assert step.effect not in (Effect.HOLD, Effect.STOP)
+        assert not (step.effect is Effect.DRAIN and step.view.state is PartState.DRAINING)
+
+
+def test_wanted_keeps_order_and_needs_healthy_to_return() -> None:
+    h = health(bad=["neuron:9"], unknown=["neuron:10", "neuron:12"])
+    assert wanted(FULL, ("neuron:12",), h) == tuple(d for d in FULL if d not in ("neuron:9", "neuron:12"))
+    assert wanted(FULL, FULL, h) == tuple(d for d in FULL if d not in ("neuron:9", "neuron:10", "neuron:12"))
+    assert replace(serving(), out=()).devices == FULL
