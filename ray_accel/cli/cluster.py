@@ -10,7 +10,7 @@ import click
 from ray_accel.cli import render
 from ray_accel.cli.host import json_option
 from ray_accel.cli.output import emit, progress
-from ray_accel.cli.params import MAX_WORKERS, PARTITION_COUNT, PORT, FiniteFloat, HiddenAliases, HostPort
+from ray_accel.cli.params import MAX_WORKERS, PORT, FiniteFloat, HostPort, partitions_option
 from ray_accel.core import validate
 from ray_accel.core.errors import InputError
 
@@ -41,15 +41,7 @@ START_OPTIONS = (
 @click.option("--address", type=HostPort(), help="join the cluster whose GCS is at HOST:PORT")
 @click.option("--recover", is_flag=True, help="restart dead partitions with their recorded masks")
 @click.option("--mode", default="auto-split", show_default=True, help="shared, auto-split or manual")
-@click.option(
-    "--partitions",
-    "--agents",
-    "partitions",
-    cls=HiddenAliases,
-    hidden_aliases=("--agents",),
-    type=PARTITION_COUNT,
-    help="number of partitions (default 1)",
-)
+@partitions_option("number of partitions (default 1)")
 @click.option("--manual", metavar="SPEC", help="devices per partition, e.g. 'a=0-3;b=4-7'")
 @click.option("--port", type=PORT, help="GCS port of the head (default 6379)")
 @click.option("--port-base", type=PORT, help="first port of the raylets' port blocks (default: first free)")

@@ -8,7 +8,7 @@ import click
 
 from ray_accel.cli import render
 from ray_accel.cli.output import emit
-from ray_accel.cli.params import PARTITION_COUNT, HiddenAliases
+from ray_accel.cli.params import partitions_option
 from ray_accel.partition.inherited import inherited_mask, plan_within_mask
 from ray_accel.plugins.inventory import discover
 
@@ -34,15 +34,7 @@ def devices(backend: str | None, as_json: bool) -> int:
 
 @click.command()
 @click.option("--mode", default="auto-split", show_default=True, help="shared, auto-split or manual")
-@click.option(
-    "--partitions",
-    "--agents",
-    "partitions",
-    cls=HiddenAliases,
-    hidden_aliases=("--agents",),
-    type=PARTITION_COUNT,
-    help="number of partitions (raylets)",
-)
+@partitions_option("number of partitions (raylets)")
 @click.option("--manual", metavar="SPEC", help="devices per partition, e.g. 'a=0-3;b=4-7' (indexes, ranges or ids)")
 @click.option("--backend", help="plan for this backend's devices")
 @json_option

@@ -3,8 +3,8 @@ refused at the edge, naming the flag and the value (exit 2)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import click
 
@@ -91,6 +91,21 @@ class HiddenAliases(click.Option):
         return " / ".join(f"'{o}'" for o in self._shown())
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
 PARTITION_COUNT = AsciiInt(1, 1024)
 PORT = AsciiInt(1024, 65535)
 MAX_WORKERS = AsciiInt(16, 20000)
+
+
+def partitions_option(help: str) -> Callable[[F], F]:
+    """`--partitions N` (`--agents`, its earlier spelling, still parses)."""
+    return click.option(
+        "--partitions",
+        "--agents",
+        "partitions",
+        cls=HiddenAliases,
+        hidden_aliases=("--agents",),
+        type=PARTITION_COUNT,
+        help=help,
+    )

@@ -14,14 +14,12 @@ this one do not take each other's events.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ray_accel.core.devices import Device
-from ray_accel.core.health import HealthReport
-from ray_accel.plugins.interface import HealthMonitor
+from ray_accel.plugins.rule_monitor import RuleMonitor
 from ray_accel_cuda import health_rule
 from ray_accel_cuda.health import PollErrors, XidMonitor, ecc_uncorrected
 from ray_accel_cuda.health_rule import GpuReading, Observation, Settings, Xid
@@ -37,7 +35,7 @@ def _why(err: BaseException) -> str:
     return f"{type(err).__name__}: {err}"
 
 
-class CudaHealthMonitor(HealthMonitor):
+class CudaHealthMonitor(RuleMonitor[health_rule.State, Observation]):
     def __init__(
         self,
         nvml: Nvml,
@@ -49,11 +47,14 @@ class CudaHealthMonitor(HealthMonitor):
         self.nvml = nvml
         self.devices = tuple(sorted(devices, key=lambda d: d.index))
         self.handles = dict(handles)
-        self.clock = clock
         self.errors = PollErrors()
         self.xids = XidMonitor(nvml, self.handles, time.monotonic, self.errors, ignored=settings.ignored_xids)
-        self._lock = threading.Lock()
-        self._state = health_rule.initial(tuple(d.id for d in self.devices), settings, clock())
+        super().__init__(
+            health_rule.initial(tuple(d.id for d in self.devices), settings, clock()),
+            health_rule.step,
+            health_rule.clear,
+            clock,
+        )
 
     def _handle(self, device_id: str) -> tuple[Any, GpuReading | None]:
         """(a handle for the GPU, None) or (None, its reading: absent or unknown)."""
@@ -114,13 +115,3 @@ class CudaHealthMonitor(HealthMonitor):
             xid_error=error,
             errors=polled.unattributed,
         )
-
-    def poll(self) -> HealthReport:
-        with self._lock:
-            obs = self.observe()
-            self._state, report = health_rule.step(self._state, obs, self.clock())
-            return report
-
-    def clear(self, device_id: str) -> None:
-        with self._lock:
-            self._state = health_rule.clear(self._state, device_id)

@@ -12,51 +12,54 @@ rule's observation could take them; the samples still fall back to them).
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from ray_accel.core.devices import Device
-from ray_accel.core.health import HealthReport
-from ray_accel.plugins.interface import HealthMonitor
+from ray_accel.plugins.rule_monitor import RuleMonitor
 from ray_accel_neuron import health_rule, limits, sysfs
 from ray_accel_neuron.config import Config
 from ray_accel_neuron.health_rule import DeviceReading, Node, Observation, Settings
 
+T = TypeVar("T")
 
-def read_count(path: str) -> Node[int]:
-    """An ECC counter file ("%u\\n"): its count, why it cannot be read, or absent."""
+
+def read_node(path: str, parse: Callable[[str, str], T]) -> Node[T]:
+    """A health node: its parsed value, why it cannot be read, or absent."""
     r = sysfs.read(path)
     if r.text is None:
         return Node() if r.absent else Node(error=f"{path}: {r.error}")
     try:
-        return Node(sysfs.parse_u64(r.text, r.path))
+        return Node(parse(r.text, r.path))
     except limits.BadData as e:
         return Node(error=str(e))
+
+
+def read_count(path: str) -> Node[int]:
+    """An ECC counter file ("%u\\n")."""
+    return read_node(path, sysfs.parse_u64)
 
 
 def read_components(path: str) -> Node[sysfs.UnhealthyComponents]:
-    r = sysfs.read(path)
-    if r.text is None:
-        return Node() if r.absent else Node(error=f"{path}: {r.error}")
-    try:
-        return Node(sysfs.parse_unhealthy_components(r.text, r.path))
-    except limits.BadData as e:
-        return Node(error=str(e))
+    return read_node(path, sysfs.parse_unhealthy_components)
 
 
-class NeuronHealthMonitor(HealthMonitor):
+class NeuronHealthMonitor(RuleMonitor[health_rule.State, Observation]):
     def __init__(
         self, cfg: Config, devices: Sequence[Device], settings: Settings, clock: Callable[[], float] = time.time
     ) -> None:
         self.cfg = cfg
         self.devices = tuple(sorted(devices, key=lambda d: d.index))
-        self.clock = clock
         # What existed at discovery: only its going away means the device went away.
         self._had_dir = {d.index for d in self.devices if os.path.isdir(self._device_dir(d.index))}
         self._had_node = {d.index for d in self.devices if os.path.exists(self._dev_node(d.index))}
-        self._lock = threading.Lock()
-        self._state = health_rule.initial(tuple(d.id for d in self.devices), settings, clock())
+        super().__init__(
+            health_rule.initial(tuple(d.id for d in self.devices), settings, clock()),
+            health_rule.step,
+            health_rule.clear,
+            clock,
+        )
 
     def _device_dir(self, index: int) -> str:
         return os.path.join(self.cfg.neuron_root, f"neuron{index}")
@@ -87,13 +90,3 @@ class NeuronHealthMonitor(HealthMonitor):
     def observe(self) -> Observation:
         """What sysfs and /dev show now (I/O only; the rule decides)."""
         return Observation(tuple(self._reading(d) for d in self.devices))
-
-    def poll(self) -> HealthReport:
-        with self._lock:
-            obs = self.observe()
-            self._state, report = health_rule.step(self._state, obs, self.clock())
-            return report
-
-    def clear(self, device_id: str) -> None:
-        with self._lock:
-            self._state = health_rule.clear(self._state, device_id)

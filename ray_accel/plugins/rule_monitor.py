@@ -1,0 +1,49 @@
+"""A health monitor made of a pure rule and an observation.
+
+Every family's monitor is the same loop: observe the health sources (I/O),
+hand the observation and the rule's state to the family's pure `step`, keep
+the new state. What differs is the observation and the rule; this class
+holds the rest, with the lock that lets `clear` come while a poll runs.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import abstractmethod
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from ray_accel.core.health import HealthReport
+from ray_accel.plugins.interface import HealthMonitor
+
+StateT = TypeVar("StateT")
+ObsT = TypeVar("ObsT")
+
+
+class RuleMonitor(HealthMonitor, Generic[StateT, ObsT]):
+    def __init__(
+        self,
+        state: StateT,
+        step: Callable[[StateT, ObsT, float], tuple[StateT, HealthReport]],
+        clear: Callable[[StateT, str], StateT],
+        clock: Callable[[], float],
+    ) -> None:
+        self.clock = clock
+        self._state = state
+        self._step = step
+        self._clear = clear
+        self._lock = threading.Lock()
+
+    @abstractmethod
+    def observe(self) -> ObsT:
+        """What the health sources show now (I/O only; the rule decides)."""
+
+    def poll(self) -> HealthReport:
+        with self._lock:
+            obs = self.observe()
+            self._state, report = self._step(self._state, obs, self.clock())
+            return report
+
+    def clear(self, device_id: str) -> None:
+        with self._lock:
+            self._state = self._clear(self._state, device_id)
