@@ -76,17 +76,7 @@ class Launch:
             log = open_for_write(self.log_path)
         except OSError as e:
             raise InputError(f"cannot write the launch files of {self.name} in {self.log_dir}: {e}") from None
-        try:
-            self.proc = subprocess.Popen(
-                cmd,
-                env=dict(self.env),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        finally:
-            os.close(log)
+        self.proc = procs.spawn(cmd, self.env, log)
         # Not yet waited for, so the PID cannot have been reused; unreadable
         # (never seen), its group is left alone rather than guessed at.
         self.leader = ProcessRecord.of(self.proc.pid)

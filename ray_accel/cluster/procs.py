@@ -19,8 +19,9 @@ import enum
 import os
 import re
 import signal
+import subprocess
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.util import find_spec
 
@@ -243,3 +244,20 @@ def group_members(pgid: int, not_before_ticks: int, stats: Iterable[ProcStat] | 
         for s in (snapshot().values() if stats is None else stats)
         if s.pgrp == pgid and s.start_ticks >= not_before_ticks and s.pid not in never and s.state not in ("Z", "X")
     ]
+
+
+def spawn(argv: Sequence[str], env: Mapping[str, str], log_fd: int) -> subprocess.Popen[bytes]:
+    """Start a process we own in a session of its own (a Ctrl-C in the
+    caller's terminal never reaches it), its output to `log_fd`, which is
+    closed here whether or not the start succeeds."""
+    try:
+        return subprocess.Popen(
+            list(argv),
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=log_fd,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    finally:
+        os.close(log_fd)

@@ -51,17 +51,7 @@ def start_decider(record: HostRecord, progress: Progress) -> HostRecord:
         raise RayAccelError(f"cannot write the decider's log {log}: {e}") from None
     started = time.time()
     argv = decider_argv(record, place)
-    try:
-        proc = subprocess.Popen(
-            argv,
-            env=dict(os.environ),
-            stdin=subprocess.DEVNULL,
-            stdout=fd,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    finally:
-        os.close(fd)
+    proc = procs.spawn(argv, os.environ, fd)
     # Not yet waited for, so its PID is not reused; its identity is what it
     # was started with (its command line may read empty for a moment after exec).
     found = ProcessRecord.of(proc.pid)
