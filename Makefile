@@ -8,9 +8,11 @@ XLA_STAMP := $(XLA_VENV)/.installed
 BACKENDS := backends/mock backends/cuda backends/neuron
 # Named, not globbed: an editable install writes *.egg-info folders beside them.
 BACKEND_PKGS := backends/mock/ray_accel_mock backends/cuda/ray_accel_cuda backends/neuron/ray_accel_neuron
-TEST_PINS := pytest pytest-randomly hypothesis
-PINS := "ray[default,train]==2.60.0" "torch==2.13.0" nvidia-ml-py psutil click $(TEST_PINS) ruff mypy
-XLA_PINS := "torch==2.9.0" "torch-xla==2.9.0" "ray[default,train]==2.60.0" nvidia-ml-py psutil click $(TEST_PINS)
+# Every tool pinned too: a new ruff or mypy release must not fail a change that did not touch it.
+TOOL_PINS := nvidia-ml-py==13.615.71 psutil==7.2.2 click==8.5.1
+TEST_PINS := pytest==9.2.0 pytest-randomly==5.1.0 hypothesis==6.170.17
+PINS := "ray[default,train]==2.60.0" "torch==2.13.0" $(TOOL_PINS) $(TEST_PINS) ruff==0.17.6 mypy==2.4.1
+XLA_PINS := "torch==2.9.0" "torch-xla==2.9.0" "ray[default,train]==2.60.0" $(TOOL_PINS) $(TEST_PINS)
 # pytest-randomly shuffles every run (.ci/pytest-tiers prints the seed); replay one with
 # `make unit PYTEST_ARGS=--randomly-seed=N`. The tests that start Ray or make
 # hosts run one after another, the pure tests beside them (.ci/pytest-tiers).
