@@ -412,7 +412,10 @@ def test_top_payload_joins_every_hosts_snapshots_and_names_missing_ones() -> Non
     assert [(d["host"], d["id"]) for d in payload["devices"]] == [("hostA", d.id) for d in devices[:8]] + [
         ("hostB", d.id) for d in devices[8:]
     ]
-    assert all(set(DEVICE_FIELDS) == set(d) for d in payload["devices"])
+    # The device's health by its family's rule comes from the host's decider
+    # (health.json); these hosts have none.
+    assert all(set(DEVICE_FIELDS) | {"health_state"} == set(d) for d in payload["devices"])
+    assert all(d["health_state"] is None for d in payload["devices"])
     assert payload["orphans"] == [asdict(orphan)]
     assert payload["errors"] == ["hostB/p0: x", "hostB/p1: no metrics exporter: gone"], "a dead raylet is no error"
     assert [p["exporter"] for p in payload["partitions"]] == ["ok", "ok", "no metrics exporter: gone", "raylet is dead"]
