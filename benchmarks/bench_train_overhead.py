@@ -9,8 +9,8 @@ baseline: Ray's stock TorchConfig.
 
     python benchmarks/bench_train_overhead.py [--runs 3] [--steps 200] [--quick] [--json]
 
-`--quick`: one run of each config, 20 steps (for CI: it keeps the code path
-working; its figures are single samples). Ctrl-C or SIGTERM shuts the local
+`--quick`: one run of each config, 20 steps, no warm-up fit (for CI: it keeps
+the code path working; its figures are single samples). Ctrl-C or SIGTERM shuts the local
 Ray down (every process `ray.init` started) before it exits 130.
 """
 
@@ -82,7 +82,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--steps", type=int, default=200)
-    ap.add_argument("--quick", action="store_true", help="one run of each config, 20 steps")
+    ap.add_argument("--quick", action="store_true", help="one run of each config, 20 steps, no warm-up fit")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if args.quick:
@@ -93,7 +93,8 @@ def main() -> None:
     try:
         ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
         sigterm_as_interrupt()  # ray.init made SIGTERM a bare sys.exit
-        run("stock", 10)  # warm-up: imports, worker processes
+        if not args.quick:  # --quick keeps the code path, not the figures: no warm-up
+            run("stock", 10)  # warm-up: imports, worker processes
         for i in range(args.runs):
             for kind in ("stock", "ray-accel"):
                 samples[kind].append(run(kind, args.steps))
