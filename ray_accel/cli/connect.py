@@ -15,12 +15,15 @@ def connect_to_recorded_cluster(status: Mapping[str, Any]) -> None:
     which would start one)."""
     from ray_accel.cluster import auth
     from ray_accel.metrics import export
+    from ray_accel.rayapi.driver import pushed_messages_to_stderr
 
     if not status["partitions"] or not status["gcs_address"]:
         raise RayAccelError("no cluster: no ray-accel partitions recorded on this host (see `ray-accel start`)")
     if not status["gcs_alive"]:
         raise RayAccelError(f"no cluster: the GCS at {status['gcs_address']} recorded on this host is not running")
     auth.apply(auth.Auth.from_json(status["auth"]))
+    # This command's stdout is its result: what Ray pushes to drivers goes to stderr.
+    pushed_messages_to_stderr()
     export.connect(status["gcs_address"])
 
 

@@ -12,6 +12,7 @@ import json
 import os
 import stat
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -250,6 +251,12 @@ def bystander(tag: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
     """A live process of the test's own: a stale record names its PID with
     another start time, so nothing may signal it."""
     p = subprocess.Popen(["sleep", "600"], env={**os.environ, **tag})
+    # Until it has exec'd, /proc shows the parent's environment (no tag): an
+    # in-process case can end before that on a busy machine.
+    deadline = time.monotonic() + 30
+    while p.pid not in tagged(tag) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert p.pid in tagged(tag), "the bystander never started"
     yield p
     p.kill()
     p.wait()
