@@ -145,19 +145,26 @@ def names_list(tag: dict[str, str]) -> list[str]:
 
 
 def test_a_launch_timeout_stops_every_process_the_launch_began(tmp_path: Path, cleanup: list[dict[str, str]]) -> None:
+    """A head whose GCS hangs (stopped with SIGSTOP as soon as it appears) never
+    reports; the launch is killed at --timeout, the hung GCS with it. Hanging
+    it, not racing a short timeout, keeps this true on a machine of any speed."""
     tag = new_tag()
     env = cli_env(tmp_path / "state", tag)
     cleanup.append(env)
-    seen: set[str] = set()
     start = Background("start", "--head", "--partitions", "2", "--port", str(free_port()), "--timeout", "4", env=env)
-    while start.proc.poll() is None:
-        seen |= names(tag)
-        time.sleep(0.1)
+    hung: list[int] = []
+
+    def gcs_hung() -> bool:
+        hung.extend(pid for pid, name in tagged(tag).items() if name == "gcs_server")
+        for pid in hung:
+            os.kill(pid, signal.SIGSTOP)
+        return bool(hung)
+
+    start.wait_for(gcs_hung, timeout_s=60, what="the head's GCS is up")
     start.finish()
     assert start.proc.returncode == 1, start.stderr[-3000:]
     assert "no result within 4s" in start.stderr
-    assert "gcs_server" in seen, f"the launch should have been killed half-way (saw {seen})"
-    assert wait_none_tagged(tag) == {}
+    assert wait_none_tagged(tag) == {}, f"the hung GCS {hung} or its launch was left behind"
     assert not (tmp_path / "state" / "host.json").exists()
 
 
