@@ -20,10 +20,11 @@ which a busy 2-core machine can miss; `ray-accel start` then stops what it
 began, and the baseline's processes are stopped by PID) is counted in the
 table's FAILED STARTS and made again, up to 3 starts per run.
 
-    python benchmarks/bench_startup.py [--runs 3] [--quick] [--json]
+    python benchmarks/bench_startup.py [--runs 3] [--partitions 4] [--quick] [--json]
 
-`--quick`: one run of each method (for CI: it keeps the code path working;
-its figures are single samples).
+`--partitions N` asks the same question of N partitions (the host's 32 cores
+split N ways, each side alike). `--quick`: one run of each method, 2 partitions (for CI:
+it keeps the code path working; its figures are single samples).
 
 Ctrl-C or SIGTERM at any point stops every process this run started (by PID:
 `ray-accel stop` for what `ray-accel start` started) before it exits 130.
@@ -56,8 +57,7 @@ from ray_accel.cluster.gcs import gcs_nodes
 
 PRESET = "trn1.32xlarge"
 PARTITIONS = 4
-CORES_EACH = 8
-HOST_FIGURES = ["--", "--num-cpus", str(PARTITIONS), "--object-store-memory", str(PARTITIONS << 30)]
+HOST_CORES = 32
 # A hand-written block per raylet, as a user would lay it out: the named
 # ports, then 184 worker ports (Ray's own default range is far larger).
 NAMED_PORTS = (
@@ -89,12 +89,17 @@ def tree_rss(pids: list[int]) -> int:
     return sum(seen.values())
 
 
-def run_ray_accel(label: str, metrics: bool, dashboard: bool) -> tuple[float, int]:
+def host_figures(parts: int) -> list[str]:
+    """1 CPU and 1 GiB of object store per partition, given as the host's."""
+    return ["--", "--num-cpus", str(parts), "--object-store-memory", str(parts << 30)]
+
+
+def run_ray_accel(label: str, parts: int, metrics: bool, dashboard: bool) -> tuple[float, int]:
     extra = ([] if metrics else ["--no-metrics"]) + ([] if dashboard else ["--no-dashboard"])
-    with CliCluster(PRESET, PARTITIONS, [*extra, *HOST_FIGURES]) as cluster:
+    with CliCluster(PRESET, parts, [*extra, *host_figures(parts)]) as cluster:
         say(f"{label}: starting (state directory {cluster.state})")
         took = cluster.start()
-        say(f"{label}: {PARTITIONS} partitions up in {took:.1f} s")
+        say(f"{label}: {parts} partitions up in {took:.1f} s")
         rss = tree_rss(cluster.recorded_pids())
     say(f"{label}: stopped")
     return took, rss
@@ -151,9 +156,9 @@ def stop_ray_starts(procs: list[subprocess.Popen[bytes]]) -> None:
             pass
 
 
-def run_hand_written(label: str) -> tuple[float, int]:
+def run_hand_written(label: str, parts: int) -> tuple[float, int]:
     port = free_port()
-    blocks = hand_written_ports(PARTITIONS)
+    blocks = hand_written_ports(parts)
     scratch = tempfile.TemporaryDirectory()  # the same token `ray-accel start` would use or make
     cluster_auth = auth.resolve(os.environ, Path(scratch.name), create=True)
     env = {**os.environ, **cluster_auth.env()}
@@ -165,13 +170,14 @@ def run_hand_written(label: str) -> tuple[float, int]:
     start = time.perf_counter()
     try:
         for i, ports in enumerate(blocks):
-            cores = ",".join(str(c) for c in range(i * CORES_EACH, (i + 1) * CORES_EACH))
+            each = HOST_CORES // parts
+            cores = ",".join(str(c) for c in range(i * each, (i + 1) * each))
             args = [str(BIN / "ray"), "start", "--block", "--disable-usage-stats", "--num-cpus", "1"]
             args += (
                 ["--head", "--port", str(port), "--include-dashboard", "false"] if i == 0 else ["--address", address]
             )
             args += ports
-            args += ["--resources", json.dumps({"neuron_cores": CORES_EACH}), "--object-store-memory", str(1 << 30)]
+            args += ["--resources", json.dumps({"neuron_cores": each}), "--object-store-memory", str(1 << 30)]
             args += ["--labels", f"ray-accel.io/partition=p{i}"]
             procs.append(
                 subprocess.Popen(
@@ -194,7 +200,7 @@ def run_hand_written(label: str) -> tuple[float, int]:
                     raise StartFailed(f"ray start #{i}: not registered within {REGISTER_TIMEOUT_S:g} s")
                 time.sleep(0.1)
         took = time.perf_counter() - start
-        say(f"{label}: {PARTITIONS} partitions up in {took:.1f} s")
+        say(f"{label}: {parts} partitions up in {took:.1f} s")
         return took, tree_rss([p.pid for p in procs])
     finally:
         with shielded():
@@ -226,21 +232,33 @@ def run_once(label: str, fn: Callable[[str], tuple[float, int]]) -> tuple[float,
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--quick", action="store_true", help="one run of each method")
+    ap.add_argument("--partitions", type=int, default=PARTITIONS, help="split the host N ways (1, 2, 4 or 8)")
+    ap.add_argument("--quick", action="store_true", help="one run of each method, 2 partitions")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     runs_wanted = 1 if args.quick else args.runs
+    parts = 2 if args.quick else args.partitions
+    if parts not in (1, 2, 4, 8):
+        ap.error(f"--partitions {parts}: choose 1, 2, 4 or 8 (an even split of the host's 16 devices)")
+    if runs_wanted < 1:
+        ap.error(f"--runs {runs_wanted}: at least 1")
     methods: list[tuple[str, Callable[[str], tuple[float, int]]]] = [
         (
             "ray-accel start --no-metrics --no-dashboard",
-            lambda label: run_ray_accel(label, metrics=False, dashboard=False),
+            lambda label: run_ray_accel(label, parts, metrics=False, dashboard=False),
         ),
         (
             "ray-accel start --no-metrics (dashboard on)",
-            lambda label: run_ray_accel(label, metrics=False, dashboard=True),
+            lambda label: run_ray_accel(label, parts, metrics=False, dashboard=True),
         ),
-        ("ray-accel start (dashboard + metrics)", lambda label: run_ray_accel(label, metrics=True, dashboard=True)),
-        (f"{PARTITIONS} sequential `ray start` with masks, no dashboard", run_hand_written),
+        (
+            "ray-accel start (dashboard + metrics)",
+            lambda label: run_ray_accel(label, parts, metrics=True, dashboard=True),
+        ),
+        (
+            f"{parts} sequential `ray start` with masks, no dashboard",
+            lambda label: run_hand_written(label, parts),
+        ),
     ]
     runs: dict[str, list[tuple[float, int, int]]] = {name: [] for name, _ in methods}
     for _ in range(runs_wanted):
@@ -263,10 +281,10 @@ def main() -> None:
         "baseline_time_over_ray_accel": base["median_s"] / off["median_s"],
     }
     if args.json:
-        print(json.dumps({"partitions": PARTITIONS, "runs": runs_wanted, "rows": rows, **ratios}, indent=2))
+        print(json.dumps({"partitions": parts, "runs": runs_wanted, "rows": rows, **ratios}, indent=2))
         return
     print(
-        f"time until {PARTITIONS} partitions are registered, and resident memory then "
+        f"time until {parts} partitions are registered, and resident memory then "
         f"(mock {PRESET}, {os.cpu_count()} cores), median of {runs_wanted} run(s)"
     )
     print(

@@ -3,11 +3,12 @@
 raylets only: their training workers load it through `import torch`, the
 driver and this test process never do.
 
-Two clusters, one after the other, each started, used by one driver and
-stopped inside its fixture: a mock trn2.48xlarge split in 2 (three fits:
+A mock trn2.48xlarge split in 2, started with the fake on its raylets'
+PYTHONPATH, used by one driver and stopped inside its fixture (three fits:
 `auto` over both partitions with DDP; a worker asking for two cores;
-`neuron` in a job whose workers have no TorchNeuron), and a mock
-trn1.32xlarge split in 2 (one fit: `auto` does not pick TorchNeuron there).
+`neuron` in a job whose workers have no TorchNeuron); and the shared mock
+trn1.32xlarge split in 2, whose one fit gets the fake through its job's
+runtime environment (`auto` does not pick TorchNeuron there).
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ STEPS = 5
 PER_RANK = 16
 
 # Fits one after another in one driver. argv[2]: name -> {partitions,
-# workers, cores, backend, out, without_fake}; a fit `without_fake` runs in a
-# job whose workers' PYTHONPATH is the repository's only (so they come last).
+# workers, cores, backend, out, env_vars}; a fit with `env_vars` runs in a job
+# whose workers get them through Ray's runtime environment (so they come last).
 # Prints name -> {ok, error, run_id, collective, collective_reason} (the last
 # two as the job store shows the job).
 JOBS = r"""
@@ -49,7 +50,7 @@ from tests.integration.torchneuron_loops import ddp_loop
 address, fits = sys.argv[1], json.loads(sys.argv[2])
 out = {}
 for name, kw in fits.items():
-    env = {"env_vars": {"PYTHONPATH": os.environ["PYTHONPATH"]}} if kw["without_fake"] else None
+    env = {"env_vars": kw["env_vars"]} if kw["env_vars"] else None
     if ray.is_initialized() and env:
         ray.shutdown()
     if not ray.is_initialized():
@@ -85,28 +86,24 @@ print(json.dumps(out))
 """
 
 
-def run_fits(tmp: Path, preset: str, fits: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Start `preset` split in 2 with the fake on its raylets' PYTHONPATH, run
-    `fits` in one driver, stop it. Returns the results, the status, the
-    fake's records."""
-    site, record = install(tmp / "site"), tmp / "record"
-    path = os.pathsep.join([str(site), repo_pythonpath()])
-    spec = ClusterSpec(
-        preset, preset, 2, start_args=("--no-metrics",), env={"PYTHONPATH": path, RECORD_ENV: str(record)}
-    )
-    cluster: Cluster = start_cluster(tmp, spec)
-    try:
-        assert "torch_neuronx" not in os.environ.get("PYTHONPATH", ""), "the test process never has the fake"
-        for kw in fits.values():
-            kw.setdefault("steps", STEPS)
-            kw.setdefault("per_rank", PER_RANK)
-            kw.setdefault("without_fake", False)
-            kw["out"] = str(tmp / kw["out"])
-        results = cluster.driver(JOBS, json.dumps(fits), timeout=1200)
-        status = cluster.status
-    finally:
-        cluster.stop()
-    return {"results": results, "status": status, "records": records(record) if record.exists() else []}
+def with_fake(tmp: Path) -> dict[str, str]:
+    """The environment that gives a process the fake: PYTHONPATH with its site
+    first, and where it writes its records (tmp/record)."""
+    site = install(tmp / "site")
+    return {"PYTHONPATH": os.pathsep.join([str(site), repo_pythonpath()]), RECORD_ENV: str(tmp / "record")}
+
+
+def run_fits(cluster: Cluster, tmp: Path, fits: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """`fits` in one driver on `cluster`: the results, the status, the fake's records."""
+    assert "torch_neuronx" not in os.environ.get("PYTHONPATH", ""), "the test process never has the fake"
+    for kw in fits.values():
+        kw.setdefault("steps", STEPS)
+        kw.setdefault("per_rank", PER_RANK)
+        kw.setdefault("env_vars", None)
+        kw["out"] = str(tmp / kw["out"])
+    results = cluster.driver(JOBS, json.dumps(fits), timeout=1200)
+    record = tmp / "record"
+    return {"results": results, "status": cluster.status, "records": records(record) if record.exists() else []}
 
 
 def reports(out: Path) -> list[dict[str, Any]]:
@@ -121,17 +118,27 @@ def trn2(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]
         "two_cores": {"partitions": ["p0"], "workers": 2, "cores": 2, "backend": "auto", "out": "two"},
         "neuron_without": {
             "partitions": ["p1"], "workers": 2, "cores": 1, "backend": "neuron", "out": "neuron-without",
-            "without_fake": True,
+            "env_vars": {"PYTHONPATH": repo_pythonpath()},
         },
     }  # fmt: skip
-    return tmp, run_fits(tmp, "trn2.48xlarge", fits)
+    spec = ClusterSpec("trn2", "trn2.48xlarge", 2, start_args=("--no-metrics",), env=with_fake(tmp))
+    cluster: Cluster = start_cluster(tmp, spec)
+    try:
+        return tmp, run_fits(cluster, tmp, fits)
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture(scope="module")
-def trn1(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+def trn1(trn1_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("trn1")
-    fits = {"auto": {"partitions": ["p0", "p1"], "workers": 2, "cores": 1, "backend": "auto", "out": "auto"}}
-    return tmp, run_fits(tmp, "trn1.32xlarge", fits)
+    fits = {
+        "auto": {
+            "partitions": ["p0", "p1"], "workers": 2, "cores": 1, "backend": "auto", "out": "auto",
+            "env_vars": with_fake(tmp),
+        },
+    }  # fmt: skip
+    return tmp, run_fits(trn1_cluster, tmp, fits)
 
 
 def test_auto_on_trn2_with_torchneuron_trains_ddp_over_both_partitions_to_the_whole_batch_result(

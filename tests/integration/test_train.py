@@ -9,7 +9,6 @@ driver, `drivers.TRAIN_JOBS`), and each test checks one thing of their results.
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
 from collections import Counter
 from pathlib import Path
@@ -27,11 +26,6 @@ pytestmark = pytest.mark.ray
 @pytest.fixture(scope="module")
 def cluster(trn1_cluster: Cluster) -> Cluster:
     return trn1_cluster
-
-
-def job(cluster: Cluster, **kw: Any) -> dict[str, Any]:
-    result: dict[str, Any] = cluster.driver(drivers.TRAIN_JOB, json.dumps(kw), timeout=400)
-    return result
 
 
 def ranks(out: Path) -> list[dict[str, Any]]:
@@ -66,9 +60,8 @@ def two_jobs(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> tupl
         "p0": {"partition": "p0", "out": str(tmp / "p0"), "recording": [{"log": str(tmp / "hooks.log")}]},
         "p1": {"partition": "p1", "out": str(tmp / "p1")},
     }
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        futures = {part: pool.submit(job, cluster, **kw) for part, kw in kws.items()}
-        return tmp, {part: f.result() for part, f in futures.items()}
+    results = cluster.drivers(drivers.TRAIN_JOB, [[json.dumps(kw)] for kw in kws.values()], timeout=400)
+    return tmp, dict(zip(kws, results, strict=True))
 
 
 @pytest.fixture(scope="module")
