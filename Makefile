@@ -15,8 +15,7 @@ PINS := "ray[default,train]==2.60.0" "torch==2.13.0" $(TOOL_PINS) $(TEST_PINS) r
 XLA_PINS := "torch==2.9.0" "torch-xla==2.9.0" "ray[default,train]==2.60.0" $(TOOL_PINS) $(TEST_PINS)
 # pytest-randomly shuffles every run (.ci/pytest-tiers prints the seed); replay one with
 # `make unit PYTEST_ARGS=--randomly-seed=N`. The tests that start Ray or make
-# hosts run in two shards at once, each in its own network namespace and one
-# test after another, the pure tests beside them (.ci/pytest-tiers).
+# hosts run one after another, the pure tests beside them (.ci/pytest-tiers).
 PYTEST_ARGS ?=
 
 .PHONY: demo test lint unit test-xla clean

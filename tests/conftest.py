@@ -68,50 +68,13 @@ def _shared_key(item: pytest.Item) -> str | None:
     return names[0] if names else None
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    """A pytest started in the background by a shell without job control
-    (.ci/pytest-tiers) begins with SIGINT ignored, and Python then keeps it
-    ignored: Ctrl-C on the tiers could not stop it, and its fixtures never
-    stopped their clusters. Such a run gets Python's own handler back."""
-    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption(
-        "--shard",
-        default=None,
-        help="I/N: run only the Ray-tier modules of shard I of N (tests/shards.py); other tests are deselected",
-    )
-
-
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """After pytest-randomly's shuffle, the tests that share a cluster run
-    together (`tests.clusters.order`), so each shared cluster starts once.
-    With --shard I/N, only shard I's Ray-tier modules are kept."""
+    together (`tests.clusters.order`), so each shared cluster starts once."""
     from tests.clusters import order
 
     keys = [_shared_key(item) if any(item.get_closest_marker(m) for m in RAY_TIER) else None for item in items]
-    shard_arg = config.getoption("--shard")
-    if shard_arg is not None:
-        from tests import shards
-
-        try:
-            index, count = shards.parse_shard(shard_arg)
-        except shards.ShardError as e:
-            raise pytest.UsageError(str(e)) from None
-        ray_tier = [any(item.get_closest_marker(m) for m in RAY_TIER) for item in items]
-        modules = [item.nodeid.split("::")[0] for item in items]
-        placed = shards.assign(
-            shards.module_keys([(m, k) for m, k, r in zip(modules, keys, ray_tier, strict=True) if r]), count
-        )
-        keep = [r and placed[m] == index for m, r in zip(modules, ray_tier, strict=True)]
-        config.hook.pytest_deselected(items=[item for item, k in zip(items, keep, strict=True) if not k])
-        items[:], keys = (
-            [item for item, k in zip(items, keep, strict=True) if k],
-            [key for key, k in zip(keys, keep, strict=True) if k],
-        )
     items[:] = [items[i] for i in order(keys)]
 
 
