@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+
 import psutil
 import pytest
 
@@ -9,10 +11,21 @@ from tests.clusters import TRN1, TRN1_X4, Cluster, ClusterSpec, SharedClusters, 
 __all__ = ["Cluster", "ClusterSpec", "free_port", "last_json", "raylet_pids", "start_cluster"]
 
 
+def same_netns(pid: int) -> bool:
+    """Whether `pid` lives in this process's network namespace. Ray's ports
+    are per namespace, so a suite running in a namespace of its own (beside
+    another on the same machine) counts only its own raylets."""
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino == os.stat("/proc/self/ns/net").st_ino
+    except OSError:
+        return False
+
+
 def raylet_pids() -> set[int]:
+    """The live raylets of this network namespace."""
     out = set()
     for p in psutil.process_iter(["name", "status"]):
-        if p.info["name"] == "raylet" and p.info["status"] != psutil.STATUS_ZOMBIE:
+        if p.info["name"] == "raylet" and p.info["status"] != psutil.STATUS_ZOMBIE and same_netns(p.pid):
             out.add(p.pid)
     return out
 
