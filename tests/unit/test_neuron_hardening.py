@@ -51,14 +51,16 @@ def inactive_reason(env: dict[str, str]) -> str:
 
 @badinput("dangerous")
 @pytest.mark.parametrize("name", ["core_count", "connected_devices"])
-def test_a_fifo_in_sysfs_is_refused_within_two_seconds(name: str, tmp_path: Path) -> None:
+def test_a_fifo_in_sysfs_is_refused_without_blocking(name: str, tmp_path: Path) -> None:
     tree = build_tree(tmp_path / "t", "trn1.2xlarge", core_metrics=False)
     target = tree.device_dir(0) / name
     target.unlink()
     os.mkfifo(target)
     start = time.monotonic()
     reason = inactive_reason(tree_only(tree))
-    assert time.monotonic() - start < 2
+    # Opening a FIFO with no writer blocks for ever: any bound tells the two
+    # apart, and a loose one keeps a loaded machine from failing it.
+    assert time.monotonic() - start < 30
     assert f"{target} is a FIFO, not a regular file" in reason
 
 
