@@ -21,13 +21,18 @@ def same_netns(pid: int) -> bool:
         return False
 
 
-def raylet_pids() -> set[int]:
-    """The live raylets of this network namespace."""
+def ray_processes(names: tuple[str, ...]) -> set[int]:
+    """PIDs of the live (not zombie) processes named one of `names` in this network namespace."""
     out = set()
     for p in psutil.process_iter(["name", "status"]):
-        if p.info["name"] == "raylet" and p.info["status"] != psutil.STATUS_ZOMBIE and same_netns(p.pid):
+        if p.info["name"] in names and p.info["status"] != psutil.STATUS_ZOMBIE and same_netns(p.pid):
             out.add(p.pid)
     return out
+
+
+def raylet_pids() -> set[int]:
+    """The live raylets of this network namespace."""
+    return ray_processes(("raylet",))
 
 
 # Module-scoped, so module fixtures may use them; the tests sharing one run

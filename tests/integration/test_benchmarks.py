@@ -18,11 +18,10 @@ import threading
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from tests.conftest import ROOT, repo_pythonpath, sigint_as_default
-from tests.integration.conftest import same_netns
+from tests.integration.conftest import ray_processes
 from tests.tagged import new_tag, wait_none_tagged
 
 pytestmark = pytest.mark.ray
@@ -32,11 +31,7 @@ RAY_DAEMONS = ("raylet", "gcs_server")
 
 def ray_daemons() -> set[int]:
     """PIDs of the live raylets and GCS servers of this network namespace."""
-    out = set()
-    for p in psutil.process_iter(["name", "status"]):
-        if p.info["name"] in RAY_DAEMONS and p.info["status"] != psutil.STATUS_ZOMBIE and same_netns(p.pid):
-            out.add(p.pid)
-    return out
+    return ray_processes(RAY_DAEMONS)
 
 
 def session_members(sid: int) -> list[int]:
