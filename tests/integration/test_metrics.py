@@ -140,6 +140,15 @@ def wait_for(check: Any, timeout: float = 60) -> Any:
         time.sleep(1)
 
 
+def held_memory(samples: list[tuple[str, dict[str, str], float]], pid: int) -> dict[str, float]:
+    """Device id -> device memory the workload of `pid` holds, as scraped."""
+    return {
+        labels["device_id"]: value
+        for name, labels, value in samples
+        if name == "ray_accel_workload_device_memory_bytes" and labels["workload"].endswith(f"[{pid}]")
+    }
+
+
 def test_scrape_shows_every_device_once_with_its_partition(cluster: Cluster, holders: dict[str, Any]) -> None:
     owner = {d: p["partition"] for p in cluster.status["partitions"] for d in p["device_ids"]}
 
@@ -158,6 +167,11 @@ def test_scrape_shows_every_device_once_with_its_partition(cluster: Cluster, hol
             if n == "ray_accel_workload_rss_bytes"
         }
         assert pids <= seen
+        # A holder's PID may be sampled while it is still an idle pooled
+        # worker (`ray::IDLE`, no mask yet): wait for the sample taken after
+        # it became the holder, which carries its device memory.
+        for part, h in holders.items():
+            assert set(held_memory(samples, h["pid"])) == {f"neuron:{int(c) // 2}" for c in h["cores"].split(",")}, part
         return samples
 
     samples = wait_for(check)
@@ -185,11 +199,7 @@ def test_scrape_shows_every_device_once_with_its_partition(cluster: Cluster, hol
         assert [h for h, _ in per_host] == [host], f"{name}: once per host, not once per raylet"
     assert [v for n, _, v in samples if n == "ray_accel_host_devices"] == [16.0]
     for part, h in holders.items():
-        dev_mem = {
-            labels["device_id"]: value
-            for name, labels, value in samples
-            if name == "ray_accel_workload_device_memory_bytes" and labels["workload"].endswith(f"[{h['pid']}]")
-        }
+        dev_mem = held_memory(samples, h["pid"])
         cores = [int(c) for c in h["cores"].split(",")]
         expected = {f"neuron:{c // 2}" for c in cores}
         assert set(dev_mem) == expected, (part, dev_mem, cores)
