@@ -7,26 +7,23 @@ import pytest
 
 from ray_accel.cluster.ports import free_port
 from tests.clusters import TRN1, TRN1_X4, Cluster, ClusterSpec, SharedClusters, last_json, start_cluster
+from tests.multihost.hosts import pids_in_netns
 
 __all__ = ["Cluster", "ClusterSpec", "free_port", "last_json", "raylet_pids", "start_cluster"]
 
 
-def same_netns(pid: int) -> bool:
-    """Whether `pid` lives in this process's network namespace. Ray's ports
-    are per namespace, so a suite running in a namespace of its own (beside
-    another on the same machine) counts only its own raylets."""
-    try:
-        return os.stat(f"/proc/{pid}/ns/net").st_ino == os.stat("/proc/self/ns/net").st_ino
-    except OSError:
-        return False
-
-
 def ray_processes(names: tuple[str, ...]) -> set[int]:
-    """PIDs of the live (not zombie) processes named one of `names` in this network namespace."""
+    """PIDs of the live (not zombie) processes named one of `names` in this
+    network namespace. Ray's ports are per namespace, so a suite running in a
+    namespace of its own (beside another on the same machine) counts only its
+    own processes."""
     out = set()
-    for p in psutil.process_iter(["name", "status"]):
-        if p.info["name"] in names and p.info["status"] != psutil.STATUS_ZOMBIE and same_netns(p.pid):
-            out.add(p.pid)
+    for pid in pids_in_netns({os.stat("/proc/self/ns/net").st_ino}):
+        try:
+            if psutil.Process(pid).name() in names:
+                out.add(pid)
+        except psutil.Error:
+            continue  # ended meanwhile
     return out
 
 

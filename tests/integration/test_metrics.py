@@ -149,6 +149,11 @@ def held_memory(samples: list[tuple[str, dict[str, str], float]], pid: int) -> d
     }
 
 
+def held_devices(holder: dict[str, Any]) -> set[str]:
+    """The devices of the cores a holder was given (two cores a device on trn1)."""
+    return {f"neuron:{int(c) // 2}" for c in holder["cores"].split(",")}
+
+
 def test_scrape_shows_every_device_once_with_its_partition(cluster: Cluster, holders: dict[str, Any]) -> None:
     owner = {d: p["partition"] for p in cluster.status["partitions"] for d in p["device_ids"]}
 
@@ -171,7 +176,7 @@ def test_scrape_shows_every_device_once_with_its_partition(cluster: Cluster, hol
         # worker (`ray::IDLE`, no mask yet): wait for the sample taken after
         # it became the holder, which carries its device memory.
         for part, h in holders.items():
-            assert set(held_memory(samples, h["pid"])) == {f"neuron:{int(c) // 2}" for c in h["cores"].split(",")}, part
+            assert set(held_memory(samples, h["pid"])) == held_devices(h), part
         return samples
 
     samples = wait_for(check)
@@ -200,9 +205,7 @@ def test_scrape_shows_every_device_once_with_its_partition(cluster: Cluster, hol
     assert [v for n, _, v in samples if n == "ray_accel_host_devices"] == [16.0]
     for part, h in holders.items():
         dev_mem = held_memory(samples, h["pid"])
-        cores = [int(c) for c in h["cores"].split(",")]
-        expected = {f"neuron:{c // 2}" for c in cores}
-        assert set(dev_mem) == expected, (part, dev_mem, cores)
+        assert set(dev_mem) == held_devices(h), (part, dev_mem, h["cores"])
         assert all(
             labels["partition"] == part
             for n, labels, _ in samples
