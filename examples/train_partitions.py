@@ -91,7 +91,7 @@ def train_loop(config: dict[str, Any]) -> None:
         loss.backward()
         sync_gradients(model)
         opt.step()
-        if ctx.backend == "xla":
+        if ctx.collective == "xla":
             import torch_xla
 
             torch_xla.sync()
@@ -102,7 +102,7 @@ def train_loop(config: dict[str, Any]) -> None:
         **rank_report(ctx),
         "visible": os.environ.get(mask_env),
         "own_ids": list(ctx.own_ids),
-        "backend": ctx.backend,
+        "backend": ctx.collective,
         "device": str(device),
         "losses": losses,
         "weights": weights,

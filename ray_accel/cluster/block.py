@@ -154,7 +154,7 @@ def _watch(record: HostRecord, progress: Progress, grace_s: float, wake: threadi
                 progress(f"warning: {error}")
             gcs_error = error
             for p in current.partitions:
-                reg = None if nodes is None else bool(nodes.get(p.node_id or "", {}).get("alive"))
+                reg = None if nodes is None else p.node_id in nodes and nodes[p.node_id].alive
                 if registered.get(p.name, True) != reg:
                     progress(f"{p.name}: {'registered' if reg else 'NOT registered' if reg is False else 'GCS silent'}")
                 registered[p.name] = reg

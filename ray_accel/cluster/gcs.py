@@ -11,12 +11,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from ray_accel.cluster import auth
 from ray_accel.core.errors import RayAccelError
 from ray_accel.rayapi import gcs as rayapi_gcs
 from ray_accel.rayapi.feature import RayApiMissing
+from ray_accel.rayapi.gcs import GcsNode
 
 Progress = Callable[[str], None]
 T = TypeVar("T")
@@ -31,50 +32,33 @@ def answer_within(query: Callable[[], T], timeout_s: float, what: str) -> T | No
     (it runs on, in a daemon thread: Ray's client waits for an absent GCS),
     `GcsError` naming `what` and the cause when it raised, `RayApiMissing`
     as it is."""
-    box: dict[str, Any] = {}
+    got: list[T] = []
+    failed: list[BaseException] = []
 
     def run() -> None:
         try:
-            box["value"] = query()
+            got.append(query())
         except BaseException as e:  # carried to the caller's thread
-            box["error"] = e
+            failed.append(e)
 
     t = threading.Thread(target=run, daemon=True)
     t.start()
     t.join(timeout_s)
-    error = box.get("error")
-    if isinstance(error, RayApiMissing):
-        raise error
-    if error is not None:
-        raise GcsError(f"{what} answered with an error: {type(error).__name__}: {error}") from error
-    if "value" not in box:
-        return None
-    value: T = box["value"]
-    return value
+    if failed and isinstance(failed[0], RayApiMissing):
+        raise failed[0]
+    if failed:
+        raise GcsError(f"{what} answered with an error: {type(failed[0]).__name__}: {failed[0]}") from failed[0]
+    return got[0] if got else None
 
 
-def gcs_nodes(
-    address: str, timeout_s: float = 5.0, cluster_auth: auth.Auth | None = None
-) -> dict[str, dict[str, Any]] | None:
-    """Node id -> {alive, total, available, labels, ip, hostname}, read from the GCS directly (no
-    driver); None if the GCS does not answer within `timeout_s`, `GcsError` if it answers with an
-    error."""
+def gcs_nodes(address: str, timeout_s: float = 5.0, cluster_auth: auth.Auth | None = None) -> dict[str, GcsNode] | None:
+    """Node id -> its row of the GCS node table, read from the GCS directly (no
+    driver); None if the GCS does not answer within `timeout_s`, `GcsError` if it
+    answers with an error."""
     if cluster_auth is not None:
         auth.apply(cluster_auth)
     nodes = answer_within(lambda: rayapi_gcs.read_nodes(address), timeout_s, f"the GCS at {address}")
-    if nodes is None:
-        return None
-    return {
-        n.node_id: {
-            "alive": n.alive,
-            "total": dict(n.total),
-            "available": dict(n.available),
-            "labels": dict(n.labels),
-            "ip": n.ip,
-            "hostname": n.hostname,
-        }
-        for n in nodes
-    }
+    return None if nodes is None else {n.node_id: n for n in nodes}
 
 
 def wait_registered(
@@ -95,7 +79,7 @@ def wait_registered(
         if error != last_error and error is not None:
             progress(f"warning: {error}")
         last_error = error
-        up = sum(1 for n in node_ids if nodes.get(n, {}).get("alive"))
+        up = sum(1 for n in node_ids if n in nodes and nodes[n].alive)
         if up != seen:
             progress(f"registered {up}/{len(node_ids)} raylets")
             seen = up

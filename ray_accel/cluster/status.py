@@ -33,6 +33,7 @@ from ray_accel.partition.labels import (
     decode_ids,
     node_host,
 )
+from ray_accel.rayapi.gcs import GcsNode
 
 
 def empty_status(found: state.Found | None = None) -> dict[str, Any]:
@@ -100,9 +101,9 @@ def describe(record: HostRecord, place: state.Place) -> dict[str, Any]:
     for p in record.partitions:
         raylet = p.raylet()
         alive = bool(ours(p, "raylet")) and all(ours(p, "raylet"))
-        node = (nodes or {}).get(p.node_id or "", {})
-        total = node.get("total", {})
-        avail = node.get("available", {})
+        node = (nodes or {}).get(p.node_id or "")
+        total = node.total if node else {}
+        avail = node.available if node else {}
         problems = [checks[r].describe() for r in p.processes if r in checks and not checks[r].ours]
         view = health.partition(p.name) if health is not None else None
         out.append(
@@ -122,7 +123,7 @@ def describe(record: HostRecord, place: state.Place) -> dict[str, Any]:
                 "node_id": p.node_id,
                 "head": p.head,
                 "alive": alive,
-                "registered": node.get("alive") if nodes is not None else None,
+                "registered": (node is not None and node.alive) if nodes is not None else None,
                 "in_use": {k: total[k] - avail.get(k, 0.0) for k in (resource, "CPU") if k in total},
                 "total": {k: total[k] for k in (resource, "CPU") if k in total},
                 "worker_ports": [p.ports.min_worker_port, p.ports.max_worker_port],
@@ -192,7 +193,7 @@ def _resources(amounts: Mapping[str, float]) -> dict[str, float]:
     return {k: float(v) for k, v in sorted(amounts.items()) if not k.startswith("node:")}
 
 
-def cluster_view(gcs_address: str, nodes: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+def cluster_view(gcs_address: str, nodes: Mapping[str, GcsNode]) -> dict[str, Any]:
     """The `status --cluster` payload from the GCS's node table (`gcs.gcs_nodes`):
     every node carrying the partition label, sorted by host (its name and node
     IP as Ray records them: `node_host`) and partition; a dead one (a stopped
@@ -202,11 +203,11 @@ def cluster_view(gcs_address: str, nodes: Mapping[str, Mapping[str, Any]]) -> di
     parts: list[dict[str, Any]] = []
     others = 0
     for node_id, n in nodes.items():
-        labels: Mapping[str, str] = n.get("labels") or {}
+        labels = n.labels
         if PARTITION_LABEL not in labels:
             others += 1
             continue
-        name, ip = str(n.get("hostname") or ""), str(n.get("ip") or "")
+        name, ip = n.hostname, n.ip
         host = node_host(name, ip, labels)
         where = f"{host}/{labels[PARTITION_LABEL]} ({node_id[:12]})"
         cores = _id_label(labels, CORES_LABEL, where, warnings)
@@ -217,14 +218,14 @@ def cluster_view(gcs_address: str, nodes: Mapping[str, Mapping[str, Any]]) -> di
                 "partition": labels[PARTITION_LABEL],
                 "node_id": node_id,
                 "ip": ip,
-                "alive": bool(n.get("alive")),
+                "alive": n.alive,
                 "resource": labels.get(RESOURCE_LABEL),
                 "accelerator_type": labels.get(TYPE_LABEL),
                 "core_ids": cores,
                 "mask": None if cores is None else format_visible_ids(cores, "ranges"),
                 "device_indexes": _id_label(labels, DEVICES_LABEL, where, warnings),
-                "total": _resources(n.get("total") or {}),
-                "available": _resources(n.get("available") or {}),
+                "total": _resources(n.total),
+                "available": _resources(n.available),
             }
         )
     # A partition restarted (`--recover`, or its host joined again) leaves its dead

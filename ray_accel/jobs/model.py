@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
+
+from ray_accel.plugins.runtime import Rank
 
 
 class Phase(StrEnum):
@@ -73,20 +75,15 @@ class Transition:
 
 
 @dataclass(frozen=True)
-class Replica:
-    """One training worker of one attempt."""
+class Replica(Rank):
+    """One training worker of one attempt: its ranks (per raylet) and where it runs."""
 
-    world_rank: int
-    world_size: int
-    local_rank: int
-    local_world_size: int
-    node_rank: int
     host: str
     partition: str | None
     node_id: str
     devices: tuple[str, ...]  # the ids its visibility mask names
     pid: int
-    attempt: int
+    attempt: int = 0  # set by the store when the attempt starts
     transitions: tuple[Transition, ...] = ()
 
     @property
@@ -95,11 +92,37 @@ class Replica:
 
 
 @dataclass(frozen=True)
+class Submitted:
+    """The controller started a run."""
+
+    name: str = ""
+    ray_run_id: str = ""
+    min_workers: int = 0
+    max_workers: int = 0
+    controller: str = ""  # its actor id, watched by the store
+
+
+@dataclass(frozen=True)
+class StateChange:
+    state: str  # Ray Train's controller state
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Started:
+    """The backend's on_start: a new attempt's replicas and its collective."""
+
+    replicas: tuple[Replica, ...] = ()
+    collective: str = ""
+    collective_reason: str = ""  # why "auto" chose it, where the workers' runtimes said
+
+
+@dataclass(frozen=True)
 class Event:
     kind: str
     job_id: str
     at: float
-    data: Mapping[str, Any] = field(default_factory=dict)
+    data: Submitted | StateChange | Started | None = None
 
 
 @dataclass(frozen=True)
@@ -176,33 +199,16 @@ def _move(job: JobRecord, phase: Phase | None, at: float, reason: str) -> JobRec
 
 
 def new_job(event: Event) -> JobRecord:
-    d = event.data
+    d = event.data if isinstance(event.data, Submitted) else Submitted()
     job = JobRecord(
         id=event.job_id,
-        name=str(d.get("name") or event.job_id),
-        ray_run_id=str(d.get("ray_run_id", "")),
+        name=d.name or event.job_id,
+        ray_run_id=d.ray_run_id,
         submitted_at=event.at,
-        min_workers=int(d.get("min_workers", 0)),
-        max_workers=int(d.get("max_workers", 0)),
+        min_workers=d.min_workers,
+        max_workers=d.max_workers,
     )
     return _move(job, Phase.PENDING, event.at, "submitted")
-
-
-def replica_from(raw: Mapping[str, Any], attempt: int, at: float) -> Replica:
-    return Replica(
-        world_rank=int(raw["world_rank"]),
-        world_size=int(raw["world_size"]),
-        local_rank=int(raw["local_rank"]),
-        local_world_size=int(raw["local_world_size"]),
-        node_rank=int(raw["node_rank"]),
-        host=str(raw.get("host") or ""),
-        partition=raw.get("partition"),
-        node_id=str(raw.get("node_id") or ""),
-        devices=tuple(str(d) for d in raw.get("devices", ())),
-        pid=int(raw.get("pid", 0)),
-        attempt=attempt,
-        transitions=(Transition(Phase.STARTING, at, "on_start"),),
-    )
 
 
 def apply_event(job: JobRecord | None, event: Event) -> JobRecord:
@@ -210,38 +216,38 @@ def apply_event(job: JobRecord | None, event: Event) -> JobRecord:
     store restarted) is created from it, with what that event says."""
     if event.kind not in KINDS:
         raise ValueError(f"unknown job event kind {event.kind!r}: expected one of {', '.join(KINDS)}")
+    d = event.data
     if job is None:
         job = new_job(event if event.kind == SUBMITTED else Event(SUBMITTED, event.job_id, event.at))
         if event.kind == SUBMITTED:
             return job
-    if event.kind == SUBMITTED:
-        d = event.data
+    if isinstance(d, Submitted):
         return dataclasses.replace(
             job,
-            name=str(d.get("name") or job.name),
-            ray_run_id=str(d.get("ray_run_id") or job.ray_run_id),
-            min_workers=int(d.get("min_workers", job.min_workers)),
-            max_workers=int(d.get("max_workers", job.max_workers)),
+            name=d.name or job.name,
+            ray_run_id=d.ray_run_id or job.ray_run_id,
+            min_workers=d.min_workers,
+            max_workers=d.max_workers,
         )
-    if event.kind == STATE:
-        state = str(event.data.get("state", ""))
-        detail = str(event.data.get("detail") or job.detail)
-        moved = _move(job, phase_for_state(job.phase, state), event.at, state)
-        return dataclasses.replace(moved, ray_state=state, detail=detail)
+    if isinstance(d, StateChange):
+        moved = _move(job, phase_for_state(job.phase, d.state), event.at, d.state)
+        return dataclasses.replace(moved, ray_state=d.state, detail=d.detail or job.detail)
     if event.kind == LOST:
         return mark_lost(job, event.at)
     # STARTING: a new attempt's workers are placed; the previous ones retire.
+    d = d if isinstance(d, Started) else Started()
     attempt = job.attempts + 1
     phase = phase_for_start(job.phase)
-    replicas = tuple(replica_from(r, attempt, event.at) for r in event.data.get("replicas", ()))
+    start = (Transition(Phase.STARTING, event.at, "on_start"),)
+    replicas = tuple(dataclasses.replace(r, attempt=attempt, transitions=start) for r in d.replicas)
     retired = (*job.retired, *job.replicas)[-RETIRED_MAX:]
     job = dataclasses.replace(
         job,
         attempts=attempt,
         replicas=(),
         retired=retired,
-        collective=str(event.data.get("collective") or ""),
-        collective_reason=str(event.data.get("collective_reason") or ""),
+        collective=d.collective,
+        collective_reason=d.collective_reason,
     )
     job = _move(job, phase, event.at, "on_start")
     if job.phase is Phase.RESTARTING:

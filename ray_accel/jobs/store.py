@@ -29,10 +29,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
 from typing import Any
 
-from ray_accel.jobs.model import LOST, Event, JobRecord, apply_event, gauge_rows, job_json
+from ray_accel.jobs.model import (
+    LOST,
+    Event,
+    JobRecord,
+    Started,
+    StateChange,
+    Submitted,
+    apply_event,
+    gauge_rows,
+    job_json,
+)
 
 log = logging.getLogger(__name__)
 
@@ -57,13 +66,11 @@ class JobStore:
         self.gauge = gauge
         self.lock = threading.Lock()
 
-    def record(self, raw: Mapping[str, Any]) -> None:
-        event = Event(str(raw["kind"]), str(raw["job_id"]), float(raw["at"]), dict(raw.get("data") or {}))
+    def record(self, event: Event) -> None:
         with self.lock:
             self.jobs[event.job_id] = apply_event(self.jobs.get(event.job_id), event)
-            controller = (raw.get("data") or {}).get("controller")
-            if controller:
-                self.controllers[event.job_id] = str(controller)
+            if isinstance(event.data, Submitted) and event.data.controller:
+                self.controllers[event.job_id] = event.data.controller
             if len(self.jobs) > JOBS_MAX:
                 done = sorted((j for j in self.jobs.values() if j.terminal), key=lambda j: j.submitted_at)
                 for j in done[: len(self.jobs) - JOBS_MAX]:
@@ -103,7 +110,7 @@ class _StoreActor(JobStore):
             try:
                 for job_id, actor_id in self.watched().items():
                     if controller_dead(actor_id):
-                        self.record({"kind": LOST, "job_id": job_id, "at": time.time()})
+                        self.record(Event(LOST, job_id, time.time()))
                 self.export()
             except Exception as e:  # the store must outlive a bad reading
                 log.warning("ray-accel jobs store: %s", e)
@@ -153,7 +160,7 @@ def store(create: bool = True) -> Any:
 
 
 def send(
-    kind: str, job_id: str, data: Mapping[str, Any] | None = None, at: float | None = None, wait_s: float = 0.0
+    kind: str, job_id: str, data: Submitted | StateChange | Started | None, at: float | None = None, wait_s: float = 0.0
 ) -> None:
     """Record one event; wait up to `wait_s` for the store to have it (the
     last events of a run: Ray Train may end the controller process right
@@ -169,7 +176,7 @@ def send(
         log.warning("ray-accel: job %s event %s not recorded: Ray is not initialised here", job_id, kind)
         return
     try:
-        ref = store().record.remote({"kind": kind, "job_id": job_id, "at": at or time.time(), "data": dict(data or {})})
+        ref = store().record.remote(Event(kind, job_id, at or time.time(), data))
         if wait_s > 0:
             ray.get(ref, timeout=wait_s)
     except Exception as e:

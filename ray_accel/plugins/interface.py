@@ -120,7 +120,7 @@ class GlooRuntime(Runtime):
     def worker_env(self, worker: WorkerSlot, job: Sequence[WorkerSlot], collective: str) -> dict[str, str]:
         check_collective(collective, (GLOO,), "a worker without an accelerator runtime")
         if self._visible_ids_env is None:
-            return rank_env(worker.rank)
+            return rank_env(worker)
         return own_ids_env(self._visible_ids_env, worker)
 
 

@@ -24,40 +24,47 @@ RANK_ENV_VARS = frozenset(
 
 
 @dataclass(frozen=True)
-class RankInfo:
+class Rank:
+    """A worker's ranks, per raylet (not per IP): computed once per start
+    (`ray_accel.train.ranks.assign_ranks`), read by the runtimes, and carried
+    by the worker's context and the job's replicas."""
+
     world_rank: int
     world_size: int
     local_rank: int
     local_world_size: int
     node_rank: int
-    master_addr: str
-    master_port: int
-    # Port for a collective's own rendezvous (Neuron's NEURON_RT_ROOT_COMM_ID);
-    # None: the port after MASTER_PORT.
-    comm_port: int | None = None
-
-    @property
-    def root_comm_port(self) -> int:
-        return self.comm_port if self.comm_port is not None else self.master_port + 1
 
     def __post_init__(self) -> None:
         if not 0 <= self.world_rank < self.world_size:
             raise InputError(f"world rank {self.world_rank} outside world size {self.world_size}")
         if not 0 <= self.local_rank < self.local_world_size:
             raise InputError(f"local rank {self.local_rank} outside local world size {self.local_world_size}")
-        if not 0 < self.master_port < 65536:
-            raise InputError(f"bad master port {self.master_port}")
 
 
 @dataclass(frozen=True)
 class WorkerSlot:
     """One training worker: its ranks, its raylet (node id), its own device
-    ids and their accelerator type (as discovery named it for its raylet)."""
+    ids and their accelerator type (as discovery named it for its raylet),
+    and the job's rendezvous (rank 0's address and ports)."""
 
-    rank: RankInfo
-    raylet: str
+    rank: Rank
+    node_id: str
     own_ids: tuple[str, ...]  # as Ray assigned them: core or GPU indexes, or UUIDs
+    master_addr: str
+    master_port: int
+    # Port for a collective's own rendezvous (Neuron's NEURON_RT_ROOT_COMM_ID);
+    # None: the port after MASTER_PORT.
+    comm_port: int | None = None
     accelerator_type: str | None = None  # None: not known, or devices of several types
+
+    @property
+    def root_comm_port(self) -> int:
+        return self.comm_port if self.comm_port is not None else self.master_port + 1
+
+    def __post_init__(self) -> None:
+        if not 0 < self.master_port < 65536:
+            raise InputError(f"bad master port {self.master_port}")
 
 
 @dataclass(frozen=True)
@@ -70,29 +77,30 @@ class CollectiveChoice:
     reason: str = ""
 
 
-def rank_env(rank: RankInfo) -> dict[str, str]:
+def rank_env(worker: WorkerSlot) -> dict[str, str]:
+    rank = worker.rank
     return {
         "RANK": str(rank.world_rank),
         "WORLD_SIZE": str(rank.world_size),
         "LOCAL_RANK": str(rank.local_rank),
         "LOCAL_WORLD_SIZE": str(rank.local_world_size),
         "NODE_RANK": str(rank.node_rank),
-        "MASTER_ADDR": rank.master_addr,
-        "MASTER_PORT": str(rank.master_port),
+        "MASTER_ADDR": worker.master_addr,
+        "MASTER_PORT": str(worker.master_port),
     }
 
 
 def raylet_union(worker: WorkerSlot, job: Sequence[WorkerSlot]) -> list[str]:
     """The ids of every worker on `worker`'s raylet, sorted as numbers where they
     are numbers (Ray sorts them as strings, so '10' would come before '2')."""
-    ids = {i for w in job if w.raylet == worker.raylet for i in w.own_ids}
+    ids = {i for w in job if w.node_id == worker.node_id for i in w.own_ids}
     return sorted(ids, key=mask_order)
 
 
 def own_ids_env(visible_ids_env: str, worker: WorkerSlot) -> dict[str, str]:
     """Rank variables, and `worker` sees exactly its own devices: the safe rule
     for a family whose devices cannot be opened by two processes."""
-    return {**rank_env(worker.rank), visible_ids_env: format_mask(worker.own_ids)}
+    return {**rank_env(worker), visible_ids_env: format_mask(worker.own_ids)}
 
 
 def check_collective(collective: str, accepted: Sequence[str], who: str) -> None:

@@ -31,10 +31,11 @@ from ray.train.backend import Backend
 
 from ray_accel.hooks.config import WorkloadDenied
 from ray_accel.plugins.discovery import declarations
-from ray_accel.plugins.runtime import GLOO
+from ray_accel.plugins.runtime import GLOO, WorkerSlot
 from ray_accel.rayapi.feature import ray_version
 from ray_accel.train import jobs, raycontext, worker
 from ray_accel.train.ranks import assign_ranks
+from ray_accel.train.worker import WorkerFacts
 
 log = logging.getLogger(__name__)
 
@@ -48,16 +49,16 @@ def accepted_backends() -> tuple[str, ...]:
     return (AUTO, GLOO, *dict.fromkeys(c for c in declared if c not in (AUTO, GLOO)))
 
 
-def resolve_backend(requested: str | None, infos: list[dict[str, Any]]) -> tuple[str, str]:
+def resolve_collective(requested: str | None, facts: Sequence[WorkerFacts]) -> tuple[str, str]:
     """The job's collective and why: the one asked for, or under "auto" the
     one every worker's runtime chose (gloo for a worker without devices),
     with the reasons the runtimes gave ("" where none did)."""
     if requested and requested != AUTO:
         return requested, ""
-    found = {i["collective"] for i in infos}
+    found = {f.collective for f in facts}
     if len(found) > 1:
         raise ValueError(f"workers disagree on the collective backend ({sorted(found)}): set backend explicitly")
-    reasons = dict.fromkeys(r for i in infos if (r := i.get("reason")))
+    reasons = dict.fromkeys(f.reason for f in facts if f.reason)
     return (found.pop() if found else GLOO), "; ".join(reasons)
 
 
@@ -95,64 +96,42 @@ class AcceleratorBackend(Backend):
         self._recheck: dict[int, tuple[list[dict[str, int]], dict[str, int]]] = {}
 
     def on_start(self, worker_group: Any, backend_config: Any) -> None:
-        infos: list[dict[str, Any]] = worker_group.execute(worker.describe)
-        node_ids = [i["node_id"] for i in infos]
-        placements = assign_ranks(node_ids)
-        expected = [dataclasses.asdict(p) for p in placements]
-        shared = raycontext.shared_ips([i["ip"] for i in infos], node_ids)
+        facts: list[WorkerFacts] = worker_group.execute(worker.describe)
+        ranks = assign_ranks([f.node_id for f in facts])
+        expected = [dataclasses.asdict(r) for r in ranks]
+        shared = raycontext.shared_ips([f.ip for f in facts], [f.node_id for f in facts])
         # The job shows the attempt's replicas and the collective chosen for them.
-        collective, reason = resolve_backend(backend_config.backend, infos)
-        jobs.on_start(backend_config, jobs.replica_rows(expected, infos), collective, reason)
+        collective, reason = resolve_collective(backend_config.backend, facts)
+        jobs.on_start(backend_config, jobs.replicas(ranks, facts), collective, reason)
         aligned = align_ray_context(worker_group, expected, shared, at_start=False)
         if any(o["status"] == raycontext.PENDING for o in aligned):
             self._recheck[id(worker_group)] = (expected, shared)
         addr, port, comm_port = worker_group.execute_single(0, worker.address_and_ports)
         # Every worker gets the whole job: its backend's runtime decides from
         # it what this worker sees (its raylet's devices, or its own only).
-        job = [
-            {
-                "rank": {
-                    **ranks,
-                    "master_addr": addr,
-                    "master_port": port,
-                    "comm_port": comm_port,
-                },
-                "raylet": info["node_id"],
-                "own_ids": info["ids"],
-                "accelerator_type": info.get("accelerator_type"),
-            }
-            for ranks, info in zip(expected, infos, strict=True)
-        ]
-        setups = [
-            {
-                "run_id": backend_config.run_id,
-                "index": i,
-                "job": job,
-                "partition": info["partition"],
-                "backend": collective,
-                "backend_reason": reason,
-                "env": info["env"],
-                "family": info["family"],
-            }
-            for i, info in enumerate(infos)
-        ]
-        hooks = list(backend_config.hooks)
-        outcomes = ray.get(
-            [worker_group.execute_single_async(i, worker.prepare, s, hooks) for i, s in enumerate(setups)]
+        job = tuple(
+            WorkerSlot(rank, f.node_id, f.own_ids, addr, port, comm_port, f.accelerator_type)
+            for rank, f in zip(ranks, facts, strict=True)
         )
-        denied = [o for o in outcomes if o["status"] == "denied"]
+        hooks = list(backend_config.hooks)
+        outcomes: list[worker.Prepared] = ray.get(
+            [
+                worker_group.execute_single_async(
+                    i, worker.prepare, worker.WorkerSetup(backend_config.run_id, i, job, f, collective, reason), hooks
+                )
+                for i, f in enumerate(facts)
+            ]
+        )
+        denied = [o for o in outcomes if o.status == "denied"]
         if denied:
             worker_group.execute(worker.release)
-            raise WorkloadDenied(denied[0]["reason"])
-        retry = [o for o in outcomes if o["status"] == "retry"]
+            raise WorkloadDenied(denied[0].reason)
+        retry = [o for o in outcomes if o.status == "retry"]
         if retry:
-            worker_group.execute(worker.mark_retry, retry[0]["reason"])
+            worker_group.execute(worker.mark_retry, retry[0].reason)
             return
         ray.get(
-            [
-                worker_group.execute_single_async(i, worker.init_group, backend_config.timeout_s)
-                for i in range(len(setups))
-            ]
+            [worker_group.execute_single_async(i, worker.init_group, backend_config.timeout_s) for i in range(len(job))]
         )
         worker_group.execute(worker.post_create)
 

@@ -38,13 +38,13 @@ class JobCallback(_ControllerCallback):
         store.send(
             model.SUBMITTED,
             self.job_id,
-            {
-                "name": getattr(run_config, "name", None) or self.job_id,
-                "ray_run_id": getattr(train_run_context, "run_id", ""),
-                "min_workers": lo,
-                "max_workers": hi,
-                "controller": ray.get_runtime_context().get_actor_id(),
-            },
+            model.Submitted(
+                name=getattr(run_config, "name", None) or self.job_id,
+                ray_run_id=getattr(train_run_context, "run_id", ""),
+                min_workers=lo,
+                max_workers=hi,
+                controller=ray.get_runtime_context().get_actor_id(),
+            ),
         )
 
     def after_controller_state_update(self, previous_state: Any, current_state: Any) -> None:
@@ -54,5 +54,5 @@ class JobCallback(_ControllerCallback):
         if state.name == self.last:
             return  # Ray calls this on every poll (RUNNING -> RUNNING)
         self.last = state.name
-        data = {"state": state.name, "detail": state.error}
+        data = model.StateChange(state.name, state.error)
         store.send(model.STATE, self.job_id, data, at=time.time(), wait_s=10.0 if state.terminal else 0.0)

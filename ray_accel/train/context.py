@@ -4,21 +4,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ray_accel.plugins.runtime import Rank
+
 
 @dataclass(frozen=True)
-class TrainContext:
-    world_rank: int
-    world_size: int
-    local_rank: int
-    local_world_size: int
-    node_rank: int
+class TrainContext(Rank):
+    """Its ranks (per raylet) and where it runs."""
+
     node_id: str
     partition: str | None
-    backend: str  # the job's collective (gloo, or one its backends declare)
+    collective: str  # the job's (gloo, or one its backends declare)
     visible_ids: tuple[str, ...]  # shared by the local workers
     own_ids: tuple[str, ...]  # assigned to this worker by Ray
     device_family: str | None
-    backend_reason: str = ""  # why "auto" chose `backend`, where the runtimes said
+    collective_reason: str = ""  # why "auto" chose `collective`, where the runtimes said
 
 
 _context: TrainContext | None = None

@@ -18,14 +18,17 @@ once per attempt, after the workers are placed) sends the replicas.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ray_accel.jobs import model, store
+from ray_accel.plugins.runtime import Rank
 from ray_accel.rayapi import train as rayapi_train
 from ray_accel.rayapi.feature import RayApiMissing
+from ray_accel.train.worker import WorkerFacts
 
 log = logging.getLogger(__name__)
 
@@ -55,25 +58,16 @@ def allowed_workers(num_workers: Any) -> tuple[int, int]:
     return int(num_workers), int(num_workers)
 
 
-def replica_rows(expected: Sequence[Mapping[str, int]], infos: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One row per worker (world-rank order) for the store's STARTING event."""
-    return [
-        {
-            **ranks,
-            "host": info.get("host", ""),
-            "partition": info.get("partition"),
-            "node_id": info.get("node_id", ""),
-            "devices": list(info.get("ids", [])),
-            "pid": info.get("pid", 0),
-        }
-        for ranks, info in zip(expected, infos, strict=True)
-    ]
-
-
-def on_start(backend_config: Any, rows: list[dict[str, Any]], collective: str, reason: str) -> None:
-    """A new attempt: its replicas, its collective and why "auto" chose it."""
-    store.send(
-        model.STARTING,
-        backend_config.run_id,
-        {"replicas": rows, "collective": collective, "collective_reason": reason},
+def replicas(ranks: Sequence[Rank], facts: Sequence[WorkerFacts]) -> tuple[model.Replica, ...]:
+    """One per worker (world-rank order) for the store's STARTING event."""
+    return tuple(
+        model.Replica(
+            **dataclasses.asdict(r), host=f.host, partition=f.partition, node_id=f.node_id, devices=f.own_ids, pid=f.pid
+        )
+        for r, f in zip(ranks, facts, strict=True)
     )
+
+
+def on_start(backend_config: Any, replicas: tuple[model.Replica, ...], collective: str, reason: str) -> None:
+    """A new attempt: its replicas, its collective and why "auto" chose it."""
+    store.send(model.STARTING, backend_config.run_id, model.Started(replicas, collective, reason))

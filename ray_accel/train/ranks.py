@@ -8,29 +8,17 @@ raylet; local ranks, local world size and node rank follow it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+from ray_accel.plugins.runtime import Rank
 
 
-@dataclass(frozen=True)
-class Placement:
-    world_rank: int
-    world_size: int
-    local_rank: int
-    local_world_size: int
-    node_rank: int
-
-
-def assign_ranks(node_ids: Sequence[str]) -> list[Placement]:
+def assign_ranks(node_ids: Sequence[str]) -> list[Rank]:
     """`node_ids[i]` is the raylet of world rank i."""
-    order: list[str] = []
-    for n in node_ids:
-        if n not in order:
-            order.append(n)
-    counts = {n: node_ids.count(n) for n in order}
+    order = list(dict.fromkeys(node_ids))
     seen: dict[str, int] = {}
-    out: list[Placement] = []
+    out: list[Rank] = []
     for n in node_ids:
         local = seen.get(n, 0)
         seen[n] = local + 1
-        out.append(Placement(len(out), len(node_ids), local, counts[n], order.index(n)))
+        out.append(Rank(len(out), len(node_ids), local, node_ids.count(n), order.index(n)))
     return out

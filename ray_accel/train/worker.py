@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
@@ -18,7 +19,7 @@ from ray_accel.hooks.run import HookRun, protected_env
 from ray_accel.partition.labels import PARTITION_LABEL
 from ray_accel.plugins.discovery import BackendUnavailable, load_plugin
 from ray_accel.plugins.interface import DevicePlugin, GlooRuntime, Runtime, visibility_protected
-from ray_accel.plugins.runtime import GLOO, RankInfo, WorkerSlot
+from ray_accel.plugins.runtime import GLOO, WorkerSlot
 from ray_accel.train.context import TrainContext, get_context, set_context
 
 log = logging.getLogger(__name__)
@@ -111,7 +112,48 @@ def describe_backend() -> dict[str, str | None]:
     return {"backend": plugin.name if plugin else None, "collective": choice.collective, "reason": choice.reason}
 
 
-def describe() -> dict[str, Any]:
+@dataclass(frozen=True)
+class WorkerFacts:
+    """What a worker says of itself at on_start (`describe`)."""
+
+    node_id: str
+    ip: str
+    host: str
+    pid: int
+    partition: str | None
+    family: str | None
+    visible_ids_env: str | None
+    accelerator_type: str | None
+    own_ids: tuple[str, ...]  # as Ray assigned them
+    collective: str  # what its runtime chooses under "auto" (gloo without devices)
+    reason: str = ""  # why, where the runtime said
+
+
+@dataclass(frozen=True)
+class WorkerSetup:
+    """What on_start hands each worker: the whole job and its own place in it."""
+
+    run_id: str
+    index: int  # its world rank: `job[index]` is its own slot
+    job: tuple[WorkerSlot, ...]
+    facts: WorkerFacts
+    collective: str
+    collective_reason: str = ""
+
+    @property
+    def slot(self) -> WorkerSlot:
+        return self.job[self.index]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A worker's answer to `prepare`: ok, or a hook's denial or retry request."""
+
+    status: str  # "ok", "denied" or "retry"
+    reason: str = ""
+
+
+def describe() -> WorkerFacts:
     import ray
 
     ctx = ray.get_runtime_context()
@@ -120,25 +162,23 @@ def describe() -> dict[str, Any]:
     plugin = backend()  # first: a worker without its backend fails the job here, at start
     spec = specs[0] if specs else None
     resource = spec.resource_name if spec else (plugin.resource_name if plugin else None)
-    ids = [str(i) for i in accel.get(resource, [])] if resource else []
+    ids = tuple(str(i) for i in accel.get(resource, [])) if resource else ()
     # A worker holding no device trains on gloo whatever its backend would pick.
-    chosen = describe_backend() if ids else {"backend": plugin.name if plugin else None, "collective": GLOO}
-    labels = ctx.get_node_labels() or {}
-    return {
-        "node_id": ctx.get_node_id(),
-        "ip": ray.util.get_node_ip_address(),
-        "resource": resource,
-        "env": spec.visible_ids_env if spec else (plugin.visible_ids_env if plugin else None),
-        "family": spec.family if spec else (plugin.family if plugin else None),
-        "accelerator_type": accelerator_type() if ids else None,
-        "plugin": chosen["backend"],
-        "ids": ids,
-        "partition": labels.get(PARTITION_LABEL),
-        "collective": chosen["collective"],
-        "reason": chosen.get("reason") or "",
-        "pid": os.getpid(),
-        "host": HostId(this_host_name(), ray.util.get_node_ip_address()).key,
-    }
+    chosen = describe_backend() if ids else {"collective": GLOO}
+    ip = ray.util.get_node_ip_address()
+    return WorkerFacts(
+        node_id=ctx.get_node_id(),
+        ip=ip,
+        host=HostId(this_host_name(), ip).key,
+        pid=os.getpid(),
+        partition=(ctx.get_node_labels() or {}).get(PARTITION_LABEL),
+        family=spec.family if spec else (plugin.family if plugin else None),
+        visible_ids_env=spec.visible_ids_env if spec else (plugin.visible_ids_env if plugin else None),
+        accelerator_type=accelerator_type() if ids else None,
+        own_ids=ids,
+        collective=str(chosen["collective"]),
+        reason=chosen.get("reason") or "",
+    )
 
 
 def address_and_ports() -> tuple[str, int, int]:
@@ -156,15 +196,6 @@ def address_and_ports() -> tuple[str, int, int]:
     return ray.util.get_node_ip_address(), ports[0], ports[1]
 
 
-def _slot(raw: dict[str, Any]) -> WorkerSlot:
-    return WorkerSlot(
-        rank=RankInfo(**raw["rank"]),
-        raylet=raw["raylet"],
-        own_ids=tuple(raw["own_ids"]),
-        accelerator_type=raw.get("accelerator_type"),
-    )
-
-
 def _visible(value: str | None) -> tuple[str, ...]:
     """A mask as the list of ids it names (ranges expanded; UUIDs kept)."""
     if not value:
@@ -175,11 +206,10 @@ def _visible(value: str | None) -> tuple[str, ...]:
         return tuple(t.strip() for t in value.split(","))
 
 
-def worker_env(setup: dict[str, Any], runtime: Runtime) -> dict[str, str]:
+def worker_env(setup: WorkerSetup, runtime: Runtime) -> dict[str, str]:
     """This worker's environment: the runtime decides from the whole job and
     its collective (and refuses a collective it cannot make)."""
-    job = [_slot(w) for w in setup["job"]]
-    return runtime.worker_env(job[setup["index"]], job, setup["backend"])
+    return runtime.worker_env(setup.slot, setup.job, setup.collective)
 
 
 def protected_vars(env: dict[str, str], visible_env: str | None) -> frozenset[str]:
@@ -189,46 +219,41 @@ def protected_vars(env: dict[str, str], visible_env: str | None) -> frozenset[st
     return protected_env(frozenset(env) | (visibility_protected(visible_env) if visible_env else frozenset()))
 
 
-def prepare(setup: dict[str, Any], factories: Sequence[HookFactory]) -> dict[str, Any]:
+def prepare(setup: WorkerSetup, factories: Sequence[HookFactory]) -> Prepared:
     """Reconcile crashed workloads, set the environment, run pre_create."""
-    reconciled = reconcile(setup["run_id"], factories)
-    me = _slot(setup["job"][setup["index"]])
-    rank = me.rank
+    reconcile(setup.run_id, factories)
+    me, facts = setup.slot, setup.facts
     env = worker_env(setup, runtime())
     os.environ.update(env)
     set_context(
         TrainContext(
-            world_rank=rank.world_rank,
-            world_size=rank.world_size,
-            local_rank=rank.local_rank,
-            local_world_size=rank.local_world_size,
-            node_rank=rank.node_rank,
-            node_id=me.raylet,
-            partition=setup["partition"],
-            backend=setup["backend"],
-            backend_reason=setup.get("backend_reason", ""),
-            visible_ids=_visible(env.get(setup["env"])) if setup["env"] else (),
+            **dataclasses.asdict(me.rank),
+            node_id=me.node_id,
+            partition=facts.partition,
+            collective=setup.collective,
+            collective_reason=setup.collective_reason,
+            visible_ids=_visible(env.get(facts.visible_ids_env)) if facts.visible_ids_env else (),
             own_ids=me.own_ids,
-            device_family=setup["family"],
+            device_family=facts.family,
         )
     )
     _state.retry = None
     workload = Workload(
-        workload_id=f"{setup['run_id']}-rank{rank.world_rank}-pid{os.getpid()}",
-        partition=setup["partition"] or me.raylet[:12],
+        workload_id=f"{setup.run_id}-rank{me.rank.world_rank}-pid{os.getpid()}",
+        partition=facts.partition or me.node_id[:12],
         visible_ids=tuple(int(v) for v in me.own_ids if v.isdigit()),
         pid=os.getpid(),
-        labels={"run_id": setup["run_id"], "world_rank": str(rank.world_rank)},
+        labels={"run_id": setup.run_id, "world_rank": str(me.rank.world_rank)},
     )
-    hooks = HookRun(setup["run_id"], workload, factories)
+    hooks = HookRun(setup.run_id, workload, factories)
     try:
-        hooks.pre_create(protected=protected_vars(env, setup["env"]))
+        hooks.pre_create(protected=protected_vars(env, facts.visible_ids_env))
     except WorkloadDenied as e:
-        return {"status": "denied", "reason": str(e), "reconciled": reconciled}
+        return Prepared("denied", str(e))
     except WorkloadRetry as e:
-        return {"status": "retry", "reason": str(e), "reconciled": reconciled}
+        return Prepared("retry", str(e))
     _state.hooks = hooks
-    return {"status": "ok", "reconciled": reconciled, "env": {k: os.environ[k] for k in env}}
+    return Prepared("ok")
 
 
 def mark_retry(reason: str) -> None:
@@ -239,7 +264,7 @@ def init_group(timeout_s: float) -> None:
     ctx = get_context()
     rt = runtime()
     rt.destroy_process_group()
-    rt.init_process_group(ctx.backend, ctx.world_rank, ctx.world_size, timeout_s)
+    rt.init_process_group(ctx.collective, ctx.world_rank, ctx.world_size, timeout_s)
     _state.group = True
 
 
@@ -288,4 +313,4 @@ class WorkerTrainContext:
 def device() -> Any:
     """This worker's torch device, as its runtime chooses it for the job's collective."""
     ctx = get_context()
-    return runtime().select_device(ctx.backend, ctx.visible_ids, ctx.own_ids)
+    return runtime().select_device(ctx.collective, ctx.visible_ids, ctx.own_ids)

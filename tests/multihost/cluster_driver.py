@@ -111,7 +111,7 @@ def train_loop(config: dict[str, Any]) -> None:
     report = {
         **where(),
         "partition": ctx.partition,
-        "backend": ctx.backend,
+        "backend": ctx.collective,
         "accel": {
             "world_rank": ctx.world_rank,
             "world_size": ctx.world_size,

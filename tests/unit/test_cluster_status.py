@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 from hypothesis import given
@@ -27,12 +26,13 @@ from ray_accel.partition.labels import (
     RESOURCE_LABEL,
     TYPE_LABEL,
 )
+from ray_accel.rayapi.gcs import GcsNode
 from tests.conftest import CliRunner
 
 
 def node(
     host: str | None, part: str | None, ip: str, alive: bool = True, cores: str | None = "0-15", label: bool = True
-) -> dict[str, Any]:
+) -> GcsNode:
     """One entry as `gcs.gcs_nodes` returns it (Ray 2.60 node table + resources),
     of a raylet that `start` gave the labels it gives (`label`: the host label too)."""
     labels = {"ray.io/node-id": "x"}
@@ -45,14 +45,15 @@ def node(
             labels[CORES_LABEL] = cores
     if host is not None and label:
         labels[HOST_LABEL] = host_key(host, ip)
-    return {
-        "alive": alive,
-        "labels": labels,
-        "ip": ip,
-        "hostname": host if host is not None else f"name-of-{ip}",
-        "total": {"neuron_cores": 16.0, "CPU": 1.0, f"node:{ip}": 1.0, "memory": 1e9},
-        "available": {"neuron_cores": 12.0, "CPU": 0.0, f"node:{ip}": 1.0, "memory": 1e9},
-    }
+    return GcsNode(
+        node_id="",  # the table's key names it
+        alive=alive,
+        labels=labels,
+        ip=ip,
+        hostname=host if host is not None else f"name-of-{ip}",
+        total={"neuron_cores": 16.0, "CPU": 1.0, f"node:{ip}": 1.0, "memory": 1e9},
+        available={"neuron_cores": 12.0, "CPU": 0.0, f"node:{ip}": 1.0, "memory": 1e9},
+    )
 
 
 NODES = {
@@ -113,7 +114,7 @@ def test_two_hosts_of_one_name_are_two_hosts() -> None:
     ]
     assert len(view["partitions"]) == 4 and all(p["host_name"] == "ubuntu" for p in view["partitions"])
     # the host column is the host label's value: what a selector names
-    assert all(p["host"] == nodes[p["node_id"]]["labels"][HOST_LABEL] for p in view["partitions"])
+    assert all(p["host"] == nodes[p["node_id"]].labels[HOST_LABEL] for p in view["partitions"])
     assert render.cluster_status_text(view).splitlines()[0] == "cluster 10.0.0.1:6379: 4 partitions on 2 hosts"
     # host B's old raylet, dead after it joined again, is not host A's
     nodes["2p0-old"] = node("ubuntu", "p0", "10.0.0.2", alive=False)

@@ -25,7 +25,7 @@ from ray_accel_neuron.stacks import Stacks
 from ray_accel_neuron.torchneuron import NEURON
 
 from ray_accel.cluster.ports import free_port
-from ray_accel.plugins.runtime import RankInfo, WorkerSlot
+from ray_accel.plugins.runtime import Rank, WorkerSlot
 from tests.conftest import repo_pythonpath
 from tests.fakes import torch_neuronx_fake as fake
 from tests.fakes.torchneuron import RECORD_ENV, install, records
@@ -60,7 +60,7 @@ def partition_envs(cores: list[int], drop: tuple[str, ...] = ()) -> list[dict[st
     port, comm = free_port(), free_port()
     n = len(cores)
     slots = [
-        WorkerSlot(RankInfo(i, n, i, n, 0, "127.0.0.1", port, comm), "p1", (str(c),), "Trainium2")
+        WorkerSlot(Rank(i, n, i, n, 0), "p1", (str(c),), "127.0.0.1", port, comm, "Trainium2")
         for i, c in enumerate(cores)
     ]
     ours = NeuronRuntime(probe=lambda: Stacks(torchneuron=None, xla="absent"), efa=lambda: False)

@@ -62,16 +62,7 @@ def test_a_missing_seam_is_not_taken_for_an_answer(monkeypatch: pytest.MonkeyPat
 def test_an_answer_is_the_node_table(monkeypatch: pytest.MonkeyPatch) -> None:
     node = GcsNode("ab12", True, {"CPU": 2.0}, {"CPU": 1.0}, {"ray-accel.io/partition": "p0"}, "10.0.0.2", "h")
     monkeypatch.setattr(gcs.rayapi_gcs, "read_nodes", lambda address: (node,))
-    assert gcs.gcs_nodes(ADDRESS) == {
-        "ab12": {
-            "alive": True,
-            "total": {"CPU": 2.0},
-            "available": {"CPU": 1.0},
-            "labels": {"ray-accel.io/partition": "p0"},
-            "ip": "10.0.0.2",
-            "hostname": "h",
-        }
-    }
+    assert gcs.gcs_nodes(ADDRESS) == {"ab12": node}
 
 
 def test_waiting_for_raylets_reports_the_error_once_and_names_it_at_the_end(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,20 +9,28 @@ import pytest
 
 from ray_accel.cli.jobs import find_job, job_text, jobs_text
 from ray_accel.core.errors import InputError
-from ray_accel.jobs.model import STARTING, STATE, SUBMITTED, Event, apply_all, job_json
+from ray_accel.jobs.model import (
+    STARTING,
+    STATE,
+    SUBMITTED,
+    Event,
+    Replica,
+    Started,
+    StateChange,
+    Submitted,
+    apply_all,
+    job_json,
+)
 from ray_accel.train.jobs import CALLBACK_PATH, allowed_workers, register_callback
 from tests.clirun import run_cli_here
 
 
 def _job() -> dict[str, object]:
-    rows = [
-        {"world_rank": 0, "world_size": 1, "local_rank": 0, "local_world_size": 1, "node_rank": 0, "host": "h"}
-        | {"partition": "p0", "node_id": "n0", "devices": ["0", "1"], "pid": 7}
-    ]
+    rows = (Replica(0, 1, 0, 1, 0, "h", "p0", "n0", ("0", "1"), 7),)
     events = [
-        Event(SUBMITTED, "abc123", 10.0, {"name": "train-a", "min_workers": 1, "max_workers": 2}),
-        Event(STARTING, "abc123", 11.0, {"replicas": rows, "collective": "gloo", "collective_reason": "no stack"}),
-        Event(STATE, "abc123", 12.0, {"state": "RUNNING"}),
+        Event(SUBMITTED, "abc123", 10.0, Submitted("train-a", min_workers=1, max_workers=2)),
+        Event(STARTING, "abc123", 11.0, Started(rows, "gloo", "no stack")),
+        Event(STATE, "abc123", 12.0, StateChange("RUNNING")),
     ]
     return job_json(apply_all(events)["abc123"], replicas=True)
 

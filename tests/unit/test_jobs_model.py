@@ -9,7 +9,7 @@ RUNNING."""
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
 
 import hypothesis.strategies as st
 import pytest
@@ -26,6 +26,10 @@ from ray_accel.jobs.model import (
     TERMINAL,
     Event,
     Phase,
+    Replica,
+    Started,
+    StateChange,
+    Submitted,
     apply_all,
     apply_event,
     gauge_rows,
@@ -35,40 +39,31 @@ from ray_accel.jobs.model import (
 from ray_accel.jobs.store import JobStore
 
 
-def _replicas(n: int, partitions: list[str]) -> list[dict[str, Any]]:
-    return [
-        {
-            "world_rank": i,
-            "world_size": n,
-            "local_rank": 0,
-            "local_world_size": 1,
-            "node_rank": i,
-            "host": "h1",
-            "partition": partitions[i],
-            "node_id": f"node{i}",
-            "devices": [str(8 * i + k) for k in range(8)],
-            "pid": 100 + i,
-        }
-        for i in range(n)
-    ]
+def _replicas(n: int, partitions: list[str]) -> Started:
+    return Started(
+        tuple(
+            Replica(i, n, 0, 1, i, "h1", partitions[i], f"node{i}", tuple(str(8 * i + k) for k in range(8)), 100 + i)
+            for i in range(n)
+        )
+    )
 
 
-def _run(*steps: tuple[str, dict[str, Any]]) -> list[Event]:
+def _run(*steps: tuple[str, Submitted | StateChange | Started | None]) -> list[Event]:
     return [Event(kind, "j1", float(t), data) for t, (kind, data) in enumerate(steps)]
 
 
-def state(name: str) -> tuple[str, dict[str, Any]]:
-    return (STATE, {"state": name})
+def state(name: str) -> tuple[str, StateChange]:
+    return (STATE, StateChange(name))
 
 
-SUBMIT = (SUBMITTED, {"name": "a16", "ray_run_id": "r1", "min_workers": 2, "max_workers": 2})
+SUBMIT = (SUBMITTED, Submitted("a16", "r1", 2, 2))
 
 
 def test_a_run_that_succeeds_goes_pending_starting_running_succeeded_with_times() -> None:
     events = _run(
         SUBMIT,
         state("SCHEDULING"),
-        (STARTING, {"replicas": _replicas(2, ["p0", "p1"])}),
+        (STARTING, _replicas(2, ["p0", "p1"])),
         state("RUNNING"),
         state("SHUTTING_DOWN"),
         state("FINISHED"),
@@ -91,11 +86,11 @@ def test_a_worker_death_is_restarting_then_running_then_succeeded_and_counted_on
     events = _run(
         SUBMIT,
         state("SCHEDULING"),
-        (STARTING, {"replicas": _replicas(2, ["p0", "p1"])}),
+        (STARTING, _replicas(2, ["p0", "p1"])),
         state("RUNNING"),
         state("RESTARTING"),
         state("SCHEDULING"),
-        (STARTING, {"replicas": _replicas(2, ["p0", "p1"])}),
+        (STARTING, _replicas(2, ["p0", "p1"])),
         state("RUNNING"),
         state("SHUTTING_DOWN"),
         state("FINISHED"),
@@ -117,13 +112,13 @@ def test_a_worker_death_is_restarting_then_running_then_succeeded_and_counted_on
 
 def test_an_elastic_resize_is_a_restart_with_the_new_size() -> None:
     events = _run(
-        (SUBMITTED, {"name": "el", "min_workers": 2, "max_workers": 4}),
+        (SUBMITTED, Submitted("el", min_workers=2, max_workers=4)),
         state("SCHEDULING"),
-        (STARTING, {"replicas": _replicas(2, ["p0", "p1"])}),
+        (STARTING, _replicas(2, ["p0", "p1"])),
         state("RUNNING"),
         state("RESIZING"),
         state("SCHEDULING"),
-        (STARTING, {"replicas": _replicas(4, ["p0", "p1", "p2", "p3"])}),
+        (STARTING, _replicas(4, ["p0", "p1", "p2", "p3"])),
         state("RUNNING"),
     )
     job = apply_all(events)["j1"]
@@ -140,9 +135,9 @@ def test_failed_aborted_and_unheard_of_states(ray_state: str, phase: str) -> Non
 
 
 def test_a_controller_gone_before_the_end_makes_the_job_unknown_but_not_a_finished_one() -> None:
-    running = apply_all(_run(SUBMIT, state("RUNNING"), (LOST, {})))["j1"]
+    running = apply_all(_run(SUBMIT, state("RUNNING"), (LOST, None)))["j1"]
     assert running.phase is Phase.UNKNOWN
-    done = apply_all(_run(SUBMIT, state("FINISHED"), (LOST, {})))["j1"]
+    done = apply_all(_run(SUBMIT, state("FINISHED"), (LOST, None)))["j1"]
     assert done.phase is Phase.SUCCEEDED
 
 
@@ -162,7 +157,7 @@ def test_the_gauge_has_one_current_phase_per_job_and_the_store_exports_it() -> N
     gauge = Gauge()
     s = JobStore(gauge)
     for e in _run(SUBMIT, state("SCHEDULING"), state("RUNNING")):
-        s.record({"kind": e.kind, "job_id": e.job_id, "at": e.at, "data": dict(e.data)})
+        s.record(e)
     assert {k for k, v in gauge.values.items() if v == 1} == {("j1", "Running")}
     assert len(gauge.values) == len(PHASES)
     listed = s.list()
@@ -172,16 +167,16 @@ def test_the_gauge_has_one_current_phase_per_job_and_the_store_exports_it() -> N
 
 STATES = [*RAY_STATE_PHASE, "SOMETHING_NEW"]
 EVENTS = st.one_of(
-    st.sampled_from(STATES).map(lambda s: (STATE, {"state": s})),
-    st.integers(1, 4).map(lambda n: (STARTING, {"replicas": _replicas(n, [f"p{i}" for i in range(n)])})),
-    st.just((LOST, {})),
+    st.sampled_from(STATES).map(lambda s: (STATE, StateChange(s))),
+    st.integers(1, 4).map(lambda n: (STARTING, _replicas(n, [f"p{i}" for i in range(n)]))),
+    st.just((LOST, None)),
     st.just(SUBMIT),
 )
 
 
 @given(st.lists(EVENTS, max_size=30))
 def test_any_event_stream_gives_a_known_phase_times_in_order_and_terminal_is_final(
-    steps: list[tuple[str, dict[str, Any]]],
+    steps: list[tuple[str, Submitted | StateChange | Started | None]],
 ) -> None:
     events = _run(SUBMIT, *steps)
     job = None
@@ -210,14 +205,12 @@ def test_each_attempt_shows_its_collective_and_why_auto_chose_it() -> None:
     jobs = apply_all(
         _run(
             SUBMIT,
-            (STARTING, {"replicas": _replicas(2, ["p0", "p1"]), "collective": "gloo", "collective_reason": why}),
+            (STARTING, dataclasses.replace(_replicas(2, ["p0", "p1"]), collective="gloo", collective_reason=why)),
             state("RESTARTING"),
-            (STARTING, {"replicas": _replicas(2, ["p0", "p1"]), "collective": "neuron", "collective_reason": ""}),
+            (STARTING, dataclasses.replace(_replicas(2, ["p0", "p1"]), collective="neuron")),
         )
     )
     shown = job_json(jobs["j1"])
     assert (shown["collective"], shown["collective_reason"]) == ("neuron", ""), "the current attempt's"
-    first = job_json(
-        apply_all(_run(SUBMIT, (STARTING, {"replicas": [], "collective": "gloo", "collective_reason": why})))["j1"]
-    )
+    first = job_json(apply_all(_run(SUBMIT, (STARTING, Started((), "gloo", why))))["j1"])
     assert (first["collective"], first["collective_reason"]) == ("gloo", why)

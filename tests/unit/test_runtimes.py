@@ -10,6 +10,8 @@ tests/integration/test_xla_neuron_start.py).
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -17,18 +19,14 @@ from ray_accel_cuda.runtime import CudaRuntime
 from ray_accel_mock import MockPlugin, load_spec
 from ray_accel_neuron.runtime import NeuronRuntime
 
-from ray_accel.plugins.runtime import GLOO, RankInfo, WorkerSlot, raylet_union
+from ray_accel.plugins.runtime import GLOO, WorkerSlot, raylet_union
 from ray_accel.train.ranks import assign_ranks
 from tests.fakes.neuron_runtime import NeuronRuntimeError, start_job, torch_xla_start, visible_cores
 
 
 def job(raylets: list[str], own: list[list[int]]) -> list[WorkerSlot]:
     return [
-        WorkerSlot(
-            RankInfo(p.world_rank, p.world_size, p.local_rank, p.local_world_size, p.node_rank, "10.0.0.1", 29500),
-            raylet,
-            tuple(map(str, ids)),
-        )
+        WorkerSlot(p, raylet, tuple(map(str, ids)), "10.0.0.1", 29500)
         for p, raylet, ids in zip(assign_ranks(raylets), raylets, own, strict=True)
     ]
 
@@ -172,15 +170,15 @@ def test_cuda_workers_of_a_raylet_share_its_sorted_union(rows: list[tuple[str, l
     runtime = CudaRuntime()
     for w in slots:
         env = runtime.worker_env(w, slots, GLOO)
-        union = sorted({i for s in slots if s.raylet == w.raylet for i in map(int, s.own_ids)})
+        union = sorted({i for s in slots if s.node_id == w.node_id for i in map(int, s.own_ids)})
         assert env["CUDA_VISIBLE_DEVICES"] == ",".join(map(str, union)), "numeric order, not string order"
         assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID", "ordinals mean NVML's (PCI bus) order"
-        assert env["LOCAL_WORLD_SIZE"] == str(sum(1 for s in slots if s.raylet == w.raylet))
+        assert env["LOCAL_WORLD_SIZE"] == str(sum(1 for s in slots if s.node_id == w.node_id))
 
 
 def test_cuda_uuid_masks_keep_their_tokens() -> None:
     slots = job(["a", "a"], [[], []])
-    slots = [WorkerSlot(s.rank, s.raylet, (f"GPU-{i}",)) for i, s in enumerate(slots)]
+    slots = [dataclasses.replace(s, own_ids=(f"GPU-{i}",)) for i, s in enumerate(slots)]
     assert CudaRuntime().worker_env(slots[1], slots, "nccl")["CUDA_VISIBLE_DEVICES"] == "GPU-0,GPU-1"
 
 

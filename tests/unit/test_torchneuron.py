@@ -18,7 +18,7 @@ from ray_accel_neuron.torchneuron import GENERATIONS, NEURON, UNSUPPORTED, stack
 from ray_accel_neuron.xla import XLA
 
 from ray_accel.core.errors import InputError
-from ray_accel.plugins.runtime import GLOO, RankInfo, WorkerSlot
+from ray_accel.plugins.runtime import GLOO, WorkerSlot
 from ray_accel.train.ranks import assign_ranks
 from tests.badinput import badinput
 
@@ -35,12 +35,7 @@ def trn2_job(cores_per_worker: int = 1, accelerator_type: str | None = "Trainium
     raylets = ["p0", "p0", "p1", "p1"]
     own = [[base + w * cores_per_worker + k for k in range(cores_per_worker)] for base in (0, 32) for w in range(2)]
     return [
-        WorkerSlot(
-            RankInfo(p.world_rank, p.world_size, p.local_rank, p.local_world_size, p.node_rank, *MASTER),
-            raylet,
-            tuple(map(str, ids)),
-            accelerator_type,
-        )
+        WorkerSlot(p, raylet, tuple(map(str, ids)), *MASTER, accelerator_type=accelerator_type)
         for p, raylet, ids in zip(assign_ranks(raylets), raylets, own, strict=True)
     ]
 

@@ -19,12 +19,12 @@ from ray_accel_neuron.runtime import NeuronRuntime
 from examples.hooks import Recording
 from ray_accel.hooks.config import Workload, WorkloadDenied
 from ray_accel.hooks.run import HookRun
-from ray_accel.plugins.runtime import RankInfo, WorkerSlot
+from ray_accel.plugins.runtime import Rank, WorkerSlot
 from ray_accel.train.worker import protected_vars
 from tests.integration.train_hooks import SetsEnv
 
-SLOT = WorkerSlot(RankInfo(1, 2, 1, 2, 0, "10.0.0.1", 29500), "raylet", ("2", "3"))
-JOB = [WorkerSlot(RankInfo(0, 2, 0, 2, 0, "10.0.0.1", 29500), "raylet", ("0", "1")), SLOT]
+SLOT = WorkerSlot(Rank(1, 2, 1, 2, 0), "raylet", ("2", "3"), "10.0.0.1", 29500)
+JOB = [WorkerSlot(Rank(0, 2, 0, 2, 0), "raylet", ("0", "1"), "10.0.0.1", 29500), SLOT]
 
 
 @pytest.fixture(autouse=True)

@@ -218,10 +218,9 @@ class FakeWorkerGroup:
         if fn is worker.describe:
             self.called.append("describe")
             return [
-                {"node_id": r, "ip": ip, "ids": [str(2 * i), str(2 * i + 1)], "env": None, "family": None,
-                 "partition": r[-2:], "collective": "gloo", "resource": None, "pid": 1000 + i}
+                worker.WorkerFacts(r, ip, "h", 1000 + i, r[-2:], None, None, None, (str(2 * i), str(2 * i + 1)), "gloo")
                 for i, (r, ip) in enumerate(zip(RAYLETS, self.ips, strict=True))
-            ]  # fmt: skip
+            ]
         return [self._run(i, fn, *args) for i in range(len(self.ips))]
 
     def execute_single_async(self, i: int, fn: Any, *args: Any) -> Any:

@@ -4,8 +4,6 @@ collective it cannot make or a job it cannot run with it."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from ray_accel_cuda.runtime import CudaRuntime
 from ray_accel_neuron.runtime import NeuronRuntime
@@ -13,30 +11,21 @@ from ray_accel_neuron.stacks import Stacks
 
 from ray_accel.core.errors import InputError
 from ray_accel.plugins.interface import GlooRuntime, Runtime
+from ray_accel.plugins.runtime import WorkerSlot
 from ray_accel.train.ranks import assign_ranks
-from ray_accel.train.worker import worker_env
+from ray_accel.train.worker import WorkerFacts, WorkerSetup, worker_env
 
 
-def setup(per_worker: int, backend: str, index: int = 0) -> dict[str, Any]:
+def setup(per_worker: int, collective: str, index: int = 0) -> WorkerSetup:
     raylets = ["p0", "p0", "p1", "p1"]
-    job = [
-        {
-            "rank": {
-                "world_rank": p.world_rank,
-                "world_size": p.world_size,
-                "local_rank": p.local_rank,
-                "local_world_size": p.local_world_size,
-                "node_rank": p.node_rank,
-                "master_addr": "10.0.0.1",
-                "master_port": 29500,
-                "comm_port": 29501,
-            },
-            "raylet": r,
-            "own_ids": [str(i * per_worker + k) for k in range(per_worker)],
-        }
+    job = tuple(
+        WorkerSlot(p, r, tuple(str(i * per_worker + k) for k in range(per_worker)), "10.0.0.1", 29500, 29501)
         for i, (p, r) in enumerate(zip(assign_ranks(raylets), raylets, strict=True))
-    ]
-    return {"job": job, "index": index, "env": "NEURON_RT_VISIBLE_CORES", "backend": backend}
+    )
+    facts = WorkerFacts(
+        job[index].node_id, "10.0.0.1", "h", 1, None, "neuron", "NEURON_RT_VISIBLE_CORES", None, (), collective
+    )
+    return WorkerSetup("run", index, job, facts, collective)
 
 
 # A worker with torch-xla and without TorchNeuron (the legacy stack).

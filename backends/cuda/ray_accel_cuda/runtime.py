@@ -51,7 +51,7 @@ class CudaRuntime(Runtime):
         check_collective(collective, (*COLLECTIVES, GLOO), "the CUDA runtime")
         # The workers of one raylet share its GPUs (NCCL peer access between
         # them); each trains on cuda:<index of its own first GPU in that list>.
-        env = rank_env(worker.rank)
+        env = rank_env(worker)
         env[VISIBLE_ENV] = format_mask(raylet_union(worker, job))
         # Async error handling is Ray's own NCCL default.
         env.update({**PROCESS_ENV, "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"})

@@ -174,20 +174,20 @@ class NeuronRuntime(Runtime):
             # Rank variables per raylet, the worker's one core, rank 0's
             # rendezvous; no PJRT variable (torchneuron.py).
             env = {
-                **rank_env(rank),
+                **rank_env(worker),
                 VISIBLE_ENV: str(int(worker.own_ids[0])),
-                "NEURON_RT_ROOT_COMM_ID": f"{rank.master_addr}:{rank.root_comm_port}",
+                "NEURON_RT_ROOT_COMM_ID": f"{worker.master_addr}:{worker.root_comm_port}",
             }
             return {**env, **EFA_ENV} if self._efa() else env
         by_rank = sorted(job, key=lambda w: w.rank.world_rank)
-        env = rank_env(rank)
+        env = rank_env(worker)
         # The runtime accepts ranges; a worker's own cores are one range when
         # Ray granted a contiguous block.
         env[VISIBLE_ENV] = format_visible_ids((int(i) for i in worker.own_ids), "ranges")
         env.update(
             {
                 PJRT_DEVICE_ENV: self._pjrt_device,
-                "NEURON_RT_ROOT_COMM_ID": f"{rank.master_addr}:{rank.root_comm_port}",
+                "NEURON_RT_ROOT_COMM_ID": f"{worker.master_addr}:{worker.root_comm_port}",
                 "NEURON_PJRT_PROCESS_INDEX": str(rank.world_rank),
                 "NEURON_PJRT_PROCESSES_NUM_DEVICES": ",".join(str(len(w.own_ids)) for w in by_rank),
                 "PJRT_LOCAL_PROCESS_RANK": str(rank.local_rank),
