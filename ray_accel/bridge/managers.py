@@ -230,7 +230,7 @@ def check_ray_version() -> str:
     return version
 
 
-_installed: dict[str, Any] = {}
+_installed: dict[str, type] = {}
 
 
 def install(specs: Sequence[BridgeSpec]) -> list[Any]:

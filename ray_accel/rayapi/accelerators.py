@@ -29,7 +29,7 @@ def check_registry() -> None:
             raise missing(f"{REGISTRY}.{name} is not a function")
 
 
-def put_managers(ours: Mapping[str, Any]) -> None:
+def put_managers(ours: Mapping[str, type]) -> None:
     """Make Ray's registry answer with `ours` (resource name -> manager class)
     in this process, in place of its own manager for those names; idempotent."""
     check_registry()
