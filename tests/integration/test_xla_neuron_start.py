@@ -31,7 +31,7 @@ from ray_accel_mock import MockPlugin, load_spec
 from ray_accel_neuron.runtime import NeuronRuntime
 
 from ray_accel.partition.plan import Mode
-from ray_accel.plugins.runtime import RankInfo, WorkerSlot
+from ray_accel.plugins.runtime import WorkerSlot
 from ray_accel.train.ranks import assign_ranks
 from tests.conftest import ROOT
 from tests.fakes.neuron_runtime import NeuronRuntimeError, start_job
@@ -54,11 +54,7 @@ def job(per_worker: int) -> list[WorkerSlot]:
             raylets.append(part.name)
             own.append(part.core_ids[w * per_worker : (w + 1) * per_worker])
     return [
-        WorkerSlot(
-            RankInfo(p.world_rank, p.world_size, p.local_rank, p.local_world_size, p.node_rank, "10.0.0.5", 45000),
-            raylet,
-            tuple(map(str, ids)),
-        )
+        WorkerSlot(p, raylet, tuple(map(str, ids)), "10.0.0.5", 45000)
         for p, raylet, ids in zip(assign_ranks(raylets), raylets, own, strict=True)
     ]
 
