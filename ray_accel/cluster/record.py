@@ -23,7 +23,7 @@ from ray_accel.cluster.ports import NAMED, RayletPorts
 from ray_accel.cluster.startargs import validate_ray_args
 from ray_accel.core import validate
 from ray_accel.core.errors import InputError
-from ray_accel.core.health_state import HealthFileError, HealthSettings
+from ray_accel.core.health_state import HealthSettings
 from ray_accel.core.hosts import canonical_ip
 from ray_accel.core.processes import ProcessRecord
 from ray_accel.core.reader import Node, ReadError, parse_json, show
@@ -313,20 +313,13 @@ def _record(obj: Node) -> HostRecord:
         cpu_pinning=_opt(obj.at("cpu_pinning", None), lambda n: n.text(MAX_TEXT)),
         inherited_mask=_opt(obj.at("inherited_mask", None), _mask),
         stopping=obj.at("stopping", False).bool(),
-        health=_opt(obj.at("health", None), _health_settings),
+        health=_opt(obj.at("health", None), lambda n: HealthSettings.from_json(n.data, n.path)),
         decider=_opt(obj.at("decider", None), _decider),
     )
 
 
 def _opt(node: Node, read: Callable[[Node], T]) -> T | None:
     return None if node.data is None else read(node)
-
-
-def _health_settings(node: Node) -> HealthSettings:
-    try:
-        return HealthSettings.from_json(node.data, node.path)
-    except HealthFileError as e:
-        node.fail(str(e))
 
 
 def _decider(node: Node) -> RayProcess:

@@ -280,7 +280,7 @@ def _load(kind: Any, node: Node) -> Any:
             raise TypeError(f"cannot read a value of type {kind}")
         return _load(rest[0], node)
     if origin is tuple:
-        items = node.list(1 << 20)
+        items = node.list(1 << 20, f"{type(node.data).__name__} is not a list")
         if len(args) == 2 and args[1] is Ellipsis:
             return tuple(_load(args[0], item) for item in items)
         if len(items) != len(args):
@@ -301,7 +301,8 @@ def _load(kind: Any, node: Node) -> Any:
     readers: dict[Any, Any] = {
         bool: Node.bool,
         int: lambda n: n.int(-(1 << 63), (1 << 64) - 1),
-        float: lambda n: n.number(),
+        # Any int or float, kept as given: a value's own checks bound it.
+        float: lambda n: n.data if type(n.data) in (int, float) else n.fail(f"{show(n.data)} is not a number"),
         str: lambda n: n.text(1 << 20, empty=True, forbid=""),
     }
     if kind not in readers:
