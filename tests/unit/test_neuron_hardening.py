@@ -104,6 +104,17 @@ def test_huge_neuron_ls_values_are_refused_by_name(
 
 
 @badinput("unnamed")
+def test_a_huge_neuron_ls_count_is_named_on_a_host_with_dev_nodes(tmp_path: Path, stub: Path) -> None:
+    data = json.loads((FIXTURES / "trn1.2xlarge.json").read_text())
+    data[0]["nc_count"] = 100000000
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data))
+    tree = build_tree(tmp_path / "t", "trn1.2xlarge", core_metrics=False)
+    reason = inactive_reason(ls_only(tmp_path, stub, str(bad), RAYACCEL_NEURON_DEV_ROOT=str(tree.dev_root)))
+    assert "nc_count 100000000 is outside 1..8" in reason, reason
+
+
+@badinput("unnamed")
 def test_a_huge_mock_cores_per_device_is_an_input_error(tmp_path: Path) -> None:
     spec = tmp_path / "big.toml"
     spec.write_text('[host]\nfamily = "neuron"\ndevices = 2\ncores_per_device = 100000000\n')
