@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -112,6 +113,13 @@ def test_a_huge_neuron_ls_count_is_named_on_a_host_with_dev_nodes(tmp_path: Path
     tree = build_tree(tmp_path / "t", "trn1.2xlarge", core_metrics=False)
     reason = inactive_reason(ls_only(tmp_path, stub, str(bad), RAYACCEL_NEURON_DEV_ROOT=str(tree.dev_root)))
     assert "nc_count 100000000 is outside 1..8" in reason, reason
+
+
+@badinput("unnamed")
+def test_two_sysfs_entries_of_one_device_are_named(tmp_path: Path) -> None:
+    tree = build_tree(tmp_path / "t", "trn1.2xlarge", core_metrics=False)
+    shutil.copytree(tree.device_dir(0), tree.device_dir(0).with_name("neuron00"), symlinks=True)
+    assert "neuron0 and neuron00 both name Neuron device 0" in inactive_reason(tree_only(tree))
 
 
 @badinput("unnamed")
