@@ -367,13 +367,9 @@ def _units(node: Node) -> tuple[int, ...]:
     return tuple(c.int(0, MAX_UNITS) for c in node.list(MAX_UNITS))
 
 
-def _texts(node: Node, limit: int) -> tuple[str, ...]:
-    return tuple(d.text(limit) for d in node.list(MAX_UNITS))
-
-
 def _partition(obj: Node, spec: BridgeSpec) -> PartitionEntry:
     name = _checked(obj.at("partition"), validate.partition_name, 63)
-    device_ids = _texts(obj.at("device_ids"), 256)
+    device_ids = obj.at("device_ids").texts(256, MAX_UNITS)
     listed = obj.at("core_ids")
     core_ids = _units(listed)
     if not core_ids:
@@ -383,7 +379,7 @@ def _partition(obj: Node, spec: BridgeSpec) -> PartitionEntry:
         listed.fail(f"unit {unknown[0]} is not one of the host's units")
     if len(set(core_ids)) != len(core_ids):
         listed.fail("a unit appears twice")
-    out = _texts(obj.at("out", []), MAX_UNITS)
+    out = obj.at("out", []).texts(256, MAX_UNITS)
     if set(out) - set(device_ids):
         obj.at("out").fail(f"device {sorted(set(out) - set(device_ids))[0]!r} is not one of the partition's")
     out_cores = _units(obj.at("out_core_ids", []))
@@ -407,7 +403,7 @@ def _partition(obj: Node, spec: BridgeSpec) -> PartitionEntry:
         accelerator_type=_opt(obj.at("accelerator_type", spec.accelerator_type), lambda n: n.text(128)),
         share=_opt(obj.at("share", None), _share),
         labels=_labels(obj.at("labels", None)),
-        models=_texts(obj.at("models", []), 128),
+        models=obj.at("models", []).texts(128, MAX_UNITS),
         out=out,
         out_core_ids=out_cores,
         decider_state=held,

@@ -119,12 +119,12 @@ class PartitionHealth:
             partition=name.text(),
             state=obj.at("state", None).enum(PartState),
             since=obj.at("since", None).number(0.0, MAX_TIME),
-            devices=_texts(obj.at("devices", None)),
-            out=_texts(obj.at("out", None)),
+            devices=obj.at("devices", None).texts(),
+            out=obj.at("out", None).texts(),
             node_id=None if node_id is None else node_id.text(),
             detail=obj.at("detail", None).text(empty=True),
             deadline=None if deadline is None else deadline.number(0.0, MAX_TIME),
-            target=None if target is None else _texts(target),
+            target=None if target is None else target.texts(),
             head=obj.at("head", False).bool(),
         )
 
@@ -246,9 +246,5 @@ def _health(obj: Node) -> HostHealth:
         events=events[-MAX_EVENTS:],
         counters=counters,
         polls=obj.at("polls", 0).int(0, 1 << 62),
-        errors=_texts(obj.at("errors", [])),
+        errors=obj.at("errors", []).texts(),
     )
-
-
-def _texts(node: Node) -> tuple[str, ...]:
-    return tuple(v.text() for v in node.list())

@@ -205,6 +205,10 @@ class Node:
             self.fail(f"{len(self.data)} entries, more than {limit}")
         return [Node(v, f"{self.path}[{i}]") for i, v in enumerate(self.data)]
 
+    def texts(self, limit: builtins.int = MAX_TEXT, count: builtins.int = MAX_ITEMS) -> tuple[str, ...]:
+        """A list of at most `count` strings, each as `text` reads it."""
+        return tuple(v.text(limit) for v in self.list(count))
+
     def optional(self) -> Node | None:
         """None for a null, else this node."""
         return None if self.data is None else self
