@@ -139,7 +139,8 @@ class Launch:
                 k: Node(obj.mapping().get(k) or "", k).text(1 << 20, empty=True, forbid="")[:2000] or None
                 for k in ("error", "node_id", "gcs_address", "node_ip", "dashboard_url")
             }
-            error = why or said.pop("error") or (None if ok else "the launcher reported a failure")
+            said_error = said.pop("error")
+            error = why or said_error or (None if ok else "the launcher reported a failure")
             if ok and not all(said[k] for k in ("node_id", "gcs_address", "node_ip")):
                 ok, error = False, "the launcher's result names no node"
             fields = said
