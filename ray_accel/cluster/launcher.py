@@ -26,10 +26,11 @@ from pathlib import Path
 
 from ray_accel.cluster import procs
 from ray_accel.cluster.files import UnsafeFileError, open_for_write, read_bounded, tail_lines
-from ray_accel.cluster.record import RayProcess, loads_json, parse_processes
+from ray_accel.cluster.record import RayProcess, parse_processes
 from ray_accel.cluster.startargs import launch_argv
 from ray_accel.core.errors import InputError
 from ray_accel.core.processes import ProcessRecord
+from ray_accel.core.reader import Node, parse_json
 
 RESULT_LIMIT = 1024 * 1024
 POLL_S = 0.1
@@ -129,27 +130,27 @@ class Launch:
     def _read_result(self, why: str | None) -> LaunchResult:
         processes: tuple[RayProcess, ...] = ()
         try:
-            data = loads_json(read_bounded(self.result_path, RESULT_LIMIT, follow=False))
-            if not isinstance(data, dict):
-                raise InputError("not an object")
-            processes = parse_processes(data.get("processes", []), "processes")
-            ok = data.get("ok") is True and why is None
-            error = why or _text(data.get("error")) or (None if ok else "the launcher reported a failure")
-            fields = {k: _text(data.get(k)) for k in ("node_id", "gcs_address", "node_ip")}
-            if ok and not all(fields.values()):
+            raw = read_bounded(self.result_path, RESULT_LIMIT, follow=False)
+            obj = Node(parse_json(raw, str(self.result_path)))
+            processes = parse_processes(obj.at("processes", []).data, "processes")
+            ok = obj.at("ok", None).data is True and why is None
+            # What a launcher said, cut short; a null or empty string says nothing.
+            said = {
+                k: Node(obj.mapping().get(k) or "", k).text(1 << 20, empty=True, forbid="")[:2000] or None
+                for k in ("error", "node_id", "gcs_address", "node_ip", "dashboard_url")
+            }
+            said_error = said.pop("error")
+            error = why or said_error or (None if ok else "the launcher reported a failure")
+            if ok and not all(said[k] for k in ("node_id", "gcs_address", "node_ip")):
                 ok, error = False, "the launcher's result names no node"
-            fields["dashboard_url"] = _text(data.get("dashboard_url"))
+            fields = said
         except FileNotFoundError:
             ok, error, fields = False, why or "the launcher exited without a result", {}
-        except (OSError, UnsafeFileError, InputError, ValueError, RecursionError) as e:
+        except (OSError, UnsafeFileError, InputError) as e:
             ok, error, fields = False, why or f"unreadable launcher result {self.result_path}: {e}", {}
         if not ok:
             error = f"{error}; log {self.log_path}: " + " | ".join(tail_lines(self.log_path, 3))
         return LaunchResult(self.name, ok, error, processes, log=str(self.log_path), **fields)
-
-
-def _text(value: object) -> str | None:
-    return value[:2000] if isinstance(value, str) and value else None
 
 
 @dataclass

@@ -12,7 +12,6 @@ process it names is still the one recorded.
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -24,9 +23,10 @@ from ray_accel.cluster.ports import NAMED, RayletPorts
 from ray_accel.cluster.startargs import validate_ray_args
 from ray_accel.core import validate
 from ray_accel.core.errors import InputError
-from ray_accel.core.health_state import HealthFileError, HealthSettings
+from ray_accel.core.health_state import HealthSettings
 from ray_accel.core.hosts import canonical_ip
 from ray_accel.core.processes import ProcessRecord
+from ray_accel.core.reader import Node, ReadError, parse_json, show
 from ray_accel.core.visibility import format_visible_ids
 from ray_accel.partition.plan import Mode, Partition
 from ray_accel.partition.share import Share
@@ -239,434 +239,266 @@ def dumps(record: HostRecord) -> str:
 # ---------------------------------------------------------------- parsing
 
 
-class _Bad(Exception):
-    """A field that does not fit, with where it is."""
-
-    def __init__(self, where: str, problem: str) -> None:
-        super().__init__(f"{where}: {problem}" if where else problem)
-
-
-def _reject_constant(name: str) -> float:
-    raise ValueError(f"{name} is not a number JSON allows")
-
-
-def loads_json(raw: bytes | str) -> object:
-    """Strict JSON: no NaN or Infinity, no duplicate surprises from deep
-    nesting (a RecursionError is reported like any other syntax error)."""
-    text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
-    return json.loads(text, parse_constant=_reject_constant)
-
-
 def parse_record(raw: bytes | str, source: str) -> HostRecord:
     """The record in `raw` (the bytes of the state file `source`), or
     `RecordError` naming `source` and what does not fit."""
     try:
-        data = loads_json(raw)
-    except UnicodeDecodeError as e:
-        raise RecordError(f"state file {source} is not UTF-8 text ({e.reason} at byte {e.start})") from None
-    except RecursionError:
-        raise RecordError(f"state file {source} is not a state record: JSON nested too deeply") from None
-    except ValueError as e:
-        raise RecordError(f"state file {source} is not valid JSON: {e}") from None
+        data = parse_json(raw, f"state file {source}")
+    except ReadError as e:
+        raise RecordError(str(e)) from None
     try:
-        return _record(data)
-    except _Bad as e:
+        return _record(Node(data))
+    except ReadError as e:
         raise RecordError(f"state file {source} does not fit the state record: {e}") from None
-    except RecursionError:  # pragma: no cover - the schema has a fixed depth
-        raise RecordError(f"state file {source} does not fit the state record: nested too deeply") from None
 
 
-def _record(data: object) -> HostRecord:
-    obj = _mapping(data, "")
-    version = obj.get("version")
+def _checked(node: Node, check: Callable[[str], object], limit: int) -> str:
+    """A string that `check` (raising `InputError`) accepts."""
+    text = node.text(limit)
+    try:
+        check(text)
+    except InputError as e:
+        node.fail(str(e))
+    return text
+
+
+def _record(obj: Node) -> HostRecord:
+    version = obj.mapping().get("version")
     if version not in (VERSION, LEGACY_VERSION) or isinstance(version, bool):
-        raise _Bad(
-            "version",
-            f"{_show(version)}; this ray-accel reads versions {LEGACY_VERSION} and {VERSION} (stop that version's "
+        raise ReadError(
+            f"{show(version)}; this ray-accel reads versions {LEGACY_VERSION} and {VERSION} (stop that version's "
             "processes with the ray-accel that wrote it, or by hand, then remove the file)",
+            "version",
         )
-    spec = _spec(_key(obj, "spec", ""), legacy=version == LEGACY_VERSION)
-    head = _bool(_key(obj, "head", ""), "head")
-    parts_raw = _list(_key(obj, "partitions", ""), "partitions", MAX_PARTITIONS)
-    if not parts_raw:
-        raise _Bad("partitions", "empty: a record names at least one partition")
-    parts = tuple(_partition(p, f"partitions[{i}]", spec) for i, p in enumerate(parts_raw))
+    spec = _spec(obj.at("spec"), legacy=version == LEGACY_VERSION)
+    head = obj.at("head").bool()
+    listed = obj.at("partitions")
+    parts = tuple(_partition(p, spec) for p in listed.list(MAX_PARTITIONS))
+    if not parts:
+        listed.fail("empty: a record names at least one partition")
     names = [p.name for p in parts]
     dup = next((n for n in names if names.count(n) > 1), None)
     if dup is not None:
-        raise _Bad("partitions", f"partition {dup!r} appears twice")
-    mode = _mode(_key(obj, "mode", ""))
+        listed.fail(f"partition {dup!r} appears twice")
+    mode = obj.at("mode").one_of([m.value for m in Mode], "{value} is not a partition mode")
     cores = [c for p in parts for c in p.core_ids]
-    shared = _first_dup(cores)
+    shared = next((c for i, c in enumerate(cores) if c in cores[:i]), None)
     # SHARED gives every partition every device on purpose; any other mode never shares a unit.
     if shared is not None and mode != "shared":
-        raise _Bad("partitions", f"core {shared} belongs to two partitions")
-    heads = [i for i, p in enumerate(parts) if p.head]
-    if heads != ([0] if head else []):
-        raise _Bad("partitions", "the head partition must be the first, and only in a record of a head")
-    gcs_port = obj.get("gcs_port")
+        listed.fail(f"core {shared} belongs to two partitions")
+    if [i for i, p in enumerate(parts) if p.head] != ([0] if head else []):
+        listed.fail("the head partition must be the first, and only in a record of a head")
+    auth_node = obj.at("auth")
     try:
-        auth = Auth.from_json(_mapping(_key(obj, "auth", ""), "auth"))
+        auth = Auth.from_json(auth_node.mapping())
     except AuthError as e:
-        raise _Bad("auth", str(e)) from None
+        auth_node.fail(str(e))
     if auth.token_path is not None:
-        _text(auth.token_path, "auth.token_path", MAX_TEXT)
-    metrics = obj.get("metrics")
-    if metrics is not None and not isinstance(metrics, bool):
-        raise _Bad("metrics", f"{_show(metrics)} is not true, false or null")
+        Node(auth.token_path, "auth.token_path").text(MAX_TEXT)
     return HostRecord(
-        host=_text(_key(obj, "host", ""), "host", 255),
-        host_ip=None if version == LEGACY_VERSION else _ip(_key(obj, "host_ip", ""), "host_ip"),
-        created=_number(_key(obj, "created", ""), "created", 0.0, 1e12),
+        host=obj.at("host").text(255),
+        host_ip=None if version == LEGACY_VERSION else _ip(obj.at("host_ip")),
+        created=obj.at("created").number(0.0, 1e12),
         head=head,
         mode=mode,
         spec=spec,
-        ray_args=_ray_args(_key(obj, "ray_args", "")),
-        gcs_address=_address(_key(obj, "gcs_address", ""), "gcs_address"),
-        gcs_port=None if gcs_port is None else _int(gcs_port, "gcs_port", 1, 65535),
+        ray_args=_ray_args(obj.at("ray_args")),
+        gcs_address=_address(obj.at("gcs_address")),
+        gcs_port=_opt(obj.at("gcs_port", None), lambda n: n.int(1, 65535)),
         auth=auth,
         partitions=parts,
-        metrics=metrics,
-        labels=_labels(obj.get("labels") or {}),
-        dashboard_url=_optional(obj.get("dashboard_url"), "dashboard_url", lambda v, w: _text(v, w, 512)),
-        cpu_pinning=_optional(obj.get("cpu_pinning"), "cpu_pinning", lambda v, w: _text(v, w, MAX_TEXT)),
-        inherited_mask=_optional(obj.get("inherited_mask"), "inherited_mask", _mask),
-        stopping=_bool(obj.get("stopping", False), "stopping"),
-        health=_optional(obj.get("health"), "health", _health_settings),
-        decider=_optional(obj.get("decider"), "decider", _decider),
+        metrics=_opt(obj.at("metrics", None), lambda n: n.bool("{value} is not true, false or null")),
+        labels=_labels(obj.at("labels", None)),
+        dashboard_url=_opt(obj.at("dashboard_url", None), lambda n: n.text(512)),
+        cpu_pinning=_opt(obj.at("cpu_pinning", None), lambda n: n.text(MAX_TEXT)),
+        inherited_mask=_opt(obj.at("inherited_mask", None), _mask),
+        stopping=obj.at("stopping", False).bool(),
+        health=_opt(obj.at("health", None), lambda n: HealthSettings.from_json(n.data, n.path)),
+        decider=_opt(obj.at("decider", None), _decider),
     )
 
 
-def _health_settings(data: object, where: str) -> HealthSettings:
-    try:
-        return HealthSettings.from_json(data, where)
-    except HealthFileError as e:
-        raise _Bad(where, str(e)) from None
+def _opt(node: Node, read: Callable[[Node], T]) -> T | None:
+    return None if node.data is None else read(node)
 
 
-def _decider(data: object, where: str) -> RayProcess:
-    proc = _process(data, where)
+def _decider(node: Node) -> RayProcess:
+    proc = _process(node)
     if proc.kind != DECIDER_KIND:
-        raise _Bad(f"{where}.kind", f"{proc.kind!r}: the decider's kind is {DECIDER_KIND!r}")
+        node.at("kind").fail(f"{proc.kind!r}: the decider's kind is {DECIDER_KIND!r}")
     return proc
 
 
-def _labels(data: object, where: str = "labels") -> tuple[tuple[str, str], ...]:
-    obj = _mapping(data, where)
-    if len(obj) > 256:
-        raise _Bad(where, f"{len(obj)} labels; at most 256")
-    for k, v in obj.items():
+def _labels(node: Node) -> tuple[tuple[str, str], ...]:
+    labels = Node(node.data or {}, node.path)
+    for key, value in labels.items(256):
         try:
-            validate.label_key(k, where)
-            validate.label_value(_text(v, f"{where}.{k}", 63), k, where)
+            validate.label_key(key, labels.path)
+            validate.label_value(value.text(63), key, labels.path)
         except InputError as e:
-            raise _Bad(where, str(e)) from None
-    return tuple((str(k), str(v)) for k, v in obj.items())
+            labels.fail(str(e))
+    return tuple((str(k), str(v)) for k, v in labels.mapping().items())
 
 
-def _mask(data: object, where: str) -> Mapping[str, object]:
-    obj = _mapping(data, where)
-    _text(_key(obj, "description", where), f"{where}.description", MAX_TEXT)
-    if len(json.dumps(obj)) > MAX_TEXT * 16:
-        raise _Bad(where, "too large")
-    return obj
+def _mask(node: Node) -> Mapping[str, object]:
+    node.at("description").text(MAX_TEXT)
+    if len(json.dumps(node.data)) > MAX_TEXT * 16:
+        node.fail("too large")
+    return node.mapping()
 
 
-def _share(data: object, where: str) -> Share:
-    obj = _mapping(data, where)
-    cpu_set = obj.get("cpu_set")
-    resources = _mapping(obj.get("resources") or {}, f"{where}.resources")
-    if len(resources) > 256:
-        raise _Bad(f"{where}.resources", "more than 256 resources")
+def _share(obj: Node) -> Share:
+    cpu_set = obj.at("cpu_set", None).optional()
     return Share(
-        partition=_text(_key(obj, "partition", where), f"{where}.partition", 63),
-        cpus=_int(_key(obj, "cpus", where), f"{where}.cpus", 0, 1 << 20),
-        memory=_int(_key(obj, "memory", where), f"{where}.memory", 0, 1 << 62),
-        object_store_memory=_int(_key(obj, "object_store_memory", where), f"{where}.object_store_memory", 0, 1 << 62),
+        partition=obj.at("partition").text(63),
+        cpus=obj.at("cpus").int(0, 1 << 20),
+        memory=obj.at("memory").int(0, 1 << 62),
+        object_store_memory=obj.at("object_store_memory").int(0, 1 << 62),
         resources={
-            _text(k, f"{where}.resources", 128): _number(v, f"{where}.resources.{k}", 0.0, 1e15)
-            for k, v in resources.items()
+            Node(k, f"{obj.path}.resources").text(128): v.number(0.0, 1e15)
+            for k, v in Node(obj.at("resources", None).data or {}, f"{obj.path}.resources").items(256)
         },
-        cpu_set=None
-        if cpu_set is None
-        else tuple(
-            _int(c, f"{where}.cpu_set[{i}]", 0, 1 << 16)
-            for i, c in enumerate(_list(cpu_set, f"{where}.cpu_set", 1 << 16))
-        ),
-        pin_reason=_optional(obj.get("pin_reason"), f"{where}.pin_reason", lambda v, w: _text(v, w, MAX_TEXT)),
+        cpu_set=None if cpu_set is None else tuple(c.int(0, 1 << 16) for c in cpu_set.list(1 << 16)),
+        pin_reason=_opt(obj.at("pin_reason", None), lambda n: n.text(MAX_TEXT)),
     )
 
 
-def _first_dup(values: Sequence[int]) -> int | None:
-    seen: set[int] = set()
-    for v in values:
-        if v in seen:
-            return v
-        seen.add(v)
-    return None
+def _units(node: Node) -> tuple[int, ...]:
+    return tuple(c.int(0, MAX_UNITS) for c in node.list(MAX_UNITS))
 
 
-def _partition(data: object, where: str, spec: BridgeSpec) -> PartitionEntry:
-    obj = _mapping(data, where)
-    name = _text(_key(obj, "partition", where), f"{where}.partition", 63)
-    try:
-        validate.partition_name(name)
-    except InputError as e:
-        raise _Bad(f"{where}.partition", str(e)) from None
-    device_ids = tuple(
-        _text(d, f"{where}.device_ids[{i}]", 256)
-        for i, d in enumerate(_list(_key(obj, "device_ids", where), f"{where}.device_ids", MAX_UNITS))
-    )
-    core_list = _list(_key(obj, "core_ids", where), f"{where}.core_ids", MAX_UNITS)
-    core_ids = tuple(_int(c, f"{where}.core_ids[{i}]", 0, MAX_UNITS) for i, c in enumerate(core_list))
+def _partition(obj: Node, spec: BridgeSpec) -> PartitionEntry:
+    name = _checked(obj.at("partition"), validate.partition_name, 63)
+    device_ids = obj.at("device_ids").texts(256, MAX_UNITS)
+    listed = obj.at("core_ids")
+    core_ids = _units(listed)
     if not core_ids:
-        raise _Bad(f"{where}.core_ids", "empty: a partition has at least one unit")
+        listed.fail("empty: a partition has at least one unit")
     unknown = sorted(set(core_ids) - set(spec.unit_ids))
     if unknown:
-        raise _Bad(f"{where}.core_ids", f"unit {unknown[0]} is not one of the host's units")
+        listed.fail(f"unit {unknown[0]} is not one of the host's units")
     if len(set(core_ids)) != len(core_ids):
-        raise _Bad(f"{where}.core_ids", "a unit appears twice")
-    procs_list = _list(_key(obj, "processes", where), f"{where}.processes", MAX_PROCESSES)
-    processes = tuple(_process(p, f"{where}.processes[{i}]") for i, p in enumerate(procs_list))
-    out = tuple(
-        _text(d, f"{where}.out[{i}]", 256) for i, d in enumerate(_list(obj.get("out", []), f"{where}.out", MAX_UNITS))
-    )
+        listed.fail("a unit appears twice")
+    out = obj.at("out", []).texts(256, MAX_UNITS)
     if set(out) - set(device_ids):
-        raise _Bad(f"{where}.out", f"device {sorted(set(out) - set(device_ids))[0]!r} is not one of the partition's")
-    out_cores = tuple(
-        _int(c, f"{where}.out_core_ids[{i}]", 0, MAX_UNITS)
-        for i, c in enumerate(_list(obj.get("out_core_ids", []), f"{where}.out_core_ids", MAX_UNITS))
-    )
+        obj.at("out").fail(f"device {sorted(set(out) - set(device_ids))[0]!r} is not one of the partition's")
+    out_cores = _units(obj.at("out_core_ids", []))
     if set(out_cores) - set(core_ids):
-        raise _Bad(
-            f"{where}.out_core_ids", f"unit {sorted(set(out_cores) - set(core_ids))[0]} is not one of the partition's"
-        )
-    held = obj.get("decider_state")
-    if held is not None and held not in DECIDER_STATES:
-        raise _Bad(f"{where}.decider_state", f"{_show(held)} is not one of {', '.join(DECIDER_STATES)} or null")
+        obj.at("out_core_ids").fail(f"unit {sorted(set(out_cores) - set(core_ids))[0]} is not one of the partition's")
+    held = _opt(
+        obj.at("decider_state", None),
+        lambda n: n.one_of(DECIDER_STATES, f"{{value}} is not one of {', '.join(DECIDER_STATES)} or null"),
+    )
     return PartitionEntry(
         name=name,
         device_ids=device_ids,
         core_ids=core_ids,
-        head=_bool(_key(obj, "head", where), f"{where}.head"),
-        ports=_ports(_key(obj, "ports", where), f"{where}.ports"),
-        processes=processes,
-        node_id=_optional(obj.get("node_id"), f"{where}.node_id", _hex_id),
-        node_ip=_optional(obj.get("node_ip"), f"{where}.node_ip", lambda v, w: _text(v, w, 255)),
-        log=_optional(obj.get("log"), f"{where}.log", lambda v, w: _text(v, w, MAX_TEXT)),
+        head=obj.at("head").bool(),
+        ports=_ports(obj.at("ports")),
+        processes=tuple(_process(p) for p in obj.at("processes").list(MAX_PROCESSES)),
+        node_id=_opt(obj.at("node_id", None), lambda n: _matching(n, _HEX_ID, 128, "{value} is not a hex node id")),
+        node_ip=_opt(obj.at("node_ip", None), lambda n: n.text(255)),
+        log=_opt(obj.at("log", None), lambda n: n.text(MAX_TEXT)),
         # A record from before types per partition: the host's type, as then.
-        accelerator_type=_optional(
-            obj.get("accelerator_type", spec.accelerator_type),
-            f"{where}.accelerator_type",
-            lambda v, w: _text(v, w, 128),
-        ),
-        share=_optional(obj.get("share"), f"{where}.share", _share),
-        labels=_labels(obj.get("labels") or {}, f"{where}.labels"),
-        models=tuple(
-            _text(m, f"{where}.models[{i}]", 128)
-            for i, m in enumerate(_list(obj.get("models", []), f"{where}.models", MAX_UNITS))
-        ),
+        accelerator_type=_opt(obj.at("accelerator_type", spec.accelerator_type), lambda n: n.text(128)),
+        share=_opt(obj.at("share", None), _share),
+        labels=_labels(obj.at("labels", None)),
+        models=obj.at("models", []).texts(128, MAX_UNITS),
         out=out,
         out_core_ids=out_cores,
-        decider_state=held if isinstance(held, str) else None,
+        decider_state=held,
     )
 
 
 def parse_processes(data: object, where: str) -> tuple[RayProcess, ...]:
-    """A list of recorded processes, or InputError naming `where`."""
-    try:
-        items = _list(data, where, MAX_PROCESSES)
-        return tuple(_process(p, f"{where}[{i}]") for i, p in enumerate(items))
-    except _Bad as e:
-        raise InputError(str(e)) from None
+    """A list of recorded processes, or `ReadError` naming `where`."""
+    return tuple(_process(p) for p in Node(data, where).list(MAX_PROCESSES))
 
 
-def _process(data: object, where: str) -> RayProcess:
-    obj = _mapping(data, where)
-    kind = _text(_key(obj, "kind", where), f"{where}.kind", 48)
-    if not _KIND.match(kind):
-        raise _Bad(f"{where}.kind", f"{kind!r} is not a process kind")
+def _process(obj: Node) -> RayProcess:
     return RayProcess(
-        kind=kind,
+        kind=_matching(obj.at("kind"), _KIND, 48, "{value} is not a process kind"),
         # PID 0 and negative PIDs name process groups to kill(2): never a process.
-        pid=_int(_key(obj, "pid", where), f"{where}.pid", 1, PID_MAX),
-        start_ticks=_int(_key(obj, "start_ticks", where), f"{where}.start_ticks", 0, (1 << 63) - 1),
-        identity=_text(_key(obj, "identity", where), f"{where}.identity", MAX_TEXT),
+        pid=obj.at("pid").int(1, PID_MAX),
+        start_ticks=obj.at("start_ticks").int(0, (1 << 63) - 1),
+        identity=obj.at("identity").text(MAX_TEXT),
     )
 
 
-def _ports(data: object, where: str) -> RayletPorts:
-    obj = _mapping(data, where)
-    named_raw = _mapping(_key(obj, "named", where), f"{where}.named")
-    named: dict[str, int] = {}
-    for key, value in named_raw.items():
-        if key not in NAMED:
-            raise _Bad(f"{where}.named", f"unknown port {key!r}")
-        named[key] = _int(value, f"{where}.named.{key}", 1024, 65535)
+def _matching(node: Node, pattern: re.Pattern[str], limit: int, message: str) -> str:
+    text = node.text(limit)
+    if not pattern.match(text):
+        node.fail(message.format(value=show(text)))
+    return text
+
+
+def _ports(obj: Node) -> RayletPorts:
+    named_node = obj.at("named")
+    named = {key: value.int(1024, 65535) for key, value in named_node.only(NAMED).items()}
     for key in ("node_manager_port", "object_manager_port"):
         if key not in named:
-            raise _Bad(f"{where}.named", f"no {key}")
-    lo = _int(_key(obj, "min_worker_port", where), f"{where}.min_worker_port", 1024, 65535)
-    hi = _int(_key(obj, "max_worker_port", where), f"{where}.max_worker_port", lo, 65535)
-    return RayletPorts(_int(_key(obj, "base", where), f"{where}.base", 1024, 65535), named, lo, hi)
+            named_node.fail(f"no {key}")
+    lo = obj.at("min_worker_port").int(1024, 65535)
+    hi = obj.at("max_worker_port").int(lo, 65535)
+    return RayletPorts(obj.at("base").int(1024, 65535), named, lo, hi)
 
 
-def _spec(data: object, legacy: bool = False) -> BridgeSpec:
-    obj = _mapping(data, "spec")
-    resource = _text(_key(obj, "resource_name", "spec"), "spec.resource_name", 128)
-    env = _text(_key(obj, "visible_ids_env", "spec"), "spec.visible_ids_env", 128)
-    family = _text(_key(obj, "family", "spec"), "spec.family", 64)
-    if not _RESOURCE.match(resource):
-        raise _Bad("spec.resource_name", f"{resource!r} is not a resource name")
-    if not _ENV_NAME.match(env):
-        raise _Bad("spec.visible_ids_env", f"{env!r} is not an environment variable name")
-    if not _KIND.match(family):
-        raise _Bad("spec.family", f"{family!r} is not a family name")
+def _spec(obj: Node, legacy: bool = False) -> BridgeSpec:
+    resource = _matching(obj.at("resource_name"), _RESOURCE, 128, "{value} is not a resource name")
+    env = _matching(obj.at("visible_ids_env"), _ENV_NAME, 128, "{value} is not an environment variable name")
+    family = _matching(obj.at("family"), _KIND, 64, "{value} is not a family name")
     if legacy:
         backend, traits = LEGACY_BACKEND, DeviceTraits()
     else:
-        backend = _text(_key(obj, "backend", "spec"), "spec.backend", 64)
-        if not _BACKEND.match(backend):
-            raise _Bad("spec.backend", f"{backend!r} is not a backend name")
+        backend = _matching(obj.at("backend"), _BACKEND, 64, "{value} is not a backend name")
+        traits_node = obj.at("traits")
         try:
-            traits = DeviceTraits.from_json(_mapping(_key(obj, "traits", "spec"), "spec.traits"))
+            traits = DeviceTraits.from_json(traits_node.mapping())
         except InputError as e:
-            raise _Bad("spec", str(e)) from None
-    units = _list(_key(obj, "unit_ids", "spec"), "spec.unit_ids", MAX_UNITS)
-    accel = obj.get("accelerator_type")
+            obj.fail(str(e))
+    units = obj.at("unit_ids").list(MAX_UNITS)
     return BridgeSpec(
         backend=backend,
         traits=traits,
         resource_name=resource,
         visible_ids_env=env,
         family=family,
-        accelerator_type=None if accel is None else _text(accel, "spec.accelerator_type", 128),
-        unit_ids=tuple(_int(u, f"spec.unit_ids[{i}]", 0, MAX_UNITS) for i, u in enumerate(units)),
-        process_env=_process_env(obj.get("process_env", [])),
+        accelerator_type=_opt(obj.at("accelerator_type", None), lambda n: n.text(128)),
+        unit_ids=tuple(u.int(0, MAX_UNITS) for u in units),
+        process_env=_process_env(obj.at("process_env", [])),
     )
 
 
-def _process_env(data: object) -> tuple[tuple[str, str], ...]:
+def _process_env(node: Node) -> tuple[tuple[str, str], ...]:
     out = []
-    for i, row in enumerate(_list(data, "spec.process_env", 64)):
-        pair = _list(row, f"spec.process_env[{i}]", 2)
+    for row in node.list(64):
+        pair = row.list(2)
         if len(pair) != 2:
-            raise _Bad(f"spec.process_env[{i}]", "a [name, value] pair")
-        name = _text(pair[0], f"spec.process_env[{i}][0]", 128)
-        if not _ENV_NAME.match(name):
-            raise _Bad(f"spec.process_env[{i}][0]", f"{name!r} is not an environment variable name")
-        out.append((name, _text(pair[1], f"spec.process_env[{i}][1]", MAX_TEXT)))
+            row.fail("a [name, value] pair")
+        out.append((_matching(pair[0], _ENV_NAME, 128, "{value} is not an environment variable name"), pair[1].text()))
     return tuple(out)
 
 
-def _ray_args(data: object) -> tuple[str, ...]:
-    args = tuple(_text(a, f"ray_args[{i}]", MAX_TEXT) for i, a in enumerate(_list(data, "ray_args", 256)))
+def _ray_args(node: Node) -> tuple[str, ...]:
+    args = tuple(a.text(MAX_TEXT) for a in node.list(256))
     # Checked as `start` checks them: `--recover` passes them to `ray start` again.
     try:
         validate_ray_args(args)
     except InputError as e:
-        raise _Bad("ray_args", str(e)) from None
+        node.fail(str(e))
     return args
 
 
-def _address(data: object, where: str) -> str:
-    text = _text(data, where, 300)
+def _address(node: Node) -> str:
     try:
-        host, port = validate.host_port(text, where)
+        host, port = validate.host_port(node.text(300), node.path)
     except InputError as e:
-        raise _Bad(where, str(e)) from None
+        node.fail(str(e))
     return f"{host}:{port}"
 
 
-def _ip(data: object, where: str) -> str:
-    text = _text(data, where, 64)
-    canonical = canonical_ip(text)
+def _ip(node: Node) -> str:
+    canonical = canonical_ip(node.text(64))
     if canonical is None:
-        raise _Bad(where, f"{_show(text)} is not an IP address")
+        node.fail(f"{show(node.data)} is not an IP address")
     return canonical
-
-
-def _mode(data: object) -> str:
-    text = _text(data, "mode", 32)
-    if text not in {m.value for m in Mode}:
-        raise _Bad("mode", f"{text!r} is not a partition mode")
-    return text
-
-
-def _hex_id(data: object, where: str) -> str:
-    text = _text(data, where, 128)
-    if not _HEX_ID.match(text):
-        raise _Bad(where, f"{text!r} is not a hex node id")
-    return text
-
-
-# ------------------------------------------------------------- primitives
-
-
-def _show(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _key(obj: Mapping[str, object], key: str, where: str) -> object:
-    if key not in obj:
-        raise _Bad(where or "record", f"missing {key!r}")
-    return obj[key]
-
-
-def _mapping(data: object, where: str) -> Mapping[str, object]:
-    if not isinstance(data, dict):
-        raise _Bad(where or "record", f"expected an object, got {_type(data)}")
-    return data
-
-
-def _list(data: object, where: str, limit: int) -> list[object]:
-    if not isinstance(data, list):
-        raise _Bad(where, f"expected a list, got {_type(data)}")
-    if len(data) > limit:
-        raise _Bad(where, f"{len(data)} entries, more than {limit}")
-    return data
-
-
-def _text(data: object, where: str, limit: int) -> str:
-    if not isinstance(data, str):
-        raise _Bad(where, f"expected a string, got {_type(data)}")
-    if not data or len(data) > limit:
-        raise _Bad(where, f"expected 1 to {limit} characters, got {len(data)}")
-    if any(ord(c) < 32 or ord(c) == 127 for c in data):
-        raise _Bad(where, f"control character in {_show(data)}")
-    return data
-
-
-def _int(data: object, where: str, lo: int, hi: int) -> int:
-    if not isinstance(data, int) or isinstance(data, bool):
-        raise _Bad(where, f"expected an integer, got {_type(data)} {_show(data)}")
-    if not lo <= data <= hi:
-        raise _Bad(where, f"{_show(data)} is outside {lo}..{hi}")
-    return data
-
-
-def _number(data: object, where: str, lo: float, hi: float) -> float:
-    if not isinstance(data, int | float) or isinstance(data, bool):
-        raise _Bad(where, f"expected a number, got {_type(data)}")
-    value = float(data)
-    if not math.isfinite(value) or not lo <= value <= hi:
-        raise _Bad(where, f"{_show(data)} is outside {lo:g}..{hi:g}")
-    return value
-
-
-def _bool(data: object, where: str) -> bool:
-    if not isinstance(data, bool):
-        raise _Bad(where, f"expected true or false, got {_type(data)} {_show(data)}")
-    return data
-
-
-def _optional(data: object, where: str, parse: Callable[[object, str], T]) -> T | None:
-    return None if data is None else parse(data, where)
-
-
-def _type(data: object) -> str:
-    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "an integer"}
-    if data is None:
-        return "null"
-    return names.get(type(data), "a number" if isinstance(data, float) else type(data).__name__)

@@ -49,6 +49,7 @@ from ray_accel.cluster.files import UnsafeFileError, read_bounded
 from ray_accel.cluster.identity import local_addresses
 from ray_accel.cluster.record import MAX_BYTES, HostRecord, RecordError, dumps, parse_record
 from ray_accel.core.errors import InputError
+from ray_accel.core.files import describe
 from ray_accel.core.hosts import ip_text
 
 STATE_ENV = "RAYACCEL_STATE_DIR"
@@ -169,7 +170,16 @@ def choose(recorded: Sequence[str], local: Collection[str]) -> tuple[list[str], 
 
 
 def _exists(path: Path) -> bool:
-    return os.path.lexists(path)  # a FIFO or link is reported when read, not skipped
+    """Whether `path` is there (a FIFO or link is reported when read, not
+    skipped); a folder that may not be read is a `StateError` naming it, not
+    an empty one."""
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return False
+    except OSError as e:
+        raise StateError(f"cannot read state directory {path.parent}: {describe(e)}") from None
+    return True
 
 
 def _candidates(addresses: Collection[str] | None) -> tuple[list[Place], tuple[Path, ...]]:

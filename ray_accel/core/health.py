@@ -17,13 +17,11 @@ family's rule (in its backend); `DeviceHealth.healthy_again` says it in words.
 from __future__ import annotations
 
 import enum
-import math
 import re
-from collections.abc import Mapping
+import typing
 from dataclasses import dataclass
-from typing import Any
 
-from ray_accel.core.errors import RayAccelError
+from ray_accel.core.reader import LINE_BREAKS, Node, ReadError, dump, load, show
 
 # A kind is a short word of the rule's vocabulary ("xid", "ecc", "lost",
 # "components", "unreachable", ...); a backend may add its own.
@@ -40,8 +38,8 @@ def one_line(text: str, limit: int = MAX_TEXT_CHARS) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
-class HealthDataError(RayAccelError, ValueError):
-    """Health data (read back from JSON) that does not fit; the message names the field."""
+# Health data (read back from JSON, or made) that does not fit; the message names the field.
+HealthDataError = ReadError
 
 
 class Health(enum.Enum):
@@ -52,61 +50,13 @@ class Health(enum.Enum):
     UNKNOWN = "unknown"
 
 
-# ---------------------------------------------------------------------------
-# Checking JSON field by field
-# ---------------------------------------------------------------------------
+def _line(value: object, where: str, limit: int, empty: bool = False) -> str:
+    return Node(value, where).text(limit, empty, LINE_BREAKS)
 
 
-def _object(data: object, where: str, keys: tuple[str, ...]) -> Mapping[str, Any]:
-    """`data` as an object with exactly `keys`."""
-    if not isinstance(data, Mapping):
-        raise HealthDataError(f"{where or 'health data'}: {type(data).__name__} is not an object")
-    for key in data:
-        if key not in keys:
-            raise HealthDataError(f"{_at(where, str(key))}: unknown field (expected {', '.join(keys)})")
-    for key in keys:
-        if key not in data:
-            raise HealthDataError(f"{_at(where, key)}: missing")
-    return data
-
-
-def _at(where: str, key: str) -> str:
-    return f"{where}.{key}" if where else key
-
-
-def _text(value: object, where: str, limit: int, empty: bool = False, line: bool = True) -> str:
-    if not isinstance(value, str):
-        raise HealthDataError(f"{where}: {value!r} is not a string")
-    if not value and not empty:
-        raise HealthDataError(f"{where}: empty")
-    if len(value) > limit:
-        raise HealthDataError(f"{where}: {len(value)} characters, more than {limit}")
-    if line and any(c in value for c in "\r\n\x00"):
-        raise HealthDataError(f"{where}: {value[:80]!r} is not one line")
-    return value
-
-
-def _time(value: object, where: str) -> float:
-    """Seconds since the epoch: a finite, non-negative JSON number."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise HealthDataError(f"{where}: {value!r} is not a number")
-    out = float(value)
-    if not math.isfinite(out) or out < 0:
-        raise HealthDataError(f"{where}: {value!r} is not a time (finite, not negative)")
-    return out
-
-
-def _list(value: object, where: str) -> list[Any]:
-    if not isinstance(value, list):
-        raise HealthDataError(f"{where}: {type(value).__name__} is not a list")
-    return value
-
-
-def _kind(value: object, where: str) -> str:
-    kind = _text(value, where, 64)
-    if not _KIND.match(kind):
-        raise HealthDataError(f"{where}: {kind!r} is not a kind (a lower-case word: letters, digits, '_', '-')")
-    return kind
+def _check_time(value: float, where: str) -> None:
+    """Seconds since the epoch: finite, not negative."""
+    Node(value, where).number(0.0, message="{value} is not a time (finite, not negative)")
 
 
 # ---------------------------------------------------------------------------
@@ -125,40 +75,22 @@ class HealthEvent:
     at: float  # time.time() of the poll that saw it
     fatal: bool  # True: the device leaves scheduling
 
-    FIELDS = ("device_id", "kind", "code", "reason", "at", "fatal")
-
     def __post_init__(self) -> None:
-        HealthEvent.from_json(self.to_json())  # a value that could not be read back is never made
+        _line(self.device_id, "device_id", MAX_ID_CHARS)
+        if not _KIND.match(_line(self.kind, "kind", 64)):
+            raise ReadError(f"{show(self.kind)} is not a kind (a lower-case word: letters, digits, '_', '-')", "kind")
+        if self.code is not None:
+            _line(self.code, "code", MAX_CODE_CHARS)
+        _line(self.reason, "reason", MAX_TEXT_CHARS)
+        _check_time(self.at, "at")
+        Node(self.fatal, "fatal").bool()
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "device_id": self.device_id,
-            "kind": self.kind,
-            "code": self.code,
-            "reason": self.reason,
-            "at": self.at,
-            "fatal": self.fatal,
-        }
+        return typing.cast(dict[str, object], dump(self))
 
     @classmethod
     def from_json(cls, data: object, where: str = "") -> HealthEvent:
-        d = _object(data, where, cls.FIELDS)
-        code = d["code"]
-        fatal = d["fatal"]
-        if not isinstance(fatal, bool):
-            raise HealthDataError(f"{_at(where, 'fatal')}: {fatal!r} is not true or false")
-        out = object.__new__(cls)
-        values = {
-            "device_id": _text(d["device_id"], _at(where, "device_id"), MAX_ID_CHARS),
-            "kind": _kind(d["kind"], _at(where, "kind")),
-            "code": None if code is None else _text(code, _at(where, "code"), MAX_CODE_CHARS),
-            "reason": _text(d["reason"], _at(where, "reason"), MAX_TEXT_CHARS),
-            "at": _time(d["at"], _at(where, "at")),
-            "fatal": fatal,
-        }
-        for name, value in values.items():
-            object.__setattr__(out, name, value)
-        return out
+        return load(cls, data, where)
 
     def same(self, other: HealthEvent | None) -> bool:
         """The same condition (device, kind and code), whenever seen."""
@@ -179,45 +111,22 @@ class DeviceHealth:
     last_event: HealthEvent | None
     healthy_again: str  # what makes it healthy again, in words ("" while healthy)
 
-    FIELDS = ("device_id", "state", "since", "last_event", "healthy_again")
-
     def __post_init__(self) -> None:
-        DeviceHealth.from_json(self.to_json())
+        _line(self.device_id, "device_id", MAX_ID_CHARS)
+        Node(self.state, "state").enum(Health)
+        _check_time(self.since, "since")
+        if self.last_event is not None and self.last_event.device_id != self.device_id:
+            raise ReadError(
+                f"{self.last_event.device_id!r} is not the device {self.device_id!r}", "last_event.device_id"
+            )
+        _line(self.healthy_again, "healthy_again", MAX_TEXT_CHARS, empty=True)
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "device_id": self.device_id,
-            "state": self.state.value,
-            "since": self.since,
-            "last_event": None if self.last_event is None else self.last_event.to_json(),
-            "healthy_again": self.healthy_again,
-        }
+        return typing.cast(dict[str, object], dump(self))
 
     @classmethod
     def from_json(cls, data: object, where: str = "") -> DeviceHealth:
-        d = _object(data, where, cls.FIELDS)
-        state = d["state"]
-        names = [h.value for h in Health]
-        if not isinstance(state, str) or state not in names:
-            raise HealthDataError(f"{_at(where, 'state')}: {state!r} is not one of {', '.join(names)}")
-        device_id = _text(d["device_id"], _at(where, "device_id"), MAX_ID_CHARS)
-        last = d["last_event"]
-        event = None if last is None else HealthEvent.from_json(last, _at(where, "last_event"))
-        if event is not None and event.device_id != device_id:
-            raise HealthDataError(
-                f"{_at(where, 'last_event.device_id')}: {event.device_id!r} is not the device {device_id!r}"
-            )
-        out = object.__new__(cls)
-        values = {
-            "device_id": device_id,
-            "state": Health(state),
-            "since": _time(d["since"], _at(where, "since")),
-            "last_event": event,
-            "healthy_again": _text(d["healthy_again"], _at(where, "healthy_again"), MAX_TEXT_CHARS, empty=True),
-        }
-        for name, value in values.items():
-            object.__setattr__(out, name, value)
-        return out
+        return load(cls, data, where)
 
 
 @dataclass(frozen=True)
@@ -229,44 +138,22 @@ class HealthReport:
     events: tuple[HealthEvent, ...]  # new this poll (fatal and non-fatal)
     errors: tuple[str, ...]  # a source that could not be read, with its cause
 
-    FIELDS = ("at", "devices", "events", "errors")
-
     def __post_init__(self) -> None:
-        HealthReport.from_json(self.to_json())
+        _check_time(self.at, "at")
+        seen: set[str] = set()
+        for i, dev in enumerate(self.devices):
+            if dev.device_id in seen:
+                raise ReadError(f"{dev.device_id!r} is listed twice", f"devices[{i}].device_id")
+            seen.add(dev.device_id)
+        for i, error in enumerate(self.errors):
+            _line(error, f"errors[{i}]", MAX_TEXT_CHARS)
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "at": self.at,
-            "devices": [d.to_json() for d in self.devices],
-            "events": [e.to_json() for e in self.events],
-            "errors": list(self.errors),
-        }
+        return typing.cast(dict[str, object], dump(self))
 
     @classmethod
     def from_json(cls, data: object, where: str = "") -> HealthReport:
-        d = _object(data, where, cls.FIELDS)
-        devices = tuple(
-            DeviceHealth.from_json(x, f"{_at(where, 'devices')}[{i}]")
-            for i, x in enumerate(_list(d["devices"], _at(where, "devices")))
-        )
-        seen: set[str] = set()
-        for i, dev in enumerate(devices):
-            if dev.device_id in seen:
-                raise HealthDataError(f"{_at(where, 'devices')}[{i}].device_id: {dev.device_id!r} is listed twice")
-            seen.add(dev.device_id)
-        events = tuple(
-            HealthEvent.from_json(x, f"{_at(where, 'events')}[{i}]")
-            for i, x in enumerate(_list(d["events"], _at(where, "events")))
-        )
-        errors = tuple(
-            _text(x, f"{_at(where, 'errors')}[{i}]", MAX_TEXT_CHARS)
-            for i, x in enumerate(_list(d["errors"], _at(where, "errors")))
-        )
-        out = object.__new__(cls)
-        for name, value in (("at", _time(d["at"], _at(where, "at"))), ("devices", devices), ("events", events)):
-            object.__setattr__(out, name, value)
-        object.__setattr__(out, "errors", errors)
-        return out
+        return load(cls, data, where)
 
     def device(self, device_id: str) -> DeviceHealth:
         """This poll's verdict on `device_id` (a `KeyError` naming it when the report has none)."""

@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import enum
 import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TypeVar
 
 from ray_accel.core import validate
 from ray_accel.core.errors import InputError
-from ray_accel.core.files import UnreadableFile, read_bytes
-from ray_accel.core.health import DeviceHealth, HealthDataError, HealthEvent
+from ray_accel.core.health import DeviceHealth, HealthEvent
+from ray_accel.core.reader import Node, ReadError, parse_json, read_file
 
 VERSION = 1
 HEALTH_FILE = "health.json"
@@ -32,9 +30,10 @@ MAX_TEXT = 4096
 MIN_INTERVAL_S = 0.1
 MAX_INTERVAL_S = 3600.0
 MAX_DEADLINE_S = 7 * 24 * 3600.0
+MAX_TIME = 1e11
 
 
-class HealthFileError(InputError):
+class HealthFileError(ReadError):
     """`health.json` does not fit its schema."""
 
 
@@ -70,12 +69,11 @@ class HealthSettings:
 
     @classmethod
     def from_json(cls, data: object, where: str = "health") -> HealthSettings:
-        obj = _mapping(data, where)
-        _only(obj, {"action", "interval_s", "drain_deadline_s"}, where)
+        obj = Node(data, where).only({"action", "interval_s", "drain_deadline_s"})
         return cls(
-            action=_enum(Action, obj.get("action"), f"{where}.action"),
-            interval_s=_number(obj.get("interval_s"), f"{where}.interval_s", MIN_INTERVAL_S, MAX_INTERVAL_S),
-            drain_deadline_s=_number(obj.get("drain_deadline_s"), f"{where}.drain_deadline_s", 0.0, MAX_DEADLINE_S),
+            action=obj.at("action", None).enum(Action),
+            interval_s=obj.at("interval_s", None).number(MIN_INTERVAL_S, MAX_INTERVAL_S),
+            drain_deadline_s=obj.at("drain_deadline_s", None).number(0.0, MAX_DEADLINE_S),
         )
 
 
@@ -110,27 +108,24 @@ class PartitionHealth:
 
     @classmethod
     def from_json(cls, data: object, where: str) -> PartitionHealth:
-        obj = _mapping(data, where)
-        _only(obj, {f.name for f in PARTITION_FIELDS}, where)
-        name = _text(obj.get("partition"), f"{where}.partition")
+        obj = Node(data, where).only({f.name for f in PARTITION_FIELDS})
+        name = obj.at("partition", None)
         try:
-            validate.partition_name(name)
+            validate.partition_name(name.text())
         except InputError as e:
-            raise HealthFileError(f"{where}.partition: {e}") from None
-        node_id = obj.get("node_id")
-        deadline = obj.get("deadline")
-        target = obj.get("target")
+            name.fail(str(e))
+        node_id, deadline, target = (obj.at(k, None).optional() for k in ("node_id", "deadline", "target"))
         return cls(
-            partition=name,
-            state=_enum(PartState, obj.get("state"), f"{where}.state"),
-            since=_time(obj.get("since"), f"{where}.since"),
-            devices=_texts(obj.get("devices"), f"{where}.devices"),
-            out=_texts(obj.get("out"), f"{where}.out"),
-            node_id=None if node_id is None else _text(node_id, f"{where}.node_id"),
-            detail=_text(obj.get("detail"), f"{where}.detail", empty=True),
-            deadline=None if deadline is None else _time(deadline, f"{where}.deadline"),
-            target=None if target is None else _texts(target, f"{where}.target"),
-            head=_bool(obj.get("head", False), f"{where}.head"),
+            partition=name.text(),
+            state=obj.at("state", None).enum(PartState),
+            since=obj.at("since", None).number(0.0, MAX_TIME),
+            devices=obj.at("devices", None).texts(),
+            out=obj.at("out", None).texts(),
+            node_id=None if node_id is None else node_id.text(),
+            detail=obj.at("detail", None).text(empty=True),
+            deadline=None if deadline is None else deadline.number(0.0, MAX_TIME),
+            target=None if target is None else target.texts(),
+            head=obj.at("head", False).bool(),
         )
 
 
@@ -197,20 +192,13 @@ def parse_health(raw: bytes | str, source: str) -> HostHealth:
     """The health state in `raw` (the bytes of `source`), or `HealthFileError`
     naming `source` and what does not fit."""
     try:
-        text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
-        data = json.loads(text, parse_constant=_no_constant)
-    except UnicodeDecodeError as e:
-        raise HealthFileError(f"health file {source} is not UTF-8 text ({e.reason} at byte {e.start})") from None
-    except RecursionError:
-        raise HealthFileError(f"health file {source} is not valid JSON: nested too deeply") from None
-    except ValueError as e:
-        raise HealthFileError(f"health file {source} is not valid JSON: {e}") from None
+        data = parse_json(raw, f"health file {source}")
+    except ReadError as e:
+        raise HealthFileError(str(e)) from None
     try:
-        return _health(data)
-    except (HealthFileError, HealthDataError) as e:
+        return _health(Node(data))
+    except ReadError as e:
         raise HealthFileError(f"health file {source} does not fit: {e}") from None
-    except RecursionError:
-        raise HealthFileError(f"health file {source} does not fit: nested too deeply") from None
 
 
 def read_health(directory: Path) -> HostHealth | None:
@@ -218,151 +206,45 @@ def read_health(directory: Path) -> HostHealth | None:
     `HealthFileError` naming it when it cannot be used."""
     path = directory / HEALTH_FILE
     try:
-        raw = read_bytes(path, MAX_BYTES, follow=False)
-    except FileNotFoundError:
-        return None
-    except (UnreadableFile, OSError) as e:
-        raise HealthFileError(f"health file {path}: {e}") from None
-    return parse_health(raw, str(path))
+        raw = read_file(path, f"health file {path}", MAX_BYTES)
+    except ReadError as e:
+        raise HealthFileError(str(e)) from None
+    return None if raw is None else parse_health(raw, str(path))
 
 
-def _health(data: object) -> HostHealth:
-    obj = _mapping(data, "")
-    _only(
-        obj,
-        {
-            "version",
-            "at",
-            "action",
-            "interval_s",
-            "drain_deadline_s",
-            "polls",
-            "devices",
-            "events",
-            "partitions",
-            "counters",
-            "errors",
-        },
-        "",
-    )
-    version = obj.get("version")
+_TOP = {"version", "at", "action", "interval_s", "drain_deadline_s", "polls", "devices", "events", "partitions"}
+
+
+def _health(obj: Node) -> HostHealth:
+    obj.only({*_TOP, "counters", "errors"})
+    version = obj.mapping().get("version")
     if version != VERSION or isinstance(version, bool):
-        raise HealthFileError(f"version: {version!r}; this ray-accel reads version {VERSION}")
+        raise ReadError(f"{version!r}; this ray-accel reads version {VERSION}", "version")
     settings = HealthSettings.from_json(
-        {k: obj.get(k) for k in ("action", "interval_s", "drain_deadline_s")}, "settings"
+        {k: obj.mapping().get(k) for k in ("action", "interval_s", "drain_deadline_s")}, "settings"
     )
-    devices = tuple(
-        DeviceHealth.from_json(d, f"devices[{i}]") for i, d in enumerate(_list(obj.get("devices"), "devices"))
-    )
+    devices = tuple(DeviceHealth.from_json(d.data, d.path) for d in obj.at("devices", None).list())
     ids = [d.device_id for d in devices]
     dup = next((d for d in ids if ids.count(d) > 1), None)
     if dup is not None:
-        raise HealthFileError(f"devices: {dup!r} appears twice")
-    parts = tuple(
-        PartitionHealth.from_json(p, f"partitions[{i}]")
-        for i, p in enumerate(_list(obj.get("partitions"), "partitions"))
-    )
+        raise ReadError(f"{dup!r} appears twice", "devices")
+    parts = tuple(PartitionHealth.from_json(p.data, p.path) for p in obj.at("partitions", None).list())
     names = [p.partition for p in parts]
     dup = next((n for n in names if names.count(n) > 1), None)
     if dup is not None:
-        raise HealthFileError(f"partitions: {dup!r} appears twice")
-    events = tuple(
-        HealthEvent.from_json(e, f"events[{i}]") for i, e in enumerate(_list(obj.get("events", []), "events"))
-    )
-    counters_raw = _mapping(obj.get("counters", {}), "counters")
-    if len(counters_raw) > MAX_ITEMS:
-        raise HealthFileError(f"counters: {len(counters_raw)} devices, more than {MAX_ITEMS}")
-    counters: dict[str, dict[str, int]] = {}
-    for device, row in counters_raw.items():
-        where = f"counters.{_text(device, 'counters')}"
-        row_map = _mapping(row, where)
-        if len(row_map) > MAX_ITEMS:
-            raise HealthFileError(f"{where}: more than {MAX_ITEMS} counters")
-        counters[device] = {_text(k, where): _int(v, f"{where}.{k}", 0, 1 << 62) for k, v in row_map.items()}
+        raise ReadError(f"{dup!r} appears twice", "partitions")
+    events = tuple(HealthEvent.from_json(e.data, e.path) for e in obj.at("events", []).list())
+    counters = {
+        Node(device, "counters").text(): {Node(k, row.path).text(): v.int(0, 1 << 62) for k, v in row.items(MAX_ITEMS)}
+        for device, row in obj.at("counters", {}).items(MAX_ITEMS)
+    }
     return HostHealth(
-        at=_time(obj.get("at"), "at"),
+        at=obj.at("at", None).number(0.0, MAX_TIME),
         settings=settings,
         devices=devices,
         partitions=parts,
         events=events[-MAX_EVENTS:],
         counters=counters,
-        polls=_int(obj.get("polls", 0), "polls", 0, 1 << 62),
-        errors=_texts(obj.get("errors", []), "errors"),
+        polls=obj.at("polls", 0).int(0, 1 << 62),
+        errors=obj.at("errors", []).texts(),
     )
-
-
-# ------------------------------------------------------------- primitives
-
-
-def _no_constant(name: str) -> float:
-    raise ValueError(f"{name} is not a number JSON allows")
-
-
-def _show(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _only(obj: Mapping[str, object], allowed: set[str], where: str) -> None:
-    unknown = sorted(set(obj) - allowed)
-    if unknown:
-        raise HealthFileError(f"{where or 'file'}: unknown key {unknown[0]!r}")
-
-
-def _mapping(data: object, where: str) -> Mapping[str, object]:
-    if not isinstance(data, dict):
-        raise HealthFileError(f"{where or 'file'}: expected an object, got {_show(data)}")
-    return data
-
-
-def _list(data: object, where: str) -> list[object]:
-    if not isinstance(data, list):
-        raise HealthFileError(f"{where}: expected a list, got {_show(data)}")
-    if len(data) > MAX_ITEMS:
-        raise HealthFileError(f"{where}: {len(data)} entries, more than {MAX_ITEMS}")
-    return data
-
-
-def _text(data: object, where: str, empty: bool = False) -> str:
-    if not isinstance(data, str) or len(data) > MAX_TEXT or (not data and not empty):
-        raise HealthFileError(f"{where}: expected 1 to {MAX_TEXT} characters of text, got {_show(data)}")
-    if any(ord(c) < 32 or ord(c) == 127 for c in data):
-        raise HealthFileError(f"{where}: control character in {_show(data)}")
-    return data
-
-
-def _texts(data: object, where: str) -> tuple[str, ...]:
-    return tuple(_text(v, f"{where}[{i}]") for i, v in enumerate(_list(data, where)))
-
-
-def _int(data: object, where: str, lo: int, hi: int) -> int:
-    if not isinstance(data, int) or isinstance(data, bool) or not lo <= data <= hi:
-        raise HealthFileError(f"{where}: expected an integer in {lo}..{hi}, got {_show(data)}")
-    return data
-
-
-def _number(data: object, where: str, lo: float, hi: float) -> float:
-    if not isinstance(data, int | float) or isinstance(data, bool) or not math.isfinite(data) or not lo <= data <= hi:
-        raise HealthFileError(f"{where}: expected a number in {lo:g}..{hi:g}, got {_show(data)}")
-    return float(data)
-
-
-def _time(data: object, where: str) -> float:
-    return _number(data, where, 0.0, 1e11)
-
-
-def _bool(data: object, where: str) -> bool:
-    if not isinstance(data, bool):
-        raise HealthFileError(f"{where}: expected true or false, got {_show(data)}")
-    return data
-
-
-E = TypeVar("E", bound=enum.Enum)
-
-
-def _enum(kind: type[E], data: object, where: str) -> E:
-    try:
-        return kind(data)
-    except ValueError:
-        names = ", ".join(str(m.value) for m in kind)
-        raise HealthFileError(f"{where}: {_show(data)} is not one of {names}") from None

@@ -4,8 +4,10 @@ A host is its name and node IP: two hosts of one name are two hosts."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -27,6 +29,8 @@ from ray_accel.partition.labels import (
     TYPE_LABEL,
 )
 from ray_accel.rayapi.gcs import GcsNode
+from tests.badinput import badinput
+from tests.clirun import run_cli_here
 from tests.conftest import CliRunner
 
 
@@ -231,3 +235,31 @@ def test_other_ids_are_listed_as_they_are(ids: list[str]) -> None:
         ":" in i and i.partition(":")[2].isascii() and i.partition(":")[2].isdigit() for i in ids
     )
     assert compact or text == ",".join(ids)
+
+
+@badinput("exit-code")
+@pytest.mark.parametrize("per_ip", [False, True], ids=["RAYACCEL_STATE_DIR", "per-IP folder"])
+def test_status_of_a_state_folder_it_may_not_read_names_it(
+    per_ip: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    folder = state.home_root() / state.ip_dir("10.0.0.1") if per_ip else tmp_path / "state"
+    folder.mkdir(parents=True)
+    folder.chmod(0o000)  # what a user sees; root reads it anyway, so the refusal is made here too
+    real = os.lstat
+
+    def lstat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if Path(path).parent == folder:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "lstat", lstat)
+    monkeypatch.setattr(state, "local_addresses", lambda: ["10.0.0.1"])
+    env = {"HOME": str(tmp_path / "home")} if per_ip else {"RAYACCEL_STATE_DIR": str(folder)}
+    try:
+        proc = run_cli_here("status", env=env)
+    finally:
+        folder.chmod(0o700)
+    assert proc.returncode == 2, proc
+    assert f"cannot read state directory {folder}: permission denied" in proc.stderr
+    assert "No ray-accel partitions" not in proc.stdout + proc.stderr

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -101,6 +102,24 @@ def test_huge_neuron_ls_values_are_refused_by_name(
     reason = inactive_reason(ls_only(tmp_path, stub, str(bad)))
     assert time.monotonic() - start < 5
     assert named in reason
+
+
+@badinput("unnamed")
+def test_a_huge_neuron_ls_count_is_named_on_a_host_with_dev_nodes(tmp_path: Path, stub: Path) -> None:
+    data = json.loads((FIXTURES / "trn1.2xlarge.json").read_text())
+    data[0]["nc_count"] = 100000000
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data))
+    tree = build_tree(tmp_path / "t", "trn1.2xlarge", core_metrics=False)
+    reason = inactive_reason(ls_only(tmp_path, stub, str(bad), RAYACCEL_NEURON_DEV_ROOT=str(tree.dev_root)))
+    assert "nc_count 100000000 is outside 1..8" in reason, reason
+
+
+@badinput("unnamed")
+def test_two_sysfs_entries_of_one_device_are_named(tmp_path: Path) -> None:
+    tree = build_tree(tmp_path / "t", "trn1.2xlarge", core_metrics=False)
+    shutil.copytree(tree.device_dir(0), tree.device_dir(0).with_name("neuron00"), symlinks=True)
+    assert "neuron0 and neuron00 both name Neuron device 0" in inactive_reason(tree_only(tree))
 
 
 @badinput("unnamed")

@@ -57,7 +57,6 @@ Top level (every key optional; no other key):
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection
 from dataclasses import dataclass
 
@@ -67,8 +66,8 @@ from ray_accel_neuron import limits as neuron_limits
 from ray_accel_neuron import sysfs as neuron_sysfs
 from ray_accel_neuron.runtime import FAMILY as NEURON_FAMILY
 
-from ray_accel.core import files
 from ray_accel.core.errors import InputError
+from ray_accel.core.reader import Node, ReadError, parse_json, read_file, show
 
 FAULTS_ENV = "RAYACCEL_MOCK_FAULTS"
 MAX_BYTES = 1024 * 1024
@@ -108,93 +107,47 @@ class Faults:
     events: tuple[FaultEvent, ...] = ()
 
 
-def _show(value: object) -> str:
-    """A value of the file as an error shows it: its repr, cut short."""
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+def _device(node: Node, devices: Collection[str]) -> str:
+    device = node.text(message="{value} is not a device id")
+    if device not in devices:
+        node.fail(f"{show(device)} is not a device of this mock host")
+    return device
 
 
-def _key(key: str) -> str:
-    """A key of the file as an error names it: itself when short and printable."""
-    return key if key.isprintable() and len(key) <= 40 else _show(key)
-
-
-def _int(value: object, where: str, lo: int, hi: int) -> int:
-    if type(value) is not int:
-        raise FaultFileError(f"{where}: {_show(value)} is not an integer")
-    if not lo <= value <= hi:
-        raise FaultFileError(f"{where}: {value} is outside {lo}..{hi}")
-    return value
-
-
-def _no_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
-    out: dict[str, object] = {}
-    for key, value in pairs:
-        if key in out:
-            raise FaultFileError(f"key {_show(key)} appears twice in one object")
-        out[key] = value
-    return out
-
-
-def _device(value: object, where: str, devices: Collection[str]) -> str:
-    if not isinstance(value, str):
-        raise FaultFileError(f"{where}: {_show(value)} is not a device id")
-    if value not in devices:
-        raise FaultFileError(f"{where}: {_show(value)} is not a device of this mock host")
-    return value
-
-
-def _code(kind: str, value: object, where: str, family: str) -> str:
+def _code(kind: str, node: Node, family: str) -> str:
     allowed = KINDS[family][kind]
     if kind == "xid":
-        return str(_int(value, where, 0, cuda_rule.MAX_XID))
-    if not isinstance(value, str):
-        raise FaultFileError(f"{where}: {_show(value)} is not a string")
+        return str(node.int(0, cuda_rule.MAX_XID))
     if allowed is not None:
-        if value not in allowed:
-            raise FaultFileError(f"{where}: {_show(value)} is not one of {', '.join(allowed)} for kind {_show(kind)}")
-        return value
-    if not value.strip():
-        raise FaultFileError(f"{where}: empty (a component list, or device_unreachable)")
+        return node.one_of(allowed, f"{{value}} is not one of {', '.join(allowed)} for kind {show(kind)}")
+    value = node.text(MAX_BYTES, forbid="")
     if value != value.strip():
-        raise FaultFileError(f"{where}: {_show(value)} has spaces around it")
+        node.fail(f"{show(value)} has spaces around it")
     try:
-        neuron_sysfs.parse_unhealthy_components(value, where)
+        neuron_sysfs.parse_unhealthy_components(value, node.path)
     except neuron_limits.BadData as e:
-        raise FaultFileError(str(e)) from None
+        raise ReadError(str(e)) from None
     return value
 
 
-def _event(data: object, where: str, devices: Collection[str], family: str) -> FaultEvent:
-    if not isinstance(data, dict):
-        raise FaultFileError(f"{where}: {_show(data)} is not an object")
-    for key in data:
-        if key not in EVENT_KEYS:
-            raise FaultFileError(f"{where}.{_key(key)}: unknown key (known: {', '.join(EVENT_KEYS)})")
-    for key in ("device", "kind", "code"):
-        if key not in data:
-            raise FaultFileError(f"{where}.{key}: missing")
+def _event(obj: Node, devices: Collection[str], family: str) -> FaultEvent:
+    obj.only(EVENT_KEYS)
     kinds = KINDS[family]
-    kind = data["kind"]
-    if not isinstance(kind, str) or kind not in kinds:
-        raise FaultFileError(f"{where}.kind: {_show(kind)} is not one of {', '.join(kinds)} (a {family} mock host)")
-    fatal = data.get("fatal")
+    kind = obj.at("kind").one_of(kinds, f"{{value}} is not one of {', '.join(kinds)} (a {family} mock host)")
+    fatal = obj.at("fatal", None).optional()
     if fatal is not None:
-        if not isinstance(fatal, bool):
-            raise FaultFileError(f"{where}.fatal: {_show(fatal)} is not true, false or null")
+        fatal.bool("{value} is not true, false or null")
         if kind != "xid":
-            raise FaultFileError(
-                f"{where}.fatal: {_show(fatal)}: only an xid's rule can be overridden ({kind} is always fatal)"
-            )
-    if "count" in data and kind != "ecc":
-        raise FaultFileError(f"{where}.count: only ecc events have a count ({_show(kind)} has none)")
+            fatal.fail(f"{show(fatal.data)}: only an xid's rule can be overridden ({kind} is always fatal)")
+    if "count" in obj.mapping() and kind != "ecc":
+        obj.at("count").fail(f"only ecc events have a count ({show(kind)} has none)")
     return FaultEvent(
-        device=_device(data["device"], f"{where}.device", devices),
+        device=_device(obj.at("device"), devices),
         kind=kind,
-        code=_code(kind, data["code"], f"{where}.code", family),
-        seq=_int(data.get("seq", 0), f"{where}.seq", 0, MAX_COUNT),
-        count=_int(data.get("count", 1), f"{where}.count", 1, MAX_COUNT),
-        fatal=fatal,
+        code=_code(kind, obj.at("code"), family),
+        seq=obj.at("seq", 0).int(0, MAX_COUNT),
+        count=obj.at("count", 1).int(1, MAX_COUNT),
+        fatal=None if fatal is None else fatal.bool(),
     )
 
 
@@ -206,30 +159,15 @@ def parse_faults(text: str, devices: Collection[str], family: str, where: str = 
     if not text.strip():
         return Faults()
     try:
-        data = json.loads(text, object_pairs_hook=_no_duplicates)
-    except FaultFileError as e:
-        raise FaultFileError(f"{where}: {e}") from None
-    except ValueError as e:
-        raise FaultFileError(f"{where}: not JSON ({e})") from None
-    if not isinstance(data, dict):
-        raise FaultFileError(f"{where}: {type(data).__name__} is not an object")
-    for key in data:
-        if key not in TOP_KEYS:
-            raise FaultFileError(f"{where}: {_key(key)}: unknown key (known: {', '.join(TOP_KEYS)})")
-    lost_list = data.get("lost", [])
-    if not isinstance(lost_list, list):
-        raise FaultFileError(f"{where}: lost: {_show(lost_list)} is not a list")
-    lost = [_device(x, f"{where}: lost[{i}]", devices) for i, x in enumerate(lost_list)]
-    for i, x in enumerate(lost):
-        if x in lost[:i]:
-            raise FaultFileError(f"{where}: lost[{i}]: {x!r} is listed twice")
-    fail = data.get("fail", False)
-    if not isinstance(fail, bool):
-        raise FaultFileError(f"{where}: fail: {_show(fail)} is not true or false")
-    events_list = data.get("events", [])
-    if not isinstance(events_list, list):
-        raise FaultFileError(f"{where}: events: {_show(events_list)} is not a list")
-    events = tuple(_event(x, f"{where}: events[{i}]", devices, family) for i, x in enumerate(events_list))
+        obj = Node(parse_json(text, where, "{source}: not JSON ({error})")).only(TOP_KEYS)
+        lost = [_device(x, devices) for x in obj.at("lost", []).list()]
+        for i, x in enumerate(lost):
+            if x in lost[:i]:
+                raise ReadError(f"{x!r} is listed twice", f"lost[{i}]")
+        fail = obj.at("fail", False).bool()
+        events = tuple(_event(x, devices, family) for x in obj.at("events", []).list())
+    except ReadError as e:
+        raise FaultFileError(str(e) if str(e).startswith(where) else f"{where}: {e}") from None
     seen: set[tuple[str, str, str, int]] = set()
     for i, ev in enumerate(events):
         if ev.kind != "components" and ev.key in seen:
@@ -246,9 +184,8 @@ def load_faults(path: str | None, devices: Collection[str], family: str) -> Faul
     if not path:
         return Faults()
     try:
-        text = files.read_text(path, MAX_BYTES)
-    except FileNotFoundError:
-        return Faults()
-    except OSError as e:
-        raise FaultFileError(f"fault file {path}: {files.describe(e)}") from None
+        raw = read_file(path, f"fault file {path}", MAX_BYTES, follow=True)
+    except ReadError as e:
+        raise FaultFileError(str(e)) from None
+    text = "" if raw is None else raw.decode("utf-8", "replace")
     return parse_faults(text, devices, family, f"fault file {path}")

@@ -92,7 +92,9 @@ def _visible(src: Sources, in_sysfs: set[int], in_ls: set[int] | None, warnings:
                 warnings.append(f"neuron-ls lists {ids_text(unopenable)}, which have no usable node in {src.dev_root}")
         visible = {i: usable[i].path for i in sorted(set(usable) & known)}
         if not visible:
-            reasons = "; ".join(f"{n.path}: {n.reason}" for n in src.dev if not n.usable) or "no match"
+            # A listing that could not be read says why none matched (its bad count, say).
+            unread = f"neuron-ls: {src.ls_error}" if in_ls is None and src.ls_error else "no match"
+            reasons = "; ".join(f"{n.path}: {n.reason}" for n in src.dev if not n.usable) or unread
             raise limits.BadData(f"no Neuron device in {src.dev_root} can be used here ({reasons})")
     elif in_ls is not None:
         visible = dict.fromkeys(sorted(in_ls), "listed by neuron-ls (which opens the devices)")

@@ -162,17 +162,23 @@ class SysfsDevice:
 
 
 def list_device_dirs(neuron_root: str) -> tuple[list[tuple[int, str]], str | None]:
-    """(index, path) of every neuronN entry, or the reason the root cannot be listed."""
+    """(index, path) of every neuronN entry, or the reason the root cannot be
+    listed; `BadData` when two entries name one device (neuron1, neuron01)."""
     try:
         names = os.listdir(neuron_root)
     except OSError as e:
         return [], f"{neuron_root}: {files.describe(e)}"
-    found = []
-    for name in names:
+    found: dict[int, str] = {}
+    for name in sorted(names):
         m = _DEV.match(name)
         if m and len(m.group(1)) <= 9:
-            found.append((int(m.group(1)), os.path.join(neuron_root, name)))
-    return sorted(found), None
+            index = int(m.group(1))
+            if index in found:  # neuron1 and neuron01: which one is the device cannot be told
+                raise limits.BadData(
+                    f"{neuron_root}: {os.path.basename(found[index])} and {name} both name Neuron device {index}"
+                )
+            found[index] = os.path.join(neuron_root, name)
+    return sorted(found.items()), None
 
 
 def _count_core_dirs(path: str) -> int | None:

@@ -1,0 +1,354 @@
+"""The one reader of untrusted input: a file, JSON or TOML text, or a value
+parsed from them, into frozen values.
+
+Everything read from outside (state files, health files, a tool's output, a
+spec file, a value passed on a command line) goes through here, so each check
+is written once and every refusal is a `ReadError` whose message names the
+path of the bad field: `partitions[2].raylet.pid: 'x' is not an integer`.
+
+- `parse_json` / `parse_toml` / `read_file`: the envelope (size bound, UTF-8,
+  nesting depth, bad syntax naming the source).
+- `Node`: a cursor over parsed data that carries its path, for readers whose
+  fields need their own checks.
+- `load` / `dump`: a frozen dataclass from and to JSON-able data, driven by
+  its annotations, for typed values that cross a process boundary.
+"""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import enum
+import json
+import math
+import os
+import tomllib
+import types
+import typing
+from collections.abc import Collection, Iterator, Mapping
+from typing import Any, NoReturn, TypeVar
+
+from ray_accel.core import files
+from ray_accel.core.errors import InputError
+
+T = TypeVar("T")
+E = TypeVar("E", bound=enum.Enum)
+
+MAX_DEPTH = 32  # no input of ours nests deeper; deeper would only feed recursion
+MAX_TEXT = 4096
+MAX_ITEMS = 4096
+CONTROL = "".join(map(chr, [*range(32), 127]))
+LINE_BREAKS = "\r\n\x00"
+_MISSING: Any = object()
+
+
+class ReadError(InputError):
+    """Input that does not fit; `path` names the field (empty: the whole input)."""
+
+    def __init__(self, problem: str, path: str = "") -> None:
+        super().__init__(f"{path}: {problem}" if path else problem)
+        self.problem, self.path = problem, path
+
+
+def show(value: object, limit: int = 60) -> str:
+    """`repr(value)` cut short, so a refusal stays one readable line."""
+    try:
+        text = repr(value)
+    except ValueError:  # an integer past Python's str() digit limit
+        text = f"<{type(value).__name__} too large to show>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def join(path: str, key: str | int) -> str:
+    """The path of `key` under `path`: `a.b`, `a[2]`."""
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{key}" if path else key
+
+
+# ------------------------------------------------------------------ the envelope
+
+
+class _Duplicate(ValueError):
+    pass
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Duplicate(f"key {show(key)} appears twice in one object")
+        out[key] = value
+    return out
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _depth_ok(data: object, limit: int) -> bool:
+    stack = [(data, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict | list):
+            if depth >= limit:
+                return False
+            stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
+    return True
+
+
+def _decode(raw: bytes | str) -> str:
+    try:
+        return raw.decode("utf-8") if isinstance(raw, bytes) else raw
+    except UnicodeDecodeError as e:
+        raise ValueError(f"not UTF-8 text ({e.reason} at byte {e.start})") from None
+
+
+def parse_json(
+    raw: bytes | str, source: str, bad: str = "{source} is not valid JSON: {error}", nan: bool = False
+) -> object:
+    """Strict JSON (no duplicate keys; NaN and Infinity only with `nan`) of at
+    most MAX_DEPTH levels, or `ReadError` worded by `bad` naming `source`."""
+    try:
+        data = json.loads(_decode(raw), object_pairs_hook=_no_duplicates, parse_constant=float if nan else _no_constant)
+        if not _depth_ok(data, MAX_DEPTH):
+            raise RecursionError
+    except RecursionError:
+        raise ReadError(bad.format(source=source, error=f"nested too deeply (more than {MAX_DEPTH} levels)")) from None
+    except ValueError as e:  # JSONDecodeError, a duplicate, NaN, UTF-8, int()'s digit limit
+        raise ReadError(bad.format(source=source, error=e)) from None
+    return data
+
+
+def parse_toml(raw: bytes | str, source: str, bad: str = "malformed TOML in {source}: {error}") -> dict[str, Any]:
+    """A TOML document, with the checks of `parse_json`."""
+    try:
+        data = tomllib.loads(_decode(raw))
+        if not _depth_ok(data, MAX_DEPTH):
+            raise RecursionError
+    except RecursionError:
+        raise ReadError(bad.format(source=source, error="arrays or tables nested too deeply")) from None
+    except tomllib.TOMLDecodeError as e:
+        raise ReadError(bad.format(source=source, error=e)) from None
+    except ValueError as e:  # UTF-8, or int()'s 4300-digit limit, which tomllib lets through
+        error = e if str(e).startswith("not UTF-8") else "a number too long to read"
+        raise ReadError(bad.format(source=source, error=error)) from None
+    return data
+
+
+def read_file(path: str | os.PathLike[str], source: str, max_bytes: int, follow: bool = False) -> bytes | None:
+    """The bytes of the regular file `path` (bounded, never blocking: see
+    `files.read_bytes`), None when there is none, or `ReadError` naming
+    `source` and why it cannot be read."""
+    try:
+        return files.read_bytes(path, max_bytes, follow)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise ReadError(files.describe(e), source) from None
+
+
+# --------------------------------------------------------------------- the cursor
+
+
+class Node:
+    """Parsed data at `path`; each method checks it as one kind of value and
+    returns it, or raises `ReadError` naming the path. `message`, where
+    taken, replaces the standard wording (`{value}` is the value shown)."""
+
+    __slots__ = ("data", "path")
+
+    def __init__(self, data: object, path: str = "") -> None:
+        self.data, self.path = data, path
+
+    def fail(self, problem: str) -> NoReturn:
+        raise ReadError(problem, self.path)
+
+    def _refuse(self, message: str | None, standard: str) -> NoReturn:
+        self.fail((message or standard).format(value=show(self.data)))
+
+    def mapping(self, message: str | None = None) -> Mapping[str, object]:
+        if not isinstance(self.data, dict):
+            self._refuse(message, f"{type(self.data).__name__} is not an object")
+        return self.data
+
+    def only(self, allowed: Collection[str]) -> Node:
+        """This object, with no key beyond `allowed`."""
+        for key in self.mapping():
+            if key not in allowed:
+                raise ReadError(f"unknown key {show(key)}", join(self.path, key if key.isprintable() else show(key)))
+        return self
+
+    def at(self, key: str | builtins.int, default: object = _MISSING) -> Node:
+        """The value under `key` (an index into a list); `default` where absent,
+        else a refusal naming the key as missing."""
+        where = join(self.path, key)
+        if isinstance(key, int):
+            return Node(typing.cast(list[object], self.data)[key], where)
+        data = self.mapping()
+        if key in data:
+            return Node(data[key], where)
+        if default is _MISSING:
+            raise ReadError("missing", where)
+        return Node(default, where)
+
+    def items(self, limit: builtins.int = MAX_ITEMS) -> Iterator[tuple[str, Node]]:
+        data = self.mapping()
+        if len(data) > limit:
+            self.fail(f"{len(data)} entries, more than {limit}")
+        return ((k, Node(v, join(self.path, k))) for k, v in data.items())
+
+    def list(self, limit: builtins.int = MAX_ITEMS, message: str | None = None) -> builtins.list[Node]:
+        if not isinstance(self.data, list):
+            self._refuse(message, "{value} is not a list")
+        if len(self.data) > limit:
+            self.fail(f"{len(self.data)} entries, more than {limit}")
+        return [Node(v, f"{self.path}[{i}]") for i, v in enumerate(self.data)]
+
+    def texts(self, limit: builtins.int = MAX_TEXT, count: builtins.int = MAX_ITEMS) -> tuple[str, ...]:
+        """A list of at most `count` strings, each as `text` reads it."""
+        return tuple(v.text(limit) for v in self.list(count))
+
+    def optional(self) -> Node | None:
+        """None for a null, else this node."""
+        return None if self.data is None else self
+
+    def text(
+        self,
+        limit: builtins.int = MAX_TEXT,
+        empty: builtins.bool = False,
+        forbid: str = CONTROL,
+        message: str | None = None,
+    ) -> str:
+        """A string of at most `limit` characters (at least one unless `empty`)
+        holding none of `forbid` (control characters, by default)."""
+        value = self.data
+        if not isinstance(value, str):
+            self._refuse(message, "{value} is not a string")
+        if not value and not empty:
+            self._refuse(message, "empty")
+        if len(value) > limit:
+            self._refuse(message, f"{len(value)} characters, more than {limit}")
+        if forbid and any(c in forbid for c in value):
+            self._refuse(message, "{value} is not one line of text")
+        return value
+
+    def int(self, lo: builtins.int, hi: builtins.int, message: str | None = None) -> builtins.int:
+        value = self.data
+        if type(value) is not int:
+            self._refuse(message, "{value} is not an integer")
+        if not lo <= value <= hi:
+            self._refuse(message, f"{{value}} is outside {lo}..{hi}")
+        return value
+
+    def number(self, lo: float = -math.inf, hi: float = math.inf, message: str | None = None) -> float:
+        """A finite number in lo..hi, as a float."""
+        value = self.data
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            self._refuse(message, "{value} is not a number")
+        if not math.isfinite(value) or not lo <= value <= hi:
+            self._refuse(message, f"{{value}} is outside {lo:g}..{hi:g}")
+        return float(value)
+
+    def bool(self, message: str | None = None) -> builtins.bool:
+        if not isinstance(self.data, bool):
+            self._refuse(message, "{value} is not true or false")
+        return self.data
+
+    def one_of(self, choices: Collection[str], message: str | None = None) -> str:
+        if not isinstance(self.data, str) or self.data not in choices:
+            self._refuse(message, f"{{value}} is not one of {', '.join(choices)}")
+        return self.data
+
+    def enum(self, kind: type[E]) -> E:
+        try:
+            return kind(self.data)
+        except ValueError:
+            self.fail(f"{show(self.data)} is not one of {', '.join(str(m.value) for m in kind)}")
+
+
+# ------------------------------------------------------------- typed values
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _load(kind: Any, node: Node) -> Any:
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin in (typing.Union, types.UnionType):
+        if node.data is None and type(None) in args:
+            return None
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) != 1:
+            raise TypeError(f"cannot read a value of type {kind}")
+        return _load(rest[0], node)
+    if origin is tuple:
+        items = node.list(1 << 20, f"{type(node.data).__name__} is not a list")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_load(args[0], item) for item in items)
+        if len(items) != len(args):
+            node.fail(f"expected {len(args)} entries, got {len(items)}")
+        return tuple(_load(a, item) for a, item in zip(args, items, strict=True))
+    if origin is typing.Literal:
+        if node.data not in args or type(node.data) is not type(args[args.index(node.data)]):
+            node.fail(f"{show(node.data)} is not one of {', '.join(map(str, args))}")
+        return node.data
+    if kind is type(None):
+        if node.data is not None:
+            node.fail(f"{show(node.data)} is not null")
+        return None
+    if isinstance(kind, type) and issubclass(kind, enum.Enum):
+        return node.enum(kind)
+    if dataclasses.is_dataclass(kind) and isinstance(kind, type):
+        return _load_object(kind, node)
+    readers: dict[Any, Any] = {
+        bool: Node.bool,
+        int: lambda n: n.int(-(1 << 63), (1 << 64) - 1),
+        # Any int or float, kept as given: a value's own checks bound it.
+        float: lambda n: n.data if type(n.data) in (int, float) else n.fail(f"{show(n.data)} is not a number"),
+        str: lambda n: n.text(1 << 20, empty=True, forbid=""),
+    }
+    if kind not in readers:
+        raise TypeError(f"cannot read a value of type {kind}")
+    return readers[kind](node)
+
+
+def _load_object(cls: type[T], node: Node) -> T:
+    fields = [f for f in dataclasses.fields(cls) if f.init]  # type: ignore[arg-type]
+    node.only([f.name for f in fields])
+    hints = _hints(cls)
+    values = {}
+    for f in fields:
+        has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+        if f.name in node.mapping() or not has_default:
+            values[f.name] = _load(hints[f.name], node.at(f.name))
+    try:
+        return cls(**values)
+    except ReadError as e:  # the value's own checks, which name its field
+        raise type(e)(e.problem, join(node.path, e.path) if e.path else node.path) from None
+    except ValueError as e:
+        node.fail(str(e))
+
+
+def load(cls: type[T], data: object, where: str = "") -> T:
+    """The frozen dataclass `cls` from JSON-able `data` (as `dump` writes it),
+    read by its annotations: int, float, str, bool, None, unions with None,
+    tuple[X, ...] and fixed tuples, Enum, Literal and nested dataclasses.
+    Absent fields take their defaults; an unknown key, a missing field or a
+    value of the wrong kind is a `ReadError` naming its path under `where`."""
+    return typing.cast(T, _load(cls, Node(data, where)))
+
+
+def dump(value: object) -> object:
+    """`value` as JSON-able data: a dataclass as an object of its fields, an
+    enum as its value, a tuple as a list. `load` reads it back."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: dump(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, tuple | list):
+        return [dump(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): dump(v) for k, v in value.items()}
+    return value
