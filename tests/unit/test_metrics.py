@@ -478,3 +478,63 @@ def test_top_keys_raylets_by_host_name_and_ip(rows: list[tuple[str, str, str, bo
     for p in got:
         name, ip, part, _ = by_id[p["node_id"]]
         assert (p["host"], p["ip"], p["partition"]) == (host_key(name, ip), ip, part)
+
+
+# ---------------------------------------------------------------- the exporter's backend
+
+
+class _Gauge:
+    def __init__(self, name: str, description: str, tag_keys: tuple[str, ...]) -> None:
+        self.values: list[tuple[float, dict[str, str]]] = []
+
+    def set(self, value: float, tags: dict[str, str]) -> None:
+        self.values.append((value, tags))
+
+
+def test_an_exporter_runs_no_discovery_and_probes_only_its_spec_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The exporter's backend is the one its raylet's bridge spec names,
+    loaded by name: discovery never runs (it would probe every installed
+    backend), and the only probe is that backend's own, to find the hardware
+    it samples."""
+    import ray
+    import ray.util.metrics
+    from ray_accel_mock import MockPlugin
+
+    from ray_accel.metrics.export import ExporterEntry, PartitionExporter, entries_from_json, entries_to_json
+    from ray_accel.plugins import discovery, inventory
+
+    discoveries: list[object] = []
+    probes: list[str] = []
+    monkeypatch.setattr(inventory, "discover_plugins", lambda *a, **k: discoveries.append(a) or [])
+    monkeypatch.setattr(discovery, "_activate", lambda *a: discoveries.append(a))
+    monkeypatch.setattr(MockPlugin, "probe", lambda self: probes.append(self.name))
+    monkeypatch.setenv("RAYACCEL_MOCK", "trn1.2xlarge")
+    monkeypatch.setenv(inventory.SPEC_ENV, '[{"backend": "mock"}]')
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: type("Context", (), {"get_node_id": lambda _: "node-a"})())
+    monkeypatch.setattr(ray.util, "get_node_ip_address", lambda: "10.0.0.1")
+    monkeypatch.setattr(ray.util.metrics, "Gauge", _Gauge)
+    inventory.process_backend.cache_clear()
+    try:
+        entry = ExporterEntry("p0", "node-a", ("neuron:0",))
+        assert entries_from_json(entries_to_json([entry])) == [entry]
+        exporter = PartitionExporter(entry, True, 3600.0, None)
+        assert discoveries == [] and probes == ["mock"]
+        assert inventory.process_backend() is exporter.plugin, "found once per process"
+        snap = exporter.snapshot()
+        assert [d["id"] for d in snap["devices"]] == ["neuron:0"] and snap["partition"] == "p0"
+    finally:
+        inventory.process_backend.cache_clear()
+
+
+def test_a_bad_spec_or_entry_is_an_input_error() -> None:
+    from ray_accel.core.errors import InputError
+    from ray_accel.metrics.export import entries_from_json
+    from ray_accel.plugins.inventory import spec_backend
+
+    assert spec_backend(None) is None and spec_backend('[{"backend": "cuda"}]') == "cuda"
+    for bad in ("{", "[{}]", '[{"backend": 3}]'):
+        with pytest.raises(InputError, match="bad RAYACCEL_BRIDGE_SPEC"):
+            spec_backend(bad)
+    for bad in ("{", '[["p0", "n"]]', '[["p0", 1, []]]'):
+        with pytest.raises(InputError, match="bad exporter entries"):
+            entries_from_json(bad)
