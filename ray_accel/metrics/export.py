@@ -276,7 +276,7 @@ class PartitionExporter:
         self.where = Where(HostId(this_host_name(), ray.util.get_node_ip_address()).key, entry.node_id, entry.partition)
         self.g = {key: Gauge(s.name, s.description, s.tags) for key, s in GAUGES.items()}
         self._last: Snapshot | None = None
-        self._health: dict[str, Any] = {}
+        self._health: tuple[HostHealth | None, str | None] = (None, None)
         self._lock = threading.Lock()
         self.sample()
         threading.Thread(target=self._loop, daemon=True, name="ray-accel-metrics").start()
@@ -322,19 +322,18 @@ class PartitionExporter:
             values += health_values(health, self.where.host)
         for key, value, tags in values:
             self.g[key].set(value, tags)
-        extra: dict[str, Any] = {"health": partition_health(health, self.where.partition)}
-        if problem is not None:
-            extra["health_error"] = problem
         with self._lock:
             self._last = snap
-            self._health = extra
+            self._health = (health, problem)
 
     def snapshot(self) -> dict[str, Any]:
         """The latest snapshot as `top` and `status` print it (JSON)."""
         with self._lock:
             if self._last is None:
                 return {}
-            return {**self._last.to_json(), **self._health}
+            health, problem = self._health
+            out = {**self._last.to_json(), "health": partition_health(health, self.where.partition)}
+            return out if problem is None else {**out, "health_error": problem}
 
 
 def deploy(
