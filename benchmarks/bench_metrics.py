@@ -17,10 +17,12 @@ each worker has published its mask as the bridge does for every Ray worker
 memory to it; without, no process holds a device. As an exporter's telemetry
 does, the mock keeps the records it read, and what they hold, and reads them
 again only when the directory changed (every publish renames a file into it)
-or changed less than `masks.SETTLED_NS` ago; it checks every record's
-process against the collection's process table each time. So the first few collections after the
-masks are published read every record, and the median is the steady state of
-workers whose masks have not changed since.
+or changed less than `masks.SETTLED_NS` ago, and checks every record's
+writer through a pidfd it opened when it first saw the record. So the first
+few collections after the masks are published read every record, and the
+median is the steady state of workers whose masks have not changed since.
+The process-table column is the number of processes a collection read: every
+process of the host, the benchmark's and all others.
 
 Baseline (the floor), timed in the same loop, interleaved with the
 collection: `os.open` + `os.read` + `os.close` of `stat` and `statm` for the
@@ -30,9 +32,11 @@ of --repeats interleaved runs.
 
     python benchmarks/bench_metrics.py [--repeats 30] [--quick] [--json]
 
-Target: at 512 workload processes (256 workers), collection/floor at most
-1.5; the last lines say whether each such row meets it (a statement, not an
-assertion: the script never fails on a figure).
+Target: at 128 and at 512 workload processes (64 and 256 workers),
+collection/floor at most 1.2; the last lines say whether each such row meets
+it (a statement, not an assertion: the script never fails on a figure). The
+collection reads every process of the host, the floor only the benchmark's:
+on a host with many other processes the ratio at 128 is mostly theirs.
 
 `--quick`: 3 repeats, the same rows (for CI: it keeps the code path working).
 Ctrl-C or SIGTERM kills each stand-in raylet's whole session (it started
@@ -61,11 +65,11 @@ from ray_accel_mock import MockPlugin, load_spec
 from benchmarks.harness import run_main, shielded
 from ray_accel.cli.render import render
 from ray_accel.core import masks
-from ray_accel.core.processes import ProcessRecord, children_map, descendants, snapshot
-from ray_accel.metrics.collect import collect
+from ray_accel.core.processes import ProcessRecord, children_map, descendants, process_table, snapshot
+from ray_accel.metrics.collect import Snapshot, Where, collect
 
-TARGET_PROCESSES = 512
-TARGET_RATIO = 1.5
+TARGET_PROCESSES = (128, 512)
+TARGET_RATIO = 1.2
 
 # The stand-in raylet: N workers titled like Ray's, each a shell with one child.
 RAYLET = r"""
@@ -166,16 +170,22 @@ def measure(preset: str, n: int, with_masks: bool, repeats: int) -> dict[str, ob
     with fake_raylet(n) as (raylet, workers, tree):
         if with_masks:
             publish_for(workers, 1, len(cores))
-        snap = collect(telemetry, devices, "p0", accel, raylet, set(), "bench", "node")
+        where = Where("bench", "node", "p0")
+
+        def collection() -> tuple[int, Snapshot]:
+            """What an exporter does per sample, and the number of processes it read."""
+            table = process_table()
+            return len(table), collect(telemetry, devices, accel, raylet, (), table, where)
+
+        table, snap = collection()
         assert len(snap.workloads) == n and sum(len(w.processes) for w in snap.workloads) == 2 * n, snap
         held = sum(1 for w in snap.workloads if w.device_memory_bytes)
         assert held == (n if with_masks else 0), held
         coll, f_os, f_open = [], [], []
         for _ in range(repeats):
-            coll.append(timed(collect, telemetry, devices, "p0", accel, raylet, set(), "bench", "node"))
+            coll.append(timed(collection))
             f_os.append(timed(floor_os, tree))
             f_open.append(timed(floor_open, tree))
-        table = len(snapshot())
     c, fo, fp = (statistics.median(x) for x in (coll, f_os, f_open))
     return {
         "host": preset,
@@ -250,7 +260,7 @@ def main() -> None:
         )
     )
     for r in rows:
-        if r["processes"] == TARGET_PROCESSES:
+        if r["processes"] in TARGET_PROCESSES:
             ratio = float(r["ratio"])  # type: ignore[arg-type]
             verdict = "meets" if ratio <= TARGET_RATIO else "MISSES"
             print(

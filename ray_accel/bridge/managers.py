@@ -41,13 +41,13 @@ from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.visibility import VisibilityError, format_mask, parse_visible_ids
 from ray_accel.partition.plan import Partition
 from ray_accel.plugins.interface import NOSET_PREFIX, DevicePlugin
+from ray_accel.plugins.inventory import SPEC_ENV as SPEC_ENV
 from ray_accel.plugins.traits import DeviceTraits
 from ray_accel.rayapi import accelerators
 from ray_accel.rayapi.feature import RayApiMissing, ray_version
 
 log = logging.getLogger(__name__)
 
-SPEC_ENV = "RAYACCEL_BRIDGE_SPEC"
 PRELOAD_ENV = "RAY_preload_python_modules"
 UNIT_RESOURCES_ENV = "RAY_custom_unit_instance_resources"
 AUTOINSTALL_MODULE = "ray_accel.bridge.autoinstall"

@@ -41,6 +41,7 @@ from ray_accel.cluster.startargs import flag_value, ray_start_args, validate_ray
 from ray_accel.core import validate
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.numa import format_cpulist
+from ray_accel.metrics.export import ExporterEntry
 from ray_accel.partition.inherited import inherited_mask, plan_within_mask
 from ray_accel.partition.labels import topology_labels
 from ray_accel.partition.plan import Partition, Plan
@@ -341,9 +342,9 @@ def host_level_partition(record: HostRecord) -> str | None:
     return serving[0] if serving else None
 
 
-def exporter_entries(parts: Sequence[PartitionEntry]) -> list[dict[str, object]]:
+def exporter_entries(parts: Sequence[PartitionEntry]) -> list[ExporterEntry]:
     """What an exporter is told of its partition: the devices its raylet serves."""
-    return [{**p.to_json(), "device_ids": list(p.serving.device_ids)} for p in parts if p.node_id]
+    return [ExporterEntry(p.name, p.node_id, tuple(p.serving.device_ids)) for p in parts if p.node_id]
 
 
 def deploy_metrics(record: HostRecord, parts: Sequence[PartitionEntry], progress: Progress) -> HostRecord:

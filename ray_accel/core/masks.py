@@ -17,7 +17,7 @@ import tempfile
 import time
 from collections.abc import Collection, Iterable, Mapping
 
-from ray_accel.core.processes import ProcessRecord, ProcessTable, alive_all, read_small
+from ray_accel.core.processes import ProcessRecord, current, read_small
 
 log = logging.getLogger(__name__)
 
@@ -79,28 +79,23 @@ def read_records(directory: str) -> dict[int, tuple[str, int]]:
     return out
 
 
-def live_masks(
-    records: Mapping[int, tuple[str, int]], pids: Collection[int] | None = None, table: ProcessTable | None = None
-) -> dict[int, str]:
+def live_masks(records: Mapping[int, tuple[str, int]], pids: Collection[int] | None = None) -> dict[int, str]:
     """PID -> mask of each record (of `pids` only, if given) whose writer is
-    still the process that wrote it (as `table` shows it, if given)."""
+    still the process that wrote it."""
     if pids is None:
         chosen: Iterable[int] = records
     elif len(pids) < len(records):
         chosen = [p for p in pids if p in records]
     else:
         chosen = [p for p in records if p in pids]
-    starts = {pid: records[pid][1] for pid in chosen}
-    return {pid: records[pid][0] for pid in alive_all(starts, table)}
+    return {pid: records[pid][0] for pid in chosen if current(pid, records[pid][1]) is not None}
 
 
-def all_published(pids: Collection[int] | None = None, table: ProcessTable | None = None) -> dict[int, str]:
+def all_published(pids: Collection[int] | None = None) -> dict[int, str]:
     """PID -> mask of every live process that published one (of `pids` only,
     if given). One listing of the directory, so a process that never
-    published costs nothing: most processes of a tree hold no device.
-    `table`: the process table the caller read already, to tell a live
-    process from a dead one without reading its stat line again."""
-    return live_masks(read_records(mask_dir()), pids, table)
+    published costs nothing: most processes of a tree hold no device."""
+    return live_masks(read_records(mask_dir()), pids)
 
 
 # Kernel file timestamps come from a clock that advances once per tick (at
@@ -118,7 +113,7 @@ class PublishedMasks:
     it, which changes the directory's mtime and ctime; a record written in
     place by something else is seen at the next change of the directory.
     The records say nothing of liveness: the caller checks their writers on
-    every use (`live_masks`, `processes.alive_all`), so a process that ended
+    every use (`live_masks`, the mock's telemetry), so a process that ended
     or a reused PID is never attributed a mask."""
 
     def __init__(self) -> None:

@@ -19,8 +19,3 @@ class DeviceSample(NamedTuple):
     # None: unknown (no health source, or it could not be read); never assumed healthy.
     healthy: bool | None = None
     health_reason: str | None = None
-
-
-class ProcessSample(NamedTuple):
-    pid: int
-    device_memory_bytes: dict[str, int]  # device id -> bytes held by this process

@@ -13,7 +13,6 @@ partition stopped, nothing of it running.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -29,6 +28,7 @@ from ray_accel.core.devices import Device
 from ray_accel.core.errors import RayAccelError
 from ray_accel.core.hosts import HostId
 from ray_accel.health import driver_ops
+from ray_accel.metrics.export import entries_to_json
 from ray_accel.partition.labels import CONNECTED_LABEL, CORES_LABEL, DEVICES_LABEL, LINKS_LABEL, topology_labels
 from ray_accel.partition.plan import Partition
 from ray_accel.rayapi import gcs as rayapi_gcs
@@ -207,7 +207,7 @@ def redeploy_exporters(record: HostRecord, names: Sequence[str], progress: Progr
         "--address",
         record.gcs_address,
         "--entries",
-        json.dumps(exporter_entries(parts)),
+        entries_to_json(exporter_entries(parts)),
         "--state-dir",
         str(state.place_of(record).directory),
     ]

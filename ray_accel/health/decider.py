@@ -45,8 +45,8 @@ from ray_accel.core.health_state import (
 )
 from ray_accel.health import actions, rules
 from ray_accel.health.requests import take_requests
-from ray_accel.plugins.discovery import load_plugin
 from ray_accel.plugins.interface import HealthMonitor
+from ray_accel.plugins.inventory import process_backend
 
 log = logging.getLogger("ray_accel.health.decider")
 
@@ -222,10 +222,10 @@ def build(place: state.Place, created: float) -> Decider:
     if record is None or record.created != created:
         raise RayAccelError(f"no host record of this start in {place.file}")
     settings = record.health or HealthSettings()
-    plugin = load_plugin(record.spec.backend)
-    why = plugin.probe()
-    devices = plugin.list_devices() if why is None else ()
-    monitor = plugin.health if why is None else None
+    plugin = process_backend()  # the one its spec names: started with it in its environment
+    why = "no backend" if plugin is None else plugin.probe()
+    devices = plugin.list_devices() if plugin is not None and why is None else ()
+    monitor = plugin.health if plugin is not None and why is None else None
     if why is not None:
         say(f"warning: backend {record.spec.backend} is not usable here ({why}): every device is unknown")
     elif monitor is None:

@@ -23,7 +23,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from ray_accel.core.errors import RayAccelError
-from ray_accel.metrics.export import NAMESPACE
+from ray_accel.metrics.export import NAMESPACE, ExporterEntry, entries_from_json
 
 TIMEOUT_S = 180.0
 
@@ -64,10 +64,10 @@ def _keep(address: str, node_id: str) -> None:
         ray.shutdown()
 
 
-def _exporters(address: str, entries: Sequence[Mapping[str, object]], host_level: str | None, state_dir: str) -> None:
+def _exporters(address: str, entries: Sequence[ExporterEntry], host_level: str | None, state_dir: str) -> None:
     from ray_accel.metrics import export
 
-    export.deploy(address, list(entries), host_level_partition=host_level, state_dir=state_dir)
+    export.deploy(address, entries, host_level_partition=host_level, state_dir=state_dir)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -85,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.op == "keep":
         _keep(args.address, args.node_id)
     else:
-        _exporters(args.address, json.loads(args.entries), args.host_level, args.state_dir)
+        _exporters(args.address, entries_from_json(args.entries), args.host_level, args.state_dir)
     print(json.dumps({"ok": True}), flush=True)
     return 0
 

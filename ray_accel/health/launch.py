@@ -20,6 +20,7 @@ from ray_accel.cluster.record import DECIDER_KIND, HostRecord, RayProcess
 from ray_accel.core.errors import RayAccelError
 from ray_accel.core.health_state import HealthFileError, read_health
 from ray_accel.core.processes import ProcessRecord
+from ray_accel.plugins.inventory import SPEC_ENV
 
 LOG_FILE = "decider.log"
 FIRST_POLL_S = 90.0
@@ -51,7 +52,8 @@ def start_decider(record: HostRecord, progress: Progress) -> HostRecord:
         raise RayAccelError(f"cannot write the decider's log {log}: {e}") from None
     started = time.time()
     argv = decider_argv(record, place)
-    proc = procs.spawn(argv, os.environ, fd)
+    # Its backend is the one the raylets' spec names (`process_backend`).
+    proc = procs.spawn(argv, {**os.environ, SPEC_ENV: record.spec.to_env()}, fd)
     # Not yet waited for, so its PID is not reused; its identity is what it
     # was started with (its command line may read empty for a moment after exec).
     found = ProcessRecord.of(proc.pid)

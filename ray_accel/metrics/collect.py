@@ -8,47 +8,42 @@ reading carries its host: partition names (p0, p1, ...) repeat on every host.
 Export to Ray's metrics lives in `ray_accel.metrics.export`.
 
 Cost: one collection reads `/proc/<pid>/stat` once for every process of the
-host (the only way to learn who is whose child) and parses each line's parent
-only; the comm, CPU time, start time and RSS of a process of a worker's tree
-are parsed once and serve its title, its reading and the liveness check of
-its published mask. It reads `cmdline` once for each child of the raylet
-whose name the kernel cut short (its title names the workload; a short title
-is whole in the stat line) and once per orphan, and asks the backend twice
-(device samples, then process memory and holders; the mock reads the mask
-records, and works out what they hold, again only when their directory
-changed, and checks every record's writer against the collection's table,
-handed to it through `processes.table_in_use`). A backend's per-process
-memory is read only, so processes that hold the same share one mapping, and
-this partition's share of each is made once per collection. A source that
-fails is in the snapshot's `errors`, and logged when it starts failing.
+host (the caller's `ProcessTable`: the only way to learn who is whose child)
+and parses each line's parent only; the comm, CPU time and RSS of a process
+of a worker's tree are parsed once and serve its title and its reading. It
+reads `cmdline` once for each child of the raylet whose name the kernel cut
+short (its title names the workload; a short title is whole in the stat
+line) and once per orphan, and asks the backend three times (device samples,
+holders, process memory). A backend's per-process memory is read only, so
+processes that hold the same share one mapping, and this partition's share
+of each is made once per collection. A source that fails is in the
+snapshot's `errors`, and logged when it starts failing.
 `benchmarks/bench_metrics.py` compares it with the floor.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from ray_accel.core.devices import Device
-from ray_accel.core.processes import (
-    CLOCK_TICKS,
-    ProcessTable,
-    ProcStat,
-    Usage,
-    children_map,
-    descendants,
-    process_table,
-    read_small,
-    table_in_use,
-)
+from ray_accel.core.processes import CLOCK_TICKS, ProcessTable, descendants, read_small
 from ray_accel.plugins.interface import Telemetry
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Where:
+    """What every reading of one collection is tagged with."""
+
+    host: str
+    node_id: str
+    partition: str
 
 
 @dataclass(frozen=True)
@@ -218,57 +213,20 @@ def cmdline(pid: int) -> str:
     return raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()
 
 
-def worker_trees(
-    roots: Iterable[int], kids: Mapping[int, Sequence[int]], table: Collection[int]
-) -> dict[int, list[int]]:
-    """Each root still in `table` -> its whole process tree, itself first."""
-    return {r: [r, *descendants(r, kids)] for r in roots if r in table}
-
-
-def _reading(table: Mapping[int, ProcStat]) -> contextlib.AbstractContextManager[None]:
-    """Liveness checks inside a backend's call answer from `table`, when it is a `ProcessTable`."""
-    return table_in_use(table) if isinstance(table, ProcessTable) else contextlib.nullcontext()
-
-
-def process_memory(
-    telemetry: Telemetry, pids: Collection[int], table: Mapping[int, ProcStat]
-) -> tuple[Mapping[int, Mapping[str, int]], list[str]]:
-    """The backend's device memory per process, or none and the reason it failed."""
-    try:
-        with _reading(table):
-            return telemetry.process_device_memory(pids), []
-    except Exception as e:
-        return {}, [f"process device memory unknown: {type(e).__name__}: {e}"]
-
-
 def workload_readings(
-    telemetry: Telemetry | None,
-    roots: Iterable[int],
-    partition: str,
-    mine: set[str],
-    table: Mapping[int, ProcStat] | None = None,
-    host: str = "",
-    titles: Mapping[int, str] | None = None,
-    kids: Mapping[int, Sequence[int]] | None = None,
-    trees: Mapping[int, Sequence[int]] | None = None,
+    telemetry: Telemetry | None, titles: Mapping[int, str], table: ProcessTable, mine: set[str], at: Where
 ) -> tuple[list[WorkloadReading], list[str]]:
-    """One reading per Ray worker, over its whole process tree, from one pass
-    over the process table, and what could not be read. `titles`: the roots'
-    command lines, when the caller has read them already; `trees`:
-    `worker_trees` of the roots, likewise."""
-    roots = list(roots)
-    if not roots:
-        return [], []
-    procs = process_table() if table is None else table
-    if trees is None:
-        if kids is None:
-            kids = procs.children if isinstance(procs, ProcessTable) else children_map(procs.values())
-        trees = worker_trees(roots, kids, procs)
+    """One reading per Ray worker (`titles`: PID -> its title), over its whole
+    process tree as `table` shows it, and what could not be read."""
+    kids = table.children
+    trees = {root: [root, *descendants(root, kids)] for root in titles if root in table}
     held: Mapping[int, Mapping[str, int]] = {}
     errors: list[str] = []
-    if telemetry is not None:
-        held, errors = process_memory(telemetry, [p for tree in trees.values() for p in tree], procs)
-    usage = procs.usage if isinstance(procs, ProcessTable) else _usage_of(procs)
+    if telemetry is not None and trees:
+        try:
+            held = telemetry.process_device_memory([p for tree in trees.values() for p in tree])
+        except Exception as e:
+            errors.append(f"process device memory unknown: {type(e).__name__}: {e}")
     ticks = CLOCK_TICKS
     # This partition's share of each distinct mapping the backend gave, made
     # once: processes with the same mask share one (the mock's do), and the
@@ -278,10 +236,9 @@ def workload_readings(
     out = []
     for root, tree in trees.items():
         readings = []
-        for pid in tree:
-            u = usage(pid)
+        for pid, u in zip(tree, table.usages(tree), strict=True):
             if u is None:
-                continue  # ended since the table was read
+                continue  # malformed line
             h = held.get(pid)
             if h:
                 seen = own.get(id(h))
@@ -292,22 +249,11 @@ def workload_readings(
                 memory = _NONE
             # tuple.__new__: the NamedTuple's own __new__ is a Python call, per process.
             readings.append(_new_tuple(ProcessReading, (pid, u.name, u.cpu_ticks / ticks, u.rss_bytes, memory)))
-        if not readings or readings[0].pid != root:
-            continue  # the worker itself ended
-        line = titles.get(root) if titles is not None else None
-        title = (cmdline(root) if line is None else line).partition(" ")[0] or readings[0].name
-        out.append(_new_tuple(WorkloadReading, (f"{title}[{root}]", host, partition, root, tuple(readings))))
+        if readings and readings[0].pid == root:
+            title = titles[root].partition(" ")[0] or readings[0].name
+            workload = (f"{title}[{root}]", at.host, at.partition, root, tuple(readings))
+            out.append(_new_tuple(WorkloadReading, workload))
     return out, errors
-
-
-def _usage_of(table: Mapping[int, ProcStat]) -> Callable[[int], Usage | None]:
-    """`ProcessTable.usage` for a plain mapping of parsed stats."""
-
-    def usage(pid: int) -> Usage | None:
-        st = table.get(pid)
-        return None if st is None else Usage(st.name, st.state, st.cpu_ticks, st.start_ticks, st.rss_bytes)
-
-    return usage
 
 
 def is_ray_worker(title: str) -> bool:
@@ -323,44 +269,26 @@ def is_ray_worker(title: str) -> bool:
 COMM_MAX = 15
 
 
-def worker_title(pid: int, comm: str) -> str | None:
-    """The title of a raylet's child if it is a Ray worker, else None: from
-    the stat line's comm, read from `cmdline` only where comm may be cut short
-    (Ray's agents, `ray::DashboardAgent`, are told apart only by the full title)."""
-    if not comm.startswith("ray::"):
-        return None
-    title = comm if len(comm) < COMM_MAX else cmdline(pid)
-    return title if is_ray_worker(title) else None
-
-
-def ray_workers(
-    raylet_pid: int, exclude: Collection[int], kids: Mapping[int, Sequence[int]], table: Mapping[int, ProcStat]
-) -> dict[int, str]:
+def ray_workers(raylet_pid: int, exclude: Collection[int], table: ProcessTable) -> dict[int, str]:
     """The worker processes a raylet started (its `ray::` children, less Ray's
-    own agents), with their titles."""
-    # A worker's usage is parsed here once for the whole collection.
-    children = [pid for pid in kids.get(raylet_pid, ()) if pid not in exclude]
-    if isinstance(table, ProcessTable):
-        found = table.usages(children)
-    else:
-        usage = _usage_of(table)
-        found = [usage(pid) for pid in children]
+    own agents), with their titles: from the stat line's comm, read from
+    `cmdline` only where comm may be cut short (Ray's agents,
+    `ray::DashboardAgent`, are told apart only by the full title)."""
+    children = [pid for pid in table.children.get(raylet_pid, ()) if pid not in exclude]
     out = {}
     # A comm shorter than COMM_MAX is the whole title, so its verdict holds
     # for every child that has it: most children share a few.
-    whole: dict[str, str | None] = {}
-    for pid, u in zip(children, found, strict=True):
-        if u is None:
+    whole: dict[str, bool] = {}
+    for pid, u in zip(children, table.usages(children), strict=True):
+        if u is None or not u.name.startswith("ray::"):
             continue
         comm = u.name
         if len(comm) >= COMM_MAX:
-            title = worker_title(pid, comm)
-        elif comm in whole:
-            title = whole[comm]
-        else:
-            title = whole[comm] = worker_title(pid, comm)
-        if title is not None:
-            out[pid] = title
+            title = cmdline(pid)
+            if is_ray_worker(title):
+                out[pid] = title
+        elif whole.setdefault(comm, is_ray_worker(comm)):
+            out[pid] = comm
     return out
 
 
@@ -376,68 +304,56 @@ def orphan_readings(
     telemetry: Telemetry | None,
     mine: Collection[str],
     raylet_pid: int,
-    kids: Mapping[int, Sequence[int]],
-    table: Mapping[int, ProcStat],
-    partition: str,
-    host: str,
-    known: Collection[int] = (),
+    workers: Collection[int],
+    table: ProcessTable,
+    at: Where,
 ) -> tuple[list[OrphanReading], list[str]]:
-    """`known`: PIDs the caller knows are in the raylet's tree (its workers'
-    trees): the raylet's whole tree is walked only if a holder is not among them."""
+    """The holders of `mine` outside the raylet's whole process tree, which is
+    walked only for a holder that is not one of its `workers`."""
     if telemetry is None:
         return [], []
     try:
-        with _reading(table):
-            holders = telemetry.device_holders()
+        holders = telemetry.device_holders()
     except Exception as e:
         return [], [f"device holders unknown: {type(e).__name__}: {e}"]
-    outside = orphan_pids(holders, mine, known)
+    outside = orphan_pids(holders, mine, workers)
     if not outside:
         return [], []
-    workers = {raylet_pid, *descendants(raylet_pid, kids)}
+    tree = {raylet_pid, *descendants(raylet_pid, table.children)}
     out = []
     for device, pid in outside:
-        if pid in workers:
+        if pid in tree:
             continue
-        stat = table.get(pid)
-        command = cmdline(pid) or (stat.name if stat is not None else "")
+        u = table.usage(pid)
+        command = cmdline(pid) or (u.name if u is not None else "")
         if command:  # else it ended since the backend saw it
-            out.append(OrphanReading(device, host, partition, pid, command))
+            out.append(OrphanReading(device, at.host, at.partition, pid, command))
     return out, []
 
 
 def collect(
     telemetry: Telemetry | None,
     devices: Sequence[Device],
-    partition: str,
     accelerator_type: str | None,
-    raylet_pid: int | None,
-    exclude: set[int] | None = None,
-    host: str = "",
-    node_id: str = "",
+    raylet_pid: int,
+    exclude: Collection[int],
+    table: ProcessTable,
+    at: Where,
 ) -> Snapshot:
+    """One collection: the devices, the raylet's workers (less `exclude`) as
+    `table` shows them, and the holders of the devices outside its tree."""
     start = time.perf_counter()
-    readings, errors = device_readings(telemetry, devices, partition, accelerator_type, host)
-    workloads: list[WorkloadReading] = []
-    orphans: list[OrphanReading] = []
-    if raylet_pid is not None:
-        table = process_table()
-        kids = table.children
-        titles = ray_workers(raylet_pid, exclude or set(), kids, table)
-        trees = worker_trees(titles, kids, table)
-        mine = {d.id for d in devices}
-        # Holders first: a backend may answer both from one reading (the mock does).
-        known = {pid for tree in trees.values() for pid in tree}
-        orphans, orphan_errors = orphan_readings(telemetry, mine, raylet_pid, kids, table, partition, host, known)
-        workloads, workload_errors = workload_readings(
-            telemetry, titles, partition, mine, table, host, titles, kids, trees
-        )
-        errors += orphan_errors + workload_errors
-    _log_new(partition, errors)
+    readings, errors = device_readings(telemetry, devices, at.partition, accelerator_type, at.host)
+    mine = {d.id for d in devices}
+    titles = ray_workers(raylet_pid, exclude, table)
+    orphans, orphan_errors = orphan_readings(telemetry, mine, raylet_pid, titles, table, at)
+    workloads, workload_errors = workload_readings(telemetry, titles, table, mine, at)
+    errors += orphan_errors + workload_errors
+    _log_new(at.partition, errors)
     return Snapshot(
-        host,
-        node_id,
-        partition,
+        at.host,
+        at.node_id,
+        at.partition,
         time.time(),
         time.perf_counter() - start,
         tuple(readings),

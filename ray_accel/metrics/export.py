@@ -37,6 +37,7 @@ partition's state for `top`.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -48,11 +49,14 @@ from typing import Any
 
 import psutil
 
+from ray_accel.core.errors import InputError
 from ray_accel.core.health import Health
 from ray_accel.core.health_state import HostHealth, PartState, read_health
 from ray_accel.core.hosts import HostId, this_host_name
-from ray_accel.metrics.collect import Snapshot, collect
+from ray_accel.core.processes import process_table
+from ray_accel.metrics.collect import Snapshot, Where, collect
 from ray_accel.partition.labels import PARTITION_LABEL, node_host
+from ray_accel.plugins.inventory import process_backend
 
 log = logging.getLogger(__name__)
 
@@ -205,8 +209,8 @@ def health_values(health: HostHealth, host: str) -> list[tuple[str, float, dict[
 
 
 def partition_health(health: HostHealth | None, partition: str) -> dict[str, Any] | None:
-    """One partition's health for its exporter's snapshot (`top`): its state,
-    since when, why, and its devices' states."""
+    """One partition's health for its exporter's snapshot (`top`'s JSON): its
+    state, since when, why, and its devices' states."""
     if health is None:
         return None
     p = health.partition(partition)
@@ -221,42 +225,58 @@ def partition_health(health: HostHealth | None, partition: str) -> dict[str, Any
     }
 
 
+@dataclass(frozen=True)
+class ExporterEntry:
+    """What an exporter is told of its partition: its raylet and the devices it serves."""
+
+    partition: str
+    node_id: str
+    device_ids: tuple[str, ...]
+
+
+def entries_to_json(entries: Sequence[ExporterEntry]) -> str:
+    """Entries as the decider hands them on a command line (`entries_from_json`)."""
+    return json.dumps([[e.partition, e.node_id, list(e.device_ids)] for e in entries])
+
+
+def entries_from_json(text: str) -> list[ExporterEntry]:
+    """What `entries_to_json` wrote; `InputError` for anything else."""
+    try:
+        rows = json.loads(text)
+        out = [ExporterEntry(p, n, tuple(d)) for p, n, d in rows]
+    except (ValueError, TypeError) as e:
+        raise InputError(f"bad exporter entries: {e}") from None
+    if not all(isinstance(x, str) for e in out for x in (e.partition, e.node_id, *e.device_ids)):
+        raise InputError(f"bad exporter entries: {text}")
+    return out
+
+
 class PartitionExporter:
-    def __init__(
-        self,
-        partition: str,
-        node_id: str,
-        device_ids: Sequence[str],
-        host_level: bool,
-        interval_s: float,
-        state_dir: str | None = None,
-    ) -> None:
+    def __init__(self, entry: ExporterEntry, host_level: bool, interval_s: float, state_dir: str | None) -> None:
         import ray
         from ray.util.metrics import Gauge
 
-        from ray_accel.plugins.inventory import discover
-
         here = ray.get_runtime_context().get_node_id()
-        if here != node_id:
-            raise RuntimeError(f"exporter of {partition} ({node_id}) was placed on node {here}")
-        plugin = discover().primary
-        if plugin is None:
-            raise RuntimeError("no active accelerator backend in the metrics exporter's process")
+        if here != entry.node_id:
+            raise RuntimeError(f"exporter of {entry.partition} ({entry.node_id}) was placed on node {here}")
+        # The raylet's own backend, by the name its bridge spec gives: no
+        # discovery here. Sampling needs the hardware found, by that backend only.
+        plugin = process_backend()
+        why = "no accelerator backend" if plugin is None else plugin.probe()
+        if plugin is None or why is not None:
+            raise RuntimeError(f"the metrics exporter's backend is not usable here: {why}")
         self.plugin = plugin
         self.telemetry = plugin.telemetry
-        self.partition = partition
-        self.node_id = node_id
-        wanted = set(device_ids)
-        self.devices = [d for d in plugin.list_devices() if d.id in wanted]
+        self.devices = [d for d in plugin.list_devices() if d.id in entry.device_ids]
         self.accelerator_type = plugin.host_info().accelerator_type
         self.host_level = host_level
         self.interval_s = interval_s
         self.state_dir = Path(state_dir) if state_dir else None
         self.raylet = os.getppid()
-        self.host = HostId(this_host_name(), ray.util.get_node_ip_address()).key
+        self.where = Where(HostId(this_host_name(), ray.util.get_node_ip_address()).key, entry.node_id, entry.partition)
         self.g = {key: Gauge(s.name, s.description, s.tags) for key, s in GAUGES.items()}
         self._last: Snapshot | None = None
-        self._extra: dict[str, Any] = {}
+        self._health: tuple[HostHealth | None, str | None] = (None, None)
         self._lock = threading.Lock()
         self.sample()
         threading.Thread(target=self._loop, daemon=True, name="ray-accel-metrics").start()
@@ -274,10 +294,10 @@ class PartitionExporter:
             return None
         info = self.plugin.host_info()
         return HostValues(
-            self.host, info.family, info.accelerator_type or "", info.device_count, psutil.virtual_memory().used
+            self.where.host, info.family, info.accelerator_type or "", info.device_count, psutil.virtual_memory().used
         )
 
-    def _health(self) -> tuple[HostHealth | None, str | None]:
+    def _read_health(self) -> tuple[HostHealth | None, str | None]:
         """The host's health file, or why there is none to read."""
         if self.state_dir is None:
             return None, None
@@ -286,61 +306,58 @@ class PartitionExporter:
         except Exception as e:  # the file is input: a bad one is reported, never fatal here
             return None, f"health: {e}"
 
-    def sample(self) -> dict[str, Any]:
+    def sample(self) -> None:
         snap = collect(
             self.telemetry,
             self.devices,
-            self.partition,
             self.accelerator_type,
             self.raylet,
-            {os.getpid()},
-            self.host,
-            self.node_id,
+            (os.getpid(),),
+            process_table(),
+            self.where,
         )
-        health, problem = self._health()
+        health, problem = self._read_health()
         values = gauge_values(snap, self._host_values())
         if self.host_level and health is not None:
-            values += health_values(health, self.host)
+            values += health_values(health, self.where.host)
         for key, value, tags in values:
             self.g[key].set(value, tags)
-        extra: dict[str, Any] = {"health": partition_health(health, self.partition)}
-        if problem is not None:
-            extra["health_error"] = problem
         with self._lock:
             self._last = snap
-            self._extra = extra
-        return {**snap.to_json(), **extra}
+            self._health = (health, problem)
 
     def snapshot(self) -> dict[str, Any]:
+        """The latest snapshot as `top` and `status` print it (JSON)."""
         with self._lock:
             if self._last is None:
                 return {}
-            return {**self._last.to_json(), **self._extra}
+            health, problem = self._health
+            out = {**self._last.to_json(), "health": partition_health(health, self.where.partition)}
+            return out if problem is None else {**out, "health_error": problem}
 
 
 def deploy(
     address: str,
-    partitions: Sequence[Mapping[str, Any]],
+    entries: Sequence[ExporterEntry],
     interval_s: float | None = None,
     host_level_partition: str | None = None,
     state_dir: str | None = None,
 ) -> list[str]:
-    """Start (or restart) the exporter of each partition's raylet (each
-    `{"partition", "node_id", "device_ids"}`); returns their names. The
-    exporter of `host_level_partition` (default: the first given) also
-    exports the host-level values: pass the host's first partition
+    """Start (or restart) the exporter of each entry's raylet; returns their
+    names. The exporter of `host_level_partition` (default: the first given)
+    also exports the host-level values: pass the host's first partition
     when restarting only some, or a host would be counted twice."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     interval = interval_s or float(os.environ.get(INTERVAL_ENV, "5"))
-    host_level = host_level_partition or (partitions[0]["partition"] if partitions else None)
+    host_level = host_level_partition or (entries[0].partition if entries else None)
     remote_cls = ray.remote(num_cpus=0, max_restarts=0)(PartitionExporter)
     connect(address)
     try:
         handles = []
-        for p in partitions:
-            name = actor_name(p["node_id"])
+        for e in entries:
+            name = actor_name(e.node_id)
             try:
                 ray.kill(ray.get_actor(name, namespace=NAMESPACE))
             except ValueError:
@@ -351,13 +368,11 @@ def deploy(
                     namespace=NAMESPACE,
                     lifetime="detached",
                     # The raylet itself, not a label: labels repeat on every host.
-                    scheduling_strategy=NodeAffinitySchedulingStrategy(p["node_id"], soft=False),
-                ).remote(
-                    p["partition"], p["node_id"], p["device_ids"], p["partition"] == host_level, interval, state_dir
-                )
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(e.node_id, soft=False),
+                ).remote(e, e.partition == host_level, interval, state_dir)
             )
         ray.get([h.snapshot.remote() for h in handles], timeout=120)
-        return [actor_name(p["node_id"]) for p in partitions]
+        return [actor_name(e.node_id) for e in entries]
     finally:
         ray.shutdown()
 

@@ -134,9 +134,7 @@ class Telemetry(ABC):
     def process_device_memory(self, pids: Collection[int]) -> Mapping[int, Mapping[str, int]]:
         """Device id -> bytes held, for each of `pids` that holds any (one call
         per collection, so a backend can answer from one query per device).
-        Read only: processes that hold the same may share one mapping. A
-        liveness check through `ray_accel.core.processes` answers from the
-        collector's process table during the call (`processes.table_in_use`)."""
+        Read only: processes that hold the same may share one mapping."""
         return {}
 
     def device_holders(self) -> dict[str, tuple[int, ...]]:

@@ -1,7 +1,11 @@
-"""The host as the active plugins see it: one call for the CLI and the bridge."""
+"""The host as the active plugins see it: one call for the CLI and the
+bridge; and this process's own backend (`process_backend`)."""
 
 from __future__ import annotations
 
+import functools
+import json
+import os
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -9,8 +13,12 @@ from typing import Any
 
 from ray_accel.core.devices import Device
 from ray_accel.core.errors import InputError, RayAccelError
-from ray_accel.plugins.discovery import PluginStatus, active_plugins, discover_plugins
+from ray_accel.plugins.discovery import PluginStatus, active_plugins, discover_plugins, load_plugin
 from ray_accel.plugins.interface import DevicePlugin
+
+# The bridge spec a raylet ray-accel started carries to every process it
+# starts (`ray_accel.bridge.managers.BridgeSpec.to_env`: a JSON list of specs).
+SPEC_ENV = "RAYACCEL_BRIDGE_SPEC"
 
 
 class NoActiveBackend(RayAccelError):
@@ -73,3 +81,27 @@ def discover(backend: str | None = None) -> Inventory:
         if isinstance(s.error, InputError):
             raise s.error
     return Inventory(tuple(statuses))
+
+
+def spec_backend(value: str | None) -> str | None:
+    """The backend a bridge spec (`SPEC_ENV`'s value) names, or None without one."""
+    if not value:
+        return None
+    try:
+        rows = json.loads(value)
+        name = rows[0]["backend"] if rows else None
+    except (ValueError, TypeError, LookupError) as e:
+        raise InputError(f"bad {SPEC_ENV}: {type(e).__name__}: {e}") from None
+    if name is not None and not isinstance(name, str):
+        raise InputError(f"bad {SPEC_ENV}: backend is {type(name).__name__}, not a name")
+    return name
+
+
+@functools.cache
+def process_backend() -> DevicePlugin | None:
+    """This process's backend, found once: the one its raylet's bridge spec
+    names, loaded by name and not probed (no discovery; `BackendUnavailable`
+    where it cannot be loaded); without a spec (a raylet ray-accel did not
+    start), discovery's primary, if any."""
+    name = spec_backend(os.environ.get(SPEC_ENV))
+    return load_plugin(name) if name is not None else discover().primary

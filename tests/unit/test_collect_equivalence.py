@@ -1,9 +1,9 @@
 """A collection from the collector's fast path (one read of the process
-table, lazy partial parses, the table-based liveness check, cached mask
-records) equals one computed from straightforward reads: a full `read_stat`
-of every process, `children_map` and `descendants`, a fresh read of every
-published record checked with `ProcessRecord.alive`, and the mock's documented
-rule (64 MiB per core a live process's mask names)."""
+table, lazy partial parses, the mock's cached mask records and pidfd
+liveness checks) equals one computed from straightforward reads: a full
+`read_stat` of every process, `children_map` and `descendants`, a fresh read
+of every published record checked with `ProcessRecord.alive`, and the mock's
+documented rule (64 MiB per core a live process's mask names)."""
 
 from __future__ import annotations
 
@@ -17,12 +17,20 @@ from pathlib import Path
 
 import pytest
 from ray_accel_mock import load_spec
-from ray_accel_mock.plugin import PROCESS_MEMORY_PER_CORE, MockTelemetry
+from ray_accel_mock.telemetry import PROCESS_MEMORY_PER_CORE, MockTelemetry
 
 from ray_accel.core import masks
-from ray_accel.core.processes import CLOCK_TICKS, ProcessRecord, all_pids, children_map, descendants, read_stat
+from ray_accel.core.processes import (
+    CLOCK_TICKS,
+    ProcessRecord,
+    children_map,
+    descendants,
+    process_table,
+    read_stat,
+    snapshot,
+)
 from ray_accel.core.visibility import parse_visible_ids
-from ray_accel.metrics.collect import collect
+from ray_accel.metrics.collect import Where, collect
 
 # A stand-in raylet: workers titled as Ray titles them (argv and the kernel's
 # comm), each a shell with one sleeping child, and one child that is not a worker.
@@ -40,7 +48,7 @@ sys.stdin.read()
 def _straight(raylet: int, mine: set[str], device_of: dict[int, str]) -> tuple[dict[int, object], list[object]]:
     """Workloads (root -> [(pid, name, cpu s, rss, device memory)]) and
     orphans [(device, pid)], from plain reads."""
-    stats = {pid: s for pid in all_pids() if (s := read_stat(pid)) is not None}
+    stats = {s.pid: s for n in os.listdir("/proc") if n.isdigit() and (s := read_stat(int(n))) is not None}
     kids = children_map(stats.values())
     held: dict[int, dict[str, int]] = {}
     for name in os.listdir(masks.mask_dir()):
@@ -106,7 +114,7 @@ def test_the_fast_collection_equals_the_straightforward_one(
     workers = [int(p) for p in raylet.stdout.readline().split()]
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:  # until every shell has its sleep
-        kids = children_map(s for p in all_pids() if (s := read_stat(p)) is not None)
+        kids = children_map(snapshot().values())
         if all(kids.get(w) for w in workers):
             break
         time.sleep(0.05)
@@ -123,7 +131,7 @@ def test_the_fast_collection_equals_the_straightforward_one(
     def agree(expected_orphans: list[tuple[str, int]]) -> None:
         for _ in range(5):  # a process may still use a CPU tick while starting: read until still
             before = _straight(raylet.pid, mine, device_of)
-            snap = collect(telemetry, devices, "p0", "trn1", raylet.pid, set(), "h", "n")
+            snap = collect(telemetry, devices, "trn1", raylet.pid, (), process_table(), Where("h", "n", "p0"))
             workloads, orphans = _straight(raylet.pid, mine, device_of)
             if (workloads, orphans) == before:
                 break
@@ -137,7 +145,7 @@ def test_the_fast_collection_equals_the_straightforward_one(
 
     def settle() -> None:
         time.sleep(masks.SETTLED_NS / 1e9 * 1.5)
-        collect(telemetry, devices, "p0", "trn1", raylet.pid, set(), "h", "n")
+        collect(telemetry, devices, "trn1", raylet.pid, (), process_table(), Where("h", "n", "p0"))
 
     agree([("neuron:1", outsiders[0].pid)])  # the first reading
     settle()
@@ -146,5 +154,8 @@ def test_the_fast_collection_equals_the_straightforward_one(
     settle()
     agree([("neuron:1", outsiders[0].pid)])  # every record's writer alive
     outsiders[0].kill()
+    while (ended := read_stat(outsiders[0].pid)) is not None and ended.state != "Z":
+        time.sleep(0.01)
+    agree([])  # its record kept, and a zombie holds nothing: liveness is checked on every collection
     outsiders[0].wait()
-    agree([])  # its record kept, and still no holder: liveness is checked on every collection
+    agree([])  # reaped

@@ -18,16 +18,24 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from ray_accel_mock import load_spec
-from ray_accel_mock.plugin import MockTelemetry
+from ray_accel_mock.telemetry import MockTelemetry
 
 from ray_accel.cli import render
 from ray_accel.cli.top import DEVICE_FIELDS, top_payload
 from ray_accel.core import masks
 from ray_accel.core.devices import Device
 from ray_accel.core.hosts import host_key
-from ray_accel.core.processes import ProcessRecord, children_map, descendants, snapshot
+from ray_accel.core.processes import ProcessRecord, children_map, descendants, process_table, snapshot
 from ray_accel.core.samples import DeviceSample
-from ray_accel.metrics.collect import OrphanReading, Snapshot, collect, device_readings, orphan_pids, workload_readings
+from ray_accel.metrics.collect import (
+    OrphanReading,
+    Snapshot,
+    Where,
+    collect,
+    device_readings,
+    orphan_pids,
+    workload_readings,
+)
 from ray_accel.metrics.export import COMMAND_MAX, GAUGES, HostValues, actor_name, gauge_values, partition_nodes
 from ray_accel.partition.labels import PARTITION_LABEL
 from tests.dashboard_queries import METRICS
@@ -83,7 +91,8 @@ def test_workloads_cover_the_process_tree() -> None:
                 break
             time.sleep(0.05)
         telemetry = MockTelemetry(load_spec("trn1.32xlarge"))
-        (w,), _ = workload_readings(telemetry, [parent.pid], "p1", {d.id for d in _devices(telemetry)})
+        mine = {d.id for d in _devices(telemetry)}
+        (w,), _ = workload_readings(telemetry, {parent.pid: "python"}, process_table(), mine, Where("h", "n", "p1"))
         assert w.pid == parent.pid and len(w.processes) == 2 and w.partition == "p1"
         assert w.rss_bytes > 0 and w.workload.endswith(f"[{parent.pid}]")
         table = snapshot()
@@ -102,7 +111,8 @@ def test_a_workload_that_ends_before_collection_is_skipped() -> None:
     proc.kill()
     proc.wait()
     telemetry = MockTelemetry(load_spec("trn1.2xlarge"))
-    readings, _ = workload_readings(telemetry, [proc.pid, os.getpid()], "p0", set())
+    titles = {proc.pid: "sleep", os.getpid(): "python"}
+    readings, _ = workload_readings(telemetry, titles, process_table(), set(), Where("h", "n", "p0"))
     assert [w.pid for w in readings] == [os.getpid()], "the ended one is skipped, the other still read"
 
 
@@ -112,9 +122,10 @@ def test_process_device_memory_is_on_the_partitions_own_devices(
     monkeypatch.setenv("RAYACCEL_MASK_DIR", str(tmp_path))
     telemetry = MockTelemetry(load_spec("trn1.32xlarge"))
     masks.publish("0,1,2")  # this process holds cores 0-2: neuron:0 (2 cores) and neuron:1 (1 core)
-    (mine,), _ = workload_readings(telemetry, [os.getpid()], "p0", {"neuron:0"})
+    me = {os.getpid(): "python"}
+    (mine,), _ = workload_readings(telemetry, me, process_table(), {"neuron:0"}, Where("h", "n", "p0"))
     assert mine.device_memory_bytes == {"neuron:0": 2 * 64 * 1024**2}, "only the partition's own device"
-    (other,), _ = workload_readings(telemetry, [os.getpid()], "p1", {"neuron:1", "neuron:2"})
+    (other,), _ = workload_readings(telemetry, me, process_table(), {"neuron:1", "neuron:2"}, Where("h", "n", "p1"))
     assert other.device_memory_bytes == {"neuron:1": 64 * 1024**2}
 
 
@@ -296,7 +307,7 @@ def test_collect_names_holders_outside_the_raylets_tree_as_orphans(
         _publish(grandchild, "3")  # neuron:1, inside the worker's tree: not an orphan
         _publish(outsiders[0].pid, "2")  # neuron:1, outside the tree: an orphan of p0
         _publish(outsiders[1].pid, "20")  # neuron:10, another partition's device: not p0's
-        snap = collect(telemetry, mine, "p0", "trn1", raylet.pid, set(), "hostA", "node-a")
+        snap = collect(telemetry, mine, "trn1", raylet.pid, (), process_table(), Where("hostA", "node-a", "p0"))
         assert [(o.device_id, o.pid, o.partition, o.host) for o in snap.orphans] == [
             ("neuron:1", outsiders[0].pid, "p0", "hostA")
         ]
@@ -338,7 +349,7 @@ class BrokenMemory(MockTelemetry):
 
 def test_a_failing_holder_source_is_an_error_not_a_crash() -> None:
     telemetry = BrokenHolders(load_spec("trn1.2xlarge"))
-    snap = collect(telemetry, _devices(telemetry), "p0", None, os.getpid(), set(), "hostA")
+    snap = collect(telemetry, _devices(telemetry), None, os.getpid(), (), process_table(), Where("hostA", "", "p0"))
     assert snap.orphans == () and snap.errors == ("device holders unknown: OSError: neuron-ls timed out",)
 
 
@@ -356,12 +367,12 @@ def test_a_failing_process_memory_source_reaches_the_errors_and_the_log(caplog: 
             assert time.monotonic() < deadline, "the worker never retitled itself"
             time.sleep(0.01)
         with caplog.at_level(logging.WARNING, logger="ray_accel.metrics.collect"):
-            readings, errors = workload_readings(telemetry, [worker.pid], "p-broken", {"neuron:0"})
+            at = Where("hostA", "", "p-broken")
+            titles = {worker.pid: "ray::IDLE"}
+            readings, errors = workload_readings(telemetry, titles, process_table(), {"neuron:0"}, at)
             assert [w.pid for w in readings] == [worker.pid] and readings[0].device_memory_bytes == {}
             assert errors == ["process device memory unknown: RuntimeError: neuron-monitor exited"]
-            snaps = [
-                collect(telemetry, _devices(telemetry), "p-broken", None, os.getpid(), set(), "hostA") for _ in "ab"
-            ]
+            snaps = [collect(telemetry, _devices(telemetry), None, os.getpid(), (), process_table(), at) for _ in "ab"]
     finally:
         worker.kill()
         worker.wait()
@@ -467,3 +478,63 @@ def test_top_keys_raylets_by_host_name_and_ip(rows: list[tuple[str, str, str, bo
     for p in got:
         name, ip, part, _ = by_id[p["node_id"]]
         assert (p["host"], p["ip"], p["partition"]) == (host_key(name, ip), ip, part)
+
+
+# ---------------------------------------------------------------- the exporter's backend
+
+
+class _Gauge:
+    def __init__(self, name: str, description: str, tag_keys: tuple[str, ...]) -> None:
+        self.values: list[tuple[float, dict[str, str]]] = []
+
+    def set(self, value: float, tags: dict[str, str]) -> None:
+        self.values.append((value, tags))
+
+
+def test_an_exporter_runs_no_discovery_and_probes_only_its_spec_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The exporter's backend is the one its raylet's bridge spec names,
+    loaded by name: discovery never runs (it would probe every installed
+    backend), and the only probe is that backend's own, to find the hardware
+    it samples."""
+    import ray
+    import ray.util.metrics
+    from ray_accel_mock import MockPlugin
+
+    from ray_accel.metrics.export import ExporterEntry, PartitionExporter, entries_from_json, entries_to_json
+    from ray_accel.plugins import discovery, inventory
+
+    discoveries: list[object] = []
+    probes: list[str] = []
+    monkeypatch.setattr(inventory, "discover_plugins", lambda *a, **k: discoveries.append(a) or [])
+    monkeypatch.setattr(discovery, "_activate", lambda *a: discoveries.append(a))
+    monkeypatch.setattr(MockPlugin, "probe", lambda self: probes.append(self.name))
+    monkeypatch.setenv("RAYACCEL_MOCK", "trn1.2xlarge")
+    monkeypatch.setenv(inventory.SPEC_ENV, '[{"backend": "mock"}]')
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: type("Context", (), {"get_node_id": lambda _: "node-a"})())
+    monkeypatch.setattr(ray.util, "get_node_ip_address", lambda: "10.0.0.1")
+    monkeypatch.setattr(ray.util.metrics, "Gauge", _Gauge)
+    inventory.process_backend.cache_clear()
+    try:
+        entry = ExporterEntry("p0", "node-a", ("neuron:0",))
+        assert entries_from_json(entries_to_json([entry])) == [entry]
+        exporter = PartitionExporter(entry, True, 3600.0, None)
+        assert discoveries == [] and probes == ["mock"]
+        assert inventory.process_backend() is exporter.plugin, "found once per process"
+        snap = exporter.snapshot()
+        assert [d["id"] for d in snap["devices"]] == ["neuron:0"] and snap["partition"] == "p0"
+    finally:
+        inventory.process_backend.cache_clear()
+
+
+def test_a_bad_spec_or_entry_is_an_input_error() -> None:
+    from ray_accel.core.errors import InputError
+    from ray_accel.metrics.export import entries_from_json
+    from ray_accel.plugins.inventory import spec_backend
+
+    assert spec_backend(None) is None and spec_backend('[{"backend": "cuda"}]') == "cuda"
+    for bad in ("{", "[{}]", '[{"backend": 3}]'):
+        with pytest.raises(InputError, match="bad RAYACCEL_BRIDGE_SPEC"):
+            spec_backend(bad)
+    for bad in ("{", '[["p0", "n"]]', '[["p0", 1, []]]'):
+        with pytest.raises(InputError, match="bad exporter entries"):
+            entries_from_json(bad)
