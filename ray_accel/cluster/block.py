@@ -27,6 +27,7 @@ from types import FrameType
 from ray_accel.cluster import procs, state
 from ray_accel.cluster.gcs import GcsError, Progress, gcs_nodes
 from ray_accel.cluster.record import HostRecord
+from ray_accel.cluster.signals import handled
 from ray_accel.cluster.stop import stop
 from ray_accel.core.errors import RayAccelError
 
@@ -99,13 +100,8 @@ def supervise(record: HostRecord, progress: Progress, grace_s: float = 5.0) -> i
         asked.append(signal.Signals(signum).name)
         wake.set()
 
-    sigs = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-    old = {s: signal.signal(s, handler) for s in sigs}
-    try:
+    with handled((signal.SIGTERM, signal.SIGINT, signal.SIGHUP), handler):
         return _watch(record, progress, grace_s, wake, asked)
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
 
 
 def _watch(record: HostRecord, progress: Progress, grace_s: float, wake: threading.Event, asked: list[str]) -> int:
