@@ -155,4 +155,4 @@ def test_agents_is_a_hidden_old_name_of_partitions(command: list[str]) -> None:
 
 def test_a_manual_spec_alone_means_manual_mode() -> None:
     out = cli_json("plan", "--manual", "a=0-7;b=8-15", env=TRN1)
-    assert out["mode"] == "manual" and [p["name"] for p in out["partitions"]] == ["a", "b"]
+    assert out["mode"] == "manual" and [p["partition"] for p in out["partitions"]] == ["a", "b"]
