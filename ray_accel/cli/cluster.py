@@ -16,24 +16,8 @@ from ray_accel.core import validate
 from ray_accel.core.errors import InputError
 from ray_accel.core.health_state import Action, HealthSettings
 
-# Options that shape a new start (a recover takes none of them).
-START_OPTIONS = (
-    "mode",
-    "partitions",
-    "manual",
-    "port",
-    "port_base",
-    "backend",
-    "no_metrics",
-    "no_dashboard",
-    "labels",
-    "resources",
-    "max_workers",
-    "block",
-    "on_unhealthy",
-    "health_interval",
-    "drain_deadline",
-)
+# The options a recover takes; every other one shapes a new start.
+RECOVER_OPTIONS = ("head", "address", "recover", "timeout", "as_json")
 
 
 @click.command(
@@ -136,7 +120,7 @@ def start(
         raise click.UsageError("give exactly one of --head, --address HOST:PORT or --recover")
     given = [
         f"--{name.replace('_', '-')}"
-        for name in START_OPTIONS
+        for name in (str(p.name) for p in ctx.command.params if p.name not in RECOVER_OPTIONS)
         if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
     ]
     if "--block" in flag_names(ray_args):

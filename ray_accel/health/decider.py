@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from ray_accel.cluster import procs, state
@@ -69,7 +69,7 @@ class DeciderInputs:
         return state.Place(directory, directory / state.STATE_FILE, self.explicit)
 
     def to_json(self) -> str:
-        return json.dumps({"state_dir": self.state_dir, "created": self.created, "explicit": self.explicit})
+        return json.dumps(asdict(self))
 
     @classmethod
     def from_json(cls, text: str) -> DeciderInputs:
