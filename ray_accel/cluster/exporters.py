@@ -1,6 +1,6 @@
 """The partitions' metrics exporters (`ray_accel.metrics.export`), deployed
-once raylets are up: by `start`, `start --recover` and the health decider's
-restarts. Metrics are secondary: a failure is reported, never fatal."""
+once raylets are up: by `start`, `start --recover` and the restarts of the
+host's helpers. Metrics are secondary: a failure is reported, never fatal."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ the partitions' processes and checked and stopped as they are, by PID.
 
 This layer starts, records and stops them by kind without knowing what they
 do; the layer above that owns a kind registers it with the module it runs
-(the health package: its decider)."""
+(the health package registers its own)."""
 
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ from ray_accel.partition.share import Share, divide
 HEAD_KINDS = ("gcs_server", "dashboard", "monitor", "ray_client_server")
 
 # What the CLI runs at the end of a recover, under the lock (the health layer
-# starts the decider again where it is gone).
+# starts its helper again where it is gone).
 After = Callable[[HostRecord, Progress], HostRecord]
 
 
@@ -120,7 +120,7 @@ def recover(progress: Progress, timeout_s: float = 180.0, after: After | None = 
             raylet = p.raylet()
             return raylet is not None and checks[raylet].ours
 
-        # A partition the decider stopped on purpose stays as it is: the decider restarts it.
+        # A partition stopped on purpose stays as it is: what stopped it restarts it.
         dead = [p for p in record.partitions if not raylet_alive(p) and p.decider_state != "stopped"]
         if not dead:
             progress("every partition is alive: nothing to recover")

@@ -132,7 +132,7 @@ def plan_launch(req: StartRequest, ip: str) -> LaunchPlan:
 
 
 # What the CLI runs once every partition is up, under the lock and inside the
-# undo of a failed start (the health layer starts the host's decider).
+# undo of a failed start (the health layer starts its helper).
 After = Callable[[HostRecord, Progress], HostRecord]
 
 
