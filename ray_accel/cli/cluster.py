@@ -7,31 +7,17 @@ from typing import Any
 
 import click
 
+import ray_accel.health  # noqa: F401  (registers the host's decider: stop and status check it by kind)
 from ray_accel.cli import render
 from ray_accel.cli.host import json_option
 from ray_accel.cli.output import emit, progress
-from ray_accel.cli.params import MAX_WORKERS, PORT, FiniteFloat, HostPort, partitions_option
+from ray_accel.cli.params import MAX_WORKERS, PORT, FiniteFloat, HostPort, Split, grouped, split_options
 from ray_accel.core import validate
 from ray_accel.core.errors import InputError
+from ray_accel.core.health_state import Action, HealthSettings
 
-# Options that shape a new start (a recover takes none of them).
-START_OPTIONS = (
-    "mode",
-    "partitions",
-    "manual",
-    "port",
-    "port_base",
-    "backend",
-    "no_metrics",
-    "no_dashboard",
-    "labels",
-    "resources",
-    "max_workers",
-    "block",
-    "on_unhealthy",
-    "health_interval",
-    "drain_deadline",
-)
+# The options a recover takes; every other one shapes a new start.
+RECOVER_OPTIONS = ("head", "address", "recover", "timeout", "as_json")
 
 
 @click.command(
@@ -40,15 +26,16 @@ START_OPTIONS = (
 @click.option("--head", is_flag=True, help="start a new cluster; the first partition is its head")
 @click.option("--address", type=HostPort(), help="join the cluster whose GCS is at HOST:PORT")
 @click.option("--recover", is_flag=True, help="restart dead partitions with their recorded masks")
-@click.option("--mode", default="auto-split", show_default=True, help="shared, auto-split or manual")
-@partitions_option("number of partitions (default 1)")
-@click.option("--manual", metavar="SPEC", help="devices per partition, e.g. 'a=0-3;b=4-7'")
+@split_options(
+    "number of partitions (default 1)",
+    "devices per partition, e.g. 'a=0-3;b=4-7' (implies --mode manual)",
+    "partition this backend's devices",
+)
 @click.option("--port", type=PORT, help="GCS port of the head (default 6379)")
 @click.option("--port-base", type=PORT, help="first port of the raylets' port blocks (default: first free)")
 @click.option(
     "--timeout", type=FiniteFloat(1, 3600), default=180.0, show_default=True, help="seconds to wait for the raylets"
 )
-@click.option("--backend", help="partition this backend's devices")
 @click.option("--no-metrics", is_flag=True, help="do not start the per-partition metrics exporters")
 @click.option("--no-dashboard", is_flag=True, help="do not start Ray's dashboard (state API, jobs) on the head")
 @click.option("--labels", "labels", metavar="K=V,...", help="node labels for every partition (as `ray start --labels`)")
@@ -70,28 +57,34 @@ START_OPTIONS = (
     help="stay in the foreground once the partitions are up; stop them all on SIGTERM or Ctrl-C, "
     "exit 1 if one dies (for systemd, KubeRay, Slurm)",
 )
-@click.option(
-    "--on-unhealthy",
-    type=click.Choice(["report", "drain", "shrink"]),
-    default="report",
-    show_default=True,
-    help="when a device goes bad: report it only; drain its partition through Ray (its raylet stopped at the "
-    "deadline); or drain, then restart the partition without the device. Either way it returns to service "
-    "once the device is healthy again",
-)
-@click.option(
-    "--health-interval",
-    type=FiniteFloat(0.1, 3600),
-    default=5.0,
-    show_default=True,
-    help="seconds between the health decider's polls",
-)
-@click.option(
-    "--drain-deadline",
-    type=FiniteFloat(0, 7 * 24 * 3600),
-    default=120.0,
-    show_default=True,
-    help="seconds a drained partition's work gets to move before its raylet is stopped",
+@grouped(
+    "health",
+    lambda on_unhealthy, health_interval, drain_deadline: HealthSettings(
+        Action(on_unhealthy), health_interval, drain_deadline
+    ),
+    click.option(
+        "--on-unhealthy",
+        type=click.Choice(["report", "drain", "shrink"]),
+        default="report",
+        show_default=True,
+        help="when a device goes bad: report it only; drain its partition through Ray (its raylet stopped at the "
+        "deadline); or drain, then restart the partition without the device. Either way it returns to service "
+        "once the device is healthy again",
+    ),
+    click.option(
+        "--health-interval",
+        type=FiniteFloat(0.1, 3600),
+        default=5.0,
+        show_default=True,
+        help="seconds between the health decider's polls",
+    ),
+    click.option(
+        "--drain-deadline",
+        type=FiniteFloat(0, 7 * 24 * 3600),
+        default=120.0,
+        show_default=True,
+        help="seconds a drained partition's work gets to move before its raylet is stopped",
+    ),
 )
 @json_option
 @click.pass_context
@@ -100,22 +93,17 @@ def start(
     head: bool,
     address: str | None,
     recover: bool,
-    mode: str,
-    partitions: int | None,
-    manual: str | None,
+    split: Split,
     port: int | None,
     port_base: int | None,
     timeout: float,
-    backend: str | None,
     no_metrics: bool,
     no_dashboard: bool,
     labels: str | None,
     resources: str | None,
     max_workers: int | None,
     block: bool,
-    on_unhealthy: str,
-    health_interval: float,
-    drain_deadline: float,
+    health: HealthSettings,
     as_json: bool,
 ) -> int:
     """Start one raylet per partition of this host."""
@@ -125,7 +113,6 @@ def start(
     from ray_accel.cluster.start import start as start_partitions
     from ray_accel.cluster.startargs import flag_names
     from ray_accel.cluster.status import status
-    from ray_accel.core.health_state import Action, HealthSettings
     from ray_accel.health.launch import ensure_decider, start_decider
 
     ray_args: list[str] = ctx.obj["ray_args"] if ctx.obj else []
@@ -133,7 +120,7 @@ def start(
         raise click.UsageError("give exactly one of --head, --address HOST:PORT or --recover")
     given = [
         f"--{name.replace('_', '-')}"
-        for name in START_OPTIONS
+        for name in (str(p.name) for p in ctx.command.params if p.name not in RECOVER_OPTIONS)
         if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
     ]
     if "--block" in flag_names(ray_args):
@@ -152,21 +139,22 @@ def start(
     request = StartRequest(
         head=head,
         address=address,
-        mode=mode,
-        partitions=partitions,
-        manual=manual,
+        mode=split.mode,
+        partitions=split.partitions,
+        manual=split.manual,
         port=port,
         port_base=port_base,
         ray_args=ray_args,
-        backend=backend,
+        backend=split.backend,
         timeout_s=timeout,
         metrics=not no_metrics,
         dashboard=not no_dashboard,
         labels=validate.node_labels(labels) if labels is not None else {},
         resources=validate.resource_amounts(resources) if resources is not None else {},
-        health=HealthSettings(Action(on_unhealthy), health_interval, drain_deadline),
+        health=health,
+        max_workers=max_workers,
     )
-    record = start_partitions(request, say, max_workers, after=start_decider)
+    record = start_partitions(request, say, after=start_decider)
     emit(as_json, status(), render.started_text)
     if not block:
         return 0

@@ -8,7 +8,7 @@ import click
 
 from ray_accel.cli import render
 from ray_accel.cli.output import emit
-from ray_accel.cli.params import partitions_option
+from ray_accel.cli.params import Split, split_options
 from ray_accel.partition.inherited import inherited_mask, plan_within_mask
 from ray_accel.plugins.inventory import discover
 
@@ -33,20 +33,23 @@ def devices(backend: str | None, as_json: bool) -> int:
 
 
 @click.command()
-@click.option("--mode", default="auto-split", show_default=True, help="shared, auto-split or manual")
-@partitions_option("number of partitions (raylets)")
-@click.option("--manual", metavar="SPEC", help="devices per partition, e.g. 'a=0-3;b=4-7' (indexes, ranges or ids)")
-@click.option("--backend", help="plan for this backend's devices")
+@split_options(
+    "number of partitions (raylets)",
+    "devices per partition, e.g. 'a=0-3;b=4-7' (indexes, ranges or ids; implies --mode manual)",
+    "plan for this backend's devices",
+)
 @json_option
-def plan(mode: str, partitions: int | None, manual: str | None, backend: str | None, as_json: bool) -> int:
+def plan(split: Split, as_json: bool) -> int:
     """Show how this host would be split into partitions, one raylet each, and
     each one's share of the host's CPUs and memory (as `start` would give them)."""
     from ray_accel.cluster.host import divide_host, read_host
 
-    plugin = discover(backend).require_primary()
+    plugin = discover(split.backend).require_primary()
     mask = inherited_mask(plugin, os.environ)
     host_type = plugin.host_info().accelerator_type
-    result = plan_within_mask(plugin.list_devices(), mode, partitions, manual, mask, host_type, traits=plugin.traits)
+    result = plan_within_mask(
+        plugin.list_devices(), split.mode, split.partitions, split.manual, mask, host_type, traits=plugin.traits
+    )
     host = read_host([])
     division = divide_host(result, host)
     payload = result.to_json()

@@ -3,7 +3,10 @@ refused at the edge, naming the flag and the value (exit 2)."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import click
@@ -90,12 +93,77 @@ class HiddenAliases(click.Option):
     def get_error_hint(self, ctx: click.Context | None) -> str:
         return " / ".join(f"'{o}'" for o in self._shown())
 
+    def add_to_parser(self, parser: Any, ctx: click.Context) -> None:
+        # The old spellings parse into a name of their own, so that using one
+        # can be told apart (and warned of) in `handle_parse_result`.
+        opts = self.opts
+        self.opts = self._shown()
+        try:
+            super().add_to_parser(parser, ctx)
+        finally:
+            self.opts = opts
+        parser.add_option(obj=self, opts=self.hidden_aliases, dest=f"{self.name}:alias", nargs=self.nargs)
+
+    def handle_parse_result(self, ctx: click.Context, opts: Any, args: list[str]) -> tuple[Any, list[str]]:
+        alias = f"{self.name}:alias"
+        used = alias in opts
+        if used:
+            opts = {**{k: v for k, v in opts.items() if k != alias}, str(self.name): opts[alias]}
+        value, rest = super().handle_parse_result(ctx, opts, args)
+        if used:  # on stderr, never inside --json; said once the value is good
+            click.echo(f"warning: {' / '.join(self.hidden_aliases)} is deprecated: use {self._shown()[0]}", err=True)
+        return value, rest
+
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 PARTITION_COUNT = AsciiInt(1, 1024)
 PORT = AsciiInt(1024, 65535)
 MAX_WORKERS = AsciiInt(16, 20000)
+
+
+def grouped(name: str, build: Callable[..., Any], *options: Callable[[F], F]) -> Callable[[F], F]:
+    """`options` given to the command as one typed value, its parameter `name`:
+    what `build` makes of theirs (its parameters are the options' names)."""
+    own = list(inspect.signature(build).parameters)
+
+    def decorate(f: F) -> F:
+        @functools.wraps(f)
+        def command(*args: Any, **kwargs: Any) -> Any:
+            value = build(**{k: kwargs.pop(k) for k in own})
+            return f(*args, **{name: value}, **kwargs)
+
+        for option in reversed(options):
+            command = option(command)
+        return command  # type: ignore[return-value]
+
+    return decorate
+
+
+@dataclass(frozen=True)
+class Split:
+    """How to split the host (`plan` and `start`): `--manual SPEC` alone
+    means manual mode; with another `--mode` it is refused, naming both."""
+
+    mode: str
+    partitions: int | None
+    manual: str | None
+    backend: str | None
+
+    @classmethod
+    def given(cls, mode: str | None, partitions: int | None, manual: str | None, backend: str | None) -> Split:
+        return cls(mode or ("manual" if manual is not None else "auto-split"), partitions, manual, backend)
+
+
+def split_options(partitions_help: str, manual_help: str, backend_help: str) -> Callable[[F], F]:
+    return grouped(
+        "split",
+        Split.given,
+        click.option("--mode", default=None, show_default="auto-split", help="shared, auto-split or manual"),
+        partitions_option(partitions_help),
+        click.option("--manual", metavar="SPEC", help=manual_help),
+        click.option("--backend", help=backend_help),
+    )
 
 
 def partitions_option(help: str) -> Callable[[F], F]:

@@ -12,7 +12,7 @@ change, and ends:
 - when a partition dies: it stops the others and exits 1, so the supervisor
   sees the failure and can start the whole host again.
 
-The record is read again every round: the host's health decider restarts a
+The record is read again every round: a helper of the host (the health decider) restarts a
 partition (a new raylet, recorded) or stops one on purpose (marked in the
 record), and neither is a partition dying.
 """
@@ -27,6 +27,7 @@ from types import FrameType
 from ray_accel.cluster import procs, state
 from ray_accel.cluster.gcs import GcsError, Progress, gcs_nodes
 from ray_accel.cluster.record import HostRecord
+from ray_accel.cluster.signals import handled
 from ray_accel.cluster.stop import stop
 from ray_accel.core.errors import RayAccelError
 
@@ -35,25 +36,21 @@ GCS_EVERY_S = 10.0
 STOP_WAIT_S = 120.0
 
 
+def _on_disk(record: HostRecord) -> HostRecord | None:
+    """The record as it is now on disk (a helper may have restarted a
+    partition), None once it is gone or another start's; `record` as it was
+    while it cannot be read (what we started is still what we watch)."""
+    try:
+        current = state.load(state.place_of(record))
+    except RayAccelError:
+        return record
+    return current if current is not None and current.created == record.created else None
+
+
 def _ours_now(record: HostRecord) -> bool:
     """Whether the record on disk is still this start's and not being stopped."""
-    try:
-        current = state.load(state.place_of(record))
-    except RayAccelError:
-        return True  # unreadable now: what we started is still what we watch
-    return current is not None and current.created == record.created and not current.stopping
-
-
-def _latest(record: HostRecord) -> HostRecord:
-    """The record as it is now on disk, where it is still this start's (the
-    decider may have restarted a partition); else `record` as it was."""
-    try:
-        current = state.load(state.place_of(record))
-    except RayAccelError:
-        return record
-    if current is None or current.created != record.created:
-        return record
-    return current
+    current = _on_disk(record)
+    return current is not None and not current.stopping
 
 
 def _stop_all(record: HostRecord, grace_s: float, progress: Progress) -> None:
@@ -61,11 +58,7 @@ def _stop_all(record: HostRecord, grace_s: float, progress: Progress) -> None:
     command (a `ray-accel stop` already at work) holds the lock."""
     deadline = time.monotonic() + STOP_WAIT_S
     while True:
-        try:
-            current = state.load(state.place_of(record))
-        except RayAccelError:
-            current = record
-        if current is None or current.created != record.created:
+        if _on_disk(record) is None:
             return  # someone else stopped them (and perhaps started anew)
         try:
             result = stop(grace_s, state.place_of(record))
@@ -99,13 +92,8 @@ def supervise(record: HostRecord, progress: Progress, grace_s: float = 5.0) -> i
         asked.append(signal.Signals(signum).name)
         wake.set()
 
-    sigs = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-    old = {s: signal.signal(s, handler) for s in sigs}
-    try:
+    with handled((signal.SIGTERM, signal.SIGINT, signal.SIGHUP), handler):
         return _watch(record, progress, grace_s, wake, asked)
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
 
 
 def _watch(record: HostRecord, progress: Progress, grace_s: float, wake: threading.Event, asked: list[str]) -> int:
@@ -125,7 +113,7 @@ def _watch(record: HostRecord, progress: Progress, grace_s: float, wake: threadi
             _wait_stopped(record)
             progress("stopped by `ray-accel stop`")
             return 0
-        current = _latest(record)
+        current = _on_disk(record) or record
         checks = procs.check_record(current)
         for p in current.partitions:
             if p.decider_state is not None:

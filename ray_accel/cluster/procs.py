@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.util import find_spec
 
-from ray_accel.cluster.record import DECIDER_KIND, HostRecord, RayProcess, RecordError
+from ray_accel.cluster.record import HostRecord, RayProcess, RecordError
 from ray_accel.core.processes import (
     ProcessRecord,
     ProcStat,
@@ -56,10 +56,9 @@ RAY_PROCESSES = {
     "dashboard_agent": ("/ray/dashboard/agent.py",),
     "runtime_env_agent": ("/ray/_private/runtime_env/agent/main.py",),
 }
-# ray-accel's own long-lived process: the host's health decider (`start` runs
-# it as a module, in a session of its own).
-DECIDER_MODULE = "ray_accel.health.decider"
-OWN_PROCESSES = {DECIDER_KIND: (f"-m {DECIDER_MODULE}",)}
+# ray-accel's own long-lived helper processes, by kind: what each runs
+# (`-m MODULE`). The layer that owns a kind registers it (`helpers.register`).
+OWN_PROCESSES: dict[str, tuple[str, ...]] = {}
 
 
 class Verdict(enum.Enum):
@@ -120,8 +119,8 @@ def _ray_dir() -> str | None:
 def is_ray_process(kind: str, ident: str) -> bool:
     """Whether `ident` is what Ray runs: what the table says for `kind`, or
     (a kind or path another Ray version has) a file of the installed Ray
-    package or one of its modules; for ray-accel's own decider, exactly its
-    module."""
+    package or one of its modules; for one of ray-accel's own helpers,
+    exactly its module."""
     if kind in OWN_PROCESSES:
         return ident in OWN_PROCESSES[kind]
     known = RAY_PROCESSES.get(kind, ())

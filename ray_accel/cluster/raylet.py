@@ -5,7 +5,7 @@ the subprocess that runs it: `ray_accel.cluster.launcher`)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ray_accel.bridge.managers import SPEC_ENV, BridgeSpec
@@ -22,8 +22,10 @@ from ray_accel.partition.share import Share
 DEFAULT_GCS_PORT = 6379
 
 
-@dataclass
+@dataclass(frozen=True)
 class StartRequest:
+    """What `ray-accel start` is asked for (the CLI's options, checked)."""
+
     head: bool = False
     address: str | None = None
     mode: str = "auto-split"
@@ -31,14 +33,15 @@ class StartRequest:
     manual: str | None = None
     port: int | None = None
     port_base: int | None = None
-    ray_args: list[str] = field(default_factory=list)
+    ray_args: Sequence[str] = ()  # the user's `ray start` options (after `--`)
     backend: str | None = None
     timeout_s: float = 180.0
     metrics: bool = True
     dashboard: bool = True
-    labels: dict[str, str] = field(default_factory=dict)  # the user's, on every partition
-    resources: dict[str, float] = field(default_factory=dict)  # the user's, host totals
-    health: HealthSettings = field(default_factory=HealthSettings)  # the host's health decider
+    labels: Mapping[str, str] = field(default_factory=dict)  # the user's, on every partition
+    resources: Mapping[str, float] = field(default_factory=dict)  # the user's, host totals
+    health: HealthSettings = field(default_factory=HealthSettings)  # the host's health settings
+    max_workers: int | None = None  # worker ports per raylet (None: sized by its share)
 
 
 OUR_LABEL_PREFIX = PARTITION_LABEL.split("/", 1)[0] + "/"

@@ -17,14 +17,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from ray_accel.bridge.managers import raylet_env
-from ray_accel.cluster import procs, state
+from ray_accel.cluster import exporters, procs, state
 from ray_accel.cluster.gcs import Progress, wait_registered
 from ray_accel.cluster.host import read_host
 from ray_accel.cluster.launcher import Launches
 from ray_accel.cluster.ports import check_free
 from ray_accel.cluster.raylet import partition_env, raylet_base_env
 from ray_accel.cluster.record import HostRecord, PartitionEntry
-from ray_accel.cluster.start import deploy_metrics, interruptible, shielded
+from ray_accel.cluster.signals import interruptible, shielded
 from ray_accel.cluster.startargs import ray_start_args
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.numa import read_topology
@@ -35,7 +35,7 @@ from ray_accel.partition.share import Share, divide
 HEAD_KINDS = ("gcs_server", "dashboard", "monitor", "ray_client_server")
 
 # What the CLI runs at the end of a recover, under the lock (the health layer
-# starts the decider again where it is gone).
+# starts its helper again where it is gone).
 After = Callable[[HostRecord, Progress], HostRecord]
 
 
@@ -120,7 +120,7 @@ def recover(progress: Progress, timeout_s: float = 180.0, after: After | None = 
             raylet = p.raylet()
             return raylet is not None and checks[raylet].ours
 
-        # A partition the decider stopped on purpose stays as it is: the decider restarts it.
+        # A partition stopped on purpose stays as it is: what stopped it restarts it.
         dead = [p for p in record.partitions if not raylet_alive(p) and p.decider_state != "stopped"]
         if not dead:
             progress("every partition is alive: nothing to recover")
@@ -149,7 +149,7 @@ def recover(progress: Progress, timeout_s: float = 180.0, after: After | None = 
                 state.save(record.with_partitions([_without_new(q, launches) for q in record.partitions]))
             raise
         if record.metrics:
-            record = deploy_metrics(record, restarted, progress)
+            record = exporters.deploy(record, restarted, progress)
         if after is not None:
             record = after(record, progress)
     return record

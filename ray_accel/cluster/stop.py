@@ -5,10 +5,11 @@ process that is not the one recorded (PID 1, this process, another program
 that now has the PID and start time), nothing at all is signalled and the
 command exits 2 naming the record.
 
-The host's health decider goes first, before the lock is taken: it may hold
-the lock while it restarts a partition, and on SIGTERM it undoes a restart
-half done (stopping what it launched, saving the record as it stands) and
-releases the lock; then the record names everything that runs.
+The host's helper processes (`ray_accel.cluster.helpers`) go first, before
+the lock is taken: one may hold the lock while it restarts a partition, and
+on SIGTERM it undoes a restart half done (stopping what it launched, saving
+the record as it stands) and releases the lock; then the record names
+everything that runs.
 """
 
 from __future__ import annotations
@@ -18,10 +19,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ray_accel.cluster import procs, state
+from ray_accel.cluster import helpers, procs, state
 from ray_accel.cluster.files import read_bounded
 from ray_accel.cluster.record import HostRecord
-from ray_accel.cluster.start import stop_decider
 from ray_accel.cluster.startargs import flag_value
 from ray_accel.rayapi import address as rayapi_address
 from ray_accel.rayapi.feature import RayApiMissing
@@ -37,7 +37,7 @@ def stop(grace_s: float = 5.0, place: state.Place | None = None) -> dict[str, An
         if found.place is None:
             return _nothing(found.note())
         place = found.place
-    decider_pids = _stop_decider_first(place, max(grace_s, DECIDER_GRACE_S))
+    helper_pids = _stop_helpers_first(place, max(grace_s, HELPER_GRACE_S))
     with state.host_lock("stop", place):
         record = state.load(place)
         if record is None:
@@ -57,7 +57,7 @@ def stop(grace_s: float = 5.0, place: state.Place | None = None) -> dict[str, An
             forget_cluster_address(record)
         state.clear(place)
     stopped = [p.name for p in ordered]
-    signalled = sorted({*signalled, *decider_pids})
+    signalled = sorted({*signalled, *helper_pids})
     return {
         "stopped": stopped,
         "pids": signalled,
@@ -65,20 +65,20 @@ def stop(grace_s: float = 5.0, place: state.Place | None = None) -> dict[str, An
     }
 
 
-# Time the decider gets to undo a restart half done (stop what it launched,
-# save the record) before SIGKILL.
-DECIDER_GRACE_S = 60.0
+# Time a helper gets to undo a restart half done (stop what it launched, save
+# the record) before SIGKILL.
+HELPER_GRACE_S = 60.0
 
 
-def _stop_decider_first(place: state.Place, grace_s: float) -> list[int]:
-    """Stop the record's decider, after the same checks as the rest: a record
+def _stop_helpers_first(place: state.Place, grace_s: float) -> list[int]:
+    """Stop the record's helpers, after the same checks as the rest: a record
     naming a process that is not ours signals nothing (exit 2)."""
     record = state.load(place)
-    if record is None or record.decider is None:
+    if record is None or not helpers.of(record):
         return []
     state.check_host(record, place, "stop")
     procs.require_trusted(record, str(place.file), "stop")
-    return stop_decider(place, grace_s)
+    return helpers.stop(place, grace_s)
 
 
 def _nothing(note: str | None) -> dict[str, Any]:

@@ -10,3 +10,10 @@ session of its own, recorded in the host record, stopped first by `stop`);
 short-lived Ray drivers it runs for what needs one (metrics exporters, the
 head's keeper); `requests` the hand-made clears; `view` what the CLI shows.
 """
+
+from ray_accel.cluster import helpers
+from ray_accel.cluster.record import DECIDER_KIND
+
+# The decider is one of the host's helper processes: `stop` stops it first,
+# and every record check knows what it runs.
+helpers.register(DECIDER_KIND, "ray_accel.health.decider")

@@ -18,12 +18,13 @@ from dataclasses import dataclass, replace
 
 from ray_accel.bridge.managers import raylet_env
 from ray_accel.cluster import procs, state
+from ray_accel.cluster.exporters import exporter_entries, host_level_partition
 from ray_accel.cluster.gcs import GcsError, Progress, answer_within, wait_registered
 from ray_accel.cluster.launcher import Launches
 from ray_accel.cluster.raylet import raylet_base_env
 from ray_accel.cluster.record import HostRecord, PartitionEntry, RayProcess
 from ray_accel.cluster.recover import HEAD_KINDS, relaunch
-from ray_accel.cluster.start import exporter_entries, host_level_partition, shielded
+from ray_accel.cluster.signals import shielded
 from ray_accel.core.devices import Device
 from ray_accel.core.errors import RayAccelError
 from ray_accel.core.hosts import HostId

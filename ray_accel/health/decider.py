@@ -18,6 +18,7 @@ undoes a restart half done and exits 0.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -28,10 +29,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ray_accel.cluster import procs, state
+from ray_accel.cluster.exporters import host_level_partition
 from ray_accel.cluster.record import HostRecord, PartitionEntry, RayProcess
-from ray_accel.cluster.start import host_level_partition, interruptible
+from ray_accel.cluster.signals import interruptible
+from ray_accel.core import reader
 from ray_accel.core.devices import Device
-from ray_accel.core.errors import RayAccelError
+from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.health import DeviceHealth, Health, HealthReport
 from ray_accel.core.health_state import (
     HEALTH_FILE,
@@ -49,6 +52,29 @@ from ray_accel.plugins.interface import HealthMonitor
 from ray_accel.plugins.inventory import process_backend
 
 log = logging.getLogger("ray_accel.health.decider")
+
+
+@dataclass(frozen=True)
+class DeciderInputs:
+    """What the decider is started with (one value on its command line): the
+    directory of the record it serves, whether RAYACCEL_STATE_DIR named it,
+    and the record's `created` (another start's record is not its own)."""
+
+    state_dir: str
+    created: float
+    explicit: bool = False
+
+    @property
+    def place(self) -> state.Place:
+        directory = Path(self.state_dir)
+        return state.Place(directory, directory / state.STATE_FILE, self.explicit)
+
+    def to_json(self) -> str:
+        return json.dumps(reader.dump(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> DeciderInputs:
+        return reader.load(cls, reader.parse_json(text, "the decider's inputs"), "inputs")
 
 
 def say(message: str) -> None:
@@ -252,15 +278,14 @@ def run(place: state.Place, created: float) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ray_accel.health.decider")
-    parser.add_argument("--state-dir", required=True)
-    parser.add_argument("--created", required=True, type=float, help="the host record's `created`")
-    parser.add_argument("--explicit", action="store_true", help="RAYACCEL_STATE_DIR named the directory")
-    args = parser.parse_args(argv)
-    directory = Path(args.state_dir)
-    place = state.Place(directory, directory / state.STATE_FILE, args.explicit)
+    parser.add_argument("inputs", help="DeciderInputs, as JSON")
+    try:
+        inputs = DeciderInputs.from_json(parser.parse_args(argv).inputs)
+    except InputError as e:
+        parser.error(str(e))
     try:
         with interruptible():
-            return run(place, args.created)
+            return run(inputs.place, inputs.created)
     except KeyboardInterrupt as e:
         say(f"{e or 'interrupted'}: exiting")
         return 0

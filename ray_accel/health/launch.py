@@ -6,37 +6,20 @@ time is stopped and the command fails.
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import time
 from dataclasses import replace
 
-from ray_accel.cluster import procs, state
-from ray_accel.cluster.files import open_for_write
+from ray_accel.cluster import helpers, procs, state
 from ray_accel.cluster.gcs import Progress
-from ray_accel.cluster.procs import DECIDER_MODULE, identity
-from ray_accel.cluster.record import DECIDER_KIND, HostRecord, RayProcess
+from ray_accel.cluster.record import DECIDER_KIND, HostRecord
 from ray_accel.core.errors import RayAccelError
 from ray_accel.core.health_state import HealthFileError, read_health
-from ray_accel.core.processes import ProcessRecord
-from ray_accel.plugins.inventory import SPEC_ENV
+from ray_accel.health.decider import DeciderInputs
 
 LOG_FILE = "decider.log"
 FIRST_POLL_S = 90.0
-
-
-def decider_argv(record: HostRecord, place: state.Place) -> list[str]:
-    argv = [
-        sys.executable,
-        "-m",
-        DECIDER_MODULE,
-        "--state-dir",
-        str(place.directory),
-        "--created",
-        repr(record.created),
-    ]
-    return [*argv, "--explicit"] if place.explicit else argv
+WHAT = "the health decider"
 
 
 def start_decider(record: HostRecord, progress: Progress) -> HostRecord:
@@ -46,21 +29,10 @@ def start_decider(record: HostRecord, progress: Progress) -> HostRecord:
         return record
     place = state.place_of(record)
     log = state.ensure_dir(place) / LOG_FILE
-    try:
-        fd = open_for_write(log)
-    except OSError as e:
-        raise RayAccelError(f"cannot write the decider's log {log}: {e}") from None
     started = time.time()
-    argv = decider_argv(record, place)
+    inputs = DeciderInputs(str(place.directory), record.created, place.explicit)
     # Its backend is the one the raylets' spec names (`process_backend`).
-    proc = procs.spawn(argv, {**os.environ, SPEC_ENV: record.spec.to_env()}, fd)
-    # Not yet waited for, so its PID is not reused; its identity is what it
-    # was started with (its command line may read empty for a moment after exec).
-    found = ProcessRecord.of(proc.pid)
-    if found is None:
-        proc.kill()
-        raise RayAccelError(f"the health decider exited at once; see {log}")
-    decider = RayProcess(DECIDER_KIND, proc.pid, found.start_ticks, identity(argv))
+    decider, proc = helpers.spawn(DECIDER_KIND, WHAT, [inputs.to_json()], log, record.spec.to_env())
     record = replace(record, decider=decider)
     state.save(record)
     progress(f"health decider {proc.pid}: --on-unhealthy {settings.action.value}, log {log}")
@@ -82,9 +54,9 @@ def _wait_first_poll(place: state.Place, started: float, proc: subprocess.Popen[
         if health is not None and health.at >= started and health.polls >= 1:
             return
         if proc.poll() is not None:
-            raise RayAccelError(f"the health decider exited ({proc.returncode}) before its first poll; see {log}")
+            raise RayAccelError(f"{WHAT} exited ({proc.returncode}) before its first poll; see {log}")
         time.sleep(0.2)
-    raise RayAccelError(f"the health decider made no poll within {FIRST_POLL_S:g}s; see {log}")
+    raise RayAccelError(f"{WHAT} made no poll within {FIRST_POLL_S:g}s; see {log}")
 
 
 def ensure_decider(record: HostRecord, progress: Progress) -> HostRecord:

@@ -49,7 +49,7 @@ from typing import Any
 
 import psutil
 
-from ray_accel.core.errors import InputError
+from ray_accel.core import reader
 from ray_accel.core.health import Health
 from ray_accel.core.health_state import HostHealth, PartState, read_health
 from ray_accel.core.hosts import HostId, this_host_name
@@ -236,19 +236,13 @@ class ExporterEntry:
 
 def entries_to_json(entries: Sequence[ExporterEntry]) -> str:
     """Entries as the decider hands them on a command line (`entries_from_json`)."""
-    return json.dumps([[e.partition, e.node_id, list(e.device_ids)] for e in entries])
+    return json.dumps(reader.dump(tuple(entries)))
 
 
-def entries_from_json(text: str) -> list[ExporterEntry]:
-    """What `entries_to_json` wrote; `InputError` for anything else."""
-    try:
-        rows = json.loads(text)
-        out = [ExporterEntry(p, n, tuple(d)) for p, n, d in rows]
-    except (ValueError, TypeError) as e:
-        raise InputError(f"bad exporter entries: {e}") from None
-    if not all(isinstance(x, str) for e in out for x in (e.partition, e.node_id, *e.device_ids)):
-        raise InputError(f"bad exporter entries: {text}")
-    return out
+def entries_from_json(text: str) -> tuple[ExporterEntry, ...]:
+    """What `entries_to_json` wrote; `ReadError` naming the field for anything else."""
+    rows = reader.Node(reader.parse_json(text, "exporter entries"), "entries").list()
+    return tuple(reader.load(ExporterEntry, row.data, row.path) for row in rows)
 
 
 class PartitionExporter:

@@ -148,3 +148,11 @@ def test_agents_is_a_hidden_old_name_of_partitions(command: list[str]) -> None:
     if command == ["plan"]:
         old, new = (cli_json("plan", flag, "2", env=TRN1)["partitions"] for flag in ("--agents", "--partitions"))
         assert [p["core_ids"] for p in old] == [p["core_ids"] for p in new] == [list(range(16)), list(range(16, 32))]
+        warned = run_cli_here("plan", "--agents", "2", "--json", env=TRN1)
+        assert "--agents is deprecated: use --partitions" in warned.stderr
+        assert len(json.loads(warned.stdout)["partitions"]) == 2, "the warning never enters --json"
+
+
+def test_a_manual_spec_alone_means_manual_mode() -> None:
+    out = cli_json("plan", "--manual", "a=0-7;b=8-15", env=TRN1)
+    assert out["mode"] == "manual" and [p["partition"] for p in out["partitions"]] == ["a", "b"]

@@ -15,9 +15,9 @@ import pytest
 
 from ray_accel.cluster import state
 from ray_accel.cluster.launcher import Launch
-from ray_accel.cluster.ports import MIN_WORKER_PORTS, plan_ports, raylet_ports, worker_port_count
+from ray_accel.cluster.ports import MIN_WORKER_PORTS, plan_ports, raylet_ports, worker_port_count, worker_ports
 from ray_accel.cluster.procs import identity, is_ray_process
-from ray_accel.cluster.start import Interrupted, interruptible, worker_ports
+from ray_accel.cluster.signals import Interrupted, interruptible
 from ray_accel.cluster.startargs import port_args
 from tests.conftest import run_cli
 from tests.planning import plan_for
@@ -38,9 +38,10 @@ def test_worker_ports_follow_the_partitions_share_or_the_users_figure(monkeypatc
 
     plan = plan_for(load_spec("trn1.32xlarge").devices, "auto-split", 2)
     monkeypatch.setattr(os, "cpu_count", lambda: 128)
-    assert worker_ports(plan, [], None) == [2 * 64 + 4 * 16 + 64] * 2
-    assert worker_ports(plan, ["--num-cpus", "500"], None) == [2 * 500 + 4 * 16 + 64] * 2
-    assert worker_ports(plan, ["--num-cpus=8"], 300) == [300, 300], "--max-workers wins"
+    units = [len(p.core_ids) for p in plan]
+    assert worker_ports(units, None, None) == [2 * 64 + 4 * 16 + 64] * 2
+    assert worker_ports(units, "500", None) == [2 * 500 + 4 * 16 + 64] * 2
+    assert worker_ports(units, "8", 300) == [300, 300], "--max-workers wins"
 
 
 def test_only_a_head_binds_the_client_server_and_dashboard_ports() -> None:

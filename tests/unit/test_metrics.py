@@ -516,7 +516,7 @@ def test_an_exporter_runs_no_discovery_and_probes_only_its_spec_backend(monkeypa
     inventory.process_backend.cache_clear()
     try:
         entry = ExporterEntry("p0", "node-a", ("neuron:0",))
-        assert entries_from_json(entries_to_json([entry])) == [entry]
+        assert entries_from_json(entries_to_json([entry])) == (entry,)
         exporter = PartitionExporter(entry, True, 3600.0, None)
         assert discoveries == [] and probes == ["mock"]
         assert inventory.process_backend() is exporter.plugin, "found once per process"
@@ -535,6 +535,10 @@ def test_a_bad_spec_or_entry_is_an_input_error() -> None:
     for bad in ("{", "[{}]", '[{"backend": 3}]'):
         with pytest.raises(InputError, match="bad RAYACCEL_BRIDGE_SPEC"):
             spec_backend(bad)
-    for bad in ("{", '[["p0", "n"]]', '[["p0", 1, []]]'):
-        with pytest.raises(InputError, match="bad exporter entries"):
+    for bad, named in (
+        ("{", "exporter entries is not valid JSON"),
+        ('[{"partition": "p0", "node_id": "n"}]', r"entries\[0\]"),
+        ('[{"partition": "p0", "node_id": 1, "device_ids": []}]', r"entries\[0\]\.node_id"),
+    ):
+        with pytest.raises(InputError, match=named):
             entries_from_json(bad)

@@ -49,6 +49,8 @@ def assert_refused(proc: subprocess.CompletedProcess[str], needle: str, tmp_path
     ("args", "needle"),
     [
         (["--mode", "manual", "--manual", "a=0-3;b=2-5"], "neuron:2"),
+        (["--manual", "a=0-3;b=2-5"], "neuron:2"),  # a spec alone means manual mode
+        (["--mode", "auto-split", "--manual", "a=0-3"], "a manual spec was given with mode auto-split"),
         (["--partitions", "17"], "more partitions (17)"),
         (["--partitions", "2", "--", "--num-gpus", "1"], "--num-gpus is set per partition"),
         (["--partitions", "2", "--num-gpus", "1"], "No such option '--num-gpus'"),

@@ -1,0 +1,45 @@
+"""The partitions' metrics exporters (`ray_accel.metrics.export`), deployed
+once raylets are up: by `start`, `start --recover` and the restarts of the
+host's helpers. Metrics are secondary: a failure is reported, never fatal."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from ray_accel.cluster import state
+from ray_accel.cluster.gcs import Progress
+from ray_accel.cluster.record import HostRecord, PartitionEntry
+from ray_accel.metrics.export import ExporterEntry
+
+
+def host_level_partition(record: HostRecord) -> str | None:
+    """The partition whose exporter also exports the host's own values: the
+    first one serving (one stopped on purpose has no exporter)."""
+    serving = [p.name for p in record.partitions if p.decider_state is None]
+    return serving[0] if serving else None
+
+
+def exporter_entries(parts: Sequence[PartitionEntry]) -> list[ExporterEntry]:
+    """What an exporter is told of its partition: the devices its raylet serves."""
+    return [ExporterEntry(p.name, p.node_id, tuple(p.serving.device_ids)) for p in parts if p.node_id]
+
+
+def deploy(record: HostRecord, parts: Sequence[PartitionEntry], progress: Progress) -> HostRecord:
+    """The exporters of `parts` started; the record saved saying whether they run."""
+    from ray_accel.metrics import export as exporter
+
+    try:
+        names = exporter.deploy(
+            record.gcs_address,
+            exporter_entries(parts),
+            host_level_partition=host_level_partition(record),
+            state_dir=str(state.place_of(record).directory),
+        )
+        progress(f"metrics exporters: {', '.join(names)}")
+        record = replace(record, metrics=True)
+    except Exception as e:
+        progress(f"warning: metrics exporters not started: {type(e).__name__}: {e}")
+        record = replace(record, metrics=False)
+    state.save(record)
+    return record

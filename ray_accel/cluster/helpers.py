@@ -1,0 +1,68 @@
+"""The host's helper processes: ray-accel's own long-lived processes beside
+the raylets, each `python -m MODULE` in a session of its own (a Ctrl-C in the
+shell that started it never reaches it), recorded in the host record beside
+the partitions' processes and checked and stopped as they are, by PID.
+
+This layer starts, records and stops them by kind without knowing what they
+do; the layer above that owns a kind registers it with the module it runs
+(the health package registers its own)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from ray_accel.cluster import procs, state
+from ray_accel.cluster.files import open_for_write
+from ray_accel.cluster.record import HostRecord, RayProcess
+from ray_accel.core.errors import RayAccelError
+from ray_accel.core.processes import ProcessRecord
+from ray_accel.plugins.inventory import SPEC_ENV
+
+
+def register(kind: str, module: str) -> None:
+    """Processes of `kind` run `python -m module` (and nothing else is ours)."""
+    procs.OWN_PROCESSES[kind] = (f"-m {module}",)
+
+
+def spawn(
+    kind: str, what: str, args: Sequence[str], log: Path, spec: str | None = None
+) -> tuple[RayProcess, subprocess.Popen[bytes]]:
+    """Start a helper of a registered `kind` (`what` it is, in messages) with
+    `args`, its output to `log`, the raylets' bridge `spec` in its environment
+    (so that its backend is theirs); its record (PID, start time, identity) and its
+    handle, not yet waited for."""
+    try:
+        fd = open_for_write(log)
+    except OSError as e:
+        raise RayAccelError(f"cannot write {what}'s log {log}: {e}") from None
+    (identity,) = procs.OWN_PROCESSES[kind]
+    argv = [sys.executable, *identity.split(" ", 1), *args]
+    proc = procs.spawn(argv, {**os.environ, SPEC_ENV: spec} if spec else os.environ, fd)
+    # Not yet waited for, so its PID is not reused; its identity is what it
+    # was started with (its command line may read empty for a moment after exec).
+    found = ProcessRecord.of(proc.pid)
+    if found is None:
+        proc.kill()
+        raise RayAccelError(f"{what} exited at once; see {log}")
+    return RayProcess(kind, proc.pid, found.start_ticks, identity), proc
+
+
+def of(record: HostRecord) -> list[RayProcess]:
+    """The helpers `record` names: its processes that are no partition's."""
+    own = {r for p in record.partitions for r in p.processes}
+    return [r for r in record.processes() if r not in own]
+
+
+def stop(place: state.Place, grace_s: float = 10.0) -> list[int]:
+    """Stop the helpers the record at `place` names that are ours (a failed
+    start, and `stop` before anything else); the PIDs signalled."""
+    try:
+        record = state.load(place)
+    except RayAccelError:
+        return []
+    ours = [r.record for r in of(record) if procs.check(r).ours] if record is not None else []
+    return procs.terminate(ours, grace_s)
