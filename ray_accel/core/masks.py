@@ -15,9 +15,8 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Collection, Iterable, Mapping
 
-from ray_accel.core.processes import ProcessRecord, ProcessTable, alive_all, read_small
+from ray_accel.core.processes import ProcessRecord, read_small
 
 log = logging.getLogger(__name__)
 
@@ -79,30 +78,6 @@ def read_records(directory: str) -> dict[int, tuple[str, int]]:
     return out
 
 
-def live_masks(
-    records: Mapping[int, tuple[str, int]], pids: Collection[int] | None = None, table: ProcessTable | None = None
-) -> dict[int, str]:
-    """PID -> mask of each record (of `pids` only, if given) whose writer is
-    still the process that wrote it (as `table` shows it, if given)."""
-    if pids is None:
-        chosen: Iterable[int] = records
-    elif len(pids) < len(records):
-        chosen = [p for p in pids if p in records]
-    else:
-        chosen = [p for p in records if p in pids]
-    starts = {pid: records[pid][1] for pid in chosen}
-    return {pid: records[pid][0] for pid in alive_all(starts, table)}
-
-
-def all_published(pids: Collection[int] | None = None, table: ProcessTable | None = None) -> dict[int, str]:
-    """PID -> mask of every live process that published one (of `pids` only,
-    if given). One listing of the directory, so a process that never
-    published costs nothing: most processes of a tree hold no device.
-    `table`: the process table the caller read already, to tell a live
-    process from a dead one without reading its stat line again."""
-    return live_masks(read_records(mask_dir()), pids, table)
-
-
 # Kernel file timestamps come from a clock that advances once per tick (at
 # most 10 ms: HZ is 100 or more); a directory whose last change is older than
 # this cannot change again without its timestamp changing.
@@ -118,7 +93,7 @@ class PublishedMasks:
     it, which changes the directory's mtime and ctime; a record written in
     place by something else is seen at the next change of the directory.
     The records say nothing of liveness: the caller checks their writers on
-    every use (`live_masks`, `processes.alive_all`), so a process that ended
+    every use (`processes.alive_all`), so a process that ended
     or a reused PID is never attributed a mask."""
 
     def __init__(self) -> None:

@@ -89,11 +89,6 @@ def wanted(full: Sequence[str], out: Sequence[str], health: Mapping[str, DeviceH
     )
 
 
-def initial(name: str, facts: Facts, now: float) -> PartitionHealth:
-    """A partition the decider has not seen before: serving as recorded."""
-    return PartitionHealth(name, PartState.SERVING, now, facts.full, (), facts.node_id, "", head=facts.head)
-
-
 def drain_message(
     name: str,
     bad: Sequence[str],

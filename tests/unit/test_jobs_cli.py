@@ -9,9 +9,10 @@ import pytest
 
 from ray_accel.cli.jobs import find_job, job_text, jobs_text
 from ray_accel.core.errors import InputError
-from ray_accel.jobs.model import STARTING, STATE, SUBMITTED, Event, apply_all, job_json
+from ray_accel.jobs.model import STARTING, STATE, SUBMITTED, Event, job_json
 from ray_accel.train.jobs import CALLBACK_PATH, allowed_workers, register_callback
 from tests.clirun import run_cli_here
+from tests.unit.test_jobs_model import apply_all
 
 
 def _job() -> dict[str, object]:

@@ -25,8 +25,8 @@ from ray_accel.jobs.model import (
     SUBMITTED,
     TERMINAL,
     Event,
+    JobRecord,
     Phase,
-    apply_all,
     apply_event,
     gauge_rows,
     job_json,
@@ -55,6 +55,14 @@ def _replicas(n: int, partitions: list[str]) -> list[dict[str, Any]]:
 
 def _run(*steps: tuple[str, dict[str, Any]]) -> list[Event]:
     return [Event(kind, "j1", float(t), data) for t, (kind, data) in enumerate(steps)]
+
+
+def apply_all(events: list[Event]) -> dict[str, JobRecord]:
+    """Job id -> its record after `events`, in order."""
+    jobs: dict[str, JobRecord] = {}
+    for e in events:
+        jobs[e.job_id] = apply_event(jobs.get(e.job_id), e)
+    return jobs
 
 
 def state(name: str) -> tuple[str, dict[str, Any]]:
