@@ -170,6 +170,12 @@ def test_every_function_is_used_by_the_product() -> None:
     assert not gone, f"these are gone or used now; take them out of LEFT_TO_THEIR_OWNER: {gone}"
 
 
+def test_every_framework_hook_listed_is_defined() -> None:
+    defined = {fn.name for p in product_files() for fn, _ in definitions(ast.parse(p.read_text()))}
+    stale = sorted(set(CALLED_BY_FRAMEWORKS) - defined)
+    assert not stale, f"no product class defines these any more; take them out of CALLED_BY_FRAMEWORKS: {stale}"
+
+
 def test_the_rule_sees_the_product_and_its_uses() -> None:
     assert len(product_files()) > 100
     assert "main" in entry_points(), "the CLI's entry point is read from pyproject.toml"
