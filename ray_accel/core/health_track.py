@@ -96,9 +96,6 @@ class Tracked:
     faults: tuple[Fault, ...] = ()
     unread: tuple[str, ...] = ()  # this poll's unreadable sources (why it is UNKNOWN)
 
-    def fault(self, kind: str) -> Fault | None:
-        return next((f for f in self.faults if f.kind == kind), None)
-
 
 def start(device_ids: Iterable[str], now: float) -> tuple[Tracked, ...]:
     """Before the first poll every device is UNKNOWN."""

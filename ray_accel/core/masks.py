@@ -15,9 +15,8 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Collection, Iterable, Mapping
 
-from ray_accel.core.processes import ProcessRecord, current, read_small
+from ray_accel.core.processes import ProcessRecord, read_small
 
 log = logging.getLogger(__name__)
 
@@ -79,25 +78,6 @@ def read_records(directory: str) -> dict[int, tuple[str, int]]:
     return out
 
 
-def live_masks(records: Mapping[int, tuple[str, int]], pids: Collection[int] | None = None) -> dict[int, str]:
-    """PID -> mask of each record (of `pids` only, if given) whose writer is
-    still the process that wrote it."""
-    if pids is None:
-        chosen: Iterable[int] = records
-    elif len(pids) < len(records):
-        chosen = [p for p in pids if p in records]
-    else:
-        chosen = [p for p in records if p in pids]
-    return {pid: records[pid][0] for pid in chosen if current(pid, records[pid][1]) is not None}
-
-
-def all_published(pids: Collection[int] | None = None) -> dict[int, str]:
-    """PID -> mask of every live process that published one (of `pids` only,
-    if given). One listing of the directory, so a process that never
-    published costs nothing: most processes of a tree hold no device."""
-    return live_masks(read_records(mask_dir()), pids)
-
-
 # Kernel file timestamps come from a clock that advances once per tick (at
 # most 10 ms: HZ is 100 or more); a directory whose last change is older than
 # this cannot change again without its timestamp changing.
@@ -113,7 +93,7 @@ class PublishedMasks:
     it, which changes the directory's mtime and ctime; a record written in
     place by something else is seen at the next change of the directory.
     The records say nothing of liveness: the caller checks their writers on
-    every use (`live_masks`, the mock's telemetry), so a process that ended
+    every use (the mock's telemetry), so a process that ended
     or a reused PID is never attributed a mask."""
 
     def __init__(self) -> None:

@@ -18,14 +18,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ray_accel.core.visibility import format_visible_ids
+from ray_accel.core.visibility import VisibilityError, format_visible_ids, parse_visible_ids
 
 NUMA_ROOT_ENV = "RAYACCEL_NUMA_ROOT"
 DEFAULT_ROOT = "/sys/devices/system/node"
 _NODE = re.compile(r"^node(\d+)$")
-# A CPU list names CPUs of one host; the bound keeps `0-999999999` from
-# allocating a billion-element set.
-MAX_CPU = 1 << 16
 
 
 class CpuListError(ValueError):
@@ -33,21 +30,12 @@ class CpuListError(ValueError):
 
 
 def parse_cpulist(text: str) -> frozenset[int]:
-    """``"0-3,8"`` -> {0, 1, 2, 3, 8}; ``""`` (a node without CPUs) -> {}."""
-    out: set[int] = set()
-    body = text.strip()
-    if not body:
-        return frozenset()
-    for token in body.split(","):
-        lo_text, sep, hi_text = token.strip().partition("-")
-        if not (lo_text.isascii() and lo_text.isdigit()) or (sep and not (hi_text.isascii() and hi_text.isdigit())):
-            raise CpuListError(f"bad entry {token!r} in CPU list {text!r}")
-        lo = int(lo_text)
-        hi = int(hi_text) if sep else lo
-        if lo > hi or hi >= MAX_CPU:
-            raise CpuListError(f"bad range {token!r} in CPU list {text!r}")
-        out.update(range(lo, hi + 1))
-    return frozenset(out)
+    """``"0-3,8"`` -> {0, 1, 2, 3, 8}; ``""`` (a node without CPUs) -> {}:
+    the ranges style of a visibility mask."""
+    try:
+        return frozenset(parse_visible_ids(text) or ())
+    except VisibilityError as e:
+        raise CpuListError(f"CPU list {text!r}: {e}") from None
 
 
 def format_cpulist(cpus: Iterable[int]) -> str:

@@ -8,10 +8,13 @@ import re
 
 from ray_accel.core.errors import InputError
 
+# A non-empty Ray label value, and the name part of a label key (Ray 2.60,
+# ray/_private/label_utils.py: LABEL_REGEX): letters, digits, '-', '_', '.',
+# starting and ending with a letter or digit, at most 63 characters.
+LABEL_VALUE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")
 # A partition name becomes a Ray label value and a file name: the label-value
-# rules (letters, digits, '-', '_', '.', starting and ending with a letter or
-# digit, at most 63 characters) keep it safe for both.
-PARTITION_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")
+# rules keep it safe for both.
+PARTITION_NAME = LABEL_VALUE
 _HOST = re.compile(
     r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
 )
@@ -19,11 +22,9 @@ _HOST = re.compile(
 
 def ascii_int(text: str | int, what: str, lo: int | None = None, hi: int | None = None) -> int:
     """An integer written in ASCII digits (int() also takes '٤'), within [lo, hi]."""
-    if isinstance(text, bool):
-        raise InputError(f"{what}: {text!r} is not an integer")
     raw = str(text).strip()
-    body = raw[1:] if raw.startswith("-") else raw
-    if not body or not body.isascii() or not body.isdigit() or len(body) > 18:
+    body = raw.removeprefix("-")
+    if isinstance(text, bool) or not body.isascii() or not body.isdigit() or len(body) > 18:
         raise InputError(f"{what}: {text!r} is not an integer")
     value = int(raw)
     _in_range(value, what, lo, hi, text)
@@ -32,13 +33,10 @@ def ascii_int(text: str | int, what: str, lo: int | None = None, hi: int | None 
 
 def finite_float(text: str | float, what: str, lo: float | None = None, hi: float | None = None) -> float:
     """A finite number (no nan, inf), within [lo, hi]."""
-    if isinstance(text, bool):
-        raise InputError(f"{what}: {text!r} is not a number")
-    raw = str(text).strip()
-    if not raw.isascii():
-        raise InputError(f"{what}: {text!r} is not a number")
     try:
-        value = float(raw)
+        if isinstance(text, bool) or not str(text).isascii():
+            raise ValueError(text)
+        value = float(str(text))
     except ValueError:
         raise InputError(f"{what}: {text!r} is not a number") from None
     if not math.isfinite(value):
@@ -63,10 +61,6 @@ def partition_name(text: str) -> str:
     return text
 
 
-def port(text: str | int, what: str) -> int:
-    return ascii_int(text, what, 1024, 65535)
-
-
 def host_port(text: str, what: str) -> tuple[str, int]:
     """'host:port' (an IPv4 address or a host name) with a valid port."""
     raw = text.strip()
@@ -84,8 +78,6 @@ def host_port(text: str, what: str) -> tuple[str, int]:
 # prefix (at most 253 characters) and '/', then a name; name and value are at
 # most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or
 # digit (a value may be empty). Keys under `ray.io/` are Ray's own.
-_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?"
-_LABEL_NAME = re.compile(rf"^{_LABEL}$")
 # Prefix parts are DNS labels: no dots inside, none empty ("sub..domain" is
 # refused, as Ray's own comment says it should be).
 _DNS_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9])?"
@@ -97,7 +89,7 @@ def label_key(key: str, what: str) -> str:
     prefix, sep, name = key.rpartition("/")
     if sep and (not prefix or len(prefix) > 253 or not _LABEL_PREFIX.match(prefix)):
         raise InputError(f"{what}: bad label key prefix {prefix!r} in {key!r}: use DNS labels separated by dots")
-    if not _LABEL_NAME.match(name):
+    if not LABEL_VALUE.match(name):
         raise InputError(
             f"{what}: bad label key {key!r}: the name is 1-63 letters, digits, '-', '_' or '.', "
             "starting and ending with a letter or digit"
@@ -108,7 +100,7 @@ def label_key(key: str, what: str) -> str:
 
 
 def label_value(value: str, key: str, what: str) -> str:
-    if value and not _LABEL_NAME.match(value):
+    if value and not LABEL_VALUE.match(value):
         raise InputError(
             f"{what}: bad value {value!r} for label {key!r}: 0-63 letters, digits, '-', '_' or '.', "
             "starting and ending with a letter or digit"

@@ -52,17 +52,12 @@ def parse_visible_ids(value: str | None, total: int | None = None) -> list[int] 
         token = raw.strip()
         if token == "":
             raise VisibilityError(f"empty entry in visibility mask {value!r}")
-        if "-" in token:
-            lo_text, _, hi_text = token.partition("-")
-            lo = _parse_int(lo_text.strip(), value)
-            hi = _parse_int(hi_text.strip(), value)
-            if lo > hi:
-                raise VisibilityError(f"descending range {token!r} in visibility mask {value!r}")
-            expanded = range(lo, hi + 1)
-        else:
-            single = _parse_int(token, value)
-            expanded = range(single, single + 1)
-        for i in expanded:
+        lo_text, dash, hi_text = token.partition("-")
+        lo = _parse_int(lo_text.strip(), value)
+        hi = _parse_int(hi_text.strip(), value) if dash else lo
+        if lo > hi:
+            raise VisibilityError(f"descending range {token!r} in visibility mask {value!r}")
+        for i in range(lo, hi + 1):
             if i in seen:
                 raise VisibilityError(f"duplicate id {i} (from {token!r}) in visibility mask {value!r}")
             if total is not None and i >= total:
@@ -111,13 +106,6 @@ def format_visible_ids(ids: Iterable[int], style: Style = "list") -> str:
         return ",".join(str(i) for i in ordered)
     if style != "ranges":
         raise VisibilityError(f"unknown style {style!r}: use 'list' or 'ranges'")
-    parts: list[str] = []
-    start = 0
-    while start < len(ordered):
-        end = start
-        while end + 1 < len(ordered) and ordered[end + 1] == ordered[end] + 1:
-            end += 1
-        lo, hi = ordered[start], ordered[end]
-        parts.append(str(lo) if lo == hi else f"{lo}-{hi}")
-        start = end + 1
-    return ",".join(parts)
+    # A run of consecutive ids keeps one difference between id and position.
+    runs = [[i for _, i in run] for _, run in itertools.groupby(enumerate(ordered), lambda t: t[1] - t[0])]
+    return ",".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)

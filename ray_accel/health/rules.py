@@ -89,11 +89,6 @@ def wanted(full: Sequence[str], out: Sequence[str], health: Mapping[str, DeviceH
     )
 
 
-def initial(name: str, facts: Facts, now: float) -> PartitionHealth:
-    """A partition the decider has not seen before: serving as recorded."""
-    return PartitionHealth(name, PartState.SERVING, now, facts.full, (), facts.node_id, "", head=facts.head)
-
-
 def drain_message(
     name: str,
     bad: Sequence[str],
@@ -111,10 +106,6 @@ def drain_message(
     else:
         verb = "restarted with it" if back else "stopped"
     return f"ray-accel health: {'; '.join(parts)}; partition {name} is drained and {verb}"
-
-
-def _serving_state(full: Sequence[str], devices: Sequence[str]) -> PartState:
-    return PartState.SERVING if tuple(devices) == tuple(full) else PartState.SHRUNK
 
 
 def _detail(health: Mapping[str, DeviceHealth], out: Sequence[str]) -> str:
@@ -169,17 +160,10 @@ def decide(settings: HealthSettings, view: PartitionHealth, facts: Facts, now: f
         if target:
             return Step(replace(view, target=target), Effect.RESTART, devices=target)
         bad = [d for d in full if state_of(health, d) is Health.UNHEALTHY]
-        stopped = replace(
-            view,
-            state=PartState.STOPPED,
-            since=now,
-            devices=(),
-            out=full,
-            deadline=None,
-            target=None,
-            detail=f"stopped: {_detail(health, bad) or 'its devices are out of service'}",
+        return Step(
+            _stopped(view, full, now, f"stopped: {_detail(health, bad) or 'its devices are out of service'}"),
+            Effect.STOP,
         )
-        return Step(stopped, Effect.STOP)
 
     # STOPPED: back once its devices are healthy (all of them under `drain`).
     if facts.head:
@@ -204,7 +188,7 @@ def restarted(
     out = tuple(d for d in full if d not in devices)
     return PartitionHealth(
         view.partition,
-        _serving_state(full, devices),
+        PartState.SERVING if tuple(devices) == tuple(full) else PartState.SHRUNK,
         now,
         tuple(devices),
         out,
@@ -216,13 +200,11 @@ def restarted(
 
 def restart_failed(view: PartitionHealth, full: Sequence[str], error: str, now: float) -> PartitionHealth:
     """The partition after a restart that failed: stopped, tried again later."""
+    return _stopped(view, full, now, f"restart failed: {error}"[:1000])
+
+
+def _stopped(view: PartitionHealth, full: Sequence[str], now: float, detail: str) -> PartitionHealth:
+    """Stopped since `now`, every device out."""
     return replace(
-        view,
-        state=PartState.STOPPED,
-        since=now,
-        devices=(),
-        out=tuple(full),
-        deadline=None,
-        target=None,
-        detail=f"restart failed: {error}"[:1000],
+        view, state=PartState.STOPPED, since=now, devices=(), out=tuple(full), deadline=None, target=None, detail=detail
     )

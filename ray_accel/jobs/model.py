@@ -263,13 +263,6 @@ def mark_lost(job: JobRecord, at: float) -> JobRecord:
     return _move(job, Phase.UNKNOWN, at, "controller gone")
 
 
-def apply_all(events: Sequence[Event]) -> dict[str, JobRecord]:
-    jobs: dict[str, JobRecord] = {}
-    for e in events:
-        jobs[e.job_id] = apply_event(jobs.get(e.job_id), e)
-    return jobs
-
-
 def _transition_json(t: Transition) -> dict[str, Any]:
     return {"phase": t.phase.value, "at": t.at, "reason": t.reason}
 

@@ -18,12 +18,14 @@ a missing label as "not known".
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
 from ray_accel.core.devices import Device
 from ray_accel.core.errors import InputError
 from ray_accel.core.hosts import HostId, host_key
+from ray_accel.core.validate import LABEL_VALUE
 from ray_accel.core.visibility import VisibilityError, format_visible_ids, parse_visible_ids
 from ray_accel.partition.plan import Partition, assess
 
@@ -37,8 +39,6 @@ CORES_LABEL = "ray-accel.io/cores"  # its schedulable ids (sorted, as its mask n
 LINKS_LABEL = "ray-accel.io/links"  # device indexes outside it that its devices link to
 CONNECTED_LABEL = "ray-accel.io/connected"  # "true"/"false": its own devices linked to each other
 
-# Ray 2.60, python/ray/_private/label_utils.py: LABEL_REGEX (values).
-LABEL_VALUE = re.compile(r"^[a-zA-Z0-9]([a-zA-Z0-9_.-]{0,61}[a-zA-Z0-9])?$")
 MAX_VALUE = 63
 ID_SET = re.compile(r"^[0-9]+(-[0-9]+)?(_[0-9]+(-[0-9]+)?)*$")
 
@@ -58,13 +58,10 @@ def encode_ids(ids: Iterable[int]) -> str | None:
 
 def decode_ids(text: str) -> tuple[int, ...]:
     """`"0-3_8"` -> `(0, 1, 2, 3, 8)`; a bad value raises `LabelError` naming it."""
-    if not ID_SET.match(text):
-        raise LabelError(f"bad id set label value {text!r}: use ranges joined by '_', e.g. 0-3_8")
-    try:
-        ids = parse_visible_ids(text.replace("_", ","))
-    except VisibilityError:
-        raise LabelError(f"bad id set label value {text!r}: use ranges joined by '_', e.g. 0-3_8") from None
-    return tuple(ids or ())
+    if ID_SET.match(text):
+        with contextlib.suppress(VisibilityError):  # a duplicate, a descending range: refused below
+            return tuple(parse_visible_ids(text.replace("_", ",")) or ())
+    raise LabelError(f"bad id set label value {text!r}: use ranges joined by '_', e.g. 0-3_8")
 
 
 def node_host(name: str, ip: str, labels: Mapping[str, str]) -> str:

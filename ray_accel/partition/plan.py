@@ -53,11 +53,10 @@ class Mode(enum.Enum):
     def parse(cls, value: str | Mode) -> Mode:
         if isinstance(value, Mode):
             return value
-        key = value.strip().lower().replace("_", "-")
-        for m in cls:
-            if m.value == key:
-                return m
-        raise PartitionError(f"unknown mode {value!r}: use shared, auto-split or manual")
+        try:
+            return cls(value.strip().lower().replace("_", "-"))
+        except ValueError:
+            raise PartitionError(f"unknown mode {value!r}: use shared, auto-split or manual") from None
 
 
 @dataclass(frozen=True)
@@ -140,16 +139,7 @@ class Plan:
 def _connected(group: Sequence[Device]) -> bool | None:
     if not any(d.peers for d in group):
         return None if len(group) > 1 else True
-    ids = {d.id for d in group}
-    by_id = {d.id: d for d in group}
-    seen = {group[0].id}
-    stack = [group[0].id]
-    while stack:
-        for p in by_id[stack.pop()].peers:
-            if p in ids and p not in seen:
-                seen.add(p)
-                stack.append(p)
-    return len(seen) == len(ids)
+    return len(set(_islands(group).values())) == 1
 
 
 def assess(group: Sequence[Device], topology: bool) -> Quality:
@@ -234,10 +224,9 @@ def _grow(devices: Sequence[Device], size: int) -> list[list[Device]] | None:
 
 def _auto_split(devices: Sequence[Device], count: int, split: SplitOrder) -> list[list[Device]]:
     if len(devices) % count:
-        divisors = [n for n in range(1, len(devices) + 1) if len(devices) % n == 0]
         raise PartitionError(
             f"cannot split {len(devices)} devices evenly into {count} partitions: "
-            f"use --partitions {', '.join(map(str, divisors))}, or --mode manual"
+            f"use --partitions {', '.join(map(str, _divisors(len(devices))))}, or --mode manual"
         )
     size = len(devices) // count
     if split is SplitOrder.INDEX_BLOCKS:

@@ -91,15 +91,6 @@ class FreePartition:
     def used(self) -> int:
         return self.total - self.free
 
-    @property
-    def free_ids(self) -> tuple[int, ...] | None:
-        """The free ids when Ray's counts determine them (all or none), else None."""
-        if self.free == 0:
-            return ()
-        if self.free == self.total and self.core_ids:
-            return self.core_ids
-        return None
-
     def aligned_blocks(self, size: int) -> int:
         """How many `size`-unit grants Ray would give here now on aligned,
         contiguous ids (see the module docstring)."""

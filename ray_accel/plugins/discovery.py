@@ -92,11 +92,9 @@ def discover_plugins(only: str | None = None, env: Mapping[str, str] | None = No
     environ = os.environ if env is None else env
     mock_on = bool(environ.get(MOCK_ENV))
     statuses: list[PluginStatus] = []
-    seen: set[str] = set()
-    for ep in sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
-        if ep.name in seen or (only is not None and ep.name != only):
+    for ep in _entry_points():
+        if only is not None and ep.name != only:
             continue
-        seen.add(ep.name)
         if mock_on and ep.name != MOCK_PLUGIN:
             statuses.append(_inactive(ep.name, f"{MOCK_ENV} is set: only the mock backend is active"))
             continue

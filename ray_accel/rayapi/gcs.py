@@ -111,16 +111,6 @@ def death_reason_name(code: int) -> str:
         return str(code)
 
 
-def draining_nodes(address: str) -> dict[str, int]:
-    """Hex node id -> the drain's deadline (ms since the epoch; 0: none) of
-    every live node the GCS at `address` is draining. A raylet with nothing
-    running exits as soon as it is drained: it is then dead in `read_nodes`
-    with `death_reason` AUTOSCALER_DRAIN_PREEMPTED."""
-    gs = _global_state(address)
-    found = _method(gs, "get_draining_nodes", f"{STATE}.GlobalState")()
-    return {str(k): int(v) for k, v in dict(found).items()}
-
-
 def drain_reason(name: str = DRAIN_REASON_PREEMPTION) -> int:
     """The `DrainNodeReason` enum value Ray's protocol gives `name`."""
     pb = module("ray.core.generated.autoscaler_pb2")

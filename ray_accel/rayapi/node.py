@@ -57,12 +57,6 @@ def _node_class() -> Any:
     return cls
 
 
-def check_node() -> None:
-    """`RayApiMissing` unless `capture_nodes` can patch Ray's `Node`."""
-    _node_class()
-    attr(module(SCRIPTS), "cli", SCRIPTS)
-
-
 @contextmanager
 def capture_nodes(socket_tag: str) -> Iterator[list[Any]]:
     """Within: every `Node` Ray builds in this process is appended to the

@@ -48,12 +48,6 @@ def _worker_context() -> Any:
     return get()
 
 
-def worker_ranks() -> dict[str, int]:
-    """The ranks this worker's Train context holds."""
-    current = _rank_context(_worker_context(), f"{CONTEXT}.TrainContext")
-    return {k: getattr(current, k) for k in RANK_FIELDS}
-
-
 def replace_worker_ranks(values: Mapping[str, int]) -> None:
     """Replace rank fields in this worker's Train context (what
     `ray.train.get_context()` reads)."""

@@ -47,6 +47,7 @@ DRAIN = r"""
 import json, os, sys, time
 import ray
 from ray_accel.rayapi import gcs
+from tests.gcs_drains import draining_nodes
 address, node_id, part = sys.argv[1], sys.argv[2], sys.argv[3]
 ray.init(address=address, log_to_driver=False)
 
@@ -57,12 +58,12 @@ class Busy:
 
 busy = Busy.options(label_selector={"ray-accel.io/partition": part}).remote()
 ray.get(busy.pid.remote(), timeout=120)
-before = gcs.draining_nodes(address)
+before = draining_nodes(address)
 deadline_ms = int(time.time() * 1000) + 600_000
 reply = gcs.drain_node(address, node_id, "ray-accel test: drain one partition", deadline_ms, timeout_s=60)
 draining = {}
 for _ in range(100):
-    draining = gcs.draining_nodes(address)
+    draining = draining_nodes(address)
     if node_id in draining:
         break
     time.sleep(0.1)

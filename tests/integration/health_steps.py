@@ -19,6 +19,7 @@ from ray_accel.cluster.record import HostRecord, parse_record
 from ray_accel.core.health_state import HostHealth, PartitionHealth, read_health
 from ray_accel.core.processes import ProcessRecord
 from ray_accel.rayapi import gcs
+from tests.gcs_drains import draining_nodes
 from tests.integration.conftest import Cluster
 
 
@@ -87,7 +88,7 @@ def gcs_view(cluster: Cluster) -> tuple[dict[str, gcs.GcsNode], dict[str, int]]:
     through ray-accel's seam, as `ray drain-node`'s caller would)."""
     apply(Auth.from_json(cluster.status["auth"]))
     nodes = {n.node_id: n for n in gcs.read_nodes(cluster.address)}
-    return nodes, gcs.draining_nodes(cluster.address)
+    return nodes, draining_nodes(cluster.address)
 
 
 def alive_node(cluster: Cluster, partition: str) -> gcs.GcsNode:

@@ -134,7 +134,7 @@ def test_manager_answers_from_its_spec(tmp_path: Path, monkeypatch: pytest.Monke
     assert m.get_current_process_visible_accelerator_ids() == ["0", "1", "2", "3"]
     m.set_current_process_visible_accelerator_ids(["7", "6"])
     assert os.environ["NEURON_RT_VISIBLE_CORES"] == "6,7", "written sorted (Ray writes '7,6')"
-    assert masks.all_published([os.getpid()]) == {}, "the Neuron backend reads no published masks: none written"
+    assert masks.read_records(masks.mask_dir()) == {}, "the Neuron backend reads no published masks: none written"
     assert not any(tmp_path.iterdir()), "no mask file at all"
     monkeypatch.setenv("RAY_EXPERIMENTAL_NOSET_NEURON_RT_VISIBLE_CORES", "1")
     m.set_current_process_visible_accelerator_ids(["1"])
@@ -168,7 +168,8 @@ def test_a_worker_of_a_backend_that_reads_masks_publishes_its_own(
     monkeypatch.setenv(masks.MASK_DIR_ENV, str(tmp_path))
     monkeypatch.setenv(spec.visible_ids_env, "0-31")
     make_manager(spec).set_current_process_visible_accelerator_ids(["7", "6"])
-    assert masks.all_published([os.getpid()]) == {os.getpid(): "6,7"}, "published for the metrics collector"
+    published = {pid: mask for pid, (mask, _) in masks.read_records(masks.mask_dir()).items()}
+    assert published == {os.getpid(): "6,7"}, "published for the metrics collector"
 
 
 def test_install_replaces_rays_manager_for_that_name() -> None:

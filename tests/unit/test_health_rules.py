@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from ray_accel.core.health import DeviceHealth, Health, HealthEvent
 from ray_accel.core.health_state import Action, HealthSettings, PartitionHealth, PartState
-from ray_accel.health.rules import RETRY_S, Effect, Facts, decide, initial, restart_failed, restarted, wanted
+from ray_accel.health.rules import RETRY_S, Effect, Facts, decide, restart_failed, restarted, wanted
 
 FULL = tuple(f"neuron:{i}" for i in range(8, 16))
 SHRINK = HealthSettings(Action.SHRINK, 1.0, 10.0)
@@ -39,7 +39,8 @@ def facts(h: Mapping[str, DeviceHealth], alive: bool = True, head: bool = False)
 
 
 def serving(head: bool = False) -> PartitionHealth:
-    return initial("p1", facts(health(), head=head), 0.0)
+    """A partition the decider has not seen before: serving as recorded."""
+    return PartitionHealth("p1", PartState.SERVING, 0.0, FULL, (), "ab12", "", head=head)
 
 
 def test_a_fatal_device_drains_then_shrinks_at_the_deadline() -> None:

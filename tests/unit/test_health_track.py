@@ -12,6 +12,7 @@ from ray_accel.core.errors import InputError
 from ray_accel.core.health import Health, HealthEvent
 from ray_accel.core.health_track import (
     RECOVERY_POLLS_ENV,
+    Fault,
     Findings,
     Level,
     Tracked,
@@ -25,6 +26,11 @@ from tests.badinput import badinput
 
 D = "neuron:1"
 K = 3
+
+
+def lost(t: Tracked) -> Fault:
+    """The device's open "lost" fault."""
+    return next(f for f in t.faults if f.kind == "lost")
 
 
 def gone(at: float) -> Level:
@@ -93,7 +99,7 @@ def test_unreadable_polls_do_not_count_nor_break_the_run() -> None:
     polls = [Findings(D, vouched=("ecc",), levels=(gone(1),)), clean(), unread, unread, clean(), unread, clean()]
     states = run(polls)
     assert [t.state for t in states] == [Health.UNHEALTHY] * 6 + [Health.HEALTHY]
-    assert [t.fault("lost").clean for t in states[:6]] == [0, 1, 1, 1, 2, 2]  # type: ignore[union-attr]
+    assert [lost(t).clean for t in states[:6]] == [0, 1, 1, 1, 2, 2]
 
 
 def test_a_bad_reading_starts_the_run_again_without_a_new_event() -> None:
@@ -103,7 +109,7 @@ def test_a_bad_reading_starts_the_run_again_without_a_new_event() -> None:
     t, _ = advance(t, clean(), 2.0, K)
     t, _ = advance(t, clean(), 3.0, K)
     t, new = advance(t, Findings(D, levels=(gone(4),)), 4.0, K)
-    assert new == () and t.fault("lost").clean == 0  # type: ignore[union-attr]
+    assert new == () and lost(t).clean == 0
     assert t.last_event is not None and t.last_event.at == 1.0, "the same condition, not news"
 
 

@@ -18,11 +18,11 @@ from ray_accel.jobs.model import (
     Started,
     StateChange,
     Submitted,
-    apply_all,
     job_json,
 )
 from ray_accel.train.jobs import CALLBACK_PATH, allowed_workers, register_callback
 from tests.clirun import run_cli_here
+from tests.unit.test_jobs_model import apply_all
 
 
 def _job() -> dict[str, object]:

@@ -25,12 +25,12 @@ from ray_accel.jobs.model import (
     SUBMITTED,
     TERMINAL,
     Event,
+    JobRecord,
     Phase,
     Replica,
     Started,
     StateChange,
     Submitted,
-    apply_all,
     apply_event,
     gauge_rows,
     job_json,
@@ -50,6 +50,14 @@ def _replicas(n: int, partitions: list[str]) -> Started:
 
 def _run(*steps: tuple[str, Submitted | StateChange | Started | None]) -> list[Event]:
     return [Event(kind, "j1", float(t), data) for t, (kind, data) in enumerate(steps)]
+
+
+def apply_all(events: list[Event]) -> dict[str, JobRecord]:
+    """Job id -> its record after `events`, in order."""
+    jobs: dict[str, JobRecord] = {}
+    for e in events:
+        jobs[e.job_id] = apply_event(jobs.get(e.job_id), e)
+    return jobs
 
 
 def state(name: str) -> tuple[str, StateChange]:

@@ -8,6 +8,7 @@ import os
 import subprocess
 import tempfile
 import time
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ray_accel.core import masks
-from ray_accel.core.processes import ProcessRecord
+from ray_accel.core.processes import ProcessRecord, current
 
 
 @settings(max_examples=300, deadline=None)
@@ -57,6 +58,18 @@ def _record(directory: Path, pid: int, mask: str, in_place: bool = False) -> Non
         os.replace(tmp, path)
 
 
+def live_masks(records: Mapping[int, tuple[str, int]], pids: Collection[int] | None = None) -> dict[int, str]:
+    """PID -> mask of each record (of `pids` only, if given) whose writer is
+    still the process that wrote it."""
+    chosen = [pid for pid in records if pids is None or pid in pids]
+    return {pid: records[pid][0] for pid in chosen if current(pid, records[pid][1]) is not None}
+
+
+def fresh(pids: Collection[int] | None = None) -> dict[int, str]:
+    """PID -> mask of every live writer, as one new read of the directory finds them."""
+    return live_masks(masks.read_records(masks.mask_dir()), pids)
+
+
 def _settle() -> None:
     """Wait until the directory's last change is past the settling time (its
     ctime, which `PublishedMasks` also watches, cannot be dated back)."""
@@ -71,21 +84,21 @@ def test_the_reader_sees_every_change_and_answers_as_a_fresh_read(
     try:
         a, b, c = (p.pid for p in procs)
         reader = masks.PublishedMasks()
-        assert masks.live_masks(reader.records()) == {} == masks.all_published()
+        assert live_masks(reader.records()) == {} == fresh()
         _record(tmp_path, a, "0,1")
         _record(tmp_path, b, "2")
         _settle()
-        assert masks.live_masks(reader.records()) == {a: "0,1", b: "2"} == masks.all_published()
+        assert live_masks(reader.records()) == {a: "0,1", b: "2"} == fresh()
         first = reader.records()
         assert reader.records() is first, "an unchanged, settled directory is not read again"
         _record(tmp_path, b, "3")  # republished: the rename changes the directory
         _record(tmp_path, c, "4")
-        assert masks.live_masks(reader.records()) == {a: "0,1", b: "3", c: "4"} == masks.all_published()
-        assert masks.live_masks(reader.records(), [a, c]) == {a: "0,1", c: "4"} == masks.all_published([a, c])
+        assert live_masks(reader.records()) == {a: "0,1", b: "3", c: "4"} == fresh()
+        assert live_masks(reader.records(), [a, c]) == {a: "0,1", c: "4"} == fresh([a, c])
         procs[0].kill()
         procs[0].wait()  # reaped: gone from the process table, its record stays
         kept = reader.records()
-        assert masks.live_masks(kept) == masks.all_published() == {b: "3", c: "4"}, "liveness is checked on every use"
+        assert live_masks(kept) == fresh() == {b: "3", c: "4"}, "liveness is checked on every use"
     finally:
         for p in procs:
             p.kill()
@@ -102,9 +115,9 @@ def test_an_unsettled_directory_is_read_again_every_time(tmp_path: Path, monkeyp
         reader = masks.PublishedMasks()
         _record(tmp_path, proc.pid, "0")
         os.utime(tmp_path)  # changed now
-        assert masks.live_masks(reader.records()) == {proc.pid: "0"}
+        assert live_masks(reader.records()) == {proc.pid: "0"}
         _record(tmp_path, proc.pid, "5", in_place=True)
-        assert masks.live_masks(reader.records()) == {proc.pid: "5"} == masks.all_published()
+        assert live_masks(reader.records()) == {proc.pid: "5"} == fresh()
     finally:
         proc.kill()
         proc.wait()
@@ -112,7 +125,7 @@ def test_an_unsettled_directory_is_read_again_every_time(tmp_path: Path, monkeyp
 
 def test_a_missing_directory_reads_as_no_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(masks.MASK_DIR_ENV, str(tmp_path / "absent"))
-    assert masks.live_masks(masks.PublishedMasks().records()) == {} == masks.all_published()
+    assert live_masks(masks.PublishedMasks().records()) == {} == fresh()
 
 
 def test_a_pure_test_publishes_into_its_sessions_folder_not_the_host_wide_one() -> None:

@@ -31,8 +31,9 @@ def stub(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def _fresh_flags() -> None:
-    neuron_ls.forget_flags()
+def _fresh_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forget which flag each tool answered to."""
+    monkeypatch.setattr(neuron_ls, "_FLAG_CACHE", {})
 
 
 def neuron(out: dict[str, Any]) -> dict[str, Any]:

@@ -84,7 +84,6 @@ def test_without_sysfs_or_monitor_health_is_unknown_not_healthy(tmp_path: Path, 
     s = t.device_samples()[0]
     assert s.healthy is None and "no health source" in (s.health_reason or "")
     assert s.memory_used_bytes is None and s.utilization is None
-    assert t.monitor_reason == "neuron-monitor turned off"
 
 
 def _wait_for_utilization(t: NeuronTelemetry) -> list[DeviceSample]:
@@ -94,7 +93,7 @@ def _wait_for_utilization(t: NeuronTelemetry) -> list[DeviceSample]:
         if samples[0].utilization is not None:
             return samples
         time.sleep(0.1)
-    raise AssertionError(f"no neuron-monitor report: {t.monitor_reason}")
+    raise AssertionError("no neuron-monitor report within 15 s")
 
 
 def test_neuron_monitor_gives_utilisation_memory_and_health(tmp_path: Path, stub: Path, monitor_stub: Path) -> None:

@@ -265,3 +265,10 @@ def test_a_bad_job_is_refused_naming_the_value(kw: dict[str, object]) -> None:
 def test_unknown_policy_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown placement policy 'best'"):
         get_policy("best")
+
+
+def test_a_policy_object_is_taken_as_it_is_and_a_job_id_twice_is_refused() -> None:
+    pack = Pack()
+    assert get_policy(pack) is pack
+    with pytest.raises(ValueError, match="job id 'x' appears twice"):
+        pack.optimize([job(1, 2, "x"), job(1, 4, "x")], fixture_view(), {})

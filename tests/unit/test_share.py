@@ -123,6 +123,13 @@ def test_read_topology(tmp_path: Path) -> None:
     assert set(topo.cpu_nodes) == {0, 1}, "a memory-only node has no CPUs to run a raylet on"
     missing = read_topology(str(tmp_path / "absent"))
     assert missing.error is not None and "absent" in missing.error
+    descending = node_tree(tmp_path / "descending", {0: "0-3", 1: "7-4"})
+    assert read_topology(str(descending)).error == f"{descending}/node1/cpulist: CPU list '7-4\\n': " + (
+        "descending range '7-4' in visibility mask '7-4\\n'"
+    )
+    (descending / "node1" / "cpulist").unlink()
+    (descending / "node1" / "cpulist").mkdir()  # not a file: unreadable
+    assert "cannot read" in (read_topology(str(descending)).error or "")
     bad = node_tree(tmp_path / "bad", {0: "0-x"})
     assert "cpulist" in (read_topology(str(bad)).error or "")
 

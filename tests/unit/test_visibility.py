@@ -4,7 +4,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ray_accel.core.visibility import MAX_VISIBLE_ID, VisibilityError, format_visible_ids, parse_visible_ids
+from ray_accel.core.visibility import (
+    MAX_VISIBLE_ID,
+    VisibilityError,
+    format_mask,
+    format_visible_ids,
+    mask_order,
+    parse_visible_ids,
+)
 from tests.badinput import badinput
 
 
@@ -65,6 +72,15 @@ def test_format_styles() -> None:
         format_visible_ids([2, 2])
     with pytest.raises(VisibilityError, match="bad id -1"):
         format_visible_ids([-1])
+    with pytest.raises(VisibilityError, match="unknown style 'runs'"):
+        format_visible_ids([1], "runs")  # type: ignore[arg-type]
+    assert format_visible_ids([5, 7, 6, 9, 0], "ranges") == "0,5-7,9"
+
+
+def test_a_mask_of_tokens_sorts_indexes_by_number_and_keeps_opaque_ids_in_order() -> None:
+    assert format_mask(["10", "2", " 3"]) == "2,3,10"
+    assert format_mask(["GPU-b", "GPU-a"]) == "GPU-b,GPU-a"
+    assert sorted(["GPU-a", "10", "2"], key=mask_order) == ["2", "10", "GPU-a"]
 
 
 id_sets = st.sets(st.integers(0, 4096), max_size=64)

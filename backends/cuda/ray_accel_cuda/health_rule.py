@@ -96,10 +96,6 @@ def parse_ignored_xids(text: str, what: str = IGNORED_XIDS_ENV) -> frozenset[int
     return frozenset(out)
 
 
-def format_ignored_xids(xids: frozenset[int]) -> str:
-    return ",".join(str(x) for x in sorted(xids))
-
-
 def ignored_xids(environ: Mapping[str, str]) -> frozenset[int]:
     """The XIDs that only count: `RAYACCEL_CUDA_IGNORED_XIDS` replaces NVIDIA's default list."""
     raw = environ.get(IGNORED_XIDS_ENV)

@@ -171,12 +171,6 @@ def with_arch_type(arch_type: str) -> tuple[Generation, ...]:
     return tuple(g for g in GENERATIONS if text in g.arch_types)
 
 
-def from_arch_type(arch_type: str) -> Generation | None:
-    """sysfs device-level `arch_type` where it names one generation only."""
-    found = with_arch_type(arch_type)
-    return found[0] if len(found) == 1 else None
-
-
 def from_pci_device_id(device_id: int) -> Generation | None:
     return next((g for g in GENERATIONS if device_id in g.pci_device_ids), None)
 
@@ -185,14 +179,3 @@ def from_instance_type(instance_type: str) -> Generation | None:
     """`trn1.32xlarge` -> Trainium; anything not a Neuron instance -> None."""
     family = instance_type.strip().lower().partition(".")[0]
     return next((g for g in GENERATIONS if family in g.instance_prefixes), None)
-
-
-def from_monitor_type(device_type: str) -> Generation | None:
-    """neuron-monitor `neuron_hardware_info.neuron_device_type` (trainium, inferentia2, trainium2)."""
-    names = {
-        "trainium": TRAINIUM,
-        "inferentia2": INFERENTIA2,
-        "trainium2": TRAINIUM2,
-        "inferentia": INFERENTIA,
-    }
-    return names.get(device_type.strip().lower())

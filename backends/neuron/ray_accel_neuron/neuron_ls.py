@@ -319,12 +319,6 @@ def _remember(path: str, flag: tuple[str, ...]) -> None:
             _FLAG_CACHE[key] = flag
 
 
-def forget_flags() -> None:
-    """For tests: forget which flag each tool answered to."""
-    with _FLAG_LOCK:
-        _FLAG_CACHE.clear()
-
-
 def run_listing(path: str, timeout_s: float, env: Mapping[str, str] | None = None) -> LsListing:
     """Run neuron-ls with the flag it accepts and parse what it prints.
 

@@ -40,12 +40,9 @@ class NeuronTelemetry(Telemetry):
         self.cfg = cfg
         self.devices = devices
         self._monitor = monitor
-        self._monitor_reason: str | None = None
         if monitor is None:
             path = None if cfg.monitor_off else find_tool("neuron-monitor", cfg.monitor)
-            if path is None:
-                self._monitor_reason = "neuron-monitor " + ("turned off" if cfg.monitor_off else "not found")
-            else:
+            if path is not None:
                 self._monitor = MonitorStream(path, cfg.monitor_period_s, cfg.environ)
         # Devices sysfs knew at discovery: for them, a vanished directory means a vanished device.
         self._in_sysfs = {d.index for d in devices if os.path.isdir(self._device_dir(d.index))}
@@ -56,7 +53,7 @@ class NeuronTelemetry(Telemetry):
     def _report(self) -> Report | None:
         if self._monitor is None:
             return None
-        report, self._monitor_reason = self._monitor.latest()
+        report, _ = self._monitor.latest()
         return report
 
     def device_samples(self) -> list[DeviceSample]:
@@ -127,11 +124,6 @@ class NeuronTelemetry(Telemetry):
             d.id: tuple(sorted({p.pid for p in listed[d.index].processes})) if d.index in listed else ()
             for d in self.devices
         }
-
-    @property
-    def monitor_reason(self) -> str | None:
-        """Why there is no utilisation right now (None when there is)."""
-        return self._monitor_reason
 
     def close(self) -> None:
         if self._monitor is not None:
