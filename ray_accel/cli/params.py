@@ -3,6 +3,8 @@ refused at the edge, naming the flag and the value (exit 2)."""
 
 from __future__ import annotations
 
+import copy
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -77,6 +79,16 @@ class HiddenAliases(click.Option):
     def _shown(self) -> list[str]:
         return [o for o in self.opts if o not in self.hidden_aliases]
 
+    def add_to_parser(self, parser: Any, ctx: click.Context) -> None:
+        super().add_to_parser(parser, ctx)
+        # Only click's parser sees which spelling was given: each old one gets
+        # an entry of its own that warns (on stderr, never inside --json).
+        current = self._shown()[0]
+        for alias in self.hidden_aliases:
+            entry = copy.copy(parser._long_opt[alias])
+            entry.process = functools.partial(_warn_then_process, entry.process, alias, current)
+            parser._long_opt[alias] = entry
+
     def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
         # click writes the help line from `opts`; parsing reads them too, so
         # they are narrowed only while the line is written.
@@ -89,6 +101,11 @@ class HiddenAliases(click.Option):
 
     def get_error_hint(self, ctx: click.Context | None) -> str:
         return " / ".join(f"'{o}'" for o in self._shown())
+
+
+def _warn_then_process(process: Callable[[Any, Any], None], alias: str, current: str, value: Any, state: Any) -> None:
+    click.echo(f"warning: {alias} is deprecated: it is the old name of {current}", err=True)
+    process(value, state)
 
 
 F = TypeVar("F", bound=Callable[..., Any])

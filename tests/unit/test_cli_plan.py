@@ -138,13 +138,24 @@ def test_no_active_backend_names_each_backend_and_why(
 
 @pytest.mark.parametrize("command", [["plan"], ["start", "--head"]])
 def test_agents_is_a_hidden_old_name_of_partitions(command: list[str]) -> None:
-    """`--agents N` still means `--partitions N`, but help and usage errors
-    show only `--partitions`."""
+    """`--agents N` still means `--partitions N`, with a deprecation warning
+    on stderr (never in --json); help and usage errors show only `--partitions`."""
     helped = run_cli_here(*command[:1], "--help", env=TRN1)
     assert helped.returncode == 0 and "--partitions" in helped.stdout
     assert "--agents" not in helped.stdout
     refused = run_cli_here(*command, "--agents", "x", env=TRN1)
-    assert refused.returncode == 2 and "'--partitions'" in refused.stderr and "--agents" not in refused.stderr
+    warning, error = refused.stderr.splitlines()
+    assert warning == "warning: --agents is deprecated: it is the old name of --partitions"
+    assert refused.returncode == 2 and "'--partitions'" in error and "--agents" not in error
     if command == ["plan"]:
-        old, new = (cli_json("plan", flag, "2", env=TRN1)["partitions"] for flag in ("--agents", "--partitions"))
-        assert [p["core_ids"] for p in old] == [p["core_ids"] for p in new] == [list(range(16)), list(range(16, 32))]
+        old, new = (run_cli_here("plan", flag, "2", "--json", env=TRN1) for flag in ("--agents", "--partitions"))
+        assert old.stderr == warning + "\n" and new.stderr == ""
+        old_parts, new_parts = (json.loads(p.stdout)["partitions"] for p in (old, new))
+        assert (
+            [p["core_ids"] for p in old_parts]
+            == [p["core_ids"] for p in new_parts]
+            == [
+                list(range(16)),
+                list(range(16, 32)),
+            ]
+        )
