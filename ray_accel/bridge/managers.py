@@ -43,7 +43,7 @@ from ray_accel.partition.plan import Partition
 from ray_accel.plugins.interface import NOSET_PREFIX, DevicePlugin
 from ray_accel.plugins.traits import DeviceTraits
 from ray_accel.rayapi import accelerators
-from ray_accel.rayapi.feature import SUPPORTED_RAY, RayApiMissing, ray_version, supported
+from ray_accel.rayapi.feature import SUPPORTED_RAY, RayApiMissing, ray_version
 
 log = logging.getLogger(__name__)
 
@@ -217,7 +217,7 @@ def check_ray_version() -> str:
     version = ray_version()
     if version == "not installed":
         raise BridgeUnsupported("ray is not installed")
-    if not supported(version):
+    if ".".join(version.split(".")[:2]) not in SUPPORTED_RAY:
         raise BridgeUnsupported(
             f"ray {version} is outside the versions the ray-accel bridge supports "
             f"({SUPPORTED_RAY[0]}.x to {SUPPORTED_RAY[-1]}.x): the bridge is not installed"

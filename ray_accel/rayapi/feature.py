@@ -37,11 +37,6 @@ def ray_version() -> str:
         return "not installed"
 
 
-def supported(version: str) -> bool:
-    """Whether Ray `version` (2.60.0, 2.60.0rc1) is of a supported minor."""
-    return ".".join(version.split(".")[:2]) in SUPPORTED_RAY
-
-
 def missing(what: str) -> RayApiMissing:
     return RayApiMissing(f"Ray {ray_version()}: {what}")
 
