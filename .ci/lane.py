@@ -38,8 +38,11 @@ PARTITION_LABEL = "ray-accel.io/partition"
 INHERITED = "4-27"
 
 
+STARTED = time.monotonic()
+
+
 def say(msg: str) -> None:
-    print(f"lane: {msg}", flush=True)
+    print(f"lane {time.monotonic() - STARTED:5.1f}s: {msg}", flush=True)
 
 
 def check(ok: bool, what: str) -> None:
@@ -49,7 +52,16 @@ def check(ok: bool, what: str) -> None:
 
 def cli(*args: str, timeout: float = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     exe = str(Path(sys.executable).parent / "ray-accel")
-    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout, env=env)
+    with subprocess.Popen([exe, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except BaseException:
+            # Interrupted or out of time: SIGTERM lets a half-done `start`
+            # stop what it started (subprocess.run would SIGKILL it).
+            proc.terminate()
+            proc.communicate(timeout=120)
+            raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def cli_json(*args: str) -> Any:
@@ -227,7 +239,6 @@ def main() -> int:
     # SIGTERM takes Ctrl-C's path, so the finally below stops the cluster.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     os.environ.update(RAYACCEL_MOCK="trn1.32xlarge", RAYACCEL_STATE_DIR=str(args.state_dir / "state"))
-    started = time.monotonic()
     installed_not_checkout()
     devices()
     try:
@@ -247,7 +258,7 @@ def main() -> int:
             sys.modules["ray"].shutdown()
         stopped = stop()
     check(stopped, "stop failed")
-    say(f"passed in {time.monotonic() - started:.0f}s")
+    say("passed")
     return 0
 
 
