@@ -9,16 +9,23 @@ BACKENDS := backends/mock backends/cuda backends/neuron
 # Named, not globbed: an editable install writes *.egg-info folders beside them.
 BACKEND_PKGS := backends/mock/ray_accel_mock backends/cuda/ray_accel_cuda backends/neuron/ray_accel_neuron
 # Every tool pinned too: a new ruff or mypy release must not fail a change that did not touch it.
-TOOL_PINS := nvidia-ml-py==13.615.71 psutil==7.2.2 click==8.5.1
+# setuptools builds the wheels (`make dist`) without a build venv of its own.
+TOOL_PINS := nvidia-ml-py==13.615.71 psutil==7.2.2 click==8.5.1 setuptools==84.2.1
 TEST_PINS := pytest==9.2.0 pytest-randomly==5.1.0 hypothesis==6.170.17
-PINS := "ray[default,train]==2.60.0" "torch==2.13.0" $(TOOL_PINS) $(TEST_PINS) ruff==0.17.6 mypy==2.4.1
-XLA_PINS := "torch==2.9.0" "torch-xla==2.9.0" "ray[default,train]==2.60.0" $(TOOL_PINS) $(TEST_PINS)
+# The Ray every lane but one tests; the `ray` extra declares a range
+# (pyproject.toml), whose oldest release `make lanes` tests.
+RAY := 2.60.0
+OLDEST_RAY := 2.57.0
+TORCH_PIN := torch==2.13.0
+UV_PIN := uv==0.13.9
+PINS := "ray[default,train]==$(RAY)" "$(TORCH_PIN)" $(TOOL_PINS) $(TEST_PINS) ruff==0.17.6 mypy==2.4.1
+XLA_PINS := "torch==2.9.0" "torch-xla==2.9.0" "ray[default,train]==$(RAY)" $(TOOL_PINS) $(TEST_PINS)
 # pytest-randomly shuffles every run (.ci/pytest-tiers prints the seed); replay one with
 # `make unit PYTEST_ARGS=--randomly-seed=N`. The tests that start Ray or make
 # hosts run one after another, the pure tests beside them (.ci/pytest-tiers).
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint unit test-xla clean
+.PHONY: demo test lint unit test-xla dist lanes clean
 
 $(STAMP): Makefile pyproject.toml $(addsuffix /pyproject.toml,$(BACKENDS))
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,9 +46,12 @@ unit: $(STAMP)
 
 test: lint unit
 
+# uv makes the venvs of the XLA lane and of the wheel lanes.
+$(VENV)/bin/uv: | $(STAMP)
+	$(PY) -m pip install -q $(UV_PIN)
+
 # torch-xla pins torch 2.9, so the XLA lane has a venv of its own, made with uv.
-$(XLA_STAMP): Makefile pyproject.toml $(addsuffix /pyproject.toml,$(BACKENDS)) | $(STAMP)
-	test -x $(VENV)/bin/uv || $(PY) -m pip install -q uv
+$(XLA_STAMP): Makefile pyproject.toml $(addsuffix /pyproject.toml,$(BACKENDS)) | $(VENV)/bin/uv
 	test -x $(XLA_VENV)/bin/python || $(VENV)/bin/uv venv -q --python $(PYTHON) $(XLA_VENV)
 	VIRTUAL_ENV=$(XLA_VENV) $(VENV)/bin/uv pip install -q $(XLA_PINS)
 	VIRTUAL_ENV=$(XLA_VENV) $(VENV)/bin/uv pip install -q --no-deps -e . $(addprefix -e ,$(BACKENDS))
@@ -54,5 +64,18 @@ XLA_FILES = $(shell grep -rl 'mark\.xla' tests --include='*.py')
 test-xla: $(XLA_STAMP)
 	PJRT_DEVICE=CPU $(XLA_VENV)/bin/python -m pytest -q -m xla --durations=10 $(PYTEST_ARGS) $(XLA_FILES)
 
+# The four wheels, built from this tree with the venv's setuptools (no build
+# venv, so nothing is fetched). setuptools copies into build/ and never prunes
+# it, so a module deleted from the tree would live on in the wheel: build/ goes first.
+dist: $(STAMP)
+	rm -rf dist build $(addsuffix /build,$(BACKENDS))
+	$(PY) -m pip wheel -q --no-deps --no-build-isolation -w dist . $(BACKENDS)
+	rm -rf build $(addsuffix /build,$(BACKENDS))
+
+# The wheels installed (not editable) into new venvs, on Ray $(RAY) and on
+# the oldest Ray the `ray` extra declares (.ci/wheel-lanes says what each runs).
+lanes: dist | $(VENV)/bin/uv
+	.ci/wheel-lanes $(VENV)/bin/uv $(PYTHON) $(RAY) $(OLDEST_RAY) "$(TORCH_PIN)" $(TEST_PINS)
+
 clean:
-	rm -rf $(VENV) $(XLA_VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) $(XLA_VENV) dist .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -11,7 +11,7 @@ from typing import Any
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.hooks.config import LifecycleHook, Workload, WorkloadConfig, WorkloadDenied, WorkloadRetry
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "InputError",

@@ -44,14 +44,13 @@ from ray_accel.plugins.interface import NOSET_PREFIX, DevicePlugin
 from ray_accel.plugins.inventory import SPEC_ENV as SPEC_ENV
 from ray_accel.plugins.traits import DeviceTraits
 from ray_accel.rayapi import accelerators
-from ray_accel.rayapi.feature import RayApiMissing, ray_version
+from ray_accel.rayapi.feature import SUPPORTED_RAY, RayApiMissing, ray_version
 
 log = logging.getLogger(__name__)
 
 PRELOAD_ENV = "RAY_preload_python_modules"
 UNIT_RESOURCES_ENV = "RAY_custom_unit_instance_resources"
 AUTOINSTALL_MODULE = "ray_accel.bridge.autoinstall"
-TESTED_RAY_VERSIONS = ("2.60.",)
 # What a raylet started without the bridge still has, and what it loses.
 LOST_WITHOUT_BRIDGE = (
     "Kept: each partition's devices (its mask as a comma list), its count and labels. "
@@ -69,7 +68,7 @@ PREDEFINED_UNIT_RESOURCES = (ray_resources.RAY_GPU,)
 
 
 class BridgeUnsupported(RayAccelError):
-    """This Ray version is outside the range the bridge was tested against."""
+    """This Ray version is outside the range ray-accel supports."""
 
 
 @dataclass(frozen=True)
@@ -213,15 +212,15 @@ def make_manager(spec: BridgeSpec) -> Any:
 
 def check_ray_version() -> str:
     """The running Ray's version, or `BridgeUnsupported` when it is outside
-    the tested versions or lacks the registry the bridge replaces (found by
+    the supported versions or lacks the registry the bridge replaces (found by
     feature)."""
     version = ray_version()
     if version == "not installed":
         raise BridgeUnsupported("ray is not installed")
-    if not version.startswith(TESTED_RAY_VERSIONS):
+    if ".".join(version.split(".")[:2]) not in SUPPORTED_RAY:
         raise BridgeUnsupported(
-            f"ray {version} is outside the versions the ray-accel bridge was tested with "
-            f"({', '.join(v + 'x' for v in TESTED_RAY_VERSIONS)}): the bridge is not installed"
+            f"ray {version} is outside the versions the ray-accel bridge supports "
+            f"({SUPPORTED_RAY[0]}.x to {SUPPORTED_RAY[-1]}.x): the bridge is not installed"
         )
     try:
         accelerators.check_registry()

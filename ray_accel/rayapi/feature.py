@@ -18,6 +18,11 @@ from ray_accel.core.errors import RayAccelError
 # can drive the untested-version fallbacks on the Ray they have. Never set it
 # in production: it does not change which Ray runs.
 FAKE_RAY_VERSION_ENV = "RAYACCEL_TEST_FAKE_RAY_VERSION"
+# The Ray minors ray-accel supports, oldest first: the `ray` extra's range in
+# pyproject.toml (a test holds the two equal) and what the bridge accepts.
+# Every private part reached here is found by feature in each of them; the
+# main lanes test the newest, a CI lane of its own the oldest.
+SUPPORTED_RAY = ("2.57", "2.58", "2.59", "2.60")
 
 
 class RayApiMissing(RayAccelError):

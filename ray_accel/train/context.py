@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 from ray_accel.plugins.runtime import Rank
@@ -18,6 +19,12 @@ class TrainContext(Rank):
     own_ids: tuple[str, ...]  # assigned to this worker by Ray
     device_family: str | None
     collective_reason: str = ""  # why "auto" chose `collective`, where the runtimes said
+
+    @property
+    def backend(self) -> str:
+        """The old name of `collective` (0.2), kept for code written against it."""
+        warnings.warn("TrainContext.backend is deprecated: use .collective", FutureWarning, stacklevel=2)
+        return self.collective
 
 
 _context: TrainContext | None = None

@@ -138,8 +138,8 @@ def test_no_active_backend_names_each_backend_and_why(
 
 @pytest.mark.parametrize("command", [["plan"], ["start", "--head"]])
 def test_agents_is_a_hidden_old_name_of_partitions(command: list[str]) -> None:
-    """`--agents N` still means `--partitions N`, but help and usage errors
-    show only `--partitions`."""
+    """`--agents N` still means `--partitions N`, with a deprecation warning
+    on stderr (never in --json); help and usage errors show only `--partitions`."""
     helped = run_cli_here(*command[:1], "--help", env=TRN1)
     assert helped.returncode == 0 and "--partitions" in helped.stdout
     assert "--agents" not in helped.stdout

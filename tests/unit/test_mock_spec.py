@@ -686,6 +686,16 @@ def test_node_is_the_old_name_of_the_host_table() -> None:
         spec_from_table({"host": {"family": "gpu"}, "node": {"family": "gpu", "devices": 2}}, "inline")
 
 
+def test_a_spec_file_with_node_loads_with_a_deprecation_warning_on_stderr(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    old = load_spec(str(_spec(tmp_path, '[node]\nfamily = "gpu"\ndevices = 2\n')))
+    assert len(old.devices) == 2
+    assert "[node] is deprecated: it is the old name of [host]" in capsys.readouterr().err
+    load_spec(str(_spec(tmp_path, '[host]\nfamily = "gpu"\ndevices = 2\n')))
+    assert capsys.readouterr().err == ""
+
+
 def test_the_readme_example_loads(tmp_path: Path) -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     (example,) = [b for b in re.findall(r"```toml\n(.*?)```", readme, re.S) if b.startswith("[host]")]

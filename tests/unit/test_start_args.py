@@ -227,7 +227,13 @@ def test_detected_host_stays_within_physical_memory() -> None:
 
 def test_version_check_test_seam(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(FAKE_RAY_VERSION_ENV, "2.99.0")
-    with pytest.raises(BridgeUnsupported, match="ray 2.99.0 is outside"):
+    with pytest.raises(BridgeUnsupported, match=r"ray 2.99.0 is outside .* \(2.57.x to 2.60.x\)"):
         check_ray_version()
+    for version in ("2.56.1", "2.61.0"):
+        monkeypatch.setenv(FAKE_RAY_VERSION_ENV, version)
+        with pytest.raises(BridgeUnsupported, match=f"ray {version} is outside"):
+            check_ray_version()
+    monkeypatch.setenv(FAKE_RAY_VERSION_ENV, "2.57.0")
+    assert check_ray_version() == "2.57.0"
     monkeypatch.delenv(FAKE_RAY_VERSION_ENV)
     assert check_ray_version().startswith("2.60.")

@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import sys
 import tomllib
 import uuid
 from collections.abc import Callable, Mapping
@@ -608,5 +609,8 @@ def load_spec(value: str) -> HostSpec:
         return PRESETS[value]()
     if value.endswith(".toml") or os.sep in value or os.path.lexists(value):
         shown = repr(value)
-        return spec_from_table(_read_table(value, shown), value if value.isprintable() else shown)
+        data = _read_table(value, shown)
+        if "node" in data:  # on stderr only: never inside a command's --json
+            print(f"warning: mock spec {shown}: [node] is deprecated: it is the old name of [host]", file=sys.stderr)
+        return spec_from_table(data, value if value.isprintable() else shown)
     raise SpecError(f"unknown mock preset {value!r}: choose one of {', '.join(PRESETS)} or give a .toml file")
