@@ -22,6 +22,7 @@ from ray_accel.cluster.record import HostRecord, PartitionEntry, RecordError
 from ray_accel.core.errors import RayAccelError
 from ray_accel.core.health import Health
 from ray_accel.core.health_state import HostHealth, read_health
+from ray_accel.core.reader import dump
 from ray_accel.core.visibility import format_visible_ids
 from ray_accel.partition.labels import (
     CORES_LABEL,
@@ -171,7 +172,7 @@ def health_summary(
         "decider": {"pid": None if decider is None else decider.pid, "alive": alive},
         "at": None if health is None else health.at,
         "polls": None if health is None else health.polls,
-        "not_healthy": [d.to_json() for d in devices],
+        "not_healthy": dump(devices),
         "errors": [] if health is None else list(health.errors),
     }
 
