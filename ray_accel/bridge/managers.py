@@ -32,12 +32,13 @@ import json
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from ray_accel.core import masks, ray_resources
 from ray_accel.core.devices import all_core_ids
 from ray_accel.core.errors import InputError, RayAccelError
+from ray_accel.core.reader import dump
 from ray_accel.core.visibility import VisibilityError, format_mask, parse_visible_ids
 from ray_accel.partition.plan import Partition
 from ray_accel.plugins.interface import NOSET_PREFIX, DevicePlugin
@@ -98,7 +99,7 @@ class BridgeSpec:
 
     @classmethod
     def from_json(cls, row: Mapping[str, Any]) -> BridgeSpec:
-        """A spec as `to_json` wrote it (to the environment)."""
+        """A spec as `reader.dump` wrote it (to the environment)."""
         return cls(
             resource_name=row["resource_name"],
             visible_ids_env=row["visible_ids_env"],
@@ -109,9 +110,6 @@ class BridgeSpec:
             traits=DeviceTraits.from_json(row["traits"]),
             process_env=tuple((str(k), str(v)) for k, v in row.get("process_env", ())),
         )
-
-    def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "traits": self.traits.to_json()}
 
     def for_partition(self, part: Partition) -> BridgeSpec:
         """This spec as the raylet of `part` reports it: the accelerator type of
@@ -127,7 +125,7 @@ class BridgeSpec:
         return NOSET_PREFIX + self.visible_ids_env
 
     def to_env(self) -> str:
-        return json.dumps([self.to_json()])
+        return json.dumps([dump(self)])
 
 
 def specs_from_env(value: str | None) -> list[BridgeSpec]:
@@ -193,7 +191,8 @@ def make_manager(spec: BridgeSpec) -> Any:
             )
         return True, None
 
-    attrs: dict[str, Any] = {
+    name = f"RayAccel{spec.resource_name.title().replace('_', '')}Manager"
+    attrs = {
         "get_resource_name": staticmethod(lambda: spec.resource_name),
         "get_visible_accelerator_ids_env_var": staticmethod(lambda: spec.visible_ids_env),
         "get_current_node_num_accelerators": staticmethod(num_accelerators),
@@ -206,7 +205,6 @@ def make_manager(spec: BridgeSpec) -> Any:
         "get_ec2_instance_accelerator_type": staticmethod(lambda instance_type, instances: None),
         "ray_accel_spec": spec,
     }
-    name = f"RayAccel{spec.resource_name.title().replace('_', '')}Manager"
     return type(name, (accelerators.manager_base(),), attrs)
 
 
@@ -272,7 +270,7 @@ def raylet_env(specs: Sequence[BridgeSpec], base: dict[str, str]) -> dict[str, s
     """Variables a raylet needs so that its workers install the bridge, and the
     variables every process using the devices needs (inherited by every
     worker of that raylet, whatever it runs)."""
-    env: dict[str, str] = {SPEC_ENV: json.dumps([s.to_json() for s in specs])}
+    env: dict[str, str] = {SPEC_ENV: json.dumps(dump(specs))}
     for s in specs:
         env.update(dict(s.process_env))
     preload = [m for m in base.get(PRELOAD_ENV, "").split(",") if m]

@@ -6,11 +6,16 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TypeVar
+
+from ray_accel.core.reader import dump
+
+P = TypeVar("P")
 
 
-def emit(as_json: bool, payload: dict[str, Any], text: Callable[[dict[str, Any]], str]) -> int:
-    print(json.dumps(payload, indent=2) if as_json else text(payload))
+def emit(as_json: bool, payload: P, text: Callable[[P], str]) -> int:
+    """`payload` as JSON (`reader.dump`: a typed view's fields are its keys), or its text view."""
+    print(json.dumps(dump(payload), indent=2) if as_json else text(payload))
     return 0
 
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ray_accel.core.numa import format_cpulist
 from ray_accel.core.visibility import format_visible_ids
 from ray_accel.partition.labels import PARTITION_LABEL
+
+if TYPE_CHECKING:  # the status module is imported only by the commands that show it
+    from ray_accel.cluster.status import ClusterPartition, ClusterView
 
 
 def render(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -277,35 +280,34 @@ def top_text(payload: dict[str, Any]) -> str:
     return "\n\n".join(x for x in (parts, devs, work, orphans, errors) if x)
 
 
-def cluster_status_text(payload: dict[str, Any]) -> str:
+def cluster_status_text(view: ClusterView) -> str:
     """`status --cluster`: one row per partition raylet of every host."""
-    parts = payload["partitions"]
-    hosts = payload["hosts"]
-    dead = sum(not p["alive"] for p in parts)
-    head = f"cluster {payload['gcs_address']}: {len(parts)} partitions on {len(hosts)} hosts" + (
+    parts = view.partitions
+    dead = sum(not p.alive for p in parts)
+    head = f"cluster {view.gcs_address}: {len(parts)} partitions on {len(view.hosts)} hosts" + (
         f" ({dead} dead)" if dead else ""
     )
-    warnings = [f"warning: {w}" for w in payload.get("warnings", [])]
+    warnings = [f"warning: {w}" for w in view.warnings]
     if not parts:
         return "\n".join([head, *warnings])
 
-    def amounts(p: dict[str, Any]) -> str:
-        keys = [k for k in (p["resource"], "CPU") if k and k in p["total"]]
-        return ", ".join(f"{k} {p['available'].get(k, 0.0):g}/{p['total'][k]:g}" for k in keys) or "-"
+    def amounts(p: ClusterPartition) -> str:
+        keys = [k for k in (p.resource, "CPU") if k and k in p.total]
+        return ", ".join(f"{k} {p.available.get(k, 0.0):g}/{p.total[k]:g}" for k in keys) or "-"
 
     rows = [
         [
-            p["host"],
-            p["partition"],
-            "alive" if p["alive"] else "DEAD",
-            p["ip"] or "-",
-            p["node_id"][:12],
-            p["mask"] or "-",
-            p["accelerator_type"] or "-",
+            p.host,
+            p.partition,
+            "alive" if p.alive else "DEAD",
+            p.ip or "-",
+            p.node_id[:12],
+            p.mask or "-",
+            p.accelerator_type or "-",
             amounts(p),
         ]
         for p in parts
     ]
     table = render(["HOST", "PARTITION", "STATE", "IP", "NODE", "CORES", "TYPE", "FREE/TOTAL"], rows)
-    other = [f"other nodes (no partition label): {payload['other_nodes']}"] if payload.get("other_nodes") else []
+    other = [f"other nodes (no partition label): {view.other_nodes}"] if view.other_nodes else []
     return "\n".join([head, table, *other, *warnings])

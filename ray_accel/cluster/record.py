@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from ray_accel.bridge.managers import BridgeSpec
@@ -26,7 +26,7 @@ from ray_accel.core.errors import InputError
 from ray_accel.core.health_state import HealthSettings
 from ray_accel.core.hosts import canonical_ip
 from ray_accel.core.processes import ProcessRecord
-from ray_accel.core.reader import Node, ReadError, parse_json, show
+from ray_accel.core.reader import Node, ReadError, dump, dump_fields, parse_json, show
 from ray_accel.core.visibility import format_visible_ids
 from ray_accel.partition.plan import Mode, Partition
 from ray_accel.partition.share import Share
@@ -87,9 +87,6 @@ class RayProcess:
     def record(self) -> ProcessRecord:
         return ProcessRecord(self.pid, self.start_ticks)
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class PartitionEntry:
@@ -146,8 +143,8 @@ class PartitionEntry:
             "share": None if self.share is None else self.share.to_json(),
             "labels": dict(self.labels),
             "head": self.head,
-            "ports": asdict(self.ports),
-            "processes": [p.to_json() for p in self.processes],
+            "ports": dump(self.ports),
+            "processes": dump(self.processes),
             "node_id": self.node_id,
             "node_ip": self.node_ip,
             "log": self.log,
@@ -198,42 +195,35 @@ class HostRecord:
     def with_partitions(self, parts: Sequence[PartitionEntry]) -> HostRecord:
         return replace(self, partitions=tuple(parts))
 
-    def _spec_json(self) -> dict[str, Any]:
-        spec = self.spec.to_json()
-        if self.legacy:
-            spec = {k: v for k, v in spec.items() if k not in ("backend", "traits")}
-        return spec
-
-    def to_json(self) -> dict[str, Any]:
-        # A record read from an earlier version's file is written back in its
-        # own version (`stop` marks it stopping), which that version can read.
-        ip = {} if self.host_ip is None else {"host_ip": self.host_ip}
-        return {
-            "version": LEGACY_VERSION if self.host_ip is None else VERSION,
-            "host": self.host,
-            **ip,
-            "created": self.created,
-            "head": self.head,
-            "mode": self.mode,
-            "spec": self._spec_json(),
-            "ray_args": list(self.ray_args),
-            "gcs_address": self.gcs_address,
-            "gcs_port": self.gcs_port,
-            "auth": self.auth.to_json(),
-            "metrics": self.metrics,
-            "labels": dict(self.labels),
-            "dashboard_url": self.dashboard_url,
-            "cpu_pinning": self.cpu_pinning,
-            "inherited_mask": None if self.inherited_mask is None else dict(self.inherited_mask),
-            "stopping": self.stopping,
-            "health": None if self.health is None else self.health.to_json(),
-            "decider": None if self.decider is None else self.decider.to_json(),
-            "partitions": [p.to_json() for p in self.partitions],
-        }
-
 
 def dumps(record: HostRecord) -> str:
-    return json.dumps(record.to_json(), indent=2, allow_nan=False)
+    # A record read from an earlier version's file is written back in its
+    # own version (`stop` marks it stopping), which that version can read.
+    spec = dump_fields(record.spec)
+    ip = {} if record.legacy else {"host_ip": record.host_ip}
+    data = {
+        "version": LEGACY_VERSION if record.legacy else VERSION,
+        "host": record.host,
+        **ip,
+        "created": record.created,
+        "head": record.head,
+        "mode": record.mode,
+        "spec": {k: v for k, v in spec.items() if k not in ("backend", "traits")} if record.legacy else spec,
+        "ray_args": list(record.ray_args),
+        "gcs_address": record.gcs_address,
+        "gcs_port": record.gcs_port,
+        "auth": record.auth.to_json(),
+        "metrics": record.metrics,
+        "labels": dict(record.labels),
+        "dashboard_url": record.dashboard_url,
+        "cpu_pinning": record.cpu_pinning,
+        "inherited_mask": None if record.inherited_mask is None else dict(record.inherited_mask),
+        "stopping": record.stopping,
+        "health": dump(record.health),
+        "decider": dump(record.decider),
+        "partitions": [p.to_json() for p in record.partitions],
+    }
+    return json.dumps(data, indent=2, allow_nan=False)
 
 
 # ---------------------------------------------------------------- parsing

@@ -14,6 +14,7 @@ hosts that share a name are two hosts.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ray_accel.cluster import procs, state
@@ -22,6 +23,7 @@ from ray_accel.cluster.record import HostRecord, PartitionEntry, RecordError
 from ray_accel.core.errors import RayAccelError
 from ray_accel.core.health import Health
 from ray_accel.core.health_state import HostHealth, read_health
+from ray_accel.core.reader import dump
 from ray_accel.core.visibility import format_visible_ids
 from ray_accel.partition.labels import (
     CORES_LABEL,
@@ -171,7 +173,7 @@ def health_summary(
         "decider": {"pid": None if decider is None else decider.pid, "alive": alive},
         "at": None if health is None else health.at,
         "polls": None if health is None else health.polls,
-        "not_healthy": [d.to_json() for d in devices],
+        "not_healthy": dump(devices),
         "errors": [] if health is None else list(health.errors),
     }
 
@@ -193,68 +195,103 @@ def _resources(amounts: Mapping[str, float]) -> dict[str, float]:
     return {k: float(v) for k, v in sorted(amounts.items()) if not k.startswith("node:")}
 
 
-def cluster_view(gcs_address: str, nodes: Mapping[str, GcsNode]) -> dict[str, Any]:
-    """The `status --cluster` payload from the GCS's node table (`gcs.gcs_nodes`):
+@dataclass(frozen=True)
+class ClusterPartition:
+    """One partition raylet of `status --cluster`; the fields are its JSON keys."""
+
+    host: str
+    host_name: str
+    partition: str
+    node_id: str
+    ip: str
+    alive: bool
+    resource: str | None
+    accelerator_type: str | None
+    core_ids: list[int] | None
+    mask: str | None
+    device_indexes: list[int] | None
+    total: dict[str, float]
+    available: dict[str, float]
+
+
+@dataclass(frozen=True)
+class ClusterHost:
+    host: str
+    name: str
+    ips: tuple[str, ...]
+    partitions: int
+    alive: int
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """`status --cluster`; the fields are its JSON keys."""
+
+    gcs_address: str
+    hosts: tuple[ClusterHost, ...]
+    partitions: tuple[ClusterPartition, ...]
+    other_nodes: int
+    replaced_dead: int
+    warnings: tuple[str, ...]
+
+
+def cluster_view(gcs_address: str, nodes: Mapping[str, GcsNode]) -> ClusterView:
+    """The `status --cluster` view of the GCS's node table (`gcs.gcs_nodes`):
     every node carrying the partition label, sorted by host (its name and node
     IP as Ray records them: `node_host`) and partition; a dead one (a stopped
     host's raylets stay in the table) only where no live raylet has taken its
     host and partition."""
     warnings: list[str] = []
-    parts: list[dict[str, Any]] = []
+    parts: list[ClusterPartition] = []
     others = 0
     for node_id, n in nodes.items():
         labels = n.labels
         if PARTITION_LABEL not in labels:
             others += 1
             continue
-        name, ip = n.hostname, n.ip
-        host = node_host(name, ip, labels)
+        host = node_host(n.hostname, n.ip, labels)
         where = f"{host}/{labels[PARTITION_LABEL]} ({node_id[:12]})"
         cores = _id_label(labels, CORES_LABEL, where, warnings)
         parts.append(
-            {
-                "host": host,
-                "host_name": name,
-                "partition": labels[PARTITION_LABEL],
-                "node_id": node_id,
-                "ip": ip,
-                "alive": n.alive,
-                "resource": labels.get(RESOURCE_LABEL),
-                "accelerator_type": labels.get(TYPE_LABEL),
-                "core_ids": cores,
-                "mask": None if cores is None else format_visible_ids(cores, "ranges"),
-                "device_indexes": _id_label(labels, DEVICES_LABEL, where, warnings),
-                "total": _resources(n.total),
-                "available": _resources(n.available),
-            }
+            ClusterPartition(
+                host=host,
+                host_name=n.hostname,
+                partition=labels[PARTITION_LABEL],
+                node_id=node_id,
+                ip=n.ip,
+                alive=n.alive,
+                resource=labels.get(RESOURCE_LABEL),
+                accelerator_type=labels.get(TYPE_LABEL),
+                core_ids=cores,
+                mask=None if cores is None else format_visible_ids(cores, "ranges"),
+                device_indexes=_id_label(labels, DEVICES_LABEL, where, warnings),
+                total=_resources(n.total),
+                available=_resources(n.available),
+            )
         )
     # A partition restarted (`--recover`, or its host joined again) leaves its dead
     # predecessor in the GCS; show a dead raylet only where no live one serves its
     # host and partition (as `ray-accel top` does).
-    live = {(p["host"], p["partition"]) for p in parts if p["alive"]}
-    kept = [p for p in parts if p["alive"] or (p["host"], p["partition"]) not in live]
-    replaced = len(parts) - len(kept)
-    parts = sorted(kept, key=lambda p: (p["host"], p["partition"], not p["alive"], p["node_id"]))
-    hosts: dict[str, dict[str, Any]] = {}
-    for p in parts:
-        h = hosts.setdefault(
-            p["host"], {"host": p["host"], "name": p["host_name"], "ips": [], "partitions": 0, "alive": 0}
+    live = {(p.host, p.partition) for p in parts if p.alive}
+    kept = sorted(
+        (p for p in parts if p.alive or (p.host, p.partition) not in live),
+        key=lambda p: (p.host, p.partition, not p.alive, p.node_id),
+    )
+    on_host = {p.host: [q for q in kept if q.host == p.host] for p in kept}
+    hosts = tuple(
+        ClusterHost(
+            host,
+            ps[0].host_name,
+            tuple(dict.fromkeys(p.ip for p in ps if p.ip)),
+            len(ps),
+            sum(p.alive for p in ps),
         )
-        if p["ip"] and p["ip"] not in h["ips"]:
-            h["ips"].append(p["ip"])
-        h["partitions"] += 1
-        h["alive"] += p["alive"]
-    return {
-        "gcs_address": gcs_address,
-        "hosts": list(hosts.values()),
-        "partitions": parts,
-        "other_nodes": others,
-        "replaced_dead": replaced,
-        "warnings": warnings,
-    }
+        for host, ps in on_host.items()
+    )
+    return ClusterView(gcs_address, hosts, tuple(kept), others, len(parts) - len(kept), tuple(warnings))
 
 
-def cluster_status(timeout_s: float = 5.0) -> dict[str, Any]:
+def cluster_status(timeout_s: float = 5.0) -> ClusterView:
     """Every host's partitions in the cluster this host's record names; "no
     cluster" (exit 1) when none is recorded or its GCS does not answer."""
     found = state.locate()

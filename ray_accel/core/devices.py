@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from ray_accel.core.errors import RayAccelError
 
@@ -43,31 +42,13 @@ class Device:
     numa_node: int = -1
     pci_bus_id: str | None = None
     peers: tuple[DeviceId, ...] = ()
+    # Links to devices that cannot be used here (a container given some of the
+    # host's devices): shown, never planned over, not checked for symmetry.
+    external_peers: tuple[DeviceId, ...] = ()
     serial: str | None = None
     architecture: str | None = None
     attributes: Mapping[str, str] = field(default_factory=dict, hash=False)
     accelerator_type: str | None = None
-    # Links to devices that cannot be used here (a container given some of the
-    # host's devices): shown, never planned over, not checked for symmetry.
-    external_peers: tuple[DeviceId, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "family": self.family,
-            "index": self.index,
-            "model": self.model,
-            "memory_bytes": self.memory_bytes,
-            "core_ids": list(self.core_ids),
-            "numa_node": self.numa_node,
-            "pci_bus_id": self.pci_bus_id,
-            "peers": list(self.peers),
-            "external_peers": list(self.external_peers),
-            "serial": self.serial,
-            "architecture": self.architecture,
-            "attributes": dict(self.attributes),
-            "accelerator_type": self.accelerator_type,
-        }
 
 
 @dataclass(frozen=True)
@@ -87,22 +68,6 @@ class HostInfo:
     attributes: Mapping[str, str] = field(default_factory=dict, hash=False)
     # Facts the backend could not establish, each with its reason.
     warnings: tuple[str, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "plugin": self.plugin,
-            "family": self.family,
-            "accelerator_type": self.accelerator_type,
-            "resource_name": self.resource_name,
-            "visible_ids_env": self.visible_ids_env,
-            "device_count": self.device_count,
-            "core_count": self.core_count,
-            "instance_type": self.instance_type,
-            "driver_version": self.driver_version,
-            "runtime_version": self.runtime_version,
-            "attributes": dict(self.attributes),
-            "warnings": list(self.warnings),
-        }
 
 
 def all_core_ids(devices: Iterable[Device]) -> list[int]:

@@ -3,7 +3,8 @@ one poll of one backend.
 
 These cross process boundaries (the decider writes them into the state
 directory's `health.json`; the CLI and the exporters read them back), so
-each has `to_json` and a `from_json` that reads its input as untrusted:
+each is written by `reader.dump` and has a `from_json` that reads its input
+as untrusted:
 anything that does not fit raises `HealthDataError` naming the field
 (`devices[2].state: 'sick' is not one of healthy, unhealthy, unknown`).
 
@@ -18,10 +19,9 @@ from __future__ import annotations
 
 import enum
 import re
-import typing
 from dataclasses import dataclass
 
-from ray_accel.core.reader import LINE_BREAKS, Node, ReadError, dump, load, show
+from ray_accel.core.reader import LINE_BREAKS, Node, ReadError, load, show
 
 # A kind is a short word of the rule's vocabulary ("xid", "ecc", "lost",
 # "components", "unreachable", ...); a backend may add its own.
@@ -85,9 +85,6 @@ class HealthEvent:
         _check_time(self.at, "at")
         Node(self.fatal, "fatal").bool()
 
-    def to_json(self) -> dict[str, object]:
-        return typing.cast(dict[str, object], dump(self))
-
     @classmethod
     def from_json(cls, data: object, where: str = "") -> HealthEvent:
         return load(cls, data, where)
@@ -121,9 +118,6 @@ class DeviceHealth:
             )
         _line(self.healthy_again, "healthy_again", MAX_TEXT_CHARS, empty=True)
 
-    def to_json(self) -> dict[str, object]:
-        return typing.cast(dict[str, object], dump(self))
-
     @classmethod
     def from_json(cls, data: object, where: str = "") -> DeviceHealth:
         return load(cls, data, where)
@@ -147,9 +141,6 @@ class HealthReport:
             seen.add(dev.device_id)
         for i, error in enumerate(self.errors):
             _line(error, f"errors[{i}]", MAX_TEXT_CHARS)
-
-    def to_json(self) -> dict[str, object]:
-        return typing.cast(dict[str, object], dump(self))
 
     @classmethod
     def from_json(cls, data: object, where: str = "") -> HealthReport:

@@ -19,7 +19,7 @@ from pathlib import Path
 from ray_accel.core import validate
 from ray_accel.core.errors import InputError
 from ray_accel.core.health import DeviceHealth, HealthEvent
-from ray_accel.core.reader import Node, ReadError, parse_json, read_file
+from ray_accel.core.reader import Node, ReadError, dump, parse_json, read_file
 
 VERSION = 1
 HEALTH_FILE = "health.json"
@@ -64,9 +64,6 @@ class HealthSettings:
     interval_s: float = 5.0
     drain_deadline_s: float = 120.0
 
-    def to_json(self) -> dict[str, object]:
-        return {"action": self.action.value, "interval_s": self.interval_s, "drain_deadline_s": self.drain_deadline_s}
-
     @classmethod
     def from_json(cls, data: object, where: str = "health") -> HealthSettings:
         obj = Node(data, where).only({"action", "interval_s", "drain_deadline_s"})
@@ -91,20 +88,6 @@ class PartitionHealth:
     deadline: float | None = None  # a drain's: when the decider stops the raylet
     target: tuple[str, ...] | None = None  # a drain's: the devices it serves once restarted
     head: bool = False
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "partition": self.partition,
-            "state": self.state.value,
-            "since": self.since,
-            "devices": list(self.devices),
-            "out": list(self.out),
-            "node_id": self.node_id,
-            "detail": self.detail,
-            "deadline": self.deadline,
-            "target": None if self.target is None else list(self.target),
-            "head": self.head,
-        }
 
     @classmethod
     def from_json(cls, data: object, where: str) -> PartitionHealth:
@@ -154,21 +137,6 @@ class HostHealth:
     def with_partition(self, part: PartitionHealth) -> HostHealth:
         return replace(self, partitions=tuple(part if p.partition == part.partition else p for p in self.partitions))
 
-    def to_json(self) -> dict[str, object]:
-        return {
-            "version": VERSION,
-            "at": self.at,
-            "action": self.settings.action.value,
-            "interval_s": self.settings.interval_s,
-            "drain_deadline_s": self.settings.drain_deadline_s,
-            "polls": self.polls,
-            "devices": [d.to_json() for d in self.devices],
-            "events": [e.to_json() for e in self.events[-MAX_EVENTS:]],
-            "partitions": [p.to_json() for p in self.partitions],
-            "counters": {d: dict(c) for d, c in self.counters.items()},
-            "errors": list(self.errors),
-        }
-
 
 def event_key(event: HealthEvent) -> str:
     """A counter's key: `kind:code` (`xid:13`), or the kind alone."""
@@ -185,7 +153,21 @@ def count_events(counters: Mapping[str, Mapping[str, int]], events: Sequence[Hea
 
 
 def dumps(health: HostHealth) -> str:
-    return json.dumps(health.to_json(), indent=1, allow_nan=False)
+    """`health.json`: the settings flattened into the top level, the last MAX_EVENTS events."""
+    data = {
+        "version": VERSION,
+        "at": health.at,
+        "action": health.settings.action.value,
+        "interval_s": health.settings.interval_s,
+        "drain_deadline_s": health.settings.drain_deadline_s,
+        "polls": health.polls,
+        "devices": dump(health.devices),
+        "events": dump(health.events[-MAX_EVENTS:]),
+        "partitions": dump(health.partitions),
+        "counters": dump(health.counters),
+        "errors": list(health.errors),
+    }
+    return json.dumps(data, indent=1, allow_nan=False)
 
 
 def parse_health(raw: bytes | str, source: str) -> HostHealth:

@@ -352,3 +352,12 @@ def dump(value: object) -> object:
     if isinstance(value, Mapping):
         return {str(k): dump(v) for k, v in value.items()}
     return value
+
+
+def dump_fields(value: object, **extra: object) -> dict[str, object]:
+    """The dataclass `value` as a JSON object (as `dump` writes it), with the
+    keys of `extra` after its fields: for a view that adds a few."""
+    data = dump(value)
+    if not isinstance(data, dict):
+        raise TypeError(f"{type(value).__name__} is not a dataclass")
+    return {**data, **extra}

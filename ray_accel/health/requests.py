@@ -31,9 +31,6 @@ class ClearRequest:
     device_id: str
     at: float
 
-    def to_json(self) -> dict[str, object]:
-        return {"clear": self.device_id, "at": self.at}
-
 
 def parse_request(raw: bytes, source: str) -> ClearRequest:
     """A request file's content, or `InputError` naming `source` and the field."""
@@ -59,7 +56,7 @@ def ask_clear(state_dir: Path, device_id: str) -> ClearRequest:
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".clear.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(request.to_json(), f)
+            json.dump({"clear": request.device_id, "at": request.at}, f)
         os.chmod(tmp, 0o600)
         os.replace(tmp, folder / f"clear-{time.time_ns()}-{secrets.token_hex(4)}.json")
     except BaseException:

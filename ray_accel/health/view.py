@@ -11,7 +11,8 @@ from typing import Any
 from ray_accel.cluster import procs, state
 from ray_accel.cluster.record import HostRecord
 from ray_accel.core.errors import InputError, RayAccelError
-from ray_accel.core.health_state import HostHealth, PartState, read_health
+from ray_accel.core.health_state import MAX_EVENTS, HostHealth, PartState, read_health
+from ray_accel.core.reader import dump, dump_fields
 
 
 @dataclass(frozen=True)
@@ -69,16 +70,15 @@ def health_payload(found: Recorded) -> dict[str, Any]:
     }
     if health is None:
         return out
-    data = health.to_json()
     out.update(
         at=health.at,
         polls=health.polls,
         interval_s=health.settings.interval_s,
         drain_deadline_s=health.settings.drain_deadline_s,
-        devices=[{**d.to_json(), "partition": owner.get(d.device_id)} for d in health.devices],
-        partitions=data["partitions"],
-        events=data["events"],
-        counters=data["counters"],
+        devices=[dump_fields(d, partition=owner.get(d.device_id)) for d in health.devices],
+        partitions=dump(health.partitions),
+        events=dump(health.events[-MAX_EVENTS:]),
+        counters=dump(health.counters),
         errors=list(health.errors),
     )
     return out

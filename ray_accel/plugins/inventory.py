@@ -9,10 +9,10 @@ import os
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from ray_accel.core.devices import Device
 from ray_accel.core.errors import InputError, RayAccelError
+from ray_accel.core.reader import dump, dump_fields
 from ray_accel.plugins.discovery import PluginStatus, active_plugins, discover_plugins, load_plugin
 from ray_accel.plugins.interface import DevicePlugin
 
@@ -31,7 +31,7 @@ class NoActiveBackend(RayAccelError):
             "no active accelerator backend on this host; "
             + (f"inactive: {inactive}" if inactive else "no backend is installed")
         )
-        self.details: dict[str, Any] = {"backends": [s.to_json() for s in statuses]}
+        self.details = {"backends": [s.to_json() for s in statuses]}
 
 
 @dataclass(frozen=True)
@@ -57,16 +57,16 @@ class Inventory:
     def devices(self) -> list[tuple[str, Device]]:
         return [(p.name, d) for p in self.plugins for d in p.list_devices()]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
+        """`devices --json`: the host as the primary plugin sees it, every
+        backend's state, and every device with its plugin's name."""
         primary = self.primary
-        host: dict[str, Any] = {"hostname": socket.gethostname()}
-        if primary is not None:
-            host.update(primary.host_info().to_json())
-        host["backends"] = [p.host_info().to_json() for p in self.plugins]
+        info = {} if primary is None else dump_fields(primary.host_info())
+        backends = dump([p.host_info() for p in self.plugins])
         return {
-            "host": host,
+            "host": {"hostname": socket.gethostname(), **info, "backends": backends},
             "plugins": [s.to_json() for s in self.statuses],
-            "devices": [dict(d.to_json(), plugin=name) for name, d in self.devices()],
+            "devices": [dump_fields(d, plugin=name) for name, d in self.devices()],
         }
 
 

@@ -46,17 +46,9 @@ class DeviceTraits:
     # write them.
     reads_published_masks: bool = False
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "shareable": self.shareable,
-            "split": self.split.value,
-            "opaque_ids": self.opaque_ids,
-            "reads_published_masks": self.reads_published_masks,
-        }
-
     @classmethod
     def from_json(cls, row: Mapping[str, Any]) -> DeviceTraits:
-        """Traits as `to_json` wrote them; anything else is an `InputError` naming the field."""
+        """Traits as `reader.dump` wrote them; anything else is an `InputError` naming the field."""
         flags = {}
         for name in ("shareable", "opaque_ids", "reads_published_masks"):
             value = row.get(name)

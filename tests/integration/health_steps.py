@@ -61,7 +61,7 @@ def until_poll(cluster: Cluster, check: Callable[[HostHealth], bool], polls: int
                 assert h.polls - start <= polls, f"it took {h.polls - start} polls, more than {polls}"
                 return h
             if h.polls - start > polls:
-                raise AssertionError(f"not so within {polls} polls: {h.to_json()}")
+                raise AssertionError(f"not so within {polls} polls: {h}")
         time.sleep(0.05)
     raise AssertionError(f"the decider made no poll for {timeout_s:g}s after poll {seen}")
 

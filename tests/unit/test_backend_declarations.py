@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ray_accel.core.reader import dump
 from ray_accel.hooks.config import Workload, WorkloadDenied
 from ray_accel.hooks.run import HookRun, protected_env
 from ray_accel.plugins.discovery import BackendUnavailable, declarations, load_plugin
@@ -104,7 +105,7 @@ def test_a_backend_is_loaded_by_name_without_probing(test_plugins: Path) -> None
     )
 )
 def test_traits_round_trip_through_json(traits: DeviceTraits) -> None:
-    assert DeviceTraits.from_json(traits.to_json()) == traits
+    assert DeviceTraits.from_json(dump(traits)) == traits
 
 
 _values = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=12), st.lists(st.booleans(), max_size=2))
@@ -117,4 +118,4 @@ def test_traits_from_anything_else_are_refused_naming_the_field(row: dict[str, o
     except ValueError as e:
         assert str(e).startswith("traits"), e
     else:
-        assert traits.to_json() == row, "only a complete, well-typed row is read"
+        assert dump(traits) == row, "only a complete, well-typed row is read"

@@ -33,6 +33,7 @@ from ray_accel.cluster.startargs import validate_ray_args, without
 from ray_accel.core import masks
 from ray_accel.core.errors import InputError
 from ray_accel.core.processes import ProcessRecord
+from ray_accel.core.reader import dump
 from ray_accel.core.visibility import format_visible_ids
 from ray_accel.plugins.traits import DeviceTraits
 
@@ -95,9 +96,7 @@ def test_a_spec_that_names_no_backend_or_traits_is_refused_naming_what_is_missin
     with pytest.raises(InputError, match="bad RAYACCEL_BRIDGE_SPEC: missing 'traits'"):
         specs_from_env(json.dumps([{**row, "backend": "cuda"}]))
     with pytest.raises(InputError, match="traits.split: 'sideways' is not one of"):
-        specs_from_env(
-            json.dumps([{**row, "backend": "cuda", "traits": {**CUDA_TRAITS.to_json(), "split": "sideways"}}])
-        )
+        specs_from_env(json.dumps([{**row, "backend": "cuda", "traits": {**dump(CUDA_TRAITS), "split": "sideways"}}]))
 
 
 def test_new_resource_names_become_unit_instance_resources() -> None:

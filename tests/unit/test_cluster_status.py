@@ -19,6 +19,7 @@ from ray_accel.cluster import status as status_mod
 from ray_accel.cluster.status import cluster_status, cluster_view
 from ray_accel.core.errors import RayAccelError
 from ray_accel.core.hosts import host_key
+from ray_accel.core.reader import dump
 from ray_accel.core.visibility import parse_visible_ids
 from ray_accel.partition.labels import (
     CORES_LABEL,
@@ -71,7 +72,7 @@ HA, HB = "ha_10.0.0.1", "hb_10.0.0.2"
 
 
 def test_view_lists_partition_raylets_of_every_host() -> None:
-    view = cluster_view("10.0.0.1:6379", NODES)
+    view = dump(cluster_view("10.0.0.1:6379", NODES))
     assert [(p["host"], p["partition"], p["node_id"], p["alive"]) for p in view["partitions"]] == [
         (HA, "p0", "n1", True),
         (HA, "p1", "n2", True),
@@ -94,7 +95,7 @@ def test_view_lists_partition_raylets_of_every_host() -> None:
 def test_dead_predecessor_of_a_live_partition_is_not_listed() -> None:
     # host B joined again: its old p0 raylet stays dead in the GCS, a new one serves p0
     nodes = {**NODES, "n5": node("hb", "p0", "10.0.0.2")}
-    view = cluster_view("10.0.0.1:6379", nodes)
+    view = dump(cluster_view("10.0.0.1:6379", nodes))
     assert [(p["host"], p["partition"], p["node_id"]) for p in view["partitions"]] == [
         (HA, "p0", "n1"),
         (HA, "p1", "n2"),
@@ -111,7 +112,7 @@ def test_two_hosts_of_one_name_are_two_hosts() -> None:
         for ip in ("10.0.0.1", "10.0.0.2")
         for p, cores in (("p0", "0-15"), ("p1", "16-31"))
     }
-    view = cluster_view("10.0.0.1:6379", nodes)
+    view = dump(cluster_view("10.0.0.1:6379", nodes))
     assert [(h["host"], h["name"], h["ips"], h["partitions"]) for h in view["hosts"]] == [
         ("ubuntu_10.0.0.1", "ubuntu", ["10.0.0.1"], 2),
         ("ubuntu_10.0.0.2", "ubuntu", ["10.0.0.2"], 2),
@@ -119,21 +120,24 @@ def test_two_hosts_of_one_name_are_two_hosts() -> None:
     assert len(view["partitions"]) == 4 and all(p["host_name"] == "ubuntu" for p in view["partitions"])
     # the host column is the host label's value: what a selector names
     assert all(p["host"] == nodes[p["node_id"]].labels[HOST_LABEL] for p in view["partitions"])
-    assert render.cluster_status_text(view).splitlines()[0] == "cluster 10.0.0.1:6379: 4 partitions on 2 hosts"
+    assert (
+        render.cluster_status_text(cluster_view("10.0.0.1:6379", nodes)).splitlines()[0]
+        == "cluster 10.0.0.1:6379: 4 partitions on 2 hosts"
+    )
     # host B's old raylet, dead after it joined again, is not host A's
     nodes["2p0-old"] = node("ubuntu", "p0", "10.0.0.2", alive=False)
-    again = cluster_view("10.0.0.1:6379", nodes)
+    again = dump(cluster_view("10.0.0.1:6379", nodes))
     assert again["replaced_dead"] == 1 and [p["node_id"] for p in again["partitions"]] == ["1p0", "1p1", "2p0", "2p1"]
 
 
 def test_a_raylet_without_the_host_label_is_keyed_by_what_ray_records() -> None:
-    view = cluster_view("a:1", {"n9": node("old", "p0", "10.0.0.9", label=False)})
+    view = dump(cluster_view("a:1", {"n9": node("old", "p0", "10.0.0.9", label=False)}))
     assert view["partitions"][0]["host"] == "old_10.0.0.9"
 
 
 def test_view_reports_bad_labels() -> None:
     bad = node(None, "p0", "10.0.0.9", cores="3-1")
-    view = cluster_view("a:1", {"n9": bad})
+    view = dump(cluster_view("a:1", {"n9": bad}))
     (p,) = view["partitions"]
     assert p["host"] == "name-of-10.0.0.9_10.0.0.9" and p["core_ids"] is None and p["mask"] is None
     assert len(view["warnings"]) == 1 and "'3-1'" in view["warnings"][0] and "n9" in view["warnings"][0]
@@ -158,7 +162,7 @@ labels_st = st.dictionaries(
 @given(labels_st)
 def test_view_counts_every_labelled_node_once(spec: dict[str, tuple[str | None, str | None, bool]]) -> None:
     nodes = {nid: node(h, p, "10.0.0.1", alive) for nid, (h, p, alive) in spec.items()}
-    view = cluster_view("a:1", nodes)
+    view = dump(cluster_view("a:1", nodes))
     labelled = [nid for nid, (_, p, _) in spec.items() if p is not None]
     shown = [p["node_id"] for p in view["partitions"]]
     assert len(shown) + view["replaced_dead"] == len(labelled) and set(shown) <= set(labelled)
@@ -209,7 +213,7 @@ raylets_st = st.dictionaries(
 @given(raylets_st)
 def test_a_host_is_its_name_and_ip_never_the_name_alone(spec: dict[str, tuple[str, str, str, bool]]) -> None:
     nodes = {nid: node(name, part, ip, alive) for nid, (name, ip, part, alive) in spec.items()}
-    view = cluster_view("a:1", nodes)
+    view = dump(cluster_view("a:1", nodes))
     shown = {(spec[p["node_id"]][0], spec[p["node_id"]][1]) for p in view["partitions"]}
     assert len(view["hosts"]) == len(shown), "one host per name and IP"
     for h in view["hosts"]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ray_accel.core.devices import Device, DeviceError, HostInfo, validate_inventory
+from ray_accel.core.reader import dump_fields
 
 FAMILY_NEURON = "neuron"  # any family name: the core knows none
 
@@ -18,8 +19,8 @@ def dev(index: int, peers: tuple[str, ...] = (), external: tuple[str, ...] = ())
 def test_external_peers_are_kept_shown_and_not_checked_for_symmetry() -> None:
     # A container given device 5 of a trn2.48xlarge: its links name host devices it cannot see.
     (d,) = validate_inventory([dev(5, external=("neuron:1", "neuron:4"))])
-    assert d.to_json()["external_peers"] == ["neuron:1", "neuron:4"]
-    assert d.to_json()["peers"] == []
+    assert dump_fields(d)["external_peers"] == ["neuron:1", "neuron:4"]
+    assert dump_fields(d)["peers"] == []
 
 
 @pytest.mark.parametrize("external", ["neuron:1", "neuron:0"])
@@ -30,4 +31,4 @@ def test_an_external_peer_that_is_on_the_host_is_refused(external: str) -> None:
 
 def test_host_warnings_are_in_the_json() -> None:
     info = HostInfo("neuron", FAMILY_NEURON, None, "neuron_cores", "NEURON_RT_VISIBLE_CORES", 1, 2, warnings=("w",))
-    assert info.to_json()["warnings"] == ["w"]
+    assert dump_fields(info)["warnings"] == ["w"]

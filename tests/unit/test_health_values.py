@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ray_accel.core.health import DeviceHealth, Health, HealthDataError, HealthEvent, HealthReport
+from ray_accel.core.reader import dump
 from tests.badinput import badinput
 
 ONE_LINE = st.text(st.characters(exclude_characters="\r\n\x00", codec="utf-8"), min_size=1, max_size=60)
@@ -58,16 +59,16 @@ def reports(draw: st.DrawFn) -> HealthReport:
 @settings(max_examples=200, deadline=None)
 @given(reports())
 def test_a_report_survives_json_both_ways(report: HealthReport) -> None:
-    text = json.dumps(report.to_json())
+    text = json.dumps(dump(report))
     back = HealthReport.from_json(json.loads(text))
     assert back == report
-    assert back.to_json() == report.to_json()
+    assert dump(back) == dump(report)
 
 
 @settings(max_examples=100, deadline=None)
 @given(device_healths())
 def test_a_verdict_survives_json_both_ways(d: DeviceHealth) -> None:
-    assert DeviceHealth.from_json(json.loads(json.dumps(d.to_json()))) == d
+    assert DeviceHealth.from_json(json.loads(json.dumps(dump(d)))) == d
 
 
 def _paths(data: Any, prefix: str = "") -> list[tuple[str, Any]]:
@@ -112,7 +113,7 @@ WRONG = [object(), {"a": 1}, -1.0, math.nan, "\n", "x" * 5000]
 @settings(max_examples=300, deadline=None)
 @given(reports(), st.data())
 def test_a_report_with_any_field_broken_is_refused_naming_it(report: HealthReport, data: st.DataObject) -> None:
-    raw = report.to_json()
+    raw = dump(report)
     fields = [(p, v) for p, v in _paths(raw) if not p.endswith("]") and not isinstance(v, (dict, list))]
     if not fields:
         return
@@ -149,7 +150,7 @@ BAD = [
 def _sample() -> dict[str, Any]:
     e = HealthEvent("neuron:3", "xid", "79", "XID 79 (GPU has fallen off the bus)", 10.0, True)
     d = DeviceHealth("neuron:3", Health.UNHEALTHY, 10.0, e, "cleared by hand")
-    return HealthReport(10.0, (d,), (e,), ()).to_json()
+    return json.loads(json.dumps(dump(HealthReport(10.0, (d,), (e,), ()))))
 
 
 @badinput("traceback")
