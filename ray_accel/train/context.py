@@ -22,7 +22,7 @@ class TrainContext(Rank):
 
     @property
     def backend(self) -> str:
-        """The old name of `collective` (0.2), kept for code written against it."""
+        """The old name of `collective`, before version 0.3.0; kept for code written against it."""
         warnings.warn("TrainContext.backend is deprecated: use .collective", FutureWarning, stacklevel=2)
         return self.collective
 
