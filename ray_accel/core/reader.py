@@ -297,6 +297,16 @@ class Node:
             self.fail(f"{show(self.data)} is not one of {', '.join(str(m.value) for m in kind)}")
 
 
+def kept(read: Callable[[Node], T], node: Node, problems: builtins.list[str]) -> T | None:
+    """`read(node)`, or None with its refusal added to `problems`: for input
+    whose bad parts are skipped on purpose, each one named."""
+    try:
+        return read(node)
+    except ReadError as e:
+        problems.append(str(e))
+        return None
+
+
 # ------------------------------------------------------------- typed values
 
 
