@@ -9,7 +9,8 @@ path of the bad field: `partitions[2].raylet.pid: 'x' is not an integer`.
 - `parse_json` / `parse_toml` / `read_file`: the envelope (size bound, UTF-8,
   nesting depth, bad syntax naming the source).
 - `Node`: a cursor over parsed data that carries its path, for readers whose
-  fields need their own checks.
+  fields need their own checks; a `Style` writes paths and refusals in a
+  reader's own words where its users already know them.
 - `load` / `dump`: a frozen dataclass from and to JSON-able data, driven by
   its annotations, for typed values that cross a process boundary.
 """
@@ -25,7 +26,7 @@ import os
 import tomllib
 import types
 import typing
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any, NoReturn, TypeVar
 
 from ray_accel.core import files
@@ -45,8 +46,8 @@ _MISSING: Any = object()
 class ReadError(InputError):
     """Input that does not fit; `path` names the field (empty: the whole input)."""
 
-    def __init__(self, problem: str, path: str = "") -> None:
-        super().__init__(f"{path}: {problem}" if path else problem)
+    def __init__(self, problem: str, path: str = "", sep: str = ": ") -> None:
+        super().__init__(f"{path}{sep}{problem}" if path else problem)
         self.problem, self.path = problem, path
 
 
@@ -101,7 +102,7 @@ def _decode(raw: bytes | str) -> str:
     try:
         return raw.decode("utf-8") if isinstance(raw, bytes) else raw
     except UnicodeDecodeError as e:
-        raise ValueError(f"not UTF-8 text ({e.reason} at byte {e.start})") from None
+        raise ValueError(f"not UTF-8 text (byte {e.start})") from None
 
 
 def parse_json(
@@ -151,59 +152,77 @@ def read_file(path: str | os.PathLike[str], source: str, max_bytes: int, follow:
 # --------------------------------------------------------------------- the cursor
 
 
+@dataclasses.dataclass(frozen=True)
+class Style:
+    """How refusals are written: `child` makes a field's path from its
+    parent's and its key, `sep` goes between a path and its problem, and
+    `words` replaces standard wordings by check (`mapping`, `list`, `size`,
+    `text`, `int`, `number`, `bool`; `{value}` is the value shown, `size`
+    also has `{count}` and `{limit}`)."""
+
+    child: Callable[[str, str | int], str] = join
+    sep: str = ": "
+    words: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+DOTTED = Style()
+
+
 class Node:
     """Parsed data at `path`; each method checks it as one kind of value and
     returns it, or raises `ReadError` naming the path. `message`, where
-    taken, replaces the standard wording (`{value}` is the value shown)."""
+    taken, replaces the standard wording (`{value}` is the value shown,
+    `{key}` the key it was read from)."""
 
-    __slots__ = ("data", "path")
+    __slots__ = ("data", "key", "path", "style")
 
-    def __init__(self, data: object, path: str = "") -> None:
-        self.data, self.path = data, path
+    def __init__(self, data: object, path: str = "", style: Style = DOTTED, key: str | builtins.int = "") -> None:
+        self.data, self.path, self.style, self.key = data, path, style, key
 
     def fail(self, problem: str) -> NoReturn:
-        raise ReadError(problem, self.path)
+        raise ReadError(problem, self.path, self.style.sep)
 
-    def _refuse(self, message: str | None, standard: str) -> NoReturn:
-        self.fail((message or standard).format(value=show(self.data)))
+    def _refuse(self, message: str | None, standard: str, check: str = "", **fields: object) -> NoReturn:
+        wording = message or self.style.words.get(check, standard)
+        self.fail(wording.format(value=show(self.data), key=self.key, **fields))
+
+    def _child(self, data: object, key: str | builtins.int) -> Node:
+        return Node(data, self.style.child(self.path, key), self.style, key)
 
     def mapping(self, message: str | None = None) -> Mapping[str, object]:
         if not isinstance(self.data, dict):
-            self._refuse(message, f"{type(self.data).__name__} is not an object")
+            self._refuse(message, f"{type(self.data).__name__} is not an object", "mapping")
         return self.data
 
-    def only(self, allowed: Collection[str]) -> Node:
-        """This object, with no key beyond `allowed`."""
+    def only(self, allowed: Collection[str], message: str | None = None) -> Node:
+        """This object, with no key beyond `allowed` (`message`: `{value}` is the key shown)."""
         for key in self.mapping():
             if key not in allowed:
-                raise ReadError(f"unknown key {show(key)}", join(self.path, key if key.isprintable() else show(key)))
+                self._child(key, key if key.isprintable() else show(key))._refuse(message, "unknown key {value}")
         return self
 
     def at(self, key: str | builtins.int, default: object = _MISSING) -> Node:
         """The value under `key` (an index into a list); `default` where absent,
         else a refusal naming the key as missing."""
-        where = join(self.path, key)
         if isinstance(key, int):
-            return Node(typing.cast(list[object], self.data)[key], where)
+            return self._child(typing.cast(list[object], self.data)[key], key)
         data = self.mapping()
-        if key in data:
-            return Node(data[key], where)
-        if default is _MISSING:
-            raise ReadError("missing", where)
-        return Node(default, where)
+        if key in data or default is not _MISSING:
+            return self._child(data.get(key, default), key)
+        self._child(None, key).fail("missing")
 
     def items(self, limit: builtins.int = MAX_ITEMS) -> Iterator[tuple[str, Node]]:
         data = self.mapping()
         if len(data) > limit:
-            self.fail(f"{len(data)} entries, more than {limit}")
-        return ((k, Node(v, join(self.path, k))) for k, v in data.items())
+            self._refuse(None, "{count} entries, more than {limit}", "size", count=len(data), limit=limit)
+        return ((k, self._child(v, k)) for k, v in data.items())
 
     def list(self, limit: builtins.int = MAX_ITEMS, message: str | None = None) -> builtins.list[Node]:
         if not isinstance(self.data, list):
-            self._refuse(message, "{value} is not a list")
+            self._refuse(message, "{value} is not a list", "list")
         if len(self.data) > limit:
-            self.fail(f"{len(self.data)} entries, more than {limit}")
-        return [Node(v, f"{self.path}[{i}]") for i, v in enumerate(self.data)]
+            self._refuse(None, "{count} entries, more than {limit}", "size", count=len(self.data), limit=limit)
+        return [self._child(v, i) for i, v in enumerate(self.data)]
 
     def texts(self, limit: builtins.int = MAX_TEXT, count: builtins.int = MAX_ITEMS) -> tuple[str, ...]:
         """A list of at most `count` strings, each as `text` reads it."""
@@ -219,40 +238,51 @@ class Node:
         empty: builtins.bool = False,
         forbid: str = CONTROL,
         message: str | None = None,
+        printable: builtins.bool = False,
     ) -> str:
         """A string of at most `limit` characters (at least one unless `empty`)
-        holding none of `forbid` (control characters, by default)."""
+        holding none of `forbid` (control characters, by default), and only
+        printable ones (`str.isprintable`) with `printable`."""
         value = self.data
         if not isinstance(value, str):
-            self._refuse(message, "{value} is not a string")
+            self._refuse(message, "{value} is not a string", "text")
         if not value and not empty:
             self._refuse(message, "empty")
         if len(value) > limit:
             self._refuse(message, f"{len(value)} characters, more than {limit}")
-        if forbid and any(c in forbid for c in value):
+        if (forbid and any(c in forbid for c in value)) or (printable and not value.isprintable()):
             self._refuse(message, "{value} is not one line of text")
         return value
 
-    def int(self, lo: builtins.int, hi: builtins.int, message: str | None = None) -> builtins.int:
+    def int(
+        self, lo: float = -math.inf, hi: float = math.inf, message: str | None = None, above: str | None = None
+    ) -> builtins.int:
+        """An integer in lo..hi; `above`, where given, words one over `hi`."""
         value = self.data
         if type(value) is not int:
-            self._refuse(message, "{value} is not an integer")
+            self._refuse(message, "{value} is not an integer", "int")
+        if value > hi and above:
+            self._refuse(above, "")
         if not lo <= value <= hi:
             self._refuse(message, f"{{value}} is outside {lo}..{hi}")
         return value
 
-    def number(self, lo: float = -math.inf, hi: float = math.inf, message: str | None = None) -> float:
-        """A finite number in lo..hi, as a float."""
+    def number(
+        self, lo: float = -math.inf, hi: float = math.inf, message: str | None = None, above: str | None = None
+    ) -> float:
+        """A finite number in lo..hi, as a float; `above` as for `int`."""
         value = self.data
         if isinstance(value, bool) or not isinstance(value, int | float):
-            self._refuse(message, "{value} is not a number")
+            self._refuse(message, "{value} is not a number", "number")
+        if math.isfinite(value) and value > hi and above:
+            self._refuse(above, "")
         if not math.isfinite(value) or not lo <= value <= hi:
             self._refuse(message, f"{{value}} is outside {lo:g}..{hi:g}")
         return float(value)
 
     def bool(self, message: str | None = None) -> builtins.bool:
         if not isinstance(self.data, bool):
-            self._refuse(message, "{value} is not true or false")
+            self._refuse(message, "{value} is not true or false", "bool")
         return self.data
 
     def one_of(self, choices: Collection[str], message: str | None = None) -> str:
@@ -265,6 +295,16 @@ class Node:
             return kind(self.data)
         except ValueError:
             self.fail(f"{show(self.data)} is not one of {', '.join(str(m.value) for m in kind)}")
+
+
+def kept(read: Callable[[Node], T], node: Node, problems: builtins.list[str]) -> T | None:
+    """`read(node)`, or None with its refusal added to `problems`: for input
+    whose bad parts are skipped on purpose, each one named."""
+    try:
+        return read(node)
+    except ReadError as e:
+        problems.append(str(e))
+        return None
 
 
 # ------------------------------------------------------------- typed values

@@ -62,7 +62,6 @@ log = logging.getLogger(__name__)
 
 NAMESPACE = "ray-accel"
 INTERVAL_ENV = "RAYACCEL_METRICS_INTERVAL_S"
-RAY_PREFIX = "ray_"  # what Ray's recorder puts before every name
 DEVICE_TAGS = ("host", "partition", "device_id", "family", "accelerator_type")
 WORKLOAD_TAGS = ("host", "partition", "workload")
 HOST_TAGS = ("host", "family", "accelerator_type")
@@ -75,13 +74,9 @@ COMMAND_MAX = 200  # an orphan's command line is a label value: keep it bounded
 
 @dataclass(frozen=True)
 class GaugeSpec:
-    name: str  # as given to ray.util.metrics; served with RAY_PREFIX before it
+    name: str  # as given to ray.util.metrics; Ray's recorder serves it with `ray_` before it
     description: str
     tags: tuple[str, ...]
-
-    @property
-    def served(self) -> str:
-        return RAY_PREFIX + self.name
 
 
 GAUGES: Mapping[str, GaugeSpec] = {
@@ -266,7 +261,7 @@ class PartitionExporter:
         self.host_level = host_level
         self.interval_s = interval_s
         self.state_dir = Path(state_dir) if state_dir else None
-        self.raylet = os.getppid()
+        self.raylet_pid = os.getppid()
         self.where = Where(HostId(this_host_name(), ray.util.get_node_ip_address()).key, entry.node_id, entry.partition)
         self.g = {key: Gauge(s.name, s.description, s.tags) for key, s in GAUGES.items()}
         self._last: Snapshot | None = None
@@ -305,7 +300,7 @@ class PartitionExporter:
             self.telemetry,
             self.devices,
             self.accelerator_type,
-            self.raylet,
+            self.raylet_pid,
             (os.getpid(),),
             process_table(),
             self.where,

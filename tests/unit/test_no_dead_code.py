@@ -45,12 +45,6 @@ CALLED_BY_FRAMEWORKS: dict[str, str] = {
     "after_controller_state_update": "Ray Train's controller, on a callback (train/callback.py)",
 }
 
-# `path: name` of dead code whose module another change reshapes now; the
-# entry fails the test once it is gone, so the list empties itself.
-LEFT_TO_THEIR_OWNER: frozenset[str] = frozenset(
-    {"ray_accel/core/processes.py: all_pids", "ray_accel/metrics/export.py: served"}
-)
-
 Def = ast.FunctionDef | ast.AsyncFunctionDef
 
 
@@ -164,12 +158,8 @@ def offenders() -> list[str]:
 
 
 def test_every_function_is_used_by_the_product() -> None:
-    found = offenders()
-    print("\n".join(f"{d} (left to its module's owner)" if d in LEFT_TO_THEIR_OWNER else d for d in found))
-    dead = [d for d in found if d not in LEFT_TO_THEIR_OWNER]
+    dead = offenders()
     assert not dead, "used by nothing but tests: delete, or move into tests/:\n" + "\n".join(dead)
-    gone = sorted(LEFT_TO_THEIR_OWNER - set(found))
-    assert not gone, f"these are gone or used now; take them out of LEFT_TO_THEIR_OWNER: {gone}"
 
 
 def test_every_framework_hook_listed_is_defined() -> None:

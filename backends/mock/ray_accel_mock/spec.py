@@ -29,11 +29,9 @@ within the maxima below, checked before anything is built. Anything else is a
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import sys
-import tomllib
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -45,9 +43,9 @@ from ray_accel_neuron.limits import MAX_DEVICES as MAX_NEURON_DEVICES
 from ray_accel_neuron.limits import MAX_LOGICAL_CORES
 from ray_accel_neuron.runtime import FAMILY as FAMILY_NEURON
 
-from ray_accel.core import files
 from ray_accel.core.devices import Device, DeviceError, validate_inventory
 from ray_accel.core.errors import InputError
+from ray_accel.core.reader import Node, ReadError, Style, parse_toml, read_file, show
 from ray_accel.core.validate import PARTITION_NAME
 
 GIB = 1024**3
@@ -175,7 +173,7 @@ def _topology(name: str, count: int) -> Callable[[int], list[int]]:
         if rows * cols != count:
             raise SpecError(f"topology {name!r} needs {rows * cols} devices, spec has {count}")
         return lambda i: torus_peers(i, rows, cols)
-    raise SpecError(f"bad topology {_show(name)}: use {TOPOLOGIES}")
+    raise SpecError(f"bad topology {show(name)}: use {TOPOLOGIES}")
 
 
 def build_host(
@@ -341,216 +339,176 @@ PRESETS: dict[str, Callable[[], HostSpec]] = {
 }
 
 
-def _show(value: object) -> str:
-    """`repr(value)`, cut short: error messages stay one readable line."""
-    try:
-        text = repr(value)
-    except (ValueError, RecursionError):  # an integer past Python's str() digit limit
-        text = f"<{type(value).__name__} too large to show>"
-    return text if len(text) <= 60 else text[:57] + "..."
+# A spec's refusals name the key in their own words after the place of its
+# table (`host.toml [host]: devices must be ...`), so a field's path is its
+# table's and each message begins with `{key}`.
+SPEC = Style(child=lambda path, key: path, words={"size": "{key} has {count} entries, more than {limit}"})
+POSITIVE = "{key} must be a positive integer, got {value}"
+NON_NEGATIVE = "{key} must be a non-negative integer, got {value}"
+TEXT = f"{{key}} must be a string of 1-{MAX_TEXT} printable characters, got {{value}}"
+# Memory is a number of GiB (an integer or a float), read as bytes.
+GIB_MUST = "{key} must be a finite, non-negative number of GiB, got {value}"
+GIB_ABOVE = f"{{key}} = {{value}} is above the maximum {MAX_MEMORY_GIB} (1 PiB)"
+NUMNODES = "Linux's MAX_NUMNODES"
+NUMA_NODE = "{key} must be an integer >= -1, got {value}"
+NUMA_ABOVE = f"{{key}} = {{value}} is above the maximum {MAX_NUMA_NODES - 1} ({NUMNODES}; -1: none)"
+MAX_NC = "the Neuron driver's MAX_NC_PER_DEVICE"
+UNKNOWN = "unknown key {value}; known keys are "
 
 
-def _known_keys(table: Mapping[str, Any], known: tuple[str, ...], where: str) -> None:
-    for key in table:
-        if key not in known:
-            raise SpecError(f"{where}: unknown key {_show(key)}; known keys are {', '.join(known)}")
+def _above(hi: int, limit: str) -> str:
+    return f"{{key}} = {{value}} is above the maximum {hi} ({limit})"
 
 
-def _int(table: Mapping[str, Any], key: str, where: str, default: object, lo: int, hi: int, limit: str) -> int:
-    value = table.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-        must = {1: "a positive integer", 0: "a non-negative integer"}.get(lo, f"an integer >= {lo}")
-        raise SpecError(f"{where}: {key} must be {must}, got {_show(value)}")
-    if value > hi:
-        raise SpecError(f"{where}: {key} = {_show(value)} is above the maximum {hi} ({limit})")
-    return value
-
-
-def _gib(table: Mapping[str, Any], key: str, where: str, default: float) -> int:
-    """A memory size in GiB (an integer or a float), as bytes."""
-    value = table.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise SpecError(f"{where}: {key} must be a number of GiB, got {_show(value)}")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise SpecError(f"{where}: {key} must be a finite number of GiB, got {_show(value)}")
-    if value < 0:
-        raise SpecError(f"{where}: {key} must not be negative, got {_show(value)}")
-    if value > MAX_MEMORY_GIB:
-        raise SpecError(f"{where}: {key} = {_show(value)} is above the maximum {MAX_MEMORY_GIB} (1 PiB)")
-    return int(value * GIB)
-
-
-def _text(table: Mapping[str, Any], key: str, where: str) -> str | None:
-    """A string of printable characters, or None where absent."""
-    value = table.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value or len(value) > MAX_TEXT or not value.isprintable():
-        raise SpecError(f"{where}: {key} must be a string of 1-{MAX_TEXT} printable characters, got {_show(value)}")
-    return value
-
-
-def _text_or(table: Mapping[str, Any], key: str, where: str, default: str) -> str:
-    value = _text(table, key, where)
-    return default if value is None else value
-
-
-def _label(value: str, where: str, key: str, derived: bool = False) -> str:
+def _label(node: Node, derived: bool = False) -> str | None:
     """A value that becomes a Ray label (the raylet writes an accelerator type
     with '-' for ' '), so it must follow Ray's label-value rule."""
+    if node.data is None:
+        return None
+    value = node.text(MAX_TEXT, message=TEXT, printable=True)
     if not PARTITION_NAME.match(value.replace(" ", "-")):
         hint = " (with no accelerator_type it is the accelerator type: give accelerator_type)" if derived else ""
-        raise SpecError(
-            f"{where}: {key} {_show(value)} is not a Ray label value{hint}: use 1-63 letters, digits, "
+        node.fail(
+            f"{node.key} {show(value)} is not a Ray label value{hint}: use 1-63 letters, digits, "
             "spaces, '-', '_' or '.', starting and ending with a letter or digit"
         )
     return value
-
-
-def _optional_label(table: Mapping[str, Any], key: str, where: str) -> str | None:
-    value = _text(table, key, where)
-    return None if value is None else _label(value, where, key)
-
-
-def _bool(table: Mapping[str, Any], key: str, where: str, default: bool) -> bool:
-    value = table.get(key, default)
-    if not isinstance(value, bool):
-        raise SpecError(f"{where}: {key} must be true or false, got {_show(value)}")
-    return value
-
-
-def _peers(row: Mapping[str, Any], where: str, ids: list[str], by_index: Mapping[int, str]) -> tuple[str, ...]:
-    """`peers` names devices by index or id; each at most once."""
-    value = row.get("peers", [])
-    if not isinstance(value, list):
-        raise SpecError(f"{where}: peers must be an array of device indexes or ids, got {_show(value)}")
-    known = set(ids)
-    out: list[str] = []
-    for p in value:
-        if isinstance(p, int) and not isinstance(p, bool) and p in by_index:
-            peer = by_index[p]
-        elif isinstance(p, str) and p in known:
-            peer = p
-        else:
-            raise SpecError(f"{where}: peer {_show(p)} names no device of this spec")
-        if peer in out:
-            raise SpecError(f"{where}: peer {_show(p)} is listed twice")
-        out.append(peer)
-    return tuple(out)
 
 
 def spec_from_table(data: Mapping[str, Any], source: str) -> HostSpec:
     """The host a parsed TOML spec describes, or a `SpecError` naming
     `source`, the field and its value. Every count is checked against its
     maximum before anything is built."""
-    for key in data:
-        if key not in (*HOST_TABLES, "devices"):
-            raise SpecError(
-                f"{source}: unknown table or key {_show(key)}: a spec has [host] and, optionally, [[devices]]"
-            )
-    given = [t for t in HOST_TABLES if t in data]
+    try:
+        return _spec(Node(data, source, SPEC))
+    except ReadError as e:
+        raise SpecError(str(e)) from None
+
+
+def _spec(top: Node) -> HostSpec:
+    source = top.path
+    top.only((*HOST_TABLES, "devices"), "unknown table or key {value}: a spec has [host] and, optionally, [[devices]]")
+    given = [t for t in HOST_TABLES if t in top.mapping()]
     if len(given) > 1:
-        raise SpecError(f"{source}: both [host] and [node] (its old name) are given: keep [host] only")
+        top.fail("both [host] and [node] (its old name) are given: keep [host] only")
     table = given[0] if given else "host"
-    host = data.get(table)
-    if not isinstance(host, dict):
-        raise SpecError(
-            f"{source}: missing [host] table"
-            if host is None
-            else f"{source}: {table} must be a [{table}] table, got {_show(host)}"
-        )
-    where = f"{source} [{table}]"
-    _known_keys(host, HOST_KEYS, where)
-    family = host.get("family")
-    if family not in (FAMILY_NEURON, FAMILY_GPU):
-        raise SpecError(f"{where}: family must be 'neuron' or 'gpu', got {_show(family)}")
+    if not given:
+        top.fail("missing [host] table")
+    host = Node(top.at(table).mapping("{key} must be a [{key}] table, got {value}"), f"{source} [{table}]", SPEC)
+    host.only(HOST_KEYS, UNKNOWN + ", ".join(HOST_KEYS))
+    family = host.at("family", None).one_of(
+        (FAMILY_NEURON, FAMILY_GPU), "family must be 'neuron' or 'gpu', got {value}"
+    )
     neuron = family == FAMILY_NEURON
     max_devices = MAX_DEVICES[family]
     device_limit = f"{DEVICE_LIMIT[family]} is {max_devices}"
-    max_cores, core_limit = (
+    max_cores, cores_above = (
         (
             MAX_LOGICAL_CORES,
-            f"at most {MAX_LOGICAL_CORES} NeuronCores per device: the Neuron driver's MAX_NC_PER_DEVICE",
+            _above(MAX_LOGICAL_CORES, f"at most {MAX_LOGICAL_CORES} NeuronCores per device: {MAX_NC}"),
         )
         if neuron
-        else (1, "a GPU is one schedulable unit")
+        else (1, _above(1, "a GPU is one schedulable unit"))
     )
-    model = _text_or(host, "model", where, "Trainium" if neuron else "NVIDIA GPU")
-    name = _text_or(host, "name", where, Path(source).stem or "spec")
-    host_type = _optional_label(host, "accelerator_type", where)
-    instance_type = _optional_label(host, "instance_type", where)
-    default_cores = _int(host, "cores_per_device", where, 2 if neuron else 1, 1, max_cores, core_limit)
-    default_mem = _gib(host, "memory_gib", where, 32)
-    rows = data.get("devices")
+    model_at = host.at("model", "Trainium" if neuron else "NVIDIA GPU")
+    model = model_at.text(MAX_TEXT, message=TEXT, printable=True)
+    name = host.at("name", Path(source).stem or "spec").text(MAX_TEXT, message=TEXT, printable=True)
+    host_type = _label(host.at("accelerator_type", None))
+    instance_type = _label(host.at("instance_type", None))
+    default_cores = host.at("cores_per_device", 2 if neuron else 1).int(1, max_cores, POSITIVE, cores_above)
+    default_mem = int(host.at("memory_gib", 32).number(0, MAX_MEMORY_GIB, GIB_MUST, GIB_ABOVE) * GIB)
+    rows = top.mapping().get("devices")
     if rows is None:
-        if "devices" not in host:
-            raise SpecError(f"{where}: give devices = N (1-{max_devices}) or list the devices as [[devices]] tables")
-        count = _int(host, "devices", where, None, 1, max_devices, device_limit)
-        topology = host.get("topology", "none")
-        if not isinstance(topology, str):
-            raise SpecError(f"{where}: topology must be {TOPOLOGIES}, got {_show(topology)}")
-        numa_nodes = _int(host, "numa_nodes", where, 1, 1, MAX_NUMA_NODES, "Linux's MAX_NUMNODES")
+        if "devices" not in host.mapping():
+            host.fail(f"give devices = N (1-{max_devices}) or list the devices as [[devices]] tables")
+        count = host.at("devices").int(1, max_devices, POSITIVE, _above(max_devices, device_limit))
+        topology = host.at("topology", "none").text(MAX_TEXT, message=f"{{key}} must be {TOPOLOGIES}, got {{value}}")
+        numa_nodes = host.at("numa_nodes", 1).int(1, MAX_NUMA_NODES, POSITIVE, _above(MAX_NUMA_NODES, NUMNODES))
         if host_type is None:
-            _label(model, where, "model", derived=True)
+            _label(model_at, derived=True)
         try:
             return build_host(
                 name, family, model, count, default_cores, default_mem, topology, numa_nodes, host_type, instance_type
             )
         except SpecError as e:
-            raise SpecError(f"{where}: {e}") from None
+            host.fail(str(e))
         except DeviceError as e:
-            raise SpecError(f"{source}: {e}") from None
+            top.fail(str(e))
     for key in GENERATED_ONLY:
-        if key in host:
-            raise SpecError(
-                f"{where}: {key} shapes generated devices and cannot apply to [[devices]] listed: remove it"
-            )
+        if key in host.mapping():
+            host.fail(f"{key} shapes generated devices and cannot apply to [[devices]] listed: remove it")
     if not isinstance(rows, list) or not rows or not all(isinstance(row, dict) for row in rows):
-        raise SpecError(f"{source}: devices must be a non-empty array of [[devices]] tables, got {_show(rows)}")
+        top.fail(f"devices must be a non-empty array of [[devices]] tables, got {show(rows)}")
     if len(rows) > max_devices:
-        raise SpecError(f"{source}: {len(rows)} [[devices]] listed, above the maximum {max_devices} ({device_limit})")
-    wheres = [f"{source} [[devices]][{i}]" for i in range(len(rows))]
+        top.fail(f"{len(rows)} [[devices]] listed, above the maximum {max_devices} ({device_limit})")
+    nodes = [Node(row, f"{source} [[devices]][{i}]", SPEC) for i, row in enumerate(rows)]
     ids: list[str] = []
     by_index: dict[int, str] = {}
-    for row, at in zip(rows, wheres, strict=True):
-        _known_keys(row, DEVICE_KEYS, at)
-        index = _int(row, "index", at, len(ids), 0, max_devices - 1, device_limit)
+    for row in nodes:
+        row.only(DEVICE_KEYS, UNKNOWN + ", ".join(DEVICE_KEYS))
+        index = row.at("index", len(ids)).int(0, max_devices - 1, NON_NEGATIVE, _above(max_devices - 1, device_limit))
         if index in by_index:
-            raise SpecError(f"{at}: index {index} is taken by device {by_index[index]!r}")
-        did = row.get("id", neuron_id(index) if neuron else gpu_uuid(name, index))
+            row.fail(f"index {index} is taken by device {by_index[index]!r}")
+        did = row.at("id", neuron_id(index) if neuron else gpu_uuid(name, index)).data
         if not isinstance(did, str) or not DEVICE_ID.match(did):
-            raise SpecError(
-                f"{at}: id must be 1-95 letters, digits, '_', '.', ':' or '-', "
-                f"starting with a letter or digit, got {_show(did)}"
+            row.fail(
+                "id must be 1-95 letters, digits, '_', '.', ':' or '-', "
+                f"starting with a letter or digit, got {show(did)}"
             )
         if did in ids:
-            raise SpecError(f"{at}: duplicate device id {did!r}")
+            row.fail(f"duplicate device id {did!r}")
         ids.append(did)
         by_index[index] = did
     devices = []
     next_core = 0
     buses: dict[str, str] = {}
-    for (index, did), row, at in zip(by_index.items(), rows, wheres, strict=True):
-        cores = _int(row, "cores", at, default_cores, 1, max_cores, core_limit)
-        memory = _gib(row, "memory_gib", at, 0) if "memory_gib" in row else default_mem
-        row_model = _text_or(row, "model", at, model)
-        row_type = _optional_label(row, "accelerator_type", at)
+    for (index, did), row in zip(by_index.items(), nodes, strict=True):
+        fields = row.mapping()
+        cores = row.at("cores", default_cores).int(1, max_cores, POSITIVE, cores_above)
+        memory = (
+            int(row.at("memory_gib").number(0, MAX_MEMORY_GIB, GIB_MUST, GIB_ABOVE) * GIB)
+            if "memory_gib" in fields
+            else default_mem
+        )
+        row_model_at = row.at("model") if "model" in fields else model_at
+        row_model = row_model_at.text(MAX_TEXT, message=TEXT, printable=True)
+        row_type = _label(row.at("accelerator_type", None))
         if row_type is None and host_type and row_model == model:
             row_type = host_type
         elif row_type is None:
             # A device of another model than the host's is its own type.
-            row_type = _label(row_model, at if "model" in row else where, "model", derived=True)
-        bus = _text(row, "pci_bus_id", at)
+            row_type = _label(row_model_at, derived=True)
+        bus = (
+            None
+            if (n := row.at("pci_bus_id", None).optional()) is None
+            else n.text(MAX_TEXT, message=TEXT, printable=True)
+        )
         if bus is not None:
             if not PCI_BUS_ID.match(bus):
-                raise SpecError(f"{at}: pci_bus_id must be a PCI address like 0000:10:1c.0, got {_show(bus)}")
+                row.fail(f"pci_bus_id must be a PCI address like 0000:10:1c.0, got {show(bus)}")
             # 0000:10:1c.0 and 00000000:10:1C.0 are one address.
             domain, rest = bus.split(":", 1)
             key = f"{int(domain, 16):08x}:{rest.lower()}"
             if key in buses:
-                raise SpecError(f"{at}: pci_bus_id {bus!r} is taken by device {buses[key]!r}")
+                row.fail(f"pci_bus_id {bus!r} is taken by device {buses[key]!r}")
             buses[key] = did
-        healthy = _bool(row, "healthy", at, True)
+        numa_node = row.at("numa_node", 0).int(-1, MAX_NUMA_NODES - 1, NUMA_NODE, NUMA_ABOVE)
+        healthy = row.at("healthy", True).bool("{key} must be true or false, got {value}")
+        peers: list[str] = []
+        for p in row.at("peers", []).list(message="peers must be an array of device indexes or ids, got {value}"):
+            value = p.data
+            peer = (
+                by_index.get(value)
+                if type(value) is int
+                else value
+                if isinstance(value, str) and value in ids
+                else None
+            )
+            if peer is None:
+                p.fail(f"peer {show(p.data)} names no device of this spec")
+            if peer in peers:
+                p.fail(f"peer {show(p.data)} is listed twice")
+            peers.append(peer)
         devices.append(
             Device(
                 id=did,
@@ -559,10 +517,12 @@ def spec_from_table(data: Mapping[str, Any], source: str) -> HostSpec:
                 model=row_model,
                 memory_bytes=memory,
                 core_ids=tuple(range(next_core, next_core + cores)) if neuron else (index,),
-                numa_node=_int(row, "numa_node", at, 0, -1, MAX_NUMA_NODES - 1, "Linux's MAX_NUMNODES; -1: none"),
+                numa_node=numa_node,
                 pci_bus_id=bus,
-                peers=_peers(row, at, ids, by_index),
-                serial=_text(row, "serial", at),
+                peers=tuple(peers),
+                serial=None
+                if (n := row.at("serial", None).optional()) is None
+                else n.text(MAX_TEXT, message=TEXT, printable=True),
                 architecture=model,
                 attributes={"mock": "true", "healthy": str(healthy).lower()},
                 accelerator_type=row_type,
@@ -572,7 +532,7 @@ def spec_from_table(data: Mapping[str, Any], source: str) -> HostSpec:
     try:
         inventory = validate_inventory(devices)
     except DeviceError as e:
-        raise SpecError(f"{source}: {e}") from None
+        top.fail(str(e))
     kinds = {d.accelerator_type for d in inventory}
     return HostSpec(name, family, model, kinds.pop() if len(kinds) == 1 else None, instance_type, inventory)
 
@@ -580,27 +540,12 @@ def spec_from_table(data: Mapping[str, Any], source: str) -> HostSpec:
 def _read_table(value: str, shown: str) -> dict[str, Any]:
     """The parsed TOML of a spec file, read bounded and without blocking."""
     try:
-        raw = files.read_bytes(value, MAX_SPEC_BYTES)
-    except FileNotFoundError:
-        raise SpecError(f"mock spec file {shown} does not exist") from None
-    except files.UnreadableFile as e:
-        raise SpecError(f"cannot use mock spec file: {files.describe(e)}") from None
-    except OSError as e:
-        raise SpecError(f"cannot read mock spec file {shown}: {files.describe(e)}") from None
-    except ValueError as e:  # a NUL in the path
-        raise SpecError(f"bad mock spec path {shown}: {e}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise SpecError(f"mock spec file {shown} is not UTF-8 text (byte {e.start})") from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise SpecError(f"malformed TOML in mock spec {shown}: {e}") from None
-    except RecursionError:
-        raise SpecError(f"malformed TOML in mock spec {shown}: arrays or tables nested too deeply") from None
-    except ValueError:  # tomllib lets int()'s 4300-digit limit through
-        raise SpecError(f"malformed TOML in mock spec {shown}: a number too long to read") from None
+        raw = read_file(value, f"cannot read mock spec file {shown}", MAX_SPEC_BYTES, follow=True)
+        if raw is None:
+            raise SpecError(f"mock spec file {shown} does not exist")
+        return parse_toml(raw, shown, "malformed TOML in mock spec {source}: {error}")
+    except ReadError as e:
+        raise SpecError(str(e)) from None
 
 
 def load_spec(value: str) -> HostSpec:

@@ -27,14 +27,16 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import re
 import subprocess
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO
 
+from ray_accel.core.reader import Node, ReadError, kept, parse_json
 from ray_accel_neuron.tools import kill_group
 
 MAX_LINE_BYTES = 32 * 1024 * 1024
@@ -55,58 +57,55 @@ class Report:
     problems: tuple[str, ...] = ()  # entries that did not fit the format, and tool-reported errors
 
 
-def _core_key(key: object) -> int | None:
-    if isinstance(key, str) and key.isascii() and key.isdigit() and len(key) <= 6:
-        return int(key)
-    return None
+CORE = re.compile(r"[0-9]{1,6}")  # a global NeuronCore number, as the report's keys write it
+ECC = ("mem_ecc_uncorrected", "sram_ecc_uncorrected")
 
 
-def _number(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if value == value and abs(value) != float("inf") else None
+def _core(node: Node) -> int:
+    if not isinstance(node.key, str) or not CORE.fullmatch(node.key):
+        node.fail(f"{node.key!r} is not a NeuronCore number")
+    return int(node.key)
 
 
-def _count(value: object) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        return None
-    return value
+def _utilization(node: Node) -> tuple[int, float]:
+    return _core(node), node.at("neuroncore_utilization").number(0, 100)
 
 
-def _obj(value: object) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
+def _memory(node: Node) -> tuple[int, int]:
+    return _core(node), sum(count.int(0) for _, count in node.items())
+
+
+def _ecc(row: Node) -> tuple[int, dict[str, int]]:
+    counts = {k: row.at(k).int(0) for k in ECC if k in row.mapping()}
+    if not counts:
+        row.fail("holds no uncorrected ECC count")
+    return row.at("neuron_device_index").int(0), counts
 
 
 def _runtime(
-    rt: Mapping[str, Any],
+    rt: Node,
     util: dict[int, float],
     mem: dict[int, int],
     by_pid: dict[int, dict[int, int]],
     problems: list[str],
 ) -> int | None:
-    pid = _count(rt.get("pid"))
-    if isinstance(rt.get("error"), str) and rt["error"]:
-        problems.append(f"runtime {pid}: {rt['error']}")
-    report = _obj(rt.get("report"))
-    in_use = _obj(_obj(report.get("neuroncore_counters")).get("neuroncores_in_use"))
-    for key, data in in_use.items():
-        core = _core_key(key)
-        value = _number(_obj(data).get("neuroncore_utilization"))
-        if core is None or value is None or not 0 <= value <= 100:
-            problems.append(f"neuroncores_in_use[{key!r}] does not fit the format")
-            continue
-        util[core] = max(util.get(core, 0.0), value)
-    usage = _obj(_obj(_obj(report.get("memory_used")).get("neuron_runtime_used_bytes")).get("usage_breakdown"))
-    for key, categories in _obj(usage.get("neuroncore_memory_usage")).items():
-        core = _core_key(key)
-        counts = [_count(v) for v in _obj(categories).values()]
-        if core is None or any(c is None for c in counts):
-            problems.append(f"neuroncore_memory_usage[{key!r}] does not fit the format")
-            continue
-        total = sum(c for c in counts if c is not None)
-        mem[core] = mem.get(core, 0) + total
-        if pid is not None:
-            by_pid.setdefault(pid, {})[core] = by_pid.get(pid, {}).get(core, 0) + total
+    pid = None if (at := rt.at("pid", None)).data is None else at.int(0)
+    error = rt.at("error", "").data
+    report = rt.at("report", {})
+    in_use = report.at("neuroncore_counters", {}).at("neuroncores_in_use", {}).items()
+    usage = report.at("memory_used", {}).at("neuron_runtime_used_bytes", {}).at("usage_breakdown", {})
+    per_core = usage.at("neuroncore_memory_usage", {}).items()
+    if isinstance(error, str) and error:
+        problems.append(f"runtime {pid}: {error}")
+    for _, node in in_use:
+        if (read := kept(_utilization, node, problems)) is not None:
+            util[read[0]] = max(util.get(read[0], 0.0), read[1])
+    for _, node in per_core:
+        if (counted := kept(_memory, node, problems)) is not None:
+            core, total = counted
+            mem[core] = mem.get(core, 0) + total
+            if pid is not None:
+                by_pid.setdefault(pid, {})[core] = by_pid.get(pid, {}).get(core, 0) + total
     return pid
 
 
@@ -115,11 +114,9 @@ def parse_report(text: str | bytes) -> Report:
     format are skipped and named in `problems`; only a record that is not a
     JSON object raises."""
     try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise MonitorError(f"neuron-monitor printed invalid JSON: {e}") from None
-    except RecursionError:
-        raise MonitorError("neuron-monitor printed JSON nested too deeply") from None
+        data = parse_json(text, "neuron-monitor", "{source} printed invalid JSON: {error}", nan=True)
+    except ReadError as e:
+        raise MonitorError(str(e)) from None
     if not isinstance(data, dict):
         raise MonitorError(f"neuron-monitor printed a {type(data).__name__}, not a report object")
     util: dict[int, float] = {}
@@ -127,23 +124,14 @@ def parse_report(text: str | bytes) -> Report:
     by_pid: dict[int, dict[int, int]] = {}
     problems: list[str] = []
     pids = []
-    runtimes = data.get("neuron_runtime_data")
-    for rt in runtimes if isinstance(runtimes, list) else ():
-        pid = _runtime(_obj(rt), util, mem, by_pid, problems)
-        if pid is not None:
+    top = Node(data)
+    for rt in kept(lambda n: n.at("neuron_runtime_data", []).list(), top, problems) or ():
+        if (pid := kept(lambda n: _runtime(n, util, mem, by_pid, problems), rt, problems)) is not None:
             pids.append(pid)
-    ecc: dict[int, dict[str, int]] = {}
-    hw = _obj(_obj(data.get("system_data")).get("neuron_hw_counters"))
-    for entry in hw.get("neuron_devices") or ():
-        row = _obj(entry)
-        index = _count(row.get("neuron_device_index"))
-        counts = {
-            k: c for k in ("mem_ecc_uncorrected", "sram_ecc_uncorrected") if (c := _count(row.get(k))) is not None
-        }
-        if index is None or not counts:
-            problems.append("neuron_hw_counters entry does not fit the format")
-            continue
-        ecc[index] = counts
+    hw = kept(
+        lambda n: n.at("system_data", {}).at("neuron_hw_counters", {}).at("neuron_devices", []).list(), top, problems
+    )
+    ecc = dict(filter(None, (kept(_ecc, row, problems) for row in hw or ())))
     return Report(util, mem, by_pid, ecc, tuple(pids), tuple(problems))
 
 

@@ -33,7 +33,6 @@ or older pays one extra, failing, run.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import threading
@@ -41,6 +40,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ray_accel.core.reader import Node, ReadError, Style, parse_json, show
 from ray_accel_neuron import limits
 from ray_accel_neuron.tools import ToolError, run_tool
 
@@ -93,104 +93,72 @@ def normalize_bdf(bdf: object) -> str | None:
     return f"{domain or '0000'}:{bus}:{dev}.{fn}"
 
 
-def _int(value: object, where: str) -> int:
-    # JSON gives int; bool is an int subclass and a float like 1e8 is not an id.
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise NeuronLsError(f"{where} is {value!r}, not an integer")
-    return value
+# neuron-ls refusals are written as they always were: `neuron-ls device 3
+# nc_count is 100000000.0, not an integer`.
+NEURON_LS = Style(
+    child=lambda path, key: f"{path}[{key}]" if isinstance(key, int) else f"{path} {key}",
+    sep=" ",
+    words={
+        "mapping": "is not an object",
+        "int": "is {value}, not an integer",
+        "list": "is {value}, not a list",
+        "size": "has {count} entries, more than {limit}",
+    },
+)
+BAD_JSON = "{source} printed invalid JSON ({error})"
 
 
-def _int_text(value: object, where: str) -> int:
-    """numa_node is printed as a string ("-1"); accept an int too."""
-    if isinstance(value, str) and re.fullmatch(r"-?[0-9]{1,9}", value.strip()):
-        return int(value.strip())
-    return _int(value, where)
+def _lnc(node: Node) -> int | None:
+    """`logical_neuroncore_config`, where printed: 1 or 2."""
+    lnc = None if node.data is None else node.int()
+    if lnc is not None and lnc not in limits.LNC_VALUES:
+        node.fail(f"is {lnc}, not 1 or 2")
+    return lnc
 
 
-def _bounded(check: Any, value: int, where: str) -> int:
-    try:
-        result: int = check(value, where)
-    except limits.OutOfRange as e:
-        raise NeuronLsError(str(e)) from None
-    return result
-
-
-def _int_list(value: object, where: str, check: Any, max_len: int) -> tuple[int, ...]:
-    if not isinstance(value, list):
-        raise NeuronLsError(f"{where} is {value!r}, not a list")
-    if len(value) > max_len:
-        raise NeuronLsError(f"{where} has {len(value)} entries, more than {max_len}")
-    return tuple(_bounded(check, _int(v, f"{where}[{i}]"), f"{where}[{i}]") for i, v in enumerate(value))
-
-
-def _processes(value: object, where: str) -> tuple[LsProcess, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, list):
-        raise NeuronLsError(f"{where} is {value!r}, not a list")
-    out = []
-    for i, p in enumerate(value):
-        if not isinstance(p, dict):
-            raise NeuronLsError(f"{where}[{i}] is not an object")
-        pid = _int(p.get("pid"), f"{where}[{i}].pid")
-        if pid <= 0:
-            raise NeuronLsError(f"{where}[{i}].pid is {pid}, not a process id")
-        command = p.get("command", "")
-        out.append(LsProcess(pid, command if isinstance(command, str) else str(command)))
-    return tuple(out)
-
-
-def _optional_str(entry: Mapping[str, Any], key: str) -> str | None:
-    value = entry.get(key)
-    return value.strip() if isinstance(value, str) and value.strip() else None
-
-
-def parse_device(entry: object, pos: int) -> LsDevice:
-    if not isinstance(entry, dict):
-        raise NeuronLsError(f"neuron-ls device #{pos} is not an object")
-    first = f"neuron-ls device #{pos} neuron_device"
-    index = _bounded(limits.device_index, _int(entry.get("neuron_device"), first), first)
-    where = f"neuron-ls device {index}"
-    nc = _bounded(limits.logical_cores, _int(entry.get("nc_count"), f"{where} nc_count"), f"{where} nc_count")
-    lnc_raw = entry.get("logical_neuroncore_config")
-    lnc = None
-    if lnc_raw is not None:
-        lnc = _int(lnc_raw, f"{where} logical_neuroncore_config")
-        if lnc not in limits.LNC_VALUES:
-            raise NeuronLsError(f"{where} logical_neuroncore_config is {lnc}, not 1 or 2")
-    ids_raw = entry.get("neuroncore_ids")
-    ids = None
-    if ids_raw is not None:
-        ids = _int_list(ids_raw, f"{where} neuroncore_ids", limits.core_id, limits.MAX_LOGICAL_CORES) or None
-    links_raw = entry.get("connected_to")
-    links = None
-    if links_raw is not None:
-        links = _int_list(links_raw, f"{where} connected_to", limits.device_index, limits.MAX_DEVICES)
-    numa_raw = entry.get("numa_node")
-    numa = None if numa_raw is None else _int_text(numa_raw, f"{where} numa_node")
-    if numa is not None and numa < -1:
-        raise NeuronLsError(f"{where} numa_node is {numa}")
-    mem_raw = entry.get("memory_size")
-    memory = None if mem_raw is None else _int(mem_raw, f"{where} memory_size")
-    if memory is not None and memory < 0:
-        raise NeuronLsError(f"{where} memory_size is {memory}")
-    bdf_raw = entry.get("bdf")
-    bdf = normalize_bdf(bdf_raw)
-    if bdf_raw is not None and bdf is None:
-        raise NeuronLsError(f"{where} bdf {bdf_raw!r} is not a PCI address")
+def _device(entry: Node) -> LsDevice:
+    """One device object; `ReadError` or `limits.OutOfRange` name the bad field."""
+    fields = entry.mapping()
+    first = entry.at("neuron_device", None)
+    index = limits.device_index(first.int(), first.path)
+    device = Node(entry.data, f"neuron-ls device {index}", NEURON_LS)
+    nc = device.at("nc_count", None)
+    ids = device.at("neuroncore_ids", None).optional()
+    links = device.at("connected_to", None).optional()
+    numa = device.at("numa_node", None)
+    if isinstance(numa.data, str) and re.fullmatch(r"-?[0-9]{1,9}", numa.data.strip()):
+        numa = Node(int(numa.data), numa.path, NEURON_LS)  # printed as a string ("-1")
+    memory = device.at("memory_size", None)
+    bdf = device.at("bdf", None)
+    if bdf.data is not None and normalize_bdf(bdf.data) is None:
+        bdf.fail(f"{show(bdf.data)} is not a PCI address")
+    processes = device.at("neuron_processes", None).optional()
+    texts = {k: v.strip() for k in ("cpu_affinity", "instance_type") if isinstance(v := fields.get(k), str)}
     return LsDevice(
         index=index,
-        nc_count=nc,
-        lnc=lnc,
-        core_ids=ids,
-        connected=links,
-        bdf=bdf,
-        numa_node=numa,
-        cpu_affinity=_optional_str(entry, "cpu_affinity"),
-        memory_bytes=memory or None,
-        instance_type=_optional_str(entry, "instance_type"),
-        processes=_processes(entry.get("neuron_processes"), f"{where} neuron_processes"),
+        nc_count=limits.logical_cores(nc.int(), nc.path),
+        lnc=_lnc(device.at("logical_neuroncore_config", None)),
+        core_ids=None
+        if ids is None
+        else tuple(limits.core_id(i.int(), i.path) for i in ids.list(limits.MAX_LOGICAL_CORES)) or None,
+        connected=None
+        if links is None
+        else tuple(limits.device_index(i.int(), i.path) for i in links.list(limits.MAX_DEVICES)),
+        bdf=normalize_bdf(bdf.data),
+        numa_node=None if numa.data is None else numa.int(-1),
+        cpu_affinity=texts.get("cpu_affinity") or None,
+        memory_bytes=None if memory.data is None else memory.int(0) or None,
+        instance_type=texts.get("instance_type") or None,
+        processes=() if processes is None else tuple(_process(p) for p in processes.list()),
     )
+
+
+def _process(node: Node) -> LsProcess:
+    pid = node.at("pid", None)
+    if (value := pid.int()) <= 0:
+        pid.fail(f"is {value}, not a process id")
+    command = node.at("command", "").data
+    return LsProcess(value, command if isinstance(command, str) else str(command))
 
 
 @dataclass(frozen=True)
@@ -203,19 +171,10 @@ class LsListing:
     unread: tuple[str, ...] = ()  # top-level fields kept by name only (new format)
 
 
-def _load(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise NeuronLsError(f"neuron-ls printed invalid JSON ({e.msg} at line {e.lineno})") from None
-    except RecursionError:
-        raise NeuronLsError("neuron-ls printed JSON nested too deeply") from None
-
-
 def _devices(data: list[Any], where: str) -> tuple[LsDevice, ...]:
     if len(data) > limits.MAX_DEVICES:
         raise NeuronLsError(f"{where} lists {len(data)} devices, more than {limits.MAX_DEVICES}")
-    devices = [parse_device(entry, pos) for pos, entry in enumerate(data)]
+    devices = [_device(Node(entry, f"neuron-ls device #{pos}", NEURON_LS)) for pos, entry in enumerate(data)]
     seen: set[int] = set()
     for d in devices:
         if d.index in seen:
@@ -226,10 +185,13 @@ def _devices(data: list[Any], where: str) -> tuple[LsDevice, ...]:
 
 def parse_output(text: str) -> tuple[LsDevice, ...]:
     """The devices of one `--json-output`, sorted by index; NeuronLsError names what is wrong."""
-    data = _load(text)
-    if not isinstance(data, list):
-        raise NeuronLsError(f"neuron-ls JSON is a {type(data).__name__}, not a list of devices")
-    return _devices(data, "neuron-ls")
+    try:
+        data = parse_json(text, "neuron-ls", BAD_JSON, nan=True)
+        if not isinstance(data, list):
+            raise NeuronLsError(f"neuron-ls JSON is a {type(data).__name__}, not a list of devices")
+        return _devices(data, "neuron-ls")
+    except (ReadError, limits.OutOfRange) as e:
+        raise NeuronLsError(str(e)) from None
 
 
 def _is_device_list(value: object) -> bool:
@@ -243,7 +205,13 @@ _TOP_KNOWN = ("instance_id",)
 
 def parse_new_output(text: str) -> LsListing:
     """One `--output-format json` (ASSUMED format, see the module's doc)."""
-    data = _load(text)
+    try:
+        return _new_output(parse_json(text, "neuron-ls", BAD_JSON, nan=True))
+    except (ReadError, limits.OutOfRange) as e:
+        raise NeuronLsError(str(e)) from None
+
+
+def _new_output(data: object) -> LsListing:
     if not isinstance(data, dict):
         raise NeuronLsError(
             f"neuron-ls --output-format json is a {type(data).__name__}, not an object with a list of devices"
@@ -260,13 +228,9 @@ def parse_new_output(text: str) -> LsListing:
     # An empty list fits any name: the devices are the full one, else the only list.
     key = full[0] if full else lists[0]
     devices = _devices(data[key], "neuron-ls --output-format json")
-    instance = _optional_str(data, "instance_type")
-    lnc_raw = data.get("logical_neuroncore_config")
-    lnc = None
-    if lnc_raw is not None:
-        lnc = _int(lnc_raw, "neuron-ls top-level logical_neuroncore_config")
-        if lnc not in limits.LNC_VALUES:
-            raise NeuronLsError(f"neuron-ls top-level logical_neuroncore_config is {lnc}, not 1 or 2")
+    instance = data.get("instance_type")
+    instance = (instance.strip() or None) if isinstance(instance, str) else None
+    lnc = _lnc(Node(data, "neuron-ls top-level", NEURON_LS).at("logical_neuroncore_config", None))
     out = []
     for d in devices:
         if lnc is not None and d.lnc is not None and d.lnc != lnc:
