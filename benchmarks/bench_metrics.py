@@ -168,7 +168,7 @@ def measure(preset: str, n: int, with_masks: bool, repeats: int) -> dict[str, ob
     telemetry = plugin.telemetry
     accel = plugin.host_info().accelerator_type
     cores = sorted(c for d in devices for c in d.core_ids)
-    with fake_raylet(n) as (raylet, workers, tree):
+    with fake_raylet(n) as (raylet, workers, _):
         if with_masks:
             publish_for(workers, 1, len(cores))
         where = Where("bench", "node", "p0")
