@@ -9,9 +9,9 @@ Export to Ray's metrics lives in `ray_accel.metrics.export`.
 
 Cost: one collection reads `/proc/<pid>/stat` once for every process of the
 host (the caller's `ProcessTable`: the only way to learn who is whose child)
-and parses each line's parent only; the comm, CPU time and RSS of a process
-of a worker's tree are parsed once and serve its title and its reading. It
-reads `cmdline` once for each child of the raylet whose name the kernel cut
+and parses each line's parent only; a child of the raylet is told a worker
+by the comm cut from its line, and each process of a worker's tree is parsed
+once, for its reading. It reads `cmdline` once for each child of the raylet whose name the kernel cut
 short (its title names the workload; a short title is whole in the stat
 line) and once per orphan, and asks the backend three times (device samples,
 holders, process memory). A backend's per-process memory is read only, so
