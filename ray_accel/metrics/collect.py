@@ -262,17 +262,20 @@ def ray_workers(raylet_pid: int, exclude: Collection[int], table: ProcessTable) 
     out = {}
     # A comm shorter than COMM_MAX is the whole title, so its verdict holds
     # for every child that has it: most children share a few.
-    whole: dict[bytes, bool] = {}
+    whole: dict[bytes, str | None] = {}  # comm -> the title, if a worker's
     for pid in table.children.get(raylet_pid, ()):
         comm = comm_of(table.lines[pid])
         if not comm.startswith(b"ray::") or pid in exclude:
             continue
         if len(comm) >= COMM_MAX:
-            title = cmdline(pid)
-            if is_ray_worker(title):
+            if is_ray_worker(title := cmdline(pid)):
                 out[pid] = title
-        elif whole.setdefault(comm, is_ray_worker(comm.decode())):
-            out[pid] = comm.decode()
+            continue
+        if comm not in whole:
+            title = comm.decode("utf-8", "replace")
+            whole[comm] = title if is_ray_worker(title) else None
+        if (known := whole[comm]) is not None:
+            out[pid] = known
     return out
 
 
