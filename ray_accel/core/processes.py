@@ -76,6 +76,11 @@ _COMMS_MAX = 4096
 _STATES = {bytes([c]): chr(c) for c in range(0x21, 0x7F)}
 
 
+def comm_of(raw: bytes) -> bytes:
+    """A stat line's comm: it may hold spaces and ')', so it ends at the LAST ')'."""
+    return raw[raw.find(b"(") + 1 : raw.rfind(b")")]
+
+
 def parse_usage(raw: bytes) -> Usage | None:
     """The `Usage` fields of a stat line, or None if they are malformed: what
     the collector needs of each process of every tree, with no more parsing."""
@@ -218,12 +223,10 @@ class ProcessTable:
         out (it cannot be placed in a tree)."""
         self.lines: dict[int, bytes] = {}
         self.children: dict[int, list[int]] = {}
-        self._usage: dict[int, Usage | None] = {}
         kept, children = self.lines, self.children
         for pid, line in lines.items():
             # Only the parent, inline (a call per line is a visible share of a
-            # collection): comm ends at the LAST ')' (it may hold spaces and
-            # ')'), then " S " (the one-letter state), then the parent PID.
+            # collection): after the comm, " S " (the one-letter state), then the parent PID.
             cut = line.rfind(b")") + 4
             end = line.find(b" ", cut)
             if cut < 4 or end < 0:
@@ -239,22 +242,10 @@ class ProcessTable:
                 children[ppid] = [pid]
 
     def usage(self, pid: int) -> Usage | None:
-        """`parse_usage` of the process's line (parsed once), or None if it is
-        not in the table (or those fields are malformed)."""
-        return self.usages((pid,))[0]
-
-    def usages(self, pids: Iterable[int]) -> list[Usage | None]:
-        """`usage` of each of `pids`, in order: one call for a whole tree."""
-        known, lines = self._usage, self.lines
-        out: list[Usage | None] = []
-        for pid in pids:
-            u = known.get(pid)
-            if u is None:
-                line = lines.get(pid)
-                if line is not None:
-                    u = known[pid] = parse_usage(line)
-            out.append(u)
-        return out
+        """`parse_usage` of the process's line, or None if it is not in the
+        table (or those fields are malformed)."""
+        line = self.lines.get(pid)
+        return None if line is None else parse_usage(line)
 
     def __contains__(self, pid: int) -> bool:
         return pid in self.lines

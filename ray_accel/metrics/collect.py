@@ -9,9 +9,9 @@ Export to Ray's metrics lives in `ray_accel.metrics.export`.
 
 Cost: one collection reads `/proc/<pid>/stat` once for every process of the
 host (the caller's `ProcessTable`: the only way to learn who is whose child)
-and parses each line's parent only; the comm, CPU time and RSS of a process
-of a worker's tree are parsed once and serve its title and its reading. It
-reads `cmdline` once for each child of the raylet whose name the kernel cut
+and parses each line's parent only; a child of the raylet is told a worker
+by the comm cut from its line, and each process of a worker's tree is parsed
+once, for its reading. It reads `cmdline` once for each child of the raylet whose name the kernel cut
 short (its title names the workload; a short title is whole in the stat
 line) and once per orphan, and asks the backend three times (device samples,
 holders, process memory). A backend's per-process memory is read only, so
@@ -31,7 +31,7 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from ray_accel.core.devices import Device
-from ray_accel.core.processes import CLOCK_TICKS, ProcessTable, descendants, read_small
+from ray_accel.core.processes import CLOCK_TICKS, ProcessTable, comm_of, descendants, parse_usage, read_small
 from ray_accel.plugins.interface import Telemetry
 
 log = logging.getLogger(__name__)
@@ -46,8 +46,10 @@ class Where:
     partition: str
 
 
-@dataclass(frozen=True)
-class DeviceReading:
+class DeviceReading(NamedTuple):
+    """One device (a tuple: a frozen dataclass's __init__ costs several times
+    more, once per device per collection)."""
+
     id: str
     host: str
     partition: str
@@ -149,7 +151,7 @@ class Snapshot:
             "partition": self.partition,
             "taken_at": self.taken_at,
             "took_s": self.took_s,
-            "devices": [asdict(d) for d in self.devices],
+            "devices": [d._asdict() for d in self.devices],
             "workloads": [w.to_json() for w in self.workloads],
             "orphans": [asdict(o) for o in self.orphans],
             "errors": list(self.errors),
@@ -185,22 +187,9 @@ def device_readings(
             out.append(unknown(d, False, "device disappeared"))
             errors.append(f"device {d.id} disappeared")
             continue
-        out.append(
-            DeviceReading(
-                id=d.id,
-                host=host,
-                partition=partition,
-                family=d.family,
-                accelerator_type=kind[d.id],
-                utilization=s.utilization,
-                memory_used_bytes=s.memory_used_bytes,
-                memory_total_bytes=s.memory_total_bytes,
-                healthy=s.healthy,
-                reason=s.health_reason,
-                power_watts=s.power_watts,
-                temperature_c=s.temperature_c,
-            )
-        )
+        reading = (d.id, host, partition, d.family, kind[d.id], s.utilization, s.memory_used_bytes)
+        rest = (s.memory_total_bytes, s.healthy, s.health_reason, s.power_watts, s.temperature_c)
+        out.append(_new_tuple(DeviceReading, reading + rest))
     return out, errors
 
 
@@ -227,32 +216,28 @@ def workload_readings(
             held = telemetry.process_device_memory([p for tree in trees.values() for p in tree])
         except Exception as e:
             errors.append(f"process device memory unknown: {type(e).__name__}: {e}")
-    ticks = CLOCK_TICKS
     # This partition's share of each distinct mapping the backend gave, made
     # once: processes with the same mask share one (the mock's do), and the
     # readings then share the (read-only) result. Keyed by identity; each
     # entry keeps its mapping alive, so no identity is reused within the call.
     own: dict[int, tuple[Mapping[str, int], Mapping[str, int]]] = {}
-    out = []
+    memory: dict[int, Mapping[str, int]] = {}
+    for pid, h in held.items():
+        if h:
+            if id(h) not in own:
+                own[id(h)] = (h, h if h.keys() <= mine else {k: v for k, v in h.items() if k in mine})
+            memory[pid] = own[id(h)][1]
+    ticks, lines, out = CLOCK_TICKS, table.lines, []
     for root, tree in trees.items():
-        readings = []
-        for pid, u in zip(tree, table.usages(tree), strict=True):
-            if u is None:
-                continue  # malformed line
-            h = held.get(pid)
-            if h:
-                seen = own.get(id(h))
-                if seen is None:
-                    seen = own[id(h)] = (h, h if h.keys() <= mine else {k: v for k, v in h.items() if k in mine})
-                memory = seen[1]
-            else:
-                memory = _NONE
-            # tuple.__new__: the NamedTuple's own __new__ is a Python call, per process.
-            readings.append(_new_tuple(ProcessReading, (pid, u.name, u.cpu_ticks / ticks, u.rss_bytes, memory)))
+        # tuple.__new__: the NamedTuple's own __new__ is a Python call, per process.
+        readings = tuple(
+            _new_tuple(ProcessReading, (pid, u.name, u.cpu_ticks / ticks, u.rss_bytes, memory.get(pid, _NONE)))
+            for pid, u in zip(tree, map(parse_usage, map(lines.__getitem__, tree)), strict=True)
+            if u is not None  # a malformed line
+        )
         if readings and readings[0].pid == root:
             title = titles[root].partition(" ")[0] or readings[0].name
-            workload = (f"{title}[{root}]", at.host, at.partition, root, tuple(readings))
-            out.append(_new_tuple(WorkloadReading, workload))
+            out.append(_new_tuple(WorkloadReading, (f"{title}[{root}]", at.host, at.partition, root, readings)))
     return out, errors
 
 
@@ -274,21 +259,23 @@ def ray_workers(raylet_pid: int, exclude: Collection[int], table: ProcessTable) 
     own agents), with their titles: from the stat line's comm, read from
     `cmdline` only where comm may be cut short (Ray's agents,
     `ray::DashboardAgent`, are told apart only by the full title)."""
-    children = [pid for pid in table.children.get(raylet_pid, ()) if pid not in exclude]
     out = {}
     # A comm shorter than COMM_MAX is the whole title, so its verdict holds
     # for every child that has it: most children share a few.
-    whole: dict[str, bool] = {}
-    for pid, u in zip(children, table.usages(children), strict=True):
-        if u is None or not u.name.startswith("ray::"):
+    whole: dict[bytes, str | None] = {}  # comm -> the title, if a worker's
+    for pid in table.children.get(raylet_pid, ()):
+        comm = comm_of(table.lines[pid])
+        if not comm.startswith(b"ray::") or pid in exclude:
             continue
-        comm = u.name
         if len(comm) >= COMM_MAX:
-            title = cmdline(pid)
-            if is_ray_worker(title):
+            if is_ray_worker(title := cmdline(pid)):
                 out[pid] = title
-        elif whole.setdefault(comm, is_ray_worker(comm)):
-            out[pid] = comm
+            continue
+        if comm not in whole:
+            title = comm.decode("utf-8", "replace")
+            whole[comm] = title if is_ray_worker(title) else None
+        if (known := whole[comm]) is not None:
+            out[pid] = known
     return out
 
 

@@ -83,7 +83,7 @@ def test_a_table_answers_as_the_full_parse_for_this_process() -> None:
     stat = parse_stat(me, raw)
     assert stat is not None and usage is not None
     assert (usage.name, usage.state, usage.start_ticks) == (stat.name, stat.state, stat.start_ticks)
-    assert usage.rss_bytes > 0 and table.usage(me) is usage, "parsed once per table"
+    assert usage.rss_bytes > 0
     assert table.usage(-1) is None
 
 

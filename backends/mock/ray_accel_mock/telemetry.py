@@ -19,6 +19,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from ray_accel.core import masks
+from ray_accel.core.devices import Device
 from ray_accel.core.processes import current
 from ray_accel.core.samples import DeviceSample
 from ray_accel.core.visibility import parse_visible_ids
@@ -112,6 +113,20 @@ class _Writers:
             self._fds[key] = -1
 
 
+def _sample(d: Device) -> DeviceSample:
+    i, healthy = d.index, not marked_unhealthy(d)
+    return DeviceSample(
+        device_id=d.id,
+        utilization=((i * 37) % 100) / 100,
+        memory_used_bytes=d.memory_bytes * ((i * 13) % 60) // 100,
+        memory_total_bytes=d.memory_bytes,
+        power_watts=100.0 + 10 * i,
+        temperature_c=40.0 + i,
+        healthy=healthy,
+        health_reason=None if healthy else "marked unhealthy in spec",
+    )
+
+
 class MockTelemetry(Telemetry):
     """Deterministic samples, so tests can predict every value; faults can be
     injected while running."""
@@ -123,6 +138,8 @@ class MockTelemetry(Telemetry):
         self._published = masks.PublishedMasks()
         self._holdings_of: tuple[object, _Holdings] | None = None
         self._writers = _Writers()
+        # Fixed functions of the spec (made once): tests can predict every value.
+        self._samples = [_sample(d) for d in spec.devices]
 
     def _faults(self) -> Faults:
         """Faults injected while running (`ray_accel_mock.faults`: the
@@ -131,29 +148,10 @@ class MockTelemetry(Telemetry):
         return load_faults(os.environ.get(FAULTS_ENV), [d.id for d in self.spec.devices], self.spec.family)
 
     def device_samples(self) -> list[DeviceSample]:
-        # Fixed functions of the index: tests can predict every value.
         faults = self._faults()
         if faults.fail:
             raise RuntimeError("mock metrics source failed (injected)")
-        out = []
-        for d in self.spec.devices:
-            if d.id in faults.lost:
-                continue
-            i = d.index
-            healthy = not marked_unhealthy(d)
-            out.append(
-                DeviceSample(
-                    device_id=d.id,
-                    utilization=((i * 37) % 100) / 100,
-                    memory_used_bytes=d.memory_bytes * ((i * 13) % 60) // 100,
-                    memory_total_bytes=d.memory_bytes,
-                    power_watts=100.0 + 10 * i,
-                    temperature_c=40.0 + i,
-                    healthy=healthy,
-                    health_reason=None if healthy else "marked unhealthy in spec",
-                )
-            )
-        return out
+        return [s for s in self._samples if s.device_id not in faults.lost]
 
     def _memory_of(self, mask: str) -> dict[str, int]:
         """Device id -> 64 MiB per core of it that `mask` names ({} for a mask
