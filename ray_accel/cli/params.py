@@ -6,11 +6,11 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import click
 
+from ray_accel.cluster.raylet import Split
 from ray_accel.core import validate
 from ray_accel.core.errors import InputError
 
@@ -138,21 +138,6 @@ def grouped(name: str, build: Callable[..., Any], *options: Callable[[F], F]) ->
         return command  # type: ignore[return-value]
 
     return decorate
-
-
-@dataclass(frozen=True)
-class Split:
-    """How to split the host (`plan` and `start`): `--manual SPEC` alone
-    means manual mode; with another `--mode` it is refused, naming both."""
-
-    mode: str
-    partitions: int | None
-    manual: str | None
-    backend: str | None
-
-    @classmethod
-    def given(cls, mode: str | None, partitions: int | None, manual: str | None, backend: str | None) -> Split:
-        return cls(mode or ("manual" if manual is not None else "auto-split"), partitions, manual, backend)
 
 
 def split_options(partitions_help: str, manual_help: str, backend_help: str) -> Callable[[F], F]:

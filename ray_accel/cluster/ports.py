@@ -30,7 +30,6 @@ import socket
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ray_accel.core import validate
 from ray_accel.core.errors import InputError
 
 NAMED = (
@@ -80,16 +79,16 @@ def worker_port_count(cpus: float, units: int) -> int:
     return min(MAX_WORKER_PORTS, max(MIN_WORKER_PORTS, wanted))
 
 
-def cpu_share(given: str | None, units: int, total_units: int) -> float:
+def cpu_share(given: int | None, units: int, total_units: int) -> float:
     """The CPUs a partition's raylet may count, for sizing its worker ports:
     the user's --num-cpus `given` (an upper bound however it is divided), or
     the host's CPUs in proportion to the partition's units."""
     if given is not None:
-        return validate.finite_float(given, "--num-cpus", 0, 1 << 20)
+        return given
     return (os.cpu_count() or 1) * units / max(1, total_units)
 
 
-def worker_ports(units: Sequence[int], given_cpus: str | None, max_workers: int | None) -> list[int]:
+def worker_ports(units: Sequence[int], given_cpus: int | None, max_workers: int | None) -> list[int]:
     """Worker ports for raylets of `units` device units each: `max_workers`,
     or what each one's CPUs and units need (`given_cpus`: the user's --num-cpus)."""
     if max_workers is not None:
