@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ray_accel.cluster.files import read_bounded
@@ -147,16 +147,18 @@ def decide(environ: Mapping[str, str], state_dir: Path, create: bool, home: Path
     return Auth("token", str(path), f"generated at {path}", make=NEW)
 
 
-def provide(auth: Auth, environ: Mapping[str, str]) -> None:
-    """Make the token file `decide` chose to make (`environ`: the one it read)."""
+def provide(auth: Auth, environ: Mapping[str, str]) -> Auth:
+    """`auth` with the token file `decide` chose to make made (`environ`: the
+    one it read): what raylets, drivers and the record are given."""
     if auth.make is None or auth.token_path is None:
-        return
+        return auth
     path = Path(auth.token_path)
     if auth.make == COPY:
         path.unlink(missing_ok=True)
         write_token_file(path, environ[TOKEN_ENV].strip())
     else:
         write_token_file(path, _new_token())
+    return replace(auth, make=None)
 
 
 def ensure_local_token(environ: Mapping[str, str], home: Path | None = None) -> Path | None:

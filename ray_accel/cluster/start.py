@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib.util import find_spec
+from pathlib import Path
 
 from ray_accel.bridge.managers import LOST_WITHOUT_BRIDGE, BridgeSpec, BridgeUnsupported, check_ray_version, raylet_env
 from ray_accel.cluster import auth, exporters, helpers, identity, procs, state
@@ -46,7 +47,7 @@ class LaunchPlan:
     """What a start launches, made once from its request: the partitions, each
     one's share of the host, ray-accel's labels and port block for each, the
     head's GCS port, the node IP every raylet uses, the bridge's spec, the
-    cluster's auth and where the host's record goes."""
+    cluster's auth."""
 
     request: StartRequest
     plan: Plan
@@ -58,7 +59,6 @@ class LaunchPlan:
     ray: RayOptions  # the user's, naming the node IP
     spec: BridgeSpec
     auth: auth.Auth
-    place: state.Place
     notes: tuple[str, ...]  # said before the first raylet starts
 
 
@@ -91,29 +91,29 @@ def client_server_available() -> bool:
     return find_spec("grpc") is not None
 
 
-def plan_launch(req: StartRequest, ip: str) -> LaunchPlan:
+def plan_launch(req: StartRequest, ip: str, state_dir: Path) -> LaunchPlan:
     """Every check of `req` against this host, and what it launches; it reads
     the host, never writes (a refused start leaves nothing behind)."""
-    head, split, offer = req.join.head, req.split, req.offer
-    plugin = discover(split.backend).require_primary()
+    plugin = discover(req.split.backend).require_primary()
     spec = BridgeSpec.from_plugin(plugin)
     devices = plugin.list_devices()
     mask = inherited_mask(plugin, os.environ)
+    split = req.split
     plan = plan_within_mask(
         devices, split.mode, split.partitions, split.manual, mask, spec.accelerator_type, traits=spec.traits
     )
-    check_user_keys(offer.labels, offer.resources, spec)
-    division = divide_host(plan, read_host(req.ray.figures, offer.resources))
+    check_user_keys(req.offer.labels, req.offer.resources, spec)
+    host = read_host(req.ray.figures, req.offer.resources)
+    division = divide_host(plan, host)
     gcs_port = req.join.port or DEFAULT_GCS_PORT
-    if head:
+    if req.join.head:
         check_free([gcs_port], "--port")
-    workers = worker_ports([len(p.core_ids) for p in plan], req.ray.figures.get("cpus"), offer.max_workers)
-    ports = plan_ports(workers, req.join.port_base, head and client_server_available())
-    if head and any(gcs_port in p.all() for p in ports):
+    workers = worker_ports([len(p.core_ids) for p in plan], req.ray.figures.get("cpus"), req.offer.max_workers)
+    ports = plan_ports(workers, req.join.port_base, req.join.head and client_server_available())
+    if req.join.head and any(gcs_port in p.all() for p in ports):
         raise InputError(f"--port {gcs_port} falls inside the partitions' port blocks; choose another --port-base")
-    place = state.place_for(ip)
     # A head makes a token if there is none; a joining raylet must be given one.
-    cluster_auth = auth.decide(os.environ, place.directory, create=head)
+    cluster_auth = auth.decide(os.environ, state_dir, create=req.join.head)
     notes = [f"warning: {w}" for w in (*plan.warnings, *division.warnings)]
     notes += [] if plan.mask is None else [str(plan.mask["description"])]
     notes += [] if cluster_auth.warning is None else [f"warning: {cluster_auth.warning}"]
@@ -129,7 +129,6 @@ def plan_launch(req: StartRequest, ip: str) -> LaunchPlan:
         ray=req.ray.naming(ip),
         spec=spec,
         auth=cluster_auth,
-        place=place,
         notes=tuple(notes),
     )
 
@@ -146,13 +145,15 @@ def start(req: StartRequest, progress: Progress, after: After | None = None) -> 
         raise InputError("--no-dashboard contradicts `-- --include-dashboard true`: give one of them")
     # The address every raylet of this host uses, given to each of them (so the
     # host label, the record and Ray agree, and `--recover` keeps it).
-    lp = plan_launch(req, identity.node_ip(req.ray.node_ip, req.join.address))
+    ip = identity.node_ip(req.ray.node_ip, req.join.address)
+    place = state.place_for(ip)
+    lp = plan_launch(req, ip, place.directory)
     for note in lp.notes:
         progress(note)
-    with state.host_lock("start", lp.place), interruptible():
-        for old in refuse_running("start", lp.place):  # a record whose processes are all gone is stale
+    with state.host_lock("start", place), interruptible():
+        for old in refuse_running("start", place):  # a record whose processes are all gone is stale
             state.clear(old)
-        launches = Launches(state.ensure_dir(lp.place), req.timeout_s)
+        launches = Launches(state.ensure_dir(place), req.timeout_s)
         try:
             record = launch(lp, launches, progress)
             if req.services.metrics:
@@ -162,8 +163,8 @@ def start(req: StartRequest, progress: Progress, after: After | None = None) -> 
         except BaseException as e:
             with shielded():
                 why = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
-                stopped = helpers.stop(lp.place) + launches.undo()
-                state.clear(lp.place)
+                stopped = helpers.stop(place) + launches.undo()
+                state.clear(place)
                 progress(f"start {why}: stopped the {len(stopped)} processes it had started")
             raise
     return record
@@ -173,8 +174,8 @@ def launch(lp: LaunchPlan, launches: Launches, progress: Progress) -> HostRecord
     """Make the token file `lp` needs, start its raylets (the head's first,
     alone), recording each as it is up, and wait until the GCS has every one."""
     req, plan, head = lp.request, lp.plan, lp.request.join.head
-    auth.provide(lp.auth, os.environ)
-    base_env = raylet_base_env(lp.auth)
+    cluster_auth = auth.provide(lp.auth, os.environ)
+    base_env = raylet_base_env(cluster_auth)
     try:
         check_ray_version()
         base_env.update(raylet_env([lp.spec], base_env))
@@ -237,7 +238,7 @@ def launch(lp: LaunchPlan, launches: Launches, progress: Progress) -> HostRecord
         ray_args=lp.ray.args,
         gcs_address=gcs,
         gcs_port=lp.gcs_port if head else None,
-        auth=lp.auth,
+        auth=cluster_auth,
         partitions=tuple(entry(0, h) for h in heads),
         labels=tuple(req.offer.labels.items()),
         dashboard_url=heads[0].dashboard_url if heads else None,
@@ -256,5 +257,5 @@ def launch(lp: LaunchPlan, launches: Launches, progress: Progress) -> HostRecord
     if failed:
         raise RayAccelError(f"partition {failed[0].name} failed: {failed[0].error}")
     nodes = [p.node_id for p in record.partitions if p.node_id]
-    wait_registered(record.gcs_address, nodes, req.timeout_s, progress, lp.auth)
+    wait_registered(record.gcs_address, nodes, req.timeout_s, progress, cluster_auth)
     return record

@@ -17,9 +17,7 @@ def mode(path: str | Path) -> int:
 
 def resolve(environ: dict[str, str], state_dir: Path, create: bool, home: Path) -> auth.Auth:
     """The decision, then its file made, as `start` does."""
-    got = auth.decide(environ, state_dir, create, home)
-    auth.provide(got, environ)
-    return got
+    return auth.provide(auth.decide(environ, state_dir, create, home), environ)
 
 
 def test_a_new_head_with_no_token_anywhere_generates_one_0600_at_rays_default_path(tmp_path: Path) -> None:
