@@ -160,7 +160,7 @@ def run_hand_written(label: str, parts: int) -> tuple[float, int]:
     port = free_port()
     blocks = hand_written_ports(parts)
     scratch = tempfile.TemporaryDirectory()  # the same token `ray-accel start` would use or make
-    cluster_auth = auth.resolve(os.environ, Path(scratch.name), create=True)
+    cluster_auth = auth.provide(auth.decide(os.environ, Path(scratch.name), create=True), os.environ)
     env = {**os.environ, **cluster_auth.env()}
     from ray.util import get_node_ip_address
 

@@ -23,8 +23,9 @@ sys.path.insert(0, str(ROOT))
 
 from ray_accel.cli.render import gib, render  # noqa: E402
 from ray_accel.cluster.ports import free_port  # noqa: E402
-from ray_accel.cluster.raylet import StartRequest  # noqa: E402
+from ray_accel.cluster.raylet import Join, Split, StartRequest  # noqa: E402
 from ray_accel.cluster.start import start  # noqa: E402
+from ray_accel.cluster.startargs import RayOptions  # noqa: E402
 from ray_accel.cluster.status import status as host_status  # noqa: E402
 from ray_accel.cluster.stop import stop  # noqa: E402
 from ray_accel.core.errors import RayAccelError  # noqa: E402
@@ -70,7 +71,9 @@ def main() -> int:
     os.environ["RAYACCEL_STATE_DIR"] = str(work / "state")
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     say("\n== starting one raylet per partition")
-    request = StartRequest(head=True, partitions=2, port=free_port(), ray_args=["--num-cpus", "2"])
+    request = StartRequest(
+        Join(head=True, port=free_port()), Split(partitions=2), ray=RayOptions.read(["--num-cpus", "2"])
+    )
     ok = False
     failure: str | None = None
     try:

@@ -11,7 +11,8 @@ import ray_accel.health  # noqa: F401  (registers the host's decider: stop and s
 from ray_accel.cli import render
 from ray_accel.cli.host import json_option
 from ray_accel.cli.output import emit, progress
-from ray_accel.cli.params import MAX_WORKERS, PORT, FiniteFloat, HostPort, Split, grouped, split_options
+from ray_accel.cli.params import MAX_WORKERS, PORT, FiniteFloat, HostPort, grouped, split_options
+from ray_accel.cluster.raylet import Join, Offer, Services, Split, StartRequest
 from ray_accel.core import validate
 from ray_accel.core.errors import InputError
 from ray_accel.core.health_state import Action, HealthSettings
@@ -23,33 +24,51 @@ RECOVER_OPTIONS = ("head", "address", "recover", "timeout", "as_json")
 @click.command(
     epilog="Options for every `ray start` go after `--`: ray-accel start --head -- --temp-dir /data/ray",
 )
-@click.option("--head", is_flag=True, help="start a new cluster; the first partition is its head")
-@click.option("--address", type=HostPort(), help="join the cluster whose GCS is at HOST:PORT")
+@grouped(
+    "join",
+    Join,
+    click.option("--head", is_flag=True, help="start a new cluster; the first partition is its head"),
+    click.option("--address", type=HostPort(), help="join the cluster whose GCS is at HOST:PORT"),
+    click.option("--port", type=PORT, help="GCS port of the head (default 6379)"),
+    click.option("--port-base", type=PORT, help="first port of the raylets' port blocks (default: first free)"),
+)
 @click.option("--recover", is_flag=True, help="restart dead partitions with their recorded masks")
 @split_options(
     "number of partitions (default 1)",
     "devices per partition, e.g. 'a=0-3;b=4-7' (implies --mode manual)",
     "partition this backend's devices",
 )
-@click.option("--port", type=PORT, help="GCS port of the head (default 6379)")
-@click.option("--port-base", type=PORT, help="first port of the raylets' port blocks (default: first free)")
 @click.option(
     "--timeout", type=FiniteFloat(1, 3600), default=180.0, show_default=True, help="seconds to wait for the raylets"
 )
-@click.option("--no-metrics", is_flag=True, help="do not start the per-partition metrics exporters")
-@click.option("--no-dashboard", is_flag=True, help="do not start Ray's dashboard (state API, jobs) on the head")
-@click.option("--labels", "labels", metavar="K=V,...", help="node labels for every partition (as `ray start --labels`)")
-@click.option(
-    "--resources",
-    "resources",
-    metavar="JSON",
-    help="custom resources of the host, divided between its partitions like CPUs (as `ray start --resources`)",
+@grouped(
+    "services",
+    lambda no_metrics, no_dashboard: Services(not no_metrics, not no_dashboard),
+    click.option("--no-metrics", is_flag=True, help="do not start the per-partition metrics exporters"),
+    click.option("--no-dashboard", is_flag=True, help="do not start Ray's dashboard (state API, jobs) on the head"),
 )
-@click.option(
-    "--max-workers",
-    type=MAX_WORKERS,
-    help="worker processes each raylet may run at once, which sizes its worker-port range "
-    "(default: 2 per CPU + 4 per device unit + 64, at least 184)",
+@grouped(
+    "offer",
+    lambda labels, resources, max_workers: Offer(
+        validate.node_labels(labels) if labels is not None else {},
+        validate.resource_amounts(resources) if resources is not None else {},
+        max_workers,
+    ),
+    click.option(
+        "--labels", "labels", metavar="K=V,...", help="node labels for every partition (as `ray start --labels`)"
+    ),
+    click.option(
+        "--resources",
+        "resources",
+        metavar="JSON",
+        help="custom resources of the host, divided between its partitions like CPUs (as `ray start --resources`)",
+    ),
+    click.option(
+        "--max-workers",
+        type=MAX_WORKERS,
+        help="worker processes each raylet may run at once, which sizes its worker-port range "
+        "(default: 2 per CPU + 4 per device unit + 64, at least 184)",
+    ),
 )
 @click.option(
     "--block",
@@ -90,33 +109,26 @@ RECOVER_OPTIONS = ("head", "address", "recover", "timeout", "as_json")
 @click.pass_context
 def start(
     ctx: click.Context,
-    head: bool,
-    address: str | None,
+    join: Join,
     recover: bool,
     split: Split,
-    port: int | None,
-    port_base: int | None,
     timeout: float,
-    no_metrics: bool,
-    no_dashboard: bool,
-    labels: str | None,
-    resources: str | None,
-    max_workers: int | None,
+    services: Services,
+    offer: Offer,
     block: bool,
     health: HealthSettings,
     as_json: bool,
 ) -> int:
     """Start one raylet per partition of this host."""
     from ray_accel.cluster.block import supervise
-    from ray_accel.cluster.raylet import StartRequest
     from ray_accel.cluster.recover import recover as recover_partitions
     from ray_accel.cluster.start import start as start_partitions
-    from ray_accel.cluster.startargs import flag_names
+    from ray_accel.cluster.startargs import RayOptions, flag_names
     from ray_accel.cluster.status import status
     from ray_accel.health.launch import ensure_decider, start_decider
 
     ray_args: list[str] = ctx.obj["ray_args"] if ctx.obj else []
-    if sum((head, address is not None, recover)) != 1:
+    if sum((join.head, join.address is not None, recover)) != 1:
         raise click.UsageError("give exactly one of --head, --address HOST:PORT or --recover")
     given = [
         f"--{name.replace('_', '-')}"
@@ -130,30 +142,13 @@ def start(
         )
     if recover and (given or ray_args):
         raise InputError(f"--recover restarts partitions as recorded; it takes no {(given or ray_args)[0]}")
-    if address is not None and port is not None:
+    if join.address is not None and join.port is not None:
         raise InputError("--port is the new head's GCS port; a raylet joining --address takes no --port")
     say = progress()
     if recover:
         recover_partitions(say, timeout, after=ensure_decider)
         return emit(as_json, status(), render.started_text)
-    request = StartRequest(
-        head=head,
-        address=address,
-        mode=split.mode,
-        partitions=split.partitions,
-        manual=split.manual,
-        port=port,
-        port_base=port_base,
-        ray_args=ray_args,
-        backend=split.backend,
-        timeout_s=timeout,
-        metrics=not no_metrics,
-        dashboard=not no_dashboard,
-        labels=validate.node_labels(labels) if labels is not None else {},
-        resources=validate.resource_amounts(resources) if resources is not None else {},
-        health=health,
-        max_workers=max_workers,
-    )
+    request = StartRequest(join, split, offer, services, RayOptions.read(ray_args), health, timeout)
     record = start_partitions(request, say, after=start_decider)
     emit(as_json, status(), render.started_text)
     if not block:

@@ -8,7 +8,8 @@ import click
 
 from ray_accel.cli import render
 from ray_accel.cli.output import emit
-from ray_accel.cli.params import Split, split_options
+from ray_accel.cli.params import split_options
+from ray_accel.cluster.raylet import Split
 from ray_accel.partition.inherited import inherited_mask, plan_within_mask
 from ray_accel.plugins.inventory import discover
 
@@ -50,7 +51,7 @@ def plan(split: Split, as_json: bool) -> int:
     result = plan_within_mask(
         plugin.list_devices(), split.mode, split.partitions, split.manual, mask, host_type, traits=plugin.traits
     )
-    host = read_host([])
+    host = read_host({})
     division = divide_host(result, host)
     payload = result.to_json()
     for part, share in zip(payload["partitions"], division.shares, strict=True):

@@ -6,11 +6,11 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import click
 
+from ray_accel.cluster.raylet import Split
 from ray_accel.core import validate
 from ray_accel.core.errors import InputError
 
@@ -25,45 +25,46 @@ def _reason(error: InputError) -> str:
     return str(error).split(": ", 1)[-1]
 
 
-class AsciiInt(click.ParamType[int]):
+T = TypeVar("T")
+
+
+class Checked(click.ParamType[T]):
+    """A value `check(value, flag)` accepts, or a usage error naming the
+    flag and saying why (click's own message names the value)."""
+
+    def __init__(self, check: Callable[[Any, str], T]) -> None:
+        self.check = check
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> T:
+        try:
+            return self.check(value, _flag(param))
+        except InputError as e:
+            self.fail(_reason(e), param, ctx)
+
+
+class AsciiInt(Checked[int]):
     """An integer in ASCII digits within [lo, hi] (click's INT also takes '٤')."""
 
     name = "integer"
 
     def __init__(self, lo: int, hi: int) -> None:
-        self.lo, self.hi = lo, hi
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        try:
-            return validate.ascii_int(value, _flag(param), self.lo, self.hi)
-        except InputError as e:
-            self.fail(_reason(e), param, ctx)
+        super().__init__(lambda value, flag: validate.ascii_int(value, flag, lo, hi))
 
 
-class FiniteFloat(click.ParamType[float]):
+class FiniteFloat(Checked[float]):
     """A finite number within [lo, hi]: no nan, no inf, no negative timeouts."""
 
     name = "number"
 
     def __init__(self, lo: float, hi: float) -> None:
-        self.lo, self.hi = lo, hi
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
-        try:
-            return validate.finite_float(value, _flag(param), self.lo, self.hi)
-        except InputError as e:
-            self.fail(_reason(e), param, ctx)
+        super().__init__(lambda value, flag: validate.finite_float(value, flag, lo, hi))
 
 
-class HostPort(click.ParamType[str]):
+class HostPort(Checked[str]):
     name = "host:port"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
-        try:
-            host, port = validate.host_port(str(value), _flag(param))
-        except InputError as e:
-            self.fail(_reason(e), param, ctx)
-        return f"{host}:{port}"
+    def __init__(self) -> None:
+        super().__init__(lambda value, flag: "{}:{}".format(*validate.host_port(str(value), flag)))
 
 
 class HiddenAliases(click.Option):
@@ -138,21 +139,6 @@ def grouped(name: str, build: Callable[..., Any], *options: Callable[[F], F]) ->
         return command  # type: ignore[return-value]
 
     return decorate
-
-
-@dataclass(frozen=True)
-class Split:
-    """How to split the host (`plan` and `start`): `--manual SPEC` alone
-    means manual mode; with another `--mode` it is refused, naming both."""
-
-    mode: str
-    partitions: int | None
-    manual: str | None
-    backend: str | None
-
-    @classmethod
-    def given(cls, mode: str | None, partitions: int | None, manual: str | None, backend: str | None) -> Split:
-        return cls(mode or ("manual" if manual is not None else "auto-split"), partitions, manual, backend)
 
 
 def split_options(partitions_help: str, manual_help: str, backend_help: str) -> Callable[[F], F]:

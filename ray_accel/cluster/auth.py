@@ -1,4 +1,5 @@
-"""The cluster token: found or made before any raylet starts, and handed on by path.
+"""The cluster token: decided with the launch plan (which file, from where),
+made before any raylet starts, and handed on by path.
 
 Ray (2.52+) reads its token from, in order, ``RAY_AUTH_TOKEN`` (the value),
 ``RAY_AUTH_TOKEN_PATH`` (a file; unreadable or empty is fatal) and
@@ -16,7 +17,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ray_accel.cluster.files import read_bounded
@@ -32,6 +33,7 @@ MODES = ("token", "disabled")
 STATE_TOKEN_FILE = "auth_token"
 # Ray's tokens are 64 hex characters; anything past this is not a token file.
 TOKEN_LIMIT = 64 * 1024
+COPY, NEW = "copy", "new"  # a token file made from TOKEN_ENV's value, or a new token
 
 
 class AuthError(InputError):
@@ -44,6 +46,7 @@ class Auth:
     token_path: str | None  # absolute; None when auth is disabled
     source: str  # where the token came from, for messages (never the token)
     warning: str | None = None
+    make: str | None = None  # what `provide` writes at token_path: COPY or NEW (None: it is there)
 
     def env(self) -> dict[str, str]:
         """What a raylet or driver needs in its environment to reach the cluster."""
@@ -105,12 +108,14 @@ def _new_token() -> str:
         return secrets.token_hex(32)
 
 
-def resolve(environ: Mapping[str, str], state_dir: Path, create: bool, home: Path | None = None) -> Auth:
-    """Find the token this host should use, or make one when `create` (a new head).
+def decide(environ: Mapping[str, str], state_dir: Path, create: bool, home: Path | None = None) -> Auth:
+    """Which token this host should use, and whether `provide` must make its
+    file (`create`: a new head may make one); reads, never writes.
 
-    A token given by value is copied into a 0600 file in the state directory so
-    that raylets and drivers can be given its path. Raises `AuthError` when no
-    token can be had and `create` is False (a raylet joining a cluster).
+    A token given by value is to be copied into a 0600 file in the state
+    directory so that raylets and drivers can be given its path. Raises
+    `AuthError` when no token can be had and `create` is False (a raylet
+    joining a cluster).
     """
     raw_mode = environ.get(MODE_ENV)
     mode = (raw_mode or "token").strip().lower()
@@ -118,12 +123,9 @@ def resolve(environ: Mapping[str, str], state_dir: Path, create: bool, home: Pat
         raise AuthError(f"{MODE_ENV}={raw_mode!r} is not supported by ray-accel: use 'token' or 'disabled'")
     if mode == "disabled":
         return Auth("disabled", None, f"{MODE_ENV}=disabled")
-    value = environ.get(TOKEN_ENV, "").strip()
-    if value:
+    if environ.get(TOKEN_ENV, "").strip():
         path = state_dir / STATE_TOKEN_FILE
-        path.unlink(missing_ok=True)
-        write_token_file(path, value)
-        return Auth("token", str(path), f"{TOKEN_ENV} (copied to {path})")
+        return Auth("token", str(path), f"{TOKEN_ENV} (copied to {path})", make=COPY)
     named = environ.get(TOKEN_PATH_ENV)
     if named:
         path = Path(named).expanduser().absolute()
@@ -131,8 +133,7 @@ def resolve(environ: Mapping[str, str], state_dir: Path, create: bool, home: Pat
             return Auth("token", str(path), TOKEN_PATH_ENV, _loose_mode_warning(path))
         if path.exists() or not create:
             raise AuthError(f"{TOKEN_PATH_ENV}={named!r}: no readable, non-empty token file there")
-        write_token_file(path, _new_token())
-        return Auth("token", str(path), f"generated at {TOKEN_PATH_ENV}")
+        return Auth("token", str(path), f"generated at {TOKEN_PATH_ENV}", make=NEW)
     path = default_token_path(home)
     if _readable_token(path):
         return Auth("token", str(path), str(path), _loose_mode_warning(path))
@@ -143,8 +144,21 @@ def resolve(environ: Mapping[str, str], state_dir: Path, create: bool, home: Pat
             f"no Ray cluster token on this host: set {TOKEN_PATH_ENV} to a copy of the head's token file "
             f"(or {TOKEN_ENV}), or place it at {path}; or set {MODE_ENV}=disabled if the cluster has auth off"
         )
-    write_token_file(path, _new_token())
-    return Auth("token", str(path), f"generated at {path}")
+    return Auth("token", str(path), f"generated at {path}", make=NEW)
+
+
+def provide(auth: Auth, environ: Mapping[str, str]) -> Auth:
+    """`auth` with the token file `decide` chose to make made (`environ`: the
+    one it read): what raylets, drivers and the record are given."""
+    if auth.make is None or auth.token_path is None:
+        return auth
+    path = Path(auth.token_path)
+    if auth.make == COPY:
+        path.unlink(missing_ok=True)
+        write_token_file(path, environ[TOKEN_ENV].strip())
+    else:
+        write_token_file(path, _new_token())
+    return replace(auth, make=None)
 
 
 def ensure_local_token(environ: Mapping[str, str], home: Path | None = None) -> Path | None:

@@ -1,8 +1,8 @@
 """This host's amounts as plain `ray start` would claim them, and each
 partition's share of them (the division itself is `ray_accel.partition.share`).
 
-The user's `--num-cpus`, `--memory` and `--object-store-memory` (after `--`)
-are read as the host's figures, in place of what Ray would detect. Detection
+The user's `--num-cpus`, `--memory` and `--object-store-memory` (after `--`,
+`startargs.user_figures`) are read as the host's figures, in place of what Ray would detect. Detection
 uses Ray's own functions, so a share is what Ray would size for that part of
 the host: `memory` = available memory less the object store, the object store
 = Ray's default proportion of available memory, capped by /dev/shm and Ray's
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 
-from ray_accel.cluster.startargs import HOST_FLAGS, flag_value
+from ray_accel.cluster.startargs import HOST_FLAGS
 from ray_accel.core.errors import InputError
 from ray_accel.core.numa import NumaTopology, read_topology
 from ray_accel.partition.plan import Plan
@@ -27,24 +27,6 @@ log = logging.getLogger(__name__)
 
 # Ray 2.60's ray_constants.OBJECT_STORE_MINIMUM_MEMORY_BYTES: a raylet refuses less.
 OBJECT_STORE_MINIMUM = 75 * 1024 * 1024
-
-
-def user_figures(args: Sequence[str]) -> dict[str, int]:
-    """The host figures the user gave after `--`, checked as `ray start` would
-    (whole numbers), naming the flag and value when bad."""
-    out: dict[str, int] = {}
-    for flag, key in HOST_FLAGS.items():
-        raw = flag_value(args, flag)
-        if raw is None:
-            continue
-        text = raw.strip()
-        if not (text.isascii() and text.isdigit()):
-            raise InputError(f"{flag} {raw!r}: give a whole number (the host's total, divided between partitions)")
-        value = int(text)
-        if key != "cpus" and value == 0:
-            raise InputError(f"{flag} 0: the host's total must be above 0")
-        out[key] = value
-    return out
 
 
 def _ray_detected() -> tuple[int, int, Callable[[int], int]]:
@@ -63,8 +45,8 @@ def _ray_detected() -> tuple[int, int, Callable[[int], int]]:
         return os.cpu_count() or 1, int(vm.total - vm.used), lambda avail: int(avail * 0.3)
 
 
-def read_host(ray_args: Sequence[str], resources: Mapping[str, float] | None = None) -> HostResources:
-    figures = user_figures(ray_args)
+def read_host(figures: Mapping[str, int], resources: Mapping[str, float] | None = None) -> HostResources:
+    """The host's amounts: the user's `figures` (`RayOptions.figures`), else Ray's own."""
     cpus, available, size_store = _ray_detected()
     store = figures.get("object_store_memory")
     if store is None:

@@ -18,13 +18,11 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
-from ray_accel.cluster.startargs import flag_value
+from ray_accel.cluster.startargs import NODE_IP_FLAG
 from ray_accel.core.errors import InputError
 from ray_accel.core.hosts import HostId, canonical_ip, is_localhost, this_host_name
-
-NODE_IP_FLAG = "--node-ip-address"
 
 
 @contextlib.contextmanager
@@ -50,10 +48,10 @@ def detected_ip(gcs_address: str | None) -> str:
         return str(ray.util.get_node_ip_address(gcs_address))
 
 
-def node_ip(ray_args: Sequence[str], gcs_address: str | None) -> str:
-    """The node IP this host's raylets will use (see the module doc); a
-    `--node-ip-address` that is not an IP address is refused, naming it."""
-    given = flag_value(ray_args, NODE_IP_FLAG)
+def node_ip(given: str | None, gcs_address: str | None) -> str:
+    """The node IP this host's raylets will use (see the module doc), from
+    the `--node-ip-address` given, if any; one that is not an IP address is
+    refused, naming it."""
     if given is None:
         ip = detected_ip(gcs_address)
     elif is_localhost(given.strip()):
@@ -65,13 +63,6 @@ def node_ip(ray_args: Sequence[str], gcs_address: str | None) -> str:
         source = f"{NODE_IP_FLAG} {given!r}" if given is not None else f"Ray's address for this host {ip!r}"
         raise InputError(f"{source} is not an IP address: ray-accel tells hosts apart by their node IP")
     return canonical
-
-
-def with_node_ip(ray_args: Sequence[str], ip: str) -> list[str]:
-    """`ray_args` with `--node-ip-address ip` when they name none (one given is kept as given)."""
-    if flag_value(ray_args, NODE_IP_FLAG) is not None:
-        return list(ray_args)
-    return [*ray_args, NODE_IP_FLAG, ip]
 
 
 def this_host(ip: str) -> HostId:

@@ -30,7 +30,6 @@ import socket
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ray_accel.core import validate
 from ray_accel.core.errors import InputError
 
 NAMED = (
@@ -80,22 +79,15 @@ def worker_port_count(cpus: float, units: int) -> int:
     return min(MAX_WORKER_PORTS, max(MIN_WORKER_PORTS, wanted))
 
 
-def cpu_share(given: str | None, units: int, total_units: int) -> float:
-    """The CPUs a partition's raylet may count, for sizing its worker ports:
-    the user's --num-cpus `given` (an upper bound however it is divided), or
-    the host's CPUs in proportion to the partition's units."""
-    if given is not None:
-        return validate.finite_float(given, "--num-cpus", 0, 1 << 20)
-    return (os.cpu_count() or 1) * units / max(1, total_units)
-
-
-def worker_ports(units: Sequence[int], given_cpus: str | None, max_workers: int | None) -> list[int]:
+def worker_ports(units: Sequence[int], given_cpus: int | None, max_workers: int | None) -> list[int]:
     """Worker ports for raylets of `units` device units each: `max_workers`,
-    or what each one's CPUs and units need (`given_cpus`: the user's --num-cpus)."""
+    or what each one's CPUs and units need. Its CPUs: the user's --num-cpus
+    `given_cpus` (an upper bound however it is divided), or the host's in
+    proportion to its units."""
     if max_workers is not None:
         return [max_workers for _ in units]
-    total = sum(units)
-    return [worker_port_count(math.ceil(cpu_share(given_cpus, n, total)), n) for n in units]
+    host, total = os.cpu_count() or 1, max(1, sum(units))
+    return [worker_port_count(given_cpus if given_cpus is not None else host * n / total, n) for n in units]
 
 
 def raylet_ports(base: int, workers: int = MIN_WORKER_PORTS, client_server: bool = False) -> RayletPorts:

@@ -5,12 +5,13 @@ the subprocess that runs it: `ray_accel.cluster.launcher`)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ray_accel.bridge.managers import SPEC_ENV, BridgeSpec
 from ray_accel.cluster import auth
 from ray_accel.cluster.raylet_launch import CPU_SET_ENV, PARTITION_ENV
+from ray_accel.cluster.startargs import RayOptions
 from ray_accel.core import ray_resources
 from ray_accel.core.errors import InputError
 from ray_accel.core.health_state import HealthSettings
@@ -23,25 +24,62 @@ DEFAULT_GCS_PORT = 6379
 
 
 @dataclass(frozen=True)
-class StartRequest:
-    """What `ray-accel start` is asked for (the CLI's options, checked)."""
+class Join:
+    """Where this host's raylets go: a new cluster, its GCS on `port`
+    (`head`), or the one whose GCS is at `address`; their port blocks from
+    `port_base` (None: the first free)."""
 
     head: bool = False
     address: str | None = None
+    port: int | None = None
+    port_base: int | None = None
+
+
+@dataclass(frozen=True)
+class Split:
+    """How to split the host (`plan` and `start`): `--manual SPEC` alone
+    means manual mode; with another `--mode` it is refused, naming both."""
+
     mode: str = "auto-split"
     partitions: int | None = None
     manual: str | None = None
-    port: int | None = None
-    port_base: int | None = None
-    ray_args: Sequence[str] = ()  # the user's `ray start` options (after `--`)
     backend: str | None = None
-    timeout_s: float = 180.0
+
+    @classmethod
+    def given(cls, mode: str | None, partitions: int | None, manual: str | None, backend: str | None) -> Split:
+        return cls(mode or ("manual" if manual is not None else "auto-split"), partitions, manual, backend)
+
+
+@dataclass(frozen=True)
+class Offer:
+    """What every partition offers beside its devices: the user's labels, the
+    host's custom resources (divided like CPUs), and the workers its raylet
+    may run (None: sized by its share)."""
+
+    labels: Mapping[str, str] = field(default_factory=dict)
+    resources: Mapping[str, float] = field(default_factory=dict)
+    max_workers: int | None = None
+
+
+@dataclass(frozen=True)
+class Services:
+    """ray-accel's metrics exporters and Ray's dashboard: on unless turned off."""
+
     metrics: bool = True
     dashboard: bool = True
-    labels: Mapping[str, str] = field(default_factory=dict)  # the user's, on every partition
-    resources: Mapping[str, float] = field(default_factory=dict)  # the user's, host totals
+
+
+@dataclass(frozen=True)
+class StartRequest:
+    """What `ray-accel start` is asked for (the CLI's options, checked)."""
+
+    join: Join = field(default_factory=Join)
+    split: Split = field(default_factory=Split)
+    offer: Offer = field(default_factory=Offer)
+    services: Services = field(default_factory=Services)
+    ray: RayOptions = field(default_factory=RayOptions)  # the user's `ray start` options (after `--`)
     health: HealthSettings = field(default_factory=HealthSettings)  # the host's health settings
-    max_workers: int | None = None  # worker ports per raylet (None: sized by its share)
+    timeout_s: float = 180.0
 
 
 OUR_LABEL_PREFIX = PARTITION_LABEL.split("/", 1)[0] + "/"

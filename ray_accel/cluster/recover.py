@@ -25,7 +25,7 @@ from ray_accel.cluster.ports import check_free
 from ray_accel.cluster.raylet import partition_env, raylet_base_env
 from ray_accel.cluster.record import HostRecord, PartitionEntry
 from ray_accel.cluster.signals import interruptible, shielded
-from ray_accel.cluster.startargs import ray_start_args
+from ray_accel.cluster.startargs import RayOptions, ray_start_args, user_figures
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.numa import read_topology
 from ray_accel.partition.plan import Partition
@@ -64,7 +64,7 @@ def relaunch(
         gcs=record.gcs_address,
         gcs_port=0,
         share=share,
-        user_args=list(record.ray_args),
+        user=RayOptions.read(record.ray_args),
         user_labels=dict(record.labels),
         dashboard=True,
         extra_labels=dict(extra_labels),
@@ -161,7 +161,7 @@ def recorded_share(p: PartitionEntry, record: HostRecord) -> Share:
     if p.share is not None:
         return p.share
     plan = [q.partition for q in record.partitions]
-    host = read_host(record.ray_args)
+    host = read_host(user_figures(record.ray_args))
     weights = [len(q.core_ids) for q in plan]
     index = [q.name for q in record.partitions].index(p.name)
     return divide([q.name for q in plan], weights, [() for _ in plan], host, read_topology(), ()).shares[index]

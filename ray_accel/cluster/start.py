@@ -7,8 +7,8 @@ block of ports, and the partition labels.
 
 The frozen request is turned once into a frozen `LaunchPlan` (`plan_launch`:
 every check that can be made before the host's lock is taken), and the
-raylets are launched from that plan and the cluster's auth, resolved under
-the lock as the last check (`launch`). From the first launch on, any
+raylets are launched from that plan under the host's lock (`launch`, which
+first makes the token file the plan's auth needs, if any). From the first launch on, any
 failure, a launch timeout, Ctrl-C, SIGTERM or SIGHUP stops every process this
 start began (`launcher.Launches.undo`, then the host's helpers) and removes
 the record, so a failed start leaves nothing behind.
@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib.util import find_spec
+from pathlib import Path
 
 from ray_accel.bridge.managers import LOST_WITHOUT_BRIDGE, BridgeSpec, BridgeUnsupported, check_ray_version, raylet_env
 from ray_accel.cluster import auth, exporters, helpers, identity, procs, state
@@ -31,7 +32,7 @@ from ray_accel.cluster.ports import RayletPorts, check_free, plan_ports, worker_
 from ray_accel.cluster.raylet import DEFAULT_GCS_PORT, StartRequest, check_user_keys, partition_env, raylet_base_env
 from ray_accel.cluster.record import HostRecord, PartitionEntry
 from ray_accel.cluster.signals import interruptible, shielded
-from ray_accel.cluster.startargs import flag_value, ray_start_args, validate_ray_args
+from ray_accel.cluster.startargs import RayOptions, ray_start_args
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.numa import format_cpulist
 from ray_accel.partition.inherited import inherited_mask, plan_within_mask
@@ -45,7 +46,8 @@ from ray_accel.plugins.inventory import discover
 class LaunchPlan:
     """What a start launches, made once from its request: the partitions, each
     one's share of the host, ray-accel's labels and port block for each, the
-    head's GCS port, the node IP every raylet uses and the bridge's spec."""
+    head's GCS port, the node IP every raylet uses, the bridge's spec, the
+    cluster's auth."""
 
     request: StartRequest
     plan: Plan
@@ -54,8 +56,9 @@ class LaunchPlan:
     ports: tuple[RayletPorts, ...]
     gcs_port: int
     node_ip: str
-    ray_args: tuple[str, ...]  # the user's, naming the node IP
+    ray: RayOptions  # the user's, naming the node IP
     spec: BridgeSpec
+    auth: auth.Auth
     notes: tuple[str, ...]  # said before the first raylet starts
 
 
@@ -88,34 +91,32 @@ def client_server_available() -> bool:
     return find_spec("grpc") is not None
 
 
-def plan_launch(req: StartRequest, ip: str) -> LaunchPlan:
-    """Every check of `req` against this host, and what it launches."""
-    plugin = discover(req.backend).require_primary()
+def plan_launch(req: StartRequest, ip: str, state_dir: Path) -> LaunchPlan:
+    """Every check of `req` against this host, and what it launches; it reads
+    the host, never writes (a refused start leaves nothing behind)."""
+    plugin = discover(req.split.backend).require_primary()
     spec = BridgeSpec.from_plugin(plugin)
     devices = plugin.list_devices()
+    mask = inherited_mask(plugin, os.environ)
+    split = req.split
     plan = plan_within_mask(
-        devices,
-        req.mode,
-        req.partitions,
-        req.manual,
-        inherited_mask(plugin, os.environ),
-        spec.accelerator_type,
-        traits=spec.traits,
+        devices, split.mode, split.partitions, split.manual, mask, spec.accelerator_type, traits=spec.traits
     )
-    check_user_keys(req.labels, req.resources, spec)
-    division = divide_host(plan, read_host(req.ray_args, req.resources))
-    gcs_port = req.port or DEFAULT_GCS_PORT
-    if req.head:
+    check_user_keys(req.offer.labels, req.offer.resources, spec)
+    host = read_host(req.ray.figures, req.offer.resources)
+    division = divide_host(plan, host)
+    gcs_port = req.join.port or DEFAULT_GCS_PORT
+    if req.join.head:
         check_free([gcs_port], "--port")
-    cpus = flag_value(req.ray_args, "--num-cpus")
-    units = [len(p.core_ids) for p in plan]
-    ports = plan_ports(
-        worker_ports(units, cpus, req.max_workers), req.port_base, req.head and client_server_available()
-    )
-    if req.head and any(gcs_port in p.all() for p in ports):
+    workers = worker_ports([len(p.core_ids) for p in plan], req.ray.figures.get("cpus"), req.offer.max_workers)
+    ports = plan_ports(workers, req.join.port_base, req.join.head and client_server_available())
+    if req.join.head and any(gcs_port in p.all() for p in ports):
         raise InputError(f"--port {gcs_port} falls inside the partitions' port blocks; choose another --port-base")
+    # A head makes a token if there is none; a joining raylet must be given one.
+    cluster_auth = auth.decide(os.environ, state_dir, create=req.join.head)
     notes = [f"warning: {w}" for w in (*plan.warnings, *division.warnings)]
     notes += [] if plan.mask is None else [str(plan.mask["description"])]
+    notes += [] if cluster_auth.warning is None else [f"warning: {cluster_auth.warning}"]
     return LaunchPlan(
         request=req,
         plan=plan,
@@ -125,8 +126,9 @@ def plan_launch(req: StartRequest, ip: str) -> LaunchPlan:
         ports=tuple(ports),
         gcs_port=gcs_port,
         node_ip=ip,
-        ray_args=tuple(identity.with_node_ip(req.ray_args, ip)),
+        ray=req.ray.naming(ip),
         spec=spec,
+        auth=cluster_auth,
         notes=tuple(notes),
     )
 
@@ -137,31 +139,24 @@ After = Callable[[HostRecord, Progress], HostRecord]
 
 
 def start(req: StartRequest, progress: Progress, after: After | None = None) -> HostRecord:
-    if req.head == bool(req.address):
+    if req.join.head == bool(req.join.address):
         raise InputError("give exactly one of --head (start a cluster) or --address ADDR (join one)")
-    validate_ray_args(req.ray_args)
-    if not req.dashboard and flag_value(req.ray_args, "--include-dashboard") not in (None, "false", "False", "0"):
+    if not req.services.dashboard and req.ray.include_dashboard not in (None, "false", "False", "0"):
         raise InputError("--no-dashboard contradicts `-- --include-dashboard true`: give one of them")
     # The address every raylet of this host uses, given to each of them (so the
     # host label, the record and Ray agree, and `--recover` keeps it).
-    ip = identity.node_ip(req.ray_args, req.address)
-    launch_plan = plan_launch(req, ip)
-    for note in launch_plan.notes:
-        progress(note)
+    ip = identity.node_ip(req.ray.node_ip, req.join.address)
     place = state.place_for(ip)
+    lp = plan_launch(req, ip, place.directory)
+    for note in lp.notes:
+        progress(note)
     with state.host_lock("start", place), interruptible():
-        stale = refuse_running("start", place)
-        # Last of the checks, so refused input never leaves a new token behind. A
-        # head makes a token if there is none; a joining raylet must be given one.
-        cluster_auth = auth.resolve(os.environ, state.ensure_dir(place), create=req.head)
-        if cluster_auth.warning:
-            progress(f"warning: {cluster_auth.warning}")
-        for old in stale:  # a record whose processes are all gone is stale
+        for old in refuse_running("start", place):  # a record whose processes are all gone is stale
             state.clear(old)
         launches = Launches(state.ensure_dir(place), req.timeout_s)
         try:
-            record = launch(launch_plan, cluster_auth, launches, progress)
-            if req.metrics:
+            record = launch(lp, launches, progress)
+            if req.services.metrics:
                 record = exporters.deploy(record, record.partitions, progress)
             if after is not None:
                 record = after(record, progress)
@@ -175,10 +170,11 @@ def start(req: StartRequest, progress: Progress, after: After | None = None) -> 
     return record
 
 
-def launch(lp: LaunchPlan, cluster_auth: auth.Auth, launches: Launches, progress: Progress) -> HostRecord:
-    """Start the raylets of `lp` (the head's first, alone), recording each as
-    it is up, and wait until the GCS has every one."""
-    req, plan = lp.request, lp.plan
+def launch(lp: LaunchPlan, launches: Launches, progress: Progress) -> HostRecord:
+    """Make the token file `lp` needs, start its raylets (the head's first,
+    alone), recording each as it is up, and wait until the GCS has every one."""
+    req, plan, head = lp.request, lp.plan, lp.request.join.head
+    cluster_auth = auth.provide(lp.auth, os.environ)
     base_env = raylet_base_env(cluster_auth)
     try:
         check_ray_version()
@@ -193,13 +189,13 @@ def launch(lp: LaunchPlan, cluster_auth: auth.Auth, launches: Launches, progress
             part,
             lp.ports[i],
             own,
-            head=req.head and i == 0,
+            head=head and i == 0,
             gcs=gcs,
             gcs_port=lp.gcs_port,
             share=share,
-            user_args=lp.ray_args,
-            user_labels=req.labels,
-            dashboard=req.dashboard,
+            user=lp.ray,
+            user_labels=req.offer.labels,
+            dashboard=req.services.dashboard,
             extra_labels=lp.labels[part.name],
         )
         pinned = f", CPUs {format_cpulist(share.cpu_set)}" if share.cpu_set is not None else ""
@@ -212,7 +208,7 @@ def launch(lp: LaunchPlan, cluster_auth: auth.Auth, launches: Launches, progress
             name=part.name,
             device_ids=tuple(part.device_ids),
             core_ids=tuple(part.core_ids),
-            head=req.head and i == 0,
+            head=head and i == 0,
             ports=lp.ports[i],
             processes=result.processes,
             node_id=result.node_id,
@@ -224,27 +220,27 @@ def launch(lp: LaunchPlan, cluster_auth: auth.Auth, launches: Launches, progress
             labels=tuple(lp.labels[part.name].items()),
         )
 
-    gcs, first = req.address, 0
+    gcs, first = req.join.address, 0
     heads: list[LaunchResult] = []
-    if req.head:
-        (head,) = heads = launches.run_all([job(0, None)])
-        if not head.ok or head.gcs_address is None:
-            raise RayAccelError(f"head partition {plan[0].name} failed: {head.error}")
-        gcs, first = head.gcs_address, 1
+    if head:
+        (ours,) = heads = launches.run_all([job(0, None)])
+        if not ours.ok or ours.gcs_address is None:
+            raise RayAccelError(f"head partition {plan[0].name} failed: {ours.error}")
+        gcs, first = ours.gcs_address, 1
     assert gcs is not None
     record = HostRecord(
         host=state.host_name(),
         host_ip=lp.node_ip,
         created=time.time(),
-        head=req.head,
+        head=head,
         mode=plan.mode.value,
         spec=lp.spec,
-        ray_args=lp.ray_args,
+        ray_args=lp.ray.args,
         gcs_address=gcs,
-        gcs_port=lp.gcs_port if req.head else None,
+        gcs_port=lp.gcs_port if head else None,
         auth=cluster_auth,
         partitions=tuple(entry(0, h) for h in heads),
-        labels=tuple(req.labels.items()),
+        labels=tuple(req.offer.labels.items()),
         dashboard_url=heads[0].dashboard_url if heads else None,
         cpu_pinning=lp.division.pinning,
         inherited_mask=plan.mask,

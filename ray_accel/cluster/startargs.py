@@ -16,7 +16,7 @@ next word as its value unless that word starts with "-".
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from ray_accel.bridge.managers import BridgeSpec
 from ray_accel.cluster.ports import HEAD_ONLY, RayletPorts
@@ -64,6 +64,7 @@ OUR_OPTION = {
 HEAD_ONLY_FLAGS = {"--include-dashboard", "--redis-shard-ports"}
 # `ray start` flags whose values are the host's figures, divided per partition.
 HOST_FLAGS = {"--num-cpus": "cpus", "--memory": "memory", "--object-store-memory": "object_store_memory"}
+NODE_IP_FLAG = "--node-ip-address"
 
 # The launcher's command line: RESULT_JSON -- start ARGS...
 LAUNCH_SEPARATOR = "--"
@@ -125,10 +126,6 @@ def flag_names(args: Sequence[str]) -> list[str]:
     return [a.name for a in parse(args) if a.name is not None]
 
 
-def has_flag(args: Sequence[str], name: str) -> bool:
-    return name in flag_names(args)
-
-
 def flag_value(args: Sequence[str], name: str) -> str | None:
     """The value of `--name v` or `--name=v` (the last one, as click takes
     it); None when `name` is not given; `InputError` when it is given without
@@ -156,6 +153,58 @@ def validate_ray_args(args: Sequence[str]) -> None:
         raise InputError(f"{clash[0]} is set per partition by ray-accel; {hint}")
 
 
+def user_figures(args: Sequence[str]) -> dict[str, int]:
+    """The host figures the user gave after `--`, checked as `ray start` would
+    (whole numbers), naming the flag and value when bad."""
+    out: dict[str, int] = {}
+    for flag, key in HOST_FLAGS.items():
+        raw = flag_value(args, flag)
+        if raw is None:
+            continue
+        text = raw.strip()
+        if not (text.isascii() and text.isdigit()):
+            raise InputError(f"{flag} {raw!r}: give a whole number (the host's total, divided between partitions)")
+        if key != "cpus" and int(text) == 0:
+            raise InputError(f"{flag} 0: the host's total must be above 0")
+        out[key] = int(text)
+    return out
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    """The user's `ray start` options (after `--`), read once: what ray-accel
+    reads of them, and what every raylet is given of them."""
+
+    args: tuple[str, ...] = ()
+    node_ip: str | None = None  # NODE_IP_FLAG, as given
+    figures: Mapping[str, int] = field(default_factory=dict)  # the host's, by HOST_FLAGS key
+    include_dashboard: str | None = None
+    usage_stats_off: bool = False  # --disable-usage-stats given
+
+    @classmethod
+    def read(cls, args: Sequence[str]) -> RayOptions:
+        """`args`, refusing a flag ray-accel sets itself, an option without
+        its value and a host figure `ray start` would refuse, naming it."""
+        validate_ray_args(args)
+        return cls(
+            args=tuple(args),
+            node_ip=flag_value(args, NODE_IP_FLAG),
+            figures=user_figures(args),
+            include_dashboard=flag_value(args, "--include-dashboard"),
+            usage_stats_off="--disable-usage-stats" in flag_names(args),
+        )
+
+    def naming(self, ip: str) -> RayOptions:
+        """These options with `--node-ip-address ip` when they name none (one given is kept as given)."""
+        return self if self.node_ip is not None else replace(self, args=(*self.args, NODE_IP_FLAG, ip), node_ip=ip)
+
+    def passed_on(self, head: bool) -> list[str]:
+        """What a raylet is given of these: all but the host figures (its
+        share replaces them) and, joining, the options only a head takes."""
+        user = without(self.args, HOST_FLAGS)
+        return user if head else without(user, HEAD_ONLY_FLAGS)
+
+
 def port_args(ports: RayletPorts, head: bool) -> list[str]:
     """A raylet's port block as `ray start` flags (a head's own ports only on a head)."""
     args: list[str] = []
@@ -175,7 +224,7 @@ def ray_start_args(
     gcs: str | None,
     gcs_port: int,
     share: Share,
-    user_args: Sequence[str],
+    user: RayOptions,
     user_labels: Mapping[str, str],
     dashboard: bool,
     extra_labels: Mapping[str, str] | None = None,
@@ -183,8 +232,8 @@ def ray_start_args(
     """`ray start` arguments for one partition: its ports, its accelerator
     count, its share of the host (`share`), its labels (the user's, then
     ray-accel's own per-partition labels `extra_labels`: host, topology),
-    then the user's own `ray start` options less the host figures `share`
-    replaces (and, on a raylet joining, less the head-only ones)."""
+    then what it is given of the user's own `ray start` options."""
+    passed = user.passed_on(head)
     args = ["start"]
     args += ["--head", "--port", str(gcs_port)] if head else ["--address", str(gcs)]
     args += port_args(ports, head)
@@ -196,12 +245,11 @@ def ray_start_args(
     # Every raylet would otherwise claim the whole host (docs/design.md).
     args += ["--num-cpus", str(share.cpus), "--memory", str(share.memory)]
     args += ["--object-store-memory", str(share.object_store_memory)]
-    if head and not dashboard and not has_flag(user_args, "--include-dashboard"):
+    if head and not dashboard and user.include_dashboard is None:
         args += ["--include-dashboard", "false"]
-    if not has_flag(user_args, "--disable-usage-stats"):
+    if not user.usage_stats_off:
         args.append("--disable-usage-stats")
-    user = without(user_args, HOST_FLAGS)
-    return args + (user if head else without(user, HEAD_ONLY_FLAGS))
+    return args + passed
 
 
 def launch_argv(result_path: str, args: Sequence[str]) -> list[str]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from typing import Any
 
@@ -51,13 +51,7 @@ class HostResources:
     sources: Mapping[str, str] = field(default_factory=dict)  # amount -> "host" or the user's flag
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "cpus": self.cpus,
-            "memory": self.memory,
-            "object_store_memory": self.object_store_memory,
-            "resources": dict(self.resources),
-            "sources": dict(self.sources),
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -73,15 +67,7 @@ class Share:
     pin_reason: str | None = None  # why not pinned, or which NUMA node it is pinned to
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "partition": self.partition,
-            "cpus": self.cpus,
-            "memory": self.memory,
-            "object_store_memory": self.object_store_memory,
-            "resources": dict(self.resources),
-            "cpu_set": None if self.cpu_set is None else list(self.cpu_set),
-            "pin_reason": self.pin_reason,
-        }
+        return {**asdict(self), "cpu_set": None if self.cpu_set is None else list(self.cpu_set)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Share:

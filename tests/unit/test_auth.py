@@ -15,29 +15,36 @@ def mode(path: str | Path) -> int:
     return stat.S_IMODE(Path(path).stat().st_mode)
 
 
+def resolve(environ: dict[str, str], state_dir: Path, create: bool, home: Path) -> auth.Auth:
+    """The decision, then its file made, as `start` does."""
+    return auth.provide(auth.decide(environ, state_dir, create, home), environ)
+
+
 def test_a_new_head_with_no_token_anywhere_generates_one_0600_at_rays_default_path(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    got = auth.resolve({}, tmp_path / "state", create=True, home=home)
+    decided = auth.decide({}, tmp_path / "state", create=True, home=home)
+    assert not home.exists() and decided.make == auth.NEW, "the decision writes nothing"
+    got = resolve({}, tmp_path / "state", create=True, home=home)
     path = home / ".ray" / "auth_token"
     assert got.mode == "token" and got.token_path == str(path)
     assert mode(path) == 0o600 and mode(path.parent) == 0o700
     assert len(path.read_text()) == 64, "Ray's generator: 256 bits as hex"
     assert got.env() == {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(path)}
-    again = auth.resolve({}, tmp_path / "state", create=True, home=home)
+    again = resolve({}, tmp_path / "state", create=True, home=home)
     assert again.token_path == str(path) and path.read_text() == path.read_text(), "the existing token is reused"
 
 
 @badinput("unnamed")
 def test_a_joining_raylet_without_a_token_is_refused_naming_what_is_missing(tmp_path: Path) -> None:
     with pytest.raises(auth.AuthError, match="no Ray cluster token on this host: set RAY_AUTH_TOKEN_PATH"):
-        auth.resolve({}, tmp_path / "state", create=False, home=tmp_path / "home")
+        auth.decide({}, tmp_path / "state", create=False, home=tmp_path / "home")
     assert not (tmp_path / "home").exists(), "nothing was written"
 
 
 def test_a_token_given_by_value_is_handed_on_as_a_0600_file_never_as_a_value(tmp_path: Path) -> None:
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
-    got = auth.resolve({"RAY_AUTH_TOKEN": "s3cret-value"}, state, create=False, home=tmp_path / "home")
+    got = resolve({"RAY_AUTH_TOKEN": "s3cret-value"}, state, create=False, home=tmp_path / "home")
     assert got.token_path == str(state / "auth_token")
     assert Path(got.token_path).read_text() == "s3cret-value" and mode(got.token_path) == 0o600
     assert "s3cret-value" not in repr(got) and "s3cret-value" not in str(got.to_json()) + str(got.env())
@@ -51,10 +58,10 @@ def test_ray_precedence_value_then_path_then_default(tmp_path: Path) -> None:
     auth.write_token_file(named, "from-path")
     state = tmp_path / "state"
     state.mkdir()
-    assert auth.resolve({}, state, False, home).token_path == str(default)
-    assert auth.resolve({"RAY_AUTH_TOKEN_PATH": str(named)}, state, False, home).token_path == str(named)
+    assert resolve({}, state, False, home).token_path == str(default)
+    assert resolve({"RAY_AUTH_TOKEN_PATH": str(named)}, state, False, home).token_path == str(named)
     both = {"RAY_AUTH_TOKEN_PATH": str(named), "RAY_AUTH_TOKEN": "from-value"}
-    assert Path(str(auth.resolve(both, state, False, home).token_path)).read_text() == "from-value"
+    assert Path(str(resolve(both, state, False, home).token_path)).read_text() == "from-value"
 
 
 @badinput("unnamed")
@@ -62,17 +69,17 @@ def test_a_named_token_path_that_is_empty_is_an_error_as_in_ray(tmp_path: Path) 
     empty = tmp_path / "empty"
     empty.write_text("")
     with pytest.raises(auth.AuthError, match="no readable, non-empty token file"):
-        auth.resolve({"RAY_AUTH_TOKEN_PATH": str(empty)}, tmp_path, create=True, home=tmp_path / "home")
+        resolve({"RAY_AUTH_TOKEN_PATH": str(empty)}, tmp_path, create=True, home=tmp_path / "home")
 
 
 def test_a_named_missing_path_on_a_new_head_is_where_the_new_token_goes(tmp_path: Path) -> None:
     target = tmp_path / "tokens" / "cluster"
-    got = auth.resolve({"RAY_AUTH_TOKEN_PATH": str(target)}, tmp_path, create=True, home=tmp_path / "home")
+    got = resolve({"RAY_AUTH_TOKEN_PATH": str(target)}, tmp_path, create=True, home=tmp_path / "home")
     assert got.token_path == str(target) and mode(target) == 0o600
 
 
 def test_disabled_is_honoured_and_writes_nothing(tmp_path: Path) -> None:
-    got = auth.resolve({"RAY_AUTH_MODE": "DISABLED"}, tmp_path / "state", create=True, home=tmp_path / "home")
+    got = resolve({"RAY_AUTH_MODE": "DISABLED"}, tmp_path / "state", create=True, home=tmp_path / "home")
     assert got.mode == "disabled" and got.token_path is None and got.env() == {"RAY_AUTH_MODE": "disabled"}
     assert not (tmp_path / "home").exists()
 
@@ -82,10 +89,10 @@ def test_disabled_is_honoured_and_writes_nothing(tmp_path: Path) -> None:
 )
 def test_an_auth_mode_we_cannot_honour_is_refused_by_name(tmp_path: Path, value: str) -> None:
     if value == "":
-        assert auth.resolve({"RAY_AUTH_MODE": ""}, tmp_path, True, tmp_path / "h").mode == "token"
+        assert resolve({"RAY_AUTH_MODE": ""}, tmp_path, True, tmp_path / "h").mode == "token"
         return
     with pytest.raises(auth.AuthError, match=f"RAY_AUTH_MODE='{value}' is not supported"):
-        auth.resolve({"RAY_AUTH_MODE": value}, tmp_path, create=True, home=tmp_path / "home")
+        resolve({"RAY_AUTH_MODE": value}, tmp_path, create=True, home=tmp_path / "home")
 
 
 def test_a_loose_existing_token_file_gets_a_warning_not_a_silent_pass(tmp_path: Path) -> None:
@@ -94,12 +101,12 @@ def test_a_loose_existing_token_file_gets_a_warning_not_a_silent_pass(tmp_path: 
     path.parent.mkdir(parents=True)
     path.write_text("abc")
     path.chmod(0o644)
-    got = auth.resolve({}, tmp_path, create=True, home=home)
+    got = resolve({}, tmp_path, create=True, home=home)
     assert got.warning is not None and "readable by other users (mode 644)" in got.warning
 
 
 def test_state_record_round_trip_and_bad_entries(tmp_path: Path) -> None:
-    got = auth.resolve({}, tmp_path, create=True, home=tmp_path / "home")
+    got = resolve({}, tmp_path, create=True, home=tmp_path / "home")
     assert auth.Auth.from_json(got.to_json()).env() == got.env()
     with pytest.raises(auth.AuthError, match="bad auth entry"):
         auth.Auth.from_json({"mode": "open"})

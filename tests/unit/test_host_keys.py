@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from ray._private.label_utils import validate_label_value
 
 from ray_accel.cluster import identity, state
+from ray_accel.cluster.startargs import RayOptions
 from ray_accel.core.errors import InputError
 from ray_accel.core.hosts import HostId, canonical_ip, host_key, ip_text
 from ray_accel.partition.labels import HOST_LABEL, LABEL_VALUE, node_host
@@ -112,8 +113,9 @@ def test_this_hosts_records_are_those_of_its_addresses(recorded_ips: list[str], 
     ],
 )
 def test_a_given_node_ip_is_the_hosts(args: list[str], expected: str) -> None:
-    assert identity.node_ip(args, None) == expected
-    assert identity.with_node_ip(args, expected) == args, "a given address is passed on as given"
+    options = RayOptions.read(args)
+    assert identity.node_ip(options.node_ip, None) == expected
+    assert options.naming(expected).args == tuple(args), "a given address is passed on as given"
 
 
 def test_localhost_and_no_address_are_what_ray_detects(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -125,20 +127,20 @@ def test_localhost_and_no_address_are_what_ray_detects(monkeypatch: pytest.Monke
 
     monkeypatch.setattr(identity, "detected_ip", detected)
     for loopback in ("localhost", "127.0.0.1", "::1"):
-        assert identity.node_ip(["--node-ip-address", loopback], "10.0.0.1:6379") == "10.9.8.7"
-    assert identity.node_ip([], "10.0.0.1:6379") == "10.9.8.7"
-    assert identity.node_ip([], None) == "10.9.8.7"
+        assert identity.node_ip(loopback, "10.0.0.1:6379") == "10.9.8.7"
+    assert identity.node_ip(None, "10.0.0.1:6379") == "10.9.8.7"
+    assert identity.node_ip(None, None) == "10.9.8.7"
     # Ray: `resolve_ip_for_localhost` detects without the GCS; a joining raylet detects toward it.
     assert asked == [None, None, None, "10.0.0.1:6379", None]
-    given = identity.with_node_ip(["--num-cpus", "2"], "10.9.8.7")
-    assert given == ["--num-cpus", "2", "--node-ip-address", "10.9.8.7"]
+    given = RayOptions.read(["--num-cpus", "2"]).naming("10.9.8.7")
+    assert given.args == ("--num-cpus", "2", "--node-ip-address", "10.9.8.7") and given.node_ip == "10.9.8.7"
 
 
 @badinput("unnamed")
 @pytest.mark.parametrize("value", ["my-host", "10.0.0", "10.0.0.1:6379", " "])
 def test_a_node_ip_that_is_no_address_is_refused_naming_it(value: str) -> None:
     with pytest.raises(InputError, match="is not an IP address") as e:
-        identity.node_ip(["--node-ip-address", value], None)
+        identity.node_ip(value, None)
     assert repr(value) in str(e.value)
 
 
@@ -146,4 +148,4 @@ def test_the_detected_address_is_rays_own() -> None:
     import ray.util
 
     assert identity.detected_ip(None) == ray.util.get_node_ip_address()
-    assert canonical_ip(identity.node_ip([], None)) is not None
+    assert canonical_ip(identity.node_ip(None, None)) is not None

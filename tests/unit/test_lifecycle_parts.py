@@ -40,7 +40,7 @@ def test_worker_ports_follow_the_partitions_share_or_the_users_figure(monkeypatc
     monkeypatch.setattr(os, "cpu_count", lambda: 128)
     units = [len(p.core_ids) for p in plan]
     assert worker_ports(units, None, None) == [2 * 64 + 4 * 16 + 64] * 2
-    assert worker_ports(units, "500", None) == [2 * 500 + 4 * 16 + 64] * 2
+    assert worker_ports(units, 500, None) == [2 * 500 + 4 * 16 + 64] * 2
     assert worker_ports(units, "8", 300) == [300, 300], "--max-workers wins"
 
 

@@ -13,11 +13,11 @@ from ray_accel_cuda.runtime import TRAITS as CUDA_TRAITS
 from ray_accel_neuron.runtime import TRAITS as NEURON_TRAITS
 
 from ray_accel.bridge.managers import BridgeSpec, BridgeUnsupported, check_ray_version
-from ray_accel.cluster.host import read_host, user_figures
+from ray_accel.cluster.host import read_host
 from ray_accel.cluster.ports import RayletPorts, raylet_ports
-from ray_accel.cluster.raylet import StartRequest, check_user_keys, partition_env
+from ray_accel.cluster.raylet import Join, Offer, Services, StartRequest, check_user_keys, partition_env
 from ray_accel.cluster.raylet_launch import CPU_SET_ENV
-from ray_accel.cluster.startargs import ray_start_args, validate_ray_args
+from ray_accel.cluster.startargs import RayOptions, ray_start_args, user_figures, validate_ray_args
 from ray_accel.core import validate
 from ray_accel.core.errors import InputError
 from ray_accel.partition.plan import Partition
@@ -56,14 +56,18 @@ def start_args(
         gcs=gcs,
         gcs_port=gcs_port,
         share=share,
-        user_args=req.ray_args,
-        user_labels=req.labels,
-        dashboard=req.dashboard,
+        user=req.ray,
+        user_labels=req.offer.labels,
+        dashboard=req.services.dashboard,
     )
 
 
 def test_a_raylet_gets_its_share_not_the_host() -> None:
-    req = StartRequest(head=True, ray_args=["--num-cpus", "8", "--memory=9", "--temp-dir", "/x"], labels={"team": "a"})
+    req = StartRequest(
+        Join(head=True),
+        offer=Offer(labels={"team": "a"}),
+        ray=RayOptions.read(["--num-cpus", "8", "--memory=9", "--temp-dir", "/x"]),
+    )
     args = start_args(PART, raylet_ports(30000, 1), SPEC, True, None, req, 6379, SHARE)
     assert value(args, "--num-cpus") == "3" and args.count("--num-cpus") == 1, "the user's host figure is replaced"
     assert value(args, "--memory") == "4000000000" and not any(a.startswith("--memory=") for a in args)
@@ -90,7 +94,7 @@ def test_gpu_count_goes_to_num_gpus_and_custom_resources_stay() -> None:
     ],
 )
 def test_dashboard_on_by_default_on_the_head(dashboard: bool, ray_args: list[str], expect: str | None) -> None:
-    req = StartRequest(head=True, dashboard=dashboard, ray_args=ray_args)
+    req = StartRequest(Join(head=True), services=Services(dashboard=dashboard), ray=RayOptions.read(ray_args))
     share = Share("p0", 1, 10**9, 10**8)
     args = start_args(PART, raylet_ports(30000, 0), SPEC, True, None, req, 6379, share)
     got = value(args, "--include-dashboard") if "--include-dashboard" in args else None
@@ -209,7 +213,7 @@ def test_user_host_figures_are_read_as_the_hosts() -> None:
         user_figures(["--num-cpus", "x"])
     with pytest.raises(InputError, match="--memory 0"):
         user_figures(["--memory", "0"])
-    host = read_host(["--num-cpus", "6", "--object-store-memory", "200000000"], {"license": 3})
+    host = read_host(user_figures(["--num-cpus", "6", "--object-store-memory", "200000000"]), {"license": 3})
     assert host.cpus == 6 and host.object_store_memory == 200000000
     assert host.sources == {"cpus": "--num-cpus", "memory": "host", "object_store_memory": "--object-store-memory"}
 
@@ -218,7 +222,7 @@ def test_detected_host_stays_within_physical_memory() -> None:
     import psutil
     import ray._private.utils as ray_utils
 
-    host = read_host([])
+    host = read_host({})
     assert host.cpus == int(ray_utils.get_num_cpus())
     assert 0 < host.memory + host.object_store_memory <= psutil.virtual_memory().total
     # Ray's own rule for the object store, for the whole host (no fixed 2 GiB cap).
