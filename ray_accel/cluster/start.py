@@ -115,7 +115,7 @@ def plan_launch(req: StartRequest, ip: str) -> LaunchPlan:
     if req.head and any(gcs_port in p.all() for p in ports):
         raise InputError(f"--port {gcs_port} falls inside the partitions' port blocks; choose another --port-base")
     notes = [f"warning: {w}" for w in (*plan.warnings, *division.warnings)]
-    notes += [] if plan.mask is None else [str(plan.mask["description"])]
+    notes += [] if plan.mask is None else [plan.mask.description]
     return LaunchPlan(
         request=req,
         plan=plan,
