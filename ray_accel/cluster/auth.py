@@ -52,7 +52,7 @@ class Auth:
             out[TOKEN_PATH_ENV] = self.token_path
         return out
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> dict[str, str | None]:
         return {"mode": self.mode, "token_path": self.token_path, "source": self.source}
 
     @classmethod

@@ -270,10 +270,6 @@ class Node:
 # ------------------------------------------------------------- typed values
 
 
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
 def _load(kind: Any, node: Node) -> Any:
     origin, args = typing.get_origin(kind), typing.get_args(kind)
     if origin in (typing.Union, types.UnionType):
@@ -317,7 +313,7 @@ def _load(kind: Any, node: Node) -> Any:
 def _load_object(cls: type[T], node: Node) -> T:
     fields = [f for f in dataclasses.fields(cls) if f.init]  # type: ignore[arg-type]
     node.only([f.name for f in fields])
-    hints = _hints(cls)
+    hints = typing.get_type_hints(cls)
     values = {}
     for f in fields:
         has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
