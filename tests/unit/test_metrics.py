@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Collection, Mapping
-from dataclasses import asdict
 from pathlib import Path
 
 import psutil
@@ -429,7 +428,7 @@ def test_top_payload_joins_every_hosts_snapshots_and_names_missing_ones() -> Non
     # (health.json); these hosts have none.
     assert all(set(DEVICE_FIELDS) | {"health_state"} == set(d) for d in payload["devices"])
     assert all(d["health_state"] is None for d in payload["devices"])
-    assert payload["orphans"] == [asdict(orphan)]
+    assert payload["orphans"] == [orphan]
     assert payload["errors"] == ["hostB/p0: x", "hostB/p1: no metrics exporter: gone"], "a dead raylet is no error"
     assert [p["exporter"] for p in payload["partitions"]] == ["ok", "ok", "no metrics exporter: gone", "raylet is dead"]
     text = render.top_text(payload)
