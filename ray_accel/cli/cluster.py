@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -16,6 +16,11 @@ from ray_accel.cluster.raylet import Join, Offer, Services, Split, StartRequest
 from ray_accel.core import validate
 from ray_accel.core.errors import InputError
 from ray_accel.core.health_state import Action, HealthSettings
+from ray_accel.core.reader import dump_fields
+
+if TYPE_CHECKING:  # imported by the commands that need them
+    from ray_accel.cli.connect import Orphans
+    from ray_accel.cluster.status import HostStatus
 
 # The options a recover takes; every other one shapes a new start.
 RECOVER_OPTIONS = ("head", "address", "recover", "timeout", "as_json")
@@ -176,23 +181,23 @@ def status_command(cluster: bool, as_json: bool) -> int:
     payload = status()
     # Only a GCS that answered is asked through a driver: ray.init on a dead
     # or foreign address waits for minutes (Ray's own GCS connect timeout).
-    answered = any(p.get("registered") is not None for p in payload["partitions"])
-    if payload["running"] and payload["gcs_alive"] and answered:
-        payload.update(exporter_orphans(payload))
-    return emit(as_json, payload, render.status_with_orphans_text)
+    answered = any(p.registered is not None for p in payload.partitions)
+    orphans = exporter_orphans(payload) if payload.running and payload.gcs_alive and answered else None
+    shown = payload if orphans is None else dump_fields(payload, **dump_fields(orphans))
+    return emit(as_json, shown, lambda _: render.status_with_orphans_text(payload, orphans))
 
 
-def exporter_orphans(payload: dict[str, Any]) -> dict[str, Any]:
+def exporter_orphans(payload: HostStatus) -> Orphans:
     """The orphans this host's exporters saw; a failure to ask is reported, not raised."""
     import ray
 
-    from ray_accel.cli.connect import connect_to_recorded_cluster, host_orphans
+    from ray_accel.cli.connect import Orphans, connect_to_recorded_cluster, host_orphans
 
     try:
         connect_to_recorded_cluster(payload)
         return host_orphans(payload)
     except Exception as e:
-        return {"orphans": [], "orphan_errors": [f"metrics exporters not reachable: {type(e).__name__}: {e}"]}
+        return Orphans((), (f"metrics exporters not reachable: {type(e).__name__}: {e}",))
     finally:
         ray.shutdown()
 
@@ -206,4 +211,4 @@ def stop(grace: float, as_json: bool) -> int:
     """Stop exactly the processes `start` started on this host, by PID."""
     from ray_accel.cluster.stop import stop as stop_partitions
 
-    return emit(as_json, stop_partitions(grace), lambda p: str(p["message"]))
+    return emit(as_json, stop_partitions(grace), lambda p: p.message)

@@ -10,7 +10,9 @@ from ray_accel.core.visibility import format_visible_ids
 from ray_accel.partition.labels import PARTITION_LABEL
 
 if TYPE_CHECKING:  # the status module is imported only by the commands that show it
-    from ray_accel.cluster.status import ClusterPartition, ClusterView
+    from ray_accel.cli.connect import Orphans
+    from ray_accel.cluster.status import ClusterPartition, ClusterView, HostStatus
+    from ray_accel.metrics.collect import OrphanReading
 
 
 def render(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -46,12 +48,9 @@ def host_kind(payload: dict[str, Any]) -> str:
     return kinds[0] if len(kinds) == 1 else f"mixed: {', '.join(kinds)}"
 
 
-def partition_kind(p: dict[str, Any]) -> str | None:
+def partition_kind(accelerator_type: str | None, models: Sequence[str]) -> str | None:
     """A partition's advertised type; a mixed one names its models."""
-    models = p.get("models") or []
-    if p.get("accelerator_type"):
-        return str(p["accelerator_type"])
-    return f"none ({' + '.join(models)})" if len(models) > 1 else None
+    return accelerator_type or (f"none ({' + '.join(models)})" if len(models) > 1 else None)
 
 
 def devices_text(payload: dict[str, Any]) -> str:
@@ -98,7 +97,7 @@ def plan_text(payload: dict[str, Any]) -> str:
             format_id_list(p["device_ids"]),
             format_visible_ids(p["core_ids"], "ranges"),
             p["visible_ids"],
-            partition_kind(p),
+            partition_kind(p.get("accelerator_type"), p.get("models") or []),
             p.get("cpus"),
             cpu_set_text(p.get("cpu_set")),
             gib(p.get("memory"), 1),
@@ -124,65 +123,65 @@ def plan_text(payload: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def status_text(payload: dict[str, Any]) -> str:
-    warnings = [f"warning: {w}" for w in payload.get("warnings", [])]
-    if not payload["partitions"]:
+def status_text(payload: HostStatus) -> str:
+    warnings = [f"warning: {w}" for w in payload.warnings]
+    if not payload.partitions:
         return "\n".join(["no ray-accel partitions recorded on this host", *warnings])
     rows = [
         [
-            p["partition"] + (" (head)" if p["head"] else ""),
-            "alive" if p["alive"] else "DEAD",
-            (p.get("health") or {}).get("state", "-"),
-            p["pid"],
-            (p["node_id"] or "-")[:12],
-            format_visible_ids(p["core_ids"], "ranges") or "-",
-            partition_kind(p),
-            cpu_set_text(p.get("cpu_set")),
-            ", ".join(f"{k} {v:g}/{p['total'][k]:g}" for k, v in p["in_use"].items()) or "-",
+            p.partition + (" (head)" if p.head else ""),
+            "alive" if p.alive else "DEAD",
+            p.health.state.value if p.health else "-",
+            p.pid,
+            (p.node_id or "-")[:12],
+            format_visible_ids(p.core_ids, "ranges") or "-",
+            partition_kind(p.accelerator_type, p.models),
+            cpu_set_text(p.cpu_set),
+            ", ".join(f"{k} {v:g}/{p.total[k]:g}" for k, v in p.in_use.items()) or "-",
         ]
-        for p in payload["partitions"]
+        for p in payload.partitions
     ]
     table = render(["PARTITION", "STATE", "HEALTH", "RAYLET PID", "NODE", "CORES", "TYPE", "CPU SET", "IN USE"], rows)
-    extra = [f"CPU pinning: {payload['cpu_pinning']}"] if payload.get("cpu_pinning") else []
-    if payload.get("host_ip"):
-        extra.append(f"host: {payload['host']}, node IP {payload['host_ip']}")
-    if payload.get("inherited_mask"):
-        extra.append(payload["inherited_mask"]["description"])
-    if payload.get("dashboard_address"):
-        extra.append(f"dashboard: {payload['dashboard_address']}")
+    extra = [f"CPU pinning: {payload.cpu_pinning}"] if payload.cpu_pinning else []
+    if payload.host_ip:
+        extra.append(f"host: {payload.host}, node IP {payload.host_ip}")
+    if payload.inherited_mask:
+        extra.append(payload.inherited_mask.description)
+    if payload.dashboard_address:
+        extra.append(f"dashboard: {payload.dashboard_address}")
     extra += health_lines(payload)
     return "\n".join([table, *extra, *warnings])
 
 
-def health_lines(payload: dict[str, Any]) -> list[str]:
+def health_lines(payload: HostStatus) -> list[str]:
     """`status`: the decider, each partition out of its normal state and
     each device that is not healthy, with its last event."""
-    summary = payload.get("health")
+    summary = payload.health
     if not summary:
         return []
-    decider = summary["decider"]
-    running = f"pid {decider['pid']}" if decider["alive"] else "NOT RUNNING (ray-accel start --recover starts it)"
-    lines = [f"health decider: {running}, --on-unhealthy {summary['action']}"]
-    for p in payload["partitions"]:
-        h = p.get("health") or {}
-        if h.get("detail"):
-            lines.append(f"  {p['partition']} {h['state']}: {h['detail']}")
-    for d in summary["not_healthy"]:
-        event = d.get("last_event") or {}
-        why = f": {event['reason']}" if event.get("reason") else ""
-        lines.append(f"  {d['device_id']} {d['state']}{why}")
+    decider = summary.decider
+    running = f"pid {decider.pid}" if decider.alive else "NOT RUNNING (ray-accel start --recover starts it)"
+    lines = [f"health decider: {running}, --on-unhealthy {summary.action.value}"]
+    lines += [
+        f"  {p.partition} {p.health.state.value}: {p.health.detail}"
+        for p in payload.partitions
+        if p.health and p.health.detail
+    ]
+    for d in summary.not_healthy:
+        why = f": {d.last_event.reason}" if d.last_event and d.last_event.reason else ""
+        lines.append(f"  {d.device_id} {d.state.value}{why}")
     return lines
 
 
-def started_text(payload: dict[str, Any]) -> str:
-    env = " ".join(f"{k}={v}" for k, v in payload["env"].items())
-    address = payload["gcs_address"]
+def started_text(payload: HostStatus) -> str:
+    env = " ".join(f"{k}={v}" for k, v in payload.env.items())
+    address = payload.gcs_address
     return (
         status_text(payload)
         + f"\ncluster address: {address}"
         + (
-            f"\nsubmit a job: ray job submit --address {payload['dashboard_address']} -- python script.py"
-            if payload.get("dashboard_address")
+            f"\nsubmit a job: ray job submit --address {payload.dashboard_address} -- python script.py"
+            if payload.dashboard_address
             else ""
         )
         + f"\ndriver environment: export {env}"
@@ -191,14 +190,14 @@ def started_text(payload: dict[str, Any]) -> str:
     )
 
 
-def orphans_text(orphans: Sequence[dict[str, Any]], errors: Sequence[str] = ()) -> str:
+def orphans_text(orphans: Sequence[OrphanReading], errors: Sequence[str] = ()) -> str:
     """Processes holding a partition's device without being its raylet's workers."""
     lines = []
     if orphans:
         lines.append(
             render(
                 ["ORPHAN PID", "HOST", "PARTITION", "DEVICE", "COMMAND"],
-                [[o["pid"], o["host"], o["partition"], o["device_id"], o["command"]] for o in orphans],
+                [[o.pid, o.host, o.partition, o.device_id, o.command] for o in orphans],
             )
         )
     elif not errors:
@@ -207,11 +206,11 @@ def orphans_text(orphans: Sequence[dict[str, Any]], errors: Sequence[str] = ()) 
     return "\n".join(lines)
 
 
-def status_with_orphans_text(payload: dict[str, Any]) -> str:
+def status_with_orphans_text(payload: HostStatus, orphans: Orphans | None) -> str:
     text = status_text(payload)
-    if "orphans" not in payload:
+    if orphans is None:
         return text
-    return text + "\n\n" + orphans_text(payload["orphans"], payload.get("orphan_errors", []))
+    return text + "\n\n" + orphans_text(orphans.orphans, orphans.orphan_errors)
 
 
 def top_text(payload: dict[str, Any]) -> str:

@@ -19,6 +19,7 @@ from ray_accel.cli.connect import connect_to_recorded_cluster
 from ray_accel.cli.host import json_option
 from ray_accel.cli.jobs import top_jobs, top_jobs_text
 from ray_accel.cli.params import FiniteFloat
+from ray_accel.core.reader import dump, load
 
 DEVICE_FIELDS = (
     "id",
@@ -39,10 +40,12 @@ DEVICE_FIELDS = (
 def top_payload(partitions: Sequence[Mapping[str, Any]], snaps: Mapping[str, dict[str, Any] | str]) -> dict[str, Any]:
     """The view of every partition raylet (`export.partition_nodes`) and its
     exporter's snapshot or the reason there is none, keyed by node id."""
+    from ray_accel.metrics.collect import OrphanReading
+
     parts: list[dict[str, Any]] = []
     devices: list[dict[str, Any]] = []
     workloads: list[dict[str, Any]] = []
-    orphans: list[dict[str, Any]] = []
+    orphans: list[OrphanReading] = []
     errors: list[str] = []
     for p in partitions:
         where = f"{p['host']}/{p['partition']}"
@@ -66,7 +69,7 @@ def top_payload(partitions: Sequence[Mapping[str, Any]], snaps: Mapping[str, dic
             for d in snap.get("devices", [])
         ]
         workloads += snap.get("workloads", [])
-        orphans += snap.get("orphans", [])
+        orphans += [load(OrphanReading, o) for o in snap.get("orphans", [])]
         errors += [f"{where}: {e}" for e in snap.get("errors", [])]
     return {"partitions": parts, "devices": devices, "workloads": workloads, "orphans": orphans, "errors": errors}
 
@@ -88,7 +91,7 @@ def top(once: bool, interval: float, as_json: bool) -> int:
         payload = top_payload(parts, export.snapshots([p["node_id"] for p in parts if p["alive"]]))
         payload["jobs"] = top_jobs()
         if as_json:
-            print(json.dumps(payload, indent=2), flush=True)
+            print(json.dumps(dump(payload), indent=2), flush=True)
         else:
             if not once:
                 print("\033[2J\033[H", end="")

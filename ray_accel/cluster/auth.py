@@ -17,11 +17,12 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ray_accel.cluster.files import read_bounded
 from ray_accel.core.errors import InputError
+from ray_accel.core.reader import LOCAL
 from ray_accel.rayapi import auth as rayapi_auth
 from ray_accel.rayapi.feature import RayApiMissing
 
@@ -45,8 +46,10 @@ class Auth:
     mode: str  # "token" or "disabled"
     token_path: str | None  # absolute; None when auth is disabled
     source: str  # where the token came from, for messages (never the token)
-    warning: str | None = None
-    make: str | None = None  # what `provide` writes at token_path: COPY or NEW (None: it is there)
+    # For this process only (neither recorded nor shown): what to say, and
+    # what `provide` writes at token_path (COPY or NEW; None: it is there).
+    warning: str | None = field(default=None, metadata=LOCAL)
+    make: str | None = field(default=None, metadata=LOCAL)
 
     def env(self) -> dict[str, str]:
         """What a raylet or driver needs in its environment to reach the cluster."""
@@ -54,9 +57,6 @@ class Auth:
         if self.token_path is not None:
             out[TOKEN_PATH_ENV] = self.token_path
         return out
-
-    def to_json(self) -> dict[str, object]:
-        return {"mode": self.mode, "token_path": self.token_path, "source": self.source}
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> Auth:

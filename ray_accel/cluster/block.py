@@ -62,7 +62,7 @@ def _stop_all(record: HostRecord, grace_s: float, progress: Progress) -> None:
             return  # someone else stopped them (and perhaps started anew)
         try:
             result = stop(grace_s, state.place_of(record))
-            progress(str(result["message"]))
+            progress(result.message)
             return
         except state.LockError:
             if time.monotonic() > deadline:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
@@ -26,9 +26,9 @@ from ray_accel.core.errors import InputError
 from ray_accel.core.health_state import HealthSettings
 from ray_accel.core.hosts import canonical_ip
 from ray_accel.core.processes import ProcessRecord
-from ray_accel.core.reader import Node, ReadError, dump, dump_fields, parse_json, show
+from ray_accel.core.reader import Node, ReadError, dump, dump_fields, load, parse_json, show
 from ray_accel.core.visibility import format_visible_ids
-from ray_accel.partition.plan import Mode, Partition
+from ray_accel.partition.plan import MaskView, Mode, Partition
 from ray_accel.partition.share import Share
 from ray_accel.plugins.traits import DeviceTraits
 
@@ -175,7 +175,7 @@ class HostRecord:
     labels: tuple[tuple[str, str], ...] = ()  # the user's --labels, on every partition
     dashboard_url: str | None = None
     cpu_pinning: str | None = None  # "on", or "off: <why>"
-    inherited_mask: Mapping[str, object] | None = None  # the mask set before start, as plan shows it
+    inherited_mask: MaskView | None = None  # the mask set before start, as plan shows it
     # Set by `stop` before its first signal, so a `start --block` watching
     # these partitions knows their end was asked for.
     stopping: bool = False
@@ -212,12 +212,12 @@ def dumps(record: HostRecord) -> str:
         "ray_args": list(record.ray_args),
         "gcs_address": record.gcs_address,
         "gcs_port": record.gcs_port,
-        "auth": record.auth.to_json(),
+        "auth": dump(record.auth),
         "metrics": record.metrics,
         "labels": dict(record.labels),
         "dashboard_url": record.dashboard_url,
         "cpu_pinning": record.cpu_pinning,
-        "inherited_mask": None if record.inherited_mask is None else dict(record.inherited_mask),
+        "inherited_mask": dump(record.inherited_mask),
         "stopping": record.stopping,
         "health": dump(record.health),
         "decider": dump(record.decider),
@@ -301,7 +301,7 @@ def _record(obj: Node) -> HostRecord:
         labels=_labels(obj.at("labels", None)),
         dashboard_url=_opt(obj.at("dashboard_url", None), lambda n: n.text(512)),
         cpu_pinning=_opt(obj.at("cpu_pinning", None), lambda n: n.text(MAX_TEXT)),
-        inherited_mask=_opt(obj.at("inherited_mask", None), _mask),
+        inherited_mask=_opt(obj.at("inherited_mask", None), lambda n: load(MaskView, n.data, n.path)),
         stopping=obj.at("stopping", False).bool(),
         health=_opt(obj.at("health", None), lambda n: HealthSettings.from_json(n.data, n.path)),
         decider=_opt(obj.at("decider", None), _decider),
@@ -328,13 +328,6 @@ def _labels(node: Node) -> tuple[tuple[str, str], ...]:
         except InputError as e:
             labels.fail(str(e))
     return tuple((str(k), str(v)) for k, v in labels.mapping().items())
-
-
-def _mask(node: Node) -> Mapping[str, object]:
-    node.at("description").text(MAX_TEXT)
-    if len(json.dumps(node.data)) > MAX_TEXT * 16:
-        node.fail("too large")
-    return node.mapping()
 
 
 def _share(obj: Node) -> Share:

@@ -115,7 +115,7 @@ def plan_launch(req: StartRequest, ip: str, state_dir: Path) -> LaunchPlan:
     # A head makes a token if there is none; a joining raylet must be given one.
     cluster_auth = auth.decide(os.environ, state_dir, create=req.join.head)
     notes = [f"warning: {w}" for w in (*plan.warnings, *division.warnings)]
-    notes += [] if plan.mask is None else [str(plan.mask["description"])]
+    notes += [] if plan.mask is None else [plan.mask.description]
     notes += [] if cluster_auth.warning is None else [f"warning: {cluster_auth.warning}"]
     return LaunchPlan(
         request=req,

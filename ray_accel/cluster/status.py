@@ -14,16 +14,15 @@ hosts that share a name are two hosts.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
 
 from ray_accel.cluster import procs, state
+from ray_accel.cluster.auth import Auth
 from ray_accel.cluster.gcs import GcsError, gcs_nodes
-from ray_accel.cluster.record import HostRecord, PartitionEntry, RecordError
+from ray_accel.cluster.record import HostRecord, PartitionEntry, RayProcess, RecordError
 from ray_accel.core.errors import RayAccelError
-from ray_accel.core.health import Health
-from ray_accel.core.health_state import HostHealth, read_health
-from ray_accel.core.reader import dump
+from ray_accel.core.health import DeviceHealth, Health
+from ray_accel.core.health_state import Action, PartState, read_health
 from ray_accel.core.visibility import format_visible_ids
 from ray_accel.partition.labels import (
     CORES_LABEL,
@@ -35,28 +34,98 @@ from ray_accel.partition.labels import (
     decode_ids,
     node_host,
 )
+from ray_accel.partition.plan import MaskView
+from ray_accel.partition.share import Share
 from ray_accel.rayapi.gcs import GcsNode
 
 
-def empty_status(found: state.Found | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class PartitionState:
+    """A partition's state by the host's decider."""
+
+    state: PartState
+    since: float
+    detail: str
+
+
+@dataclass(frozen=True)
+class PartitionStatus:
+    """One partition of `status`; the fields are its JSON keys."""
+
+    partition: str
+    # What its raylet serves now; `out`: its devices out of service.
+    device_ids: tuple[str, ...]
+    core_ids: tuple[int, ...]
+    visible_ids: str
+    out: tuple[str, ...]
+    health: PartitionState | None
+    accelerator_type: str | None
+    models: tuple[str, ...]
+    pid: int | None
+    node_id: str | None
+    head: bool
+    alive: bool
+    registered: bool | None
+    in_use: dict[str, float]
+    total: dict[str, float]
+    worker_ports: tuple[int, int]
+    problems: tuple[str, ...]
+    share: Share | None
+    cpu_set: tuple[int, ...] | None
+    log: str | None
+
+
+@dataclass(frozen=True)
+class DeciderStatus:
+    pid: int | None
+    alive: bool
+
+
+@dataclass(frozen=True)
+class HealthSummary:
+    """The decider and what it saw: its action, whether it runs, every device
+    that is not healthy with its last event."""
+
+    action: Action
+    interval_s: float
+    drain_deadline_s: float
+    decider: DeciderStatus
+    at: float | None
+    polls: int | None
+    not_healthy: tuple[DeviceHealth, ...]
+    errors: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class HostStatus:
+    """`status`; the fields are its JSON keys."""
+
+    running: bool
+    host: str
+    host_ip: str | None
+    state_file: str | None
+    state_dir: str
+    gcs_address: str | None
+    gcs_alive: bool
+    # The head's dashboard (state API, jobs): `ray job submit --address <this>`.
+    dashboard_address: str | None
+    cpu_pinning: str | None = None
+    inherited_mask: MaskView | None = None
+    auth: Auth | None = None
+    # Exactly what a driver needs in its environment (a path, never the token).
+    env: dict[str, str] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+    partitions: tuple[PartitionStatus, ...] = ()
+    health: HealthSummary | None = None  # None: no decider recorded
+
+
+def empty_status(found: state.Found | None = None) -> HostStatus:
     note = found.note() if found is not None else None
-    return {
-        "running": False,
-        "host": state.host_name(),
-        "host_ip": None,
-        "state_file": None,
-        "state_dir": str(state.search_root()),
-        "gcs_address": None,
-        "dashboard_address": None,
-        "gcs_alive": False,
-        "auth": None,
-        "env": {},
-        "warnings": [note] if note else [],
-        "partitions": [],
-    }
+    where = str(state.search_root())
+    return HostStatus(False, state.host_name(), None, None, where, None, False, None, warnings=(note,) if note else ())
 
 
-def status() -> dict[str, Any]:
+def status() -> HostStatus:
     found = state.locate()
     record = state.load(found.place) if found.place is not None else None
     if record is None or found.place is None:
@@ -64,9 +133,9 @@ def status() -> dict[str, Any]:
     return describe(record, found.place)
 
 
-def describe(record: HostRecord, place: state.Place) -> dict[str, Any]:
+def describe(record: HostRecord, place: state.Place) -> HostStatus:
     warnings: list[str] = []
-    checks: dict[Any, procs.Check] = {}
+    checks: dict[RayProcess, procs.Check] = {}
     try:
         warnings += state.check_host(record, place, "status")
     except RecordError:
@@ -108,74 +177,62 @@ def describe(record: HostRecord, place: state.Place) -> dict[str, Any]:
         avail = node.available if node else {}
         problems = [checks[r].describe() for r in p.processes if r in checks and not checks[r].ours]
         view = health.partition(p.name) if health is not None else None
+        share = p.share
         out.append(
-            {
-                "partition": p.name,
-                # What its raylet serves now; `out`: its devices out of service.
-                "device_ids": list(p.serving.device_ids),
-                "core_ids": list(p.serving.core_ids),
-                "visible_ids": p.visible_ids,
-                "out": list(p.out),
-                "health": None
-                if view is None
-                else {"state": view.state.value, "since": view.since, "detail": view.detail},
-                "accelerator_type": p.accelerator_type,
-                "models": list(p.models),
-                "pid": raylet.pid if raylet else None,
-                "node_id": p.node_id,
-                "head": p.head,
-                "alive": alive,
-                "registered": (node is not None and node.alive) if nodes is not None else None,
-                "in_use": {k: total[k] - avail.get(k, 0.0) for k in (resource, "CPU") if k in total},
-                "total": {k: total[k] for k in (resource, "CPU") if k in total},
-                "worker_ports": [p.ports.min_worker_port, p.ports.max_worker_port],
-                "problems": problems,
-                "share": None if p.share is None else p.share.to_json(),
-                "cpu_set": None if p.share is None or p.share.cpu_set is None else list(p.share.cpu_set),
-                "log": p.log,
-            }
+            PartitionStatus(
+                p.name,
+                p.serving.device_ids,
+                p.serving.core_ids,
+                p.visible_ids,
+                p.out,
+                None if view is None else PartitionState(view.state, view.since, view.detail),
+                p.accelerator_type,
+                p.models,
+                raylet.pid if raylet else None,
+                p.node_id,
+                p.head,
+                alive,
+                (node is not None and node.alive) if nodes is not None else None,
+                {k: total[k] - avail.get(k, 0.0) for k in (resource, "CPU") if k in total},
+                {k: total[k] for k in (resource, "CPU") if k in total},
+                (p.ports.min_worker_port, p.ports.max_worker_port),
+                tuple(problems),
+                share,
+                None if share is None else share.cpu_set,
+                p.log,
+            )
         )
-    return {
-        "running": any(p["alive"] for p in out),
-        "host": record.host,
-        "host_ip": record.host_ip,
-        "state_file": str(place.file),
-        "state_dir": str(place.directory),
-        "gcs_address": record.gcs_address,
-        "gcs_alive": gcs_up,
-        # The head's dashboard (state API, jobs): `ray job submit --address <this>`.
-        "dashboard_address": record.dashboard_url,
-        "cpu_pinning": record.cpu_pinning,
-        "inherited_mask": None if record.inherited_mask is None else dict(record.inherited_mask),
-        "auth": record.auth.to_json(),
-        # Exactly what a driver needs in its environment (a path, never the token).
-        "env": record.auth.env(),
-        "warnings": warnings,
-        "partitions": out,
-        "health": health_summary(record, health, checks),
-    }
-
-
-def health_summary(
-    record: HostRecord, health: HostHealth | None, checks: Mapping[Any, procs.Check]
-) -> dict[str, Any] | None:
-    """The decider and what it saw: its action, whether it runs, every device
-    that is not healthy with its last event (None: no decider recorded)."""
-    if record.health is None:
-        return None
-    decider = record.decider
-    alive = decider is not None and decider in checks and checks[decider].ours
-    devices = [] if health is None else [d for d in health.devices if d.state is not Health.HEALTHY]
-    return {
-        "action": record.health.action.value,
-        "interval_s": record.health.interval_s,
-        "drain_deadline_s": record.health.drain_deadline_s,
-        "decider": {"pid": None if decider is None else decider.pid, "alive": alive},
-        "at": None if health is None else health.at,
-        "polls": None if health is None else health.polls,
-        "not_healthy": dump(devices),
-        "errors": [] if health is None else list(health.errors),
-    }
+    summary = None
+    if record.health is not None:
+        decider = record.decider
+        alive = decider is not None and decider in checks and checks[decider].ours
+        summary = HealthSummary(
+            record.health.action,
+            record.health.interval_s,
+            record.health.drain_deadline_s,
+            DeciderStatus(None if decider is None else decider.pid, alive),
+            None if health is None else health.at,
+            None if health is None else health.polls,
+            () if health is None else tuple(d for d in health.devices if d.state is not Health.HEALTHY),
+            () if health is None else health.errors,
+        )
+    return HostStatus(
+        any(p.alive for p in out),
+        record.host,
+        record.host_ip,
+        str(place.file),
+        str(place.directory),
+        record.gcs_address,
+        gcs_up,
+        record.dashboard_url,
+        record.cpu_pinning,
+        record.inherited_mask,
+        record.auth,
+        record.auth.env(),
+        tuple(warnings),
+        tuple(out),
+        summary,
+    )
 
 
 def _id_label(labels: Mapping[str, str], key: str, where: str, warnings: list[str]) -> list[int] | None:

@@ -15,9 +15,8 @@ everything that runs.
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from ray_accel.cluster import helpers, procs, state
 from ray_accel.cluster.files import read_bounded
@@ -29,7 +28,16 @@ from ray_accel.rayapi.feature import RayApiMissing
 log = logging.getLogger(__name__)
 
 
-def stop(grace_s: float = 5.0, place: state.Place | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Stopped:
+    """What `stop` stopped; the fields are its JSON keys."""
+
+    stopped: tuple[str, ...]
+    pids: tuple[int, ...]
+    message: str
+
+
+def stop(grace_s: float = 5.0, place: state.Place | None = None) -> Stopped:
     """Stop what this host's record names (`place`: that record, as a `start
     --block` knows it; default: the one `state.locate` finds)."""
     if place is None:
@@ -56,13 +64,9 @@ def stop(grace_s: float = 5.0, place: state.Place | None = None) -> dict[str, An
         if record.head:
             forget_cluster_address(record)
         state.clear(place)
-    stopped = [p.name for p in ordered]
-    signalled = sorted({*signalled, *helper_pids})
-    return {
-        "stopped": stopped,
-        "pids": signalled,
-        "message": f"stopped {', '.join(stopped)} ({len(signalled)} processes)",
-    }
+    stopped = tuple(p.name for p in ordered)
+    pids = tuple(sorted({*signalled, *helper_pids}))
+    return Stopped(stopped, pids, f"stopped {', '.join(stopped)} ({len(pids)} processes)")
 
 
 # Time a helper gets to undo a restart half done (stop what it launched, save
@@ -81,10 +85,10 @@ def _stop_helpers_first(place: state.Place, grace_s: float) -> list[int]:
     return helpers.stop(place, grace_s)
 
 
-def _nothing(note: str | None) -> dict[str, Any]:
+def _nothing(note: str | None) -> Stopped:
     if note is not None:
         state.warn(note)
-    return {"stopped": [], "pids": [], "message": "nothing to stop: no partitions recorded on this host"}
+    return Stopped((), (), "nothing to stop: no partitions recorded on this host")
 
 
 def forget_cluster_address(record: HostRecord) -> None:

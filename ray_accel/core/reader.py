@@ -310,10 +310,6 @@ def kept(read: Callable[[Node], T], node: Node, problems: builtins.list[str]) ->
 # ------------------------------------------------------------- typed values
 
 
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
 def _load(kind: Any, node: Node) -> Any:
     origin, args = typing.get_origin(kind), typing.get_args(kind)
     if origin in (typing.Union, types.UnionType):
@@ -357,7 +353,7 @@ def _load(kind: Any, node: Node) -> Any:
 def _load_object(cls: type[T], node: Node) -> T:
     fields = [f for f in dataclasses.fields(cls) if f.init]  # type: ignore[arg-type]
     node.only([f.name for f in fields])
-    hints = _hints(cls)
+    hints = typing.get_type_hints(cls)
     values = {}
     for f in fields:
         has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
@@ -380,11 +376,17 @@ def load(cls: type[T], data: object, where: str = "") -> T:
     return typing.cast(T, _load(cls, Node(data, where)))
 
 
+# A dataclass field's metadata for what stays in the process: `dump` leaves it
+# out (`field(default=None, metadata=LOCAL)`), so `load` gives its default.
+LOCAL: Mapping[str, bool] = types.MappingProxyType({"local": True})
+
+
 def dump(value: object) -> object:
-    """`value` as JSON-able data: a dataclass as an object of its fields, an
-    enum as its value, a tuple as a list. `load` reads it back."""
+    """`value` as JSON-able data: a dataclass as an object of its fields (but
+    those marked `LOCAL`), an enum as its value, a tuple as a list. `load`
+    reads it back."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: dump(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {f.name: dump(getattr(value, f.name)) for f in dataclasses.fields(value) if not f.metadata.get("local")}
     if isinstance(value, enum.Enum):
         return value.value
     if isinstance(value, tuple | list):

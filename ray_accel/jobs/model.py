@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from ray_accel.core.reader import dump, dump_fields
 from ray_accel.plugins.runtime import Rank
 
 
@@ -263,26 +264,10 @@ def mark_lost(job: JobRecord, at: float) -> JobRecord:
     return _move(job, Phase.UNKNOWN, at, "controller gone")
 
 
-def _transition_json(t: Transition) -> dict[str, Any]:
-    return {"phase": t.phase.value, "at": t.at, "reason": t.reason}
-
-
-def replica_json(r: Replica) -> dict[str, Any]:
-    return {
-        "world_rank": r.world_rank,
-        "world_size": r.world_size,
-        "local_rank": r.local_rank,
-        "local_world_size": r.local_world_size,
-        "node_rank": r.node_rank,
-        "host": r.host,
-        "partition": r.partition,
-        "node_id": r.node_id,
-        "devices": list(r.devices),
-        "pid": r.pid,
-        "attempt": r.attempt,
-        "phase": r.phase.value,
-        "phases": [_transition_json(t) for t in r.transitions],
-    }
+def replica_json(r: Replica) -> object:
+    row = dump_fields(r, phase=r.phase.value, phases=dump(r.transitions))
+    del row["transitions"]
+    return row
 
 
 def job_json(job: JobRecord, *, replicas: bool = False) -> dict[str, Any]:
@@ -301,7 +286,7 @@ def job_json(job: JobRecord, *, replicas: bool = False) -> dict[str, Any]:
         "attempts": job.attempts,
         "partitions": list(job.partitions),
         "hosts": list(job.hosts),
-        "phases": [_transition_json(t) for t in job.transitions],
+        "phases": dump(job.transitions),
         "detail": job.detail,
         "collective": job.collective,
         "collective_reason": job.collective_reason,

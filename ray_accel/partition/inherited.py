@@ -14,12 +14,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from ray_accel.core.devices import Device, all_core_ids
 from ray_accel.core.errors import InputError
 from ray_accel.core.visibility import VisibilityError, format_visible_ids
-from ray_accel.partition.plan import Mode, PartitionError, Plan, plan_partitions
+from ray_accel.partition.plan import MaskView, Mode, PartitionError, Plan, plan_partitions
 from ray_accel.plugins.interface import DevicePlugin
 from ray_accel.plugins.traits import DeviceTraits
 
@@ -42,14 +41,9 @@ class InheritedMask:
             f"{self.resource_name} ({whole} of {len(devices)} devices{extra})"
         )
 
-    def to_json(self, devices: Sequence[Device]) -> dict[str, Any]:
-        return {
-            "env": self.env,
-            "value": self.value,
-            "visible_ids": list(self.ids),
-            "devices": [d.id for d in devices if set(self.ids) & set(d.core_ids)],
-            "description": self.describe(devices),
-        }
+    def view(self, devices: Sequence[Device]) -> MaskView:
+        shown = tuple(d.id for d in devices if set(self.ids) & set(d.core_ids))
+        return MaskView(self.env, self.value, self.ids, shown, self.describe(devices))
 
 
 def inherited_mask(plugin: DevicePlugin, environ: Mapping[str, str]) -> InheritedMask | None:
@@ -116,4 +110,4 @@ def plan_within_mask(
         f"device {d.id} is partly inside {mask.env}: only core(s) {format_visible_ids(d.core_ids, 'ranges')}"
         for d in partly
     ]
-    return dataclasses.replace(plan, warnings=(*plan.warnings, *notes), mask=mask.to_json(devices))
+    return dataclasses.replace(plan, warnings=(*plan.warnings, *notes), mask=mask.view(devices))

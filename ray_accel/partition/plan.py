@@ -36,6 +36,7 @@ from typing import Any
 from ray_accel.core import validate
 from ray_accel.core.devices import Device, DeviceId
 from ray_accel.core.errors import InputError
+from ray_accel.core.reader import dump
 from ray_accel.core.visibility import VisibilityError, format_visible_ids, parse_visible_ids
 from ray_accel.plugins.traits import DeviceTraits, SplitOrder
 
@@ -102,6 +103,18 @@ class Partition:
 
 
 @dataclass(frozen=True)
+class MaskView:
+    """A mask inherited from the environment, as `plan` shows it and the
+    record keeps it; the fields are its JSON keys."""
+
+    env: str
+    value: str
+    visible_ids: tuple[int, ...]
+    devices: tuple[str, ...]
+    description: str
+
+
+@dataclass(frozen=True)
 class Plan:
     mode: Mode
     partitions: tuple[Partition, ...]
@@ -109,8 +122,8 @@ class Plan:
     warnings: tuple[str, ...]
     quality: tuple[Quality, ...]
     # A mask inherited from the environment that the plan stays within
-    # (`ray_accel.partition.inherited`), as JSON; None when there is none.
-    mask: Mapping[str, Any] | None = field(default=None, hash=False, compare=False)
+    # (`ray_accel.partition.inherited`); None when there is none.
+    mask: MaskView | None = field(default=None, hash=False, compare=False)
 
     def __iter__(self) -> Iterator[Partition]:
         return iter(self.partitions)
@@ -132,7 +145,7 @@ class Plan:
             ],
             "unassigned": list(self.unassigned),
             "warnings": list(self.warnings),
-            "inherited_mask": None if self.mask is None else dict(self.mask),
+            "inherited_mask": dump(self.mask),
         }
 
 

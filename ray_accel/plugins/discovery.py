@@ -41,7 +41,7 @@ class PluginStatus:
     plugin: DevicePlugin | None = field(default=None, compare=False)
     error: BaseException | None = field(default=None, compare=False)
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> dict[str, str | bool | None]:
         return {"name": self.name, "active": self.active, "reason": self.reason}
 
 

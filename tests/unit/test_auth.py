@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from ray_accel.cluster import auth
+from ray_accel.core.reader import dump
 from tests.badinput import badinput
 
 
@@ -47,7 +48,7 @@ def test_a_token_given_by_value_is_handed_on_as_a_0600_file_never_as_a_value(tmp
     got = resolve({"RAY_AUTH_TOKEN": "s3cret-value"}, state, create=False, home=tmp_path / "home")
     assert got.token_path == str(state / "auth_token")
     assert Path(got.token_path).read_text() == "s3cret-value" and mode(got.token_path) == 0o600
-    assert "s3cret-value" not in repr(got) and "s3cret-value" not in str(got.to_json()) + str(got.env())
+    assert "s3cret-value" not in repr(got) and "s3cret-value" not in str(dump(got)) + str(got.env())
 
 
 def test_ray_precedence_value_then_path_then_default(tmp_path: Path) -> None:
@@ -107,7 +108,7 @@ def test_a_loose_existing_token_file_gets_a_warning_not_a_silent_pass(tmp_path: 
 
 def test_state_record_round_trip_and_bad_entries(tmp_path: Path) -> None:
     got = resolve({}, tmp_path, create=True, home=tmp_path / "home")
-    assert auth.Auth.from_json(got.to_json()).env() == got.env()
+    assert auth.Auth.from_json(dump(got)).env() == got.env()
     with pytest.raises(auth.AuthError, match="bad auth entry"):
         auth.Auth.from_json({"mode": "open"})
 

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Collection, Mapping
-from dataclasses import asdict
 from pathlib import Path
 
 import psutil
@@ -21,7 +20,9 @@ from ray_accel_mock import load_spec
 from ray_accel_mock.telemetry import MockTelemetry
 
 from ray_accel.cli import render
+from ray_accel.cli.connect import Orphans
 from ray_accel.cli.top import DEVICE_FIELDS, top_payload
+from ray_accel.cluster.status import HostStatus
 from ray_accel.core import masks
 from ray_accel.core.devices import Device
 from ray_accel.core.hosts import host_key
@@ -426,7 +427,7 @@ def test_top_payload_joins_every_hosts_snapshots_and_names_missing_ones() -> Non
     # (health.json); these hosts have none.
     assert all(set(DEVICE_FIELDS) | {"health_state"} == set(d) for d in payload["devices"])
     assert all(d["health_state"] is None for d in payload["devices"])
-    assert payload["orphans"] == [asdict(orphan)]
+    assert payload["orphans"] == [orphan]
     assert payload["errors"] == ["hostB/p0: x", "hostB/p1: no metrics exporter: gone"], "a dead raylet is no error"
     assert [p["exporter"] for p in payload["partitions"]] == ["ok", "ok", "no metrics exporter: gone", "raylet is dead"]
     text = render.top_text(payload)
@@ -435,24 +436,12 @@ def test_top_payload_joins_every_hosts_snapshots_and_names_missing_ones() -> Non
 
 
 def test_status_text_shows_orphans_or_says_why_not() -> None:
-    base = {
-        "running": True,
-        "host": "hostA",
-        "state_file": "/x",
-        "gcs_address": "10.0.0.1:6379",
-        "gcs_alive": True,
-        "warnings": [],
-        "partitions": [],
-    }
-    with_orphan = dict(
-        base, orphans=[{"pid": 7, "host": "hostA", "partition": "p0", "device_id": "neuron:1", "command": "hog"}]
-    )
-    text = render.status_with_orphans_text(with_orphan)
+    base = HostStatus(True, "hostA", None, "/x", "/", "10.0.0.1:6379", True, None)
+    hog = OrphanReading("neuron:1", "hostA", "p0", 7, "hog")
+    text = render.status_with_orphans_text(base, Orphans((hog,)))
     assert "ORPHAN PID" in text and "hog" in text
-    assert "orphans: none" in render.status_with_orphans_text(dict(base, orphans=[]))
-    assert "orphans unknown: p0: gone" in render.status_with_orphans_text(
-        dict(base, orphans=[], orphan_errors=["p0: gone"])
-    )
+    assert "orphans: none" in render.status_with_orphans_text(base, Orphans(()))
+    assert "orphans unknown: p0: gone" in render.status_with_orphans_text(base, Orphans((), ("p0: gone",)))
 
 
 @given(
