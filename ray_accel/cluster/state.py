@@ -39,13 +39,12 @@ import re
 import socket
 import stat
 import sys
-import tempfile
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ray_accel.cluster.files import UnsafeFileError, read_bounded
+from ray_accel.cluster.files import UnsafeFileError, read_bounded, write_atomic
 from ray_accel.cluster.identity import local_addresses
 from ray_accel.cluster.record import MAX_BYTES, HostRecord, RecordError, dumps, parse_record
 from ray_accel.core.errors import InputError
@@ -340,18 +339,8 @@ def address_is_local(record: HostRecord, addresses: Collection[str] | None = Non
 
 def save(record: HostRecord) -> Path:
     place = place_of(record)
-    directory = ensure_dir(place)
-    text = dumps(record)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".host.", suffix=".json")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, place.file)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return place.file
+    ensure_dir(place)
+    return write_atomic(place.file, dumps(record))
 
 
 def clear(place: Place) -> None:
