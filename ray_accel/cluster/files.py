@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import stat
+import tempfile
 from pathlib import Path
 
 from ray_accel.core.errors import InputError
@@ -43,6 +44,21 @@ def open_for_write(path: Path, mode: int = 0o600) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def write_atomic(path: Path, text: str) -> Path:
+    """Write `text` to `path` whole or not at all (a temporary file in the
+    same directory, renamed over it), mode 0600."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
 
 
 def tail_lines(path: Path, count: int, limit: int = 16384) -> list[str]:

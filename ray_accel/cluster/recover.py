@@ -23,7 +23,7 @@ from ray_accel.cluster.host import read_host
 from ray_accel.cluster.launcher import Launches
 from ray_accel.cluster.ports import check_free
 from ray_accel.cluster.raylet import partition_env, raylet_base_env
-from ray_accel.cluster.record import HostRecord, PartitionEntry
+from ray_accel.cluster.record import HostRecord, PartitionEntry, RayProcess
 from ray_accel.cluster.signals import interruptible, shielded
 from ray_accel.cluster.startargs import RayOptions, ray_start_args, user_figures
 from ray_accel.core.errors import InputError, RayAccelError
@@ -128,13 +128,12 @@ def recover(progress: Progress, timeout_s: float = 180.0, after: After | None = 
         cluster_auth = record.auth
         if cluster_auth.token_path is not None and not Path(cluster_auth.token_path).is_file():
             raise InputError(f"the cluster's token file {cluster_auth.token_path} is gone; cannot restart raylets")
-        base_env = raylet_base_env(cluster_auth)
-        base_env.update(raylet_env([record.spec], base_env))
+        base_env = relaunch_env(record)
         launches = Launches(state.ensure_dir(place), timeout_s)
         try:
             for p in dead:
                 # The raylet's leftovers (Ray's agents, workers) go first: they hold its ports.
-                procs.terminate([r.record for r in p.processes if r.kind not in HEAD_KINDS and checks[r].ours])
+                terminate_raylet(p, checks)
                 new = relaunch(record, p, p.serving, dict(p.labels), base_env, launches, progress)
                 record = record.with_partitions([new if q.name == p.name else q for q in record.partitions])
                 state.save(record)
@@ -153,6 +152,19 @@ def recover(progress: Progress, timeout_s: float = 180.0, after: After | None = 
         if after is not None:
             record = after(record, progress)
     return record
+
+
+def relaunch_env(record: HostRecord) -> dict[str, str]:
+    """The environment a relaunched raylet of `record` starts from: the
+    cluster's auth and the bridge."""
+    env = raylet_base_env(record.auth)
+    env.update(raylet_env([record.spec], env))
+    return env
+
+
+def terminate_raylet(p: PartitionEntry, checks: Mapping[RayProcess, procs.Check]) -> None:
+    """Stop what is left of `p`'s raylet (the head's GCS and helpers stay), ours only."""
+    procs.terminate([r.record for r in p.processes if r.kind not in HEAD_KINDS and checks[r].ours])
 
 
 def recorded_share(p: PartitionEntry, record: HostRecord) -> Share:

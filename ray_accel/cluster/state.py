@@ -39,13 +39,12 @@ import re
 import socket
 import stat
 import sys
-import tempfile
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ray_accel.cluster.files import UnsafeFileError, read_bounded
+from ray_accel.cluster.files import UnsafeFileError, read_bounded, write_atomic
 from ray_accel.cluster.identity import local_addresses
 from ray_accel.cluster.record import MAX_BYTES, HostRecord, RecordError, dumps, parse_record
 from ray_accel.core.errors import InputError
@@ -77,14 +76,9 @@ def warn(message: str) -> None:
         print(f"ray-accel: warning: {message}", file=sys.stderr, flush=True)
 
 
-def safe_name(text: str) -> str:
-    """`text` as one safe file name (a host name may hold anything)."""
-    return _SAFE_NAME.sub("_", text)[:255].lstrip(".")
-
-
 def host_name() -> str:
-    """This host's name as a safe file name."""
-    return safe_name(socket.gethostname()) or "localhost"
+    """This host's name as one safe file name (a host name may hold anything)."""
+    return _SAFE_NAME.sub("_", socket.gethostname())[:255].lstrip(".") or "localhost"
 
 
 def ip_dir(ip: str) -> str:
@@ -206,10 +200,10 @@ def _candidates(addresses: Collection[str] | None) -> tuple[list[Place], tuple[P
     return places, tuple(root / d / STATE_FILE for d in others)
 
 
-def records_of_this_host(addresses: Collection[str] | None = None) -> list[Place]:
+def records_of_this_host() -> list[Place]:
     """Every place holding a record of this host (for `start`, which refuses
     while any names running partitions)."""
-    return _candidates(addresses)[0]
+    return _candidates(None)[0]
 
 
 def locate(addresses: Collection[str] | None = None) -> Found:
@@ -224,10 +218,10 @@ def locate(addresses: Collection[str] | None = None) -> Found:
             f"this host has records for several of its addresses ({names}); point {STATE_ENV} at the directory "
             "of the one to act on"
         )
-    if not places:
-        _oldest_hint()
-        return Found(None, elsewhere)
-    return Found(places[0], elsewhere)
+    legacy = Path.home() / DEFAULT_ROOT / LEGACY_FILE
+    if not places and legacy.exists():
+        warn(f"{legacy} is a record of an older ray-accel; records now live in {home_root()}/<node IP>")
+    return Found(places[0] if places else None, elsewhere)
 
 
 def _check_dir(path: Path) -> None:
@@ -297,13 +291,7 @@ def load(place: Place | None = None) -> HostRecord | None:
     return record
 
 
-def _oldest_hint() -> None:
-    legacy = Path.home() / DEFAULT_ROOT / LEGACY_FILE
-    if legacy.exists():
-        warn(f"{legacy} is a record of an older ray-accel; records now live in {home_root()}/<node IP>")
-
-
-def check_host(record: HostRecord, place: Place, action: str, addresses: Collection[str] | None = None) -> list[str]:
+def check_host(record: HostRecord, place: Place, action: str) -> list[str]:
     """Refuse a record written on another host (its PIDs are that host's);
     the warnings to give for one that is this host's with a caveat: an earlier
     version's (name only), or, where RAYACCEL_STATE_DIR names it, one for an
@@ -319,9 +307,7 @@ def check_host(record: HostRecord, place: Place, action: str, addresses: Collect
             f"state file {place.file} is an earlier ray-accel's record, which named this host by its name "
             f"alone; {action} uses it (after `ray-accel stop`, `start` writes {STATE_FILE})"
         ]
-    if addresses is None:
-        addresses = local_addresses()
-    if record.host_ip not in addresses:
+    if record.host_ip not in local_addresses():
         return [
             f"state file {place.file} was written for node IP {record.host_ip}, which is not an address of this "
             f"host now: its address changed since `start`, or another host named {here!r} uses {STATE_ENV} "
@@ -330,28 +316,14 @@ def check_host(record: HostRecord, place: Place, action: str, addresses: Collect
     return []
 
 
-def address_is_local(record: HostRecord, addresses: Collection[str] | None = None) -> bool:
-    if record.host_ip is None:
-        return False
-    if addresses is None:
-        addresses = local_addresses()
-    return record.host_ip in addresses
+def address_is_local(record: HostRecord) -> bool:
+    return record.host_ip is not None and record.host_ip in local_addresses()
 
 
 def save(record: HostRecord) -> Path:
     place = place_of(record)
-    directory = ensure_dir(place)
-    text = dumps(record)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".host.", suffix=".json")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, place.file)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return place.file
+    ensure_dir(place)
+    return write_atomic(place.file, dumps(record))
 
 
 def clear(place: Place) -> None:

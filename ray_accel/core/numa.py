@@ -58,9 +58,8 @@ class NumaTopology:
         return {n: c for n, c in self.nodes.items() if c}
 
 
-def numa_root(environ: Mapping[str, str] | None = None) -> str:
-    env = os.environ if environ is None else environ
-    return env.get(NUMA_ROOT_ENV) or DEFAULT_ROOT
+def numa_root() -> str:
+    return os.environ.get(NUMA_ROOT_ENV) or DEFAULT_ROOT
 
 
 def read_topology(root: str | None = None) -> NumaTopology:

@@ -13,17 +13,17 @@ partition stopped, nothing of it running.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
-from ray_accel.bridge.managers import raylet_env
 from ray_accel.cluster import procs, state
 from ray_accel.cluster.exporters import exporter_entries, host_level_partition
 from ray_accel.cluster.gcs import GcsError, Progress, answer_within, wait_registered
 from ray_accel.cluster.launcher import Launches
 from ray_accel.cluster.raylet import raylet_base_env
 from ray_accel.cluster.record import HostRecord, PartitionEntry, RayProcess
-from ray_accel.cluster.recover import HEAD_KINDS, relaunch
+from ray_accel.cluster.recover import HEAD_KINDS, relaunch, relaunch_env, terminate_raylet
 from ray_accel.cluster.signals import shielded
 from ray_accel.core.devices import Device
 from ray_accel.core.errors import RayAccelError
@@ -83,47 +83,45 @@ def drain(record: HostRecord, node_id: str, message: str, deadline: float | None
 def hold_head(record: HostRecord, node_id: str, message: str, deadline: float | None) -> None:
     """Place the head's keeper, then drain the head: it takes no new work and,
     kept busy, never exits."""
-    env = {**raylet_base_env(record.auth)}
-    driver_ops.run("keep", ["--address", record.gcs_address, "--node-id", node_id], env)
+    driver_ops.run("keep", ["--address", record.gcs_address, "--node-id", node_id], raylet_base_env(record.auth))
     drain(record, node_id, message, deadline)
+
+
+@contextmanager
+def _locked(host: Host, doing: str) -> Iterator[None]:
+    """The host's lock for `doing`, or `Busy` while another command holds it."""
+    try:
+        with state.host_lock(f"health decider {doing}", host.place):
+            yield
+    except state.LockError as e:
+        raise Busy(str(e)) from None
+
+
+def _current(host: Host, name: str) -> tuple[HostRecord, PartitionEntry, dict[RayProcess, procs.Check]]:
+    """The record, partition `name`'s entry, and the checks of the partitions'
+    processes (the decider, this process, is never one to signal), or
+    `RecordError` when one is not ours."""
+    record = state.load(host.place)
+    if record is None or record.stopping:
+        raise RayAccelError("the host record is gone or being stopped")
+    p = entry(record, name)
+    return record, p, procs.require_trusted(replace(record, decider=None), str(host.place.file), "the health decider")
 
 
 def stop_partition(host: Host, name: str, progress: Progress) -> HostRecord:
     """Stop partition `name`'s raylet (and what Ray started for it) by PID;
     the record marks it stopped by the decider, every device out."""
-    try:
-        with state.host_lock(f"health decider stopping {name}", host.place):
-            return _stop(host, name, progress)
-    except state.LockError as e:
-        raise Busy(str(e)) from None
-
-
-def _stop(host: Host, name: str, progress: Progress) -> HostRecord:
-    record = _current(host)
-    p = entry(record, name)
-    checks = _trusted(record, host)
-    record = _save_entry(record, replace(p, decider_state="stopped"))
-    raylet = p.raylet()
-    progress(f"{name}: stopping raylet {raylet.pid if raylet is not None else '-'}")
-    procs.terminate([r.record for r in p.processes if r.kind not in HEAD_KINDS and checks[r].ours])
-    kept = tuple(r for r in p.processes if r.kind in HEAD_KINDS)
-    stopped = replace(
-        p, processes=kept, out=p.device_ids, out_core_ids=p.core_ids, decider_state="stopped", node_id=None
-    )
-    return _save_entry(record, stopped)
-
-
-def _trusted(record: HostRecord, host: Host) -> dict[RayProcess, procs.Check]:
-    """The checks of the partitions' processes (the decider, this process, is
-    never one to signal), or `RecordError` when one is not ours."""
-    return procs.require_trusted(replace(record, decider=None), str(host.place.file), "the health decider")
-
-
-def _current(host: Host) -> HostRecord:
-    record = state.load(host.place)
-    if record is None or record.stopping:
-        raise RayAccelError("the host record is gone or being stopped")
-    return record
+    with _locked(host, f"stopping {name}"):
+        record, p, checks = _current(host, name)
+        record = _save_entry(record, replace(p, decider_state="stopped"))
+        raylet = p.raylet()
+        progress(f"{name}: stopping raylet {raylet.pid if raylet is not None else '-'}")
+        terminate_raylet(p, checks)
+        kept = tuple(r for r in p.processes if r.kind in HEAD_KINDS)
+        stopped = replace(
+            p, processes=kept, out=p.device_ids, out_core_ids=p.core_ids, decider_state="stopped", node_id=None
+        )
+        return _save_entry(record, stopped)
 
 
 def _save_entry(record: HostRecord, new: PartitionEntry) -> HostRecord:
@@ -152,27 +150,21 @@ def restart_partition(host: Host, name: str, serve: Sequence[str], progress: Pro
     its order): stop what is left of its raylet, start a new one on its ports
     with its share, the mask and resources of `serve`, the same name and
     labels (topology labels of what it serves). Under the host's lock."""
-    try:
-        with state.host_lock(f"health decider restarting {name}", host.place):
-            return _restart(host, name, serve, progress)
-    except state.LockError as e:
-        raise Busy(str(e)) from None
+    with _locked(host, f"restarting {name}"):
+        return _restart(host, name, serve, progress)
 
 
 def _restart(host: Host, name: str, serve: Sequence[str], progress: Progress) -> HostRecord:
-    record = _current(host)
-    p = entry(record, name)
+    record, p, checks = _current(host, name)
     if p.head:
         raise RayAccelError(f"partition {name} is the head: it cannot be restarted")
-    checks = _trusted(record, host)
     record = _save_entry(record, replace(p, decider_state="restarting"))
-    procs.terminate([r.record for r in p.processes if r.kind not in HEAD_KINDS and checks[r].ours])
+    terminate_raylet(p, checks)
     serve_ids = tuple(d for d in p.device_ids if d in set(serve))
     cores = cores_of(host.devices, serve_ids)
     part = Partition(name, serve_ids, cores, p.accelerator_type, p.models)
     labels = relabel(p, part, host.devices, record)
-    base_env = raylet_base_env(record.auth)
-    base_env.update(raylet_env([record.spec], base_env))
+    base_env = relaunch_env(record)
     launches = Launches(state.ensure_dir(host.place), host.timeout_s)
     out = tuple(d for d in p.device_ids if d not in serve_ids)
     gone = replace(p, processes=tuple(r for r in p.processes if r.kind in HEAD_KINDS), node_id=None)

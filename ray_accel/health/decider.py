@@ -20,9 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -30,6 +28,7 @@ from pathlib import Path
 
 from ray_accel.cluster import procs, state
 from ray_accel.cluster.exporters import host_level_partition
+from ray_accel.cluster.files import write_atomic
 from ray_accel.cluster.record import HostRecord, PartitionEntry, RayProcess
 from ray_accel.cluster.signals import interruptible
 from ray_accel.core import reader
@@ -83,17 +82,7 @@ def say(message: str) -> None:
 
 def write_health(directory: Path, health: HostHealth) -> Path:
     """`health.json`, written atomically, 0600."""
-    target = directory / HEALTH_FILE
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".health.", suffix=".json")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(dumps(health))
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    return write_atomic(directory / HEALTH_FILE, dumps(health))
 
 
 def unknown_report(devices: Sequence[Device], why: str, now: float) -> HealthReport:
@@ -201,17 +190,15 @@ class Decider:
             return None
         say(f"{name}: {step.effect.value} ({view.state.value} -> {step.view.state.value}) {step.message}".rstrip())
         try:
-            if step.effect is rules.Effect.DRAIN:
+            if step.effect in (rules.Effect.DRAIN, rules.Effect.HOLD):
                 if p.node_id is None:
                     raise RayAccelError(f"partition {name} has no node id to drain")
-                actions.drain(record, p.node_id, step.message, step.view.deadline)
-                self.health = self._with(replace(step.view, node_id=p.node_id))
-                return None
-            if step.effect is rules.Effect.HOLD:
-                if p.node_id is None:
-                    raise RayAccelError(f"partition {name} has no node id to drain")
-                actions.hold_head(record, p.node_id, step.message, now + self.settings.drain_deadline_s)
-                self.health = self._with(step.view)
+                if step.effect is rules.Effect.DRAIN:
+                    actions.drain(record, p.node_id, step.message, step.view.deadline)
+                    self.health = self._with(replace(step.view, node_id=p.node_id))
+                else:
+                    actions.hold_head(record, p.node_id, step.message, now + self.settings.drain_deadline_s)
+                    self.health = self._with(step.view)
                 return None
             level = host_level_partition(record)
             if step.effect is rules.Effect.STOP:
@@ -232,10 +219,8 @@ class Decider:
             self.health = self._with(view)
         except RayAccelError as e:
             say(f"{name}: {step.effect.value} failed: {e}")
-            if step.effect is rules.Effect.RESTART:
-                self.health = self._with(rules.restart_failed(view, p.device_ids, str(e), time.time()))
-            else:
-                self.health = self._with(view)
+            failed = step.effect is rules.Effect.RESTART
+            self.health = self._with(rules.restart_failed(view, p.device_ids, str(e), time.time()) if failed else view)
             self.health = replace(self.health, errors=(*self.health.errors, f"{name}: {e}"))
         return None
 

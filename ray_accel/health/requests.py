@@ -13,11 +13,11 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ray_accel.cluster.files import write_atomic
 from ray_accel.core.errors import InputError
 from ray_accel.core.files import UnreadableFile, read_bytes
 
@@ -53,15 +53,8 @@ def ask_clear(state_dir: Path, device_id: str) -> ClearRequest:
     folder = state_dir / REQUESTS_DIR
     folder.mkdir(mode=0o700, exist_ok=True)
     request = ClearRequest(device_id, time.time())
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".clear.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump({"clear": request.device_id, "at": request.at}, f)
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, folder / f"clear-{time.time_ns()}-{secrets.token_hex(4)}.json")
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    text = json.dumps({"clear": request.device_id, "at": request.at})
+    write_atomic(folder / f"clear-{time.time_ns()}-{secrets.token_hex(4)}.json", text)
     return request
 
 

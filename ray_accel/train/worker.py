@@ -17,8 +17,9 @@ from ray_accel.hooks.config import Workload, WorkloadDenied, WorkloadRetry
 from ray_accel.hooks.ledger import HookFactory, reconcile
 from ray_accel.hooks.run import HookRun, protected_env
 from ray_accel.partition.labels import PARTITION_LABEL
-from ray_accel.plugins.discovery import BackendUnavailable, load_plugin
+from ray_accel.plugins.discovery import BackendUnavailable
 from ray_accel.plugins.interface import DevicePlugin, GlooRuntime, Runtime, visibility_protected
+from ray_accel.plugins.inventory import process_backend
 from ray_accel.plugins.runtime import GLOO, WorkerSlot
 from ray_accel.train.context import TrainContext, get_context, set_context
 
@@ -46,36 +47,26 @@ class _WorkerState:
 _state = _WorkerState()
 
 
-def _find_backend() -> DevicePlugin | None:
-    """The backend this worker's raylet serves: the one its bridge spec names,
-    loaded by name (no discovery); without a spec (a raylet ray-accel did not
-    start), the one discovery finds, if any. Raises `WorkerBackendError`
-    naming the backend and the reason when it cannot be had."""
-    specs = specs_from_env(os.environ.get(SPEC_ENV))
-    if specs:
-        name = specs[0].backend
+def backend() -> DevicePlugin | None:
+    """This worker's accelerator backend (`process_backend`: the one its
+    raylet's bridge spec names, loaded by name, else discovery's), with its
+    runtime built; `WorkerBackendError` naming the backend and the reason
+    when it cannot be had."""
+    if not _state.loaded:
+        named = specs_from_env(os.environ.get(SPEC_ENV))
         try:
-            plugin = load_plugin(name)
-            plugin.runtime  # noqa: B018 - a backend whose runtime cannot be built fails here, at start
+            plugin = process_backend()
+            if plugin is not None:
+                plugin.runtime  # noqa: B018 - a backend whose runtime cannot be built fails here, at start
         except BackendUnavailable as e:
             raise WorkerBackendError(f"this training worker cannot load its raylet's backend: {e}") from e
         except Exception as e:
+            if not named:
+                raise WorkerBackendError(f"discovery failed in this training worker: {type(e).__name__}: {e}") from e
             raise WorkerBackendError(
-                f"this training worker cannot load its raylet's backend {name!r}: {type(e).__name__}: {e}"
+                f"this training worker cannot load its raylet's backend {named[0].backend!r}: {type(e).__name__}: {e}"
             ) from e
-        return plugin
-    from ray_accel.plugins.inventory import discover
-
-    try:
-        return discover().primary
-    except Exception as e:
-        raise WorkerBackendError(f"discovery failed in this training worker: {type(e).__name__}: {e}") from e
-
-
-def backend() -> DevicePlugin | None:
-    """This worker's accelerator backend, found once per process."""
-    if not _state.loaded:
-        _state.plugin = _find_backend()
+        _state.plugin = plugin
         _state.loaded = True
     return _state.plugin
 
@@ -184,16 +175,11 @@ def describe() -> WorkerFacts:
 def address_and_ports() -> tuple[str, int, int]:
     import ray
 
-    ports = []
-    socks = []
-    for _ in range(2):
-        s = socket.socket()
-        s.bind(("", 0))
-        socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
-    return ray.util.get_node_ip_address(), ports[0], ports[1]
+    # Both sockets held open until both ports are known, so the two differ.
+    with socket.socket() as a, socket.socket() as b:
+        a.bind(("", 0))
+        b.bind(("", 0))
+        return ray.util.get_node_ip_address(), a.getsockname()[1], b.getsockname()[1]
 
 
 def _visible(value: str | None) -> tuple[str, ...]:
@@ -284,16 +270,13 @@ def shutdown(pre_terminate_timeout_s: float) -> None:
         except Exception as e:
             # The post_terminate hooks still run; the next group starts afresh.
             log.warning("ray-accel: the process group did not come down cleanly: %s: %s", type(e).__name__, e)
-    if hooks is not None:
-        hooks.post_terminate()
-        _state.hooks = None
+    release()
 
 
 def release() -> None:
     """post_terminate for a workload whose run was refused by another worker's hook."""
-    hooks = _state.hooks
-    if hooks is not None:
-        hooks.post_terminate()
+    if _state.hooks is not None:
+        _state.hooks.post_terminate()
         _state.hooks = None
 
 

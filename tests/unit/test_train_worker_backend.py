@@ -29,6 +29,7 @@ from tests.plugins import install_test_plugins
 def fresh_worker(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(worker, "_state", worker._WorkerState())
     monkeypatch.delenv(SPEC_ENV, raising=False)
+    inventory.process_backend.cache_clear()
 
 
 def spec_naming(backend: str) -> str:
