@@ -17,9 +17,10 @@ import click
 from ray_accel.cli import render
 from ray_accel.cli.connect import connect_to_recorded_cluster
 from ray_accel.cli.host import json_option
-from ray_accel.cli.jobs import top_jobs, top_jobs_text
+from ray_accel.cli.jobs import jobs_text, top_jobs
 from ray_accel.cli.params import FiniteFloat
 from ray_accel.core.reader import dump, load
+from ray_accel.jobs.model import job_json
 
 DEVICE_FIELDS = (
     "id",
@@ -89,14 +90,15 @@ def top(once: bool, interval: float, as_json: bool) -> int:
     while True:
         parts = export.cluster_partitions()
         payload = top_payload(parts, export.snapshots([p["node_id"] for p in parts if p["alive"]]))
-        payload["jobs"] = top_jobs()
+        listed, waiting = top_jobs()
+        payload["jobs"] = [job_json(j, waiting=waiting) for j in listed]
         if as_json:
             print(json.dumps(dump(payload), indent=2), flush=True)
         else:
             if not once:
                 print("\033[2J\033[H", end="")
             print(render.top_text(payload), flush=True)
-            print("\n" + top_jobs_text(payload["jobs"]), flush=True)
+            print("\n" + jobs_text(listed, waiting), flush=True)
         if once:
             return 0
         time.sleep(interval)

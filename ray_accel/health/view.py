@@ -4,14 +4,13 @@ payloads built from the host record and `health.json` (pure, but for
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ray_accel.cluster import procs, state
 from ray_accel.cluster.record import HostRecord
 from ray_accel.core.errors import InputError, RayAccelError
-from ray_accel.core.health_state import MAX_EVENTS, HostHealth, PartState, read_health
+from ray_accel.core.health_state import MAX_EVENTS, HostHealth, read_health
 from ray_accel.core.reader import dump, dump_fields
 
 
@@ -97,45 +96,3 @@ def check_clear(found: Recorded, device_id: str) -> None:
         raise RayAccelError("this host's partitions were started without a health decider; nothing to clear")
     if not found.decider_alive:
         raise RayAccelError("the host's health decider is not running: `ray-accel start --recover` starts it")
-
-
-WAITING_PHASES = ("Pending", "Restarting")
-
-
-def annotate_jobs(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """`jobs` with `waiting`: why a job that waits does, where a partition of
-    this host it ran on is not serving (nothing recorded or readable here:
-    the jobs as they are)."""
-    from ray_accel.cluster.identity import this_host
-
-    try:
-        found = locate_health()
-    except RayAccelError:
-        return jobs
-    if found.record.host_ip is None:
-        return jobs
-    notes = job_notes(jobs, found.health, this_host(found.record.host_ip).key)
-    return [{**j, "waiting": notes.get(str(j["id"]))} for j in jobs]
-
-
-def job_notes(jobs: Sequence[Mapping[str, Any]], health: HostHealth | None, host_key: str) -> dict[str, str]:
-    """Job id -> why it waits, for a job that waits (Pending, Restarting)
-    for a partition of this host that is not serving: the partition's state
-    and why. Pure."""
-    if health is None:
-        return {}
-    held = {p.partition: p for p in health.partitions if p.state is not PartState.SERVING}
-    notes = {}
-    for job in jobs:
-        if job.get("phase") not in WAITING_PHASES:
-            continue
-        # A job's partitions are `<host key>/<partition>`.
-        mine = [
-            held[name]
-            for hp in job.get("partitions") or []
-            for host, _, name in [hp.partition("/")]
-            if host == host_key and name in held
-        ]
-        if mine:
-            notes[str(job["id"])] = "; ".join(f"{p.partition} {p.state.value}: {p.detail}" for p in mine)
-    return notes

@@ -28,8 +28,8 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
+from ray_accel.core.health_state import HostHealth, PartState
 from ray_accel.core.reader import dump, dump_fields
 from ray_accel.plugins.runtime import Rank
 
@@ -270,9 +270,10 @@ def replica_json(r: Replica) -> object:
     return row
 
 
-def job_json(job: JobRecord, *, replicas: bool = False) -> dict[str, Any]:
-    """What `ray-accel jobs --json` prints per job (`replicas`: also every worker)."""
-    out: dict[str, Any] = {
+def job_json(job: JobRecord, *, replicas: bool = False, waiting: Mapping[str, str] | None = None) -> dict[str, object]:
+    """What `ray-accel jobs --json` prints per job (`replicas`: also every
+    worker; `waiting`, where given: why the job waits, by job id)."""
+    out = {
         "id": job.id,
         "name": job.name,
         "ray_run_id": job.ray_run_id,
@@ -294,7 +295,35 @@ def job_json(job: JobRecord, *, replicas: bool = False) -> dict[str, Any]:
     if replicas:
         out["replicas"] = [replica_json(r) for r in job.replicas]
         out["retired_replicas"] = [replica_json(r) for r in job.retired]
+    if waiting is not None:
+        out["waiting"] = waiting.get(job.id)
     return out
+
+
+WAITING_PHASES = (Phase.PENDING, Phase.RESTARTING)
+
+
+def job_notes(jobs: Sequence[JobRecord], health: HostHealth | None, host_key: str) -> dict[str, str]:
+    """Job id -> why it waits, for a job that waits (Pending, Restarting)
+    for a partition of this host that is not serving: the partition's state
+    and why. Pure."""
+    if health is None:
+        return {}
+    held = {p.partition: p for p in health.partitions if p.state is not PartState.SERVING}
+    notes = {}
+    for job in jobs:
+        if job.phase not in WAITING_PHASES:
+            continue
+        # A job's partitions are `<host key>/<partition>`.
+        mine = [
+            held[name]
+            for hp in job.partitions
+            for host, _, name in [hp.partition("/")]
+            if host == host_key and name in held
+        ]
+        if mine:
+            notes[job.id] = "; ".join(f"{p.partition} {p.state.value}: {p.detail}" for p in mine)
+    return notes
 
 
 def gauge_rows(jobs: Sequence[JobRecord]) -> list[tuple[float, dict[str, str]]]:

@@ -40,7 +40,6 @@ from ray_accel.jobs.model import (
     Submitted,
     apply_event,
     gauge_rows,
-    job_json,
 )
 
 log = logging.getLogger(__name__)
@@ -78,10 +77,9 @@ class JobStore:
                     self.controllers.pop(j.id, None)
         self.export()
 
-    def list(self, replicas: bool = False) -> list[dict[str, Any]]:
+    def list(self) -> list[JobRecord]:
         with self.lock:
-            jobs = sorted(self.jobs.values(), key=lambda j: (j.submitted_at, j.id))
-        return [job_json(j, replicas=replicas) for j in jobs]
+            return sorted(self.jobs.values(), key=lambda j: (j.submitted_at, j.id))
 
     def export(self) -> None:
         if self.gauge is None:
@@ -183,12 +181,12 @@ def send(
         log.warning("ray-accel: job %s event %s not recorded: %s", job_id, kind, e)
 
 
-def read_jobs(replicas: bool = False, timeout_s: float = 30.0) -> list[dict[str, Any]]:
+def read_jobs(timeout_s: float = 30.0) -> list[JobRecord]:
     """Every job in the store, oldest first (the caller is connected)."""
     import ray
 
     handle = store(create=False)
     if handle is None:
         return []
-    result: list[dict[str, Any]] = ray.get(handle.list.remote(replicas), timeout=timeout_s)
+    result: list[JobRecord] = ray.get(handle.list.remote(), timeout=timeout_s)
     return result

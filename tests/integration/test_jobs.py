@@ -30,6 +30,7 @@ from pathlib import Path
 import ray, ray_accel
 from ray.train import FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
+from ray_accel.jobs.model import job_json
 from ray_accel.jobs.store import read_jobs
 from ray_accel.train import AcceleratorTorchConfig
 from tests.integration.jobs_loops import wait_then_train
@@ -54,7 +55,7 @@ def start(key, trainer):
 def job(job_id, timeout=240):
     deadline = time.time() + timeout
     while time.time() < deadline:
-        found = [j for j in read_jobs(replicas=True) if j["id"] == job_id]
+        found = [job_json(j, replicas=True) for j in read_jobs() if j.id == job_id]
         yield found[0] if found else None
         time.sleep(0.3)
     raise TimeoutError(f"job {job_id} did not get there in {timeout}s")

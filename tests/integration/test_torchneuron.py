@@ -78,10 +78,10 @@ for name, kw in fits.items():
         out[name] = {"ok": True, "run_id": config.run_id}
     except Exception as e:
         out[name] = {"ok": False, "error": f"{type(e).__name__}: {e}", "run_id": config.run_id}
-jobs = {j["id"]: j for j in read_jobs()}
+jobs = {j.id: j for j in read_jobs()}
 for row in out.values():
-    job = jobs.get(row["run_id"], {})
-    row.update(collective=job.get("collective"), collective_reason=job.get("collective_reason"))
+    job = jobs.get(row["run_id"])
+    row.update(collective=job and job.collective, collective_reason=job and job.collective_reason)
 print(json.dumps(out))
 """
 

@@ -34,7 +34,7 @@ from ray_accel.cluster.record import (
 from ray_accel.core.health_state import Action, HealthSettings, read_health
 from ray_accel.core.processes import read_cmdline
 from ray_accel.health.launch import start_decider
-from ray_accel.health.view import job_notes
+from ray_accel.jobs.model import JobRecord, Phase, Replica, Transition, job_notes
 from tests.badinput import badinput
 from tests.clirun import run_cli_here
 from tests.tagged import new_tag, tagged
@@ -249,10 +249,15 @@ def test_a_waiting_job_names_the_partition_it_waits_for() -> None:
             PartitionHealth("p1", PartState.DRAINING, 1.0, ("neuron:1",), ("neuron:1",), "b", "neuron:1: XID 79"),
         ),
     )
+
+    def job(job_id: str, phase: Phase, *where: tuple[str, str]) -> JobRecord:
+        rows = tuple(Replica(0, 1, 0, 1, 0, host, p, "n", (), 1) for host, p in where)
+        return JobRecord(job_id, job_id, "", 0.0, 1, 1, (Transition(phase, 0.0),), replicas=rows)
+
     jobs = [
-        {"id": "a", "phase": "Restarting", "partitions": ["host_1.2.3.4/p0", "host_1.2.3.4/p1"]},
-        {"id": "b", "phase": "Running", "partitions": ["host_1.2.3.4/p1"]},
-        {"id": "c", "phase": "Restarting", "partitions": ["other_5.6.7.8/p1"]},
+        job("a", Phase.RESTARTING, ("host_1.2.3.4", "p0"), ("host_1.2.3.4", "p1")),
+        job("b", Phase.RUNNING, ("host_1.2.3.4", "p1")),
+        job("c", Phase.RESTARTING, ("other_5.6.7.8", "p1")),
     ]
     assert job_notes(jobs, h, "host_1.2.3.4") == {"a": "p1 draining: neuron:1: XID 79"}
     assert job_notes(jobs, None, "host_1.2.3.4") == {}

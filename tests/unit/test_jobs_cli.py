@@ -14,25 +14,25 @@ from ray_accel.jobs.model import (
     STATE,
     SUBMITTED,
     Event,
+    JobRecord,
     Replica,
     Started,
     StateChange,
     Submitted,
-    job_json,
 )
 from ray_accel.train.jobs import CALLBACK_PATH, allowed_workers, register_callback
 from tests.clirun import run_cli_here
 from tests.unit.test_jobs_model import apply_all
 
 
-def _job() -> dict[str, object]:
+def _job() -> JobRecord:
     rows = (Replica(0, 1, 0, 1, 0, "h", "p0", "n0", ("0", "1"), 7),)
     events = [
         Event(SUBMITTED, "abc123", 10.0, Submitted("train-a", min_workers=1, max_workers=2)),
         Event(STARTING, "abc123", 11.0, Started(rows, "gloo", "no stack")),
         Event(STATE, "abc123", 12.0, StateChange("RUNNING")),
     ]
-    return job_json(apply_all(events)["abc123"], replicas=True)
+    return apply_all(events)["abc123"]
 
 
 def test_jobs_without_a_recorded_cluster_says_no_cluster_and_exits_1(tmp_path: Path) -> None:
@@ -52,13 +52,14 @@ def test_an_unknown_job_id_is_an_input_error_naming_it() -> None:
 
 def test_text_views_show_phase_sizes_and_replicas() -> None:
     job = _job()
-    listing = jobs_text({"jobs": [job]}, now=20.0)
+    listing = jobs_text([job], {"abc123": "p0 draining"}, now=20.0)
     assert "abc123" in listing and "Running" in listing and "1 (1-2)" in listing and "h/p0" in listing
     shown = job_text(job, now=20.0)
     assert "allowed 1..2" in shown and "Pending (+0.0s) -> Starting (+1.0s) -> Running (+2.0s)" in shown
     assert "Starting -> Running" in shown and "0,1" in shown
-    assert "collective: gloo (no stack)" in shown
-    assert jobs_text({"jobs": []}) == "no jobs"
+    assert "collective: gloo (no stack)" in shown and "waits" not in shown
+    assert "abc123 waits: p0 draining" in listing and "waits: p0 draining" in job_text(job, {"abc123": "p0 draining"})
+    assert jobs_text([]) == "no jobs"
 
 
 def test_the_callback_is_named_once_and_after_what_was_there() -> None:

@@ -169,7 +169,8 @@ def test_the_gauge_has_one_current_phase_per_job_and_the_store_exports_it() -> N
     assert {k for k, v in gauge.values.items() if v == 1} == {("j1", "Running")}
     assert len(gauge.values) == len(PHASES)
     listed = s.list()
-    assert [j["phase"] for j in listed] == ["Running"] and "replicas" not in listed[0]
+    assert [j.phase.value for j in listed] == ["Running"] and "replicas" not in job_json(listed[0])
+    assert job_json(listed[0], waiting={})["waiting"] is None and "waiting" not in job_json(listed[0])
     assert len(gauge_rows(list(s.jobs.values()))) == len(PHASES)
 
 
