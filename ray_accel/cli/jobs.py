@@ -75,7 +75,6 @@ def jobs_text(jobs: Sequence[JobRecord], waiting: Waiting = None, now: float | N
     now = time.time() if now is None else now
     if not jobs:
         return "no jobs"
-    notes = waiting or {}
     return render(
         ["JOB", "NAME", "PHASE", "WORKERS", "RESTARTS", "PARTITIONS", "SUBMITTED", "SINCE"],
         [
@@ -91,7 +90,7 @@ def jobs_text(jobs: Sequence[JobRecord], waiting: Waiting = None, now: float | N
             ]
             for j in jobs
         ],
-    ) + "".join(f"\n{j.id} waits: {notes[j.id]}" for j in jobs if notes.get(j.id))
+    ) + "".join(f"\n{j.id} waits: {w}" for j in jobs if (w := (waiting or {}).get(j.id)))
 
 
 def job_text(job: JobRecord, waiting: Waiting = None, now: float | None = None) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -19,8 +19,11 @@ from ray_accel.cli.connect import connect_to_recorded_cluster
 from ray_accel.cli.host import json_option
 from ray_accel.cli.jobs import jobs_text, top_jobs
 from ray_accel.cli.params import FiniteFloat
-from ray_accel.core.reader import dump, load
+from ray_accel.core.reader import dump, dump_fields, load
 from ray_accel.jobs.model import job_json
+
+if TYPE_CHECKING:
+    from ray_accel.metrics.export import PartitionNode
 
 DEVICE_FIELDS = (
     "id",
@@ -38,7 +41,7 @@ DEVICE_FIELDS = (
 )
 
 
-def top_payload(partitions: Sequence[Mapping[str, Any]], snaps: Mapping[str, dict[str, Any] | str]) -> dict[str, Any]:
+def top_payload(partitions: Sequence[PartitionNode], snaps: Mapping[str, dict[str, Any] | str]) -> dict[str, Any]:
     """The view of every partition raylet (`export.partition_nodes`) and its
     exporter's snapshot or the reason there is none, keyed by node id."""
     from ray_accel.metrics.collect import OrphanReading
@@ -49,12 +52,12 @@ def top_payload(partitions: Sequence[Mapping[str, Any]], snaps: Mapping[str, dic
     orphans: list[OrphanReading] = []
     errors: list[str] = []
     for p in partitions:
-        where = f"{p['host']}/{p['partition']}"
-        snap = snaps.get(p["node_id"], "raylet is dead" if not p["alive"] else "no snapshot")
-        row = dict(p, device_ids=[], exporter="ok", took_s=None)
+        where = f"{p.host}/{p.partition}"
+        snap = snaps.get(p.node_id, "raylet is dead" if not p.alive else "no snapshot")
+        row = dump_fields(p, device_ids=[], exporter="ok", took_s=None)
         if isinstance(snap, str) or not snap:
             row["exporter"] = snap or "no sample yet"
-            if p["alive"]:
+            if p.alive:
                 errors.append(f"{where}: {row['exporter']}")
             parts.append(row)
             continue
@@ -83,13 +86,15 @@ def top_payload(partitions: Sequence[Mapping[str, Any]], snaps: Mapping[str, dic
 @json_option
 def top(once: bool, interval: float, as_json: bool) -> int:
     """Live view of every host's partitions, devices, workloads and orphans."""
+    import ray
+
     from ray_accel.cluster.status import status
     from ray_accel.metrics import export
 
     connect_to_recorded_cluster(status())
     while True:
-        parts = export.cluster_partitions()
-        payload = top_payload(parts, export.snapshots([p["node_id"] for p in parts if p["alive"]]))
+        parts = export.partition_nodes(ray.nodes())  # every host's partition raylets
+        payload = top_payload(parts, export.snapshots([p.node_id for p in parts if p.alive]))
         listed, waiting = top_jobs()
         payload["jobs"] = [job_json(j, waiting=waiting) for j in listed]
         if as_json:

@@ -310,20 +310,17 @@ def job_notes(jobs: Sequence[JobRecord], health: HostHealth | None, host_key: st
     if health is None:
         return {}
     held = {p.partition: p for p in health.partitions if p.state is not PartState.SERVING}
-    notes = {}
-    for job in jobs:
-        if job.phase not in WAITING_PHASES:
-            continue
-        # A job's partitions are `<host key>/<partition>`.
-        mine = [
+    # A job's partitions are `<host key>/<partition>`.
+    mine = {
+        job.id: [
             held[name]
-            for hp in job.partitions
-            for host, _, name in [hp.partition("/")]
+            for host, _, name in (hp.partition("/") for hp in job.partitions)
             if host == host_key and name in held
         ]
-        if mine:
-            notes[job.id] = "; ".join(f"{p.partition} {p.state.value}: {p.detail}" for p in mine)
-    return notes
+        for job in jobs
+        if job.phase in WAITING_PHASES
+    }
+    return {j: "; ".join(f"{p.partition} {p.state.value}: {p.detail}" for p in ps) for j, ps in mine.items() if ps}
 
 
 def gauge_rows(jobs: Sequence[JobRecord]) -> list[tuple[float, dict[str, str]]]:

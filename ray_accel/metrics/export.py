@@ -373,37 +373,37 @@ def connect(address: str) -> None:
         ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING)
 
 
-def partition_nodes(nodes: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class PartitionNode:
+    """A partition raylet as `top` shows it (its fields are `top --json`'s keys)."""
+
+    partition: str
+    host: str
+    ip: str
+    node_id: str
+    alive: bool
+
+
+def partition_nodes(nodes: Iterable[Mapping[str, Any]]) -> list[PartitionNode]:
     """The partition raylets among `ray.nodes()`, every host's (a host is its
     name and node IP: `node_host`): alive ones, and a dead one only where no
     live raylet serves its host and partition (a recovered partition leaves
     its dead predecessor in the GCS)."""
-    out = []
-    for n in nodes:
-        labels = n.get("Labels") or {}
-        if PARTITION_LABEL not in labels:
-            continue
-        out.append(
-            {
-                "partition": labels[PARTITION_LABEL],
-                "host": node_host(
-                    str(n.get("NodeManagerHostname") or ""), str(n.get("NodeManagerAddress") or ""), labels
-                ),
-                "ip": n.get("NodeManagerAddress", ""),
-                "node_id": n["NodeID"],
-                "alive": bool(n.get("Alive")),
-            }
+    out = [
+        PartitionNode(
+            labels[PARTITION_LABEL],
+            node_host(str(n.get("NodeManagerHostname") or ""), ip, labels),
+            ip,
+            n["NodeID"],
+            bool(n.get("Alive")),
         )
-    live = {(p["host"], p["partition"]) for p in out if p["alive"]}
-    kept = [p for p in out if p["alive"] or (p["host"], p["partition"]) not in live]
-    return sorted(kept, key=lambda p: (p["host"], p["partition"], not p["alive"]))
-
-
-def cluster_partitions() -> list[dict[str, Any]]:
-    """Every host's partition raylets, from the GCS (connected driver)."""
-    import ray
-
-    return partition_nodes(ray.nodes())
+        for n in nodes
+        if PARTITION_LABEL in (labels := n.get("Labels") or {})
+        for ip in [str(n.get("NodeManagerAddress") or "")]
+    ]
+    live = {(p.host, p.partition) for p in out if p.alive}
+    kept = [p for p in out if p.alive or (p.host, p.partition) not in live]
+    return sorted(kept, key=lambda p: (p.host, p.partition, not p.alive))
 
 
 def snapshots(node_ids: Iterable[str], timeout_s: float = 10.0) -> dict[str, dict[str, Any] | str]:

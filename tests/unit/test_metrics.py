@@ -37,7 +37,15 @@ from ray_accel.metrics.collect import (
     orphan_pids,
     workload_readings,
 )
-from ray_accel.metrics.export import COMMAND_MAX, GAUGES, HostValues, actor_name, gauge_values, partition_nodes
+from ray_accel.metrics.export import (
+    COMMAND_MAX,
+    GAUGES,
+    HostValues,
+    PartitionNode,
+    actor_name,
+    gauge_values,
+    partition_nodes,
+)
 from ray_accel.partition.labels import PARTITION_LABEL
 from tests.dashboard_queries import METRICS
 
@@ -243,7 +251,7 @@ def test_partition_nodes_keeps_every_hosts_partitions_and_drops_replaced_dead_on
         _gcs_node("a1", "hostA", "p1", False),  # dead, nothing replaced it: shown dead
         _gcs_node("plain", "hostA", None, True),  # not a partition raylet
     ]
-    got = [(p["host"], p["partition"], p["node_id"], p["alive"]) for p in partition_nodes(nodes)]
+    got = [(p.host, p.partition, p.node_id, p.alive) for p in partition_nodes(nodes)]
     assert got == [
         ("hostA_10.0.0.1", "p0", "a0", True),
         ("hostA_10.0.0.1", "p1", "a1", False),
@@ -258,7 +266,7 @@ def test_two_hosts_of_one_name_keep_their_own_partitions() -> None:
         _gcs_node("b0-old", "ubuntu", "p0", False, "10.0.0.2"),  # B's before it joined again
         _gcs_node("c0", "ubuntu", "p0", False, "10.0.0.3"),  # C stopped: nothing replaced it
     ]
-    got = [(p["host"], p["node_id"], p["alive"]) for p in partition_nodes(nodes)]
+    got = [(p.host, p.node_id, p.alive) for p in partition_nodes(nodes)]
     assert got == [("ubuntu_10.0.0.1", "a0", True), ("ubuntu_10.0.0.2", "b0", True), ("ubuntu_10.0.0.3", "c0", False)]
 
 
@@ -414,10 +422,10 @@ def test_top_payload_joins_every_hosts_snapshots_and_names_missing_ones() -> Non
         ("x",),
     )
     parts = [
-        {"partition": "p0", "host": "hostA", "ip": "10.0.0.1", "node_id": "a0", "alive": True},
-        {"partition": "p0", "host": "hostB", "ip": "10.0.0.2", "node_id": "b0", "alive": True},
-        {"partition": "p1", "host": "hostB", "ip": "10.0.0.2", "node_id": "b1", "alive": True},
-        {"partition": "p1", "host": "hostA", "ip": "10.0.0.1", "node_id": "a1", "alive": False},
+        PartitionNode("p0", "hostA", "10.0.0.1", "a0", True),
+        PartitionNode("p0", "hostB", "10.0.0.2", "b0", True),
+        PartitionNode("p1", "hostB", "10.0.0.2", "b1", True),
+        PartitionNode("p1", "hostA", "10.0.0.1", "a1", False),
     ]
     payload = top_payload(parts, {"a0": a.to_json(), "b0": b.to_json(), "b1": "no metrics exporter: gone"})
     assert [(d["host"], d["id"]) for d in payload["devices"]] == [("hostA", d.id) for d in devices[:8]] + [
@@ -460,12 +468,12 @@ def test_top_keys_raylets_by_host_name_and_ip(rows: list[tuple[str, str, str, bo
     got = partition_nodes(nodes)
     by_id = {f"n{i}": row for i, row in enumerate(rows)}
     live = {(host_key(n, ip), p) for n, ip, p, alive in rows if alive}
-    assert {p["node_id"] for p in got} == {
+    assert {p.node_id for p in got} == {
         f"n{i}" for i, (n, ip, p, alive) in enumerate(rows) if alive or (host_key(n, ip), p) not in live
     }, "every live raylet; a dead one only where no live one serves its host and partition"
     for p in got:
-        name, ip, part, _ = by_id[p["node_id"]]
-        assert (p["host"], p["ip"], p["partition"]) == (host_key(name, ip), ip, part)
+        name, ip, part, _ = by_id[p.node_id]
+        assert (p.host, p.ip, p.partition) == (host_key(name, ip), ip, part)
 
 
 # ---------------------------------------------------------------- the exporter's backend
