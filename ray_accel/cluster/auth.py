@@ -191,3 +191,14 @@ def apply(auth: Auth) -> None:
     if auth.token_path is not None:
         os.environ.pop(TOKEN_ENV, None)
     rayapi_auth.reload_token_config()
+
+
+def raylet_base_env(cluster_auth: Auth) -> dict[str, str]:
+    """This process's environment with the cluster's auth, and the same auth
+    applied here so our own GCS client and driver can reach the cluster."""
+    apply(cluster_auth)
+    env = dict(os.environ)
+    if cluster_auth.token_path is not None:
+        env.pop(TOKEN_ENV, None)  # raylets read the file, never an env value
+    env.update(cluster_auth.env())
+    return env

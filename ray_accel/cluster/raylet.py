@@ -4,12 +4,10 @@ the subprocess that runs it: `ray_accel.cluster.launcher`)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ray_accel.bridge.managers import SPEC_ENV, BridgeSpec
-from ray_accel.cluster import auth
 from ray_accel.cluster.raylet_launch import CPU_SET_ENV, PARTITION_ENV
 from ray_accel.cluster.startargs import RayOptions
 from ray_accel.core import ray_resources
@@ -111,17 +109,6 @@ def check_user_keys(labels: Mapping[str, str], resources: Mapping[str, float], s
             )
         if name.startswith(("accelerator_type:", "node:")):
             raise InputError(f"--resources: {name!r} is a resource Ray sets itself ({name.split(':')[0]}:...)")
-
-
-def raylet_base_env(cluster_auth: auth.Auth) -> dict[str, str]:
-    """This process's environment with the cluster's auth, and the same auth
-    applied here so our own GCS client and driver can reach the cluster."""
-    auth.apply(cluster_auth)
-    env = dict(os.environ)
-    if cluster_auth.token_path is not None:
-        env.pop(auth.TOKEN_ENV, None)  # raylets read the file, never an env value
-    env.update(cluster_auth.env())
-    return env
 
 
 def partition_env(

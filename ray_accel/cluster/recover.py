@@ -18,11 +18,12 @@ from pathlib import Path
 
 from ray_accel.bridge.managers import raylet_env
 from ray_accel.cluster import exporters, procs, state
+from ray_accel.cluster.auth import raylet_base_env
 from ray_accel.cluster.gcs import Progress, wait_registered
 from ray_accel.cluster.host import read_host
 from ray_accel.cluster.launcher import Launches
 from ray_accel.cluster.ports import check_free
-from ray_accel.cluster.raylet import partition_env, raylet_base_env
+from ray_accel.cluster.raylet import partition_env
 from ray_accel.cluster.record import HostRecord, PartitionEntry, RayProcess
 from ray_accel.cluster.signals import interruptible, shielded
 from ray_accel.cluster.startargs import RayOptions, ray_start_args, user_figures

@@ -29,7 +29,7 @@ from ray_accel.cluster.gcs import Progress, wait_registered
 from ray_accel.cluster.host import divide_host, read_host
 from ray_accel.cluster.launcher import Launches, LaunchResult
 from ray_accel.cluster.ports import RayletPorts, check_free, plan_ports, worker_ports
-from ray_accel.cluster.raylet import DEFAULT_GCS_PORT, StartRequest, check_user_keys, partition_env, raylet_base_env
+from ray_accel.cluster.raylet import DEFAULT_GCS_PORT, StartRequest, check_user_keys, partition_env
 from ray_accel.cluster.record import HostRecord, PartitionEntry
 from ray_accel.cluster.signals import interruptible, shielded
 from ray_accel.cluster.startargs import RayOptions, ray_start_args
@@ -175,7 +175,7 @@ def launch(lp: LaunchPlan, launches: Launches, progress: Progress) -> HostRecord
     alone), recording each as it is up, and wait until the GCS has every one."""
     req, plan, head = lp.request, lp.plan, lp.request.join.head
     cluster_auth = auth.provide(lp.auth, os.environ)
-    base_env = raylet_base_env(cluster_auth)
+    base_env = auth.raylet_base_env(cluster_auth)
     try:
         check_ray_version()
         base_env.update(raylet_env([lp.spec], base_env))

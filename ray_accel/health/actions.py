@@ -18,10 +18,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from ray_accel.cluster import procs, state
+from ray_accel.cluster.auth import raylet_base_env
 from ray_accel.cluster.exporters import exporter_entries, host_level_partition
 from ray_accel.cluster.gcs import GcsError, Progress, answer_within, wait_registered
 from ray_accel.cluster.launcher import Launches
-from ray_accel.cluster.raylet import raylet_base_env
 from ray_accel.cluster.record import HostRecord, PartitionEntry, RayProcess
 from ray_accel.cluster.recover import HEAD_KINDS, relaunch, relaunch_env, terminate_raylet
 from ray_accel.cluster.signals import shielded

@@ -57,6 +57,14 @@ def attr(owner: Any, name: str, where: str) -> Any:
         raise missing(f"{where} has no {name}") from None
 
 
+def method(owner: Any, name: str, where: str) -> Any:
+    """`owner.name`, a callable, or `RayApiMissing` saying what it is not."""
+    fn = attr(owner, name, where)
+    if not callable(fn):
+        raise missing(f"{where}.{name} is not callable")
+    return fn
+
+
 def require_params(fn: Any, params: Sequence[str], where: str) -> None:
     """Raise `RayApiMissing` unless `fn` accepts every keyword in `params`. A
     callable whose signature Python cannot read is taken as it is (unknown is

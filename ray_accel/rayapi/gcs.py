@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ray_accel.rayapi.feature import RayApiMissing, attr, missing, module, require_params
+from ray_accel.rayapi.feature import RayApiMissing, attr, method, missing, module, require_params
 
 STATE = "ray._private.state"
 RAYLET = "ray._raylet"
@@ -63,21 +63,15 @@ def _global_state(address: str) -> Any:
     return gs
 
 
-def _method(owner: Any, name: str, where: str) -> Any:
-    fn = attr(owner, name, where)
-    if not callable(fn):
-        raise missing(f"{where}.{name} is not callable")
-    return fn
-
-
 def read_nodes(address: str) -> tuple[GcsNode, ...]:
     """Every node the GCS at `address` knows, alive or dead, with its total
     and available resources and its labels."""
     gs = _global_state(address)
     where = f"{STATE}.GlobalState"
-    total = _method(gs, "total_resources_per_node", where)()
-    avail = _method(gs, "available_resources_per_node", where)()
-    table = _method(gs, "node_table", where)()
+    total = method(gs, "total_resources_per_node", where)()
+    avail = method(gs, "available_resources_per_node", where)()
+    table = method(gs, "node_table", where)()
+    reasons = _death_reasons()
     out = []
     for n in table:
         nid = n["NodeID"]
@@ -90,25 +84,22 @@ def read_nodes(address: str) -> tuple[GcsNode, ...]:
                 labels=dict(n.get("Labels", {})),
                 ip=n.get("NodeManagerAddress", ""),
                 hostname=n.get("NodeManagerHostname", ""),
-                death_reason=death_reason_name(int(n.get("DeathReason") or 0)),
+                death_reason=reasons.get(code, str(code)) if (code := int(n.get("DeathReason") or 0)) else "",
                 death_message=str(n.get("DeathReasonMessage") or ""),
             )
         )
     return tuple(out)
 
 
-def death_reason_name(code: int) -> str:
-    """Ray's name for a node's death reason (`NodeDeathInfo.Reason`); ""
-    for none (0); the number as text where this Ray's protocol has no name
-    for it."""
-    if code == 0:
-        return ""
+def _death_reasons() -> Mapping[int, str]:
+    """Ray's names for a node's death reasons (`NodeDeathInfo.Reason`) by
+    number; a number this Ray's protocol has no name for is shown as text."""
     try:
         proto = module("ray.core.generated.common_pb2")
         reasons = attr(attr(proto, "NodeDeathInfo", "ray.core.generated.common_pb2"), "Reason", "NodeDeathInfo")
-        return str(reasons.Name(code))
-    except (RayApiMissing, ValueError):
-        return str(code)
+    except RayApiMissing:
+        return {}
+    return {number: name for name, number in reasons.items()}
 
 
 def drain_reason(name: str = DRAIN_REASON_PREEMPTION) -> int:
@@ -140,7 +131,7 @@ def drain_node(
     existing GCS client (a new one otherwise)."""
     reason = drain_reason()
     gcs = gcs_client(address) if client is None else client
-    drain = _method(gcs, "drain_node", f"{RAYLET}.GcsClient")
+    drain = method(gcs, "drain_node", f"{RAYLET}.GcsClient")
     require_params(drain, DRAIN_PARAMS, f"{RAYLET}.GcsClient.drain_node")
     accepted, rejection = drain(
         node_id=node_id,
