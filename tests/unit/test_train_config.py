@@ -29,3 +29,13 @@ def test_the_defaults_are_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(CALLBACKS_ENV, "")  # restored after: construction names our callback there
     config = AcceleratorTorchConfig(timeout_s=60)
     assert (config.backend, config.init_method, config.timeout_s) == ("auto", "env", 60)
+
+
+def test_the_contexts_old_backend_name_answers_with_a_warning() -> None:
+    """`TrainContext.backend` was the collective's name before 0.3.0: code
+    written against it keeps working, told of the new name."""
+    from ray_accel.train.context import TrainContext
+
+    ctx = TrainContext(0, 2, 0, 2, 0, "n1", "p0", "gloo", ("0", "1"), ("0",), "neuron")
+    with pytest.warns(FutureWarning, match=r"\.collective"):
+        assert ctx.backend == ctx.collective == "gloo"
