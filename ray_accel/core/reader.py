@@ -18,6 +18,7 @@ path of the bad field: `partitions[2].raylet.pid: 'x' is not an integer`.
 from __future__ import annotations
 
 import builtins
+import collections
 import dataclasses
 import enum
 import json
@@ -74,12 +75,11 @@ class _Duplicate(ValueError):
     pass
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _Duplicate(f"key {show(key)} appears twice in one object")
-        out[key] = value
+def _no_duplicates(pairs: list[tuple[str, object]]) -> object:
+    out = dict(pairs)
+    if len(out) < len(pairs):
+        twice = next(k for k, n in collections.Counter(k for k, _ in pairs).items() if n > 1)
+        raise _Duplicate(f"key {show(twice)} appears twice in one object")
     return out
 
 
