@@ -31,14 +31,14 @@ import dataclasses
 import json
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ray_accel.core import masks, ray_resources
 from ray_accel.core.devices import all_core_ids
 from ray_accel.core.errors import InputError, RayAccelError
-from ray_accel.core.reader import dump
+from ray_accel.core.reader import Node, ReadError, dump, load, parse_json
 from ray_accel.core.visibility import VisibilityError, format_mask, parse_visible_ids
 from ray_accel.partition.plan import Partition
 from ray_accel.plugins.interface import NOSET_PREFIX, DevicePlugin
@@ -97,20 +97,6 @@ class BridgeSpec:
             process_env=tuple(sorted(plugin.process_env().items())),
         )
 
-    @classmethod
-    def from_json(cls, row: Mapping[str, Any]) -> BridgeSpec:
-        """A spec as `reader.dump` wrote it (to the environment)."""
-        return cls(
-            resource_name=row["resource_name"],
-            visible_ids_env=row["visible_ids_env"],
-            family=row["family"],
-            accelerator_type=row["accelerator_type"],
-            unit_ids=tuple(row["unit_ids"]),
-            backend=row["backend"],
-            traits=DeviceTraits.from_json(row["traits"]),
-            process_env=tuple((str(k), str(v)) for k, v in row.get("process_env", ())),
-        )
-
     def for_partition(self, part: Partition) -> BridgeSpec:
         """This spec as the raylet of `part` reports it: the accelerator type of
         that partition's own devices, or none where they are of several types."""
@@ -132,12 +118,9 @@ def specs_from_env(value: str | None) -> list[BridgeSpec]:
     if not value:
         return []
     try:
-        rows = json.loads(value)
-        return [BridgeSpec.from_json(r) for r in rows]
-    except KeyError as e:
-        raise InputError(f"bad {SPEC_ENV}: missing {e}") from None
-    except (ValueError, TypeError, AttributeError) as e:
-        raise InputError(f"bad {SPEC_ENV}: {e}") from None
+        return [load(BridgeSpec, row.data) for row in Node(parse_json(value, SPEC_ENV, "{error}")).list()]
+    except ReadError as e:
+        raise InputError(f"bad {SPEC_ENV}: " + (f"missing {e.path!r}" if e.problem == "missing" else str(e))) from None
 
 
 def visible_tokens(spec: BridgeSpec, value: str | None) -> list[str] | None:

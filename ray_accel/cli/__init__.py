@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 import click
 
@@ -38,9 +37,9 @@ for command in (devices, plan, start, status_command, stop, top, jobs, health):
     cli.add_command(command)
 
 
-def _fail(message: str, kind: str, code: int, as_json: bool, details: dict[str, Any] | None = None) -> int:
+def _fail(message: str, kind: str, code: int, as_json: bool, **details: object) -> int:
     if as_json:
-        print(json.dumps({"error": message, "kind": kind, "exit_code": code, **(details or {})}), file=sys.stderr)
+        print(json.dumps({"error": message, "kind": kind, "exit_code": code, **details}), file=sys.stderr)
     else:
         print(f"ray-accel: {'error' if code == 2 else 'failed'}: {message}", file=sys.stderr)
     return code
@@ -66,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InputError as e:
         return _fail(str(e), "input", 2, as_json)
     except RayAccelError as e:
-        return _fail(str(e), "failure", 1, as_json, getattr(e, "details", None))
+        return _fail(str(e), "failure", 1, as_json, **getattr(e, "details", {}))
     except (KeyboardInterrupt, click.Abort):
         return _fail("interrupted", "interrupted", 130, as_json)
     except Exception as e:

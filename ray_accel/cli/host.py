@@ -30,7 +30,7 @@ def devices(backend: str | None, as_json: bool) -> int:
     mask = None if plugin is None else inherited_mask(plugin, os.environ)
     if mask is not None:
         payload["inherited_mask"] = {"env": mask.env, "value": mask.value, "ids": list(mask.ids)}
-    return emit(as_json, payload, render.devices_text)
+    return emit(as_json, payload, lambda _: render.devices_text(inventory))
 
 
 @click.command()
@@ -65,4 +65,4 @@ def plan(split: Split, as_json: bool) -> int:
     payload["cpu_pinning"] = division.pinning
     payload["host"] = host.to_json()
     payload["host_warnings"] = list(division.warnings)
-    return emit(as_json, payload, render.plan_text)
+    return emit(as_json, payload, lambda _: render.plan_text(result, division))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +14,9 @@ if TYPE_CHECKING:  # the status module is imported only by the commands that sho
     from ray_accel.cli.connect import Orphans
     from ray_accel.cluster.status import ClusterPartition, ClusterView, HostStatus
     from ray_accel.metrics.collect import OrphanReading
+    from ray_accel.partition.plan import Plan
+    from ray_accel.partition.share import Division
+    from ray_accel.plugins.inventory import Inventory
 
 
 def render(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -37,50 +41,44 @@ def format_id_list(ids: Sequence[str]) -> str:
     return ",".join(ids)
 
 
-def host_kind(payload: dict[str, Any]) -> str:
-    """The host's one accelerator type, or every type of a mixed host."""
-    host = payload["host"]
-    if host.get("accelerator_type"):
-        return str(host["accelerator_type"])
-    kinds = list(dict.fromkeys(d.get("accelerator_type") or d["model"] for d in payload["devices"]))
-    if not kinds:
-        return "no accelerators"
-    return kinds[0] if len(kinds) == 1 else f"mixed: {', '.join(kinds)}"
-
-
 def partition_kind(accelerator_type: str | None, models: Sequence[str]) -> str | None:
     """A partition's advertised type; a mixed one names its models."""
     return accelerator_type or (f"none ({' + '.join(models)})" if len(models) > 1 else None)
 
 
-def devices_text(payload: dict[str, Any]) -> str:
-    host = payload["host"]
-    lines = [
-        f"host {host['hostname']}: {host_kind(payload)}"
-        + (f" ({host['instance_type']})" if host.get("instance_type") else "")
-    ]
+def devices_text(inventory: Inventory) -> str:
+    """The host (named by its one accelerator type, or every type of a mixed
+    host), its devices and every backend's state."""
+    infos = [p.host_info() for p in inventory.plugins]
+    devices = inventory.devices()
+    kinds = list(dict.fromkeys(d.accelerator_type or d.model for _, d in devices))
+    kind = (infos and infos[0].accelerator_type) or (
+        kinds[0] if len(kinds) == 1 else f"mixed: {', '.join(kinds)}" if kinds else "no accelerators"
+    )
+    instance = infos and infos[0].instance_type
+    lines = [f"host {socket.gethostname()}: {kind}" + (f" ({instance})" if instance else "")]
     rows = [
         [
-            d["id"],
-            d["plugin"],
-            d["model"],
-            ",".join(map(str, d["core_ids"])),
-            gib(d["memory_bytes"]),
-            d["numa_node"],
-            ",".join(d["peers"]) or "-",
-            ",".join(d.get("external_peers", [])) or "-",
+            d.id,
+            name,
+            d.model,
+            ",".join(map(str, d.core_ids)),
+            gib(d.memory_bytes),
+            d.numa_node,
+            ",".join(d.peers) or "-",
+            ",".join(d.external_peers) or "-",
         ]
-        for d in payload["devices"]
+        for name, d in devices
     ]
     if rows:
         lines.append(render(["DEVICE", "BACKEND", "MODEL", "CORES", "MEMORY", "NUMA", "PEERS", "EXTERNAL"], rows))
-    for backend in host.get("backends", []):
-        lines += [f"warning ({backend['plugin']}): {w}" for w in backend.get("warnings", [])]
+    for info in infos:
+        lines += [f"warning ({info.plugin}): {w}" for w in info.warnings]
     lines.append("")
     lines.append(
         render(
             ["BACKEND", "ACTIVE", "REASON"],
-            [[s["name"], "yes" if s["active"] else "no", s["reason"] or ""] for s in payload["plugins"]],
+            [[s.name, "yes" if s.active else "no", s.reason or ""] for s in inventory.statuses],
         )
     )
     return "\n".join(lines)
@@ -90,36 +88,36 @@ def cpu_set_text(cpu_set: Sequence[int] | None) -> str:
     return "-" if cpu_set is None else format_cpulist(cpu_set)
 
 
-def plan_text(payload: dict[str, Any]) -> str:
+def plan_text(plan: Plan, division: Division) -> str:
     rows = [
         [
-            p["partition"],
-            format_id_list(p["device_ids"]),
-            format_visible_ids(p["core_ids"], "ranges"),
-            p["visible_ids"],
-            partition_kind(p.get("accelerator_type"), p.get("models") or []),
-            p.get("cpus"),
-            cpu_set_text(p.get("cpu_set")),
-            gib(p.get("memory"), 1),
-            gib(p.get("object_store_memory"), 1),
-            p["quality"],
+            p.name,
+            format_id_list(p.device_ids),
+            format_visible_ids(p.core_ids, "ranges"),
+            p.visible_ids,
+            partition_kind(p.accelerator_type, p.models),
+            share.cpus,
+            cpu_set_text(share.cpu_set),
+            gib(share.memory, 1),
+            gib(share.object_store_memory, 1),
+            q.describe(),
         ]
-        for p in payload["partitions"]
+        for p, q, share in zip(plan.partitions, plan.quality, division.shares, strict=True)
     ]
-    lines = [f"mode {payload['mode']}: {len(rows)} partition(s)"]
-    if payload.get("inherited_mask"):
-        lines.append(payload["inherited_mask"]["description"])
+    lines = [f"mode {plan.mode.value}: {len(rows)} partition(s)"]
+    if plan.mask:
+        lines.append(plan.mask.description)
     lines.append(
         render(
             ["PARTITION", "DEVICES", "CORES", "VISIBLE", "TYPE", "CPUS", "CPU SET", "MEMORY", "OBJ STORE", "QUALITY"],
             rows,
         )
     )
-    if payload.get("cpu_pinning"):
-        lines.append(f"CPU pinning: {payload['cpu_pinning']}")
-    if payload["unassigned"]:
-        lines.append(f"unassigned: {', '.join(payload['unassigned'])}")
-    lines += [f"warning: {w}" for w in [*payload["warnings"], *payload.get("host_warnings", [])]]
+    if division.pinning:
+        lines.append(f"CPU pinning: {division.pinning}")
+    if plan.unassigned:
+        lines.append(f"unassigned: {', '.join(plan.unassigned)}")
+    lines += [f"warning: {w}" for w in [*plan.warnings, *division.warnings]]
     return "\n".join(lines)
 
 

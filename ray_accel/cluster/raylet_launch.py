@@ -11,19 +11,40 @@ the start fails half-way, the processes started so far are killed here.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+from ray_accel.core.reader import dump
 from ray_accel.rayapi import node as rayapi_node
 from ray_accel.rayapi.feature import RayApiMissing
+
+if TYPE_CHECKING:  # the record's module is imported only once Ray has started something
+    from ray_accel.cluster.record import RayProcess
 
 PARTITION_ENV = "RAYACCEL_PARTITION"
 # The CPUs (kernel list format) this raylet, and so every process it starts,
 # runs on; unset: not pinned.
 CPU_SET_ENV = "RAYACCEL_CPU_SET"
+
+
+@dataclass(frozen=True)
+class LaunchReport:
+    """The result file `launcher` reads: how the start went and what it started."""
+
+    ok: bool
+    error: str | None
+    seconds: float = 0.0
+    cpu_set: str | None = None
+    processes: tuple[RayProcess, ...] = ()
+    node_id: str | None = None
+    gcs_address: str | None = None
+    node_ip: str | None = None
+    dashboard_url: str | None = None  # the head's, when its dashboard runs
 
 
 def _pin() -> str | None:
@@ -39,19 +60,29 @@ def _pin() -> str | None:
     return text
 
 
-def _processes(node: Any) -> list[dict[str, Any]]:
+def _processes(node: Any) -> tuple[RayProcess, ...]:
     """Every process Ray's node started, with what identifies it later: its
     kernel start time and what its command line runs."""
     from ray_accel.cluster.procs import identity
+    from ray_accel.cluster.record import RayProcess
     from ray_accel.core.processes import ProcessRecord, read_cmdline
 
-    out: list[dict[str, Any]] = []
+    out = []
     for kind, pid in rayapi_node.node_processes(node):
         record = ProcessRecord.of(pid)
         argv = read_cmdline(pid)
         if record is not None and argv:
-            out.append({"kind": kind, "pid": record.pid, "start_ticks": record.start_ticks, "identity": identity(argv)})
-    return out
+            out.append(RayProcess(kind, record.pid, record.start_ticks, identity(argv)))
+    return tuple(out)
+
+
+def _report(path: str, report: LaunchReport) -> int:
+    # A new file, never through a link someone placed there (the state
+    # directory may be shared): `start` removed any earlier result.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(dump(report), f)
+    return 0 if report.ok else 1
 
 
 def main(argv: list[str]) -> int:
@@ -74,9 +105,9 @@ def main(argv: list[str]) -> int:
     try:
         pinned = _pin()
     except (OSError, ValueError) as e:  # a CPU set this process may not use: report it, start nothing
-        with open(result_path, "w") as f:
-            json.dump({"ok": False, "error": f"cannot pin to {CPU_SET_ENV}={os.environ.get(CPU_SET_ENV)}: {e}"}, f)
-        return 1
+        return _report(
+            result_path, LaunchReport(False, f"cannot pin to {CPU_SET_ENV}={os.environ.get(CPU_SET_ENV)}: {e}")
+        )
 
     # Ray names a raylet's socket files raylet, raylet.1, ... by looking at the
     # disk, so raylets started at the same moment on one host pick the same
@@ -96,36 +127,30 @@ def main(argv: list[str]) -> int:
     except Exception as e:
         error = f"{type(e).__name__}: {e}"
     node = captured[0] if captured else None
-    result: dict[str, Any] = {
-        "ok": error is None and node is not None,
-        "error": error,
-        "seconds": time.time() - started,
-        "cpu_set": pinned,
-    }
+    processes: tuple[RayProcess, ...] = ()
+    facts = None
     if node is not None:
         try:
-            result["processes"] = _processes(node)
+            processes = _processes(node)
             if error is None:
                 facts = rayapi_node.node_facts(node)
-                result["node_id"] = facts.node_id
-                result["gcs_address"] = facts.gcs_address
-                result["node_ip"] = facts.node_ip
-                if facts.webui_url:  # the head's dashboard, when it runs
-                    url = facts.webui_url
-                    result["dashboard_url"] = url if "://" in url else f"http://{url}"
         except RayApiMissing as e:  # started, but not recordable: undone (`start` kills the launch's group too)
-            error = result["error"] = str(e)
-            result["ok"] = False
+            error = str(e)
         if error is not None:
             rayapi_node.kill_node(node)
     elif error is None:
-        result["error"] = "ray start created no node"
-    # A new file, never through a link someone placed there (the state
-    # directory may be shared): `start` removed any earlier result.
-    fd = os.open(result_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(result, f)
-    return 0 if result["ok"] else 1
+        error = "ray start created no node"
+    report = LaunchReport(error is None, error, time.time() - started, pinned, processes)
+    if facts is not None:
+        url = facts.webui_url
+        report = dataclasses.replace(
+            report,
+            node_id=facts.node_id,
+            gcs_address=facts.gcs_address,
+            node_ip=facts.node_ip,
+            dashboard_url=url and (url if "://" in url else f"http://{url}"),
+        )
+    return _report(result_path, report)
 
 
 if __name__ == "__main__":

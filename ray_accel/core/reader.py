@@ -18,6 +18,7 @@ path of the bad field: `partitions[2].raylet.pid: 'x' is not an integer`.
 from __future__ import annotations
 
 import builtins
+import collections
 import dataclasses
 import enum
 import json
@@ -74,12 +75,11 @@ class _Duplicate(ValueError):
     pass
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _Duplicate(f"key {show(key)} appears twice in one object")
-        out[key] = value
+def _no_duplicates(pairs: list[tuple[str, object]]) -> object:
+    out = dict(pairs)
+    if len(out) < len(pairs):
+        twice = next(k for k, n in collections.Counter(k for k, _ in pairs).items() if n > 1)
+        raise _Duplicate(f"key {show(twice)} appears twice in one object")
     return out
 
 
@@ -326,6 +326,8 @@ def _load(kind: Any, node: Node) -> Any:
         if len(items) != len(args):
             node.fail(f"expected {len(args)} entries, got {len(items)}")
         return tuple(_load(a, item) for a, item in zip(args, items, strict=True))
+    if origin is Mapping:
+        return {k: _load(args[1], v) for k, v in node.items()}
     if origin is typing.Literal:
         if node.data not in args or type(node.data) is not type(args[args.index(node.data)]):
             node.fail(f"{show(node.data)} is not one of {', '.join(map(str, args))}")
@@ -370,7 +372,7 @@ def _load_object(cls: type[T], node: Node) -> T:
 def load(cls: type[T], data: object, where: str = "") -> T:
     """The frozen dataclass `cls` from JSON-able `data` (as `dump` writes it),
     read by its annotations: int, float, str, bool, None, unions with None,
-    tuple[X, ...] and fixed tuples, Enum, Literal and nested dataclasses.
+    tuple[X, ...] and fixed tuples, Mapping[str, X], Enum, Literal and nested dataclasses.
     Absent fields take their defaults; an unknown key, a missing field or a
     value of the wrong kind is a `ReadError` naming its path under `where`."""
     return typing.cast(T, _load(cls, Node(data, where)))

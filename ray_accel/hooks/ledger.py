@@ -19,10 +19,11 @@ import logging
 import os
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ray_accel.core import reader
 from ray_accel.core.hosts import HostId, this_host_name
 from ray_accel.core.processes import ProcessRecord
 from ray_accel.hooks.config import LifecycleHook, Workload
@@ -64,35 +65,12 @@ def _safe(name: str) -> str:
 
 @dataclass(frozen=True)
 class Entry:
+    """One ledger file, as `reader.dump` writes it; the process is [pid, start]."""
+
     workload: Workload
-    process: ProcessRecord
+    process: tuple[int, int]
     host: str
     hooks: tuple[str, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "workload": asdict(self.workload),
-            "process": self.process.to_json(),
-            "host": self.host,
-            "hooks": list(self.hooks),
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Entry:
-        w = dict(data["workload"])
-        pid, start = data["process"]
-        return cls(
-            workload=Workload(
-                workload_id=str(w["workload_id"]),
-                partition=str(w["partition"]),
-                visible_ids=tuple(int(i) for i in w.get("visible_ids", ())),
-                pid=w.get("pid"),
-                labels={str(k): str(v) for k, v in dict(w.get("labels", {})).items()},
-            ),
-            process=ProcessRecord(int(pid), int(start)),
-            host=str(data["host"]),
-            hooks=tuple(str(h) for h in data["hooks"]),
-        )
 
 
 def this_host() -> str:
@@ -111,10 +89,10 @@ def open_entry(run_id: str, workload: Workload, factories: Sequence[HookFactory]
     me = ProcessRecord.of()
     if me is None:
         raise RuntimeError("cannot read this process's own /proc entry")
-    entry = Entry(workload, me, this_host(), tuple(hook_id(f) for f in factories))
+    entry = Entry(workload, (me.pid, me.start_ticks), this_host(), tuple(hook_id(f) for f in factories))
     path = entry_path(run_id, workload.workload_id)
     tmp = path.with_suffix(f".tmp.{os.getpid()}")
-    tmp.write_text(json.dumps(entry.to_json()))
+    tmp.write_text(json.dumps(reader.dump(entry)))
     os.replace(tmp, path)
     return path
 
@@ -127,11 +105,11 @@ def reconcile(run_id: str, factories: Sequence[HookFactory]) -> list[str]:
     done = []
     for path in sorted(ledger_dir(run_id).glob("*.json")):
         try:
-            entry = Entry.from_json(json.loads(path.read_text()))
-        except (OSError, ValueError, KeyError, TypeError):
+            entry = reader.load(Entry, json.loads(path.read_text()))
+        except (OSError, ValueError):
             log.warning("ray-accel: unreadable hook ledger entry %s left alone", path)
             continue
-        if entry.host != host or entry.hooks != names or entry.process.alive():
+        if entry.host != host or entry.hooks != names or ProcessRecord(*entry.process).alive():
             continue
         claimed = path.with_suffix(f".claimed.{os.getpid()}")
         try:

@@ -12,12 +12,11 @@ object, so the core stays a pure function of values.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from ray_accel.core.errors import InputError
+from ray_accel.core import reader
 
 
 class SplitOrder(enum.Enum):
@@ -47,21 +46,10 @@ class DeviceTraits:
     reads_published_masks: bool = False
 
     @classmethod
-    def from_json(cls, row: Mapping[str, Any]) -> DeviceTraits:
-        """Traits as `reader.dump` wrote them; anything else is an `InputError` naming the field."""
-        flags = {}
-        for name in ("shareable", "opaque_ids", "reads_published_masks"):
-            value = row.get(name)
-            if not isinstance(value, bool):
-                raise InputError(f"traits.{name}: {value!r} is not true or false")
-            flags[name] = value
-        split = row.get("split")
-        try:
-            order = SplitOrder(split)
-        except ValueError:
-            known = ", ".join(s.value for s in SplitOrder)
-            raise InputError(f"traits.split: {split!r} is not one of {known}") from None
-        unknown = sorted(set(row) - {"split", *flags})
-        if unknown:
-            raise InputError(f"traits: unknown field {unknown[0]!r}")
-        return cls(split=order, **flags)
+    def from_json(cls, row: object) -> DeviceTraits:
+        """Traits as `reader.dump` wrote them, every field present; anything
+        else is an `InputError` naming the field."""
+        node = reader.Node(row, "traits")
+        for f in dataclasses.fields(cls):
+            node.at(f.name)
+        return reader.load(cls, row, "traits")

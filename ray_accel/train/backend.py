@@ -64,23 +64,23 @@ def resolve_collective(requested: str | None, facts: Sequence[WorkerFacts]) -> t
 
 def align_ray_context(
     worker_group: Any, expected: Sequence[Mapping[str, int]], shared: Mapping[str, int], at_start: bool
-) -> list[dict[str, Any]]:
+) -> list[raycontext.Alignment]:
     """Make `ray.train.get_context()` in every worker report `expected`
     (world rank order), or raise `RankSeamMissing` where it cannot and the
     job's workers share an IP."""
-    outcomes: list[dict[str, Any]] = ray.get(
+    outcomes: list[raycontext.Alignment] = ray.get(
         [worker_group.execute_single_async(i, raycontext.align_in_worker, e) for i, e in enumerate(expected)]
     )
     message = raycontext.refusal(outcomes, shared, ray_version(), at_start)
     if message:
         raise raycontext.RankSeamMissing(message)
     for o in outcomes:
-        if o["status"] in raycontext.REFUSING:  # not refused: no two of the job's raylets share an IP
-            log.warning("ray-accel: ray.train.get_context() left as Ray computed it: %s", o.get("reason"))
-    if any(o["status"] == raycontext.FIXED for o in outcomes):
+        if o.status in raycontext.REFUSING:  # not refused: no two of the job's raylets share an IP
+            log.warning("ray-accel: ray.train.get_context() left as Ray computed it: %s", o.reason)
+    if any(o.status == raycontext.FIXED for o in outcomes):
         view = raycontext.set_controller_view(worker_group, expected)
-        if view["status"] != raycontext.FIXED:
-            log.warning("ray-accel: Ray Train's controller keeps its own local ranks in its logs: %s", view["reason"])
+        if view.status != raycontext.FIXED:
+            log.warning("ray-accel: Ray Train's controller keeps its own local ranks in its logs: %s", view.reason)
     return outcomes
 
 
@@ -104,7 +104,7 @@ class AcceleratorBackend(Backend):
         collective, reason = resolve_collective(backend_config.backend, facts)
         jobs.on_start(backend_config, jobs.replicas(ranks, facts), collective, reason)
         aligned = align_ray_context(worker_group, expected, shared, at_start=False)
-        if any(o["status"] == raycontext.PENDING for o in aligned):
+        if any(o.status == raycontext.PENDING for o in aligned):
             self._recheck[id(worker_group)] = (expected, shared)
         addr, port, comm_port = worker_group.execute_single(0, worker.address_and_ports)
         # Every worker gets the whole job: its backend's runtime decides from

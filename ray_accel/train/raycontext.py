@@ -31,6 +31,7 @@ raylet per IP Ray's ranks are already ours and nothing is touched.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -55,6 +56,16 @@ REFUSING = (UNFIXABLE, MISSING, FAILED)
 
 class RankSeamMissing(RayAccelError, RuntimeError):
     """Ray Train would report wrong local ranks and ray-accel cannot correct them."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Alignment:
+    """One worker's outcome of `align_in_worker`, returned through Ray: the
+    verdict, what Ray's context reported, and why where it was not fixed."""
+
+    status: str
+    ray: Mapping[str, int] | None = None
+    reason: str = ""
 
 
 def shared_ips(ips: Sequence[str], raylets: Sequence[str]) -> dict[str, int]:
@@ -109,7 +120,7 @@ def judge(expected: Mapping[str, int], got: Mapping[str, int] | None) -> str:
     return DIFFERS
 
 
-def align_in_worker(expected: Mapping[str, int]) -> dict[str, Any]:
+def align_in_worker(expected: Mapping[str, int]) -> Alignment:
     """Runs in a training worker: make `ray.train.get_context()` report
     `expected`, or say why not (MISSING: the seam is not there; FAILED: Ray
     raised while its context was read or changed, with the exception's type
@@ -117,66 +128,60 @@ def align_in_worker(expected: Mapping[str, int]) -> dict[str, Any]:
     try:
         got = read_ray_ranks()
     except Exception as e:
-        return {"status": FAILED, "ray": None, "reason": _raised("reading ray.train.get_context()", e)}
+        return Alignment(FAILED, None, _raised("reading ray.train.get_context()", e))
     verdict = judge(expected, got)
     if verdict == UNFIXABLE:
-        return {
-            "status": UNFIXABLE,
-            "ray": got,
-            "reason": f"Ray Train gave this worker world rank {got and got['world_rank']}, "
+        return Alignment(
+            UNFIXABLE,
+            got,
+            f"Ray Train gave this worker world rank {got and got['world_rank']}, "
             f"ray-accel world rank {expected['world_rank']}",
-        }
+        )
     if verdict != DIFFERS:
-        return {"status": verdict, "ray": got}
+        return Alignment(verdict, got)
     try:
         rayapi_train.replace_worker_ranks({k: expected[k] for k in LOCAL_FIELDS})
     except RayApiMissing as e:
-        return {"status": MISSING, "ray": got, "reason": f"the seam is not there ({e})"}
+        return Alignment(MISSING, got, f"the seam is not there ({e})")
     except Exception as e:
-        return {"status": FAILED, "ray": got, "reason": _raised("changing Ray Train's worker context", e)}
+        return Alignment(FAILED, got, _raised("changing Ray Train's worker context", e))
     try:
         after = read_ray_ranks()
     except Exception as e:
-        return {"status": FAILED, "ray": got, "reason": _raised("reading ray.train.get_context() after the change", e)}
+        return Alignment(FAILED, got, _raised("reading ray.train.get_context() after the change", e))
     if after is not None and all(after[k] == expected[k] for k in RANK_FIELDS):
-        return {"status": FIXED, "ray": after, "was": got}
-    return {
-        "status": UNFIXABLE,
-        "ray": got,
-        "reason": f"after the change ray.train.get_context() still reports {after}",
-    }
+        return Alignment(FIXED, after)
+    return Alignment(UNFIXABLE, got, f"after the change ray.train.get_context() still reports {after}")
 
 
-def set_controller_view(worker_group: Any, expected: Sequence[Mapping[str, int]]) -> dict[str, str]:
+def set_controller_view(worker_group: Any, expected: Sequence[Mapping[str, int]]) -> Alignment:
     """Replace the local ranks in the controller's `Worker.distributed_context`
-    objects (Ray's log line and state API read them): `{"status": FIXED}`, or
+    objects (Ray's log line and state API read them): FIXED, or
     MISSING (a V1 worker group has no `get_workers`,
     ray/train/_internal/worker_group.py), UNFIXABLE (the controller's workers
     are not this job's ranks) or FAILED with the reason, touching nothing."""
     try:
         current = rayapi_train.controller_ranks(worker_group)
     except RayApiMissing as e:
-        return {"status": MISSING, "reason": f"the seam is not there ({e})"}
+        return Alignment(MISSING, None, f"the seam is not there ({e})")
     except Exception as e:
-        return {"status": FAILED, "reason": _raised("reading Ray Train's controller view", e)}
+        return Alignment(FAILED, None, _raised("reading Ray Train's controller view", e))
     if len(current) != len(expected) or any(
         c["world_rank"] != e["world_rank"] for c, e in zip(current, expected, strict=False)
     ):
-        return {
-            "status": UNFIXABLE,
-            "reason": f"the controller holds world ranks {[c['world_rank'] for c in current]} "
-            f"for {len(expected)} workers",
-        }
+        return Alignment(
+            UNFIXABLE,
+            None,
+            f"the controller holds world ranks {[c['world_rank'] for c in current]} for {len(expected)} workers",
+        )
     try:
         rayapi_train.replace_controller_ranks(worker_group, [{k: e[k] for k in LOCAL_FIELDS} for e in expected])
     except Exception as e:
-        return {"status": FAILED, "reason": _raised("changing Ray Train's controller view", e)}
-    return {"status": FIXED}
+        return Alignment(FAILED, None, _raised("changing Ray Train's controller view", e))
+    return Alignment(FIXED)
 
 
-def refusal(
-    outcomes: Sequence[Mapping[str, Any]], shared: Mapping[str, int], ray_version: str, at_start: bool
-) -> str | None:
+def refusal(outcomes: Sequence[Alignment], shared: Mapping[str, int], ray_version: str, at_start: bool) -> str | None:
     """Pure: the message to refuse the run with, or None.
 
     Only a job whose workers share an IP can get wrong ranks from Ray; there
@@ -186,7 +191,7 @@ def refusal(
     seam this Ray does not have."""
     if not shared:
         return None
-    bad = [o for o in outcomes if o["status"] in REFUSING or (at_start and o["status"] == PENDING)]
+    bad = [o for o in outcomes if o.status in REFUSING or (at_start and o.status == PENDING)]
     if not bad:
         return None
     ip, n = next(iter(sorted(shared.items())))
@@ -195,13 +200,13 @@ def refusal(
         f"partitions (raylets), so ray.train.get_context() would report wrong local ranks, local world "
         "size and node rank"
     )
-    failed = [o for o in bad if o["status"] == FAILED]
+    failed = [o for o in bad if o.status == FAILED]
     if failed:
         return (
-            f"{wrong}; ray-accel's correction failed: {failed[0]['reason']}. Refusing to train with wrong "
+            f"{wrong}; ray-accel's correction failed: {failed[0].reason}. Refusing to train with wrong "
             "ranks: this is an error inside Ray Train's context, not a Ray version without the seam."
         )
-    why = bad[0].get("reason") or "ray.train.get_context() holds no ranks for this job when training starts"
+    why = bad[0].reason or "ray.train.get_context() holds no ranks for this job when training starts"
     return (
         f"{wrong}; ray-accel could not correct them ({why}). Refusing to train with wrong ranks: "
         "use a tested Ray version or place at most one partition per host in this job."

@@ -25,7 +25,7 @@ from ray_accel_mock.spec import GIB, build_mixed_gpus, load_spec
 from ray_accel.bridge.managers import SPEC_ENV, BridgeSpec, make_manager, raylet_env, specs_from_env
 from ray_accel.cluster.raylet import partition_env
 from ray_accel.core.devices import Device
-from ray_accel.core.reader import dump
+from ray_accel.core.reader import dump, load
 from ray_accel.partition.plan import Mode, PartitionError
 from tests.clirun import cli_json_here as cli_json
 from tests.conftest import CliRunner
@@ -171,7 +171,7 @@ def test_spec_json_round_trip_keeps_no_type() -> None:
     spec = BridgeSpec(
         "GPU", "CUDA_VISIBLE_DEVICES", "gpu", None, (0,), "cuda", CUDA_TRAITS, (("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),)
     )
-    assert BridgeSpec.from_json(json.loads(json.dumps(dump(spec)))) == spec
+    assert load(BridgeSpec, json.loads(json.dumps(dump(spec)))) == spec
 
 
 def test_partition_env_carries_the_process_env_with_or_without_the_bridge() -> None:

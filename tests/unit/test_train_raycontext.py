@@ -100,7 +100,7 @@ def test_the_seam_fixes_ray_train_v2s_public_context(v2_worker: Any) -> None:
         v2_worker(rays)
         assert raycontext.read_ray_ranks() == rays
         outcome = raycontext.align_in_worker(mine)
-        assert outcome["status"] == (AGREES if rays == mine else FIXED), outcome
+        assert outcome.status == (AGREES if rays == mine else FIXED), outcome
         ctx = ray.train.get_context()
         assert (ctx.get_local_rank(), ctx.get_local_world_size(), ctx.get_node_rank()) == (
             mine["local_rank"],
@@ -114,7 +114,7 @@ def test_outside_a_train_worker_the_context_is_pending() -> None:
     """V1 runs Backend.on_start before its session exists: nothing to read
     yet, nothing refused, checked again at training start."""
     assert raycontext.read_ray_ranks() is None
-    assert raycontext.align_in_worker(ours(RAYLETS)[1])["status"] == PENDING
+    assert raycontext.align_in_worker(ours(RAYLETS)[1]).status == PENDING
 
 
 def test_a_missing_seam_is_reported_as_missing(monkeypatch: pytest.MonkeyPatch, v2_worker: Any) -> None:
@@ -123,8 +123,8 @@ def test_a_missing_seam_is_reported_as_missing(monkeypatch: pytest.MonkeyPatch, 
     v2_worker(per_ip(4)[1])
     monkeypatch.setitem(sys.modules, SEAM_MODULE, None)
     outcome = raycontext.align_in_worker(ours(RAYLETS)[1])
-    assert outcome["status"] == MISSING
-    assert outcome["reason"].startswith(f"the seam is not there (Ray {ray.__version__}: has no module {SEAM_MODULE}")
+    assert outcome.status == MISSING
+    assert outcome.reason.startswith(f"the seam is not there (Ray {ray.__version__}: has no module {SEAM_MODULE}")
 
 
 def test_a_context_without_the_rank_fields_is_missing(monkeypatch: pytest.MonkeyPatch, v2_worker: Any) -> None:
@@ -132,7 +132,7 @@ def test_a_context_without_the_rank_fields_is_missing(monkeypatch: pytest.Monkey
     monkeypatch.setattr(context, "distributed_context", types.SimpleNamespace(local_rank=3))
     monkeypatch.setattr(raycontext, "read_ray_ranks", lambda: per_ip(4)[3])
     outcome = raycontext.align_in_worker(ours(RAYLETS)[3])
-    assert outcome["status"] == MISSING and "holds no distributed_context with fields" in outcome["reason"]
+    assert outcome.status == MISSING and "holds no distributed_context with fields" in outcome.reason
 
 
 def test_an_exception_while_changing_the_context_is_reported_as_such(v2_worker: Any) -> None:
@@ -148,9 +148,9 @@ def test_an_exception_while_changing_the_context_is_reported_as_such(v2_worker: 
 
     v2_worker(per_ip(4)[1], Locked)
     outcome = raycontext.align_in_worker(ours(RAYLETS)[1])
-    assert outcome["status"] == FAILED
-    assert outcome["reason"] == "changing Ray Train's worker context raised PermissionError: the context is locked"
-    assert outcome["ray"] == per_ip(4)[1]
+    assert outcome.status == FAILED
+    assert outcome.reason == "changing Ray Train's worker context raised PermissionError: the context is locked"
+    assert outcome.ray == per_ip(4)[1]
 
 
 def test_an_exception_while_reading_the_context_is_reported_as_such(
@@ -165,29 +165,27 @@ def test_an_exception_while_reading_the_context_is_reported_as_such(
 
     monkeypatch.setattr(type(context), "get_local_rank", lambda self: broken())
     outcome = raycontext.align_in_worker(ours(RAYLETS)[2])
-    assert outcome == {
-        "status": FAILED,
-        "ray": None,
-        "reason": "reading ray.train.get_context() raised ValueError: rank table is corrupt",
-    }
+    assert outcome == raycontext.Alignment(
+        FAILED, None, "reading ray.train.get_context() raised ValueError: rank table is corrupt"
+    )
 
 
 def test_refusal_names_the_ray_version_the_ip_and_the_reason() -> None:
-    bad = [{"status": UNFIXABLE, "reason": "the seam is gone"}] + [{"status": AGREES}] * 3
+    bad = [raycontext.Alignment(UNFIXABLE, None, "the seam is gone")] + [raycontext.Alignment(AGREES)] * 3
     msg = raycontext.refusal(bad, {IP: 2}, "9.1.0", at_start=False)
     assert msg is not None
     assert msg.startswith("Ray 9.1.0: ") and f"{IP} hosts 2" in msg and "the seam is gone" in msg
     assert "ray.train.get_context()" in msg
     assert raycontext.refusal(bad, {}, "9.1.0", at_start=False) is None, "one raylet per IP: nothing to fix"
-    pending = [{"status": PENDING}] * 4
+    pending = [raycontext.Alignment(PENDING)] * 4
     assert raycontext.refusal(pending, {IP: 2}, "9.1.0", at_start=False) is None, "V1 before its session"
     late = raycontext.refusal(pending, {IP: 2}, "9.1.0", at_start=True)
     assert late is not None and "holds no ranks for this job" in late
 
 
 def test_refusal_tells_an_error_apart_from_a_missing_seam() -> None:
-    missing = [{"status": MISSING, "reason": "the seam is not there (Ray 9.1.0: has no module m)"}]
-    failed = [{"status": FAILED, "reason": "changing Ray Train's worker context raised PermissionError: locked"}]
+    missing = [raycontext.Alignment(MISSING, None, "the seam is not there (Ray 9.1.0: has no module m)")]
+    failed = [raycontext.Alignment(FAILED, None, "changing Ray Train's worker context raised PermissionError: locked")]
     for_missing = raycontext.refusal(missing, {IP: 2}, "9.1.0", at_start=False)
     for_failed = raycontext.refusal(missing + failed, {IP: 2}, "9.1.0", at_start=False)
     assert for_missing is not None and for_failed is not None
@@ -279,7 +277,7 @@ def test_one_partition_per_ip_needs_nothing_and_fails_nothing(
     monkeypatch.setattr(raycontext, "read_ray_ranks", group.current_ray_ranks)
     shared = raycontext.shared_ips(ips, RAYLETS)
     outcomes = backend_mod.align_ray_context(group, expected, shared, at_start=False)
-    assert [o["status"] for o in outcomes] == [AGREES] * 4
+    assert [o.status for o in outcomes] == [AGREES] * 4
 
 
 def test_v1_is_checked_again_when_training_starts(monkeypatch: pytest.MonkeyPatch, untested_ray: None) -> None:
@@ -287,10 +285,10 @@ def test_v1_is_checked_again_when_training_starts(monkeypatch: pytest.MonkeyPatc
     shared = {IP: 2}
     before = FakeWorkerGroup([IP] * 4, [None] * 4)  # no session yet
     monkeypatch.setattr(raycontext, "read_ray_ranks", before.current_ray_ranks)
-    assert {o["status"] for o in backend_mod.align_ray_context(before, expected, shared, at_start=False)} == {PENDING}
+    assert {o.status for o in backend_mod.align_ray_context(before, expected, shared, at_start=False)} == {PENDING}
     right = FakeWorkerGroup([IP] * 4, list(expected))  # V1's node-id ranks
     monkeypatch.setattr(raycontext, "read_ray_ranks", right.current_ray_ranks)
-    assert {o["status"] for o in backend_mod.align_ray_context(right, expected, shared, at_start=True)} == {AGREES}
+    assert {o.status for o in backend_mod.align_ray_context(right, expected, shared, at_start=True)} == {AGREES}
     wrong = FakeWorkerGroup([IP] * 4, list(per_ip(4)))  # a Ray that groups by IP and has no seam
     monkeypatch.setattr(raycontext, "read_ray_ranks", wrong.current_ray_ranks)
     with pytest.raises(RankSeamMissing, match=f"Ray {ray.__version__}: "):
@@ -303,12 +301,12 @@ def test_the_controller_view_is_replaced_on_a_v2_shaped_group() -> None:
     expected = ours(RAYLETS)
     workers = [types.SimpleNamespace(distributed_context=DistributedContext(**r)) for r in per_ip(4)]
     group = types.SimpleNamespace(get_workers=lambda: workers)
-    assert raycontext.set_controller_view(group, expected) == {"status": FIXED}
+    assert raycontext.set_controller_view(group, expected) == raycontext.Alignment(FIXED)
     assert [w.distributed_context.local_rank for w in workers] == [0, 1, 0, 1]
     assert [w.distributed_context.node_rank for w in workers] == [0, 0, 1, 1]
     assert [w.distributed_context.world_rank for w in workers] == [0, 1, 2, 3]
     v1 = raycontext.set_controller_view(types.SimpleNamespace(), expected)
-    assert v1["status"] == MISSING and "has no get_workers" in v1["reason"], "a V1 group: untouched"
+    assert v1.status == MISSING and "has no get_workers" in v1.reason, "a V1 group: untouched"
 
 
 def test_an_exception_on_the_controller_is_reported_not_dropped() -> None:
@@ -318,11 +316,10 @@ def test_an_exception_on_the_controller_is_reported_not_dropped() -> None:
         raise AssertionError("Worker group is not active")
 
     view = raycontext.set_controller_view(types.SimpleNamespace(get_workers=inactive), ours(RAYLETS))
-    assert view == {
-        "status": FAILED,
-        "reason": "reading Ray Train's controller view raised AssertionError: Worker group is not active",
-    }
+    assert view == raycontext.Alignment(
+        FAILED, None, "reading Ray Train's controller view raised AssertionError: Worker group is not active"
+    )
     others = [types.SimpleNamespace(distributed_context=DistributedContext(**r)) for r in per_ip(2)]
     mismatch = raycontext.set_controller_view(types.SimpleNamespace(get_workers=lambda: others), ours(RAYLETS))
-    assert mismatch["status"] == UNFIXABLE and "[0, 1] for 4 workers" in mismatch["reason"]
+    assert mismatch.status == UNFIXABLE and "[0, 1] for 4 workers" in mismatch.reason
     assert [w.distributed_context.local_rank for w in others] == [0, 1], "untouched"
