@@ -184,9 +184,6 @@ class ProcessRecord:
     def alive(self) -> bool:
         return self.current() is not None
 
-    def to_json(self) -> list[int]:
-        return [self.pid, self.start_ticks]
-
 
 def children_map(stats: Iterable[ProcStat]) -> dict[int, list[int]]:
     """Parent PID -> child PIDs, from one pass over the process table."""
