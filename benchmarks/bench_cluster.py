@@ -76,8 +76,9 @@ from ray_accel_mock.spec import load_spec
 from benchmarks.harness import CliCluster, StartFailed, median_of, run_main, say, timed
 from ray_accel.cli.render import cluster_status_text, render, top_text
 from ray_accel.cli.top import top_payload
-from ray_accel.cluster.status import cluster_view
+from ray_accel.cluster.status import ClusterView, cluster_view
 from ray_accel.core.hosts import HostId
+from ray_accel.core.reader import dump
 from ray_accel.metrics.collect import OrphanReading, ProcessReading, Snapshot, WorkloadReading, device_readings
 from ray_accel.metrics.export import partition_nodes
 from ray_accel.partition.labels import PARTITION_LABEL, topology_labels
@@ -85,6 +86,7 @@ from ray_accel.partition.plan import plan_partitions
 from ray_accel.placement.live import NODE_ID_LABEL, view_from_nodes
 from ray_accel.placement.model import Job
 from ray_accel.placement.policies import POLICIES, Policy, get_policy
+from ray_accel.rayapi.gcs import GcsNode
 
 PRESET = "trn1.32xlarge"
 PER_HOST = 8
@@ -193,31 +195,32 @@ def synthetic(partitions: int, seed: int = 0) -> Synthetic:
     return Synthetic(nodes, available, snapshots, partitions)
 
 
-def gcs_table(nodes: Sequence[Mapping[str, Any]], available: Mapping[str, Mapping[str, float]]) -> dict[str, Any]:
+def gcs_table(nodes: Sequence[Mapping[str, Any]], available: Mapping[str, Mapping[str, float]]) -> dict[str, GcsNode]:
     """What `gcs.gcs_nodes` makes of the GCS's node table (a dead node has no totals)."""
     return {
-        n["NodeID"]: {
-            "alive": bool(n["Alive"]),
-            "total": dict(n["Resources"]) if n["Alive"] else {},
-            "available": dict(available.get(n["NodeID"], {})),
-            "labels": n.get("Labels", {}),
-            "ip": n.get("NodeManagerAddress", ""),
-            "hostname": n.get("NodeManagerHostname", ""),
-        }
+        n["NodeID"]: GcsNode(
+            n["NodeID"],
+            bool(n["Alive"]),
+            dict(n["Resources"]) if n["Alive"] else {},
+            dict(available.get(n["NodeID"], {})),
+            n.get("Labels", {}),
+            n.get("NodeManagerAddress", ""),
+            n.get("NodeManagerHostname", ""),
+        )
         for n in nodes
     }
 
 
-def status_cluster(c: Synthetic) -> dict[str, Any]:
-    payload = cluster_view(GCS_ADDRESS, gcs_table(c.nodes, c.available))
-    if len(payload["partitions"]) != c.partitions:  # the input is what it says it is
-        raise SystemExit(f"status --cluster saw {len(payload['partitions'])} partitions of {c.partitions}")
-    return payload
+def status_cluster(c: Synthetic) -> ClusterView:
+    view = cluster_view(GCS_ADDRESS, gcs_table(c.nodes, c.available))
+    if len(view.partitions) != c.partitions:  # the input is what it says it is
+        raise SystemExit(f"status --cluster saw {len(view.partitions)} partitions of {c.partitions}")
+    return view
 
 
 def top(c: Synthetic) -> dict[str, Any]:
     parts = partition_nodes(c.nodes)
-    payload = top_payload(parts, {p["node_id"]: c.snapshots[p["node_id"]] for p in parts if p["alive"]})
+    payload = top_payload(parts, {p.node_id: c.snapshots[p.node_id] for p in parts if p.alive})
     if len(payload["devices"]) != 2 * c.partitions or payload["errors"]:
         raise SystemExit(f"top saw {len(payload['devices'])} devices, errors {payload['errors'][:3]}")
     return payload
@@ -238,9 +241,9 @@ def queue(n: int = 16, seed: int = 1) -> list[Job]:
 def calls(c: Synthetic) -> list[tuple[str, Callable[[], object]]]:
     pending = queue()
     out: list[tuple[str, Callable[[], object]]] = [
-        ("status --cluster --json", lambda: json.dumps(status_cluster(c), indent=2)),
+        ("status --cluster --json", lambda: json.dumps(dump(status_cluster(c)), indent=2)),
         ("status --cluster (text)", lambda: cluster_status_text(status_cluster(c))),
-        ("top --once --json", lambda: json.dumps(top(c), indent=2)),
+        ("top --once --json", lambda: json.dumps(dump(top(c)), indent=2)),
         ("top --once (text)", lambda: top_text(top(c))),
         ("placement: live view", lambda: view_from_nodes(c.nodes, c.available)),
     ]

@@ -192,7 +192,7 @@ def run_hand_written(label: str, parts: int) -> tuple[float, int]:
             deadline = time.monotonic() + REGISTER_TIMEOUT_S
             while True:  # this command is "done" once its node is registered
                 nodes = gcs_nodes(address, 2.0, cluster_auth) or {}
-                if sum(1 for n in nodes.values() if n["alive"]) >= i + 1:
+                if sum(1 for n in nodes.values() if n.alive) >= i + 1:
                     break
                 if procs[-1].poll() is not None:
                     raise StartFailed(f"ray start #{i} exited with {procs[-1].returncode}")

@@ -85,7 +85,7 @@ def main() -> int:
         say("\n== teardown")
         try:
             result = stop(grace_s=3)
-            say(f"   {result['message']} (by PID)")
+            say(f"   {result.message} (by PID)")
         except RayAccelError as e:  # reported, but never in place of the first error
             say(f"   teardown failed: {e}")
             ok = False
@@ -100,19 +100,21 @@ def train_both(work: Path, resource: str) -> bool:
     """One 2-worker job per partition, both at once; True if both trained to
     identical weights on their two ranks."""
     status = host_status()
-    address = status["gcs_address"]
+    address = status.gcs_address
+    if address is None:
+        raise RayAccelError("the started host records no GCS address")
     say(
         render(
             ["PARTITION", "RAYLET PID", "CORES", "MASK"],
             [
-                [p["partition"], p["pid"], format_visible_ids(p["core_ids"], "ranges"), p["visible_ids"]]
-                for p in status["partitions"]
+                [p.partition, p.pid, format_visible_ids(p.core_ids, "ranges"), p.visible_ids]
+                for p in status.partitions
             ],
         )
     )
     gpu = resource == "GPU"
     say("\n== two 2-worker training jobs, one per partition, at the same time")
-    env = {**os.environ, **status["env"]}  # what `ray-accel status --json` tells any driver
+    env = {**os.environ, **status.env}  # what `ray-accel status --json` tells any driver
 
     def run(part: str) -> subprocess.CompletedProcess[str]:
         cmd = [
