@@ -106,10 +106,7 @@ def train_both(work: Path, resource: str) -> bool:
     say(
         render(
             ["PARTITION", "RAYLET PID", "CORES", "MASK"],
-            [
-                [p.partition, p.pid, format_visible_ids(p.core_ids, "ranges"), p.visible_ids]
-                for p in status.partitions
-            ],
+            [[p.partition, p.pid, format_visible_ids(p.core_ids, "ranges"), p.visible_ids] for p in status.partitions],
         )
     )
     gpu = resource == "GPU"
