@@ -107,10 +107,15 @@ class DeviceHealth:
     since: float  # when it entered `state`
     last_event: HealthEvent | None
     healthy_again: str  # what makes it healthy again, in words ("" while healthy)
+    # Which of its family's sources decided fatal vs not this poll (a kind word:
+    # "recovery-action", "xid"); None where the family's rule has one way only.
+    source: str | None = None
 
     def __post_init__(self) -> None:
         _line(self.device_id, "device_id", MAX_ID_CHARS)
         Node(self.state, "state").enum(Health)
+        if self.source is not None and not _KIND.match(_line(self.source, "source", 64)):
+            raise ReadError(f"{show(self.source)} is not a source (a lower-case word)", "source")
         _check_time(self.since, "since")
         if self.last_event is not None and self.last_event.device_id != self.device_id:
             raise ReadError(

@@ -34,6 +34,21 @@ nvidia-ml-py 13.615.71, read in the venv's `pynvml.py`):
   only the one asked for); calls on one GPU's handle answer GPU_IS_LOST
   for "the target GPU" only.
 
+Two drivers for GPU health: `FakeNvml` is a binding (or driver) without
+the recovery action field, where the XID list decides; `RecoveryNvml` has
+it, as nvidia-ml-py 13.615.71 does (`NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`,
+field 230, and `NVML_GPU_RECOVERY_ACTION_*`, read from the installed
+`pynvml` by name: copies differ, 5 being RECOVER_IMEX_DOMAIN there and
+GPU_RESET_BUS in the copy Ray 2.60 bundles) and as a real H100 on driver
+580.159.04 answers it (NONE while well). `nvmlDeviceGetFieldValues` returns
+one `c_nvmlFieldValue_t` per field with its own `nvmlReturn` (a driver that
+does not support the field answers NVML_ERROR_NOT_SUPPORTED there) and an
+unsigned int value (nvml.h; NVIDIA's DRA driver reads it the same way,
+kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/device_health.go,
+`queryGPURecoveryAction`). What each action asks is NVIDIA's "Error
+Recovery and Response Flags"
+(https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/error-recovery-and-response-flags.html).
+
 Failure scenarios that happen to a running host are in `FAULTS` (each
 names its public source); they act on a fake after discovery.
 """
@@ -83,6 +98,9 @@ class FakeGpu:
     ecc_uncorrected: int = 0
     processes: list[tuple[int, int | None]] = field(default_factory=list)
     uuid_override: str | None = None
+    # The driver's recommended recovery action, by the binding's name less
+    # NVML_GPU_RECOVERY_ACTION_ ("DRAIN_AND_RESET"), or a raw value (RecoveryNvml only).
+    recovery_action: str | int = "NONE"
 
     @property
     def uuid(self) -> str:
@@ -277,6 +295,55 @@ class FakeNvml:
         raise NVMLError(TIMEOUT)
 
 
+RECOVERY_FIELD = "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION"
+ACTION_PREFIX = "NVML_GPU_RECOVERY_ACTION_"
+BINDING_ACTIONS = {
+    n.removeprefix(ACTION_PREFIX): getattr(pynvml, n) for n in dir(pynvml) if n.startswith(ACTION_PREFIX)
+}
+
+
+class RecoveryNvml(FakeNvml):
+    """A binding and driver with the recovery action field; `actions` are the
+    binding's names (the installed nvidia-ml-py's by default)."""
+
+    def __init__(self, gpus: list[FakeGpu], actions: dict[str, int] | None = None, **kw: Any) -> None:
+        super().__init__(gpus, **kw)
+        setattr(self, RECOVERY_FIELD, getattr(pynvml, RECOVERY_FIELD))
+        self.NVML_VALUE_TYPE_UNSIGNED_INT = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+        for name, value in (BINDING_ACTIONS if actions is None else actions).items():
+            setattr(self, ACTION_PREFIX + name, value)
+
+    def nvmlDeviceGetFieldValues(self, h: FakeHandle, field_ids: list[int]) -> list[SimpleNamespace]:
+        g = self._gpu(h, "nvmlDeviceGetFieldValues")
+        out = []
+        for field_id in field_ids:
+            code, value = pynvml.NVML_SUCCESS, 0
+            if field_id != getattr(pynvml, RECOVERY_FIELD) or RECOVERY_FIELD in g.unsupported:
+                code = NOT_SUPPORTED
+            elif isinstance(g.recovery_action, int):
+                value = g.recovery_action
+            else:
+                value = getattr(self, ACTION_PREFIX + g.recovery_action)
+            out.append(
+                SimpleNamespace(
+                    fieldId=field_id,
+                    scopeId=0,
+                    timestamp=0,
+                    latencyUsec=0,
+                    valueType=pynvml.NVML_VALUE_TYPE_UNSIGNED_INT,
+                    nvmlReturn=code,
+                    value=SimpleNamespace(uiVal=value),
+                )
+            )
+        return out
+
+
+def h100x8_recovery() -> RecoveryNvml:
+    """Eight NVLinked H100s on a driver that reports each GPU's recovery action."""
+    gpus = [FakeGpu(i, name="NVIDIA H100 80GB HBM3", numa=i // 4) for i in range(8)]
+    return RecoveryNvml(gpus, nvlink={frozenset({i, j}) for i in range(8) for j in range(i + 1, 8)})
+
+
 def a100x8_nvlink() -> FakeNvml:
     gpus = [FakeGpu(i, numa=i // 4) for i in range(8)]
     return FakeNvml(gpus, nvlink={frozenset({i, j}) for i in range(8) for j in range(i + 1, 8)})
@@ -346,6 +413,7 @@ SCENARIOS = {
     "no_gpu": no_gpu,
     "ray_duplicate_uuid": ray_duplicate_uuid,
     "mixed_v100_a100": mixed_v100_a100,
+    "h100x8_recovery": h100x8_recovery,
 }
 
 
@@ -406,7 +474,21 @@ def lookup_fails(nv: FakeNvml, index: int) -> None:
     nv.lookup_errors.append(UNKNOWN)
 
 
+def drain_and_reset(nv: FakeNvml, index: int) -> None:
+    """The driver asks for NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET, with no
+    XID: "the GPU is operating at reduced capacity", drain its work and reset it
+    (NVIDIA, Error Recovery and Response Flags)."""
+    nv.gpus[index].recovery_action = "DRAIN_AND_RESET"
+
+
+def reset_done(nv: FakeNvml, index: int) -> None:
+    """The GPU was reset: the driver's recovery action reads NONE again."""
+    nv.gpus[index].recovery_action = "NONE"
+
+
 FAULTS = {
+    "drain_and_reset": drain_and_reset,
+    "reset_done": reset_done,
     "lookup_fails": lookup_fails,
     "fall_off_the_bus": fall_off_the_bus,
     "back_on_the_bus": back_on_the_bus,

@@ -24,8 +24,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ray_accel_cuda.health_rule import DEFAULT_IGNORED_XIDS
-from ray_accel_cuda.nvml import NA, Nvml, text
+from ray_accel_cuda.health_rule import DEFAULT_IGNORED_XIDS, Recovery
+from ray_accel_cuda.nvml import NA, NO_PERMISSION, NOT_SUPPORTED, Nvml, text
 
 log = logging.getLogger(__name__)
 
@@ -185,6 +185,48 @@ def ecc_uncorrected(nvml: Nvml, h: Any) -> int | None:
         getattr(m, "NVML_VOLATILE_ECC", 0),
     )
     return None if ecc is NA else int(ecc)
+
+
+RECOVERY_FIELD = "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION"
+ACTION_PREFIX = "NVML_GPU_RECOVERY_ACTION_"
+UNSIGNED_INT = 1  # NVML_VALUE_TYPE_UNSIGNED_INT (nvml.h)
+
+
+class RecoveryUnreadable(Exception):
+    """The driver answered the recovery action field with an error."""
+
+
+def action_names(module: Any) -> dict[int, str]:
+    """The binding's recovery actions by value, read by name: copies differ
+    (5 is GPU_RESET_BUS in one, RECOVER_IMEX_DOMAIN in another)."""
+    names: dict[int, str] = {}
+    for attr in sorted(dir(module)):
+        value = getattr(module, attr, None) if attr.startswith(ACTION_PREFIX) else None
+        if isinstance(value, int):
+            names.setdefault(value, attr.removeprefix(ACTION_PREFIX))
+    return names
+
+
+def recovery_action(nvml: Nvml, h: Any) -> Recovery | None:
+    """The driver's recommended recovery action for the GPU; None where the
+    binding lacks the field or its names, or the driver does not support it."""
+    m = nvml.module
+    field = getattr(m, RECOVERY_FIELD, None)
+    names = action_names(m)
+    if not isinstance(field, int) or "NONE" not in names.values():
+        return None
+    values = nvml.query("nvmlDeviceGetFieldValues", h, [field])
+    if values is NA:
+        return None
+    got = values[0]
+    if got.nvmlReturn in (NOT_SUPPORTED, NO_PERMISSION):
+        return None
+    if got.nvmlReturn != 0:
+        raise RecoveryUnreadable(f"{RECOVERY_FIELD}: NVML error {got.nvmlReturn}")
+    if got.valueType != getattr(m, "NVML_VALUE_TYPE_UNSIGNED_INT", UNSIGNED_INT):
+        raise RecoveryUnreadable(f"{RECOVERY_FIELD}: value type {got.valueType}, not an unsigned int")
+    value = int(got.value.uiVal)
+    return Recovery(value, names.get(value))
 
 
 def health_reason(xids: tuple[int, ...], ecc: int | None, window_s: float = XID_WINDOW_S) -> str | None:

@@ -14,6 +14,7 @@ this one do not take each other's events.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -21,9 +22,11 @@ from typing import Any
 from ray_accel.core.devices import Device
 from ray_accel.plugins.rule_monitor import RuleMonitor
 from ray_accel_cuda import health_rule
-from ray_accel_cuda.health import PollErrors, XidMonitor, ecc_uncorrected
+from ray_accel_cuda.health import PollErrors, XidMonitor, ecc_uncorrected, recovery_action
 from ray_accel_cuda.health_rule import GpuReading, Observation, Settings, Xid
 from ray_accel_cuda.nvml import NA, NOT_FOUND, GpuLost, Nvml, text
+
+log = logging.getLogger(__name__)
 
 
 def _code(err: BaseException) -> int | None:
@@ -48,6 +51,7 @@ class CudaHealthMonitor(RuleMonitor[health_rule.State, Observation]):
         self.devices = tuple(sorted(devices, key=lambda d: d.index))
         self.handles = dict(handles)
         self.errors = PollErrors()
+        self._warned: set[int] = set()  # recovery action values the binding does not name, warned of once
         self.xids = XidMonitor(nvml, self.handles, time.monotonic, self.errors, ignored=settings.ignored_xids)
         super().__init__(
             health_rule.initial(tuple(d.id for d in self.devices), settings, clock()),
@@ -87,11 +91,23 @@ class CudaHealthMonitor(RuleMonitor[health_rule.State, Observation]):
         if reading is not None:
             return reading
         try:
-            return GpuReading(device_id, True, ecc=ecc_uncorrected(self.nvml, h))
+            recovery, recovery_error = recovery_action(self.nvml, h), None
         except GpuLost:
             return GpuReading(device_id, False, absent_why="NVML: GPU is lost")
         except Exception as e:
-            return GpuReading(device_id, True, ecc_error=f"nvmlDeviceGetTotalEccErrors: {_why(e)}")
+            recovery, recovery_error = None, f"nvmlDeviceGetFieldValues: {_why(e)}"
+        if recovery is not None and recovery.name is None and recovery.value not in self._warned:
+            self._warned.add(recovery.value)
+            log.warning("GPU %s: %s", device_id, recovery.reason())
+        try:
+            return GpuReading(
+                device_id, True, ecc=ecc_uncorrected(self.nvml, h), recovery=recovery, recovery_error=recovery_error
+            )
+        except GpuLost:
+            return GpuReading(device_id, False, absent_why="NVML: GPU is lost")
+        except Exception as e:
+            why = f"nvmlDeviceGetTotalEccErrors: {_why(e)}"
+            return GpuReading(device_id, True, ecc_error=why, recovery=recovery, recovery_error=recovery_error)
 
     def observe(self) -> Observation:
         """What NVML says now (I/O only; the rule decides)."""

@@ -28,6 +28,18 @@ What is fatal, and what makes a GPU healthy again:
   it is present for K polls in a row (`RAYACCEL_HEALTH_RECOVERY_POLLS`,
   default 3).
 
+- **Recovery action**, where the installed binding names the NVML field
+  NVML_FI_DEV_GET_GPU_RECOVERY_ACTION and its actions and the driver reads
+  it for the GPU: the driver's own word decides, not the XID list. Every
+  action but NONE and RECOVER_IMEX_DOMAIN (scoped to the IMEX domain, not
+  the GPU) is fatal, and so is a value the binding does not name; the fault
+  lasts while the driver asks for the action and ends after K polls of
+  NONE (the driver clears it once the GPU was reset or the node rebooted).
+  XIDs of such a GPU only count. Where the binding lacks the field or its
+  names, or the driver answers not-supported, the XID list decides (the
+  device's `source` says which: "recovery-action" or "xid"). The sources
+  are in docs/gpu-health.md.
+
 A poll that cannot read a source (an NVML error other than the ones above)
 leaves the GPU UNKNOWN unless a fault holds, and counts toward nothing. A
 GPU none of whose health sources works (XID events unsupported, ECC
@@ -37,7 +49,7 @@ unsupported) is UNKNOWN: presence alone says nothing of its health.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final, Literal
 
 from ray_accel.core import health_track
@@ -51,6 +63,12 @@ DEFAULT_IGNORED_XIDS: Final = frozenset({13, 31, 43, 45, 68, 109})
 MAX_XID = (1 << 64) - 1  # nvmlEventData_t.eventData is an unsigned long long
 MAX_XIDS_CHARS = 4096
 ECC_CODE = "volatile_uncorrected"
+RECOVERY = "recovery-action"  # the kind of its fault, and the source that decided
+XID = "xid"
+BY_ACTION = ": counted (the driver's recovery action decides)"
+# NVIDIA's DRA driver (device_health.go, IsEventNonFatal) schedules on a GPU
+# whose recovery action is one of these; every other action taints it NoSchedule.
+NOT_FATAL_ACTIONS: Final = frozenset({"NONE", "RECOVER_IMEX_DOMAIN"})
 
 # Names from NVIDIA's XID catalogue (docs.nvidia.com/deploy/xid-errors); the
 # six ignored ones as the device plugin's comments name them. An XID not
@@ -129,6 +147,22 @@ class Xid:
 
 
 @dataclass(frozen=True)
+class Recovery:
+    """The driver's recommended recovery action for one GPU."""
+
+    value: int
+    name: str | None  # the installed binding's name for it, less its prefix ("DRAIN_AND_RESET"); None: unnamed
+
+    def fatal(self) -> bool:
+        return self.name not in NOT_FATAL_ACTIONS
+
+    def reason(self) -> str:
+        if self.name is None:
+            return f"NVML recovery action {self.value}: not one the installed NVML binding names, taken as fatal"
+        return f"NVML recovery action {self.name}"
+
+
+@dataclass(frozen=True)
 class GpuReading:
     """What NVML said about one GPU in one poll."""
 
@@ -138,6 +172,8 @@ class GpuReading:
     presence_error: str | None = None
     ecc: int | None = None  # uncorrected volatile count; None: not read
     ecc_error: str | None = None  # the read failed this poll (None with ecc None: unsupported)
+    recovery: Recovery | None = None  # None: not read (the XID list decides)
+    recovery_error: str | None = None  # the read failed this poll
 
 
 XidSource = Literal["read", "unsupported", "failed"]
@@ -179,9 +215,18 @@ def _findings(gpu: GpuReading, xids: tuple[Xid, ...], obs: Observation, prev: St
         vouched.append("xid")
     elif obs.xid_source == "failed":
         unread.append(f"XID events: {obs.xid_error or 'unreadable'}")
+    by_list = gpu.recovery is None
     for x in xids:
-        fatal = x.xid not in prev.settings.ignored_xids if x.fatal is None else x.fatal
-        events.append(HealthEvent(d, "xid", str(x.xid), xid_reason(x.xid, fatal), now, fatal))
+        fatal = (by_list and x.xid not in prev.settings.ignored_xids) if x.fatal is None else x.fatal
+        reason = xid_reason(x.xid, fatal) if by_list or x.fatal is not None else xid_reason(x.xid, True) + BY_ACTION
+        events.append(HealthEvent(d, "xid", str(x.xid), reason, now, fatal))
+    if gpu.recovery_error is not None:
+        unread.append(f"recovery action: {gpu.recovery_error}")
+    if gpu.recovery is not None:
+        vouched.append(RECOVERY)
+        r = gpu.recovery
+        bad = HealthEvent(d, RECOVERY, r.name or str(r.value), r.reason(), now, True) if r.fatal() else None
+        levels.append(Level(RECOVERY, bad, "recovery action NONE"))
     if gpu.present is None:
         unread.append(f"presence: {gpu.presence_error or 'unknown'}")
     elif not gpu.present:
@@ -223,7 +268,9 @@ def step(previous: State, obs: Observation, now: float) -> tuple[State, HealthRe
         if g.present and g.ecc_error is None and g.ecc is not None and g.device_id in known:
             ecc[g.device_id] = g.ecc
     tracked, report = health_track.step_all(previous.tracked, findings, errors, now, previous.settings.recovery_polls)
-    return State(previous.settings, tracked, ecc), report
+    by_action = {g.device_id for g in obs.gpus if g.recovery is not None}
+    devices = tuple(replace(v, source=RECOVERY if v.device_id in by_action else XID) for v in report.devices)
+    return State(previous.settings, tracked, ecc), replace(report, devices=devices)
 
 
 def clear(previous: State, device_id: str) -> State:
