@@ -306,8 +306,11 @@ class RecoveryNvml(FakeNvml):
     """A binding and driver with the recovery action field; `actions` are the
     binding's names (the installed nvidia-ml-py's by default)."""
 
-    def __init__(self, gpus: list[FakeGpu], actions: dict[str, int] | None = None, **kw: Any) -> None:
+    def __init__(
+        self, gpus: list[FakeGpu], actions: dict[str, int] | None = None, knows_field: bool = True, **kw: Any
+    ) -> None:
         super().__init__(gpus, **kw)
+        self.knows_field = knows_field  # False: an older driver, for which field 230 is an unknown id
         setattr(self, RECOVERY_FIELD, getattr(pynvml, RECOVERY_FIELD))
         self.NVML_VALUE_TYPE_UNSIGNED_INT = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
         for name, value in (BINDING_ACTIONS if actions is None else actions).items():
@@ -318,7 +321,9 @@ class RecoveryNvml(FakeNvml):
         out = []
         for field_id in field_ids:
             code, value = pynvml.NVML_SUCCESS, 0
-            if field_id != getattr(pynvml, RECOVERY_FIELD) or RECOVERY_FIELD in g.unsupported:
+            if field_id != getattr(pynvml, RECOVERY_FIELD) or not self.knows_field:
+                code = INVALID_ARGUMENT  # what a real H100 on driver 580.159.04 answers for an unknown field id
+            elif RECOVERY_FIELD in g.unsupported:
                 code = NOT_SUPPORTED
             elif isinstance(g.recovery_action, int):
                 value = g.recovery_action
@@ -475,9 +480,8 @@ def lookup_fails(nv: FakeNvml, index: int) -> None:
 
 
 def drain_and_reset(nv: FakeNvml, index: int) -> None:
-    """The driver asks for NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET, with no
-    XID: "the GPU is operating at reduced capacity", drain its work and reset it
-    (NVIDIA, Error Recovery and Response Flags)."""
+    """The driver asks for NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET ("Drain
+    P2P and Reset Gpu", cuda-python's `DeviceGpuRecoveryAction`), with no XID."""
     nv.gpus[index].recovery_action = "DRAIN_AND_RESET"
 
 

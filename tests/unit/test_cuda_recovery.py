@@ -8,7 +8,8 @@ from __future__ import annotations
 import logging
 
 import pytest
-from ray_accel_cuda.health_rule import BY_ACTION
+from ray_accel_cuda import health_rule
+from ray_accel_cuda.health_rule import BY_ACTION, GpuReading, Observation, Settings, Xid
 
 from ray_accel.core.health import DeviceHealth, Health, HealthReport
 from ray_accel.core.health_state import Action, HealthSettings, PartitionHealth, PartState
@@ -78,6 +79,7 @@ def test_with_the_field_an_xid_only_counts_and_the_action_decides() -> None:
             RecoveryNvml([FakeGpu(i, unsupported={RECOVERY_FIELD}) for i in range(2)]), id="driver-not-supported"
         ),
         pytest.param(RecoveryNvml([FakeGpu(i) for i in range(2)], actions={}), id="binding-without-action-names"),
+        pytest.param(RecoveryNvml([FakeGpu(i) for i in range(2)], knows_field=False), id="driver-without-the-field"),
     ],
 )
 def test_without_the_recovery_action_the_xid_list_decides_and_is_named(nv: fake_nvml.FakeNvml) -> None:
@@ -131,3 +133,13 @@ def test_the_source_travels_in_the_health_file_and_an_older_file_reads_without_i
     assert HealthReport.from_json(data) == report
     older = {k: v for k, v in data["devices"][0].items() if k != "source"}
     assert DeviceHealth.from_json(older).source is None
+
+
+def test_a_failed_read_of_the_action_leaves_the_gpu_unknown_and_the_xid_list_decides() -> None:
+    state = health_rule.initial(("g0",), Settings(), 0.0)
+    gpu = GpuReading("g0", True, ecc=0, recovery_error="nvmlDeviceGetFieldValues: NVML error 999")
+    state, report = health_rule.step(state, Observation((gpu,), (Xid("g0", 13),)), 1.0)
+    assert report.devices[0].state is Health.UNKNOWN and report.devices[0].source == "xid"
+    assert report.errors == ("g0: recovery action: nvmlDeviceGetFieldValues: NVML error 999",)
+    _, report = health_rule.step(state, Observation((gpu,), (Xid("g0", 79),)), 2.0)
+    assert report.devices[0].state is Health.UNHEALTHY, "XID 79 is fatal by the list"

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ray_accel_cuda.health_rule import DEFAULT_IGNORED_XIDS, Recovery
-from ray_accel_cuda.nvml import NA, NO_PERMISSION, NOT_SUPPORTED, Nvml, text
+from ray_accel_cuda.nvml import INVALID_ARGUMENT, NA, NO_PERMISSION, NOT_SUPPORTED, Nvml, text
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +219,9 @@ def recovery_action(nvml: Nvml, h: Any) -> Recovery | None:
     if values is NA:
         return None
     got = values[0]
-    if got.nvmlReturn in (NOT_SUPPORTED, NO_PERMISSION):
+    # A driver that does not know the field answers INVALID_ARGUMENT for it
+    # (as an H100 on driver 580.159.04 answers an unknown field id).
+    if got.nvmlReturn in (INVALID_ARGUMENT, NOT_SUPPORTED, NO_PERMISSION):
         return None
     if got.nvmlReturn != 0:
         raise RecoveryUnreadable(f"{RECOVERY_FIELD}: NVML error {got.nvmlReturn}")

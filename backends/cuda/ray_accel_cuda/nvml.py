@@ -15,6 +15,7 @@ from typing import Any, Final
 log = logging.getLogger(__name__)
 
 # NVML return codes (nvml.h); stable across driver versions.
+INVALID_ARGUMENT: Final = 2
 NOT_SUPPORTED: Final = 3
 NO_PERMISSION: Final = 4
 NOT_FOUND: Final = 6
