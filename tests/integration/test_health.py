@@ -329,6 +329,7 @@ def test_a_gpu_host_counts_xid_13_drains_on_79_holds_its_head_and_stops_mid_drai
         assert shown["counters"] == {gpus["p1"][0]: {"xid:13": 1}}
         (dev,) = [x for x in shown["devices"] if x["device_id"] == gpus["p1"][0]]
         assert dev["state"] == "healthy" and dev["last_event"]["fatal"] is False
+        assert dev["source"] == "xid", "the mock's GPUs have no recovery action: the XID list decides"
         until(
             lambda: (
                 [

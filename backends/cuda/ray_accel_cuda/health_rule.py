@@ -36,9 +36,9 @@ What is fatal, and what makes a GPU healthy again:
   lasts while the driver asks for the action and ends after K polls of
   NONE (the driver clears it once the GPU was reset or the node rebooted).
   XIDs of such a GPU only count. Where the binding lacks the field or its
-  names, or the driver answers not-supported, the XID list decides (the
-  device's `source` says which: "recovery-action" or "xid"). The sources
-  are in docs/gpu-health.md.
+  names, or the driver does not know or support it, the XID list above
+  decides (the device's `source` says which: "recovery-action" or "xid").
+  The sources are in docs/gpu-health.md.
 
 A poll that cannot read a source (an NVML error other than the ones above)
 leaves the GPU UNKNOWN unless a fault holds, and counts toward nothing. A
