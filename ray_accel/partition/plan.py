@@ -149,24 +149,17 @@ class Plan:
         }
 
 
-def _connected(group: Sequence[Device]) -> bool | None:
-    if not any(d.peers for d in group):
-        return None if len(group) > 1 else True
+def _linked(group: Sequence[Device]) -> bool:
+    """Whether the link graph holds `group` in one island (one device always is)."""
     return len(set(_islands(group).values())) == 1
 
 
 def assess(group: Sequence[Device], topology: bool) -> Quality:
     cores = sorted(c for d in group for c in d.core_ids)
     contiguous = bool(cores) and cores[-1] - cores[0] + 1 == len(cores)
-    connected = _connected(group) if topology else None
-    if connected is None and topology and len(group) > 1:
-        connected = False
-    return Quality(
-        connected=connected,
-        contiguous=contiguous,
-        aligned=contiguous and cores[0] % len(cores) == 0,
-        numa_nodes=tuple(sorted({d.numa_node for d in group})),
-    )
+    aligned = contiguous and cores[0] % len(cores) == 0
+    numa = tuple(sorted({d.numa_node for d in group}))
+    return Quality(_linked(group) if topology else None, contiguous, aligned, numa)
 
 
 def models_of(devices: Sequence[Device]) -> tuple[str, ...]:
@@ -248,8 +241,7 @@ def _auto_split(devices: Sequence[Device], count: int, split: SplitOrder) -> lis
     island = _islands(devices)
     order = sorted(devices, key=lambda d: (d.numa_node, island[d.id], d.index))
     blocks = [order[i : i + size] for i in range(0, len(order), size)]
-    has_topology = any(d.peers for d in devices)
-    if not has_topology or all(_connected(b) for b in blocks):
+    if not any(d.peers for d in devices) or all(_linked(b) for b in blocks):
         return blocks
     grown = _grow(order, size)
     return grown if grown is not None else blocks
