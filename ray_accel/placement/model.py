@@ -75,14 +75,6 @@ class FreePartition:
     cpus_free: float = math.inf
     held: tuple[int, ...] = ()  # sizes of the grants placed here that ray-accel knows of
 
-    def __post_init__(self) -> None:
-        if not 0 <= self.free <= self.total:
-            raise InputError(f"partition {self.name!r} on {self.host}: free {self.free} outside 0..{self.total}")
-        if self.core_ids and len(self.core_ids) != self.total:
-            raise InputError(
-                f"partition {self.name!r} on {self.host}: {len(self.core_ids)} core ids for {self.total} units"
-            )
-
     @property
     def key(self) -> tuple[str, str]:
         return (self.host, self.name)
@@ -130,10 +122,6 @@ class Assignment:
     workers: tuple[Slot, ...]
     connected: bool  # one host, each partition internally linked, the partitions linked to each other
     aligned: bool  # every worker gets an aligned, contiguous block of ids
-
-    def __post_init__(self) -> None:
-        if len(self.workers) != self.job.workers:
-            raise InputError(f"job {self.job.name!r}: {len(self.workers)} slots for {self.job.workers} workers")
 
     def per_partition(self) -> dict[tuple[str, str], int]:
         return dict(Counter(s.key for s in self.workers))
@@ -226,27 +214,11 @@ def _take(part: FreePartition, job: Job, count: int, sign: int) -> FreePartition
     return replace(part, free=part.free - sign * units, cpus_free=cpus, held=tuple(held))
 
 
-def apply(partitions: Sequence[FreePartition], assignment: Assignment) -> tuple[FreePartition, ...]:
-    """The partitions after `assignment`'s workers took their units."""
+def apply(partitions: Sequence[FreePartition], assignment: Assignment, sign: int = +1) -> tuple[FreePartition, ...]:
+    """The partitions after `assignment`'s workers took their units (`sign`
+    -1: gave them back, a job moved or ended)."""
     counts = assignment.per_partition()
-    out = []
-    for p in partitions:
-        n = counts.get(p.key, 0)
-        if n and capacity(assignment.job, p) < n:
-            raise PlacementError(
-                f"partition {p.name} on {p.host} cannot take {n} worker(s) of job {assignment.job.name!r}",
-                assignment.job,
-                0,
-                0,
-            )
-        out.append(_take(p, assignment.job, n, +1) if n else p)
-    return tuple(out)
-
-
-def release(partitions: Sequence[FreePartition], assignment: Assignment) -> tuple[FreePartition, ...]:
-    """The partitions with `assignment`'s units given back (a job moved or ended)."""
-    counts = assignment.per_partition()
-    return tuple(_take(p, assignment.job, counts[p.key], -1) if p.key in counts else p for p in partitions)
+    return tuple(_take(p, assignment.job, counts[p.key], sign) if p.key in counts else p for p in partitions)
 
 
 def mark_held(partitions: Sequence[FreePartition], assignment: Assignment) -> tuple[FreePartition, ...]:

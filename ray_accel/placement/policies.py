@@ -37,7 +37,6 @@ from ray_accel.placement.model import (
     largest_fit,
     mark_held,
     refusal,
-    release,
     slots_for,
 )
 
@@ -91,7 +90,7 @@ class BasePolicy(ABC):
         placed: dict[str, Assignment] = {}
         if move:
             for a in running:
-                parts = release(parts, a)
+                parts = apply(parts, a, -1)
             pending = list(jobs)
         else:
             for a in running:
@@ -111,13 +110,6 @@ class BasePolicy(ABC):
             parts = apply(parts, a)
             placed[job.id] = a
         return Placement({j.id: placed[j.id] for j in jobs if j.id in placed}, tuple(waiting))
-
-
-def _host_free(parts: Sequence[FreePartition]) -> dict[str, int]:
-    out: dict[str, int] = defaultdict(int)
-    for p in parts:
-        out[p.host] += p.free
-    return out
 
 
 def _by_host(parts: Sequence[FreePartition]) -> dict[str, list[FreePartition]]:
@@ -185,8 +177,8 @@ class Pack(BasePolicy):
     name = "pack"
 
     def _choose(self, job: Job, parts: Sequence[FreePartition]) -> Choice:
-        host_free = _host_free(parts)
         by_host = _by_host(parts)
+        host_free = {h: sum(p.free for p in ps) for h, ps in by_host.items()}
         if any(capacity(job, p) >= job.workers for p in parts):
             return _pack_into(job, parts, host_free)
         hosts = [h for h, ps in by_host.items() if largest_fit(job, ps) >= job.workers]
@@ -248,13 +240,13 @@ class Topology(BasePolicy):
     name = "topology"
 
     def _choose(self, job: Job, parts: Sequence[FreePartition]) -> Choice:
-        host_free = _host_free(parts)
+        by_host = _by_host(parts)
+        host_free = {h: sum(p.free for p in ps) for h, ps in by_host.items()}
         whole = [p for p in parts if capacity(job, p) >= job.workers]
         if whole:
             linked = [p for p in whole if p.connected is True] or whole
             p = min(linked, key=lambda q: _fit_key(job, q, job.workers, host_free))
             return [(p, job.workers)]
-        by_host = _by_host(parts)
         options: list[tuple[tuple[object, ...], Choice]] = []
         for host, pool in by_host.items():
             if largest_fit(job, pool) < job.workers:
