@@ -22,7 +22,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
-from typing import ClassVar, Protocol
+from typing import ClassVar
 
 from ray_accel.core.errors import InputError
 from ray_accel.placement.model import (
@@ -43,24 +43,10 @@ from ray_accel.placement.model import (
 Choice = list[tuple[FreePartition, int]]  # partitions in order, workers on each
 
 
-class Policy(Protocol):
-    @property
-    def name(self) -> str: ...
-
-    def allocate(self, job: Job, partitions: Sequence[FreePartition]) -> Assignment: ...
-
-    def optimize(
-        self,
-        jobs: Sequence[Job],
-        partitions: Sequence[FreePartition],
-        previous: Mapping[str, Assignment],
-        move: bool = False,
-    ) -> Placement: ...
-
-
-class BasePolicy(ABC):
-    """`allocate` and `optimize` around one choice: `_choose`, called only when
-    the job fits (the free capacity of its family holds every worker)."""
+class Policy(ABC):
+    """A placement policy: `allocate` and `optimize` around one choice,
+    `_choose`, called only when the job fits (the free capacity of its family
+    holds every worker)."""
 
     name: ClassVar[str]
 
@@ -160,17 +146,14 @@ def _pack_into(job: Job, parts: Sequence[FreePartition], host_free: Mapping[str,
             choice.append((p, left))
             return choice
         most = max(capacity(job, q) for q in pool)
-        p = min(
-            (q for q in pool if capacity(job, q) == most),
-            key=lambda q: _fit_key(job, q, most, host_free, chosen),
-        )
+        p = min((q for q in pool if capacity(job, q) == most), key=lambda q: _fit_key(job, q, most, host_free, chosen))
         choice.append((p, most))
         pool.remove(p)
         left -= most
     return choice
 
 
-class Pack(BasePolicy):
+class Pack(Policy):
     """Fewest partitions, best fit: a job goes to the partition (or, failing
     that, the host) it fills most, so whole partitions and hosts stay free."""
 
@@ -188,7 +171,7 @@ class Pack(BasePolicy):
         return _pack_into(job, parts, host_free)
 
 
-class Spread(BasePolicy):
+class Spread(Policy):
     """Workers across hosts (one host lost costs the fewest workers), then
     across partitions of a host, each time the one with the most room."""
 
@@ -233,7 +216,7 @@ def _grow(job: Job, seed: FreePartition, pool: Sequence[FreePartition]) -> Choic
     return _fill(job, chosen)
 
 
-class Topology(BasePolicy):
+class Topology(Policy):
     """A job's workers on linked devices: one partition if one holds it, else
     the fewest linked partitions of one host, else the fewest hosts."""
 
@@ -271,7 +254,7 @@ class Topology(BasePolicy):
         return _fill(job, order)
 
 
-POLICIES: dict[str, type[BasePolicy]] = {"pack": Pack, "spread": Spread, "topology": Topology}
+POLICIES: dict[str, type[Policy]] = {"pack": Pack, "spread": Spread, "topology": Topology}
 
 
 def get_policy(policy: str | Policy) -> Policy:
