@@ -87,11 +87,9 @@ def plan_within_mask(
     traits: DeviceTraits,
 ) -> Plan:
     """`plan_partitions` over what `mask` shows (everything when None)."""
-    # The mask is read whole before planning starts.
-    shown = devices if mask is None else restrict(devices, mask)
-    view = None if mask is None else mask.view(devices)
     if mask is None:
         return plan_partitions(devices, mode, partitions, manual, default_type, traits=traits)
+    shown = restrict(devices, mask)
     if not shown:
         raise PartitionError(f"{mask.env}={mask.value!r} set in the environment shows no device: nothing to plan")
     if Mode.parse(mode) is Mode.MANUAL and manual is not None:
@@ -112,4 +110,4 @@ def plan_within_mask(
         f"device {d.id} is partly inside {mask.env}: only core(s) {format_visible_ids(d.core_ids, 'ranges')}"
         for d in partly
     ]
-    return dataclasses.replace(plan, warnings=(*plan.warnings, *notes), mask=view)
+    return dataclasses.replace(plan, warnings=(*plan.warnings, *notes), mask=mask.view(devices))

@@ -112,11 +112,6 @@ def drain_reason(name: str = DRAIN_REASON_PREEMPTION) -> int:
         raise missing(f"ray.core.generated.autoscaler_pb2.DrainNodeReason has no {name}") from None
 
 
-def gcs_client(address: str) -> Any:
-    """Ray's GCS client for `address`, as `ray drain-node` makes it."""
-    return attr(module(RAYLET), "GcsClient", RAYLET)(address=address)
-
-
 def drain_node(
     address: str,
     node_id: str,
@@ -128,9 +123,9 @@ def drain_node(
     """Ask the GCS at `address` to drain the node `node_id` (hex) for
     preemption: it takes no new work and its workloads are told; `deadline_ms`
     (ms since the epoch, 0 for none) is when it will be stopped. `client`: an
-    existing GCS client (a new one otherwise)."""
+    existing GCS client (a new one otherwise, as `ray drain-node` makes it)."""
     reason = drain_reason()
-    gcs = gcs_client(address) if client is None else client
+    gcs = attr(module(RAYLET), "GcsClient", RAYLET)(address=address) if client is None else client
     drain = method(gcs, "drain_node", f"{RAYLET}.GcsClient")
     require_params(drain, DRAIN_PARAMS, f"{RAYLET}.GcsClient.drain_node")
     accepted, rejection = drain(

@@ -43,15 +43,10 @@ def _rank_context(owner: Any, where: str) -> Any:
     return value
 
 
-def _worker_context() -> Any:
-    get = attr(module(CONTEXT), "get_train_context", CONTEXT)
-    return get()
-
-
 def replace_worker_ranks(values: Mapping[str, int]) -> None:
     """Replace rank fields in this worker's Train context (what
     `ray.train.get_context()` reads)."""
-    context = _worker_context()
+    context = attr(module(CONTEXT), "get_train_context", CONTEXT)()
     current = _rank_context(context, f"{CONTEXT}.TrainContext")
     context.distributed_context = dataclasses.replace(current, **dict(values))
 
