@@ -15,9 +15,8 @@ LABEL_VALUE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")
 # A partition name becomes a Ray label value and a file name: the label-value
 # rules keep it safe for both.
 PARTITION_NAME = LABEL_VALUE
-_HOST = re.compile(
-    r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
-)
+_HOST_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_HOST = re.compile(rf"^{_HOST_LABEL}(?:\.{_HOST_LABEL})*$")
 
 
 def ascii_int(text: str | int, what: str, lo: int | None = None, hi: int | None = None) -> int:

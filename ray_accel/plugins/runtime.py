@@ -105,6 +105,4 @@ def check_collective(collective: str, accepted: Sequence[str], who: str) -> None
 def first_own_index(visible_ids: Sequence[str], own_ids: Sequence[str]) -> int:
     """The position of a worker's first own id in the mask it sees (0 if it
     owns none): its device ordinal where the workers of a raylet share a mask."""
-    if not own_ids:
-        return 0
-    return list(visible_ids).index(own_ids[0])
+    return list(visible_ids).index(own_ids[0]) if own_ids else 0

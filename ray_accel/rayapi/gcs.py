@@ -72,23 +72,20 @@ def read_nodes(address: str) -> tuple[GcsNode, ...]:
     avail = method(gs, "available_resources_per_node", where)()
     table = method(gs, "node_table", where)()
     reasons = _death_reasons()
-    out = []
-    for n in table:
-        nid = n["NodeID"]
-        out.append(
-            GcsNode(
-                node_id=nid,
-                alive=bool(n["Alive"]),
-                total=dict(total.get(nid, {})),
-                available=dict(avail.get(nid, {})),
-                labels=dict(n.get("Labels", {})),
-                ip=n.get("NodeManagerAddress", ""),
-                hostname=n.get("NodeManagerHostname", ""),
-                death_reason=reasons.get(code, str(code)) if (code := int(n.get("DeathReason") or 0)) else "",
-                death_message=str(n.get("DeathReasonMessage") or ""),
-            )
+    return tuple(
+        GcsNode(
+            node_id=n["NodeID"],
+            alive=bool(n["Alive"]),
+            total=dict(total.get(n["NodeID"], {})),
+            available=dict(avail.get(n["NodeID"], {})),
+            labels=dict(n.get("Labels", {})),
+            ip=n.get("NodeManagerAddress", ""),
+            hostname=n.get("NodeManagerHostname", ""),
+            death_reason=reasons.get(code, str(code)) if (code := int(n.get("DeathReason") or 0)) else "",
+            death_message=str(n.get("DeathReasonMessage") or ""),
         )
-    return tuple(out)
+        for n in table
+    )
 
 
 def _death_reasons() -> Mapping[int, str]:

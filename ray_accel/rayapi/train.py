@@ -33,12 +33,8 @@ def controller_callback_base() -> type:
 def _rank_context(owner: Any, where: str) -> Any:
     """`owner.distributed_context`, a dataclass with every rank field."""
     value = getattr(owner, "distributed_context", None)
-    if (
-        value is None
-        or not dataclasses.is_dataclass(value)
-        or isinstance(value, type)
-        or not set(RANK_FIELDS) <= {f.name for f in dataclasses.fields(value)}
-    ):
+    is_value = dataclasses.is_dataclass(value) and not isinstance(value, type)
+    if not is_value or not set(RANK_FIELDS) <= {f.name for f in dataclasses.fields(value)}:
         raise missing(f"{where} holds no distributed_context with fields {', '.join(RANK_FIELDS)}")
     return value
 
