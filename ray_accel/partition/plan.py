@@ -299,15 +299,11 @@ def _type_warnings(parts: Sequence[Partition]) -> list[str]:
             mixed.setdefault((p.models, p.accelerator_type), []).append(p.name)
     out = []
     for (models, kind), names in mixed.items():
-        what = f"partition {names[0]}" if len(names) == 1 else f"partitions {', '.join(names)}"
-        verb = "mixes" if len(names) == 1 else "mix"
-        if kind is None:
-            out.append(
-                f"{what} {verb} models {', '.join(models)}: no single accelerator type is advertised "
-                "(each device's model stays listed in `devices`)"
-            )
-        else:
-            out.append(f"{what} {verb} models {', '.join(models)}, all of accelerator type {kind}")
+        what = f"partition {names[0]} mixes" if len(names) == 1 else f"partitions {', '.join(names)} mix"
+        why = ": no single accelerator type is advertised (each device's model stays listed in `devices`)"
+        if kind is not None:
+            why = f", all of accelerator type {kind}"
+        out.append(f"{what} models {', '.join(models)}{why}")
     return out
 
 

@@ -190,8 +190,6 @@ def divide(
     min_object_store: int = 0,
 ) -> Division:
     """Each partition's share of `host`, and its CPU placement."""
-    if not (len(names) == len(weights) == len(numa_nodes)):
-        raise ShareError("names, weights and NUMA nodes must have one entry per partition")
     placement, pinning = place_cpus(numa_nodes, topology, allowed)
     cpus = split_cpus(host.cpus, weights, [cpu_set for cpu_set, _ in placement])
     memory = split_whole(host.memory, weights)

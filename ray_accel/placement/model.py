@@ -42,9 +42,8 @@ class Job:
         for what, value in (("workers", self.workers), ("devices_per_worker", self.devices_per_worker)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InputError(f"job {self.name!r}: {what} must be a whole number of at least 1, got {value!r}")
-        if not isinstance(self.cpus_per_worker, int | float) or not (
-            math.isfinite(self.cpus_per_worker) and self.cpus_per_worker >= 0
-        ):
+        cpus = self.cpus_per_worker
+        if not (isinstance(cpus, int | float) and math.isfinite(cpus) and cpus >= 0):
             raise InputError(f"job {self.name!r}: cpus_per_worker must be a number >= 0, got {self.cpus_per_worker!r}")
         if not self.family or not self.resource:
             raise InputError(f"job {self.name!r}: family and resource must be named")

@@ -67,9 +67,7 @@ class Policy(ABC):
         previous: Mapping[str, Assignment],
         move: bool = False,
     ) -> Placement:
-        ids = [j.id for j in jobs]
-        if len(set(ids)) != len(ids):
-            dup = next(i for i, n in Counter(ids).items() if n > 1)
+        if (dup := next((i for i, n in Counter(j.id for j in jobs).items() if n > 1), None)) is not None:
             raise InputError(f"job id {dup!r} appears twice")
         parts = tuple(partitions)
         running = [previous[j.id] for j in jobs if j.id in previous]

@@ -215,10 +215,8 @@ class DevicePlugin(ABC):
         """Read this family's visibility variable into schedulable ids."""
         cores = set(all_core_ids(self.list_devices()))
         ids = parse_visible_ids(value)
-        if ids is not None and cores:
-            unknown = [i for i in ids if i not in cores]
-            if unknown:
-                raise VisibilityError(f"{self.visible_ids_env}={value!r} names {unknown[0]}, not on this host")
+        if (unknown := next((i for i in ids or () if cores and i not in cores), None)) is not None:
+            raise VisibilityError(f"{self.visible_ids_env}={value!r} names {unknown}, not on this host")
         return ids
 
     def process_env(self) -> dict[str, str]:
