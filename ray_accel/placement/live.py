@@ -92,10 +92,9 @@ def view_from_nodes(nodes: Sequence[Mapping[str, Any]], available: Mapping[str, 
         free = min(units, max(0, math.floor(avail.get(resource, 0.0) + EPS)))
         cores = _ids(labels, CORES_LABEL)
         connected = {"true": True, "false": False}.get(labels.get(CONNECTED_LABEL, ""))
+        host = node_host(str(node.get("NodeManagerHostname") or ""), str(node.get("NodeManagerAddress") or ""), labels)
         part = FreePartition(
-            host=node_host(
-                str(node.get("NodeManagerHostname") or ""), str(node.get("NodeManagerAddress") or ""), labels
-            ),
+            host=host,
             name=name,
             node_id=node_id,
             family=family,

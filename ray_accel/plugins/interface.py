@@ -74,13 +74,8 @@ class Runtime(ABC):
         variables (`env://`); a family with a start-up of its own overrides it."""
         import torch.distributed as dist
 
-        dist.init_process_group(
-            collective,
-            init_method="env://",
-            rank=world_rank,
-            world_size=world_size,
-            timeout=timedelta(seconds=timeout_s),
-        )
+        wait = timedelta(seconds=timeout_s)
+        dist.init_process_group(collective, init_method="env://", rank=world_rank, world_size=world_size, timeout=wait)
 
     def destroy_process_group(self) -> None:
         """Tear this worker's group down (before another is made, and at the

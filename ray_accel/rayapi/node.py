@@ -37,9 +37,7 @@ class NodeFacts:
 
 def host_sizing() -> HostSizing:
     utils = module(UTILS)
-    cpus = attr(utils, "get_num_cpus", UTILS)()
-    available = attr(utils, "estimate_available_memory", UTILS)()
-    return HostSizing(int(cpus), int(available))
+    return HostSizing(int(attr(utils, "get_num_cpus", UTILS)()), int(attr(utils, "estimate_available_memory", UTILS)()))
 
 
 def object_store_for(available_memory: int) -> int:
