@@ -173,14 +173,9 @@ def refusal(job: Job, partitions: Sequence[FreePartition]) -> PlacementError:
     mine = [p for p in partitions if eligible(job, p)]
     fit = largest_fit(job, mine)
     if not mine:
-        families = sorted({f"{p.family}/{p.resource}" for p in partitions}) or ["none"]
-        return PlacementError(
-            f"job {job.name!r} asks {job.describe()}, but no live partition offers {job.family}/{job.resource} "
-            f"(live partitions offer: {', '.join(families)})",
-            job,
-            0,
-            0,
-        )
+        families = ", ".join(sorted({f"{p.family}/{p.resource}" for p in partitions})) or "none"
+        offers = f"no live partition offers {job.family}/{job.resource} (live partitions offer: {families})"
+        return PlacementError(f"job {job.name!r} asks {job.describe()}, but {offers}", job, 0, 0)
     cpu_ok = [p for p in mine if job.cpus_per_worker <= 0 or p.cpus_free + 1e-9 >= job.cpus_per_worker]
     best = max(cpu_ok, key=lambda p: (p.free, p.host, p.name), default=None)
     one = best.free if best is not None else 0

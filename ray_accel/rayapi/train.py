@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ray_accel.rayapi.feature import attr, missing, module
+from ray_accel.rayapi.feature import attr, method, missing, module
 
 CONTEXT = "ray.train.v2._internal.execution.context"
 CALLBACK = "ray.train.v2._internal.execution.callback"
@@ -32,7 +32,7 @@ def controller_callback_base() -> type:
 
 def _rank_context(owner: Any, where: str) -> Any:
     """`owner.distributed_context`, a dataclass with every rank field."""
-    value = getattr(owner, "distributed_context", None)
+    value: Any = getattr(owner, "distributed_context", None)
     is_value = dataclasses.is_dataclass(value) and not isinstance(value, type)
     if not is_value or not set(RANK_FIELDS) <= {f.name for f in dataclasses.fields(value)}:
         raise missing(f"{where} holds no distributed_context with fields {', '.join(RANK_FIELDS)}")
@@ -48,10 +48,7 @@ def replace_worker_ranks(values: Mapping[str, int]) -> None:
 
 
 def _controller_workers(worker_group: Any) -> list[Any]:
-    get_workers = getattr(worker_group, "get_workers", None)
-    if not callable(get_workers):
-        raise missing(f"Ray Train's worker group ({type(worker_group).__name__}) has no get_workers")
-    return list(get_workers())
+    return list(method(worker_group, "get_workers", f"Ray Train's worker group ({type(worker_group).__name__})")())
 
 
 def controller_ranks(worker_group: Any) -> list[dict[str, int]]:
