@@ -62,8 +62,7 @@ def partition_name(text: str) -> str:
 
 def host_port(text: str, what: str) -> tuple[str, int]:
     """'host:port' (an IPv4 address or a host name) with a valid port."""
-    raw = text.strip()
-    host, sep, port_text = raw.rpartition(":")
+    host, sep, port_text = text.strip().rpartition(":")
     if not sep or not host or not port_text:
         raise InputError(f"{what}: {text!r} is not HOST:PORT")
     if not _HOST.match(host):

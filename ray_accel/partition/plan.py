@@ -209,20 +209,16 @@ def _islands(devices: Sequence[Device]) -> dict[DeviceId, int]:
 
 def _grow(devices: Sequence[Device], size: int) -> list[list[Device]] | None:
     """Greedy connected groups: from the lowest free device, add free peers."""
-    by_id = {d.id: d for d in devices}
-    free = dict.fromkeys(d.id for d in devices)
+    free = {d.id: d for d in devices}  # in the order given
     groups = []
     while free:
-        seed = by_id[next(iter(free))]
-        group = [seed]
-        del free[seed.id]
-        frontier = list(seed.peers)
+        group = [free.pop(next(iter(free)))]
+        frontier = list(group[0].peers)
         while len(group) < size:
-            nxt = sorted((by_id[p] for p in frontier if p in free), key=lambda d: (d.numa_node, d.index))
+            nxt = sorted((free[p] for p in frontier if p in free), key=lambda d: (d.numa_node, d.index))
             if not nxt:
                 return None
-            group.append(nxt[0])
-            del free[nxt[0].id]
+            group.append(free.pop(nxt[0].id))
             frontier.extend(nxt[0].peers)
         groups.append(group)
     return groups

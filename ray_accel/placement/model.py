@@ -88,9 +88,8 @@ class FreePartition:
         if size == 1:
             return self.free  # one id is always an aligned block
         ids = self.core_ids
-        if not ids or size < 1 or self.total % size or ids[0] % size:
-            return 0
-        if list(ids) != list(range(ids[0], ids[0] + len(ids))):
+        contiguous = bool(ids) and list(ids) == list(range(ids[0], ids[0] + len(ids)))
+        if not contiguous or size < 1 or self.total % size or ids[0] % size:
             return 0
         if self.used and (sum(self.held) != self.used or any(h != size for h in self.held)):
             return 0

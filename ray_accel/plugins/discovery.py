@@ -72,8 +72,7 @@ def _activate(name: str, factory: object) -> PluginStatus:
     except BackendUnavailable as e:
         return _inactive(name, str(e), e.__cause__)
     try:
-        reason = plugin.probe()
-        if reason is not None:
+        if (reason := plugin.probe()) is not None:
             return _inactive(name, reason)
         devices = validate_inventory(plugin.list_devices())
     except Exception as e:

@@ -48,8 +48,7 @@ class Inventory:
         return next(iter(self.plugins), None)
 
     def require_primary(self) -> DevicePlugin:
-        plugin = self.primary
-        if plugin is None:
+        if (plugin := self.primary) is None:
             raise NoActiveBackend(self.statuses)
         return plugin
 
