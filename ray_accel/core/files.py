@@ -82,10 +82,7 @@ def read_bytes(path: str | os.PathLike[str], max_bytes: int = DEFAULT_MAX_BYTES,
         _regular(shown, os.fstat(fd).st_mode)
         chunks: list[bytes] = []
         left = max_bytes + 1  # one byte more tells "exactly the limit" from "over it"
-        while left > 0:
-            chunk = os.read(fd, min(left, 65536))
-            if not chunk:
-                break
+        while left > 0 and (chunk := os.read(fd, min(left, 65536))):
             chunks.append(chunk)
             left -= len(chunk)
         data = b"".join(chunks)

@@ -196,9 +196,8 @@ def _islands(devices: Sequence[Device]) -> dict[DeviceId, int]:
     for d in sorted(devices, key=lambda d: d.index):
         if d.id in island:
             continue
-        n = len(set(island.values()))
+        island[d.id] = n = len(set(island.values()))
         stack = [d.id]
-        island[d.id] = n
         while stack:
             for p in by_id[stack.pop()].peers:
                 if p in by_id and p not in island:

@@ -204,11 +204,10 @@ def _grow(job: Job, seed: FreePartition, pool: Sequence[FreePartition]) -> Choic
         if not frontier:
             return None
         whole = [q for q in frontier if capacity(job, q) >= left]
-        q = (
-            min(whole, key=lambda r: (r.free - left * job.devices_per_worker, r.used == 0, r.key))
-            if whole
-            else max(frontier, key=lambda r: (capacity(job, r), r.used, r.key))
-        )
+        if whole:
+            q = min(whole, key=lambda r: (r.free - left * job.devices_per_worker, r.used == 0, r.key))
+        else:
+            q = max(frontier, key=lambda r: (capacity(job, r), r.used, r.key))
         chosen.append(q)
         left -= capacity(job, q)
     return _fill(job, chosen)
@@ -233,8 +232,7 @@ class Topology(Policy):
             if largest_fit(job, pool) < job.workers:
                 continue
             for seed in pool:
-                grown = _grow(job, seed, pool)
-                if grown is not None:
+                if (grown := _grow(job, seed, pool)) is not None:
                     leftover = sum(p.free for p, _ in grown) - job.size
                     options.append(((0, len(grown), leftover, host_free[host], host, seed.name), grown))
             fallback = _pack_into(job, pool, host_free)
