@@ -48,16 +48,13 @@ class DrainReply:
 
 
 def _global_state(address: str) -> Any:
-    state = module(STATE)
-    raylet = module(RAYLET)
-    options = attr(raylet, "GcsClientOptions", RAYLET)
-    create = attr(options, "create", f"{RAYLET}.GcsClientOptions")
+    create = attr(attr(module(RAYLET), "GcsClientOptions", RAYLET), "create", f"{RAYLET}.GcsClientOptions")
     require_params(
         create,
         ("gcs_address", "cluster_id_hex", "allow_cluster_id_nil", "fetch_cluster_id_if_nil"),
         f"{RAYLET}.GcsClientOptions.create",
     )
-    gs = attr(state, "GlobalState", STATE)()
+    gs = attr(module(STATE), "GlobalState", STATE)()
     init = attr(gs, "_initialize_global_state", f"{STATE}.GlobalState")
     init(create(address, None, allow_cluster_id_nil=True, fetch_cluster_id_if_nil=False))
     return gs
