@@ -49,6 +49,13 @@ def describe(error: OSError) -> str:
     return error.strerror or type(error).__name__
 
 
+def _regular(shown: str, mode: int) -> None:
+    if stat.S_ISLNK(mode):
+        raise UnreadableFile(f"{shown} is a symbolic link; refusing to follow it")
+    if not stat.S_ISREG(mode):
+        raise UnreadableFile(f"{shown} is {kind_of(mode)}, not a regular file")
+
+
 def read_bytes(path: str | os.PathLike[str], max_bytes: int = DEFAULT_MAX_BYTES, follow: bool = True) -> bytes:
     """The bytes of a regular file of at most `max_bytes` bytes.
 
@@ -61,11 +68,7 @@ def read_bytes(path: str | os.PathLike[str], max_bytes: int = DEFAULT_MAX_BYTES,
     if max_bytes < 0:
         raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
     shown = os.fspath(path)
-    before = os.stat(path, follow_symlinks=follow)
-    if stat.S_ISLNK(before.st_mode):
-        raise UnreadableFile(f"{shown} is a symbolic link; refusing to follow it")
-    if not stat.S_ISREG(before.st_mode):
-        raise UnreadableFile(f"{shown} is {kind_of(before.st_mode)}, not a regular file")
+    _regular(shown, os.stat(path, follow_symlinks=follow).st_mode)
     # O_NONBLOCK: should the path become a FIFO after the stat, the open
     # returns at once instead of waiting for a writer.
     nofollow = 0 if follow else os.O_NOFOLLOW
@@ -73,18 +76,13 @@ def read_bytes(path: str | os.PathLike[str], max_bytes: int = DEFAULT_MAX_BYTES,
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | nofollow)
     except OSError as e:
         if e.errno == errno.ELOOP:  # swapped for a link after the stat
-            raise UnreadableFile(f"{shown} is a symbolic link; refusing to follow it") from None
+            _regular(shown, stat.S_IFLNK)
         raise
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UnreadableFile(f"{shown} is {kind_of(st.st_mode)}, not a regular file")
+        _regular(shown, os.fstat(fd).st_mode)
         chunks: list[bytes] = []
         left = max_bytes + 1  # one byte more tells "exactly the limit" from "over it"
-        while left > 0:
-            chunk = os.read(fd, min(left, 65536))
-            if not chunk:
-                break
+        while left > 0 and (chunk := os.read(fd, min(left, 65536))):
             chunks.append(chunk)
             left -= len(chunk)
         data = b"".join(chunks)

@@ -72,8 +72,7 @@ def read_topology(root: str | None = None) -> NumaTopology:
         return NumaTopology(str(base), error=f"cannot read {base}: {e.strerror or e}")
     nodes: dict[int, frozenset[int]] = {}
     for name in names:
-        m = _NODE.match(name)
-        if not m:
+        if not (m := _NODE.match(name)):
             continue
         path = base / name / "cpulist"
         try:

@@ -71,15 +71,11 @@ def join(path: str, key: str | int) -> str:
 # ------------------------------------------------------------------ the envelope
 
 
-class _Duplicate(ValueError):
-    pass
-
-
 def _no_duplicates(pairs: list[tuple[str, object]]) -> object:
     out = dict(pairs)
     if len(out) < len(pairs):
         twice = next(k for k, n in collections.Counter(k for k, _ in pairs).items() if n > 1)
-        raise _Duplicate(f"key {show(twice)} appears twice in one object")
+        raise ValueError(f"key {show(twice)} appears twice in one object")
     return out
 
 
@@ -401,7 +397,4 @@ def dump(value: object) -> object:
 def dump_fields(value: object, **extra: object) -> dict[str, object]:
     """The dataclass `value` as a JSON object (as `dump` writes it), with the
     keys of `extra` after its fields: for a view that adds a few."""
-    data = dump(value)
-    if not isinstance(data, dict):
-        raise TypeError(f"{type(value).__name__} is not a dataclass")
-    return {**data, **extra}
+    return {**typing.cast(dict[str, object], dump(value)), **extra}

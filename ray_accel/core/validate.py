@@ -15,9 +15,8 @@ LABEL_VALUE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")
 # A partition name becomes a Ray label value and a file name: the label-value
 # rules keep it safe for both.
 PARTITION_NAME = LABEL_VALUE
-_HOST = re.compile(
-    r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
-)
+_HOST_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_HOST = re.compile(rf"^{_HOST_LABEL}(?:\.{_HOST_LABEL})*$")
 
 
 def ascii_int(text: str | int, what: str, lo: int | None = None, hi: int | None = None) -> int:
@@ -63,8 +62,7 @@ def partition_name(text: str) -> str:
 
 def host_port(text: str, what: str) -> tuple[str, int]:
     """'host:port' (an IPv4 address or a host name) with a valid port."""
-    raw = text.strip()
-    host, sep, port_text = raw.rpartition(":")
+    host, sep, port_text = text.strip().rpartition(":")
     if not sep or not host or not port_text:
         raise InputError(f"{what}: {text!r} is not HOST:PORT")
     if not _HOST.match(host):
@@ -111,9 +109,7 @@ def label_value(value: str, key: str, what: str) -> str:
 def node_labels(text: str, what: str = "--labels") -> dict[str, str]:
     """`key=value,key2=value2` (the form `ray start --labels` takes) into a dict."""
     out: dict[str, str] = {}
-    if not text.strip():
-        return out
-    for pair in text.split(","):
+    for pair in text.split(",") if text.strip() else ():
         key, sep, value = pair.partition("=")
         key, value = key.strip(), value.strip()
         if not sep or "=" in value:

@@ -87,11 +87,9 @@ def plan_within_mask(
     traits: DeviceTraits,
 ) -> Plan:
     """`plan_partitions` over what `mask` shows (everything when None)."""
-    # The mask is read whole before planning starts.
-    shown = devices if mask is None else restrict(devices, mask)
-    view = None if mask is None else mask.view(devices)
     if mask is None:
         return plan_partitions(devices, mode, partitions, manual, default_type, traits=traits)
+    shown = restrict(devices, mask)
     if not shown:
         raise PartitionError(f"{mask.env}={mask.value!r} set in the environment shows no device: nothing to plan")
     if Mode.parse(mode) is Mode.MANUAL and manual is not None:
@@ -99,17 +97,16 @@ def plan_within_mask(
         # the mask is named as such rather than as unknown.
         whole = plan_partitions(devices, mode, partitions, manual, default_type, traits=traits)
         kept = {d.id for d in shown}
-        for part in whole:
-            for did in part.device_ids:
-                if did not in kept:
-                    raise PartitionError(
-                        f"partition {part.name!r}: device {did} is outside the inherited mask "
-                        f"{mask.env}={mask.value} (it shows {format_visible_ids(mask.ids, 'ranges') or 'nothing'})"
-                    )
+        outside = [(p.name, i) for p in whole for i in p.device_ids if i not in kept]
+        if outside:
+            raise PartitionError(
+                f"partition {outside[0][0]!r}: device {outside[0][1]} is outside the inherited mask "
+                f"{mask.env}={mask.value} (it shows {format_visible_ids(mask.ids, 'ranges') or 'nothing'})"
+            )
     plan = plan_partitions(shown, mode, partitions, manual, default_type, traits=traits)
-    partly = [d for d in shown if len(d.core_ids) < len(next(x for x in devices if x.id == d.id).core_ids)]
     notes = [
         f"device {d.id} is partly inside {mask.env}: only core(s) {format_visible_ids(d.core_ids, 'ranges')}"
-        for d in partly
+        for d in shown
+        if d not in devices  # `restrict` kept only some of its cores
     ]
-    return dataclasses.replace(plan, warnings=(*plan.warnings, *notes), mask=view)
+    return dataclasses.replace(plan, warnings=(*plan.warnings, *notes), mask=mask.view(devices))

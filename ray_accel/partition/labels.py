@@ -87,8 +87,7 @@ def topology_labels(
         linked = {by_id[p].index for d in group for p in d.peers if p in by_id} - own
         labels = {HOST_LABEL: host.key, FAMILY_LABEL: family, RESOURCE_LABEL: resource}
         for key, ids in ((DEVICES_LABEL, own), (CORES_LABEL, part.core_ids), (LINKS_LABEL, linked)):
-            text = encode_ids(ids)
-            if text is not None:
+            if (text := encode_ids(ids)) is not None:
                 labels[key] = text
         connected = assess(group, topology).connected if len(group) > 1 else True
         if connected is not None:

@@ -149,24 +149,17 @@ class Plan:
         }
 
 
-def _connected(group: Sequence[Device]) -> bool | None:
-    if not any(d.peers for d in group):
-        return None if len(group) > 1 else True
+def _linked(group: Sequence[Device]) -> bool:
+    """Whether the link graph holds `group` in one island (one device always is)."""
     return len(set(_islands(group).values())) == 1
 
 
 def assess(group: Sequence[Device], topology: bool) -> Quality:
     cores = sorted(c for d in group for c in d.core_ids)
     contiguous = bool(cores) and cores[-1] - cores[0] + 1 == len(cores)
-    connected = _connected(group) if topology else None
-    if connected is None and topology and len(group) > 1:
-        connected = False
-    return Quality(
-        connected=connected,
-        contiguous=contiguous,
-        aligned=contiguous and cores[0] % len(cores) == 0,
-        numa_nodes=tuple(sorted({d.numa_node for d in group})),
-    )
+    aligned = contiguous and cores[0] % len(cores) == 0
+    numa = tuple(sorted({d.numa_node for d in group}))
+    return Quality(_linked(group) if topology else None, contiguous, aligned, numa)
 
 
 def models_of(devices: Sequence[Device]) -> tuple[str, ...]:
@@ -203,9 +196,8 @@ def _islands(devices: Sequence[Device]) -> dict[DeviceId, int]:
     for d in sorted(devices, key=lambda d: d.index):
         if d.id in island:
             continue
-        n = len(set(island.values()))
+        island[d.id] = n = len(set(island.values()))
         stack = [d.id]
-        island[d.id] = n
         while stack:
             for p in by_id[stack.pop()].peers:
                 if p in by_id and p not in island:
@@ -216,20 +208,16 @@ def _islands(devices: Sequence[Device]) -> dict[DeviceId, int]:
 
 def _grow(devices: Sequence[Device], size: int) -> list[list[Device]] | None:
     """Greedy connected groups: from the lowest free device, add free peers."""
-    by_id = {d.id: d for d in devices}
-    free = dict.fromkeys(d.id for d in devices)
+    free = {d.id: d for d in devices}  # in the order given
     groups = []
     while free:
-        seed = by_id[next(iter(free))]
-        group = [seed]
-        del free[seed.id]
-        frontier = list(seed.peers)
+        group = [free.pop(next(iter(free)))]
+        frontier = list(group[0].peers)
         while len(group) < size:
-            nxt = sorted((by_id[p] for p in frontier if p in free), key=lambda d: (d.numa_node, d.index))
+            nxt = sorted((free[p] for p in frontier if p in free), key=lambda d: (d.numa_node, d.index))
             if not nxt:
                 return None
-            group.append(nxt[0])
-            del free[nxt[0].id]
+            group.append(free.pop(nxt[0].id))
             frontier.extend(nxt[0].peers)
         groups.append(group)
     return groups
@@ -248,8 +236,7 @@ def _auto_split(devices: Sequence[Device], count: int, split: SplitOrder) -> lis
     island = _islands(devices)
     order = sorted(devices, key=lambda d: (d.numa_node, island[d.id], d.index))
     blocks = [order[i : i + size] for i in range(0, len(order), size)]
-    has_topology = any(d.peers for d in devices)
-    if not has_topology or all(_connected(b) for b in blocks):
+    if not any(d.peers for d in devices) or all(_linked(b) for b in blocks):
         return blocks
     grown = _grow(order, size)
     return grown if grown is not None else blocks
@@ -307,15 +294,11 @@ def _type_warnings(parts: Sequence[Partition]) -> list[str]:
             mixed.setdefault((p.models, p.accelerator_type), []).append(p.name)
     out = []
     for (models, kind), names in mixed.items():
-        what = f"partition {names[0]}" if len(names) == 1 else f"partitions {', '.join(names)}"
-        verb = "mixes" if len(names) == 1 else "mix"
-        if kind is None:
-            out.append(
-                f"{what} {verb} models {', '.join(models)}: no single accelerator type is advertised "
-                "(each device's model stays listed in `devices`)"
-            )
-        else:
-            out.append(f"{what} {verb} models {', '.join(models)}, all of accelerator type {kind}")
+        what = f"partition {names[0]} mixes" if len(names) == 1 else f"partitions {', '.join(names)} mix"
+        why = ": no single accelerator type is advertised (each device's model stays listed in `devices`)"
+        if kind is not None:
+            why = f", all of accelerator type {kind}"
+        out.append(f"{what} models {', '.join(models)}{why}")
     return out
 
 

@@ -69,19 +69,6 @@ class Share:
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "cpu_set": None if self.cpu_set is None else list(self.cpu_set)}
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Share:
-        cpu_set = data.get("cpu_set")
-        return cls(
-            partition=str(data["partition"]),
-            cpus=int(data["cpus"]),
-            memory=int(data["memory"]),
-            object_store_memory=int(data["object_store_memory"]),
-            resources={str(k): float(v) for k, v in dict(data.get("resources") or {}).items()},
-            cpu_set=None if cpu_set is None else tuple(int(c) for c in cpu_set),
-            pin_reason=data.get("pin_reason"),
-        )
-
 
 @dataclass(frozen=True)
 class Division:
@@ -163,36 +150,33 @@ def place_cpus(
 ) -> tuple[list[tuple[tuple[int, ...] | None, str]], str]:
     """Per partition (given the NUMA nodes of its devices): its CPU set (None:
     not pinned) and a reason, plus "on" or "off: <why>" for the host."""
-    if topology.error is not None:
-        why = f"off: NUMA topology unknown ({topology.error})"
-        return [(None, why.removeprefix("off: ")) for _ in numa_nodes], why
     nodes = topology.cpu_nodes
-    if len(nodes) < 2:
-        why = f"off: the host has one NUMA node with CPUs ({topology.root})"
-        return [(None, why.removeprefix("off: ")) for _ in numa_nodes], why
+    if topology.error is not None or len(nodes) < 2:
+        why = (
+            f"NUMA topology unknown ({topology.error})"
+            if topology.error is not None
+            else (f"the host has one NUMA node with CPUs ({topology.root})")
+        )
+        return [(None, why) for _ in numa_nodes], f"off: {why}"
     usable = frozenset(allowed)
-    out: list[tuple[tuple[int, ...] | None, str]] = []
-    for numa in numa_nodes:
+
+    def pin(numa: Collection[int]) -> tuple[tuple[int, ...] | None, str]:
         known = sorted(set(numa))
         if not known or any(n < 0 for n in known):
-            out.append((None, "the NUMA node of its devices is unknown"))
-        elif len(known) > 1:
-            out.append((None, f"its devices sit on NUMA nodes {','.join(map(str, known))}"))
-        elif known[0] not in nodes:
-            out.append((None, f"NUMA node {known[0]} has no CPUs under {topology.root}"))
-        else:
-            cpus = nodes[known[0]] & usable
-            if not cpus:
-                out.append(
-                    (
-                        None,
-                        f"none of NUMA node {known[0]}'s CPUs ({format_cpulist(nodes[known[0]])}) "
-                        f"are allowed to this process ({format_cpulist(usable)})",
-                    )
-                )
-            else:
-                out.append((tuple(sorted(cpus)), f"NUMA node {known[0]}"))
-    pinned = sum(1 for s, _ in out if s is not None)
+            return None, "the NUMA node of its devices is unknown"
+        if len(known) > 1:
+            return None, f"its devices sit on NUMA nodes {','.join(map(str, known))}"
+        if known[0] not in nodes:
+            return None, f"NUMA node {known[0]} has no CPUs under {topology.root}"
+        if cpus := nodes[known[0]] & usable:
+            return tuple(sorted(cpus)), f"NUMA node {known[0]}"
+        return None, (
+            f"none of NUMA node {known[0]}'s CPUs ({format_cpulist(nodes[known[0]])}) "
+            f"are allowed to this process ({format_cpulist(usable)})"
+        )
+
+    out = [pin(numa) for numa in numa_nodes]
+    pinned = any(s is not None for s, _ in out)
     return out, "on" if pinned else "off: no partition's devices sit on a single NUMA node with usable CPUs"
 
 
@@ -206,8 +190,6 @@ def divide(
     min_object_store: int = 0,
 ) -> Division:
     """Each partition's share of `host`, and its CPU placement."""
-    if not (len(names) == len(weights) == len(numa_nodes)):
-        raise ShareError("names, weights and NUMA nodes must have one entry per partition")
     placement, pinning = place_cpus(numa_nodes, topology, allowed)
     cpus = split_cpus(host.cpus, weights, [cpu_set for cpu_set, _ in placement])
     memory = split_whole(host.memory, weights)
@@ -236,15 +218,6 @@ def divide(
         cpu_set, reason = placement[i]
         if cpu_set is not None and cpus[i] > len(cpu_set):
             warnings.append(f"partition {name}: {cpus[i]} CPUs counted but pinned to {len(cpu_set)} ({reason})")
-        shares.append(
-            Share(
-                partition=name,
-                cpus=cpus[i],
-                memory=memory[i],
-                object_store_memory=store[i],
-                resources={k: v[i] for k, v in custom.items() if v[i] > 0},
-                cpu_set=cpu_set,
-                pin_reason=reason,
-            )
-        )
+        own = {k: v[i] for k, v in custom.items() if v[i] > 0}
+        shares.append(Share(name, cpus[i], memory[i], store[i], own, cpu_set, reason))
     return Division(tuple(shares), pinning, tuple(warnings))

@@ -92,10 +92,9 @@ def view_from_nodes(nodes: Sequence[Mapping[str, Any]], available: Mapping[str, 
         free = min(units, max(0, math.floor(avail.get(resource, 0.0) + EPS)))
         cores = _ids(labels, CORES_LABEL)
         connected = {"true": True, "false": False}.get(labels.get(CONNECTED_LABEL, ""))
+        host = node_host(str(node.get("NodeManagerHostname") or ""), str(node.get("NodeManagerAddress") or ""), labels)
         part = FreePartition(
-            host=node_host(
-                str(node.get("NodeManagerHostname") or ""), str(node.get("NodeManagerAddress") or ""), labels
-            ),
+            host=host,
             name=name,
             node_id=node_id,
             family=family,
@@ -118,11 +117,10 @@ def view_from_nodes(nodes: Sequence[Mapping[str, Any]], available: Mapping[str, 
             # Two live raylets claim one host and name: only Ray's node id tells them apart.
             part = replace(part, host=f"{part.host}#{part.node_id[:8]}")
         selector = {PARTITION_LABEL: part.name}
-        if names[part.name] > 1:
-            if labels.get(HOST_LABEL) == part.host:
-                selector[HOST_LABEL] = part.host
-            else:
-                selector[NODE_ID_LABEL] = part.node_id
+        if names[part.name] > 1 and labels.get(HOST_LABEL) == part.host:
+            selector[HOST_LABEL] = part.host
+        elif names[part.name] > 1:
+            selector[NODE_ID_LABEL] = part.node_id
         selectors[part.key] = selector
         parts.append(part)
     return LiveView(tuple(parts), selectors, tuple(ignored))

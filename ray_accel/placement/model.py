@@ -42,9 +42,8 @@ class Job:
         for what, value in (("workers", self.workers), ("devices_per_worker", self.devices_per_worker)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InputError(f"job {self.name!r}: {what} must be a whole number of at least 1, got {value!r}")
-        if not isinstance(self.cpus_per_worker, int | float) or not (
-            math.isfinite(self.cpus_per_worker) and self.cpus_per_worker >= 0
-        ):
+        cpus = self.cpus_per_worker
+        if not (isinstance(cpus, int | float) and math.isfinite(cpus) and cpus >= 0):
             raise InputError(f"job {self.name!r}: cpus_per_worker must be a number >= 0, got {self.cpus_per_worker!r}")
         if not self.family or not self.resource:
             raise InputError(f"job {self.name!r}: family and resource must be named")
@@ -75,14 +74,6 @@ class FreePartition:
     cpus_free: float = math.inf
     held: tuple[int, ...] = ()  # sizes of the grants placed here that ray-accel knows of
 
-    def __post_init__(self) -> None:
-        if not 0 <= self.free <= self.total:
-            raise InputError(f"partition {self.name!r} on {self.host}: free {self.free} outside 0..{self.total}")
-        if self.core_ids and len(self.core_ids) != self.total:
-            raise InputError(
-                f"partition {self.name!r} on {self.host}: {len(self.core_ids)} core ids for {self.total} units"
-            )
-
     @property
     def key(self) -> tuple[str, str]:
         return (self.host, self.name)
@@ -97,9 +88,8 @@ class FreePartition:
         if size == 1:
             return self.free  # one id is always an aligned block
         ids = self.core_ids
-        if not ids or size < 1 or self.total % size or ids[0] % size:
-            return 0
-        if list(ids) != list(range(ids[0], ids[0] + len(ids))):
+        contiguous = bool(ids) and list(ids) == list(range(ids[0], ids[0] + len(ids)))
+        if not contiguous or size < 1 or self.total % size or ids[0] % size:
             return 0
         if self.used and (sum(self.held) != self.used or any(h != size for h in self.held)):
             return 0
@@ -131,10 +121,6 @@ class Assignment:
     connected: bool  # one host, each partition internally linked, the partitions linked to each other
     aligned: bool  # every worker gets an aligned, contiguous block of ids
 
-    def __post_init__(self) -> None:
-        if len(self.workers) != self.job.workers:
-            raise InputError(f"job {self.job.name!r}: {len(self.workers)} slots for {self.job.workers} workers")
-
     def per_partition(self) -> dict[tuple[str, str], int]:
         return dict(Counter(s.key for s in self.workers))
 
@@ -159,9 +145,7 @@ class PlacementError(RayAccelError):
 
     def __init__(self, message: str, job: Job, largest_workers: int, largest_worker: int) -> None:
         super().__init__(message)
-        self.job = job
-        self.largest_workers = largest_workers
-        self.largest_worker = largest_worker
+        self.job, self.largest_workers, self.largest_worker = job, largest_workers, largest_worker
 
 
 def eligible(job: Job, part: FreePartition) -> bool:
@@ -188,14 +172,9 @@ def refusal(job: Job, partitions: Sequence[FreePartition]) -> PlacementError:
     mine = [p for p in partitions if eligible(job, p)]
     fit = largest_fit(job, mine)
     if not mine:
-        families = sorted({f"{p.family}/{p.resource}" for p in partitions}) or ["none"]
-        return PlacementError(
-            f"job {job.name!r} asks {job.describe()}, but no live partition offers {job.family}/{job.resource} "
-            f"(live partitions offer: {', '.join(families)})",
-            job,
-            0,
-            0,
-        )
+        families = ", ".join(sorted({f"{p.family}/{p.resource}" for p in partitions})) or "none"
+        offers = f"no live partition offers {job.family}/{job.resource} (live partitions offer: {families})"
+        return PlacementError(f"job {job.name!r} asks {job.describe()}, but {offers}", job, 0, 0)
     cpu_ok = [p for p in mine if job.cpus_per_worker <= 0 or p.cpus_free + 1e-9 >= job.cpus_per_worker]
     best = max(cpu_ok, key=lambda p: (p.free, p.host, p.name), default=None)
     one = best.free if best is not None else 0
@@ -226,27 +205,11 @@ def _take(part: FreePartition, job: Job, count: int, sign: int) -> FreePartition
     return replace(part, free=part.free - sign * units, cpus_free=cpus, held=tuple(held))
 
 
-def apply(partitions: Sequence[FreePartition], assignment: Assignment) -> tuple[FreePartition, ...]:
-    """The partitions after `assignment`'s workers took their units."""
+def apply(partitions: Sequence[FreePartition], assignment: Assignment, sign: int = +1) -> tuple[FreePartition, ...]:
+    """The partitions after `assignment`'s workers took their units (`sign`
+    -1: gave them back, a job moved or ended)."""
     counts = assignment.per_partition()
-    out = []
-    for p in partitions:
-        n = counts.get(p.key, 0)
-        if n and capacity(assignment.job, p) < n:
-            raise PlacementError(
-                f"partition {p.name} on {p.host} cannot take {n} worker(s) of job {assignment.job.name!r}",
-                assignment.job,
-                0,
-                0,
-            )
-        out.append(_take(p, assignment.job, n, +1) if n else p)
-    return tuple(out)
-
-
-def release(partitions: Sequence[FreePartition], assignment: Assignment) -> tuple[FreePartition, ...]:
-    """The partitions with `assignment`'s units given back (a job moved or ended)."""
-    counts = assignment.per_partition()
-    return tuple(_take(p, assignment.job, counts[p.key], -1) if p.key in counts else p for p in partitions)
+    return tuple(_take(p, assignment.job, counts[p.key], sign) if p.key in counts else p for p in partitions)
 
 
 def mark_held(partitions: Sequence[FreePartition], assignment: Assignment) -> tuple[FreePartition, ...]:

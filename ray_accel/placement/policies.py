@@ -22,7 +22,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
-from typing import ClassVar, Protocol
+from typing import ClassVar
 
 from ray_accel.core.errors import InputError
 from ray_accel.placement.model import (
@@ -37,31 +37,16 @@ from ray_accel.placement.model import (
     largest_fit,
     mark_held,
     refusal,
-    release,
     slots_for,
 )
 
 Choice = list[tuple[FreePartition, int]]  # partitions in order, workers on each
 
 
-class Policy(Protocol):
-    @property
-    def name(self) -> str: ...
-
-    def allocate(self, job: Job, partitions: Sequence[FreePartition]) -> Assignment: ...
-
-    def optimize(
-        self,
-        jobs: Sequence[Job],
-        partitions: Sequence[FreePartition],
-        previous: Mapping[str, Assignment],
-        move: bool = False,
-    ) -> Placement: ...
-
-
-class BasePolicy(ABC):
-    """`allocate` and `optimize` around one choice: `_choose`, called only when
-    the job fits (the free capacity of its family holds every worker)."""
+class Policy(ABC):
+    """A placement policy: `allocate` and `optimize` around one choice,
+    `_choose`, called only when the job fits (the free capacity of its family
+    holds every worker)."""
 
     name: ClassVar[str]
 
@@ -82,16 +67,14 @@ class BasePolicy(ABC):
         previous: Mapping[str, Assignment],
         move: bool = False,
     ) -> Placement:
-        ids = [j.id for j in jobs]
-        if len(set(ids)) != len(ids):
-            dup = next(i for i, n in Counter(ids).items() if n > 1)
+        if (dup := next((i for i, n in Counter(j.id for j in jobs).items() if n > 1), None)) is not None:
             raise InputError(f"job id {dup!r} appears twice")
         parts = tuple(partitions)
         running = [previous[j.id] for j in jobs if j.id in previous]
         placed: dict[str, Assignment] = {}
         if move:
             for a in running:
-                parts = release(parts, a)
+                parts = apply(parts, a, -1)
             pending = list(jobs)
         else:
             for a in running:
@@ -111,13 +94,6 @@ class BasePolicy(ABC):
             parts = apply(parts, a)
             placed[job.id] = a
         return Placement({j.id: placed[j.id] for j in jobs if j.id in placed}, tuple(waiting))
-
-
-def _host_free(parts: Sequence[FreePartition]) -> dict[str, int]:
-    out: dict[str, int] = defaultdict(int)
-    for p in parts:
-        out[p.host] += p.free
-    return out
 
 
 def _by_host(parts: Sequence[FreePartition]) -> dict[str, list[FreePartition]]:
@@ -168,25 +144,22 @@ def _pack_into(job: Job, parts: Sequence[FreePartition], host_free: Mapping[str,
             choice.append((p, left))
             return choice
         most = max(capacity(job, q) for q in pool)
-        p = min(
-            (q for q in pool if capacity(job, q) == most),
-            key=lambda q: _fit_key(job, q, most, host_free, chosen),
-        )
+        p = min((q for q in pool if capacity(job, q) == most), key=lambda q: _fit_key(job, q, most, host_free, chosen))
         choice.append((p, most))
         pool.remove(p)
         left -= most
     return choice
 
 
-class Pack(BasePolicy):
+class Pack(Policy):
     """Fewest partitions, best fit: a job goes to the partition (or, failing
     that, the host) it fills most, so whole partitions and hosts stay free."""
 
     name = "pack"
 
     def _choose(self, job: Job, parts: Sequence[FreePartition]) -> Choice:
-        host_free = _host_free(parts)
         by_host = _by_host(parts)
+        host_free = {h: sum(p.free for p in ps) for h, ps in by_host.items()}
         if any(capacity(job, p) >= job.workers for p in parts):
             return _pack_into(job, parts, host_free)
         hosts = [h for h, ps in by_host.items() if largest_fit(job, ps) >= job.workers]
@@ -196,7 +169,7 @@ class Pack(BasePolicy):
         return _pack_into(job, parts, host_free)
 
 
-class Spread(BasePolicy):
+class Spread(Policy):
     """Workers across hosts (one host lost costs the fewest workers), then
     across partitions of a host, each time the one with the most room."""
 
@@ -231,37 +204,35 @@ def _grow(job: Job, seed: FreePartition, pool: Sequence[FreePartition]) -> Choic
         if not frontier:
             return None
         whole = [q for q in frontier if capacity(job, q) >= left]
-        q = (
-            min(whole, key=lambda r: (r.free - left * job.devices_per_worker, r.used == 0, r.key))
-            if whole
-            else max(frontier, key=lambda r: (capacity(job, r), r.used, r.key))
-        )
+        if whole:
+            q = min(whole, key=lambda r: (r.free - left * job.devices_per_worker, r.used == 0, r.key))
+        else:
+            q = max(frontier, key=lambda r: (capacity(job, r), r.used, r.key))
         chosen.append(q)
         left -= capacity(job, q)
     return _fill(job, chosen)
 
 
-class Topology(BasePolicy):
+class Topology(Policy):
     """A job's workers on linked devices: one partition if one holds it, else
     the fewest linked partitions of one host, else the fewest hosts."""
 
     name = "topology"
 
     def _choose(self, job: Job, parts: Sequence[FreePartition]) -> Choice:
-        host_free = _host_free(parts)
+        by_host = _by_host(parts)
+        host_free = {h: sum(p.free for p in ps) for h, ps in by_host.items()}
         whole = [p for p in parts if capacity(job, p) >= job.workers]
         if whole:
             linked = [p for p in whole if p.connected is True] or whole
             p = min(linked, key=lambda q: _fit_key(job, q, job.workers, host_free))
             return [(p, job.workers)]
-        by_host = _by_host(parts)
         options: list[tuple[tuple[object, ...], Choice]] = []
         for host, pool in by_host.items():
             if largest_fit(job, pool) < job.workers:
                 continue
             for seed in pool:
-                grown = _grow(job, seed, pool)
-                if grown is not None:
+                if (grown := _grow(job, seed, pool)) is not None:
                     leftover = sum(p.free for p, _ in grown) - job.size
                     options.append(((0, len(grown), leftover, host_free[host], host, seed.name), grown))
             fallback = _pack_into(job, pool, host_free)
@@ -279,7 +250,7 @@ class Topology(BasePolicy):
         return _fill(job, order)
 
 
-POLICIES: dict[str, type[BasePolicy]] = {"pack": Pack, "spread": Spread, "topology": Topology}
+POLICIES: dict[str, type[Policy]] = {"pack": Pack, "spread": Spread, "topology": Topology}
 
 
 def get_policy(policy: str | Policy) -> Policy:

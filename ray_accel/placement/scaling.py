@@ -139,8 +139,4 @@ def scaling_configs(
         raise PlacementError(
             f"{err} (after placing the other jobs of this batch)", job, err.largest_workers, err.largest_worker
         )
-    return {
-        j.id: (placement.assignments[j.id], to_scaling_config(placement.assignments[j.id], view, **scaling))
-        for j in jobs
-        if j.id in placement.assignments
-    }
+    return {jid: (a, to_scaling_config(a, view, **scaling)) for jid, a in placement.assignments.items()}

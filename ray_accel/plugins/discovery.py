@@ -72,8 +72,7 @@ def _activate(name: str, factory: object) -> PluginStatus:
     except BackendUnavailable as e:
         return _inactive(name, str(e), e.__cause__)
     try:
-        reason = plugin.probe()
-        if reason is not None:
+        if (reason := plugin.probe()) is not None:
             return _inactive(name, reason)
         devices = validate_inventory(plugin.list_devices())
     except Exception as e:
@@ -89,8 +88,7 @@ def discover_plugins(only: str | None = None, env: Mapping[str, str] | None = No
     With RAYACCEL_MOCK set only the mock backend may be active: the others are
     not even probed, so a test on a GPU machine never touches the real GPU.
     """
-    environ = os.environ if env is None else env
-    mock_on = bool(environ.get(MOCK_ENV))
+    mock_on = bool((os.environ if env is None else env).get(MOCK_ENV))
     statuses: list[PluginStatus] = []
     for ep in _entry_points():
         if only is not None and ep.name != only:
@@ -124,8 +122,7 @@ def load_plugin(name: str) -> DevicePlugin:
     whose raylet's spec names it needs its runtime, not its hardware).
     `BackendUnavailable` names the backend and why it cannot be had."""
     eps = _entry_points()
-    ep = next((e for e in eps if e.name == name), None)
-    if ep is None:
+    if (ep := next((e for e in eps if e.name == name), None)) is None:
         installed = ", ".join(e.name for e in eps) or "none"
         raise BackendUnavailable(f"backend {name!r} is not installed here (installed: {installed})")
     try:

@@ -74,13 +74,8 @@ class Runtime(ABC):
         variables (`env://`); a family with a start-up of its own overrides it."""
         import torch.distributed as dist
 
-        dist.init_process_group(
-            collective,
-            init_method="env://",
-            rank=world_rank,
-            world_size=world_size,
-            timeout=timedelta(seconds=timeout_s),
-        )
+        wait = timedelta(seconds=timeout_s)
+        dist.init_process_group(collective, init_method="env://", rank=world_rank, world_size=world_size, timeout=wait)
 
     def destroy_process_group(self) -> None:
         """Tear this worker's group down (before another is made, and at the
@@ -119,9 +114,8 @@ class GlooRuntime(Runtime):
 
     def worker_env(self, worker: WorkerSlot, job: Sequence[WorkerSlot], collective: str) -> dict[str, str]:
         check_collective(collective, (GLOO,), "a worker without an accelerator runtime")
-        if self._visible_ids_env is None:
-            return rank_env(worker)
-        return own_ids_env(self._visible_ids_env, worker)
+        env = self._visible_ids_env
+        return rank_env(worker) if env is None else own_ids_env(env, worker)
 
 
 class Telemetry(ABC):
@@ -216,10 +210,8 @@ class DevicePlugin(ABC):
         """Read this family's visibility variable into schedulable ids."""
         cores = set(all_core_ids(self.list_devices()))
         ids = parse_visible_ids(value)
-        if ids is not None and cores:
-            unknown = [i for i in ids if i not in cores]
-            if unknown:
-                raise VisibilityError(f"{self.visible_ids_env}={value!r} names {unknown[0]}, not on this host")
+        if (unknown := next((i for i in ids or () if cores and i not in cores), None)) is not None:
+            raise VisibilityError(f"{self.visible_ids_env}={value!r} names {unknown}, not on this host")
         return ids
 
     def process_env(self) -> dict[str, str]:

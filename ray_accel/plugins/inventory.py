@@ -45,12 +45,10 @@ class Inventory:
     @property
     def primary(self) -> DevicePlugin | None:
         """The plugin a raylet is split by: Ray resolves one family per node."""
-        plugins = self.plugins
-        return plugins[0] if plugins else None
+        return next(iter(self.plugins), None)
 
     def require_primary(self) -> DevicePlugin:
-        plugin = self.primary
-        if plugin is None:
+        if (plugin := self.primary) is None:
             raise NoActiveBackend(self.statuses)
         return plugin
 

@@ -28,10 +28,7 @@ class RuleMonitor(HealthMonitor, Generic[StateT, ObsT]):
         clear: Callable[[StateT, str], StateT],
         clock: Callable[[], float],
     ) -> None:
-        self.clock = clock
-        self._state = state
-        self._step = step
-        self._clear = clear
+        self.clock, self._state, self._step, self._clear = clock, state, step, clear
         self._lock = threading.Lock()
 
     @abstractmethod

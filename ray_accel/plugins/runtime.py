@@ -9,6 +9,7 @@ which every worker can make; every other is a backend's.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -18,9 +19,8 @@ from ray_accel.core.visibility import format_mask, mask_order
 GLOO = "gloo"
 
 # torchrun's variables: set by ray-accel from the ranks, never by a hook.
-RANK_ENV_VARS = frozenset(
-    {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT"}
-)
+RANK_ENV_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
+RANK_ENV_VARS = frozenset(RANK_ENV_NAMES)
 
 
 @dataclass(frozen=True)
@@ -78,16 +78,9 @@ class CollectiveChoice:
 
 
 def rank_env(worker: WorkerSlot) -> dict[str, str]:
-    rank = worker.rank
-    return {
-        "RANK": str(rank.world_rank),
-        "WORLD_SIZE": str(rank.world_size),
-        "LOCAL_RANK": str(rank.local_rank),
-        "LOCAL_WORLD_SIZE": str(rank.local_world_size),
-        "NODE_RANK": str(rank.node_rank),
-        "MASTER_ADDR": worker.master_addr,
-        "MASTER_PORT": str(worker.master_port),
-    }
+    # `Rank`'s fields are in the order of the first five names.
+    values = (*dataclasses.astuple(worker.rank), worker.master_addr, worker.master_port)
+    return dict(zip(RANK_ENV_NAMES, map(str, values), strict=True))
 
 
 def raylet_union(worker: WorkerSlot, job: Sequence[WorkerSlot]) -> list[str]:
@@ -112,6 +105,4 @@ def check_collective(collective: str, accepted: Sequence[str], who: str) -> None
 def first_own_index(visible_ids: Sequence[str], own_ids: Sequence[str]) -> int:
     """The position of a worker's first own id in the mask it sees (0 if it
     owns none): its device ordinal where the workers of a raylet share a mask."""
-    if not own_ids:
-        return 0
-    return list(visible_ids).index(own_ids[0])
+    return list(visible_ids).index(own_ids[0]) if own_ids else 0

@@ -62,6 +62,5 @@ def refresh_original_visible_ids() -> None:
     worker = module("ray._private.worker")
     read = attr(utils, "get_visible_accelerator_ids", "ray._private.utils")
     global_worker = attr(worker, "global_worker", "ray._private.worker")
-    if not hasattr(global_worker, "original_visible_accelerator_ids"):
-        raise missing("ray._private.worker.global_worker has no original_visible_accelerator_ids")
+    attr(global_worker, "original_visible_accelerator_ids", "ray._private.worker.global_worker")
     global_worker.original_visible_accelerator_ids = read()

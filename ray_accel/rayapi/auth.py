@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from ray_accel.rayapi.feature import attr, missing, module
+from ray_accel.rayapi.feature import attr, method, module
 
 GENERATOR = "ray._private.authentication.authentication_token_generator"
 RAYLET = "ray._raylet"
@@ -24,8 +24,6 @@ def reload_token_config() -> None:
     loader = attr(raylet, "AuthenticationTokenLoader", RAYLET)
     initialize = attr(config, "initialize", f"{RAYLET}.Config")
     instance = attr(loader, "instance", f"{RAYLET}.AuthenticationTokenLoader")()
-    reset = getattr(instance, "reset_cache", None)
-    if not callable(reset):
-        raise missing(f"{RAYLET}.AuthenticationTokenLoader has no reset_cache")
+    reset = method(instance, "reset_cache", f"{RAYLET}.AuthenticationTokenLoader")
     initialize("")
     reset()

@@ -73,14 +73,8 @@ def require_params(fn: Any, params: Sequence[str], where: str) -> None:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
         return
-    kinds = {p.kind for p in sig.parameters.values()}
-    if inspect.Parameter.VAR_KEYWORD in kinds:
-        return
-    named = {
-        n
-        for n, p in sig.parameters.items()
-        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    }
-    absent = [p for p in params if p not in named]
-    if absent:
+    kinds = {n: p.kind for n, p in sig.parameters.items()}
+    keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    absent = [p for p in params if kinds.get(p) not in keyword]
+    if absent and inspect.Parameter.VAR_KEYWORD not in kinds.values():
         raise missing(f"{where} takes no {', '.join(absent)} (its signature: {sig})")

@@ -48,16 +48,13 @@ class DrainReply:
 
 
 def _global_state(address: str) -> Any:
-    state = module(STATE)
-    raylet = module(RAYLET)
-    options = attr(raylet, "GcsClientOptions", RAYLET)
-    create = attr(options, "create", f"{RAYLET}.GcsClientOptions")
+    create = attr(attr(module(RAYLET), "GcsClientOptions", RAYLET), "create", f"{RAYLET}.GcsClientOptions")
     require_params(
         create,
         ("gcs_address", "cluster_id_hex", "allow_cluster_id_nil", "fetch_cluster_id_if_nil"),
         f"{RAYLET}.GcsClientOptions.create",
     )
-    gs = attr(state, "GlobalState", STATE)()
+    gs = attr(module(STATE), "GlobalState", STATE)()
     init = attr(gs, "_initialize_global_state", f"{STATE}.GlobalState")
     init(create(address, None, allow_cluster_id_nil=True, fetch_cluster_id_if_nil=False))
     return gs
@@ -72,23 +69,20 @@ def read_nodes(address: str) -> tuple[GcsNode, ...]:
     avail = method(gs, "available_resources_per_node", where)()
     table = method(gs, "node_table", where)()
     reasons = _death_reasons()
-    out = []
-    for n in table:
-        nid = n["NodeID"]
-        out.append(
-            GcsNode(
-                node_id=nid,
-                alive=bool(n["Alive"]),
-                total=dict(total.get(nid, {})),
-                available=dict(avail.get(nid, {})),
-                labels=dict(n.get("Labels", {})),
-                ip=n.get("NodeManagerAddress", ""),
-                hostname=n.get("NodeManagerHostname", ""),
-                death_reason=reasons.get(code, str(code)) if (code := int(n.get("DeathReason") or 0)) else "",
-                death_message=str(n.get("DeathReasonMessage") or ""),
-            )
+    return tuple(
+        GcsNode(
+            node_id=n["NodeID"],
+            alive=bool(n["Alive"]),
+            total=dict(total.get(n["NodeID"], {})),
+            available=dict(avail.get(n["NodeID"], {})),
+            labels=dict(n.get("Labels", {})),
+            ip=n.get("NodeManagerAddress", ""),
+            hostname=n.get("NodeManagerHostname", ""),
+            death_reason=reasons.get(code, str(code)) if (code := int(n.get("DeathReason") or 0)) else "",
+            death_message=str(n.get("DeathReasonMessage") or ""),
         )
-    return tuple(out)
+        for n in table
+    )
 
 
 def _death_reasons() -> Mapping[int, str]:
@@ -112,11 +106,6 @@ def drain_reason(name: str = DRAIN_REASON_PREEMPTION) -> int:
         raise missing(f"ray.core.generated.autoscaler_pb2.DrainNodeReason has no {name}") from None
 
 
-def gcs_client(address: str) -> Any:
-    """Ray's GCS client for `address`, as `ray drain-node` makes it."""
-    return attr(module(RAYLET), "GcsClient", RAYLET)(address=address)
-
-
 def drain_node(
     address: str,
     node_id: str,
@@ -128,9 +117,9 @@ def drain_node(
     """Ask the GCS at `address` to drain the node `node_id` (hex) for
     preemption: it takes no new work and its workloads are told; `deadline_ms`
     (ms since the epoch, 0 for none) is when it will be stopped. `client`: an
-    existing GCS client (a new one otherwise)."""
+    existing GCS client (a new one otherwise, as `ray drain-node` makes it)."""
     reason = drain_reason()
-    gcs = gcs_client(address) if client is None else client
+    gcs = attr(module(RAYLET), "GcsClient", RAYLET)(address=address) if client is None else client
     drain = method(gcs, "drain_node", f"{RAYLET}.GcsClient")
     require_params(drain, DRAIN_PARAMS, f"{RAYLET}.GcsClient.drain_node")
     accepted, rejection = drain(

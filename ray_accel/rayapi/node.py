@@ -37,9 +37,7 @@ class NodeFacts:
 
 def host_sizing() -> HostSizing:
     utils = module(UTILS)
-    cpus = attr(utils, "get_num_cpus", UTILS)()
-    available = attr(utils, "estimate_available_memory", UTILS)()
-    return HostSizing(int(cpus), int(available))
+    return HostSizing(int(attr(utils, "get_num_cpus", UTILS)()), int(attr(utils, "estimate_available_memory", UTILS)()))
 
 
 def object_store_for(available_memory: int) -> int:
@@ -106,12 +104,8 @@ def node_processes(node: Any) -> list[tuple[str, int]]:
 def node_facts(node: Any) -> NodeFacts:
     where = f"{NODE}.Node"
     url = attr(node, "webui_url", where)
-    return NodeFacts(
-        node_id=str(attr(node, "node_id", where)),
-        gcs_address=str(attr(node, "gcs_address", where)),
-        node_ip=str(attr(node, "node_ip_address", where)),
-        webui_url=str(url) if url else None,
-    )
+    node_id, gcs, ip = (str(attr(node, name, where)) for name in ("node_id", "gcs_address", "node_ip_address"))
+    return NodeFacts(node_id, gcs, ip, str(url) if url else None)
 
 
 def kill_node(node: Any) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ray_accel.rayapi.feature import attr, missing, module
+from ray_accel.rayapi.feature import attr, method, missing, module
 
 CONTEXT = "ray.train.v2._internal.execution.context"
 CALLBACK = "ray.train.v2._internal.execution.callback"
@@ -32,35 +32,23 @@ def controller_callback_base() -> type:
 
 def _rank_context(owner: Any, where: str) -> Any:
     """`owner.distributed_context`, a dataclass with every rank field."""
-    value = getattr(owner, "distributed_context", None)
-    if (
-        value is None
-        or not dataclasses.is_dataclass(value)
-        or isinstance(value, type)
-        or not set(RANK_FIELDS) <= {f.name for f in dataclasses.fields(value)}
-    ):
+    value: Any = getattr(owner, "distributed_context", None)
+    is_value = dataclasses.is_dataclass(value) and not isinstance(value, type)
+    if not is_value or not set(RANK_FIELDS) <= {f.name for f in dataclasses.fields(value)}:
         raise missing(f"{where} holds no distributed_context with fields {', '.join(RANK_FIELDS)}")
     return value
-
-
-def _worker_context() -> Any:
-    get = attr(module(CONTEXT), "get_train_context", CONTEXT)
-    return get()
 
 
 def replace_worker_ranks(values: Mapping[str, int]) -> None:
     """Replace rank fields in this worker's Train context (what
     `ray.train.get_context()` reads)."""
-    context = _worker_context()
+    context = attr(module(CONTEXT), "get_train_context", CONTEXT)()
     current = _rank_context(context, f"{CONTEXT}.TrainContext")
     context.distributed_context = dataclasses.replace(current, **dict(values))
 
 
 def _controller_workers(worker_group: Any) -> list[Any]:
-    get_workers = getattr(worker_group, "get_workers", None)
-    if not callable(get_workers):
-        raise missing(f"Ray Train's worker group ({type(worker_group).__name__}) has no get_workers")
-    return list(get_workers())
+    return list(method(worker_group, "get_workers", f"Ray Train's worker group ({type(worker_group).__name__})")())
 
 
 def controller_ranks(worker_group: Any) -> list[dict[str, int]]:

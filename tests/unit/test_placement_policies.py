@@ -25,7 +25,6 @@ from ray_accel.placement.model import (
     eligible,
     largest_fit,
     mark_held,
-    release,
 )
 from ray_accel.placement.policies import POLICIES, Pack, Spread, Topology, get_policy
 from tests.badinput import badinput
@@ -170,7 +169,7 @@ def test_optimize_keeps_running_jobs_and_never_over_commits(
     moved = policy.optimize(everyone, live, previous, move=True)
     state = live
     for a in previous.values():
-        state = release(state, a)
+        state = apply(state, a, -1)
     for j in everyone:
         if j.id in moved.assignments:
             check_fits(moved.assignments[j.id], state)

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ray_accel.core.numa import CpuListError, NumaTopology, format_cpulist, parse_cpulist, read_topology
+from ray_accel.core.reader import load
 from ray_accel.partition.share import (
     HostResources,
     Share,
@@ -193,4 +194,4 @@ def test_divide_refuses_an_object_store_below_rays_minimum() -> None:
 
 def test_share_json_round_trip() -> None:
     share = Share("p0", 2, 5, 6, {"x": 0.5}, (0, 1), "NUMA node 0")
-    assert Share.from_json(share.to_json()) == share
+    assert load(Share, share.to_json()) == share
