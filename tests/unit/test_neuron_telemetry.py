@@ -224,3 +224,47 @@ def test_device_holders_raise_when_neuron_ls_is_unavailable(tmp_path: Path) -> N
     t = telemetry(tree_only(tree))
     with pytest.raises(NeuronLsError, match="neuron-ls not found"):
         t.device_holders()
+
+
+def test_an_exporter_samples_the_deciders_readings_and_starts_no_neuron_monitor(
+    tmp_path: Path, stub: Path, monitor_stub: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real exporter on the Neuron backend: with a neuron-monitor it
+    could start, it starts none; its samples take the decider's readings,
+    and without them say the counters are unknown, never zero."""
+    import ray
+    import ray.util.metrics
+
+    from ray_accel.metrics.export import ExporterEntry, PartitionExporter
+    from ray_accel.plugins import inventory
+    from tests.unit.test_metrics import _Gauge
+
+    pidfile = tmp_path / "monitor.pid"
+    env = ls_only(
+        tmp_path,
+        stub,
+        "trn1.32xlarge.json",
+        RAYACCEL_NEURON_MONITOR=str(monitor_stub),
+        STUB_MONITOR_PIDFILE=str(pidfile),
+        **{inventory.SPEC_ENV: '[{"backend": "neuron"}]'},
+    )
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: type("Context", (), {"get_node_id": lambda _: "node-a"})())
+    monkeypatch.setattr(ray.util, "get_node_ip_address", lambda: "10.0.0.1")
+    monkeypatch.setattr(ray.util.metrics, "Gauge", _Gauge)
+    inventory.process_backend.cache_clear()
+    try:
+        exporter = PartitionExporter(ExporterEntry("p0", "node-a", ("neuron:0",)), False, 3600.0, str(tmp_path))
+        (dev,) = exporter.snapshot()["devices"]
+        assert dev["healthy"] is None and dev["utilization"] is None
+        assert f"no health decider readings ({tmp_path / READINGS_FILE} does not exist)" in dev["reason"]
+        report = json.loads((FIXTURES / "neuron-monitor" / "trn2.48xlarge-user-guide.json").read_text())
+        report["system_data"]["neuron_hw_counters"]["neuron_devices"][0]["sram_ecc_uncorrected"] = 1
+        (tmp_path / READINGS_FILE).write_text(readings_json({READINGS_KEY: report, "why": None}, time.time(), 5.0))
+        exporter.sample()
+        (dev,) = exporter.snapshot()["devices"]
+        assert dev["healthy"] is False and dev["reason"] == "sram_ecc_uncorrected=1" and dev["utilization"] > 0
+        assert not pidfile.exists(), "an exporter starts no neuron-monitor of its own"
+    finally:
+        inventory.process_backend.cache_clear()
