@@ -9,8 +9,10 @@ partitions never race over a device.
 
 Every `interval_s` it takes the hand-made clears, polls the active backend's
 `HealthMonitor` (no monitor: every device unknown), folds the report into
-the host's health, decides each partition's step (`rules.decide`), acts
-(`actions`), and writes `<state dir>/health.json`. It ends when the record
+the host's health, hands the monitor's host-wide readings on to the
+exporters (`<state dir>/readings.json`, see `plugins.host_readings`), decides
+each partition's step (`rules.decide`), acts (`actions`), and writes
+`<state dir>/health.json`. It ends when the record
 is gone, being stopped, or another start's; on SIGTERM, SIGINT or SIGHUP it
 undoes a restart half done and exits 0.
 """
@@ -47,6 +49,7 @@ from ray_accel.core.health_state import (
 )
 from ray_accel.health import actions, rules
 from ray_accel.health.requests import take_requests
+from ray_accel.plugins.host_readings import READINGS_FILE, readings_json
 from ray_accel.plugins.interface import HealthMonitor
 from ray_accel.plugins.inventory import process_backend
 
@@ -160,6 +163,9 @@ class Decider:
                 report = self.monitor.poll()
             except Exception as e:  # a source failing is a poll with nothing known, never the decider's end
                 report = unknown_report(self.devices, f"health poll failed: {type(e).__name__}: {e}", now)
+            # The monitor's host-wide sources (started by its first poll) serve the exporters too.
+            readings = readings_json(self.monitor.readings(), now, self.settings.interval_s)
+            write_atomic(self.place.directory / READINGS_FILE, readings)
         for ev in report.events:
             say(f"event {ev.device_id} {ev.kind} {ev.code or ''}: {ev.reason} ({'fatal' if ev.fatal else 'counted'})")
         self.health = fold(self.health, report, errors)

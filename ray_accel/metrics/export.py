@@ -32,7 +32,9 @@ host-level values also sets, for every partition and device of the host,
 unknown) and `accel_device_health_events` (the events seen per device, kind
 and code since the decider started: an event that does not take the device
 out of service only counts here). Each exporter's snapshot carries its own
-partition's state for `top`.
+partition's state for `top`. Before each sample the backend's telemetry gets
+the decider's host-wide readings (`plugins.host_readings`): a source process
+the decider owns is never started again per exporter.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from ray_accel.core.hosts import HostId, this_host_name
 from ray_accel.core.processes import process_table
 from ray_accel.metrics.collect import Snapshot, Where, collect
 from ray_accel.partition.labels import PARTITION_LABEL, node_host
+from ray_accel.plugins.host_readings import read_readings
 from ray_accel.plugins.inventory import process_backend
 
 log = logging.getLogger(__name__)
@@ -296,6 +299,8 @@ class PartitionExporter:
             return None, f"health: {e}"
 
     def sample(self) -> None:
+        if self.telemetry is not None:  # the host-wide sources the decider owns, never one per exporter
+            self.telemetry.use_host_readings(*read_readings(self.state_dir, time.time()))
         snap = collect(
             self.telemetry,
             self.devices,

@@ -137,6 +137,13 @@ class Telemetry(ABC):
         workers of the raylet that owns the device). `{}`: unknown or none."""
         return {}
 
+    def use_host_readings(self, readings: Mapping[str, object] | None, why: str | None) -> None:
+        """The health decider's latest `HealthMonitor.readings()` for the next
+        samples (None: none, `why` says why): a family whose host-wide source
+        the decider owns samples from these instead of starting its own, and
+        without them says that source's values are unknown."""
+        return None
+
 
 class HealthMonitor(ABC):
     """A family's health rule over its health sources, poll after poll.
@@ -157,6 +164,12 @@ class HealthMonitor(ABC):
         """A person said the device is fixed: its sticky state (what no source
         ever reports as over) is dropped; the next poll decides its state.
         A device this monitor does not know is an `InputError` naming it."""
+
+    def readings(self) -> Mapping[str, object] | None:
+        """The latest readings of the host-wide sources this monitor owns (one
+        per host, since one decider per host owns the monitor), as JSON for the
+        host's telemetry (`Telemetry.use_host_readings`); None: it owns none."""
+        return None
 
 
 class DevicePlugin(ABC):

@@ -8,6 +8,15 @@ STUB_MONITOR_FIXTURE (a file under tests/fixtures/neuron/neuron-monitor, or a
 path), printed compact on one line as the tool streams it (the verbatim
 trn1.2xlarge capture in that directory is one such line). STUB_MONITOR_PIDFILE:
 where to write this process's pid. STUB_MONITOR_EXIT=1: print once and exit 1.
+
+`system_data.neuron_hw_counters.neuron_devices` is, as the guide documents
+it, one object per device: `neuron_device_index`, `mem_ecc_corrected`,
+`mem_ecc_uncorrected`, `sram_ecc_corrected`, `sram_ecc_uncorrected` (counts
+since the driver loaded; the report carries no schema version).
+STUB_MONITOR_DEVICES=N: one such row for each of devices 0..N-1, all zero,
+instead of the fixture's. STUB_MONITOR_GROW="<device>:<counter>": that
+counter of that device is the number of reports printed before this one
+(0, 1, 2, ...): a count that grows, as an uncorrected error does.
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve()
+COUNTERS = ("mem_ecc_corrected", "mem_ecc_uncorrected", "sram_ecc_corrected", "sram_ecc_uncorrected")
 
 
 def main() -> int:
@@ -31,12 +41,25 @@ def main() -> int:
     path = Path(name)
     if not path.is_absolute():
         path = HERE.parents[1] / "fixtures" / "neuron" / "neuron-monitor" / name
-    line = json.dumps(json.loads(path.read_text()), separators=(",", ":")) + "\n"
+    report = json.loads(path.read_text())
+    system = report.setdefault("system_data", {})
+    if os.environ.get("STUB_MONITOR_DEVICES"):
+        count = int(os.environ["STUB_MONITOR_DEVICES"])
+        rows = [dict.fromkeys(COUNTERS, 0) | {"neuron_device_index": i} for i in range(count)]
+        system["neuron_hw_counters"] = {"period": period, "neuron_devices": rows, "error": ""}
+    rows = system.get("neuron_hw_counters", {}).get("neuron_devices", [])
+    grow = os.environ.get("STUB_MONITOR_GROW")
+    device, counter = (int(grow.split(":")[0]), grow.split(":")[1]) if grow else (None, "")
     if os.environ.get("STUB_MONITOR_PIDFILE"):
         Path(os.environ["STUB_MONITOR_PIDFILE"]).write_text(f"{os.getpid()}\n")
+    printed = 0
     while True:
-        sys.stdout.write(line)
+        for row in rows:
+            if row["neuron_device_index"] == device:
+                row[counter] = printed
+        sys.stdout.write(json.dumps(report, separators=(",", ":")) + "\n")
         sys.stdout.flush()
+        printed += 1
         if os.environ.get("STUB_MONITOR_EXIT"):
             return 1
         time.sleep(period)

@@ -33,7 +33,7 @@ from ray_accel.cluster.ports import free_port
 from ray_accel.core.health import Health
 from ray_accel.core.health_state import PartState
 from tests.conftest import repo_pythonpath, run_cli
-from tests.fakes.neuron_env import tree_only
+from tests.fakes.neuron_env import MONITOR_STUB, executable, tree_only
 from tests.fakes.neuron_sysfs import NeuronSysfs, build_tree
 from tests.integration.conftest import Cluster, ClusterSpec, raylet_pids, start_cluster
 from tests.integration.health_steps import (
@@ -380,16 +380,19 @@ def test_a_gpu_host_counts_xid_13_drains_on_79_holds_its_head_and_stops_mid_drai
     nothing_left(cluster, tag)
 
 
-def start_neuron(tmp_path: Path, tree: NeuronSysfs, tag: dict[str, str], *extra: str) -> Cluster:
+def start_neuron(
+    tmp_path: Path, tree: NeuronSysfs, tag: dict[str, str], *extra: str, metrics: bool = False, **env_extra: str
+) -> Cluster:
     """The real Neuron backend on a fake sysfs tree, two partitions, no
-    dashboard and no exporters: a drained raylet with nothing on it ends
-    itself (Ray's own idle exit), so no deadline is waited for."""
+    dashboard and (unless `metrics`) no exporters: a drained raylet with
+    nothing on it ends itself (Ray's own idle exit), so no deadline is waited for."""
     env = {
         **tree_only(tree),
         "RAYACCEL_NEURON_MONITOR": "off",
         "RAYACCEL_STATE_DIR": str(tmp_path / "state"),
         "PYTHONPATH": repo_pythonpath(),
         **tag,
+        **env_extra,
     }
     args = ("--on-unhealthy", "shrink", "--health-interval", "0.5", "--drain-deadline", "120", *extra)
     proc = run_cli(
@@ -402,7 +405,7 @@ def start_neuron(tmp_path: Path, tree: NeuronSysfs, tag: dict[str, str], *extra:
         "--backend",
         "neuron",
         "--no-dashboard",
-        "--no-metrics",
+        *(() if metrics else ("--no-metrics",)),
         *args,
         "--json",
         env=env,
@@ -469,4 +472,43 @@ def test_trainium3_unhealthy_components_shrink_and_a_stop_during_a_shrink_leaves
             stopped = cluster.stop()
     assert stopped.returncode == 0, stopped.stderr
     assert "p1: restart interrupted" in (cluster.state_dir / "decider.log").read_text()
+    nothing_left(cluster, tag)
+
+
+def test_neuron_ecc_growth_only_neuron_monitor_sees_shrinks_with_one_monitor_on_the_host(tmp_path: Path) -> None:
+    """Where sysfs has no ECC node, the host's one neuron-monitor (the
+    decider's; the fake's mem_ecc_uncorrected grows for device 11 alone)
+    takes the device out; the exporters, metrics on, start none of their own."""
+    tree = build_tree(tmp_path / "tree", "trn1.32xlarge")
+    for i in range(16):
+        for name in ("mem_ecc_uncorrected", "sram_ecc_uncorrected", "mem_ecc_repairable_uncorrected"):
+            tree.ecc_file(i, name).unlink()
+    tag = new_tag()
+    cluster = start_neuron(
+        tmp_path,
+        tree,
+        tag,
+        "--drain-deadline",
+        "10",  # the exporter on p1 keeps its drained raylet alive until the deadline
+        metrics=True,
+        RAYACCEL_NEURON_MONITOR=str(executable(tmp_path / "neuron-monitor", MONITOR_STUB)),
+        RAYACCEL_NEURON_MONITOR_PERIOD_S="1",
+        STUB_MONITOR_DEVICES="16",
+        STUB_MONITOR_GROW="11:mem_ecc_uncorrected",
+    )
+    try:
+        h = until_poll(cluster, lambda h: part(h, "p1").state is PartState.SHRUNK, polls=200)
+        assert part(h, "p1").out == ("neuron:11",) and part(h, "p0").state is PartState.SERVING
+        assert alive_node(cluster, "p1").total["neuron_cores"] == 14
+        shown = {d["device_id"]: d for d in json.loads(cluster.cli("health", "--json").stdout)["devices"]}
+        assert shown["neuron:11"]["state"] == "unhealthy"
+        assert shown["neuron:11"]["last_event"]["code"] == "mem_ecc_uncorrected"
+        assert shown["neuron:11"]["source"] == "neuron-monitor"
+        assert shown["neuron:3"]["state"] == "healthy"
+        monitors = [pid for pid in tagged(tag) if b"neuron_monitor_stub" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        assert len(monitors) == 1, f"neuron-monitor processes on the host: {monitors}"
+        assert (cluster.state_dir / "readings.json").exists()
+    finally:
+        stopped = cluster.stop()
+    assert stopped.returncode == 0, stopped.stderr
     nothing_left(cluster, tag)

@@ -4,6 +4,7 @@ poll: counted, never timed."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -15,8 +16,9 @@ from ray_accel_neuron.sysfs import UnhealthyComponents
 from ray_accel.core.errors import InputError
 from ray_accel.core.health import Health, HealthReport
 from ray_accel.core.health_track import RECOVERY_POLLS_ENV
+from ray_accel.core.reader import dump
 from tests.badinput import badinput
-from tests.fakes.neuron_env import tree_only
+from tests.fakes.neuron_env import MONITOR_STUB, executable, tree_only
 from tests.fakes.neuron_sysfs import NeuronSysfs, build_tree, denied_reads
 
 H, U, Q = Health.HEALTHY, Health.UNHEALTHY, Health.UNKNOWN
@@ -193,3 +195,62 @@ def test_the_rule_alone_on_values() -> None:
         state, report = health_rule.step(state, Observation((r,)), float(n))
         got.append(report.devices[0].state)
     assert got == [H, Q, Q]
+
+
+def test_neuron_monitor_counters_stand_in_for_ecc_nodes_sysfs_lacks() -> None:
+    """Chosen by feature: the monitor's count only where sysfs has no node;
+    the repairable count, which only sysfs has, stays sysfs."""
+    state = health_rule.initial(("neuron:0",), Settings(2), 0.0)
+    sysfs_only = {"mem_ecc_repairable_uncorrected": Node(0)}
+    got = []
+    for n, mem in enumerate([0, 0, 3, 3], 1):
+        counters = Node({"mem_ecc_uncorrected": mem, "sram_ecc_uncorrected": 0, "mem_ecc_corrected": 9})
+        r = DeviceReading("neuron:0", True, ecc=sysfs_only, counters=counters)
+        state, report = health_rule.step(state, Observation((r,)), float(n))
+        got.append((report.devices[0].state, [e.reason for e in report.events]))
+    assert got == [(H, []), (H, []), (U, ["neuron-monitor mem_ecc_uncorrected grew from 0 to 3"]), (U, [])]
+    assert report.devices[0].source == "sysfs-and-neuron-monitor"  # the repairable count is sysfs's
+    # With the node in sysfs, sysfs is the source and the monitor's count is not read.
+    both = {**sysfs_only, "mem_ecc_uncorrected": Node(0), "sram_ecc_uncorrected": Node(0)}
+    state = health_rule.initial(("neuron:0",), Settings(2), 0.0)
+    for n, mem in enumerate([0, 7], 1):
+        r = DeviceReading("neuron:0", True, ecc=both, counters=Node({"mem_ecc_uncorrected": mem}))
+        state, report = health_rule.step(state, Observation((r,)), float(n))
+    assert report.devices[0].state is H and report.events == ()
+    assert report.devices[0].source == "sysfs"
+    # A monitor without a fresh report is an unreadable source: unknown, never healthy.
+    state = health_rule.initial(("neuron:0",), Settings(2), 0.0)
+    r = DeviceReading("neuron:0", True, ecc=sysfs_only, counters=Node(error="neuron-monitor: waiting"))
+    _, report = health_rule.step(state, Observation((r,)), 1.0)
+    assert report.devices[0].state is Q and "mem_ecc_uncorrected: neuron-monitor: waiting" in report.errors[0]
+
+
+def test_a_tree_without_ecc_nodes_is_judged_by_the_hosts_neuron_monitor(tmp_path: Path) -> None:
+    """The fake neuron-monitor's mem_ecc_uncorrected grows for device 3 only:
+    that device goes unhealthy, with its source named in `health --json`."""
+    tree = build_tree(tmp_path / "t", "trn1.32xlarge", core_metrics=False)
+    for i in range(16):
+        for name in ("mem_ecc_uncorrected", "sram_ecc_uncorrected", "mem_ecc_repairable_uncorrected"):
+            tree.ecc_file(i, name).unlink()
+    env = {
+        **tree_only(tree),
+        "RAYACCEL_NEURON_MONITOR": str(executable(tmp_path / "neuron-monitor", MONITOR_STUB)),
+        "RAYACCEL_NEURON_MONITOR_PERIOD_S": "1",
+        "STUB_MONITOR_DEVICES": "16",
+        "STUB_MONITOR_GROW": "3:mem_ecc_uncorrected",
+    }
+    plugin = NeuronPlugin(env)
+    assert plugin.probe() is None and plugin.health.stream is not None
+    try:
+        report = plugin.health.poll()
+        assert states(report) == [Q] * 16 and "waiting for the first report" in report.errors[0]
+        deadline = time.monotonic() + 20
+        while report.devices[3].state is not U and time.monotonic() < deadline:
+            time.sleep(0.2)
+            report = plugin.health.poll()
+    finally:
+        plugin.health.stream.close()
+    assert states(report) == [H] * 3 + [U] + [H] * 12
+    assert report.devices[3].last_event is not None and report.devices[3].last_event.code == "mem_ecc_uncorrected"
+    shown = dump(report.devices[3])
+    assert isinstance(shown, dict) and shown["source"] == "neuron-monitor"

@@ -6,15 +6,17 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 from ray_accel_neuron import NeuronPlugin
-from ray_accel_neuron.monitor import MonitorStream
+from ray_accel_neuron.monitor import READINGS_KEY, MonitorStream
 from ray_accel_neuron.neuron_ls import NeuronLsError
 from ray_accel_neuron.telemetry import NeuronTelemetry
 
 from ray_accel.core.samples import DeviceSample
+from ray_accel.plugins.host_readings import READINGS_FILE, read_readings, readings_json
 from tests.fakes.neuron_env import LS_STUB, MONITOR_STUB, executable, ls_only, tree_only
 from tests.fakes.neuron_sysfs import build_tree
 
@@ -86,12 +88,14 @@ def test_without_sysfs_or_monitor_health_is_unknown_not_healthy(tmp_path: Path, 
     assert s.memory_used_bytes is None and s.utilization is None
 
 
-def _wait_for_utilization(t: NeuronTelemetry) -> list[DeviceSample]:
+def _readings(plugin: NeuronPlugin) -> Mapping[str, object]:
+    """The decider's side: its health monitor's polls, until neuron-monitor has reported."""
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
-        samples = t.device_samples()
-        if samples[0].utilization is not None:
-            return samples
+        plugin.health.poll()
+        readings = plugin.health.readings()
+        if readings is not None and readings[READINGS_KEY] is not None:
+            return readings
         time.sleep(0.1)
     raise AssertionError("no neuron-monitor report within 15 s")
 
@@ -108,8 +112,14 @@ def test_neuron_monitor_gives_utilisation_memory_and_health(tmp_path: Path, stub
         STUB_MONITOR_PIDFILE=str(pidfile),
     )
     t = telemetry(env)
+    assert not pidfile.exists(), "the telemetry starts no neuron-monitor: the decider's health monitor owns it"
+    plugin = NeuronPlugin(env)
+    assert plugin.probe() is None and plugin.health.stream is not None
     try:
-        samples = by_id(_wait_for_utilization(t))
+        readings = _readings(plugin)
+        # Handed on as the decider writes it: through JSON.
+        t.use_host_readings(json.loads(json.dumps(readings)), None)
+        samples = by_id(t.device_samples())
         report = json.loads((FIXTURES / "neuron-monitor" / "trn2.48xlarge-user-guide.json").read_text())
         rt = report["neuron_runtime_data"][0]["report"]
         in_use = rt["neuroncore_counters"]["neuroncores_in_use"]
@@ -123,17 +133,50 @@ def test_neuron_monitor_gives_utilisation_memory_and_health(tmp_path: Path, stub
         assert samples["neuron:1"].healthy is None  # the report has no counters for it
         pid = report["neuron_runtime_data"][0]["pid"]
         assert t.process_device_memory([pid, 999999]) == {pid: {"neuron:0": samples["neuron:0"].memory_used_bytes}}
-        # One long-lived monitor, not one per sample.
+        # One long-lived monitor, not one per poll.
         first = int(pidfile.read_text())
         for _ in range(3):
-            t.device_samples()
+            plugin.health.poll()
         assert int(pidfile.read_text()) == first and _alive(first)
     finally:
-        t.close()
+        assert plugin.health.stream is not None
+        plugin.health.stream.close()
     deadline = time.monotonic() + 5
     while _alive(first) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _alive(first), "neuron-monitor left running after close()"
+
+
+def test_without_the_deciders_readings_the_monitor_values_are_unknown(tmp_path: Path, stub: Path) -> None:
+    t = telemetry(ls_only(tmp_path, stub, "trn1.32xlarge.json"))
+    why = f"no health decider readings ({tmp_path / READINGS_FILE} does not exist)"
+    t.use_host_readings(*read_readings(tmp_path, time.time()))
+    s = t.device_samples()[0]
+    assert s.healthy is None and s.utilization is None and s.memory_used_bytes is None
+    assert s.health_reason == f"no health source (sysfs ECC counters unreadable; {why})"
+    assert t.process_device_memory([1]) == {}
+
+
+def test_the_deciders_readings_file_feeds_the_samples_while_fresh(tmp_path: Path, stub: Path) -> None:
+    t = telemetry(ls_only(tmp_path, stub, "trn1.32xlarge.json"))
+    report = json.loads((FIXTURES / "neuron-monitor" / "trn2.48xlarge-user-guide.json").read_text())
+    report["system_data"]["neuron_hw_counters"]["neuron_devices"][0]["mem_ecc_uncorrected"] = 2
+    (tmp_path / READINGS_FILE).write_text(readings_json({READINGS_KEY: report, "why": None}, 1000.0, 5.0))
+    t.use_host_readings(*read_readings(tmp_path, 1010.0))
+    s = by_id(t.device_samples())
+    assert s["neuron:0"].healthy is False and s["neuron:0"].health_reason == "mem_ecc_uncorrected=2"
+    assert s["neuron:0"].utilization is not None
+    # Three poll intervals and a margin later, the readings are stale: unknown, never the old values.
+    t.use_host_readings(*read_readings(tmp_path, 1021.0))
+    s = by_id(t.device_samples())
+    assert s["neuron:0"].healthy is None and s["neuron:0"].utilization is None
+    assert "are 21s old" in (s["neuron:0"].health_reason or "")
+    # A decider whose neuron-monitor has no report says why.
+    (tmp_path / READINGS_FILE).write_text(readings_json({READINGS_KEY: None, "why": "waiting"}, 1000.0, 5.0))
+    t.use_host_readings(*read_readings(tmp_path, 1001.0))
+    assert "neuron-monitor: waiting" in (t.device_samples()[0].health_reason or "")
+    (tmp_path / READINGS_FILE).write_text("{")
+    assert read_readings(tmp_path, 1001.0)[0] is None and "is not valid JSON" in str(read_readings(tmp_path, 1.0)[1])
 
 
 def test_a_monitor_that_exits_is_reported_and_restarted_later(tmp_path: Path, monitor_stub: Path) -> None:
@@ -181,3 +224,47 @@ def test_device_holders_raise_when_neuron_ls_is_unavailable(tmp_path: Path) -> N
     t = telemetry(tree_only(tree))
     with pytest.raises(NeuronLsError, match="neuron-ls not found"):
         t.device_holders()
+
+
+def test_an_exporter_samples_the_deciders_readings_and_starts_no_neuron_monitor(
+    tmp_path: Path, stub: Path, monitor_stub: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real exporter on the Neuron backend: with a neuron-monitor it
+    could start, it starts none; its samples take the decider's readings,
+    and without them say the counters are unknown, never zero."""
+    import ray
+    import ray.util.metrics
+
+    from ray_accel.metrics.export import ExporterEntry, PartitionExporter
+    from ray_accel.plugins import inventory
+    from tests.unit.test_metrics import _Gauge
+
+    pidfile = tmp_path / "monitor.pid"
+    env = ls_only(
+        tmp_path,
+        stub,
+        "trn1.32xlarge.json",
+        RAYACCEL_NEURON_MONITOR=str(monitor_stub),
+        STUB_MONITOR_PIDFILE=str(pidfile),
+        **{inventory.SPEC_ENV: '[{"backend": "neuron"}]'},
+    )
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: type("Context", (), {"get_node_id": lambda _: "node-a"})())
+    monkeypatch.setattr(ray.util, "get_node_ip_address", lambda: "10.0.0.1")
+    monkeypatch.setattr(ray.util.metrics, "Gauge", _Gauge)
+    inventory.process_backend.cache_clear()
+    try:
+        exporter = PartitionExporter(ExporterEntry("p0", "node-a", ("neuron:0",)), False, 3600.0, str(tmp_path))
+        (dev,) = exporter.snapshot()["devices"]
+        assert dev["healthy"] is None and dev["utilization"] is None
+        assert f"no health decider readings ({tmp_path / READINGS_FILE} does not exist)" in dev["reason"]
+        report = json.loads((FIXTURES / "neuron-monitor" / "trn2.48xlarge-user-guide.json").read_text())
+        report["system_data"]["neuron_hw_counters"]["neuron_devices"][0]["sram_ecc_uncorrected"] = 1
+        (tmp_path / READINGS_FILE).write_text(readings_json({READINGS_KEY: report, "why": None}, time.time(), 5.0))
+        exporter.sample()
+        (dev,) = exporter.snapshot()["devices"]
+        assert dev["healthy"] is False and dev["reason"] == "sram_ecc_uncorrected=1" and dev["utilization"] > 0
+        assert not pidfile.exists(), "an exporter starts no neuron-monitor of its own"
+    finally:
+        inventory.process_backend.cache_clear()

@@ -2,18 +2,22 @@
 applies the Neuron rule (`health_rule`, where what is fatal and what makes a
 device healthy again is written down).
 
-It reads sysfs and /dev only (plain bounded file reads and stats, never a
-subprocess), so a poll is cheap. What it knew at discovery, it checks:
+It reads sysfs and /dev (plain bounded file reads and stats), and the
+latest report of the host's one neuron-monitor, which it owns: it lives in
+the health decider, one per host, and starts the child on its first poll
+(unless `RAYACCEL_NEURON_MONITOR=off` or none is found). Its
+`neuron_hw_counters` stand in for ECC nodes sysfs does not have; the whole
+report is handed on (`readings`) for the exporters' samples, so no exporter
+starts a neuron-monitor of its own. What it knew at discovery, it checks:
 a device whose sysfs directory or /dev node existed then and is gone now
-has gone away. neuron-monitor's hardware counters are not read here (the
-rule's observation could take them; the samples still fall back to them).
+has gone away.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 from ray_accel.core.devices import Device
@@ -21,6 +25,8 @@ from ray_accel.plugins.rule_monitor import RuleMonitor
 from ray_accel_neuron import health_rule, limits, sysfs
 from ray_accel_neuron.config import Config
 from ray_accel_neuron.health_rule import DeviceReading, Node, Observation, Settings
+from ray_accel_neuron.monitor import READINGS_KEY, MonitorStream, Report
+from ray_accel_neuron.tools import find_tool
 
 T = TypeVar("T")
 
@@ -54,6 +60,9 @@ class NeuronHealthMonitor(RuleMonitor[health_rule.State, Observation]):
         # What existed at discovery: only its going away means the device went away.
         self._had_dir = {d.index for d in self.devices if os.path.isdir(self._device_dir(d.index))}
         self._had_node = {d.index for d in self.devices if os.path.exists(self._dev_node(d.index))}
+        path = None if cfg.monitor_off else find_tool("neuron-monitor", cfg.monitor)
+        self.stream = None if path is None else MonitorStream(path, cfg.monitor_period_s, cfg.environ)
+        self._latest: tuple[Report | None, str | None] = (None, "not polled yet")
         super().__init__(
             health_rule.initial(tuple(d.id for d in self.devices), settings, clock()),
             health_rule.step,
@@ -66,6 +75,18 @@ class NeuronHealthMonitor(RuleMonitor[health_rule.State, Observation]):
 
     def _dev_node(self, index: int) -> str:
         return os.path.join(self.cfg.dev_root, f"neuron{index}")
+
+    def _counters(self, index: int) -> Node[Mapping[str, int]]:
+        """The device's `neuron_hw_counters` row in the latest report, or why there is none."""
+        if self.stream is None:
+            return Node()
+        report, why = self._latest
+        if report is None:
+            return Node(error=f"neuron-monitor: {why}")
+        row = report.hw_counters.get(index)
+        if row is None:
+            return Node(error=f"neuron-monitor's neuron_hw_counters has no neuron_device_index {index}")
+        return Node(row)
 
     def _reading(self, d: Device) -> DeviceReading:
         i = d.index
@@ -85,8 +106,17 @@ class NeuronHealthMonitor(RuleMonitor[health_rule.State, Observation]):
             components=read_components(
                 os.path.join(self._device_dir(i), sysfs.HEALTH_STATUS_DIR, "unhealthy_components")
             ),
+            counters=self._counters(i),
         )
 
     def observe(self) -> Observation:
-        """What sysfs and /dev show now (I/O only; the rule decides)."""
+        """What sysfs, /dev and neuron-monitor show now (I/O only; the rule decides)."""
+        if self.stream is not None:
+            self._latest = self.stream.latest()
         return Observation(tuple(self._reading(d) for d in self.devices))
+
+    def readings(self) -> Mapping[str, object] | None:
+        if self.stream is None:
+            return None
+        report, why = self._latest
+        return {READINGS_KEY: None if report is None else report.data, "why": why}

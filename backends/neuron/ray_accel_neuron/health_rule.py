@@ -33,12 +33,23 @@ and is absent now, unreadable (permission), or not in the driver's format
 is unreadable this poll: the device is UNKNOWN unless a fault holds, and the
 poll counts toward nothing. A device none of whose nodes exists is UNKNOWN,
 and the report says why.
+
+Where sysfs has no `mem_ecc_uncorrected` or `sram_ecc_uncorrected` node,
+the same count from neuron-monitor's `neuron_hw_counters` (the host's one
+neuron-monitor, see `monitor`) takes its place, with the same rule (first
+reading a baseline, growth fatal): chosen by which nodes exist, never by a
+driver version. `mem_ecc_repairable_uncorrected` has no neuron-monitor
+counterpart and stays sysfs only. An event's reason names its reading's
+source (`neuron-monitor mem_ecc_uncorrected grew from 0 to 3`), and each
+verdict's `source` which sources it was read from (`sysfs`,
+`neuron-monitor`, `sysfs-and-neuron-monitor`); a neuron-monitor that has no
+fresh report for the device is an unreadable source, like an unreadable node.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Generic, TypeVar
 
 from ray_accel.core import health_track
@@ -51,8 +62,11 @@ COMPONENTS_NODE = "health_status/unhealthy_components"
 NO_NODE = (
     "no health node exists (stats/hardware/*ecc_uncorrected, stats/hardware/health_status/"
     "unhealthy_components): not this driver's layout (driver 2.31 moved sysfs nodes to paths not "
-    "published), or a device without them"
+    "published), or a device without them; and no neuron-monitor to read its neuron_hw_counters"
 )
+# The sysfs counters neuron-monitor's `neuron_hw_counters` also reports, under the same names.
+MONITOR_ECC = ("mem_ecc_uncorrected", "sram_ecc_uncorrected")
+SOURCES = ("sysfs", "neuron-monitor")
 
 
 @dataclass(frozen=True)
@@ -80,6 +94,8 @@ class DeviceReading:
     presence_error: str | None = None
     ecc: Mapping[str, Node[int]] = field(default_factory=dict)  # by ECC file name
     components: Node[UnhealthyComponents] = field(default_factory=Node)
+    # The device's row of neuron-monitor's `neuron_hw_counters`; absent: no neuron-monitor.
+    counters: Node[Mapping[str, int]] = field(default_factory=Node)
 
 
 @dataclass(frozen=True)
@@ -123,6 +139,14 @@ def components_event(device_id: str, reading: UnhealthyComponents, now: float) -
     return HealthEvent(device_id, "components", ",".join(reading.components), reason, now, True)
 
 
+def _monitor_count(counters: Node[Mapping[str, int]], name: str) -> Node[int]:
+    if counters.value is None:
+        return Node(error=counters.error)
+    if name not in counters.value:
+        return Node(error=f"its neuron_hw_counters row has no {name}")
+    return Node(counters.value[name])
+
+
 def _node_unread(
     node: Node[T], key: tuple[str, str], seen: frozenset[tuple[str, str]], name: str
 ) -> tuple[str | None, bool]:
@@ -153,18 +177,20 @@ def _findings(r: DeviceReading, prev: State, now: float) -> tuple[Findings, set[
         unread.append(f"presence: {r.presence_error}")
     sources = 0
     for name in ECC_FILES:
-        node = r.ecc.get(name, Node())
-        why, source = _node_unread(node, (d, name), prev.seen, name)
+        label, node = name, r.ecc.get(name, Node())
+        if name in MONITOR_ECC and node.absent and (d, name) not in prev.seen:
+            label, node = f"neuron-monitor {name}", _monitor_count(r.counters, name)
+        why, source = _node_unread(node, (d, label), prev.seen, label)
         sources += source
         if why is not None:
             unread.append(why)
         elif node.value is not None:
-            seen.add((d, name))
-            counts[name] = node.value
-            vouched.append(name)
-            before = prev.ecc.get((d, name))
+            seen.add((d, label))
+            counts[label] = node.value
+            vouched.append(label if label != name else f"sysfs {name}")
+            before = prev.ecc.get((d, label))
             if before is not None and node.value > before:
-                reason = f"{name} grew from {before} to {node.value}"
+                reason = f"{label} grew from {before} to {node.value}"
                 events.append(HealthEvent(d, "ecc", name, reason, now, True))
     node_c = r.components
     why, source = _node_unread(node_c, (d, COMPONENTS_NODE), prev.seen, COMPONENTS_NODE)
@@ -173,7 +199,7 @@ def _findings(r: DeviceReading, prev: State, now: float) -> tuple[Findings, set[
         unread.append(why)
     elif node_c.value is not None:
         seen.add((d, COMPONENTS_NODE))
-        vouched.append(COMPONENTS_NODE)
+        vouched.append(f"sysfs {COMPONENTS_NODE}")
         bad = None if node_c.value.healthy else components_event(d, node_c.value, now)
         levels.append(Level("components", bad, "no unhealthy component"))
     if not sources:
@@ -201,7 +227,14 @@ def step(previous: State, obs: Observation, now: float) -> tuple[State, HealthRe
     tracked, report = health_track.step_all(
         previous.tracked, findings, obs.errors, now, previous.settings.recovery_polls
     )
-    return State(previous.settings, tracked, ecc, frozenset(seen)), report
+    devices = tuple(replace(v, source=_source(findings[v.device_id].vouched)) for v in report.devices)
+    return State(previous.settings, tracked, ecc, frozenset(seen)), replace(report, devices=devices)
+
+
+def _source(vouched: tuple[str, ...]) -> str | None:
+    """Which sources the device's readings came from this poll: "sysfs",
+    "neuron-monitor", "sysfs-and-neuron-monitor"; None: none was read."""
+    return "-and-".join(s for s in SOURCES if any(v.startswith(f"{s} ") for v in vouched)) or None
 
 
 def clear(previous: State, device_id: str) -> State:

@@ -5,7 +5,8 @@ the current execution, `pe_cntrs` raw cycle counters; turning either into a
 percentage is undocumented). neuron-monitor reports, per runtime process,
 `neuroncore_counters.neuroncores_in_use.{<global core>}.neuroncore_utilization`
 (percent over its period), `memory_used` per core, and system-wide
-`neuron_hw_counters` (ECC per device). Format: the Neuron docs'
+`neuron_hw_counters` (ECC per device: the health rule's source where sysfs
+has no ECC node). Format: the Neuron docs'
 `tools/neuron-sys-tools/neuron-monitor-user-guide.rst` ("The JSON output
 format", "Configuration file example"); fixtures under
 tests/fixtures/neuron/neuron-monitor.
@@ -14,12 +15,13 @@ Why one long-lived child instead of one run per sample: neuron-monitor
 streams a report every `period` (default 5 s) and measures utilisation over
 that period, so a fresh process per sample would take at least one period
 (plus its start and its connection to every runtime) before it answers: a
-sampler every 5 s would be blocked all the time. One child per telemetry
-object, started on the first sample, streaming at the sample period, costs
-one process and a reader thread; samples read its latest report without
-waiting. It runs in its own process group and is killed (as a group) on
-`close()` and at exit; if our process dies without that, its next write to
-the closed pipe ends it (SIGPIPE, which `subprocess` restores in children).
+sampler every 5 s would be blocked all the time. One child per host, owned
+by the health decider's monitor (`health_monitor`), started on its first
+poll, costs one process and a reader thread; polls read its latest report
+without waiting, and the decider hands the report on to the exporters
+(`telemetry`). It runs in its own process group and is killed (as a group)
+on `close()` and at exit; if our process dies without that, its next write
+to the closed pipe ends it (SIGPIPE, which `subprocess` restores in children).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from ray_accel.core.reader import Node, ReadError, kept, parse_json
 from ray_accel_neuron.tools import kill_group
 
 MAX_LINE_BYTES = 32 * 1024 * 1024
+READINGS_KEY = "neuron_monitor"  # the report's key in the health monitor's host-wide readings
 RESTART_AFTER_S = 60.0
 
 
@@ -52,13 +55,15 @@ class Report:
     core_utilization: Mapping[int, float] = field(default_factory=dict)  # global core -> percent
     core_memory: Mapping[int, int] = field(default_factory=dict)  # global core -> device bytes
     pid_core_memory: Mapping[int, Mapping[int, int]] = field(default_factory=dict)  # pid -> core -> bytes
-    ecc_uncorrected: Mapping[int, Mapping[str, int]] = field(default_factory=dict)  # device index -> counts
+    hw_counters: Mapping[int, Mapping[str, int]] = field(default_factory=dict)  # device index -> ECC counts
     runtime_pids: tuple[int, ...] = ()
     problems: tuple[str, ...] = ()  # entries that did not fit the format, and tool-reported errors
+    data: Mapping[str, object] = field(default_factory=dict)  # the report as printed, to hand on
 
 
 CORE = re.compile(r"[0-9]{1,6}")  # a global NeuronCore number, as the report's keys write it
-ECC = ("mem_ecc_uncorrected", "sram_ecc_uncorrected")
+# `neuron_hw_counters.neuron_devices[]`: counts since the driver loaded.
+HW_COUNTERS = ("mem_ecc_corrected", "mem_ecc_uncorrected", "sram_ecc_corrected", "sram_ecc_uncorrected")
 
 
 def _core(node: Node) -> int:
@@ -75,10 +80,10 @@ def _memory(node: Node) -> tuple[int, int]:
     return _core(node), sum(count.int(0) for _, count in node.items())
 
 
-def _ecc(row: Node) -> tuple[int, dict[str, int]]:
-    counts = {k: row.at(k).int(0) for k in ECC if k in row.mapping()}
+def _hw(row: Node) -> tuple[int, dict[str, int]]:
+    counts = {k: row.at(k).int(0) for k in HW_COUNTERS if k in row.mapping()}
     if not counts:
-        row.fail("holds no uncorrected ECC count")
+        row.fail("holds no ECC count")
     return row.at("neuron_device_index").int(0), counts
 
 
@@ -117,6 +122,11 @@ def parse_report(text: str | bytes) -> Report:
         data = parse_json(text, "neuron-monitor", "{source} printed invalid JSON: {error}", nan=True)
     except ReadError as e:
         raise MonitorError(str(e)) from None
+    return report_of(data)
+
+
+def report_of(data: object) -> Report:
+    """`parse_report` of a record already parsed (as the decider hands it on)."""
     if not isinstance(data, dict):
         raise MonitorError(f"neuron-monitor printed a {type(data).__name__}, not a report object")
     util: dict[int, float] = {}
@@ -131,8 +141,8 @@ def parse_report(text: str | bytes) -> Report:
     hw = kept(
         lambda n: n.at("system_data", {}).at("neuron_hw_counters", {}).at("neuron_devices", []).list(), top, problems
     )
-    ecc = dict(filter(None, (kept(_ecc, row, problems) for row in hw or ())))
-    return Report(util, mem, by_pid, ecc, tuple(pids), tuple(problems))
+    counters = dict(filter(None, (kept(_hw, row, problems) for row in hw or ())))
+    return Report(util, mem, by_pid, counters, tuple(pids), tuple(problems), data)
 
 
 def config_json(period_s: int) -> str:

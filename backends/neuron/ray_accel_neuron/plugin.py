@@ -169,14 +169,15 @@ class NeuronPlugin(DevicePlugin):
 
     @property
     def telemetry(self) -> NeuronTelemetry:
-        # One instance per plugin: it may hold a neuron-monitor child.
+        # One instance per plugin: it keeps the decider's latest readings.
         if self._telemetry is None:
             self._telemetry = NeuronTelemetry(self._config, self.list_devices())
         return self._telemetry
 
     @property
     def health(self) -> NeuronHealthMonitor:
-        # One per plugin: it keeps the rule's state (baselines, open faults) between polls.
+        # One per plugin: it keeps the rule's state (baselines, open faults) between
+        # polls, and owns the host's neuron-monitor (the decider polls it).
         if self._health is None:
             settings = health_rule.Settings(self._config.recovery_polls)
             self._health = NeuronHealthMonitor(self._config, self.list_devices(), settings)

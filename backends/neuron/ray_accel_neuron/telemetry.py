@@ -8,6 +8,9 @@
   the device is reset); without sysfs, neuron-monitor's `neuron_hw_counters`;
   with neither, `healthy` is None ("no health source"), never a default.
 - Utilisation: neuron-monitor only (see `monitor`); None without it.
+- neuron-monitor's report is the host's one, which the health decider's
+  monitor owns and hands on (`use_host_readings`); no telemetry starts one.
+  Without the decider's fresh readings its values are unknown, never zero.
 - Power and temperature: no source gives them. sysfs `stats/power/utilization`
   is a percentage of an undocumented maximum, not watts, and neither
   neuron-ls nor neuron-monitor report power or temperature, so both stay None.
@@ -18,14 +21,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 from ray_accel.core.devices import Device
 from ray_accel.core.samples import DeviceSample
 from ray_accel.plugins.interface import Telemetry
 from ray_accel_neuron import sysfs
 from ray_accel_neuron.config import Config
-from ray_accel_neuron.monitor import MonitorStream, Report
+from ray_accel_neuron.monitor import READINGS_KEY, MonitorError, Report, report_of
 from ray_accel_neuron.neuron_ls import PATH_ENV, NeuronLsError, run_neuron_ls
 from ray_accel_neuron.tools import find_tool
 
@@ -36,28 +39,32 @@ def _unhealthy(counts: dict[str, int]) -> str | None:
 
 
 class NeuronTelemetry(Telemetry):
-    def __init__(self, cfg: Config, devices: tuple[Device, ...], monitor: MonitorStream | None = None) -> None:
+    def __init__(self, cfg: Config, devices: tuple[Device, ...]) -> None:
         self.cfg = cfg
         self.devices = devices
-        self._monitor = monitor
-        if monitor is None:
-            path = None if cfg.monitor_off else find_tool("neuron-monitor", cfg.monitor)
-            if path is not None:
-                self._monitor = MonitorStream(path, cfg.monitor_period_s, cfg.environ)
+        self._report: Report | None = None
+        self._why: str | None = "no health decider readings yet"
         # Devices sysfs knew at discovery: for them, a vanished directory means a vanished device.
         self._in_sysfs = {d.index for d in devices if os.path.isdir(self._device_dir(d.index))}
 
     def _device_dir(self, index: int) -> str:
         return os.path.join(self.cfg.neuron_root, f"neuron{index}")
 
-    def _report(self) -> Report | None:
-        if self._monitor is None:
-            return None
-        report, _ = self._monitor.latest()
-        return report
+    def use_host_readings(self, readings: Mapping[str, object] | None, why: str | None) -> None:
+        self._report, self._why = None, why
+        if readings is None:
+            return
+        data = readings.get(READINGS_KEY)
+        if data is None:
+            self._why = f"neuron-monitor: {readings.get('why') or 'no report'}"
+            return
+        try:
+            self._report = report_of(data)
+        except MonitorError as e:
+            self._why = str(e)
 
     def device_samples(self) -> list[DeviceSample]:
-        report = self._report()
+        report = self._report
         out = []
         for d in self.devices:
             in_sysfs = d.index in self._in_sysfs
@@ -76,12 +83,13 @@ class NeuronTelemetry(Telemetry):
                 utilization = sum(report.core_utilization.get(c, 0.0) for c in d.core_ids) / len(d.core_ids) / 100
                 if used is None and any(c in report.core_memory for c in d.core_ids):
                     used = sum(report.core_memory.get(c, 0) for c in d.core_ids)
-                if counts is None and d.index in report.ecc_uncorrected:
-                    counts = dict(report.ecc_uncorrected[d.index])
+                if counts is None and d.index in report.hw_counters:
+                    counts = {k: v for k, v in report.hw_counters[d.index].items() if "uncorrected" in k}
             healthy: bool | None
             reason: str | None
             if counts is None:
-                healthy, reason = None, "no health source (sysfs ECC counters unreadable, no neuron-monitor report)"
+                why = self._why or "neuron-monitor has no counters for it"
+                healthy, reason = None, f"no health source (sysfs ECC counters unreadable; {why})"
             else:
                 reason = _unhealthy(counts)
                 healthy = reason is None
@@ -99,7 +107,7 @@ class NeuronTelemetry(Telemetry):
 
     def process_device_memory(self, pids: Collection[int]) -> dict[int, dict[str, int]]:
         """From neuron-monitor's per-runtime memory by core; {} without it."""
-        report = self._report()
+        report = self._report
         if report is None:
             return {}
         device_of = {c: d.id for d in self.devices for c in d.core_ids}
@@ -124,7 +132,3 @@ class NeuronTelemetry(Telemetry):
             d.id: tuple(sorted({p.pid for p in listed[d.index].processes})) if d.index in listed else ()
             for d in self.devices
         }
-
-    def close(self) -> None:
-        if self._monitor is not None:
-            self._monitor.close()
