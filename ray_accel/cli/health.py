@@ -83,17 +83,25 @@ def health(ctx: click.Context, as_json: bool) -> int:
 @json_option
 def clear(device_id: str, as_json: bool) -> int:
     """Say DEVICE is fixed: its unhealthy state is dropped, and its partition
-    returns to service with it (drained again and restarted with its full mask)."""
-    from ray_accel.health.requests import ask_clear
+    returns to service with it (drained again and restarted with its full mask).
+    Where no decider runs, the kept device health is edited instead."""
+    from ray_accel.health.requests import ask_clear, clear_kept
     from ray_accel.health.view import check_clear, locate_health
 
     found = locate_health()
     check_clear(found, device_id)
-    request = ask_clear(found.place.directory, device_id)
-    payload = {
-        "clear": device_id,
-        "asked_at": request.at,
-        "message": f"asked the health decider to clear {device_id}; it acts at its next poll "
-        "(`ray-accel health` shows the device and its partition)",
-    }
+    if found.decider_alive:
+        at = ask_clear(found.place.directory, device_id).at
+        message = (
+            f"asked the health decider to clear {device_id}; it acts at its next poll "
+            "(`ray-accel health` shows the device and its partition)"
+        )
+    else:
+        at = time.time()
+        path = clear_kept(found.place, [d for p in found.record.partitions for d in p.out], device_id)
+        message = (
+            f"cleared {device_id} in {path} (no health decider runs); its partition returns to service "
+            "with it once one does (`ray-accel start --recover`)"
+        )
+    payload = {"clear": device_id, "asked_at": at, "message": message}
     return emit(as_json, payload, lambda p: str(p["message"]))

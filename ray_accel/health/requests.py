@@ -14,12 +14,15 @@ import json
 import os
 import secrets
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
+from ray_accel.cluster import state
 from ray_accel.cluster.files import write_atomic
 from ray_accel.core.errors import InputError
 from ray_accel.core.files import UnreadableFile, read_bytes
+from ray_accel.core.health_kept import KEPT_FILE, cleared, doubted, dumps, read_kept
 
 REQUESTS_DIR = "health-requests"
 MAX_BYTES = 4096
@@ -79,3 +82,13 @@ def take_requests(state_dir: Path) -> tuple[list[ClearRequest], list[str]]:
         finally:
             path.unlink(missing_ok=True)
     return found, errors
+
+
+def clear_kept(place: state.Place, out: Collection[str], device_id: str) -> Path:
+    """Where no decider runs: drop `device_id`'s sticky faults and doubt from
+    the kept device health, under the host's lock (`out`: what the host's
+    record has out of service, kept out where the file is unknown)."""
+    with state.host_lock("health clear", place):
+        now = time.time()
+        devices = cleared(doubted(read_kept(place.directory), out, now), device_id)
+        return write_atomic(place.directory / KEPT_FILE, dumps(devices, now))
