@@ -18,9 +18,9 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-from ray_accel.cluster import state
+from ray_accel.cluster import procs, state
 from ray_accel.cluster.files import write_atomic
-from ray_accel.core.errors import InputError
+from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.files import UnreadableFile, read_bytes
 from ray_accel.core.health_kept import KEPT_FILE, cleared, doubted, dumps, read_kept
 
@@ -89,6 +89,9 @@ def clear_kept(place: state.Place, out: Collection[str], device_id: str) -> Path
     the kept device health, under the host's lock (`out`: what the host's
     record has out of service, kept out where the file is unknown)."""
     with state.host_lock("health clear", place):
+        record = state.load(place)
+        if record is not None and record.decider is not None and procs.check(record.decider).ours:
+            raise RayAccelError("the host's health decider started meanwhile: run `ray-accel health clear` again")
         now = time.time()
         devices = cleared(doubted(read_kept(place.directory), out, now), device_id)
         return write_atomic(place.directory / KEPT_FILE, dumps(devices, now))
