@@ -93,5 +93,9 @@ def clear_kept(place: state.Place, out: Collection[str], device_id: str) -> Path
         if record is not None and record.decider is not None and procs.check(record.decider).ours:
             raise RayAccelError("the host's health decider started meanwhile: run `ray-accel health clear` again")
         now = time.time()
-        devices = cleared(doubted(read_kept(place.directory), out, now), device_id)
+        kept = read_kept(place.directory)
+        if not kept.unknown and device_id not in {d.device_id for d in kept.devices}:
+            known = ", ".join(d.device_id for d in kept.devices[:20])
+            raise InputError(f"device {device_id!r} is not one whose health is kept here (devices: {known})")
+        devices = cleared(doubted(kept, out, now), device_id)
         return write_atomic(place.directory / KEPT_FILE, dumps(devices, now))

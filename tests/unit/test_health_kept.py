@@ -223,3 +223,17 @@ def test_a_partition_with_every_device_out_is_refused(tmp_path: Path) -> None:
     write_atomic(tmp_path / KEPT_FILE, dumps(devices, 1.0))
     proc = run_cli_here("plan", "--partitions", "2", env=environ)
     assert proc.returncode == 2 and "every device of partition p1 is out of service (replaced)" in proc.stderr
+
+
+def test_clear_after_stop_edits_the_kept_file_and_names_a_device_not_kept(env: dict[str, str]) -> None:  # noqa: F811
+    directory = Path(env["RAYACCEL_STATE_DIR"])
+    proc = run_cli_here("health", "clear", "neuron:0", env=env)
+    assert proc.returncode == 1 and "no cluster" in proc.stderr, "nothing kept, nothing recorded"
+    directory.mkdir(mode=0o700)
+    event = HealthEvent("neuron:0", "ecc", ECC, "grew", 1.0, True)
+    write_atomic(directory / KEPT_FILE, dumps([KeptDevice("neuron:0", 1.0, (Fault("ecc", event, True),))], 1.0))
+    proc = run_cli_here("health", "clear", "neuron:7", env=env)
+    assert proc.returncode == 2 and "'neuron:7' is not one whose health is kept here (devices: neuron:0)" in proc.stderr
+    proc = run_cli_here("health", "clear", "neuron:0", env=env)
+    assert proc.returncode == 0 and "from the next `ray-accel start`" in proc.stdout, proc.stderr
+    assert not read_kept(directory).devices[0].out
