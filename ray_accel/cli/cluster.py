@@ -155,7 +155,11 @@ def start(
         return emit(as_json, status(), render.started_text)
     request = StartRequest(join, split, offer, services, RayOptions.read(ray_args), health, timeout)
     record = start_partitions(request, say, after=start_decider)
-    emit(as_json, status(), render.started_text)
+    out = [{"device": d, "partition": p.name} for p in record.partitions for d in p.out]
+    if as_json:
+        emit(True, dump_fields(status(), out_of_service=out), str)
+    else:
+        emit(False, status(), render.started_text)
     if not block:
         return 0
     sys.stdout.flush()

@@ -12,7 +12,9 @@ Every `interval_s` it takes the hand-made clears, polls the active backend's
 the host's health, hands the monitor's host-wide readings on to the
 exporters (`<state dir>/readings.json`, see `plugins.host_readings`), decides
 each partition's step (`rules.decide`), acts (`actions`), and writes
-`<state dir>/health.json`. It ends when the record
+`<state dir>/health.json` and what of the rule's state must outlive it
+(`health_kept`): a decider that starts resumes from that, so a device out
+for a sticky fault stays out whatever it reads now. It ends when the record
 is gone, being stopped, or another start's; on SIGTERM, SIGINT or SIGHUP it
 undoes a restart half done and exits 0.
 """
@@ -37,6 +39,8 @@ from ray_accel.core import reader
 from ray_accel.core.devices import Device
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.health import DeviceHealth, Health, HealthReport
+from ray_accel.core.health_kept import KEPT_FILE, doubted, read_kept
+from ray_accel.core.health_kept import dumps as dump_kept
 from ray_accel.core.health_state import (
     HEALTH_FILE,
     MAX_EVENTS,
@@ -127,6 +131,7 @@ class Decider:
     monitor: HealthMonitor | None
     health: HostHealth
     timeout_s: float = 180.0
+    pending: tuple[str, ...] = ()  # errors said at the first poll (why the kept health is unknown)
 
     @property
     def host(self) -> actions.Host:
@@ -148,6 +153,7 @@ class Decider:
         if record is None:
             return None
         clears, errors = take_requests(self.place.directory)
+        errors, self.pending = [*self.pending, *errors], ()
         for c in clears:
             say(f"clear asked for {c.device_id}")
             if self.monitor is not None:
@@ -174,6 +180,8 @@ class Decider:
         for p in record.partitions:
             record = self.step(record, p.name, by_id, checks) or record
         write_health(self.place.directory, self.health)
+        if self.monitor is not None:
+            write_atomic(self.place.directory / KEPT_FILE, dump_kept(self.monitor.kept(), now))
         return record
 
     def step(
@@ -248,9 +256,15 @@ def build(place: state.Place, created: float) -> Decider:
     elif monitor is None:
         say(f"backend {record.spec.backend} has no health monitor: every device is unknown")
     now = time.time()
+    kept = read_kept(place.directory)
+    if kept.unknown:
+        say(f"warning: {kept.unknown}: the devices the record has out of service stay out")
+    if monitor is not None:
+        monitor.resume(doubted(kept, (d for p in record.partitions for d in p.out), now))
     parts = tuple(view_of(p, now) for p in record.partitions)
     health = HostHealth(now, settings, (), parts)
-    return Decider(place, created, settings, tuple(devices), monitor, health)
+    pending = (kept.unknown,) if kept.unknown and kept.found else ()
+    return Decider(place, created, settings, tuple(devices), monitor, health, pending=pending)
 
 
 def run(place: state.Place, created: float) -> int:
