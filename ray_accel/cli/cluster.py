@@ -11,7 +11,7 @@ import ray_accel.health  # noqa: F401  (registers the host's decider: stop and s
 from ray_accel.cli import render
 from ray_accel.cli.host import json_option
 from ray_accel.cli.output import emit, progress
-from ray_accel.cli.params import MAX_WORKERS, PORT, FiniteFloat, HostPort, grouped, split_options
+from ray_accel.cli.params import MAX_WORKERS, PORT, HostPort, grouped, seconds, split_options
 from ray_accel.cluster.raylet import Join, Offer, Services, Split, StartRequest
 from ray_accel.core import validate
 from ray_accel.core.errors import InputError
@@ -43,9 +43,7 @@ RECOVER_OPTIONS = ("head", "address", "recover", "timeout", "as_json")
     "devices per partition, e.g. 'a=0-3;b=4-7' (implies --mode manual)",
     "partition this backend's devices",
 )
-@click.option(
-    "--timeout", type=FiniteFloat(1, 3600), default=180.0, show_default=True, help="seconds to wait for the raylets"
-)
+@seconds("--timeout", 1, 3600, 180.0, "seconds to wait for the raylets")
 @grouped(
     "services",
     lambda no_metrics, no_dashboard: Services(not no_metrics, not no_dashboard),
@@ -95,19 +93,13 @@ RECOVER_OPTIONS = ("head", "address", "recover", "timeout", "as_json")
         "deadline); or drain, then restart the partition without the device. Either way it returns to service "
         "once the device is healthy again",
     ),
-    click.option(
-        "--health-interval",
-        type=FiniteFloat(0.1, 3600),
-        default=5.0,
-        show_default=True,
-        help="seconds between the health decider's polls",
-    ),
-    click.option(
+    seconds("--health-interval", 0.1, 3600, 5.0, "seconds between the health decider's polls"),
+    seconds(
         "--drain-deadline",
-        type=FiniteFloat(0, 7 * 24 * 3600),
-        default=120.0,
-        show_default=True,
-        help="seconds a drained partition's work gets to move before its raylet is stopped",
+        0,
+        7 * 24 * 3600,
+        120.0,
+        "seconds a drained partition's work gets to move before its raylet is stopped",
     ),
 )
 @json_option
@@ -203,9 +195,7 @@ def exporter_orphans(payload: HostStatus) -> Orphans:
 
 
 @click.command()
-@click.option(
-    "--grace", type=FiniteFloat(0, 600), default=5.0, show_default=True, help="seconds between SIGTERM and SIGKILL"
-)
+@seconds("--grace", 0, 600, 5.0, "seconds between SIGTERM and SIGKILL")
 @json_option
 def stop(grace: float, as_json: bool) -> int:
     """Stop exactly the processes `start` started on this host, by PID."""

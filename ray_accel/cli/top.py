@@ -18,27 +18,18 @@ from ray_accel.cli import render
 from ray_accel.cli.connect import connect_to_recorded_cluster
 from ray_accel.cli.host import json_option
 from ray_accel.cli.jobs import jobs_text, top_jobs
-from ray_accel.cli.params import FiniteFloat
+from ray_accel.cli.params import seconds
 from ray_accel.core.reader import dump, dump_fields, load
 from ray_accel.jobs.model import job_json
 
 if TYPE_CHECKING:
     from ray_accel.metrics.export import PartitionNode
 
+# What `top --json` shows of each device of an exporter's snapshot.
 DEVICE_FIELDS = (
-    "id",
-    "host",
-    "partition",
-    "family",
-    "accelerator_type",
-    "utilization",
-    "memory_used_bytes",
-    "memory_total_bytes",
-    "power_watts",
-    "temperature_c",
-    "healthy",
-    "reason",
-)
+    "id host partition family accelerator_type utilization memory_used_bytes memory_total_bytes power_watts "
+    "temperature_c healthy reason"
+).split()
 
 
 def top_payload(partitions: Sequence[PartitionNode], snaps: Mapping[str, dict[str, Any] | str]) -> dict[str, Any]:
@@ -80,9 +71,7 @@ def top_payload(partitions: Sequence[PartitionNode], snaps: Mapping[str, dict[st
 
 @click.command()
 @click.option("--once", is_flag=True, help="print one view and exit")
-@click.option(
-    "--interval", type=FiniteFloat(0.1, 3600), default=2.0, show_default=True, help="seconds between refreshes"
-)
+@seconds("--interval", 0.1, 3600, 2.0, "seconds between refreshes")
 @json_option
 def top(once: bool, interval: float, as_json: bool) -> int:
     """Live view of every host's partitions, devices, workloads and orphans."""
