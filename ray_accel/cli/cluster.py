@@ -11,7 +11,7 @@ import ray_accel.health  # noqa: F401  (registers the host's decider: stop and s
 from ray_accel.cli import render
 from ray_accel.cli.host import json_option
 from ray_accel.cli.output import emit, progress
-from ray_accel.cli.params import MAX_WORKERS, PORT, HostPort, grouped, seconds, split_options
+from ray_accel.cli.params import HOST_PORT, MAX_WORKERS, PORT, grouped, seconds, split_options
 from ray_accel.cluster.raylet import Join, Offer, Services, Split, StartRequest
 from ray_accel.core import validate
 from ray_accel.core.errors import InputError
@@ -33,7 +33,7 @@ RECOVER_OPTIONS = ("head", "address", "recover", "timeout", "as_json")
     "join",
     Join,
     click.option("--head", is_flag=True, help="start a new cluster; the first partition is its head"),
-    click.option("--address", type=HostPort(), help="join the cluster whose GCS is at HOST:PORT"),
+    click.option("--address", type=HOST_PORT, help="join the cluster whose GCS is at HOST:PORT"),
     click.option("--port", type=PORT, help="GCS port of the head (default 6379)"),
     click.option("--port-base", type=PORT, help="first port of the raylets' port blocks (default: first free)"),
 )

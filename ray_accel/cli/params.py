@@ -14,17 +14,6 @@ from ray_accel.cluster.raylet import Split
 from ray_accel.core import validate
 from ray_accel.core.errors import InputError
 
-
-def _flag(param: click.Parameter | None) -> str:
-    return param.opts[0] if param is not None and param.opts else "value"
-
-
-def _reason(error: InputError) -> str:
-    """The validator's message without its leading flag name: click already
-    says "Invalid value for '--flag'"."""
-    return str(error).split(": ", 1)[-1]
-
-
 T = TypeVar("T")
 
 
@@ -32,51 +21,35 @@ class Checked(click.ParamType[T]):
     """A value `check(value, flag)` accepts, or a usage error naming the
     flag and saying why (click's own message names the value)."""
 
-    def __init__(self, check: Callable[[Any, str], T]) -> None:
-        self.check = check
+    def __init__(self, name: str, check: Callable[[Any, str], T]) -> None:
+        self.name, self.check = name, check
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> T:
         try:
-            return self.check(value, _flag(param))
+            return self.check(value, param.opts[0] if param is not None and param.opts else "value")
         except InputError as e:
-            self.fail(_reason(e), param, ctx)
+            # The validator's reason alone: click already says "Invalid value for '--flag'".
+            self.fail(str(e).split(": ", 1)[-1], param, ctx)
 
 
-class AsciiInt(Checked[int]):
+def ascii_int(lo: int, hi: int) -> Checked[int]:
     """An integer in ASCII digits within [lo, hi] (click's INT also takes '٤')."""
-
-    name = "integer"
-
-    def __init__(self, lo: int, hi: int) -> None:
-        super().__init__(lambda value, flag: validate.ascii_int(value, flag, lo, hi))
+    return Checked("integer", lambda value, flag: validate.ascii_int(value, flag, lo, hi))
 
 
-class FiniteFloat(Checked[float]):
-    """A finite number within [lo, hi]: no nan, no inf, no negative timeouts."""
-
-    name = "number"
-
-    def __init__(self, lo: float, hi: float) -> None:
-        super().__init__(lambda value, flag: validate.finite_float(value, flag, lo, hi))
-
-
-class HostPort(Checked[str]):
-    name = "host:port"
-
-    def __init__(self) -> None:
-        super().__init__(lambda value, flag: "{}:{}".format(*validate.host_port(str(value), flag)))
-
-
+HOST_PORT = Checked("host:port", lambda value, flag: "{}:{}".format(*validate.host_port(str(value), flag)))
 F = TypeVar("F", bound=Callable[..., Any])
 
-PARTITION_COUNT = AsciiInt(1, 1024)
-PORT = AsciiInt(1024, 65535)
-MAX_WORKERS = AsciiInt(16, 20000)
+PARTITION_COUNT = ascii_int(1, 1024)
+PORT = ascii_int(1024, 65535)
+MAX_WORKERS = ascii_int(16, 20000)
 
 
 def seconds(flag: str, lo: float, hi: float, default: float, help: str) -> Callable[[F], F]:
-    """A number of seconds within [lo, hi], its default shown in --help."""
-    return click.option(flag, type=FiniteFloat(lo, hi), default=default, show_default=True, help=help)
+    """A number of seconds within [lo, hi] (finite: no nan, no inf, no
+    negative timeouts), its default shown in --help."""
+    number = Checked("number", lambda value, flag: validate.finite_float(value, flag, lo, hi))
+    return click.option(flag, type=number, default=default, show_default=True, help=help)
 
 
 def grouped(name: str, build: Callable[..., Any], *options: Callable[[F], F]) -> Callable[[F], F]:

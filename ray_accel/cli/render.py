@@ -177,18 +177,17 @@ def health_lines(payload: HostStatus) -> list[str]:
 
 def started_text(payload: HostStatus) -> str:
     env = " ".join(f"{k}={v}" for k, v in payload.env.items())
-    address = payload.gcs_address
-    return (
-        status_text(payload)
-        + f"\ncluster address: {address}"
-        + (
-            f"\nsubmit a job: ray job submit --address {payload.dashboard_address} -- python script.py"
-            if payload.dashboard_address
-            else ""
-        )
-        + f"\ndriver environment: export {env}"
-        + f"\nconnect a driver: python -c \"import ray; ray.init(address='{address}')\""
-        + f"\ntarget a partition: .options(label_selector={{'{PARTITION_LABEL}': '<partition>'}})"
+    address, dashboard = payload.gcs_address, payload.dashboard_address
+    submit = [f"submit a job: ray job submit --address {dashboard} -- python script.py"] if dashboard else []
+    return "\n".join(
+        [
+            status_text(payload),
+            f"cluster address: {address}",
+            *submit,
+            f"driver environment: export {env}",
+            f"connect a driver: python -c \"import ray; ray.init(address='{address}')\"",
+            f"target a partition: .options(label_selector={{'{PARTITION_LABEL}': '<partition>'}})",
+        ]
     )
 
 

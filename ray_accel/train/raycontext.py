@@ -90,13 +90,7 @@ def read_ray_ranks() -> dict[str, int] | None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             ctx = ray.train.get_context()
-            got = {
-                "world_rank": ctx.get_world_rank(),
-                "world_size": ctx.get_world_size(),
-                "local_rank": ctx.get_local_rank(),
-                "local_world_size": ctx.get_local_world_size(),
-                "node_rank": ctx.get_node_rank(),
-            }
+            got = {f: getattr(ctx, f"get_{f}")() for f in RANK_FIELDS}
     except RuntimeError:
         return None
     if not all(isinstance(v, int) for v in got.values()):
