@@ -106,10 +106,6 @@ class BridgeSpec:
     def whole_units_only(self) -> bool:
         return not self.traits.shareable
 
-    @property
-    def noset_env(self) -> str:
-        return NOSET_PREFIX + self.visible_ids_env
-
     def to_env(self) -> str:
         return json.dumps([dump(self)])
 
@@ -158,7 +154,7 @@ def make_manager(spec: BridgeSpec) -> Any:
             raise ValueError(str(e)) from None
 
     def set_visible(ids: list[str]) -> None:
-        if os.environ.get(spec.noset_env, "").lower() in ("1", "true"):
+        if os.environ.get(NOSET_PREFIX + spec.visible_ids_env, "").lower() in ("1", "true"):
             return
         os.environ[spec.visible_ids_env] = format_mask(ids)
         if spec.traits.reads_published_masks:
@@ -239,11 +235,7 @@ def unit_resources_env(specs: Sequence[BridgeSpec], current: str | None) -> str 
     slot 0, so two tasks would share one device.
     """
     names = [n.strip() for n in (current or ",".join(RAY_DEFAULT_UNIT_RESOURCES)).split(",") if n.strip()]
-    missing = [
-        s.resource_name
-        for s in specs
-        if s.resource_name not in names and s.resource_name not in PREDEFINED_UNIT_RESOURCES
-    ]
+    missing = [s.resource_name for s in specs if s.resource_name not in {*names, *PREDEFINED_UNIT_RESOURCES}]
     if not missing:
         return None
     return ",".join(names + missing)

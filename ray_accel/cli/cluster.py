@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
 
 import click
 
@@ -17,10 +16,6 @@ from ray_accel.core import validate
 from ray_accel.core.errors import InputError
 from ray_accel.core.health_state import Action, HealthSettings
 from ray_accel.core.reader import dump_fields
-
-if TYPE_CHECKING:  # imported by the commands that need them
-    from ray_accel.cli.connect import Orphans
-    from ray_accel.cluster.status import HostStatus
 
 # The options a recover takes; every other one shapes a new start.
 RECOVER_OPTIONS = ("head", "address", "recover", "timeout", "as_json")
@@ -165,6 +160,7 @@ def start(
 def status_command(cluster: bool, as_json: bool) -> int:
     """Show this host's partitions: masks, raylet PIDs, alive or dead, what is
     in use, and processes that hold their devices without being their workers."""
+    from ray_accel.cli.connect import host_orphans
     from ray_accel.cluster.status import cluster_status, status
 
     if cluster:
@@ -174,24 +170,9 @@ def status_command(cluster: bool, as_json: bool) -> int:
     # Only a GCS that answered is asked through a driver: ray.init on a dead
     # or foreign address waits for minutes (Ray's own GCS connect timeout).
     answered = any(p.registered is not None for p in payload.partitions)
-    orphans = exporter_orphans(payload) if payload.running and payload.gcs_alive and answered else None
+    orphans = host_orphans(payload) if payload.running and payload.gcs_alive and answered else None
     shown = payload if orphans is None else dump_fields(payload, **dump_fields(orphans))
     return emit(as_json, shown, lambda _: render.status_with_orphans_text(payload, orphans))
-
-
-def exporter_orphans(payload: HostStatus) -> Orphans:
-    """The orphans this host's exporters saw; a failure to ask is reported, not raised."""
-    import ray
-
-    from ray_accel.cli.connect import Orphans, connect_to_recorded_cluster, host_orphans
-
-    try:
-        connect_to_recorded_cluster(payload)
-        return host_orphans(payload)
-    except Exception as e:
-        return Orphans((), (f"metrics exporters not reachable: {type(e).__name__}: {e}",))
-    finally:
-        ray.shutdown()
 
 
 @click.command()

@@ -7,7 +7,6 @@ one this host's record names; `top` never starts one.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -18,8 +17,9 @@ from ray_accel.cli import render
 from ray_accel.cli.connect import connect_to_recorded_cluster
 from ray_accel.cli.host import json_option
 from ray_accel.cli.jobs import jobs_text, top_jobs
+from ray_accel.cli.output import emit
 from ray_accel.cli.params import seconds
-from ray_accel.core.reader import dump, dump_fields, load
+from ray_accel.core.reader import dump_fields, load
 from ray_accel.jobs.model import job_json
 
 if TYPE_CHECKING:
@@ -86,13 +86,10 @@ def top(once: bool, interval: float, as_json: bool) -> int:
         payload = top_payload(parts, export.snapshots([p.node_id for p in parts if p.alive]))
         listed, waiting = top_jobs()
         payload["jobs"] = [job_json(j, waiting=waiting) for j in listed]
-        if as_json:
-            print(json.dumps(dump(payload), indent=2), flush=True)
-        else:
-            if not once:
-                print("\033[2J\033[H", end="")
-            print(render.top_text(payload), flush=True)
-            print("\n" + jobs_text(listed, waiting), flush=True)
+        if not as_json and not once:
+            print("\033[2J\033[H", end="")
+        # emit calls the text view at once, inside this iteration.
+        emit(as_json, payload, lambda p: f"{render.top_text(p)}\n\n{jobs_text(listed, waiting)}")  # noqa: B023
         if once:
             return 0
         time.sleep(interval)
