@@ -214,8 +214,7 @@ def install(specs: Sequence[BridgeSpec]) -> list[Any]:
     check_ray_version()
     try:
         managers = [make_manager(s) for s in specs]
-        for m in managers:
-            _installed[m.get_resource_name()] = m
+        _installed.update((m.get_resource_name(), m) for m in managers)
         accelerators.put_managers(_installed)
     except RayApiMissing as e:
         raise BridgeUnsupported(f"{e}: the bridge is not installed") from None

@@ -52,12 +52,9 @@ RECOVER_OPTIONS = ("head", "address", "recover", "timeout", "as_json")
         validate.resource_amounts(resources) if resources is not None else {},
         max_workers,
     ),
-    click.option(
-        "--labels", "labels", metavar="K=V,...", help="node labels for every partition (as `ray start --labels`)"
-    ),
+    click.option("--labels", metavar="K=V,...", help="node labels for every partition (as `ray start --labels`)"),
     click.option(
         "--resources",
-        "resources",
         metavar="JSON",
         help="custom resources of the host, divided between its partitions like CPUs (as `ray start --resources`)",
     ),
@@ -152,7 +149,6 @@ def start(
 @click.command("status")
 @click.option(
     "--cluster",
-    "cluster",
     is_flag=True,
     help="every host's partitions, from the GCS of the cluster this host joined (host, node, IP, mask, resources)",
 )

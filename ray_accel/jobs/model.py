@@ -118,12 +118,15 @@ class Started:
     collective_reason: str = ""  # why "auto" chose it, where the workers' runtimes said
 
 
+EventData = Submitted | StateChange | Started | None
+
+
 @dataclass(frozen=True)
 class Event:
     kind: str
     job_id: str
     at: float
-    data: Submitted | StateChange | Started | None = None
+    data: EventData = None
 
 
 @dataclass(frozen=True)
