@@ -143,9 +143,6 @@ def visible_tokens(spec: BridgeSpec, value: str | None) -> list[str] | None:
 def make_manager(spec: BridgeSpec) -> Any:
     """An `AcceleratorManager` subclass answering from `spec`."""
 
-    def num_accelerators() -> int:
-        return len(spec.unit_ids)
-
     def visible_ids() -> list[str] | None:
         try:
             return visible_tokens(spec, os.environ.get(spec.visible_ids_env))
@@ -174,7 +171,7 @@ def make_manager(spec: BridgeSpec) -> Any:
     attrs = {
         "get_resource_name": staticmethod(lambda: spec.resource_name),
         "get_visible_accelerator_ids_env_var": staticmethod(lambda: spec.visible_ids_env),
-        "get_current_node_num_accelerators": staticmethod(num_accelerators),
+        "get_current_node_num_accelerators": staticmethod(lambda: len(spec.unit_ids)),
         "get_current_node_accelerator_type": staticmethod(lambda: spec.accelerator_type),
         "get_current_node_additional_resources": staticmethod(lambda: None),
         "validate_resource_request_quantity": staticmethod(validate),

@@ -209,9 +209,7 @@ def orphans_text(orphans: Sequence[OrphanReading], errors: Sequence[str] = ()) -
 
 def status_with_orphans_text(payload: HostStatus, orphans: Orphans | None) -> str:
     text = status_text(payload)
-    if orphans is None:
-        return text
-    return text + "\n\n" + orphans_text(orphans.orphans, orphans.orphan_errors)
+    return text if orphans is None else f"{text}\n\n{orphans_text(orphans.orphans, orphans.orphan_errors)}"
 
 
 def top_text(payload: dict[str, Any]) -> str:
