@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 import ray_accel.health  # noqa: F401  (registers the host's decider: stop and status check it by kind)
@@ -140,10 +138,7 @@ def start(
     request = StartRequest(join, split, offer, services, RayOptions.read(ray_args), health, timeout)
     record = start_partitions(request, say, after=start_decider)
     emit(as_json, status(), render.started_text)
-    if not block:
-        return 0
-    sys.stdout.flush()
-    return supervise(record, say)
+    return supervise(record, say) if block else 0
 
 
 @click.command("status")

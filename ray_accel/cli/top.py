@@ -46,11 +46,11 @@ def top_payload(partitions: Sequence[PartitionNode], snaps: Mapping[str, dict[st
         where = f"{p.host}/{p.partition}"
         snap = snaps.get(p.node_id, "raylet is dead" if not p.alive else "no snapshot")
         row = dump_fields(p, device_ids=[], exporter="ok", took_s=None)
+        parts.append(row)
         if isinstance(snap, str) or not snap:
             row["exporter"] = snap or "no sample yet"
             if p.alive:
                 errors.append(f"{where}: {row['exporter']}")
-            parts.append(row)
             continue
         row["device_ids"] = [d["id"] for d in snap.get("devices", [])]
         row["took_s"] = snap.get("took_s")
@@ -58,7 +58,6 @@ def top_payload(partitions: Sequence[PartitionNode], snaps: Mapping[str, dict[st
         health = snap.get("health") or {}
         row["health"] = {k: health.get(k) for k in ("state", "since", "detail", "out")} if health else None
         by_rule = health.get("devices") or {}
-        parts.append(row)
         devices += [
             {**{k: d.get(k) for k in DEVICE_FIELDS}, "health_state": by_rule.get(d.get("id"))}
             for d in snap.get("devices", [])
