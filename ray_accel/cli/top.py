@@ -36,9 +36,11 @@ DEVICE_FIELDS = (
     "memory_total_bytes",
     "power_watts",
     "temperature_c",
-    "healthy",
+    "recent_events",
     "reason",
 )
+# `healthy` in `top --json`: the rule's verdict, None while unknown.
+VERDICT = {"healthy": True, "unhealthy": False}
 
 
 def top_payload(partitions: Sequence[PartitionNode], snaps: Mapping[str, dict[str, Any] | str]) -> dict[str, Any]:
@@ -69,8 +71,9 @@ def top_payload(partitions: Sequence[PartitionNode], snaps: Mapping[str, dict[st
         by_rule = health.get("devices") or {}
         parts.append(row)
         devices += [
-            {**{k: d.get(k) for k in DEVICE_FIELDS}, "health_state": by_rule.get(d.get("id"))}
+            {**{k: d.get(k) for k in DEVICE_FIELDS}, "healthy": VERDICT.get(rule or ""), "health_state": rule}
             for d in snap.get("devices", [])
+            for rule in [by_rule.get(d.get("id"))]
         ]
         workloads += snap.get("workloads", [])
         orphans += [load(OrphanReading, o) for o in snap.get("orphans", [])]

@@ -67,8 +67,8 @@ class DeviceReading(NamedTuple):
     utilization: float | None
     memory_used_bytes: int | None
     memory_total_bytes: int | None
-    healthy: bool | None  # None: unknown, the source failed
-    reason: str | None = None
+    recent_events: int | None  # the sample's count (`DeviceSample.recent_events`); health is the rule's
+    reason: str | None = None  # why the device has no sample
     power_watts: float | None = None
     temperature_c: float | None = None
 
@@ -178,26 +178,26 @@ def device_readings(
     own accelerator type where it has one (a host may hold several models)."""
     kind = {d.id: d.accelerator_type or accelerator_type for d in devices}
 
-    def unknown(d: Device, healthy: bool | None, reason: str) -> DeviceReading:
-        return DeviceReading(d.id, host, partition, d.family, kind[d.id], None, None, d.memory_bytes, healthy, reason)
+    def unknown(d: Device, reason: str) -> DeviceReading:
+        return DeviceReading(d.id, host, partition, d.family, kind[d.id], None, None, d.memory_bytes, None, reason)
 
     if telemetry is None:
-        return [unknown(d, None, "this backend takes no device samples") for d in devices], []
+        return [unknown(d, "this backend takes no device samples") for d in devices], []
     try:
         samples = {s.device_id: s for s in telemetry.device_samples()}
     except Exception as e:
         reason = f"metric source failed: {type(e).__name__}: {e}"
-        return [unknown(d, None, reason) for d in devices], [reason]
+        return [unknown(d, reason) for d in devices], [reason]
     out = []
     errors = []
     for d in devices:
         s = samples.get(d.id)
         if s is None:
-            out.append(unknown(d, False, "device disappeared"))
+            out.append(unknown(d, "device disappeared"))
             errors.append(f"device {d.id} disappeared")
             continue
         reading = (d.id, host, partition, d.family, kind[d.id], s.utilization, s.memory_used_bytes)
-        rest = (s.memory_total_bytes, s.healthy, s.health_reason, s.power_watts, s.temperature_c)
+        rest = (s.memory_total_bytes, s.recent_events, None, s.power_watts, s.temperature_c)
         out.append(_new_tuple(DeviceReading, reading + rest))
     return out, errors
 

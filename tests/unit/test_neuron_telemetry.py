@@ -62,14 +62,14 @@ def test_sysfs_memory_is_the_total_counter_summed_over_cores(tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize("counter", ["mem_ecc_uncorrected", "sram_ecc_uncorrected", "mem_ecc_repairable_uncorrected"])
-def test_uncorrected_ecc_makes_a_device_unhealthy_until_it_clears(counter: str, tmp_path: Path) -> None:
+def test_uncorrected_ecc_errors_are_counted_until_they_clear(counter: str, tmp_path: Path) -> None:
     tree = build_tree(tmp_path / "t", "trn1.2xlarge", core_metrics=False, ecc={0: {counter: 2}})
     t = telemetry(tree_only(tree))
     (s,) = t.device_samples()
-    assert s.healthy is False and s.health_reason == f"{counter}=2"
+    assert s.recent_events == 2
     (tree.device_dir(0) / "stats" / "hardware" / counter).write_text("0\n")  # driver reload
     (s,) = t.device_samples()
-    assert s.healthy is True and s.health_reason is None
+    assert s.recent_events == 0
 
 
 def test_a_vanished_device_is_absent_from_the_samples(tmp_path: Path) -> None:
@@ -79,10 +79,10 @@ def test_a_vanished_device_is_absent_from_the_samples(tmp_path: Path) -> None:
     assert [s.device_id for s in t.device_samples()] == [f"neuron:{i}" for i in (0, 1, 3, 4, 5)]
 
 
-def test_without_sysfs_or_monitor_health_is_unknown_not_healthy(tmp_path: Path, stub: Path) -> None:
+def test_without_sysfs_or_monitor_events_are_unknown_not_none_seen(tmp_path: Path, stub: Path) -> None:
     t = telemetry(ls_only(tmp_path, stub, "trn1.32xlarge.json"))
     s = t.device_samples()[0]
-    assert s.healthy is None and "no health source" in (s.health_reason or "")
+    assert s.recent_events is None
     assert s.memory_used_bytes is None and s.utilization is None
 
 
@@ -119,8 +119,8 @@ def test_neuron_monitor_gives_utilisation_memory_and_health(tmp_path: Path, stub
         assert samples["neuron:1"].utilization == 0.0
         per_core = rt["memory_used"]["neuron_runtime_used_bytes"]["usage_breakdown"]["neuroncore_memory_usage"]
         assert samples["neuron:0"].memory_used_bytes == sum(sum(per_core[c].values()) for c in ("0", "1"))
-        assert samples["neuron:0"].healthy is True  # neuron_hw_counters: device 0, no uncorrected ECC
-        assert samples["neuron:1"].healthy is None  # the report has no counters for it
+        assert samples["neuron:0"].recent_events == 0  # neuron_hw_counters: device 0, no uncorrected ECC
+        assert samples["neuron:1"].recent_events is None  # the report has no counters for it
         pid = report["neuron_runtime_data"][0]["pid"]
         assert t.process_device_memory([pid, 999999]) == {pid: {"neuron:0": samples["neuron:0"].memory_used_bytes}}
         # One long-lived monitor, not one per sample.

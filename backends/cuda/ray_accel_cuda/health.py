@@ -185,13 +185,3 @@ def ecc_uncorrected(nvml: Nvml, h: Any) -> int | None:
         getattr(m, "NVML_VOLATILE_ECC", 0),
     )
     return None if ecc is NA else int(ecc)
-
-
-def health_reason(xids: tuple[int, ...], ecc: int | None, window_s: float = XID_WINDOW_S) -> str | None:
-    """Why a GPU is unhealthy, or None. Re-evaluated on every sample: an XID
-    older than the window no longer counts."""
-    if xids:
-        return f"XID {','.join(map(str, xids))} in the last {window_s:.0f}s"
-    if ecc:
-        return f"{ecc} uncorrected ECC errors since the driver loaded"
-    return None

@@ -3,10 +3,10 @@
 - Memory used: sysfs `neuron_coreC/stats/memory_usage/device_mem/total`
   summed over the device's physical cores (readable by any user); without
   sysfs, neuron-monitor's `memory_used` per core.
-- Health: sysfs `stats/hardware/*ecc_uncorrected` (any count > 0 is
-  unhealthy; `mem_ecc_repairable_uncorrected` too: the memory is bad until
-  the device is reset); without sysfs, neuron-monitor's `neuron_hw_counters`;
-  with neither, `healthy` is None ("no health source"), never a default.
+- Recent events: the uncorrected ECC errors of sysfs
+  `stats/hardware/*ecc_uncorrected` (`mem_ecc_repairable_uncorrected` too),
+  summed; without sysfs, neuron-monitor's `neuron_hw_counters`; with
+  neither, None. A count, not a verdict: health is the Neuron rule's.
 - Utilisation: neuron-monitor only (see `monitor`); None without it.
 - Power and temperature: no source gives them. sysfs `stats/power/utilization`
   is a percentage of an undocumented maximum, not watts, and neither
@@ -28,11 +28,6 @@ from ray_accel_neuron.config import Config
 from ray_accel_neuron.monitor import MonitorStream, Report
 from ray_accel_neuron.neuron_ls import PATH_ENV, NeuronLsError, run_neuron_ls
 from ray_accel_neuron.tools import find_tool
-
-
-def _unhealthy(counts: dict[str, int]) -> str | None:
-    bad = {k: v for k, v in counts.items() if v > 0}
-    return ", ".join(f"{k}={v}" for k, v in sorted(bad.items())) or None
 
 
 class NeuronTelemetry(Telemetry):
@@ -78,21 +73,13 @@ class NeuronTelemetry(Telemetry):
                     used = sum(report.core_memory.get(c, 0) for c in d.core_ids)
                 if counts is None and d.index in report.ecc_uncorrected:
                     counts = dict(report.ecc_uncorrected[d.index])
-            healthy: bool | None
-            reason: str | None
-            if counts is None:
-                healthy, reason = None, "no health source (sysfs ECC counters unreadable, no neuron-monitor report)"
-            else:
-                reason = _unhealthy(counts)
-                healthy = reason is None
             out.append(
                 DeviceSample(
                     device_id=d.id,
                     utilization=utilization,
                     memory_used_bytes=used,
                     memory_total_bytes=d.memory_bytes or None,
-                    healthy=healthy,
-                    health_reason=reason,
+                    recent_events=None if counts is None else sum(counts.values()),
                 )
             )
         return out
