@@ -96,7 +96,7 @@ def test_a_table_answers_as_the_full_parse_for_this_process() -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(name=comm, state=state, fields=st.lists(field, min_size=22, max_size=30))
-def test_usage_decodes_comm_and_state_as_a_plain_decode_every_time(
+def test_the_parse_decodes_comm_and_state_as_a_plain_decode_every_time(
     name: bytes, state: bytes, fields: list[bytes]
 ) -> None:
     line = _line(42, name, state, fields)
