@@ -220,12 +220,8 @@ def top_text(payload: dict[str, Any]) -> str:
         return "-" if v is None else f"{v:.0f} {unit}"
 
     def health(d: dict[str, Any]) -> str:
-        rule = d.get("health_state")
-        if rule in ("unhealthy", "unknown"):
-            return f"{rule} (by rule)" + (f", sample: {d['reason']}" if d["reason"] else "")
-        if d["healthy"]:
-            return "ok"
-        return ("?" if d["healthy"] is None else "BAD") + (f" ({d['reason']})" if d["reason"] else "")
+        """The device's family rule's verdict (the host's decider), and why it has no sample."""
+        return (d.get("health_state") or "-") + (f" ({d['reason']})" if d["reason"] else "")
 
     parts = table(
         payload["partitions"],

@@ -28,8 +28,10 @@ if TYPE_CHECKING:
 # What `top --json` shows of each device of an exporter's snapshot.
 DEVICE_FIELDS = (
     "id host partition family accelerator_type utilization memory_used_bytes memory_total_bytes power_watts "
-    "temperature_c healthy reason"
+    "temperature_c recent_events reason"
 ).split()
+# `healthy` in `top --json`: the rule's verdict, None while unknown.
+VERDICT = {"healthy": True, "unhealthy": False}
 
 
 def top_payload(partitions: Sequence[PartitionNode], snaps: Mapping[str, dict[str, Any] | str]) -> dict[str, Any]:
@@ -59,8 +61,9 @@ def top_payload(partitions: Sequence[PartitionNode], snaps: Mapping[str, dict[st
         row["health"] = {k: health.get(k) for k in ("state", "since", "detail", "out")} if health else None
         by_rule = health.get("devices") or {}
         devices += [
-            {**{k: d.get(k) for k in DEVICE_FIELDS}, "health_state": by_rule.get(d.get("id"))}
+            {**{k: d.get(k) for k in DEVICE_FIELDS}, "healthy": VERDICT.get(rule or ""), "health_state": rule}
             for d in snap.get("devices", [])
+            for rule in [by_rule.get(d.get("id"))]
         ]
         workloads += snap.get("workloads", [])
         orphans += [load(OrphanReading, o) for o in snap.get("orphans", [])]
