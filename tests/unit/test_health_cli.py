@@ -31,7 +31,7 @@ from ray_accel.cluster.record import (
     dumps,
     parse_record,
 )
-from ray_accel.core.health_state import Action, HealthSettings, read_health
+from ray_accel.core.health_state import Action, HealthSettings, PartitionState, PartState, read_health
 from ray_accel.core.processes import read_cmdline
 from ray_accel.health.launch import start_decider
 from ray_accel.jobs.model import JobRecord, Phase, Replica, Transition, job_notes
@@ -194,7 +194,9 @@ def test_a_record_without_health_settings_starts_no_decider(env: dict[str, str],
     [
         (lambda p: p.update(out=["neuron:7"]), "partitions[0].out"),
         (lambda p: p.update(out_core_ids=[9]), "partitions[0].out_core_ids"),
-        (lambda p: p.update(decider_state="resting"), "partitions[0].decider_state"),
+        (lambda p: p.update(health={"state": "resting"}), "partitions[0].health.state"),
+        # A record of an earlier version: its `decider_state` is read, and checked.
+        (lambda p: (p.pop("health"), p.update(decider_state="resting")), "partitions[0].decider_state"),
     ],
 )
 def test_a_record_with_bad_health_fields_is_refused_naming_them(
@@ -229,6 +231,26 @@ def test_a_shrunk_entry_serves_its_devices_but_keeps_its_plan(env: dict[str, str
     assert shrunk.visible_ids == "0,1" and shrunk.partition.core_ids == (0, 1, 2, 3)
     back = parse_record(dumps(record.with_partitions([shrunk])), "host.json").partitions[0]
     assert back == shrunk
+
+
+def test_a_partition_state_is_kept_in_the_record_and_an_earlier_decider_state_is_read(
+    env: dict[str, str], spawn: Spawn
+) -> None:
+    record = record_of(ray_process(spawn()), HealthSettings())
+    held = PartitionState(PartState.RESTORING, 5.0, "drained to restart with 2 of 2 devices", 15.0, ("neuron:0",))
+    draining = replace(record.partitions[0], health=held)
+    back = parse_record(dumps(record.with_partitions([draining])), "host.json").partitions[0]
+    assert back.health == held and back.held
+    data = json.loads(dumps(record))
+    assert data["partitions"][0]["health"]["state"] == "serving" and "decider_state" not in data["partitions"][0]
+    for old in ("stopped", "restarting"):
+        del data["partitions"][0]["health"]
+        data["partitions"][0]["decider_state"] = old
+        p = parse_record(json.dumps(data), "host.json").partitions[0]
+        assert p.health.state is PartState.STOPPED and old in p.health.detail and p.held
+        data["partitions"][0] = json.loads(dumps(record))["partitions"][0]
+    del data["partitions"][0]["health"]
+    assert parse_record(json.dumps(data), "host.json").partitions[0].health == PartitionState()
 
 
 def test_a_decider_identity_is_exactly_its_module() -> None:
