@@ -178,16 +178,14 @@ class Decider:
             if step.effect in (rules.Effect.DRAIN, rules.Effect.HOLD):
                 if p.node_id is None:
                     raise RayAccelError(f"partition {name} has no node id to drain")
-                if step.effect is rules.Effect.DRAIN:
-                    actions.drain(record, p.node_id, step.message, step.view.deadline)
-                else:
-                    actions.hold_head(record, p.node_id, step.message, now + self.settings.drain_deadline_s)
+                drain = actions.drain if step.effect is rules.Effect.DRAIN else actions.hold_head
+                drain(record, p.node_id, step.message, step.view.deadline)
             elif step.effect is not rules.Effect.NONE:
                 level = host_level_partition(record)
                 if step.effect is rules.Effect.STOP:
                     record = actions.stop_partition(self.host, name, held, say)
                 else:
-                    record = actions.restart_partition(self.host, name, step.devices, held, say)
+                    record = actions.restart_partition(self.host, name, step.view.devices, held, say)
                 # Its exporter, and the host's values where they move to or from it.
                 moved = host_level_partition(record)
                 again = [name] if step.effect is rules.Effect.RESTART else []

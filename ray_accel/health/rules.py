@@ -103,7 +103,6 @@ class Step:
     view: PartitionHealth  # the partition once `effect` has succeeded
     effect: Effect
     message: str = ""  # a drain's message (Ray shows it as the node's death reason)
-    devices: tuple[str, ...] = ()  # RESTART: what the partition serves after it
 
 
 def state_of(health: Mapping[str, DeviceHealth], device: str) -> Health:
@@ -122,31 +121,8 @@ def why(health: Mapping[str, DeviceHealth], device: str) -> str:
 def wanted(full: Sequence[str], out: Sequence[str], health: Mapping[str, DeviceHealth]) -> tuple[str, ...]:
     """The devices that should serve: those in service that are not
     unhealthy, and those out of service that are healthy again."""
-    gone = set(out)
-    return tuple(
-        d
-        for d in full
-        if (state_of(health, d) is Health.HEALTHY if d in gone else state_of(health, d) is not Health.UNHEALTHY)
-    )
-
-
-def drain_message(
-    name: str,
-    bad: Sequence[str],
-    back: Sequence[str],
-    health: Mapping[str, DeviceHealth],
-    action: Action,
-    head: bool = False,
-) -> str:
-    """The drain's reason, as Ray records it for the raylet."""
-    parts = [why(health, d) for d in bad] + [f"{d}: healthy again" for d in back]
-    if head:
-        verb = "held (the head cannot be restarted)"
-    elif action is Action.SHRINK and bad:
-        verb = "restarted without it"
-    else:
-        verb = "restarted with it" if back else "stopped"
-    return f"ray-accel health: {'; '.join(parts)}; partition {name} is drained and {verb}"
+    seen = {d: state_of(health, d) for d in full}
+    return tuple(d for d in full if seen[d] is Health.HEALTHY or (d not in out and seen[d] is not Health.UNHEALTHY))
 
 
 def _detail(health: Mapping[str, DeviceHealth], out: Sequence[str]) -> str:
@@ -213,36 +189,40 @@ def decide(settings: HealthSettings, view: PartitionHealth, facts: Facts, now: f
             view = replace(view, detail=f"without {_detail(health, view.out)}" if view.out else "")
         return Step(view, effect)
     if effect is Effect.RESTART:
-        out = tuple(d for d in full if d not in target)
-        detail = f"without {_detail(health, out)}" if out else ""
-        after = PartitionHealth(view.partition, state, now, target, out, view.node_id, detail, head=view.head)
-        return Step(after, effect, devices=target)
+        out = [d for d in full if d not in target]
+        return Step(_settled(view, state, now, target, full, f"without {_detail(health, out)}" if out else ""), effect)
     if effect is Effect.STOP:
-        bad = [d for d in full if state_of(health, d) is Health.UNHEALTHY]
-        why_ = _detail(health, bad) or "its devices are out of service"
-        return Step(_stopped(view, full, now, f"stopped: {why_}"), effect)
+        why_out = _detail(health, [d for d in full if state_of(health, d) is Health.UNHEALTHY])
+        detail = f"stopped: {why_out or 'its devices are out of service'}"
+        return Step(_settled(view, state, now, (), full, detail), effect)
     bad = [d for d in view.devices if d not in target]
     back = [d for d in target if d not in view.devices]
     if effect is Effect.HOLD:
+        target, back, verb = tuple(d for d in view.devices if d not in bad), [], "held (the head cannot be restarted)"
         detail = (
             f"head partition drained and held: {_detail(health, bad)}; it cannot be restarted (the GCS runs "
             "there): it takes no new work until `ray-accel stop`"
         )
-        kept = tuple(d for d in view.devices if d not in bad)
-        view = replace(view, state=state, since=now, out=_out(full, view.out, kept), detail=detail, target=kept)
-        return Step(view, effect, drain_message(view.partition, bad, [], health, Action.DRAIN, head=True))
-    if settings.action is Action.DRAIN:
-        target = ()
-    what = f"to restart with {len(target)} of {len(full)} devices" if target else "to stop"
-    detail = f"drained {what}: {_detail(health, bad) if bad else ', '.join(back) + ' healthy again'}"
+    else:
+        target = () if settings.action is Action.DRAIN else target
+        shrinks = settings.action is Action.SHRINK and bad
+        verb = "restarted without it" if shrinks else ("restarted with it" if back else "stopped")
+        what = f"to restart with {len(target)} of {len(full)} devices" if target else "to stop"
+        detail = f"drained {what}: {_detail(health, bad) if bad else ', '.join(back) + ' healthy again'}"
     deadline = now + settings.drain_deadline_s
-    out = _out(full, view.out, target)
-    view = replace(view, state=state, since=now, out=out, deadline=deadline, target=target, detail=detail)
-    return Step(view, effect, drain_message(view.partition, bad, back, health, settings.action))
+    view = replace(
+        view, state=state, since=now, out=_out(full, view.out, target), deadline=deadline, target=target, detail=detail
+    )
+    # The drain's reason, as Ray records it for the raylet.
+    reasons = "; ".join([why(health, d) for d in bad] + [f"{d}: healthy again" for d in back])
+    return Step(view, effect, f"ray-accel health: {reasons}; partition {view.partition} is drained and {verb}")
 
 
-def _stopped(view: PartitionHealth, full: Sequence[str], now: float, detail: str) -> PartitionHealth:
-    """Stopped since `now`, every device out."""
+def _settled(
+    view: PartitionHealth, state: PartState, now: float, devices: Sequence[str], full: Sequence[str], detail: str
+) -> PartitionHealth:
+    """In `state` since `now`, serving `devices`, the others out, no drain under way."""
+    out = tuple(d for d in full if d not in devices)
     return replace(
-        view, state=PartState.STOPPED, since=now, devices=(), out=tuple(full), deadline=None, target=None, detail=detail
+        view, state=state, since=now, devices=tuple(devices), out=out, deadline=None, target=None, detail=detail
     )
