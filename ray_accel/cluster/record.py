@@ -202,6 +202,10 @@ class HostRecord:
     def with_partitions(self, parts: Sequence[PartitionEntry]) -> HostRecord:
         return replace(self, partitions=tuple(parts))
 
+    def state_of(self, p: PartitionEntry) -> PartitionState:
+        """`p`'s state by the decider: one the decider never moved serves since the start."""
+        return p.health if p.health.since else replace(p.health, since=self.created)
+
 
 def dumps(record: HostRecord) -> str:
     # A record read from an earlier version's file is written back in its

@@ -175,7 +175,7 @@ def describe(record: HostRecord, place: state.Place) -> HostStatus:
                 p.serving.core_ids,
                 p.visible_ids,
                 p.out,
-                None if record.health is None else p.health,
+                None if record.health is None else record.state_of(p),
                 p.accelerator_type,
                 p.models,
                 raylet.pid if raylet else None,

@@ -155,7 +155,7 @@ class Decider:
         checks = procs.check_record(record)
         for p in record.partitions:
             record = self.step(record, p.name, by_id, checks) or record
-        self.health = replace(self.health, partitions=tuple(rules.view_of(p) for p in record.partitions))
+        self.health = replace(self.health, partitions=tuple(rules.view_of(record, p) for p in record.partitions))
         write_health(self.place.directory, self.health)
         return record
 
@@ -169,7 +169,7 @@ class Decider:
         alive = raylet is not None and raylet in checks and checks[raylet].ours
         facts = rules.Facts(full=p.device_ids, head=p.head, raylet_alive=alive, health=by_id)
         now = time.time()
-        view = rules.view_of(p)
+        view = rules.view_of(record, p)
         step = rules.decide(self.settings, view, facts, now)
         held = rules.held_of(step.view)
         if step.effect is not rules.Effect.NONE:
@@ -194,7 +194,7 @@ class Decider:
                 )
                 return record
             # A drain, a hold or a new detail changes the record's state alone.
-            return None if held == p.health else actions.save_state(self.host, name, held)
+            return None if held == record.state_of(p) else actions.save_state(self.host, name, held)
         except actions.Busy as e:
             say(f"{name}: {e}; trying again next poll")
         except RayAccelError as e:
@@ -216,7 +216,7 @@ def build(place: state.Place, created: float) -> Decider:
         say(f"warning: backend {record.spec.backend} is not usable here ({why}): every device is unknown")
     elif monitor is None:
         say(f"backend {record.spec.backend} has no health monitor: every device is unknown")
-    health = HostHealth(time.time(), settings, (), tuple(rules.view_of(p) for p in record.partitions))
+    health = HostHealth(time.time(), settings, (), tuple(rules.view_of(record, p) for p in record.partitions))
     return Decider(place, created, settings, tuple(devices), monitor, health)
 
 

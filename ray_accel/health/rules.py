@@ -32,7 +32,7 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from ray_accel.cluster.record import PartitionEntry
+from ray_accel.cluster.record import HostRecord, PartitionEntry
 from ray_accel.core.health import DeviceHealth, Health
 from ray_accel.core.health_state import Action, HealthSettings, PartitionHealth, PartitionState, PartState
 
@@ -130,14 +130,16 @@ def _detail(health: Mapping[str, DeviceHealth], out: Sequence[str]) -> str:
     return "; ".join(why(health, d) for d in out)
 
 
-def view_of(p: PartitionEntry) -> PartitionHealth:
-    """Partition `p` as its record entry keeps it: what its raylet serves,
-    and out of service what it does not, with what a drain under way takes
-    out (every device it will not serve once the drain ends)."""
-    held = p.health
+def view_of(record: HostRecord, p: PartitionEntry) -> PartitionHealth:
+    """Partition `p` as the record keeps it: what its raylet serves, and out
+    of service what it does not, with what a drain under way takes out
+    (every device it will not serve once the drain ends)."""
+    held = record.state_of(p)
     out = _out(p.device_ids, p.out, held.target)
-    kept = (held.since, p.serving.device_ids, out, p.node_id, held.detail, held.deadline, held.target)
-    return PartitionHealth(p.name, held.state, *kept, head=p.head)
+    serves = p.serving.device_ids
+    return PartitionHealth(
+        p.name, held.state, held.since, serves, out, p.node_id, held.detail, held.deadline, held.target, p.head
+    )
 
 
 def held_of(view: PartitionHealth) -> PartitionState:
