@@ -122,7 +122,6 @@ def stop_partition(host: Host, name: str, held: PartitionState, progress: Progre
     the record has it in state `held` (stopped), every device out."""
     with _locked(host, f"stopping {name}"):
         record, p, checks = _current(host, name)
-        record = _save_entry(record, replace(p, health=held))
         raylet = p.raylet()
         progress(f"{name}: stopping raylet {raylet.pid if raylet is not None else '-'}")
         terminate_raylet(p, checks)
