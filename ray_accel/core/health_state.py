@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ray_accel.core import validate
@@ -147,9 +147,6 @@ class HostHealth:
 
     def partition(self, name: str) -> PartitionHealth | None:
         return next((p for p in self.partitions if p.partition == name), None)
-
-    def with_partition(self, part: PartitionHealth) -> HostHealth:
-        return replace(self, partitions=tuple(part if p.partition == part.partition else p for p in self.partitions))
 
 
 def event_key(event: HealthEvent) -> str:

@@ -46,7 +46,7 @@ class Effect(enum.Enum):
     DRAIN = "drain"  # ask the GCS to drain the partition's raylet (preemption, with the deadline)
     HOLD = "hold"  # the head: place its keeper, then drain it
     STOP = "stop"  # stop the partition's raylet by PID; it stays stopped
-    RESTART = "restart"  # stop what is left of its raylet, start it serving `devices`
+    RESTART = "restart"  # stop what is left of its raylet, start it serving the step's devices
 
 
 @dataclass(frozen=True)
