@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ray_accel.cluster.files import read_bounded
 from ray_accel.core.errors import InputError
+from ray_accel.core.files import read_bytes
 from ray_accel.core.reader import LOCAL
 from ray_accel.rayapi import auth as rayapi_auth
 from ray_accel.rayapi.feature import RayApiMissing
@@ -76,8 +76,8 @@ def _readable_token(path: Path) -> bool:
     """A regular file holding something: never opened blocking (a FIFO there
     would hang `start`), never read past a size no token has."""
     try:
-        return bool(read_bounded(path, TOKEN_LIMIT).strip())
-    except (OSError, InputError):
+        return bool(read_bytes(path, TOKEN_LIMIT).strip())
+    except OSError:
         return False
 
 

@@ -25,10 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ray_accel.cluster import procs
-from ray_accel.cluster.files import UnsafeFileError, open_for_write, read_bounded, tail_lines
+from ray_accel.cluster.files import open_for_write, tail_lines
 from ray_accel.cluster.record import RayProcess, parse_processes
 from ray_accel.cluster.startargs import launch_argv
 from ray_accel.core.errors import InputError
+from ray_accel.core.files import read_bytes
 from ray_accel.core.processes import ProcessRecord
 from ray_accel.core.reader import Node, parse_json
 
@@ -130,7 +131,7 @@ class Launch:
     def _read_result(self, why: str | None) -> LaunchResult:
         processes: tuple[RayProcess, ...] = ()
         try:
-            raw = read_bounded(self.result_path, RESULT_LIMIT, follow=False)
+            raw = read_bytes(self.result_path, RESULT_LIMIT, follow=False)
             obj = Node(parse_json(raw, str(self.result_path)))
             processes = parse_processes(obj.at("processes", []).data, "processes")
             ok = obj.at("ok", None).data is True and why is None
@@ -146,7 +147,7 @@ class Launch:
             fields = said
         except FileNotFoundError:
             ok, error, fields = False, why or "the launcher exited without a result", {}
-        except (OSError, UnsafeFileError, InputError) as e:
+        except (OSError, InputError) as e:
             ok, error, fields = False, why or f"unreadable launcher result {self.result_path}: {e}", {}
         if not ok:
             error = f"{error}; log {self.log_path}: " + " | ".join(tail_lines(self.log_path, 3))

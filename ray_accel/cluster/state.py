@@ -44,11 +44,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ray_accel.cluster.files import UnsafeFileError, read_bounded, write_atomic
+from ray_accel.cluster.files import write_atomic
 from ray_accel.cluster.identity import local_addresses
 from ray_accel.cluster.record import MAX_BYTES, HostRecord, RecordError, dumps, parse_record
 from ray_accel.core.errors import InputError
-from ray_accel.core.files import describe
+from ray_accel.core.files import UnreadableFile, describe, read_bytes
 from ray_accel.core.hosts import ip_text
 
 STATE_ENV = "RAYACCEL_STATE_DIR"
@@ -269,11 +269,11 @@ def load(place: Place | None = None) -> HostRecord | None:
     _check_dir(place.directory)
     path = place.file
     try:
-        raw = read_bounded(path, MAX_BYTES, follow=False)
+        raw = read_bytes(path, MAX_BYTES, follow=False)
         st = path.lstat()
     except FileNotFoundError:
         return None
-    except UnsafeFileError as e:
+    except UnreadableFile as e:
         raise RecordError(f"state file {path}: {e}") from None
     except OSError as e:
         raise StateError(f"cannot read state file {path}: {e}") from None
