@@ -28,7 +28,6 @@ from importlib.util import find_spec
 from ray_accel.cluster.record import HostRecord, RayProcess, RecordError
 from ray_accel.core.processes import (
     ProcessRecord,
-    ProcStat,
     children_map,
     current,
     descendants,
@@ -191,10 +190,6 @@ def require_trusted(record: HostRecord, source: str, action: str) -> dict[RayPro
     return checks
 
 
-def alive(record: ProcessRecord) -> bool:
-    return record.alive()
-
-
 def _signal(pid: int, sig: int) -> bool:
     try:
         os.kill(pid, sig)
@@ -233,14 +228,14 @@ def terminate(records: Iterable[ProcessRecord], grace_s: float = 5.0) -> list[in
     return sorted(signalled)
 
 
-def group_members(pgid: int, not_before_ticks: int, stats: Iterable[ProcStat] | None = None) -> list[ProcessRecord]:
+def group_members(pgid: int, not_before_ticks: int) -> list[ProcessRecord]:
     """Live processes of process group `pgid` that started no earlier than
     `not_before_ticks` (the group leader's start: an older process cannot
     have been started by it)."""
     never = never_signal()
     return [
         ProcessRecord(s.pid, s.start_ticks)
-        for s in (snapshot().values() if stats is None else stats)
+        for s in snapshot().values()
         if s.pgrp == pgid and s.start_ticks >= not_before_ticks and s.pid not in never and s.state not in ("Z", "X")
     ]
 

@@ -57,19 +57,8 @@ def relaunch(
     check_free([p.ports.named["node_manager_port"], p.ports.named["object_manager_port"]], f"restarting {p.name}")
     own = record.spec.for_partition(part)
     share = recorded_share(p, record)
-    args = ray_start_args(
-        part,
-        p.ports,
-        own,
-        head=False,
-        gcs=record.gcs_address,
-        gcs_port=0,
-        share=share,
-        user=RayOptions.read(record.ray_args),
-        user_labels=dict(record.labels),
-        dashboard=True,
-        extra_labels=dict(extra_labels),
-    )
+    labels = {**dict(record.labels), **extra_labels}
+    args = ray_start_args(part, p.ports, own, share, RayOptions.read(record.ray_args), labels, record.gcs_address)
     progress(f"restarting {part.name}: {record.spec.visible_ids_env}={part.visible_ids}")
     (result,) = launches.run_all([(part.name, args, partition_env(base_env, own, part, share))])
     if not result.ok:

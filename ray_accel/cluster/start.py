@@ -185,19 +185,8 @@ def launch(lp: LaunchPlan, launches: Launches, progress: Progress) -> HostRecord
     def job(i: int, gcs: str | None) -> tuple[str, list[str], dict[str, str]]:
         part, share = plan[i], lp.division.shares[i]
         own = lp.spec.for_partition(part)  # its raylet advertises its own devices' type
-        args = ray_start_args(
-            part,
-            lp.ports[i],
-            own,
-            head=head and i == 0,
-            gcs=gcs,
-            gcs_port=lp.gcs_port,
-            share=share,
-            user=lp.ray,
-            user_labels=req.offer.labels,
-            dashboard=req.services.dashboard,
-            extra_labels=lp.labels[part.name],
-        )
+        labels = {**req.offer.labels, **lp.labels[part.name]}
+        args = ray_start_args(part, lp.ports[i], own, share, lp.ray, labels, gcs, lp.gcs_port, req.services.dashboard)
         pinned = f", CPUs {format_cpulist(share.cpu_set)}" if share.cpu_set is not None else ""
         progress(f"starting {part.name}: {lp.spec.visible_ids_env}={part.visible_ids}{pinned}")
         return part.name, args, partition_env(base_env, own, part, share)
