@@ -36,14 +36,15 @@ GCS_EVERY_S = 10.0
 STOP_WAIT_S = 120.0
 
 
-def _on_disk(record: HostRecord) -> HostRecord | None:
+def _on_disk(record: HostRecord, keep: bool = True) -> HostRecord | None:
     """The record as it is now on disk (a helper may have restarted a
-    partition), None once it is gone or another start's; `record` as it was
-    while it cannot be read (what we started is still what we watch)."""
+    partition), None once it is gone or another start's; while it cannot be
+    read, `record` as it was if `keep` (what we started is still what we
+    watch), else None."""
     try:
         current = state.load(state.place_of(record))
     except RayAccelError:
-        return record
+        return record if keep else None
     return current if current is not None and current.created == record.created else None
 
 
@@ -73,13 +74,7 @@ def _stop_all(record: HostRecord, grace_s: float, progress: Progress) -> None:
 def _wait_stopped(record: HostRecord) -> None:
     """A `ray-accel stop` is at work: wait until the record is gone."""
     deadline = time.monotonic() + STOP_WAIT_S
-    while time.monotonic() < deadline:
-        try:
-            current = state.load(state.place_of(record))
-        except RayAccelError:
-            current = None
-        if current is None or current.created != record.created:
-            return
+    while time.monotonic() < deadline and _on_disk(record, keep=False) is not None:
         time.sleep(POLL_S)
 
 

@@ -142,13 +142,9 @@ def main(argv: list[str]) -> int:
         error = "ray start created no node"
     report = LaunchReport(error is None, error, time.time() - started, pinned, processes)
     if facts is not None:
-        url = facts.webui_url
+        url = facts.webui_url and (facts.webui_url if "://" in facts.webui_url else f"http://{facts.webui_url}")
         report = dataclasses.replace(
-            report,
-            node_id=facts.node_id,
-            gcs_address=facts.gcs_address,
-            node_ip=facts.node_ip,
-            dashboard_url=url and (url if "://" in url else f"http://{url}"),
+            report, node_id=facts.node_id, gcs_address=facts.gcs_address, node_ip=facts.node_ip, dashboard_url=url
         )
     return _report(result_path, report)
 

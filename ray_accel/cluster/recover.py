@@ -21,6 +21,7 @@ from ray_accel.cluster import exporters, procs, state
 from ray_accel.cluster.auth import raylet_base_env
 from ray_accel.cluster.gcs import Progress, wait_registered
 from ray_accel.cluster.host import read_host
+from ray_accel.cluster.identity import local_addresses
 from ray_accel.cluster.launcher import Launches
 from ray_accel.cluster.ports import check_free
 from ray_accel.cluster.raylet import partition_env
@@ -94,7 +95,7 @@ def recover(progress: Progress, timeout_s: float = 180.0, after: After | None = 
                 f"state file {place.file} is an earlier ray-accel's record: start --recover restarts partitions "
                 "from a record of this version; run `ray-accel stop`, then `ray-accel start`"
             )
-        if not state.address_is_local(record):
+        if record.host_ip not in local_addresses():
             raise InputError(
                 f"state file {place.file} was written for node IP {record.host_ip}, which is not an address of "
                 "this host now: its raylets cannot be restarted there; run `ray-accel stop`, then `ray-accel start`"

@@ -34,6 +34,7 @@ from ray_accel.cluster.record import HostRecord, PartitionEntry
 from ray_accel.cluster.signals import interruptible, shielded
 from ray_accel.cluster.startargs import RayOptions, ray_start_args
 from ray_accel.core.errors import InputError, RayAccelError
+from ray_accel.core.hosts import HostId, this_host_name
 from ray_accel.core.numa import format_cpulist
 from ray_accel.partition.inherited import inherited_mask, plan_within_mask
 from ray_accel.partition.labels import topology_labels
@@ -68,7 +69,7 @@ def refuse_running(action: str, place: state.Place) -> list[state.Place]:
     earlier version's); `InputError` if one names running partitions or
     cannot be trusted."""
     stale = []
-    places = [place, *(p for p in state.records_of_this_host() if p != place)]
+    places = [place, *(p for p in state.candidates()[0] if p != place)]
     for where in places:
         record = state.load(where)
         if record is None:
@@ -122,7 +123,7 @@ def plan_launch(req: StartRequest, ip: str, state_dir: Path) -> LaunchPlan:
         plan=plan,
         division=division,
         # What a placement policy on any host needs to know of each partition.
-        labels=topology_labels(plan.partitions, devices, identity.this_host(ip), spec.family, spec.resource_name),
+        labels=topology_labels(plan.partitions, devices, HostId(this_host_name(), ip), spec.family, spec.resource_name),
         ports=tuple(ports),
         gcs_port=gcs_port,
         node_ip=ip,

@@ -81,12 +81,6 @@ def host_name() -> str:
     return _SAFE_NAME.sub("_", socket.gethostname())[:255].lstrip(".") or "localhost"
 
 
-def ip_dir(ip: str) -> str:
-    """The directory name of a node IP's records: the IP as the host label
-    writes it (one text per address, and a safe file name)."""
-    return ip_text(ip)
-
-
 @dataclass(frozen=True)
 class Place:
     """One host's state directory and its record file in it (`host.json`, or
@@ -140,12 +134,14 @@ def search_root() -> Path:
 
 def place_for(ip: str | None) -> Place:
     """Where the record of this host at node IP `ip` lives (`ip` None: an
-    earlier version's record, by name alone)."""
+    earlier version's record, by name alone). An IP's directory is named as
+    the host label writes the IP (`ip_text`: one text per address, and a safe
+    file name)."""
     explicit = os.environ.get(STATE_ENV)
     name = STATE_FILE if ip is not None else LEGACY_FILE
     if explicit:
         return Place(Path(explicit), Path(explicit) / name, True)
-    directory = home_root() if ip is None else home_root() / ip_dir(ip)
+    directory = home_root() if ip is None else home_root() / ip_text(ip)
     return Place(directory, directory / name, False)
 
 
@@ -156,7 +152,7 @@ def place_of(record: HostRecord) -> Place:
 
 def choose(recorded: Sequence[str], local: Collection[str]) -> tuple[list[str], list[str]]:
     """The IP directories (by name) holding a record, split into this host's
-    (their IP is one of its addresses now: `local`, as `ip_dir` names) and the
+    (their IP is one of its addresses now: `local`, as `ip_text` names them) and the
     others, each sorted."""
     wanted = set(local)
     mine = sorted(d for d in recorded if d in wanted)
@@ -176,7 +172,7 @@ def _exists(path: Path) -> bool:
     return True
 
 
-def _candidates(addresses: Collection[str] | None) -> tuple[list[Place], tuple[Path, ...]]:
+def candidates(addresses: Collection[str] | None = None) -> tuple[list[Place], tuple[Path, ...]]:
     """The places holding a record of this host (this version's first), and
     the record files under its name for addresses it does not have."""
     explicit = os.environ.get(STATE_ENV)
@@ -193,24 +189,18 @@ def _candidates(addresses: Collection[str] | None) -> tuple[list[Place], tuple[P
         recorded = []
     except OSError as e:
         raise StateError(f"cannot read state directory {root}: {e}") from None
-    mine, others = choose(recorded, {ip_dir(a) for a in (local_addresses() if addresses is None else addresses)})
+    mine, others = choose(recorded, {ip_text(a) for a in (local_addresses() if addresses is None else addresses)})
     places = [Place(root / d, root / d / STATE_FILE, False) for d in mine]
     if _exists(root / LEGACY_FILE):
         places.append(Place(root, root / LEGACY_FILE, False))
     return places, tuple(root / d / STATE_FILE for d in others)
 
 
-def records_of_this_host() -> list[Place]:
-    """Every place holding a record of this host (for `start`, which refuses
-    while any names running partitions)."""
-    return _candidates(None)[0]
-
-
 def locate(addresses: Collection[str] | None = None) -> Found:
     """This host's record, if any (see the module doc); `addresses` are this
     host's IP addresses (default: its interfaces' now). Records for two of
     this host's addresses is a `StateError` naming them."""
-    places, elsewhere = _candidates(addresses)
+    places, elsewhere = candidates(addresses)
     current = [p for p in places if not p.legacy]
     if len(current) > 1:
         names = ", ".join(str(p.file) for p in current)
@@ -283,7 +273,7 @@ def load(place: Place | None = None) -> HostRecord | None:
     if record.legacy != place.legacy:
         kind = "an earlier version's (no host_ip)" if record.legacy else "of this version"
         raise RecordError(f"state file {path} holds a record {kind}; {place.file.name} holds the other kind")
-    if not place.explicit and record.host_ip is not None and ip_dir(record.host_ip) != place.directory.name:
+    if not place.explicit and record.host_ip is not None and ip_text(record.host_ip) != place.directory.name:
         raise RecordError(
             f"state file {path} names node IP {record.host_ip}, not the IP of its directory; "
             "it was copied there: it is not this host's record"
@@ -314,10 +304,6 @@ def check_host(record: HostRecord, place: Place, action: str) -> list[str]:
             f"{place.directory} too; {action} uses it because {STATE_ENV} names its directory"
         ]
     return []
-
-
-def address_is_local(record: HostRecord) -> bool:
-    return record.host_ip is not None and record.host_ip in local_addresses()
 
 
 def save(record: HostRecord) -> Path:
