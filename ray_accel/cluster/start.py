@@ -27,9 +27,10 @@ from ray_accel.bridge.managers import LOST_WITHOUT_BRIDGE, BridgeSpec, BridgeUns
 from ray_accel.cluster import auth, exporters, helpers, identity, procs, state
 from ray_accel.cluster.gcs import Progress, wait_registered
 from ray_accel.cluster.host import divide_host, read_host
-from ray_accel.cluster.launcher import Launches, LaunchResult
+from ray_accel.cluster.launcher import Launches
 from ray_accel.cluster.ports import RayletPorts, check_free, plan_ports, worker_ports
 from ray_accel.cluster.raylet import DEFAULT_GCS_PORT, StartRequest, check_user_keys, partition_env
+from ray_accel.cluster.raylet_launch import LaunchReport
 from ray_accel.cluster.record import HostRecord, PartitionEntry
 from ray_accel.cluster.signals import interruptible, shielded
 from ray_accel.cluster.startargs import RayOptions, ray_start_args
@@ -192,7 +193,7 @@ def launch(lp: LaunchPlan, launches: Launches, progress: Progress) -> HostRecord
         progress(f"starting {part.name}: {lp.spec.visible_ids_env}={part.visible_ids}{pinned}")
         return part.name, args, partition_env(base_env, own, part, share)
 
-    def entry(i: int, result: LaunchResult) -> PartitionEntry:
+    def entry(i: int, result: LaunchReport) -> PartitionEntry:
         part = plan[i]
         return PartitionEntry(
             name=part.name,
@@ -211,7 +212,7 @@ def launch(lp: LaunchPlan, launches: Launches, progress: Progress) -> HostRecord
         )
 
     gcs, first = req.join.address, 0
-    heads: list[LaunchResult] = []
+    heads: list[LaunchReport] = []
     if head:
         (ours,) = heads = launches.run_all([job(0, None)])
         if not ours.ok or ours.gcs_address is None:
