@@ -15,7 +15,7 @@ import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from ray_accel.bridge.managers import BridgeSpec
 from ray_accel.cluster.auth import Auth
@@ -26,7 +26,7 @@ from ray_accel.core.errors import InputError
 from ray_accel.core.health_state import HealthSettings
 from ray_accel.core.hosts import canonical_ip
 from ray_accel.core.processes import ProcessRecord
-from ray_accel.core.reader import Node, ReadError, dump, dump_fields, load, parse_json, show
+from ray_accel.core.reader import Node, ReadError, dump_fields, load, parse_json, show
 from ray_accel.core.visibility import format_visible_ids
 from ray_accel.partition.plan import MaskView, Mode, Partition
 from ray_accel.partition.share import Share
@@ -137,21 +137,10 @@ class PartitionEntry:
         found = self.of_kind("raylet")
         return found[0] if found else None
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            **self.partition.to_json(),  # the planned part, as `plan --json` writes it
-            "share": None if self.share is None else self.share.to_json(),
-            "labels": dict(self.labels),
-            "head": self.head,
-            "ports": dump(self.ports),
-            "processes": dump(self.processes),
-            "node_id": self.node_id,
-            "node_ip": self.node_ip,
-            "log": self.log,
-            "out": list(self.out),
-            "out_core_ids": list(self.out_core_ids),
-            "decider_state": self.decider_state,
-        }
+    def to_json(self) -> dict[str, object]:
+        fields = dump_fields(self, labels=dict(self.labels))
+        del fields["name"]  # the planned part first, as `plan --json` writes it: `partition`
+        return {**self.partition.to_json(), **fields}
 
 
 @dataclass(frozen=True)
