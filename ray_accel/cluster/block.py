@@ -25,7 +25,7 @@ import time
 from types import FrameType
 
 from ray_accel.cluster import procs, state
-from ray_accel.cluster.gcs import GcsError, Progress, gcs_nodes
+from ray_accel.cluster.gcs import Progress, poll_nodes
 from ray_accel.cluster.record import HostRecord
 from ray_accel.cluster.signals import handled
 from ray_accel.cluster.stop import stop
@@ -128,14 +128,8 @@ def _watch(record: HostRecord, progress: Progress, grace_s: float, wake: threadi
                 alive[p.name] = now
         if time.monotonic() >= next_gcs:
             next_gcs = time.monotonic() + GCS_EVERY_S
-            try:
-                nodes = gcs_nodes(record.gcs_address, 3.0, record.auth)
-                error = None
-            except GcsError as e:  # said once per change; asked again next round
-                nodes, error = None, str(e)
-            if error is not None and error != gcs_error:
-                progress(f"warning: {error}")
-            gcs_error = error
+            # An error is said once per change; asked again next round.
+            nodes, gcs_error = poll_nodes(record.gcs_address, record.auth, gcs_error, progress, 3.0)
             for p in current.partitions:
                 reg = None if nodes is None else p.node_id in nodes and nodes[p.node_id].alive
                 if registered.get(p.name, True) != reg:

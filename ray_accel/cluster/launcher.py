@@ -14,13 +14,13 @@ Ctrl-C from killing launchers half-way: `start` decides what to stop.
 from __future__ import annotations
 
 import concurrent.futures
-import os
 import signal
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -77,19 +77,15 @@ class Launch:
         assert self.proc is not None
         deadline = time.monotonic() + self.timeout_s
         why: str | None = None
-        while True:
+        while why is None:
             try:
                 self.proc.wait(timeout=POLL_S)
                 break
             except subprocess.TimeoutExpired:
-                pass
-            if abort.is_set():
-                why = "interrupted"
-            elif time.monotonic() > deadline:
-                why = f"no result within {self.timeout_s:g}s"
-            if why:
-                self.kill()
-                break
+                late = time.monotonic() > deadline
+                why = "interrupted" if abort.is_set() else f"no result within {self.timeout_s:g}s" if late else None
+        if why:
+            self.kill()
         self.result = self._read_result(why)
         return self.result
 
@@ -99,16 +95,11 @@ class Launch:
             return
         for member in self.members():
             if member.alive():
-                try:
-                    os.kill(member.pid, signal.SIGKILL)
-                except OSError:
-                    pass
+                procs.send(member.pid, signal.SIGKILL)
         if self.proc.poll() is None:
             self.proc.kill()
-        try:
+        with suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
 
     def members(self) -> list[ProcessRecord]:
         """What is left of this launcher's process group."""

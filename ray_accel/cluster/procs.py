@@ -190,7 +190,8 @@ def require_trusted(record: HostRecord, source: str, action: str) -> dict[RayPro
     return checks
 
 
-def _signal(pid: int, sig: int) -> bool:
+def send(pid: int, sig: int) -> bool:
+    """Whether `sig` reached `pid`."""
     try:
         os.kill(pid, sig)
         return True
@@ -215,13 +216,13 @@ def terminate(records: Iterable[ProcessRecord], grace_s: float = 5.0) -> list[in
             if child is not None:
                 targets.setdefault(pid, child)
     never = never_signal()
-    signalled = [pid for pid, r in targets.items() if pid not in never and r.alive() and _signal(pid, signal.SIGTERM)]
+    signalled = [pid for pid, r in targets.items() if pid not in never and r.alive() and send(pid, signal.SIGTERM)]
     deadline = time.monotonic() + max(0.0, grace_s)
     while time.monotonic() < deadline and any(targets[p].alive() for p in signalled):
         time.sleep(0.05)
     left = [p for p in signalled if targets[p].alive()]
     for pid in left:
-        _signal(pid, signal.SIGKILL)
+        send(pid, signal.SIGKILL)
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and any(targets[p].alive() for p in left):
         time.sleep(0.05)

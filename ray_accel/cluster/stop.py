@@ -15,6 +15,7 @@ everything that runs.
 from __future__ import annotations
 
 import logging
+from contextlib import suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -99,8 +100,6 @@ def forget_cluster_address(record: HostRecord) -> None:
     except RayApiMissing as e:
         log.warning("ray-accel: %s; Ray's current-cluster file is left as it is", e)
         return
-    try:
+    with suppress(OSError, ValueError):
         if read_bytes(path, 4096).decode("utf-8", "replace").strip() == record.gcs_address:
             path.unlink()
-    except (OSError, ValueError):
-        pass
