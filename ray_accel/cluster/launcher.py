@@ -91,8 +91,7 @@ class Launch:
 
     def kill(self) -> None:
         """SIGKILL the launcher and every member of its group."""
-        if self.proc is None:
-            return
+        assert self.proc is not None
         for member in self.members():
             if member.alive():
                 procs.send(member.pid, signal.SIGKILL)

@@ -12,12 +12,12 @@ decider's shrink and return.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
 from ray_accel.bridge.managers import raylet_env
-from ray_accel.cluster import exporters, procs, state
+from ray_accel.cluster import exporters, helpers, procs, state
 from ray_accel.cluster.auth import raylet_base_env
 from ray_accel.cluster.gcs import Progress, wait_registered
 from ray_accel.cluster.host import read_host
@@ -35,10 +35,6 @@ from ray_accel.partition.share import Share, divide
 
 # A recovered raylet is new; the head's cluster-wide processes stay as they were.
 HEAD_KINDS = ("gcs_server", "dashboard", "monitor", "ray_client_server")
-
-# What the CLI runs at the end of a recover, under the lock (the health layer
-# starts its helper again where it is gone).
-After = Callable[[HostRecord, Progress], HostRecord]
 
 
 def relaunch(
@@ -77,7 +73,7 @@ def relaunch(
     )
 
 
-def recover(progress: Progress, timeout_s: float = 180.0, after: After | None = None) -> HostRecord:
+def recover(progress: Progress, timeout_s: float = 180.0, after: helpers.After | None = None) -> HostRecord:
     found = state.locate()
     place = found.place
     if place is None:

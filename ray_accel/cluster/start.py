@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
@@ -135,12 +135,7 @@ def plan_launch(req: StartRequest, ip: str, state_dir: Path) -> LaunchPlan:
     )
 
 
-# What the CLI runs once every partition is up, under the lock and inside the
-# undo of a failed start (the health layer starts its helper).
-After = Callable[[HostRecord, Progress], HostRecord]
-
-
-def start(req: StartRequest, progress: Progress, after: After | None = None) -> HostRecord:
+def start(req: StartRequest, progress: Progress, after: helpers.After | None = None) -> HostRecord:
     if req.join.head == bool(req.join.address):
         raise InputError("give exactly one of --head (start a cluster) or --address ADDR (join one)")
     if not req.services.dashboard and req.ray.include_dashboard not in (None, "false", "False", "0"):
