@@ -129,7 +129,7 @@ def _watch(record: HostRecord, progress: Progress, grace_s: float, wake: threadi
         if time.monotonic() >= next_gcs:
             next_gcs = time.monotonic() + GCS_EVERY_S
             # An error is said once per change; asked again next round.
-            nodes, gcs_error = poll_nodes(record.gcs_address, record.auth, gcs_error, progress, 3.0)
+            nodes, gcs_error = poll_nodes(record.gcs_address, gcs_error, progress, 3.0, record.auth)
             for p in current.partitions:
                 reg = None if nodes is None else p.node_id in nodes and nodes[p.node_id].alive
                 if registered.get(p.name, True) != reg:

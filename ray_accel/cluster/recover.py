@@ -112,9 +112,9 @@ def recover(progress: Progress, timeout_s: float = 180.0, after: helpers.After |
         if not dead:
             progress("every partition is alive: nothing to recover")
             return after(record, progress) if after is not None else record
-        cluster_auth = record.auth
-        if cluster_auth.token_path is not None and not Path(cluster_auth.token_path).is_file():
-            raise InputError(f"the cluster's token file {cluster_auth.token_path} is gone; cannot restart raylets")
+        token = record.auth.token_path
+        if token is not None and not Path(token).is_file():
+            raise InputError(f"the cluster's token file {token} is gone; cannot restart raylets")
         base_env = relaunch_env(record)
         launches = Launches(state.ensure_dir(place), timeout_s)
         try:
@@ -125,9 +125,7 @@ def recover(progress: Progress, timeout_s: float = 180.0, after: helpers.After |
                 record = record.with_partitions([new if q.name == p.name else q for q in record.partitions])
                 state.save(record)
             restarted = [q for q in record.partitions if q.name in {p.name for p in dead}]
-            wait_registered(
-                record.gcs_address, [q.node_id for q in restarted if q.node_id], timeout_s, progress, cluster_auth
-            )
+            wait_registered(record.gcs_address, [q.node_id for q in restarted if q.node_id], timeout_s, progress)
         except BaseException:
             with shielded():
                 launches.undo()

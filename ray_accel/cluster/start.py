@@ -243,5 +243,5 @@ def launch(lp: LaunchPlan, launches: Launches, progress: Progress) -> HostRecord
     if failed:
         raise RayAccelError(f"partition {failed[0].name} failed: {failed[0].error}")
     nodes = [p.node_id for p in record.partitions if p.node_id]
-    wait_registered(record.gcs_address, nodes, req.timeout_s, progress, cluster_auth)
+    wait_registered(record.gcs_address, nodes, req.timeout_s, progress)
     return record
