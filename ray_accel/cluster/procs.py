@@ -96,15 +96,9 @@ def identity(argv: Sequence[str]) -> str:
             return f"-m {rest[i + 1]}" if i + 1 < len(rest) else argv[0]
         if arg.startswith("-m") and len(arg) > 2:
             return f"-m {arg[2:]}"
-        if arg == "-c":
-            return "-c"
-        if arg in _PYTHON_VALUE_OPTIONS:
-            i += 2
-            continue
-        if arg.startswith("-"):
-            i += 1
-            continue
-        return arg
+        if arg == "-c" or not arg.startswith("-"):
+            return arg
+        i += 2 if arg in _PYTHON_VALUE_OPTIONS else 1
     return argv[0]
 
 

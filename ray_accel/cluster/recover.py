@@ -75,16 +75,14 @@ def relaunch(
 
 def recover(progress: Progress, timeout_s: float = 180.0, after: helpers.After | None = None) -> HostRecord:
     found = state.locate()
-    place = found.place
+    place, note = found.place, found.note()
+    nothing = "nothing to recover: no partitions recorded (use `ray-accel start`)"
     if place is None:
-        note = found.note()
-        raise InputError(
-            "nothing to recover: no partitions recorded (use `ray-accel start`)" + (f"; {note}" if note else "")
-        )
+        raise InputError(nothing + (f"; {note}" if note else ""))
     with state.host_lock("start --recover", place), interruptible():
         record = state.load(place)
         if record is None:
-            raise InputError("nothing to recover: no partitions recorded (use `ray-accel start`)")
+            raise InputError(nothing)
         state.check_host(record, place, "start --recover")
         if record.legacy:
             raise InputError(
@@ -103,12 +101,12 @@ def recover(progress: Progress, timeout_s: float = 180.0, after: helpers.After |
                 "the head's GCS is dead, so the cluster is gone: run `ray-accel stop`, then `ray-accel start`"
             )
 
-        def raylet_alive(p: PartitionEntry) -> bool:
-            raylet = p.raylet()
-            return raylet is not None and checks[raylet].ours
-
         # A partition stopped on purpose stays as it is: what stopped it restarts it.
-        dead = [p for p in record.partitions if not raylet_alive(p) and p.decider_state != "stopped"]
+        dead = [
+            p
+            for p in record.partitions
+            if not any(checks[r].ours for r in p.of_kind("raylet")) and p.decider_state != "stopped"
+        ]
         if not dead:
             progress("every partition is alive: nothing to recover")
             return after(record, progress) if after is not None else record
