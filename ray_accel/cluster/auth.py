@@ -155,9 +155,7 @@ def provide(auth: Auth, environ: Mapping[str, str]) -> Auth:
     path = Path(auth.token_path)
     if auth.make == COPY:
         path.unlink(missing_ok=True)
-        write_token_file(path, environ[TOKEN_ENV].strip())
-    else:
-        write_token_file(path, _new_token())
+    write_token_file(path, environ[TOKEN_ENV].strip() if auth.make == COPY else _new_token())
     return replace(auth, make=None)
 
 
@@ -196,9 +194,8 @@ def apply(auth: Auth) -> None:
 def raylet_base_env(cluster_auth: Auth) -> dict[str, str]:
     """This process's environment with the cluster's auth, and the same auth
     applied here so our own GCS client and driver can reach the cluster."""
-    apply(cluster_auth)
+    apply(cluster_auth)  # so this process's environment has the auth's own
     env = dict(os.environ)
     if cluster_auth.token_path is not None:
         env.pop(TOKEN_ENV, None)  # raylets read the file, never an env value
-    env.update(cluster_auth.env())
     return env

@@ -92,10 +92,6 @@ class Place:
     explicit: bool
 
     @property
-    def lock(self) -> Path:
-        return self.directory / LOCK_FILE
-
-    @property
     def legacy(self) -> bool:
         return self.file.name == LEGACY_FILE
 
@@ -235,14 +231,10 @@ def ensure_dir(place: Place) -> Path:
     """The place's directory, created 0700 (with any missing parents) if new;
     an existing one is used as it is."""
     path = place.directory
-    missing = []
-    probe = path
-    while not probe.exists() and probe != probe.parent:
-        missing.append(probe)
-        probe = probe.parent
     try:
-        for new in reversed(missing):
-            new.mkdir(mode=0o700, exist_ok=True)
+        for new in [*reversed(path.parents), path]:
+            if not new.exists():
+                new.mkdir(mode=0o700, exist_ok=True)
     except OSError as e:
         raise StateError(f"cannot create state directory {path}: {e}") from None
     _check_dir(path)
@@ -323,7 +315,7 @@ def clear(place: Place) -> None:
 def host_lock(action: str, place: Place) -> Iterator[Path]:
     """Hold the lock of `place`'s directory for `action`, or raise `LockError` at once."""
     ensure_dir(place)
-    path = place.lock
+    path = place.directory / LOCK_FILE
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
     except OSError as e:
