@@ -103,12 +103,12 @@ def _watch(record: HostRecord, progress: Progress, grace_s: float, wake: threadi
             progress(f"{asked[0]}: stopping every partition")
             _stop_all(record, grace_s, progress)
             return 0
-        if not _ours_now(record):
+        current = _on_disk(record)
+        if current is None or current.stopping:
             progress("`ray-accel stop` is stopping the partitions")
             _wait_stopped(record)
             progress("stopped by `ray-accel stop`")
             return 0
-        current = _on_disk(record) or record
         checks = procs.check_record(current)
         for p in current.partitions:
             if p.decider_state is not None:

@@ -16,8 +16,7 @@ from ray_accel.metrics.export import ExporterEntry
 def host_level_partition(record: HostRecord) -> str | None:
     """The partition whose exporter also exports the host's own values: the
     first one serving (one stopped on purpose has no exporter)."""
-    serving = [p.name for p in record.partitions if p.decider_state is None]
-    return serving[0] if serving else None
+    return next((p.name for p in record.partitions if p.decider_state is None), None)
 
 
 def exporter_entries(parts: Sequence[PartitionEntry]) -> list[ExporterEntry]:

@@ -132,7 +132,6 @@ def never_signal() -> set[int]:
         out.add(pid)
         stat = read_stat(pid)
         pid = stat.ppid if stat is not None else 0
-    out.add(os.getpid())
     return out
 
 

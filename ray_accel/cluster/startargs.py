@@ -209,9 +209,8 @@ def port_args(ports: RayletPorts, head: bool) -> list[str]:
     """A raylet's port block as `ray start` flags (a head's own ports only on a head)."""
     args: list[str] = []
     for key, port in ports.named.items():
-        if not head and key in HEAD_ONLY:
-            continue
-        args += [f"--{key.replace('_', '-')}", str(port)]
+        if head or key not in HEAD_ONLY:
+            args += [f"--{key.replace('_', '-')}", str(port)]
     return [*args, "--min-worker-port", str(ports.min_worker_port), "--max-worker-port", str(ports.max_worker_port)]
 
 
