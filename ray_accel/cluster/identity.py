@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 from ray_accel.cluster.startargs import NODE_IP_FLAG
 from ray_accel.core.errors import InputError
-from ray_accel.core.hosts import canonical_ip, is_localhost
+from ray_accel.core.hosts import HostId, canonical_ip, is_localhost, this_host_name
 
 
 @contextlib.contextmanager
@@ -63,6 +63,10 @@ def node_ip(given: str | None, gcs_address: str | None) -> str:
         source = f"{NODE_IP_FLAG} {given!r}" if given is not None else f"Ray's address for this host {ip!r}"
         raise InputError(f"{source} is not an IP address: ray-accel tells hosts apart by their node IP")
     return canonical
+
+
+def this_host(ip: str) -> HostId:
+    return HostId(this_host_name(), ip)
 
 
 def local_addresses() -> frozenset[str]:

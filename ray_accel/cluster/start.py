@@ -35,7 +35,6 @@ from ray_accel.cluster.record import HostRecord, PartitionEntry
 from ray_accel.cluster.signals import interruptible, shielded
 from ray_accel.cluster.startargs import RayOptions, ray_start_args
 from ray_accel.core.errors import InputError, RayAccelError
-from ray_accel.core.hosts import HostId, this_host_name
 from ray_accel.core.numa import format_cpulist
 from ray_accel.partition.inherited import inherited_mask, plan_within_mask
 from ray_accel.partition.labels import topology_labels
@@ -124,7 +123,7 @@ def plan_launch(req: StartRequest, ip: str, state_dir: Path) -> LaunchPlan:
         plan=plan,
         division=division,
         # What a placement policy on any host needs to know of each partition.
-        labels=topology_labels(plan.partitions, devices, HostId(this_host_name(), ip), spec.family, spec.resource_name),
+        labels=topology_labels(plan.partitions, devices, identity.this_host(ip), spec.family, spec.resource_name),
         ports=tuple(ports),
         gcs_port=gcs_port,
         node_ip=ip,
