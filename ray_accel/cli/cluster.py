@@ -19,9 +19,7 @@ from ray_accel.core.reader import dump_fields
 RECOVER_OPTIONS = ("head", "address", "recover", "timeout", "as_json")
 
 
-@click.command(
-    epilog="Options for every `ray start` go after `--`: ray-accel start --head -- --temp-dir /data/ray",
-)
+@click.command(epilog="Options for every `ray start` go after `--`: ray-accel start --head -- --temp-dir /data/ray")
 @grouped(
     "join",
     Join,

@@ -91,11 +91,7 @@ class HealthEvent:
 
     def same(self, other: HealthEvent | None) -> bool:
         """The same condition (device, kind and code), whenever seen."""
-        return other is not None and (self.device_id, self.kind, self.code) == (
-            other.device_id,
-            other.kind,
-            other.code,
-        )
+        return other is not None and (self.device_id, self.kind, self.code) == (other.device_id, other.kind, other.code)
 
 
 @dataclass(frozen=True)

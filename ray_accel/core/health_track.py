@@ -186,11 +186,7 @@ def verdict(t: Tracked, k: int) -> DeviceHealth:
 
 
 def step_all(
-    previous: Sequence[Tracked],
-    findings: Mapping[str, Findings],
-    errors: Iterable[str],
-    now: float,
-    k: int,
+    previous: Sequence[Tracked], findings: Mapping[str, Findings], errors: Iterable[str], now: float, k: int
 ) -> tuple[tuple[Tracked, ...], HealthReport]:
     """Every device advanced by its findings (a device without any: nothing
     could be read of it), and the poll's report."""

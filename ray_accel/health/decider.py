@@ -41,14 +41,7 @@ from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.health import DeviceHealth, Health, HealthReport
 from ray_accel.core.health_kept import KEPT_FILE, doubted, read_kept
 from ray_accel.core.health_kept import dumps as dump_kept
-from ray_accel.core.health_state import (
-    HEALTH_FILE,
-    MAX_EVENTS,
-    HealthSettings,
-    HostHealth,
-    count_events,
-    dumps,
-)
+from ray_accel.core.health_state import HEALTH_FILE, MAX_EVENTS, HealthSettings, HostHealth, count_events, dumps
 from ray_accel.health import actions, rules
 from ray_accel.health.requests import take_requests
 from ray_accel.plugins.host_readings import READINGS_FILE, readings_json

@@ -55,10 +55,7 @@ def health_payload(found: Recorded) -> dict[str, Any]:
         "host_ip": record.host_ip,
         "state_file": str(found.place.file),
         "action": None if settings is None else settings.action.value,
-        "decider": {
-            "pid": None if record.decider is None else record.decider.pid,
-            "alive": found.decider_alive,
-        },
+        "decider": {"pid": None if record.decider is None else record.decider.pid, "alive": found.decider_alive},
         "at": None,
         "polls": 0,
         "devices": [],

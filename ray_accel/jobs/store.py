@@ -31,15 +31,7 @@ import threading
 import time
 from typing import Any
 
-from ray_accel.jobs.model import (
-    LOST,
-    Event,
-    EventData,
-    JobRecord,
-    Submitted,
-    apply_event,
-    gauge_rows,
-)
+from ray_accel.jobs.model import LOST, Event, EventData, JobRecord, Submitted, apply_event, gauge_rows
 
 log = logging.getLogger(__name__)
 

@@ -110,8 +110,7 @@ def split_whole(
         for i in range(n):
             while parts[i] < least[i]:
                 donor = max(
-                    (j for j in range(n) if parts[j] > least[j]),
-                    key=lambda j: (parts[j] - quota[j], parts[j], j),
+                    (j for j in range(n) if parts[j] > least[j]), key=lambda j: (parts[j] - quota[j], parts[j], j)
                 )
                 parts[donor] -= 1
                 parts[i] += 1

@@ -56,10 +56,7 @@ def new_job(
 
 
 def place(
-    job: Job,
-    policy: str | Policy = "pack",
-    view: LiveView | None = None,
-    previous: Sequence[Assignment] = (),
+    job: Job, policy: str | Policy = "pack", view: LiveView | None = None, previous: Sequence[Assignment] = ()
 ) -> Assignment:
     """Where each worker of `job` goes now; `PlacementError` (naming the
     largest job of that worker size that fits) if it does not fit.
