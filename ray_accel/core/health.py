@@ -149,7 +149,4 @@ class HealthReport:
 
     def device(self, device_id: str) -> DeviceHealth:
         """This poll's verdict on `device_id` (a `KeyError` naming it when the report has none)."""
-        for d in self.devices:
-            if d.device_id == device_id:
-                return d
-        raise KeyError(device_id)
+        return {d.device_id: d for d in self.devices}[device_id]

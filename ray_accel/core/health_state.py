@@ -25,8 +25,6 @@ VERSION = 1
 HEALTH_FILE = "health.json"
 MAX_BYTES = 8 * 1024 * 1024
 MAX_EVENTS = 100  # the file keeps the last ones, newest last
-MAX_ITEMS = 4096
-MAX_TEXT = 4096
 MIN_INTERVAL_S = 0.1
 MAX_INTERVAL_S = 3600.0
 MAX_DEADLINE_S = 7 * 24 * 3600.0
@@ -217,19 +215,15 @@ def _health(obj: Node) -> HostHealth:
         {k: obj.mapping().get(k) for k in ("action", "interval_s", "drain_deadline_s")}, "settings"
     )
     devices = tuple(DeviceHealth.from_json(d.data, d.path) for d in obj.at("devices", None).list())
-    ids = [d.device_id for d in devices]
-    dup = next((d for d in ids if ids.count(d) > 1), None)
-    if dup is not None:
-        raise ReadError(f"{dup!r} appears twice", "devices")
     parts = tuple(PartitionHealth.from_json(p.data, p.path) for p in obj.at("partitions", None).list())
-    names = [p.partition for p in parts]
-    dup = next((n for n in names if names.count(n) > 1), None)
-    if dup is not None:
-        raise ReadError(f"{dup!r} appears twice", "partitions")
+    for key, names in (("devices", [d.device_id for d in devices]), ("partitions", [p.partition for p in parts])):
+        dup = next((n for n in names if names.count(n) > 1), None)
+        if dup is not None:
+            raise ReadError(f"{dup!r} appears twice", key)
     events = tuple(HealthEvent.from_json(e.data, e.path) for e in obj.at("events", []).list())
     counters = {
-        Node(device, "counters").text(): {Node(k, row.path).text(): v.int(0, 1 << 62) for k, v in row.items(MAX_ITEMS)}
-        for device, row in obj.at("counters", {}).items(MAX_ITEMS)
+        Node(device, "counters").text(): {Node(k, row.path).text(): v.int(0, 1 << 62) for k, v in row.items()}
+        for device, row in obj.at("counters", {}).items()
     }
     return HostHealth(
         at=obj.at("at", None).number(0.0, MAX_TIME),

@@ -68,13 +68,10 @@ class Findings:
     levels: tuple[Level, ...] = ()
 
     def merged(self, other: Findings) -> Findings:
-        return Findings(
-            self.device_id,
-            self.vouched + other.vouched,
-            self.unread + other.unread,
-            self.events + other.events,
-            self.levels + other.levels,
-        )
+        return Findings(self.device_id, *(getattr(self, f) + getattr(other, f) for f in _LISTS))
+
+
+_LISTS = ("vouched", "unread", "events", "levels")  # Findings' fields after device_id, merged by concatenation
 
 
 @dataclass(frozen=True)
@@ -142,18 +139,9 @@ def advance(prev: Tracked, findings: Findings, now: float, k: int) -> tuple[Trac
         state = Health.UNKNOWN
     else:
         state = Health.HEALTHY
-    return (
-        Tracked(
-            prev.device_id,
-            state,
-            prev.since if state is prev.state else now,
-            new[-1] if new else prev.last_event,
-            tuple(faults),
-            findings.unread,
-            prev.doubt,
-        ),
-        tuple(new),
-    )
+    since, last = (prev.since if state is prev.state else now), (new[-1] if new else prev.last_event)
+    after = replace(prev, state=state, since=since, last_event=last, faults=tuple(faults), unread=findings.unread)
+    return after, tuple(new)
 
 
 def clear(prev: Tracked) -> Tracked:
@@ -172,13 +160,12 @@ def healthy_again(t: Tracked, k: int) -> str:
         if t.unread:
             return "a poll that reads its health sources (unreadable now: " + "; ".join(t.unread) + ")"
         return "a poll that reads a health source of it (none can be read)"
-    parts = []
-    for f in t.faults:
-        if f.sticky:
-            parts.append(f"{cleared_by_hand(t.device_id)} ({f.event.reason})")
-        else:
-            parts.append(f"{f.clean_words} for {k} polls in a row ({f.clean} so far)")
-    return "; and ".join(parts)
+    return "; and ".join(
+        f"{cleared_by_hand(t.device_id)} ({f.event.reason})"
+        if f.sticky
+        else f"{f.clean_words} for {k} polls in a row ({f.clean} so far)"
+        for f in t.faults
+    )
 
 
 def verdict(t: Tracked, k: int) -> DeviceHealth:
