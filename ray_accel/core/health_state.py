@@ -19,7 +19,7 @@ from pathlib import Path
 from ray_accel.core import validate
 from ray_accel.core.errors import InputError
 from ray_accel.core.health import DeviceHealth, HealthEvent
-from ray_accel.core.reader import Node, ReadError, dump, parse_json, read_file
+from ray_accel.core.reader import Node, ReadError, dump, load, parse_json, read_file
 
 VERSION = 1
 HEALTH_FILE = "health.json"
@@ -214,13 +214,13 @@ def _health(obj: Node) -> HostHealth:
     settings = HealthSettings.from_json(
         {k: obj.mapping().get(k) for k in ("action", "interval_s", "drain_deadline_s")}, "settings"
     )
-    devices = tuple(DeviceHealth.from_json(d.data, d.path) for d in obj.at("devices", None).list())
+    devices = tuple(load(DeviceHealth, d.data, d.path) for d in obj.at("devices", None).list())
     parts = tuple(PartitionHealth.from_json(p.data, p.path) for p in obj.at("partitions", None).list())
     for key, names in (("devices", [d.device_id for d in devices]), ("partitions", [p.partition for p in parts])):
         dup = next((n for n in names if names.count(n) > 1), None)
         if dup is not None:
             raise ReadError(f"{dup!r} appears twice", key)
-    events = tuple(HealthEvent.from_json(e.data, e.path) for e in obj.at("events", []).list())
+    events = tuple(load(HealthEvent, e.data, e.path) for e in obj.at("events", []).list())
     counters = {
         Node(device, "counters").text(): {Node(k, row.path).text(): v.int(0, 1 << 62) for k, v in row.items()}
         for device, row in obj.at("counters", {}).items()

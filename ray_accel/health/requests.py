@@ -24,7 +24,7 @@ from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.files import UnreadableFile, read_bytes
 from ray_accel.core.health_kept import KEPT_FILE, cleared, doubted, dumps, read_kept
 from ray_accel.core.health_state import MAX_TIME
-from ray_accel.core.reader import Node, parse_json
+from ray_accel.core.reader import CONTROL, Node, parse_json
 
 REQUESTS_DIR = "health-requests"
 MAX_BYTES = 4096
@@ -41,7 +41,7 @@ def parse_request(raw: bytes, source: str) -> ClearRequest:
     """A request file's content, or `ReadError` naming `source` and the field."""
     obj = Node(parse_json(raw, f"request {source}", "{source} is not JSON: {error}"), f"request {source}")
     obj.only({"clear", "at"})
-    return ClearRequest(obj.at("clear").text(MAX_ID), obj.at("at").number(0.0, MAX_TIME))
+    return ClearRequest(obj.at("clear").text(MAX_ID, forbid=CONTROL[:32]), obj.at("at").number(0.0, MAX_TIME))
 
 
 def ask_clear(state_dir: Path, device_id: str) -> ClearRequest:
