@@ -111,8 +111,6 @@ def _put(faults: list[Fault], fault: Fault) -> None:
 
 def advance(prev: Tracked, findings: Findings, now: float, k: int) -> tuple[Tracked, tuple[HealthEvent, ...]]:
     """The device's state after this poll, and the events new in it."""
-    if findings.device_id != prev.device_id:
-        raise ValueError(f"findings for {findings.device_id!r} applied to {prev.device_id!r}")
     faults = list(prev.faults)
     new: list[HealthEvent] = []
     for e in findings.events:
