@@ -36,9 +36,7 @@ def recovery_polls(environ: Mapping[str, str]) -> int:
     """K, the clean polls in a row that end a level fault
     (`RAYACCEL_HEALTH_RECOVERY_POLLS`, 1..10000, default 3); an `InputError` naming the value."""
     raw = environ.get(RECOVERY_POLLS_ENV)
-    if raw is None:
-        return DEFAULT_RECOVERY_POLLS
-    return ascii_int(raw, RECOVERY_POLLS_ENV, 1, MAX_RECOVERY_POLLS)
+    return DEFAULT_RECOVERY_POLLS if raw is None else ascii_int(raw, RECOVERY_POLLS_ENV, 1, MAX_RECOVERY_POLLS)
 
 
 def cleared_by_hand(device_id: str) -> str:

@@ -125,9 +125,7 @@ class Decider:
         except RayAccelError as e:
             say(f"warning: {e}")
             return None
-        if record is None or record.stopping or record.created != self.created:
-            return None
-        return record
+        return None if record is None or record.stopping or record.created != self.created else record
 
     def poll(self) -> HostRecord | None:
         record = self.current()

@@ -249,9 +249,7 @@ def apply_event(job: JobRecord | None, event: Event) -> JobRecord:
 
 def mark_lost(job: JobRecord, at: float) -> JobRecord:
     """Unknown: the controller is gone and the job never reached a terminal phase."""
-    if job.terminal:
-        return job
-    return _move(job, Phase.UNKNOWN, at, "controller gone")
+    return job if job.terminal else _move(job, Phase.UNKNOWN, at, "controller gone")
 
 
 def replica_json(r: Replica) -> object:

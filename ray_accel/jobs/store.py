@@ -175,7 +175,4 @@ def read_jobs(timeout_s: float = 30.0) -> list[JobRecord]:
     import ray
 
     handle = store(create=False)
-    if handle is None:
-        return []
-    result: list[JobRecord] = ray.get(handle.list.remote(), timeout=timeout_s)
-    return result
+    return [] if handle is None else list(ray.get(handle.list.remote(), timeout=timeout_s))

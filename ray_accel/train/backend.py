@@ -114,13 +114,9 @@ class AcceleratorBackend(Backend):
             for rank, f in zip(ranks, facts, strict=True)
         )
         hooks = list(backend_config.hooks)
+        setups = [worker.WorkerSetup(backend_config.run_id, i, job, f, collective, reason) for i, f in enumerate(facts)]
         outcomes: list[worker.Prepared] = ray.get(
-            [
-                worker_group.execute_single_async(
-                    i, worker.prepare, worker.WorkerSetup(backend_config.run_id, i, job, f, collective, reason), hooks
-                )
-                for i, f in enumerate(facts)
-            ]
+            [worker_group.execute_single_async(i, worker.prepare, s, hooks) for i, s in enumerate(setups)]
         )
         if denied := [o for o in outcomes if o.status == "denied"]:
             worker_group.execute(worker.release)
