@@ -82,16 +82,12 @@ def _old_partitions(ctx: click.Context, param: click.Parameter, value: str | Non
     return count
 
 
-def _split(
-    mode: str | None, partitions: int | None, agents: int | None, manual: str | None, backend: str | None
-) -> Split:
-    return Split.given(mode, partitions if agents is None else agents, manual, backend)
-
-
 def split_options(partitions_help: str, manual_help: str, backend_help: str) -> Callable[[F], F]:
     return grouped(
         "split",
-        _split,
+        lambda mode, partitions, agents, manual, backend: Split.given(
+            mode, partitions if agents is None else agents, manual, backend
+        ),
         click.option("--mode", default=None, show_default="auto-split", help="shared, auto-split or manual"),
         click.option("--partitions", type=PARTITION_COUNT, help=partitions_help),
         click.option("--agents", hidden=True, callback=_old_partitions),

@@ -110,9 +110,8 @@ def _put(faults: list[Fault], fault: Fault) -> None:
 def advance(prev: Tracked, findings: Findings, now: float, k: int) -> tuple[Tracked, tuple[HealthEvent, ...]]:
     """The device's state after this poll, and the events new in it."""
     faults = list(prev.faults)
-    new: list[HealthEvent] = []
-    for e in findings.events:
-        new.append(e)
+    new = list(findings.events)
+    for e in new:
         if e.fatal:
             _put(faults, Fault(e.kind, e, sticky=True))
     for level in findings.levels:
@@ -173,13 +172,8 @@ def step_all(
 ) -> tuple[tuple[Tracked, ...], HealthReport]:
     """Every device advanced by its findings (a device without any: nothing
     could be read of it), and the poll's report."""
-    tracked = []
-    events: list[HealthEvent] = []
-    for prev in previous:
-        f = findings.get(prev.device_id, Findings(prev.device_id))
-        t, new = advance(prev, f, now, k)
-        tracked.append(t)
-        events += new
+    steps = [advance(p, findings.get(p.device_id, Findings(p.device_id)), now, k) for p in previous]
+    tracked, events = [t for t, _ in steps], [e for _, new in steps for e in new]
     unread = [f"{t.device_id}: {u}" for t in tracked for u in t.unread]
     out_errors = tuple(dict.fromkeys(one_line(e, 1024) for e in [*errors, *unread]))
     report = HealthReport(now, tuple(verdict(t, k) for t in tracked), tuple(events), out_errors)

@@ -137,11 +137,6 @@ def _save_entry(record: HostRecord, new: PartitionEntry) -> HostRecord:
     return record
 
 
-def cores_of(devices: Sequence[Device], ids: Sequence[str]) -> tuple[int, ...]:
-    wanted = set(ids)
-    return tuple(sorted(c for d in devices if d.id in wanted for c in d.core_ids))
-
-
 def relabel(p: PartitionEntry, part: Partition, devices: Sequence[Device], record: HostRecord) -> dict[str, str]:
     """The partition's labels for a raylet serving `part`: the same, with the
     topology labels (devices, cores, links) of what it serves now."""
@@ -166,7 +161,7 @@ def restart_partition(
             raise RayAccelError(f"partition {name} is the head: it cannot be restarted")
         terminate_raylet(p, checks)
         serve_ids = tuple(d for d in p.device_ids if d in set(serve))
-        cores = cores_of(host.devices, serve_ids)
+        cores = tuple(sorted(c for d in host.devices if d.id in serve_ids for c in d.core_ids))
         part = Partition(name, serve_ids, cores, p.accelerator_type, p.models)
         labels = relabel(p, part, host.devices, record)
         launches = Launches(state.ensure_dir(host.place), host.timeout_s)

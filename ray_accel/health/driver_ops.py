@@ -23,13 +23,9 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from ray_accel.core.errors import RayAccelError
-from ray_accel.metrics.export import NAMESPACE, ExporterEntry, entries_from_json
+from ray_accel.metrics.export import NAMESPACE, deploy, entries_from_json
 
 TIMEOUT_S = 180.0
-
-
-def keeper_name(node_id: str) -> str:
-    return f"keeper-{node_id}"
 
 
 class Keeper:
@@ -45,7 +41,7 @@ def _keep(address: str, node_id: str) -> None:
 
     ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING)
     try:
-        name = keeper_name(node_id)
+        name = f"keeper-{node_id}"
         try:
             handle = ray.get_actor(name, namespace=NAMESPACE)
         except ValueError:
@@ -64,12 +60,6 @@ def _keep(address: str, node_id: str) -> None:
         ray.shutdown()
 
 
-def _exporters(address: str, entries: Sequence[ExporterEntry], host_level: str | None, state_dir: str) -> None:
-    from ray_accel.metrics import export
-
-    export.deploy(address, entries, host_level_partition=host_level, state_dir=state_dir)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ray_accel.health.driver_ops")
     sub = parser.add_subparsers(dest="op", required=True)
@@ -85,7 +75,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.op == "keep":
         _keep(args.address, args.node_id)
     else:
-        _exporters(args.address, entries_from_json(args.entries), args.host_level, args.state_dir)
+        entries = entries_from_json(args.entries)
+        deploy(args.address, entries, host_level_partition=args.host_level, state_dir=args.state_dir)
     print(json.dumps({"ok": True}), flush=True)
     return 0
 

@@ -224,7 +224,8 @@ def apply_event(job: JobRecord | None, event: Event) -> JobRecord:
         moved = _move(job, phase_for_state(job.phase, d.state), event.at, d.state)
         return dataclasses.replace(moved, ray_state=d.state, detail=d.detail or job.detail)
     if event.kind == LOST:
-        return mark_lost(job, event.at)
+        # Unknown: the controller is gone and the job never reached a terminal phase.
+        return job if job.terminal else _move(job, Phase.UNKNOWN, event.at, "controller gone")
     # STARTING: a new attempt's workers are placed; the previous ones retire.
     d = d if isinstance(d, Started) else Started()
     attempt = job.attempts + 1
@@ -245,11 +246,6 @@ def apply_event(job: JobRecord | None, event: Event) -> JobRecord:
         t = Transition(Phase.RESTARTING, event.at, "on_start")
         replicas = tuple(dataclasses.replace(r, transitions=(*r.transitions, t)) for r in replicas)
     return dataclasses.replace(job, replicas=replicas)
-
-
-def mark_lost(job: JobRecord, at: float) -> JobRecord:
-    """Unknown: the controller is gone and the job never reached a terminal phase."""
-    return job if job.terminal else _move(job, Phase.UNKNOWN, at, "controller gone")
 
 
 def replica_json(r: Replica) -> object:
