@@ -17,7 +17,7 @@ import click
 
 from ray_accel.cli.host import json_option
 from ray_accel.cli.output import ago, emit
-from ray_accel.cli.render import render
+from ray_accel.cli.render import table
 
 
 def health_text(payload: Mapping[str, Any], now: float | None = None) -> str:
@@ -29,34 +29,27 @@ def health_text(payload: Mapping[str, Any], now: float | None = None) -> str:
         return head + "\nno health state yet: the decider has not polled"
     head += f"; last poll {ago(payload['at'], now)} (poll {payload['polls']})"
     counters = payload["counters"]
-    devices = render(
-        ["DEVICE", "PARTITION", "HEALTH", "SINCE", "LAST EVENT", "EVENTS", "HEALTHY AGAIN WHEN"],
-        [
-            [
-                d["device_id"],
-                d["partition"],
-                d["state"],
-                ago(d["since"], now),
-                (d["last_event"] or {}).get("reason", "-"),
-                ", ".join(f"{k} x{n}" for k, n in sorted(counters.get(d["device_id"], {}).items())) or "-",
-                d["healthy_again"] or "-",
-            ]
-            for d in payload["devices"]
-        ],
+    devices = table(
+        payload["devices"],
+        ("DEVICE", lambda d: d["device_id"]),
+        ("PARTITION", lambda d: d["partition"]),
+        ("HEALTH", lambda d: d["state"]),
+        ("SINCE", lambda d: ago(d["since"], now)),
+        ("LAST EVENT", lambda d: (d["last_event"] or {}).get("reason", "-")),
+        (
+            "EVENTS",
+            lambda d: ", ".join(f"{k} x{n}" for k, n in sorted(counters.get(d["device_id"], {}).items())) or "-",
+        ),
+        ("HEALTHY AGAIN WHEN", lambda d: d["healthy_again"] or "-"),
     )
-    parts = render(
-        ["PARTITION", "STATE", "SINCE", "SERVING", "OUT", "DETAIL"],
-        [
-            [
-                p["partition"] + (" (head)" if p["head"] else ""),
-                p["state"],
-                ago(p["since"], now),
-                len(p["devices"]),
-                ",".join(p["out"]) or "-",
-                p["detail"] or "-",
-            ]
-            for p in payload["partitions"]
-        ],
+    parts = table(
+        payload["partitions"],
+        ("PARTITION", lambda p: p["partition"] + (" (head)" if p["head"] else "")),
+        ("STATE", lambda p: p["state"]),
+        ("SINCE", lambda p: ago(p["since"], now)),
+        ("SERVING", lambda p: len(p["devices"])),
+        ("OUT", lambda p: ",".join(p["out"]) or "-"),
+        ("DETAIL", lambda p: p["detail"] or "-"),
     )
     errors = [f"error: {e}" for e in payload["errors"]]
     return "\n\n".join([head, devices, parts, *(["\n".join(errors)] if errors else [])])

@@ -81,13 +81,8 @@ def devices_text(inventory: Inventory) -> str:
         lines.append(render(["DEVICE", "BACKEND", "MODEL", "CORES", "MEMORY", "NUMA", "PEERS", "EXTERNAL"], rows))
     for info in infos:
         lines += [f"warning ({info.plugin}): {w}" for w in info.warnings]
-    lines.append("")
-    lines.append(
-        render(
-            ["BACKEND", "ACTIVE", "REASON"],
-            [[s.name, "yes" if s.active else "no", s.reason or ""] for s in inventory.statuses],
-        )
-    )
+    statuses = [[s.name, "yes" if s.active else "no", s.reason or ""] for s in inventory.statuses]
+    lines += ["", render(["BACKEND", "ACTIVE", "REASON"], statuses)]
     return "\n".join(lines)
 
 
@@ -114,12 +109,8 @@ def plan_text(plan: Plan, division: Division) -> str:
     lines = [f"mode {plan.mode.value}: {len(rows)} partition(s)"]
     if plan.mask:
         lines.append(plan.mask.description)
-    lines.append(
-        render(
-            ["PARTITION", "DEVICES", "CORES", "VISIBLE", "TYPE", "CPUS", "CPU SET", "MEMORY", "OBJ STORE", "QUALITY"],
-            rows,
-        )
-    )
+    headers = ["PARTITION", "DEVICES", "CORES", "VISIBLE", "TYPE", "CPUS", "CPU SET", "MEMORY", "OBJ STORE", "QUALITY"]
+    lines.append(render(headers, rows))
     if division.pinning:
         lines.append(f"CPU pinning: {division.pinning}")
     if plan.unassigned:
@@ -195,12 +186,8 @@ def orphans_text(orphans: Sequence[OrphanReading], errors: Sequence[str] = ()) -
     """Processes holding a partition's device without being its raylet's workers."""
     lines = []
     if orphans:
-        lines.append(
-            render(
-                ["ORPHAN PID", "HOST", "PARTITION", "DEVICE", "COMMAND"],
-                [[o.pid, o.host, o.partition, o.device_id, o.command] for o in orphans],
-            )
-        )
+        rows = [[o.pid, o.host, o.partition, o.device_id, o.command] for o in orphans]
+        lines.append(render(["ORPHAN PID", "HOST", "PARTITION", "DEVICE", "COMMAND"], rows))
     elif not errors:
         lines.append("orphans: none")
     lines += [f"orphans unknown: {e}" for e in errors]

@@ -48,17 +48,12 @@ PHASES = tuple(p.value for p in Phase)
 TERMINAL = frozenset({Phase.SUCCEEDED, Phase.FAILED})
 # Ray's state -> ours; None keeps the current phase.
 RAY_STATE_PHASE: Mapping[str, Phase | None] = {
-    "INITIALIZING": Phase.PENDING,
-    "SCHEDULING": Phase.PENDING,
-    "RESCHEDULING": Phase.PENDING,
+    **dict.fromkeys(("INITIALIZING", "SCHEDULING", "RESCHEDULING"), Phase.PENDING),
     "RUNNING": Phase.RUNNING,
-    "RESTARTING": Phase.RESTARTING,
-    "RESIZING": Phase.RESTARTING,
-    "PREEMPTING": Phase.RESTARTING,
+    **dict.fromkeys(("RESTARTING", "RESIZING", "PREEMPTING"), Phase.RESTARTING),
     "SHUTTING_DOWN": None,
     "FINISHED": Phase.SUCCEEDED,
-    "ERRORED": Phase.FAILED,
-    "ABORTED": Phase.FAILED,
+    **dict.fromkeys(("ERRORED", "ABORTED"), Phase.FAILED),
 }
 # Event kinds, in the order one attempt sends them.
 SUBMITTED = "submitted"  # the controller started: name, Ray's run id, allowed workers
