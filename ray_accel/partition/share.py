@@ -50,9 +50,6 @@ class HostResources:
     resources: Mapping[str, float] = field(default_factory=dict)
     sources: Mapping[str, str] = field(default_factory=dict)  # amount -> "host" or the user's flag
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class Share:
@@ -75,9 +72,6 @@ class Division:
     shares: tuple[Share, ...]
     pinning: str  # "on", or "off: <why>"
     warnings: tuple[str, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        return {"pinning": self.pinning, "shares": [s.to_json() for s in self.shares], "warnings": list(self.warnings)}
 
 
 def _weights(weights: Sequence[int]) -> list[int]:
