@@ -255,9 +255,8 @@ def post_create() -> None:
 
 
 def shutdown(pre_terminate_timeout_s: float) -> None:
-    hooks = _state.hooks
-    if hooks is not None:
-        hooks.pre_terminate(pre_terminate_timeout_s)
+    if _state.hooks is not None:
+        _state.hooks.pre_terminate(pre_terminate_timeout_s)
     if _state.group:
         _state.group = False
         try:
