@@ -76,8 +76,7 @@ def _old_partitions(ctx: click.Context, param: click.Parameter, value: str | Non
     of on stderr (never inside --json)."""
     if value is None:
         return None
-    partitions = next(p for p in ctx.command.params if p.name == "partitions")
-    count = PARTITION_COUNT.convert(value, partitions, ctx)
+    count = PARTITION_COUNT.convert(value, next(p for p in ctx.command.params if p.name == "partitions"), ctx)
     click.echo("warning: --agents is deprecated: use --partitions", err=True)
     return count
 

@@ -176,13 +176,11 @@ def step_all(
     tracked, events = [t for t, _ in steps], [e for _, new in steps for e in new]
     unread = [f"{t.device_id}: {u}" for t in tracked for u in t.unread]
     out_errors = tuple(dict.fromkeys(one_line(e, 1024) for e in [*errors, *unread]))
-    report = HealthReport(now, tuple(verdict(t, k) for t in tracked), tuple(events), out_errors)
-    return tuple(tracked), report
+    return tuple(tracked), HealthReport(now, tuple(verdict(t, k) for t in tracked), tuple(events), out_errors)
 
 
 def clear_device(tracked: Sequence[Tracked], device_id: str) -> tuple[Tracked, ...]:
     """`clear` on `device_id`; an `InputError` naming it when it is not one of `tracked`."""
     if device_id not in {t.device_id for t in tracked}:
-        known = ", ".join(t.device_id for t in tracked)
-        raise InputError(f"no device {device_id!r} on this host (devices: {known})")
+        raise InputError(f"no device {device_id!r} on this host (devices: {', '.join(t.device_id for t in tracked)})")
     return tuple(clear(t) if t.device_id == device_id else t for t in tracked)

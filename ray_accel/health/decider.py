@@ -227,8 +227,7 @@ def build(place: state.Place, created: float) -> Decider:
         say(f"warning: {kept.unknown}: the devices the record has out of service stay out")
     if monitor is not None:
         monitor.resume(doubted(kept, (d for p in record.partitions for d in p.out), now))
-    parts = tuple(rules.view_of(record, p) for p in record.partitions)
-    health = HostHealth(now, settings, (), parts)
+    health = HostHealth(now, settings, (), tuple(rules.view_of(record, p) for p in record.partitions))
     pending = (kept.unknown,) if kept.unknown and kept.found else ()
     return Decider(place, created, settings, tuple(devices), monitor, health, pending=pending)
 

@@ -116,8 +116,7 @@ def split_cpus(total: int, weights: Sequence[int], groups: Sequence[object]) -> 
     share CPUs (those pinned to one NUMA node; the unpinned), then within each
     group, so no group is counted more CPUs than its share while another gets
     none. Every partition gets one when `total` allows."""
-    keys = list(dict.fromkeys(groups))
-    members = [[i for i, g in enumerate(groups) if g == k] for k in keys]
+    members = [[i for i, g in enumerate(groups) if g == k] for k in dict.fromkeys(groups)]
     floors = [len(m) for m in members] if total >= len(weights) else None
     per_group = split_whole(total, [sum(weights[i] for i in m) for m in members], floors=floors)
     out = [0] * len(weights)

@@ -57,8 +57,7 @@ class Policy(ABC):
         parts = [p for p in partitions if capacity(job, p) > 0]
         if largest_fit(job, parts) < job.workers:
             raise refusal(job, partitions)
-        choice = self._choose(job, sorted(parts, key=lambda p: p.key))
-        return assess(job, partitions, slots_for(choice))
+        return assess(job, partitions, slots_for(self._choose(job, sorted(parts, key=lambda p: p.key))))
 
     def optimize(
         self,

@@ -58,8 +58,7 @@ def resolve_collective(requested: str | None, facts: Sequence[WorkerFacts]) -> t
     found = {f.collective for f in facts}
     if len(found) > 1:
         raise ValueError(f"workers disagree on the collective backend ({sorted(found)}): set backend explicitly")
-    reasons = dict.fromkeys(f.reason for f in facts if f.reason)
-    return (found.pop() if found else GLOO), "; ".join(reasons)
+    return (found.pop() if found else GLOO), "; ".join(dict.fromkeys(f.reason for f in facts if f.reason))
 
 
 def align_ray_context(
