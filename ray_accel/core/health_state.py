@@ -225,13 +225,5 @@ def _health(obj: Node) -> HostHealth:
         Node(device, "counters").text(): {Node(k, row.path).text(): v.int(0, 1 << 62) for k, v in row.items()}
         for device, row in obj.at("counters", {}).items()
     }
-    return HostHealth(
-        at=obj.at("at", None).number(0.0, MAX_TIME),
-        settings=settings,
-        devices=devices,
-        partitions=parts,
-        events=events[-MAX_EVENTS:],
-        counters=counters,
-        polls=obj.at("polls", 0).int(0, 1 << 62),
-        errors=obj.at("errors", []).texts(),
-    )
+    at, polls = obj.at("at", None).number(0.0, MAX_TIME), obj.at("polls", 0).int(0, 1 << 62)
+    return HostHealth(at, settings, devices, parts, events[-MAX_EVENTS:], counters, polls, obj.at("errors", []).texts())

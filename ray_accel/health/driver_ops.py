@@ -41,36 +41,27 @@ def _keep(address: str, node_id: str) -> None:
 
     ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING)
     try:
-        name = f"keeper-{node_id}"
-        try:
-            handle = ray.get_actor(name, namespace=NAMESPACE)
-        except ValueError:
-            handle = (
-                ray.remote(num_cpus=0, max_restarts=0)(Keeper)
-                .options(
-                    name=name,
-                    namespace=NAMESPACE,
-                    lifetime="detached",
-                    scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-                )
-                .remote()
-            )
-        ray.get(handle.ping.remote(), timeout=120)
+        pinned = NodeAffinitySchedulingStrategy(node_id, soft=False)
+        keeper = ray.remote(num_cpus=0, max_restarts=0)(Keeper).options(
+            name=f"keeper-{node_id}",
+            namespace=NAMESPACE,
+            lifetime="detached",
+            get_if_exists=True,
+            scheduling_strategy=pinned,
+        )
+        ray.get(keeper.remote().ping.remote(), timeout=120)
     finally:
         ray.shutdown()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ray_accel.health.driver_ops")
-    sub = parser.add_subparsers(dest="op", required=True)
-    keep = sub.add_parser("keep")
-    keep.add_argument("--address", required=True)
-    keep.add_argument("--node-id", required=True)
-    exp = sub.add_parser("exporters")
-    exp.add_argument("--address", required=True)
-    exp.add_argument("--entries", required=True, help="JSON list of partition entries")
-    exp.add_argument("--host-level")
-    exp.add_argument("--state-dir", required=True)
+    parser.add_argument("op", choices=["keep", "exporters"])
+    parser.add_argument("--address", required=True)
+    parser.add_argument("--node-id", help="keep: the head's node id")
+    parser.add_argument("--entries", help="exporters: JSON list of partition entries")
+    parser.add_argument("--host-level")
+    parser.add_argument("--state-dir")
     args = parser.parse_args(argv)
     if args.op == "keep":
         _keep(args.address, args.node_id)

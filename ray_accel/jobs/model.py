@@ -278,17 +278,9 @@ def job_notes(jobs: Sequence[JobRecord], health: HostHealth | None, host_key: st
     and why. Pure."""
     if health is None:
         return {}
-    held = {p.partition: p for p in health.partitions if p.state is not PartState.SERVING}
     # A job's partitions are `<host key>/<partition>`.
-    mine = {
-        job.id: [
-            held[name]
-            for host, _, name in (hp.partition("/") for hp in job.partitions)
-            if host == host_key and name in held
-        ]
-        for job in jobs
-        if job.phase in WAITING_PHASES
-    }
+    held = {f"{host_key}/{p.partition}": p for p in health.partitions if p.state is not PartState.SERVING}
+    mine = {job.id: [held[k] for k in job.partitions if k in held] for job in jobs if job.phase in WAITING_PHASES}
     return {j: "; ".join(f"{p.partition} {p.state.value}: {p.detail}" for p in ps) for j, ps in mine.items() if ps}
 
 
