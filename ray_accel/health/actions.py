@@ -188,14 +188,10 @@ def redeploy_exporters(record: HostRecord, names: Sequence[str], progress: Progr
     """Start the metrics exporters of partitions `names` (those serving) again;
     the host's host-level values go to `host_level_partition`. A failure is
     reported, never fatal."""
-    if not record.metrics:
+    parts = [p for p in record.partitions if p.name in names and p.health.state is not PartState.STOPPED and p.node_id]
+    if not record.metrics or not parts:
         return
     level = host_level_partition(record)
-    parts = [
-        p for p in record.partitions if p.name in set(names) and p.health.state is not PartState.STOPPED and p.node_id
-    ]
-    if not parts:
-        return
     args = [
         "--address",
         record.gcs_address,

@@ -173,9 +173,8 @@ class Decider:
         raylet = p.raylet()
         alive = raylet is not None and raylet in checks and checks[raylet].ours
         facts = rules.Facts(full=p.device_ids, head=p.head, raylet_alive=alive, health=by_id)
-        now = time.time()
         view = rules.view_of(record, p)
-        step = rules.decide(self.settings, view, facts, now)
+        step = rules.decide(self.settings, view, facts, time.time())
         held = rules.held_of(step.view)
         if step.effect is not rules.Effect.NONE:
             say(f"{name}: {step.effect.value} ({view.state.value} -> {step.view.state.value}) {step.message}".rstrip())

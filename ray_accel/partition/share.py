@@ -144,11 +144,9 @@ def place_cpus(
     not pinned) and a reason, plus "on" or "off: <why>" for the host."""
     nodes = topology.cpu_nodes
     if topology.error is not None or len(nodes) < 2:
-        why = (
-            f"NUMA topology unknown ({topology.error})"
-            if topology.error is not None
-            else (f"the host has one NUMA node with CPUs ({topology.root})")
-        )
+        why = f"the host has one NUMA node with CPUs ({topology.root})"
+        if topology.error is not None:
+            why = f"NUMA topology unknown ({topology.error})"
         return [(None, why) for _ in numa_nodes], f"off: {why}"
     usable = frozenset(allowed)
 

@@ -149,11 +149,10 @@ def describe() -> WorkerFacts:
 
     ctx = ray.get_runtime_context()
     specs = specs_from_env(os.environ.get(SPEC_ENV))
-    accel = ctx.get_accelerator_ids()
     plugin = backend()  # first: a worker without its backend fails the job here, at start
     spec = specs[0] if specs else None
     resource = spec.resource_name if spec else (plugin.resource_name if plugin else None)
-    ids = tuple(str(i) for i in accel.get(resource, [])) if resource else ()
+    ids = tuple(str(i) for i in ctx.get_accelerator_ids().get(resource, [])) if resource else ()
     # A worker holding no device trains on gloo whatever its backend would pick.
     chosen = describe_backend() if ids else {"collective": GLOO}
     ip = ray.util.get_node_ip_address()
