@@ -170,16 +170,10 @@ def started_text(payload: HostStatus) -> str:
     env = " ".join(f"{k}={v}" for k, v in payload.env.items())
     address, dashboard = payload.gcs_address, payload.dashboard_address
     submit = [f"submit a job: ray job submit --address {dashboard} -- python script.py"] if dashboard else []
-    return "\n".join(
-        [
-            status_text(payload),
-            f"cluster address: {address}",
-            *submit,
-            f"driver environment: export {env}",
-            f"connect a driver: python -c \"import ray; ray.init(address='{address}')\"",
-            f"target a partition: .options(label_selector={{'{PARTITION_LABEL}': '<partition>'}})",
-        ]
-    )
+    lines = [status_text(payload), f"cluster address: {address}", *submit, f"driver environment: export {env}"]
+    lines.append(f"connect a driver: python -c \"import ray; ray.init(address='{address}')\"")
+    lines.append(f"target a partition: .options(label_selector={{'{PARTITION_LABEL}': '<partition>'}})")
+    return "\n".join(lines)
 
 
 def orphans_text(orphans: Sequence[OrphanReading], errors: Sequence[str] = ()) -> str:

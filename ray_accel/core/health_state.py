@@ -103,7 +103,7 @@ class PartitionHealth:
 
     @classmethod
     def from_json(cls, data: object, where: str) -> PartitionHealth:
-        obj = Node(data, where).only({f.name for f in PARTITION_FIELDS})
+        obj = Node(data, where).only(set(cls.__dataclass_fields__))
         name = obj.at("partition", None)
         try:
             validate.partition_name(name.text())
@@ -122,9 +122,6 @@ class PartitionHealth:
             target=None if target is None else target.texts(),
             head=obj.at("head", False).bool(),
         )
-
-
-PARTITION_FIELDS = tuple(PartitionHealth.__dataclass_fields__.values())
 
 
 @dataclass(frozen=True)

@@ -66,8 +66,7 @@ def backend() -> DevicePlugin | None:
             raise WorkerBackendError(
                 f"this training worker cannot load its raylet's backend {named[0].backend!r}: {type(e).__name__}: {e}"
             ) from e
-        _state.plugin = plugin
-        _state.loaded = True
+        _state.plugin, _state.loaded = plugin, True
     return _state.plugin
 
 
