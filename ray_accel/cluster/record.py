@@ -26,7 +26,7 @@ from ray_accel.core.errors import InputError
 from ray_accel.core.health_state import HealthSettings, PartitionState, PartState
 from ray_accel.core.hosts import canonical_ip
 from ray_accel.core.processes import ProcessRecord
-from ray_accel.core.reader import Node, ReadError, dump_fields, load, parse_json, show
+from ray_accel.core.reader import Node, ReadError, dump_fields, load, parse_document, show
 from ray_accel.core.visibility import format_visible_ids
 from ray_accel.partition.plan import MaskView, Mode, Partition
 from ray_accel.partition.share import Share
@@ -220,14 +220,7 @@ def dumps(record: HostRecord) -> str:
 def parse_record(raw: bytes | str, source: str) -> HostRecord:
     """The record in `raw` (the bytes of the state file `source`), or
     `RecordError` naming `source` and what does not fit."""
-    try:
-        data = parse_json(raw, f"state file {source}")
-    except ReadError as e:
-        raise RecordError(str(e)) from None
-    try:
-        return _record(Node(data))
-    except ReadError as e:
-        raise RecordError(f"state file {source} does not fit the state record: {e}") from None
+    return parse_document(raw, f"state file {source}", _record, RecordError, "does not fit the state record")
 
 
 def _checked(node: Node, check: Callable[..., T], *args: object) -> T:

@@ -217,13 +217,8 @@ def partition_health(health: HostHealth | None, partition: str) -> dict[str, Any
     p = health.partition(partition)
     if p is None:
         return None
-    return {
-        "state": p.state.value,
-        "since": p.since,
-        "detail": p.detail,
-        "out": list(p.out),
-        "devices": {d.device_id: d.state.value for d in health.devices if d.device_id in (*p.devices, *p.out)},
-    }
+    mine = (*p.devices, *p.out)
+    return reader.dump_fields(p, devices={d.device_id: d.state.value for d in health.devices if d.device_id in mine})
 
 
 def exporting(p: PartitionHealth) -> bool:
@@ -263,8 +258,7 @@ def entries_to_json(entries: Sequence[ExporterEntry]) -> str:
 
 def entries_from_json(text: str) -> tuple[ExporterEntry, ...]:
     """What `entries_to_json` wrote; `ReadError` naming the field for anything else."""
-    rows = reader.Node(reader.parse_json(text, "exporter entries"), "entries").list()
-    return tuple(reader.load(ExporterEntry, row.data, row.path) for row in rows)
+    return reader.load(tuple[ExporterEntry, ...], reader.parse_json(text, "exporter entries"), "entries")
 
 
 class PartitionExporter:
