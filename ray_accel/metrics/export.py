@@ -147,13 +147,7 @@ def gauge_values(
     out: list[tuple[str, float, dict[str, str]]] = []
     verdict = {d.device_id: d.state for d in health.devices} if health is not None else {}
     for d in snap.devices:
-        tags = {
-            "host": d.host,
-            "partition": d.partition,
-            "device_id": d.id,
-            "family": d.family,
-            "accelerator_type": d.accelerator_type or "",
-        }
+        tags = dict(zip(DEVICE_TAGS, (d.host, d.partition, d.id, d.family, d.accelerator_type or ""), strict=True))
         for key, value in (
             ("util", d.utilization),
             ("used", d.memory_used_bytes),
@@ -172,14 +166,8 @@ def gauge_values(
         for dev, nbytes in sorted(w.device_memory_bytes.items()):
             out.append(("w_dev", float(nbytes), {**wt, "device_id": dev}))
     for o in snap.orphans:
-        tags = {
-            "host": o.host,
-            "partition": o.partition,
-            "device_id": o.device_id,
-            "pid": str(o.pid),
-            "command": o.command[:COMMAND_MAX],
-        }
-        out.append(("orphan", 1.0, tags))
+        values = (o.host, o.partition, o.device_id, str(o.pid), o.command[:COMMAND_MAX])
+        out.append(("orphan", 1.0, dict(zip(ORPHAN_TAGS, values, strict=True))))
     if host is not None:
         ht = {"host": host.host, "family": host.family, "accelerator_type": host.accelerator_type}
         out.append(("n_devices", float(host.devices), ht))
@@ -189,14 +177,13 @@ def gauge_values(
 
 def health_values(health: HostHealth, host: str) -> list[tuple[str, float, dict[str, str]]]:
     """(gauge key, value, tags) for a host's health state: pure, as `gauge_values`."""
-    out: list[tuple[str, float, dict[str, str]]] = []
+    out = [
+        ("p_state", float(p.state is st), {"host": host, "partition": p.partition, "state": st.value})
+        for p in health.partitions
+        for st in PartState
+    ]
     # A device's partition is the one it was planned in, in service or out.
     owner = {d: p.partition for p in health.partitions for d in (*p.devices, *p.out)}
-    for p in health.partitions:
-        for st in PartState:
-            out.append(
-                ("p_state", 1.0 if p.state is st else 0.0, {"host": host, "partition": p.partition, "state": st.value})
-            )
     for d in health.devices:
         tags = {"host": host, "partition": owner.get(d.device_id, ""), "device_id": d.device_id}
         for h in Health:
