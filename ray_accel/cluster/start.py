@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
 
@@ -33,7 +33,7 @@ from ray_accel.cluster.launcher import Launches
 from ray_accel.cluster.ports import RayletPorts, check_free, plan_ports, worker_ports
 from ray_accel.cluster.raylet import DEFAULT_GCS_PORT, StartRequest, check_user_keys, partition_env
 from ray_accel.cluster.raylet_launch import LaunchReport
-from ray_accel.cluster.record import HostRecord, PartitionEntry
+from ray_accel.cluster.record import HostRecord, PartitionEntry, less_out
 from ray_accel.cluster.signals import interruptible, shielded
 from ray_accel.cluster.startargs import RayOptions, ray_start_args
 from ray_accel.core.devices import Device
@@ -80,13 +80,7 @@ class OutOfService:
 
 def serving(part: Partition, out: Sequence[OutOfService]) -> Partition:
     """`part` as its raylet serves it: without the devices `out` of service."""
-    gone = {o.device for o in out}
-    cores = {c for o in out for c in o.units}
-    return replace(
-        part,
-        device_ids=tuple(d for d in part.device_ids if d not in gone),
-        core_ids=tuple(c for c in part.core_ids if c not in cores),
-    )
+    return less_out(part, {o.device for o in out}, {c for o in out for c in o.units})
 
 
 def kept_dir() -> Path | None:
