@@ -32,8 +32,18 @@ from ray_accel.core.health_kept import (
     read_kept,
     resume,
 )
-from ray_accel.core.health_state import HEALTH_FILE, Action, HealthSettings, PartitionState, PartState, read_health
+from ray_accel.core.health_state import (
+    HEALTH_FILE,
+    Action,
+    HealthSettings,
+    HostHealth,
+    PartitionHealth,
+    PartitionState,
+    PartState,
+    read_health,
+)
 from ray_accel.core.health_state import VERSION as HEALTH_VERSION
+from ray_accel.core.health_state import dumps as health_dumps
 from ray_accel.core.health_track import Fault, Findings, Level, advance, start
 from ray_accel.health.launch import start_decider
 from tests.clirun import run_cli_here
@@ -219,6 +229,26 @@ def test_plan_leaves_a_device_out_of_service_out_of_its_partition_and_says_so(tm
     (tmp_path / KEPT_FILE).write_text("{")
     proc = run_cli_here("plan", "--partitions", "2", "--json", env=environ)
     assert json.loads(proc.stdout)["out_of_service"] == [] and "device health unknown" in proc.stderr
+
+
+def test_plan_on_unreadable_kept_health_leaves_what_the_last_health_report_had_out_out(tmp_path: Path) -> None:
+    """After `stop`, no record says what was out: where devices.json cannot be
+    read, the last health.json does (a device is never healthy for want of a file)."""
+    environ = {"RAYACCEL_MOCK": "trn1.32xlarge", "RAYACCEL_STATE_DIR": str(tmp_path)}
+    text = dumps([KeptDevice(D, 1.0, (FAULT,), {ECC: 2})], 1.0)
+    (tmp_path / KEPT_FILE).write_text(text[: len(text) // 2])
+    p1 = tuple(f"neuron:{i}" for i in range(8, 16))
+    shrunk = PartitionHealth("p1", PartState.SHRUNK, 1.0, tuple(d for d in p1 if d != D), (D,), "n", f"without {D}")
+    write_atomic(tmp_path / HEALTH_FILE, health_dumps(HostHealth(1.0, HealthSettings(Action.SHRINK), (), (shrunk,))))
+    proc = run_cli_here("plan", "--partitions", "2", "--json", env=environ)
+    assert proc.returncode == 0, proc.stderr
+    (out,) = json.loads(proc.stdout)["out_of_service"]
+    assert (out["device"], out["partition"]) == (D, "p1")
+    assert out["reason"].startswith("device health unknown: ") and out["reason"].endswith("; it was out of service")
+    assert "not valid JSON" in out["reason"] and "what the last health report had out stays out" in proc.stderr
+    (tmp_path / HEALTH_FILE).write_text("{")
+    proc = run_cli_here("plan", "--partitions", "2", "--json", env=environ)
+    assert json.loads(proc.stdout)["out_of_service"] == [] and "every device starts in service" in proc.stderr
 
 
 def test_a_partition_with_every_device_out_is_refused(tmp_path: Path) -> None:
