@@ -57,7 +57,7 @@ from ray_accel.core.health import Health
 from ray_accel.core.health_state import HostHealth, PartitionHealth, PartState, read_health
 from ray_accel.core.hosts import HostId, this_host_name
 from ray_accel.core.processes import process_table
-from ray_accel.metrics.collect import Snapshot, Where, collect, device_readings
+from ray_accel.metrics.collect import DeviceReading, Snapshot, Where, collect, device_readings
 from ray_accel.partition.labels import PARTITION_LABEL, node_host
 from ray_accel.plugins.host_readings import read_readings
 from ray_accel.plugins.inventory import process_backend
@@ -275,6 +275,7 @@ class PartitionExporter:
         self.g = {key: Gauge(s.name, s.description, s.tags) for key, s in GAUGES.items()}
         self._last: Snapshot | None = None
         self._health: tuple[HostHealth | None, str | None] = (None, None)
+        self._adopted: tuple[DeviceReading, ...] | None = None  # the host-level exporter's: see `snapshot`
         self._lock = threading.Lock()
         self.sample()
         threading.Thread(target=self._loop, daemon=True, name="ray-accel-metrics").start()
@@ -329,17 +330,21 @@ class PartitionExporter:
         health, problem = self._read_health()
         level = self.host_level if health is None else host_level_of(health) == self.where.partition
         values = gauge_values(snap, self._host_values(level), health)
+        others: list[DeviceReading] | None = None
         if level and health is not None:
             values += health_values(health, self.where.host)
+            others = []
             for name, ids in adopted(health).items():
                 devices = [d for d in self.host_devices if d.id in ids]
                 found, _ = device_readings(self.telemetry, devices, name, self.accelerator_type, self.where.host)
+                others += found
                 values += gauge_values(replace(snap, devices=tuple(found), workloads=(), orphans=()), None, health)
         for key, value, tags in values:
             self.g[key].set(value, tags)
         with self._lock:
             self._last = snap
             self._health = (health, problem)
+            self._adopted = None if others is None else tuple(others)
 
     def snapshot(self) -> dict[str, Any]:
         """The latest snapshot as `top` and `status` print it (JSON)."""
@@ -348,6 +353,12 @@ class PartitionExporter:
                 return {}
             health, problem = self._health
             out = {**self._last.to_json(), "health": partition_health(health, self.where.partition)}
+            if health is not None and self._adopted is not None:
+                # The partitions whose exporter is gone (drained, stopped): their state and devices, from here.
+                out["others"] = {
+                    p.partition: partition_health(health, p.partition) for p in health.partitions if not exporting(p)
+                }
+                out["devices"] += [d._asdict() for d in self._adopted]
             return out if problem is None else {**out, "health_error": problem}
 
 
