@@ -352,7 +352,7 @@ class PartitionExporter:
             if self._last is None:
                 return {}
             health, problem = self._health
-            out = {**self._last.to_json(), "health": partition_health(health, self.where.partition)}
+            out: dict[str, Any] = {**self._last.to_json(), "health": partition_health(health, self.where.partition)}
             if health is not None and self._adopted is not None:
                 # The partitions whose exporter is gone (drained, stopped): their state and devices, from here.
                 out["others"] = {
