@@ -169,18 +169,11 @@ def children_map(stats: Iterable[ProcStat]) -> dict[int, list[int]]:
 
 
 def descendants(pid: int, kids: Mapping[int, Sequence[int]]) -> list[int]:
-    """Every PID below `pid`, parents before children."""
-    first = kids.get(pid)
-    if not first:
-        return []
-    out: list[int] = []
-    stack = list(first)
-    while stack:
-        child = stack.pop()
-        out.append(child)
-        grandchildren = kids.get(child)
-        if grandchildren:
-            stack.extend(grandchildren)
+    """Every PID below `pid`, parents before children (breadth first)."""
+    out = list(kids.get(pid, ()))
+    for child in out:  # it sees what is appended as it goes
+        if grandchildren := kids.get(child):
+            out.extend(grandchildren)
     return out
 
 
@@ -231,30 +224,32 @@ class ProcessTable:
         for pid in ended:
             self._forget(pid)
         self._inodes, self.fields = listed, {}
-        fields = self.fields
-        for pid in stale:
-            if pid not in listed:
-                continue
-            line = self._stat(prefix, pid, known.get(pid) == listed[pid])
-            f = None if line is None else split_stat(line)
-            try:
-                ppid = None if f is None else int(f[3])
-            except ValueError:
-                ppid = None
-            if line is None or f is None or ppid is None:  # gone, or malformed: it cannot be placed in a tree
-                self._forget(pid)
-                continue
-            lines[pid], fields[pid] = line, f
-            if (old := parents.get(pid)) != ppid:
-                if old is not None:
-                    self._unlink(pid, old)
-                parents[pid] = ppid
-                bisect.insort(children.setdefault(ppid, []), pid)
-        self._tree = tree = set() if root is None else {root, *descendants(root, children)}
-        for pid in tree - fields.keys():  # kept, and moved into the tree (by its namespace's init): read it now
-            if (line := self._stat(prefix, pid, True)) is not None and (f := split_stat(line)) is not None:
+        fields, fds, todo, tree = self.fields, self._fds, stale & listed.keys(), set()
+        while todo:
+            for pid in todo:
+                try:
+                    if (fd := fds.get(pid)) is None:
+                        fd = fds[pid] = os.open(b"%s%d/stat" % (prefix, pid), os.O_RDONLY)
+                    line = os.pread(fd, 4096, 0)
+                except OSError:
+                    line = b""  # ended since the listing
+                f = split_stat(line)
+                try:
+                    ppid = None if f is None else int(f[3])
+                except ValueError:
+                    ppid = None
+                if f is None or ppid is None:  # gone, or malformed: it cannot be placed in a tree
+                    self._forget(pid)
+                    continue
                 lines[pid], fields[pid] = line, f
-        fds = self._fds
+                if (old := parents.get(pid)) != ppid:
+                    if old is not None:
+                        self._unlink(pid, old)
+                    parents[pid] = ppid
+                    bisect.insort(children.setdefault(ppid, []), pid)
+            tree = set() if root is None else {root, *descendants(root, children)}
+            todo = (tree - fields.keys()) & lines.keys()  # kept, and moved into the tree (by its namespace's init)
+        self._tree = tree
         if len(tree) > resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 4:  # leave the process most of its share
             tree = set()
         for pid in fds.keys() - tree:
@@ -266,6 +261,8 @@ class ProcessTable:
         self.lines.pop(pid, None)
         self.fields.pop(pid, None)
         self._inodes.pop(pid, None)
+        if (fd := self._fds.pop(pid, None)) is not None:
+            os.close(fd)
         if (ppid := self._parents.pop(pid, None)) is not None:
             self._unlink(pid, ppid)
 
@@ -274,20 +271,6 @@ class ProcessTable:
         kids.remove(pid)
         if not kids:
             del self.children[ppid]
-
-    def _stat(self, prefix: bytes, pid: int, same: bool) -> bytes | None:
-        """The process's stat line, through its open file if it is the `same`
-        process, left open; None if it is gone."""
-        fds = self._fds
-        if (fd := fds.get(pid)) is not None and not same:
-            os.close(fds.pop(pid))
-            fd = None
-        try:
-            if fd is None:
-                fd = fds[pid] = os.open(b"%s%d/stat" % (prefix, pid), os.O_RDONLY)
-            return os.pread(fd, 4096, 0)
-        except OSError:
-            return None  # ended: its file is closed at the end of the read
 
     def stat(self, pid: int) -> ProcStat | None:
         """`parse_stat` of the process's line as last read, or None if it is
