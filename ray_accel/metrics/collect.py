@@ -7,17 +7,18 @@ never raised, so one bad device or sensor does not stop the rest. Every
 reading carries its host: partition names (p0, p1, ...) repeat on every host.
 Export to Ray's metrics lives in `ray_accel.metrics.export`.
 
-Cost: one collection reads `/proc/<pid>/stat` once for every process of the
-host (the caller's `ProcessTable`: the only way to learn who is whose child)
-and parses each line's parent only; a child of the raylet is told a worker
-by the comm cut from its line, and each process of a worker's tree is split
-once, for its reading. It reads `cmdline` once for each child of the raylet
-whose name the kernel cut short (its title names the workload; a short title
-is whole in the stat line) and once per orphan, and asks the backend three
-times (device samples, holders, process memory). A backend's per-process
-memory is read only: a mapping that names only this partition's devices is
-shared, not copied. A source that fails is in the snapshot's `errors`, and
-logged when it starts failing.
+Cost: finding the raylet's tree needs every process's parent, so the
+caller's `ProcessTable` lists `/proc`; kept from one collection to the next
+(as an exporter keeps it), it reads `/proc/<pid>/stat` again only for the
+raylet's tree and for processes that began or whose parent ended since. A
+child of the raylet is told a worker by the comm in its stat line, and each
+line of the tree is split once, by the table. It reads `cmdline` once for
+each child of the raylet whose name the kernel cut short (its title names
+the workload; a short title is whole in the stat line) and once per orphan,
+and asks the backend three times (device samples, holders, process memory).
+A backend's per-process memory is read only: a mapping that names only this
+partition's devices is shared, not copied. A source that fails is in the
+snapshot's `errors`, and logged when it starts failing.
 `benchmarks/bench_metrics.py` compares it with the floor.
 """
 
