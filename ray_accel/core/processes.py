@@ -197,24 +197,22 @@ class ProcessTable:
         weakref.finalize(self, _close_all, self._fds)
 
     def read(self, root: int | None = None) -> ProcessTable:
-        """List `/proc` and read the stat lines that may have changed: with no
-        `root`, every one. With one, a line read before is kept while it is
-        the same process (procfs gives each process's directory a new inode),
-        it was outside `root`'s tree, and its parent has not ended: a process
-        gets another parent only when its own ends, and then a reaper among
-        its ancestors (outside the tree too; a raylet may be one for its own
-        tree) or its PID namespace's init, which is in the tree only for a
-        namespace made inside it. Such a move is seen once the ended parent is
-        reaped. Every process in `root`'s tree after the read was read by it.
-        Children are kept in PID order, as a listing of `/proc` gives them."""
+        """List `/proc` and read the stat lines that may have changed since the last
+        read (the first reads every one): a line read before is kept while it is the
+        same process (procfs gives each process's directory a new inode), it was
+        outside `root`'s tree, and its parent has not ended: a process gets another
+        parent only when its own ends, and then a reaper among its ancestors
+        (outside the tree too; a raylet may be one for its own tree) or its PID
+        namespace's init, which is in the tree only for a namespace made inside it.
+        Such a move is seen once the ended parent is reaped. Every process in
+        `root`'s tree after the read was read by it. Children are kept in PID order,
+        as a listing of `/proc` gives them."""
         prefix = os.fsencode(self.proc) + b"/"
         try:
             with os.scandir(prefix) as entries:
                 listed = {int(e.name): e.inode() for e in entries if e.name.isdigit()}
         except OSError:
             listed = {}
-        if root is None:
-            self._inodes, self.lines, self._parents, self.children = {}, {}, {}, {}
         lines, parents, children, known = self.lines, self._parents, self.children, self._inodes
         changed = known.items() ^ listed.items()  # (pid, inode) of processes that ended or began
         ended = [pid for pid, inode in changed if known.get(pid) == inode]
@@ -224,8 +222,8 @@ class ProcessTable:
         for pid in ended:
             self._forget(pid)
         self._inodes, self.fields = listed, {}
-        fields, fds, todo, tree = self.fields, self._fds, stale & listed.keys(), set()
-        while todo:
+        fields, fds, todo = self.fields, self._fds, stale & listed.keys()
+        while True:
             for pid in todo:
                 try:
                     if (fd := fds.get(pid)) is None:
@@ -248,7 +246,9 @@ class ProcessTable:
                     parents[pid] = ppid
                     bisect.insort(children.setdefault(ppid, []), pid)
             tree = set() if root is None else {root, *descendants(root, children)}
-            todo = (tree - fields.keys()) & lines.keys()  # kept, and moved into the tree (by its namespace's init)
+            # Kept lines in the tree now (moved there by a namespace's init, with their parent): read them too.
+            if not (todo := (tree - fields.keys()) & lines.keys()):
+                break
         self._tree = tree
         if len(tree) > resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 4:  # leave the process most of its share
             tree = set()
