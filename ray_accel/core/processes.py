@@ -37,7 +37,7 @@ class ProcStat(NamedTuple):
     rss_bytes: int
 
 
-def read_small(path: str | bytes, limit: int = 4096) -> bytes | None:
+def read_small(path: str, limit: int = 4096) -> bytes | None:
     """One read of at most `limit` bytes of a small file (a `/proc` entry, a
     mask record), or None if it is gone or unreadable: a `/proc` file is
     generated whole by the read, so one read sees one consistent version."""
@@ -207,7 +207,7 @@ class ProcessTable:
         Such a move is seen once the ended parent is reaped. Every process in
         `root`'s tree after the read was read by it. Children are kept in PID order,
         as a listing of `/proc` gives them."""
-        prefix = os.fsencode(self.proc) + b"/"
+        prefix = os.fsencode(self.proc) + b"/"  # bytes: a str path is encoded again on every open
         try:
             with os.scandir(prefix) as entries:
                 listed = {int(e.name): e.inode() for e in entries if e.name.isdigit()}
