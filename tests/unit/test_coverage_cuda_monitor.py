@@ -3,11 +3,14 @@ keeps for the next decider (the `RuleMonitor` seam's kept/resume)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pynvml
 import pytest
+from ray_accel_cuda.health import RECOVERY_FIELD, PollErrors, RecoveryUnreadable, XidMonitor, XidPoll, recovery_action
 from ray_accel_cuda.health_rule import GpuReading
+from ray_accel_cuda.nvml import Nvml
 
 from ray_accel.core.health import Health
 from tests.fakes import fake_nvml
@@ -94,3 +97,86 @@ def test_a_resumed_monitor_keeps_a_sticky_fault_and_the_ecc_baseline() -> None:
     assert report.devices[5].state is Health.UNHEALTHY, "growth since the kept baseline is fatal"
     after = fresh.poll()
     assert after.devices[3].state is Health.HEALTHY and after.devices[5].state is Health.HEALTHY
+
+
+# ---------------------------------------------------------------- XID events and the recovery field, one call at a time
+
+
+def xids(nv: FakeNvml) -> XidMonitor:
+    handles = {g.uuid: nv.nvmlDeviceGetHandleByIndex(g.index) for g in nv.gpus}
+    return XidMonitor(Nvml(nv), handles, lambda: 0.0, PollErrors())
+
+
+class OddEvents(FakeNvml):
+    """A driver that first answers with an event set it cannot make, then
+    delivers an event of another type ahead of the XIDs."""
+
+    def __init__(self, gpus: list[FakeGpu]) -> None:
+        super().__init__(gpus)
+        self.create_errors = [UNKNOWN]
+        self.other_first = True
+
+    def nvmlEventSetCreate(self) -> int:
+        if self.create_errors:
+            raise pynvml.NVMLError(self.create_errors.pop(0))
+        return super().nvmlEventSetCreate()
+
+    def nvmlEventSetWait(self, event_set: int, timeout_ms: int) -> SimpleNamespace:
+        if self.other_first:
+            self.other_first = False
+            return SimpleNamespace(device=None, eventType=pynvml.nvmlEventTypeXidCriticalError << 1, eventData=0)
+        return super().nvmlEventSetWait(event_set, timeout_ms)
+
+
+def test_an_event_set_not_made_is_an_error_and_tried_again_at_the_next_poll() -> None:
+    nv = OddEvents([FakeGpu(0)])
+    mon = xids(nv)
+    first = mon.poll()
+    assert first.error is not None and first.error.startswith("creating the XID event set: NVMLError")
+    assert mon.errors.count == 1
+    nv.events.append((0, 79))
+    assert mon.poll() == XidPoll(((nv.gpus[0].uuid, 79),)), "the other event type is passed over"
+
+
+def test_an_xid_whose_gpu_cannot_be_told_is_unattributed() -> None:
+    nv = FakeNvml([FakeGpu(0), FakeGpu(1)])
+    mon = xids(nv)
+    mon.poll()
+    fake_nvml.fall_off_the_bus(nv, 1)
+    nv.discovered = True  # the GPU answers GPU_IS_LOST from now on, its event's handle too
+    got = mon.poll()
+    assert got.events == () and got.error is None
+    assert got.unattributed == (
+        "XID 79 event: its GPU's UUID cannot be read (GpuLost: nvmlDeviceGetUUID: GPU is lost)",
+    )
+
+
+def test_a_binding_that_cannot_wait_for_events_makes_xids_unsupported() -> None:
+    mon = xids(FakeNvml([FakeGpu(0)], missing={"nvmlEventSetWait"}))
+    assert mon.poll() == XidPoll(supported=False) and mon.supported is False
+
+
+class FieldAnswer(RecoveryNvml):
+    """The recovery field answered with `code` and `value_type`."""
+
+    def __init__(self, gpus: list[FakeGpu], code: int = 0, value_type: int | None = None, **kw: Any) -> None:
+        super().__init__(gpus, **kw)
+        self.code, self.value_type = code, value_type
+
+    def nvmlDeviceGetFieldValues(self, h: FakeHandle, field_ids: list[int]) -> list[SimpleNamespace]:
+        out = super().nvmlDeviceGetFieldValues(h, field_ids)
+        out[0].nvmlReturn = self.code or out[0].nvmlReturn
+        out[0].valueType = out[0].valueType if self.value_type is None else self.value_type
+        return out
+
+
+def test_a_recovery_field_read_that_fails_or_is_not_an_unsigned_int_is_unreadable() -> None:
+    def read(nv: FakeNvml) -> Any:
+        return recovery_action(Nvml(nv), nv.nvmlDeviceGetHandleByIndex(0))
+
+    with pytest.raises(RecoveryUnreadable, match=f"{RECOVERY_FIELD}: NVML error {UNKNOWN}"):
+        read(FieldAnswer([FakeGpu(0)], code=UNKNOWN))
+    with pytest.raises(RecoveryUnreadable, match=f"{RECOVERY_FIELD}: value type 7, not an unsigned int"):
+        read(FieldAnswer([FakeGpu(0)], value_type=7))
+    assert read(FieldAnswer([FakeGpu(0)], missing={"nvmlDeviceGetFieldValues"})) is None, "a binding without it"
+    assert read(FieldAnswer([FakeGpu(0, recovery_action="DRAIN_AND_RESET")])).name == "DRAIN_AND_RESET"
