@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
+import click
 import pytest
 
 from ray_accel.cli.jobs import find_job, job_text, top_jobs
@@ -78,8 +79,6 @@ def test_a_job_shows_its_detail_line() -> None:
 def test_a_name_shared_by_two_jobs_is_an_input_error_naming_both() -> None:
     with pytest.raises(InputError, match="'train' names 2 jobs"):
         find_job(JOBS, "train")
-    with pytest.raises(InputError, match="no job ''"):
-        find_job(JOBS, "")
 
 
 def test_without_a_readable_record_or_its_ip_no_job_is_said_to_wait(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -96,3 +95,26 @@ def test_without_a_readable_record_or_its_ip_no_job_is_said_to_wait(monkeypatch:
     no_ip = SimpleNamespace(record=SimpleNamespace(host_ip=None), health=HEALTH)
     monkeypatch.setattr(ray_accel.health.view, "locate_health", lambda: no_ip)
     assert top_jobs() == (JOBS, None)
+
+
+@pytest.mark.parametrize(
+    ("raised", "code", "text"),
+    [
+        (click.ClickException("no such file"), 1, "ray-accel: failed: no such file"),
+        (KeyboardInterrupt(), 130, "ray-accel: failed: interrupted"),
+    ],
+)
+def test_a_command_that_raises_a_click_error_or_is_interrupted_exits_with_its_code(
+    raised: BaseException, code: int, text: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib
+
+    jobs = importlib.import_module("ray_accel.cli.jobs")  # the package's `jobs` is the command
+
+    def fail() -> None:
+        raise raised
+
+    monkeypatch.setattr(jobs, "read_recorded_jobs", fail)
+    proc = run_cli_here("jobs")
+    assert proc.returncode == code and proc.stderr.strip() == text
+    assert '"exit_code": ' + str(code) in run_cli_here("jobs", "--json").stderr
