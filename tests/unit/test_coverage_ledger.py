@@ -8,6 +8,7 @@ import json
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,7 +30,7 @@ def _hook_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAYACCEL_HOOK_DIR", str(tmp_path / "ledger"))
 
 
-def dead_entry(run_id: str, workload_id: str, factories: list[object]) -> Path:
+def dead_entry(run_id: str, workload_id: str, factories: list[Any]) -> Path:
     """An entry of this host for a process that has ended (this PID, another start time)."""
     me = ProcessRecord.of()
     assert me is not None
@@ -38,7 +39,7 @@ def dead_entry(run_id: str, workload_id: str, factories: list[object]) -> Path:
         (me.pid, me.start_ticks + 1),
         ledger.this_host(),
         tuple(hook_id(f) for f in factories),
-    )  # type: ignore[arg-type]
+    )
     path = ledger.entry_path(run_id, workload_id)
     path.write_text(json.dumps(reader.dump(entry)))
     return path
@@ -59,7 +60,7 @@ def test_a_failing_hook_does_not_stop_the_others_and_the_entry_is_done(
     factories = [Recording(str(log)), FailsToTerminate]
     path = dead_entry("r2", "w2", factories)
     with caplog.at_level(logging.ERROR, logger="ray_accel.hooks.ledger"):
-        assert reconcile("r2", factories) == ["w2"]  # type: ignore[arg-type]
+        assert reconcile("r2", factories) == ["w2"]
     assert "post_terminate hook failed while reconciling w2" in caplog.text
     assert [json.loads(x)["event"] for x in log.read_text().splitlines()] == ["post_terminate"]
     assert not path.exists() and list(ledger_dir("r2").iterdir()) == []
@@ -74,7 +75,7 @@ def test_an_entry_another_worker_claimed_first_is_left_to_it(tmp_path: Path, mon
         raise FileNotFoundError(src)
 
     monkeypatch.setattr(os, "rename", taken)
-    assert reconcile("r3", factories) == [] and not log.exists()  # type: ignore[arg-type]
+    assert reconcile("r3", factories) == [] and not log.exists()
 
 
 def test_a_process_that_cannot_read_its_own_proc_entry_opens_none(monkeypatch: pytest.MonkeyPatch) -> None:
