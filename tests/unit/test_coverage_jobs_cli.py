@@ -1,5 +1,6 @@
 """`ray-accel jobs` and `jobs show` against a cluster that is stood in for:
-the store, the host's record and its health are replaced where they are read."""
+the store, the host's record and its health are replaced where they are read.
+Also the CLI's exit codes for a click error or an interrupt inside a command."""
 
 from __future__ import annotations
 
