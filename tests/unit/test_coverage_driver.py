@@ -70,7 +70,7 @@ def test_the_users_own_token_wins_over_the_recorded_one(applied: list[Any], monk
     monkeypatch.setenv(auth.TOKEN_ENV, "mine")
     driver._apply_recorded_auth("auto")
     monkeypatch.delenv(auth.TOKEN_ENV)
-    monkeypatch.setenv(auth.TOKEN_PATH_ENV, "/home/me/token")
+    monkeypatch.setenv(auth.TOKEN_PATH_ENV, "/etc/ray/my_token")
     driver._apply_recorded_auth("auto")
     assert applied == []
     monkeypatch.setattr(state, "load", lambda: None)
