@@ -3,11 +3,13 @@ the registry it replaces; a worker's masks are refreshed through Ray's own."""
 
 from __future__ import annotations
 
+import importlib.metadata
+
 import pytest
 
 from ray_accel.bridge.managers import BridgeUnsupported, check_ray_version, install, refresh_worker_masks
 from ray_accel.rayapi import accelerators
-from ray_accel.rayapi.feature import FAKE_RAY_VERSION_ENV, RayApiMissing
+from ray_accel.rayapi.feature import FAKE_RAY_VERSION_ENV, RayApiMissing, ray_version
 from tests.unit.test_init_checks import NEURON
 
 
@@ -15,6 +17,17 @@ def test_without_ray_the_bridge_is_not_installed(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv(FAKE_RAY_VERSION_ENV, "not installed")
     with pytest.raises(BridgeUnsupported, match="^ray is not installed$"):
         install([NEURON])
+
+
+def test_a_ray_whose_distribution_is_gone_is_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    def gone(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.delenv(FAKE_RAY_VERSION_ENV, raising=False)
+    monkeypatch.setattr(importlib.metadata, "version", gone)
+    assert ray_version() == "not installed"
+    with pytest.raises(BridgeUnsupported, match="^ray is not installed$"):
+        check_ray_version()
 
 
 def test_a_ray_without_the_registry_is_named_and_nothing_is_installed(monkeypatch: pytest.MonkeyPatch) -> None:
