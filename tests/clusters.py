@@ -222,3 +222,45 @@ def order(keys: Sequence[Hashable | None]) -> list[int]:
     for i, key in enumerate(keys):
         groups.setdefault(key, []).append(i)
     return [i for members in groups.values() for i in members]
+
+
+# Seconds each Ray-tier module took in a CI run on two cores (its tests, their
+# cluster starts included), to balance `shard`; a module not listed counts
+# UNLISTED_S. Only the balance depends on these: every module runs either way.
+MODULE_SECONDS: Mapping[str, float] = {
+    "tests/integration/test_health.py": 252,
+    "tests/integration/test_jobs.py": 170,
+    "tests/integration/test_health_durable.py": 140,
+    "tests/integration/test_train.py": 128,
+    "tests/integration/test_lifecycle.py": 121,
+    "tests/integration/test_train_context.py": 106,
+    "tests/multihost/test_cluster.py": 105,
+    "tests/integration/test_torchneuron.py": 91,
+    "tests/integration/test_host_parity.py": 89,
+    "tests/integration/test_launcher.py": 80,
+    "tests/integration/test_metrics.py": 57,
+    "tests/integration/test_health_seen.py": 54,
+    "tests/integration/test_honest_types.py": 43,
+    "tests/integration/test_auth.py": 32,
+    "tests/integration/test_prometheus.py": 30,
+    "tests/multihost/test_hosts.py": 19,
+    "tests/integration/test_trainium3.py": 17,
+    "tests/integration/test_init.py": 15,
+    "tests/integration/test_benchmarks.py": 13,
+    "tests/integration/test_task_hooks.py": 13,
+}
+UNLISTED_S = 60.0
+
+
+def shard(modules: Sequence[str], count: int) -> dict[str, int]:
+    """Each module's shard, 0 to `count - 1`: the longest first, each to the
+    shard with the fewest seconds so far (ties to the lowest), so the shards
+    end close together. Depends only on the set of modules, never their order,
+    so every shard's run computes the same split."""
+    load = [0.0] * count
+    placed: dict[str, int] = {}
+    for module in sorted(set(modules), key=lambda m: (-MODULE_SECONDS.get(m, UNLISTED_S), m)):
+        k = min(range(count), key=lambda i: (load[i], i))
+        placed[module] = k
+        load[k] += MODULE_SECONDS.get(module, UNLISTED_S)
+    return placed

@@ -76,6 +76,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     keys = [_shared_key(item) if any(item.get_closest_marker(m) for m in RAY_TIER) else None for item in items]
     items[:] = [items[i] for i in order(keys)]
+    wanted = os.environ.get(SHARD_ENV)
+    if wanted:
+        _keep_shard(config, items, wanted)
+
+
+# "K/N": this run is shard K (from 0) of N of the Ray tier (.ci/pytest-tiers
+# runs them at once, each in a network namespace of its own); a test outside
+# the tier is kept.
+SHARD_ENV = "RAYACCEL_TEST_SHARD"
+
+
+def _keep_shard(config: pytest.Config, items: list[pytest.Item], wanted: str) -> None:
+    from tests.clusters import shard
+
+    try:
+        k, n = (int(x) for x in wanted.split("/"))
+        if not 0 <= k < n:
+            raise ValueError
+    except ValueError:
+        raise pytest.UsageError(f"{SHARD_ENV}={wanted!r}: expected K/N with 0 <= K < N") from None
+    modules = {i.nodeid: i.nodeid.split("::")[0] for i in items if any(i.get_closest_marker(m) for m in RAY_TIER)}
+    placed = shard(list(modules.values()), n)
+    dropped = {i.nodeid for i in items if i.nodeid in modules and placed[modules[i.nodeid]] != k}
+    config.hook.pytest_deselected(items=[i for i in items if i.nodeid in dropped])
+    items[:] = [i for i in items if i.nodeid not in dropped]
 
 
 @pytest.fixture(scope="session")
