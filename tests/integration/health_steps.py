@@ -130,3 +130,50 @@ def result_of(proc: subprocess.Popen[str], log: Path, timeout_s: float) -> Any:
         if line.startswith(("{", "[")):
             return json.loads(line)
     raise AssertionError(f"no result line: {text[-2000:]}")
+
+
+# A fit whose first attempt waits (for a file never written) until a drain
+# preempts it. argv: the GCS address, the output folder (its job id is written
+# there at once), then a JSON object: "name"; "partitions", one per worker;
+# "cores" per worker; "max_failures"; "steps"; and "skip_if", true when a
+# restarted attempt is to train and end (once the test writes OUT/moved).
+WAITING_FIT = r"""
+import json, sys
+from pathlib import Path
+import ray, ray_accel
+from ray.train import FailureConfig, RunConfig, ScalingConfig
+from ray.train.torch import TorchTrainer
+from ray_accel.train import AcceleratorTorchConfig
+from tests.integration.jobs_loops import wait_then_train
+
+ray_accel.init(address=sys.argv[1], log_to_driver=False)
+out, spec = Path(sys.argv[2]), json.loads(sys.argv[3])
+config = AcceleratorTorchConfig()
+(out / "job_id").write_text(config.run_id)
+loop = {"out": str(out), "wait_for": str(out / "never"), "max_wait_s": 400, "steps": spec["steps"]}
+if spec["skip_if"]:
+    loop["skip_if"] = str(out / "moved")
+trainer = TorchTrainer(
+    wait_then_train,
+    train_loop_config=loop,
+    torch_config=config,
+    scaling_config=ScalingConfig(num_workers=len(spec["partitions"]),
+                                 resources_per_worker={"neuron_cores": spec["cores"]},
+                                 label_selector=[{"ray-accel.io/partition": p} for p in spec["partitions"]]),
+    run_config=RunConfig(name=spec["name"], storage_path=str(out / "ray_results"),
+                         failure_config=FailureConfig(max_failures=spec["max_failures"])),
+)
+try:
+    trainer.fit()
+    result = {"ok": True}
+except Exception as e:
+    result = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+ray.shutdown()
+print(json.dumps({**result, "id": config.run_id}))
+"""
+
+
+def waiting_fit(name: str, partitions: list[str], cores: int, max_failures: int, steps: int, skip_if: bool) -> str:
+    """WAITING_FIT's last argument."""
+    spec = {"name": name, "partitions": partitions, "cores": cores, "max_failures": max_failures}
+    return json.dumps({**spec, "steps": steps, "skip_if": skip_if})

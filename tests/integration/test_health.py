@@ -43,6 +43,7 @@ from tests.fakes.neuron_env import MONITOR_STUB, executable, tree_only
 from tests.fakes.neuron_sysfs import NeuronSysfs, build_tree
 from tests.integration.conftest import Cluster, ClusterSpec, raylet_pids, start_cluster
 from tests.integration.health_steps import (
+    WAITING_FIT,
     alive_node,
     background_driver,
     gcs_view,
@@ -54,6 +55,7 @@ from tests.integration.health_steps import (
     result_of,
     until,
     until_poll,
+    waiting_fit,
     write_faults,
 )
 from tests.integration.test_metrics import scrape, scrape_all
@@ -62,39 +64,6 @@ from tests.tagged import new_tag, tagged
 pytestmark = pytest.mark.ray
 
 P1 = [f"neuron:{i}" for i in range(8, 16)]
-
-FIT = r"""
-import json, sys
-from pathlib import Path
-import ray, ray_accel
-from ray.train import FailureConfig, RunConfig, ScalingConfig
-from ray.train.torch import TorchTrainer
-from ray_accel.train import AcceleratorTorchConfig
-from tests.integration.jobs_loops import wait_then_train
-
-ray_accel.init(address=sys.argv[1], log_to_driver=False)
-out = Path(sys.argv[2])
-config = AcceleratorTorchConfig()
-(out / "job_id").write_text(config.run_id)
-trainer = TorchTrainer(
-    wait_then_train,
-    # The first attempt waits (it is preempted while it does); a restarted one trains and ends.
-    train_loop_config={"out": str(out), "wait_for": str(out / "never"), "skip_if": str(out / "moved"),
-                       "max_wait_s": 400, "steps": 3},
-    torch_config=config,
-    scaling_config=ScalingConfig(num_workers=4, resources_per_worker={"neuron_cores": 4},
-                                 label_selector=[{"ray-accel.io/partition": p} for p in ("p0", "p0", "p1", "p1")]),
-    run_config=RunConfig(name="health-shrink", storage_path=str(out / "ray_results"),
-                         failure_config=FailureConfig(max_failures=1)),
-)
-try:
-    trainer.fit()
-    result = {"ok": True}
-except Exception as e:
-    result = {"ok": False, "error": f"{type(e).__name__}: {e}"}
-ray.shutdown()
-print(json.dumps({**result, "id": config.run_id}))
-"""
 
 # Connected before the fault; submits once told to (while p1 drains).
 TASKS = r"""
@@ -147,7 +116,8 @@ def test_a_bad_device_is_drained_its_fit_moves_it_is_shrunk_then_restored(tmp_pa
     try:
         before = alive_node(cluster, "p1")
         assert before.total["neuron_cores"] == 16
-        fit = background_driver(cluster, FIT, str(out), log=fit_log)
+        fit_spec = waiting_fit("health-shrink", ["p0", "p0", "p1", "p1"], 4, max_failures=1, steps=3, skip_if=True)
+        fit = background_driver(cluster, WAITING_FIT, str(out), fit_spec, log=fit_log)
         drivers.append(fit)
         until(lambda: len(list((out / "ws4").glob("rank*.json"))) == 4 or fit.poll() is not None, 400)
         assert fit.poll() is None, fit_log.read_text()[-3000:]

@@ -24,39 +24,20 @@ import pytest
 from ray_accel.core.health_state import PartState
 from tests.dashboard_probe import metrics_targets, sd_file
 from tests.integration.conftest import Cluster, ClusterSpec, start_cluster
-from tests.integration.health_steps import background_driver, part, until, until_poll, write_faults
+from tests.integration.health_steps import (
+    WAITING_FIT,
+    background_driver,
+    part,
+    until,
+    until_poll,
+    waiting_fit,
+    write_faults,
+)
 from tests.prom import Prometheus, running_prometheus
 
 pytestmark = pytest.mark.ray
 
 ECC = "mem_ecc_uncorrected"
-
-# One worker on p0 that waits (for a file never written) until it is preempted;
-# its restart asks for p0 again.
-FIT = r"""
-import json, sys
-from pathlib import Path
-import ray, ray_accel
-from ray.train import FailureConfig, RunConfig, ScalingConfig
-from ray.train.torch import TorchTrainer
-from ray_accel.train import AcceleratorTorchConfig
-from tests.integration.jobs_loops import wait_then_train
-
-ray_accel.init(address=sys.argv[1], log_to_driver=False)
-out = Path(sys.argv[2])
-config = AcceleratorTorchConfig()
-(out / "job_id").write_text(config.run_id)
-trainer = TorchTrainer(
-    wait_then_train,
-    train_loop_config={"out": str(out), "wait_for": str(out / "never"), "max_wait_s": 600, "steps": 1},
-    torch_config=config,
-    scaling_config=ScalingConfig(num_workers=1, resources_per_worker={"neuron_cores": 1},
-                                 label_selector=[{"ray-accel.io/partition": "p0"}]),
-    run_config=RunConfig(name="health-seen", storage_path=str(out / "ray_results"),
-                         failure_config=FailureConfig(max_failures=3)),
-)
-trainer.fit()
-"""
 
 
 def cli_json(cluster: Cluster, *args: str) -> Any:
@@ -135,7 +116,9 @@ def test_a_faulty_device_shows_in_top_prometheus_and_the_reason_a_job_waits(tmp_
         text = cli_text(cluster, "top", "--once")
         assert [row(text, p)[3] for p in names] == ["serving"] * 4, text
 
-        fit = background_driver(cluster, FIT, str(out), log=tmp_path / "fit.log")
+        # One worker on p0; its restart asks for p0 again.
+        fit_spec = waiting_fit("health-seen", ["p0"], 1, max_failures=3, steps=1, skip_if=False)
+        fit = background_driver(cluster, WAITING_FIT, str(out), fit_spec, log=tmp_path / "fit.log")
         with running_prometheus(sd_file(cluster)) as prom:
             prom.wait_for_targets(required=metrics_targets(cluster), timeout_s=90)
             until(lambda: (out / "ws1" / "rank0.json").exists() or fit.poll() is not None, 400)
