@@ -61,6 +61,13 @@ def cli() -> CliRunner:
 RAY_TIER = ("ray", "multihost")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """SIGINT raises KeyboardInterrupt even in a run started with it ignored
+    (see `sigint_as_default`): .ci/pytest-tiers stops its runs with SIGINT,
+    so that each tears down the clusters of the test it is in."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def _shared_key(item: pytest.Item) -> str | None:
     from tests.clusters import SHARED_FIXTURES
 
