@@ -17,14 +17,13 @@ import click
 
 from ray_accel.cli.host import json_option
 from ray_accel.cli.output import ago, emit
-from ray_accel.cli.render import table
+from ray_accel.cli.render import decider_line, table
 
 
 def health_text(payload: Mapping[str, Any], now: float | None = None) -> str:
     now = time.time() if now is None else now
     decider = payload["decider"]
-    running = f"pid {decider['pid']}" if decider["alive"] else "NOT RUNNING (ray-accel start --recover starts it)"
-    head = f"health decider: {running}, --on-unhealthy {payload['action']}"
+    head = decider_line(decider["pid"], decider["alive"], payload["action"])
     if payload["at"] is None:
         return head + "\nno health state yet: the decider has not polled"
     head += f"; last poll {ago(payload['at'], now)} (poll {payload['polls']})"

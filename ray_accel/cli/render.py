@@ -146,15 +146,18 @@ def status_text(payload: HostStatus) -> str:
     return "\n".join([shown, *extra, *warnings])
 
 
+def decider_line(pid: int | None, alive: bool, action: str) -> str:
+    running = f"pid {pid}" if alive else "NOT RUNNING (ray-accel start --recover starts it)"
+    return f"health decider: {running}, --on-unhealthy {action}"
+
+
 def health_lines(payload: HostStatus) -> list[str]:
     """`status`: the decider, each partition out of its normal state and
     each device that is not healthy, with its last event."""
     summary = payload.health
     if not summary:
         return []
-    decider = summary.decider
-    running = f"pid {decider.pid}" if decider.alive else "NOT RUNNING (ray-accel start --recover starts it)"
-    lines = [f"health decider: {running}, --on-unhealthy {summary.action.value}"]
+    lines = [decider_line(summary.decider.pid, summary.decider.alive, summary.action.value)]
     lines += [
         f"  {p.partition} {p.health.state.value}: {p.health.detail}"
         for p in payload.partitions

@@ -38,7 +38,7 @@ from ray_accel.cluster.signals import interruptible, shielded
 from ray_accel.cluster.startargs import RayOptions, ray_start_args
 from ray_accel.core.devices import Device
 from ray_accel.core.errors import InputError, RayAccelError
-from ray_accel.core.health_kept import KEPT_FILE, read_kept
+from ray_accel.core.health_kept import KEPT_FILE, Kept, doubted, read_kept
 from ray_accel.core.health_state import HealthFileError, read_health
 from ray_accel.core.numa import format_cpulist
 from ray_accel.partition.inherited import inherited_mask, plan_within_mask
@@ -111,11 +111,12 @@ def kept_out(
     if state_dir is None:
         return (), []
     kept = read_kept(state_dir)
-    why = kept.out()
+    if not kept.found:
+        kept = Kept()  # nothing was ever kept here: every device starts in service, unwarned
     notes = []
-    if kept.found and kept.unknown:
-        # Never healthy for want of a file: what the last health report had out stays out, in doubt.
-        why = dict.fromkeys(last_out(state_dir), f"{kept.unknown}; it was out of service")
+    # Never healthy for want of a file: what the last health report had out stays out, in doubt.
+    why = Kept(doubted(kept, last_out(state_dir) if kept.unknown else (), time.time())).out()
+    if kept.unknown:
         stays = "what the last health report had out stays out" if why else "every device starts in service"
         notes.append(f"warning: {kept.unknown}: {stays}")
     units = {d.id: d.core_ids for d in devices}

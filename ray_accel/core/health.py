@@ -134,7 +134,3 @@ class HealthReport:
             seen.add(dev.device_id)
         for i, error in enumerate(self.errors):
             _line(error, f"errors[{i}]", MAX_TEXT_CHARS)
-
-    def device(self, device_id: str) -> DeviceHealth:
-        """This poll's verdict on `device_id` (a `KeyError` naming it when the report has none)."""
-        return {d.device_id: d for d in self.devices}[device_id]

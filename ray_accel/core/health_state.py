@@ -15,11 +15,12 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ray_accel.core import validate
 from ray_accel.core.errors import InputError
 from ray_accel.core.health import DeviceHealth, HealthEvent
-from ray_accel.core.reader import Node, ReadError, dump, dump_fields, load, parse_document, read_file
+from ray_accel.core.reader import Node, ReadError, dump_fields, load, parse_document, read_file
 
 VERSION = 1
 HEALTH_FILE = "health.json"
@@ -137,9 +138,6 @@ class HostHealth:
     polls: int = 0  # polls made by this decider: tests count by it, never by time
     errors: tuple[str, ...] = ()  # what the last poll could not read
 
-    def device(self, device_id: str) -> DeviceHealth | None:
-        return next((d for d in self.devices if d.device_id == device_id), None)
-
     def partition(self, name: str) -> PartitionHealth | None:
         return next((p for p in self.partitions if p.partition == name), None)
 
@@ -158,11 +156,15 @@ def count_events(counters: Mapping[str, Mapping[str, int]], events: Sequence[Hea
     return out
 
 
-def dumps(health: HostHealth) -> str:
-    """`health.json`: the settings flattened into the top level, the last MAX_EVENTS events."""
-    fields = dump_fields(health, events=dump(health.events[-MAX_EVENTS:]), **dump_fields(health.settings))
+def to_json(health: HostHealth) -> dict[str, Any]:
+    """`health.json`'s object: the settings flattened into the top level."""
+    fields = dump_fields(health, **dump_fields(health.settings))
     del fields["settings"]
-    return json.dumps({"version": VERSION, **fields}, indent=1, allow_nan=False)
+    return {"version": VERSION, **fields}
+
+
+def dumps(health: HostHealth) -> str:
+    return json.dumps(to_json(health), indent=1, allow_nan=False)
 
 
 def parse_health(raw: bytes | str, source: str) -> HostHealth:

@@ -10,8 +10,8 @@ from typing import Any
 from ray_accel.cluster import procs, state
 from ray_accel.cluster.record import HostRecord
 from ray_accel.core.errors import InputError, RayAccelError
-from ray_accel.core.health_state import MAX_EVENTS, HostHealth, read_health
-from ray_accel.core.reader import dump, dump_fields
+from ray_accel.core.health_state import HostHealth, read_health, to_json
+from ray_accel.core.reader import dump_fields
 
 
 @dataclass(frozen=True)
@@ -59,18 +59,8 @@ def health_payload(found: Recorded) -> dict[str, Any]:
     if health is None:
         return dict(out, at=None, polls=0, devices=[], partitions=[], events=[], counters={}, errors=[])
     owner = partition_of(record)
-    return {
-        **out,
-        "at": health.at,
-        "polls": health.polls,
-        "interval_s": health.settings.interval_s,
-        "drain_deadline_s": health.settings.drain_deadline_s,
-        "devices": [dump_fields(d, partition=owner.get(d.device_id)) for d in health.devices],
-        "partitions": dump(health.partitions),
-        "events": dump(health.events[-MAX_EVENTS:]),
-        "counters": dump(health.counters),
-        "errors": list(health.errors),
-    }
+    devices = [dump_fields(d, partition=owner.get(d.device_id)) for d in health.devices]
+    return {**out, **to_json(health), "devices": devices}
 
 
 def check_clear(found: Recorded, device_id: str) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from ray_accel.cluster.auth import Auth, apply
 from ray_accel.cluster.record import HostRecord, parse_record
+from ray_accel.core.health import DeviceHealth
 from ray_accel.core.health_state import HostHealth, PartitionHealth, read_health
 from ray_accel.core.processes import ProcessRecord
 from ray_accel.rayapi import gcs
@@ -33,6 +34,12 @@ def write_faults(path: Path, data: dict[str, Any]) -> None:
 def health(cluster: Cluster) -> HostHealth:
     found = read_health(cluster.state_dir)
     assert found is not None, "the decider has written no health.json"
+    return found
+
+
+def device(h: HostHealth, device_id: str) -> DeviceHealth:
+    found = next((d for d in h.devices if d.device_id == device_id), None)
+    assert found is not None, f"no device {device_id} in health.json"
     return found
 
 

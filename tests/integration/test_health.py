@@ -46,6 +46,7 @@ from tests.integration.health_steps import (
     WAITING_FIT,
     alive_node,
     background_driver,
+    device,
     gcs_view,
     gone,
     health,
@@ -133,8 +134,8 @@ def test_a_bad_device_is_drained_its_fit_moves_it_is_shrunk_then_restored(tmp_pa
         assert before.node_id in draining, "drained through Ray"
         (tmp_path / "go").write_text("1")
         assert part(h, "p1").out == ("neuron:11",) and part(h, "p0").state is PartState.SERVING
-        dev = h.device("neuron:11")
-        assert dev is not None and dev.state is Health.UNHEALTHY and dev.last_event is not None
+        dev = device(h, "neuron:11")
+        assert dev.state is Health.UNHEALTHY and dev.last_event is not None
         shown = json.loads(cluster.cli("health", "--json").stdout)
         (named,) = [d for d in shown["devices"] if d["device_id"] == "neuron:11"]
         assert named["state"] == "unhealthy" and "mem_ecc_uncorrected" in named["last_event"]["reason"]
@@ -212,7 +213,7 @@ def test_a_bad_device_is_drained_its_fit_moves_it_is_shrunk_then_restored(tmp_pa
         lost_procs = [r.record for r in record(cluster).partitions[1].processes]
         write_faults(faults, {})
         h = until_poll(cluster, lambda h: part(h, "p1").state is PartState.RESTORING, polls=4)
-        assert h.device("neuron:12").state is Health.HEALTHY  # type: ignore[union-attr]
+        assert device(h, "neuron:12").state is Health.HEALTHY
         until_poll(cluster, lambda h: part(h, "p1").state is PartState.SERVING, polls=200)
         assert alive_node(cluster, "p1").total["neuron_cores"] == 16
         assert until(lambda: gone(lost_procs), 30)
@@ -399,7 +400,7 @@ def test_a_gpu_host_counts_xid_13_drains_on_79_holds_its_head_and_stops_mid_drai
         xid13 = {"device": gpus["p1"][0], "kind": "xid", "code": 13}
         write_faults(faults, {"events": [xid13]})
         h = until_poll(cluster, lambda h: h.counters.get(gpus["p1"][0]) == {"xid:13": 1}, polls=3)
-        assert h.device(gpus["p1"][0]).state is Health.HEALTHY  # type: ignore[union-attr]
+        assert device(h, gpus["p1"][0]).state is Health.HEALTHY
         assert {p.state for p in h.partitions} == {PartState.SERVING}
         shown = json.loads(cluster.cli("health", "--json").stdout)
         assert shown["counters"] == {gpus["p1"][0]: {"xid:13": 1}}

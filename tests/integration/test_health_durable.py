@@ -24,7 +24,7 @@ from ray_accel.core.health_state import PartState
 from tests.clusters import Cluster, ClusterSpec, start_cluster
 from tests.conftest import run_cli
 from tests.integration.conftest import raylet_pids
-from tests.integration.health_steps import alive_node, health, part, record, until, until_poll, write_faults
+from tests.integration.health_steps import alive_node, device, health, part, record, until, until_poll, write_faults
 
 pytestmark = pytest.mark.ray
 
@@ -91,8 +91,8 @@ def test_a_device_out_for_a_sticky_fault_stays_out_until_cleared(tmp_path: Path)
         kept.write_bytes(kept.read_bytes()[:40])
         recover(cluster)
         stays_shrunk(cluster, WATCH_UNREADABLE_S)
-        dev_health = health(cluster).device(D)
-        assert dev_health is not None and dev_health.state is Health.UNKNOWN
+        dev_health = device(health(cluster), D)
+        assert dev_health.state is Health.UNKNOWN
         assert "device health unknown" in dev_health.healthy_again and "not valid JSON" in dev_health.healthy_again
 
         # `stop` keeps it; a new start with the same state directory starts p1 without it.

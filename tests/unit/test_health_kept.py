@@ -19,7 +19,7 @@ from ray_accel_mock.spec import load_spec
 
 from ray_accel.cluster import state
 from ray_accel.cluster.files import write_atomic
-from ray_accel.core.health import Health, HealthEvent
+from ray_accel.core.health import DeviceHealth, Health, HealthEvent, HealthReport
 from ray_accel.core.health_kept import (
     KEPT_FILE,
     VERSION,
@@ -147,6 +147,10 @@ def test_a_resumed_sticky_fault_is_unhealthy_before_any_poll_and_stays() -> None
 # ---------------------------------------------------------------- the mock's counters
 
 
+def verdict(report: HealthReport, device_id: str) -> DeviceHealth:
+    return next(d for d in report.devices if d.device_id == device_id)
+
+
 def mock(tmp_path: Path, faults: dict[str, object]) -> MockHealthMonitor:
     path = tmp_path / "faults.json"
     path.write_text(json.dumps(faults))
@@ -156,17 +160,17 @@ def mock(tmp_path: Path, faults: dict[str, object]) -> MockHealthMonitor:
 def test_a_counter_already_grown_is_a_baseline_for_a_new_monitor_but_not_for_a_resumed_one(tmp_path: Path) -> None:
     first = mock(tmp_path, {"events": [{"device": D, "kind": "ecc", "code": ECC, "count": 2}]})
     report = first.poll()
-    assert report.device(D).state is Health.UNHEALTHY and report.events[0].code == ECC
+    assert verdict(report, D).state is Health.UNHEALTHY and report.events[0].code == ECC
     grown = {"counters": {D: {ECC: 2}}}
     forgetful = mock(tmp_path, grown)
-    assert forgetful.poll().device(D).state is Health.HEALTHY, "a fresh monitor takes the grown counter as baseline"
+    assert verdict(forgetful.poll(), D).state is Health.HEALTHY, "a fresh monitor takes the grown counter as baseline"
     resumed = mock(tmp_path, grown)
     resumed.resume(parse_kept(dumps(first.kept(), 1.0), "f").devices)
     for _ in range(3):
-        found = resumed.poll().device(D)
+        found = verdict(resumed.poll(), D)
         assert found.state is Health.UNHEALTHY and found.last_event is not None and found.last_event.code == ECC
     resumed.clear(D)
-    assert resumed.poll().device(D).state is Health.HEALTHY
+    assert verdict(resumed.poll(), D).state is Health.HEALTHY
 
 
 def test_a_counter_that_grew_while_no_monitor_ran_is_growth(tmp_path: Path) -> None:
@@ -175,7 +179,7 @@ def test_a_counter_that_grew_while_no_monitor_ran_is_growth(tmp_path: Path) -> N
     later = mock(tmp_path, {"counters": {D: {ECC: 3}}})
     later.resume(first.kept())
     report = later.poll()
-    assert report.device(D).state is Health.UNHEALTHY and report.events[0].reason == f"{ECC} grew from 0 to 3"
+    assert verdict(report, D).state is Health.UNHEALTHY and report.events[0].reason == f"{ECC} grew from 0 to 3"
 
 
 def test_the_fault_files_counters_are_checked() -> None:

@@ -195,10 +195,3 @@ def test_a_value_that_could_not_be_read_back_is_never_made() -> None:
         HealthEvent("neuron:1", "ecc", None, "two\nlines", 1.0, True)
     with pytest.raises(HealthDataError, match="at: -5 is not a time"):
         HealthReport(-5, (), (), ())
-
-
-def test_report_device_lookup() -> None:
-    report = load(HealthReport, _sample())
-    assert report.device("neuron:3").state is Health.UNHEALTHY
-    with pytest.raises(KeyError):
-        report.device("neuron:9")
