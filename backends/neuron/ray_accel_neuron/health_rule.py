@@ -67,6 +67,8 @@ NO_NODE = (
 )
 # The sysfs counters neuron-monitor's `neuron_hw_counters` also reports, under the same names.
 MONITOR_ECC = ("mem_ecc_uncorrected", "sram_ecc_uncorrected")
+# The labels an ECC baseline is kept under: by the count's source, so a resumed baseline is the same reading's.
+ECC_LABELS = frozenset(ECC_FILES) | {f"neuron-monitor {name}" for name in MONITOR_ECC}
 SOURCES = ("sysfs", "neuron-monitor")
 
 
@@ -253,5 +255,5 @@ def kept(state: State) -> tuple[KeptDevice, ...]:
 
 def resumed(state: State, kept: Sequence[KeptDevice]) -> State:
     ecc = health_kept.baselines(kept, state.device_ids())
-    ecc = {k: n for k, n in ecc.items() if k[1] in ECC_FILES}
+    ecc = {k: n for k, n in ecc.items() if k[1] in ECC_LABELS}
     return State(state.settings, health_kept.resume(state.tracked, kept), {**state.ecc, **ecc}, state.seen)
