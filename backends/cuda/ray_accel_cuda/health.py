@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ray_accel_cuda.health_rule import DEFAULT_IGNORED_XIDS, Recovery
-from ray_accel_cuda.nvml import INVALID_ARGUMENT, NA, NO_PERMISSION, NOT_SUPPORTED, Nvml, text
+from ray_accel_cuda.nvml import INVALID_ARGUMENT, NA, NO_PERMISSION, NOT_SUPPORTED, Nvml, error_code, text
 
 log = logging.getLogger(__name__)
 
@@ -36,11 +36,6 @@ XID_CRITICAL_EVENT: Final = 8  # nvmlEventTypeXidCriticalError
 NVML_TIMEOUT: Final = 10  # NVML_ERROR_TIMEOUT: no event waiting
 XID_WINDOW_S: Final = 300.0
 MAX_EVENTS_PER_POLL: Final = 256  # never spin on a flood of events
-
-
-def _code(err: BaseException) -> int | None:
-    value = getattr(err, "value", None)
-    return value if isinstance(value, int) else None
 
 
 class PollErrors:
@@ -149,7 +144,7 @@ class XidMonitor:
             try:
                 event = self.nvml.query("nvmlEventSetWait", self._event_set, 0)
             except Exception as e:
-                if _code(e) != NVML_TIMEOUT:
+                if error_code(e) != NVML_TIMEOUT:
                     self.errors.record("nvmlEventSetWait", e)
                     why = f"nvmlEventSetWait: {type(e).__name__}: {e}"
                     return XidPoll(tuple(drained), error=why, unattributed=tuple(unattributed))

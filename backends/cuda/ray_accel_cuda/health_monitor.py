@@ -24,14 +24,9 @@ from ray_accel.plugins.rule_monitor import RuleMonitor
 from ray_accel_cuda import health_rule
 from ray_accel_cuda.health import PollErrors, XidMonitor, ecc_uncorrected, recovery_action
 from ray_accel_cuda.health_rule import GpuReading, Observation, Settings, Xid
-from ray_accel_cuda.nvml import NA, NOT_FOUND, GpuLost, Nvml, text
+from ray_accel_cuda.nvml import NA, NOT_FOUND, GpuLost, Nvml, error_code, text
 
 log = logging.getLogger(__name__)
-
-
-def _code(err: BaseException) -> int | None:
-    value = getattr(err, "value", None)
-    return value if isinstance(value, int) else None
 
 
 def _why(err: BaseException) -> str:
@@ -71,7 +66,7 @@ class CudaHealthMonitor(RuleMonitor[health_rule.State, Observation]):
             # fallen off the bus", so only the GPU's own handle can say whether it is this one.
             h = NA
         except Exception as e:
-            if _code(e) == NOT_FOUND:
+            if error_code(e) == NOT_FOUND:
                 return None, GpuReading(device_id, False, absent_why="NVML no longer finds it by its UUID")
             return None, GpuReading(device_id, None, presence_error=f"nvmlDeviceGetHandleByUUID: {_why(e)}")
         if h is not NA:
