@@ -202,12 +202,12 @@ def action_names(module: Any) -> dict[int, str]:
     return names
 
 
-def recovery_action(nvml: Nvml, h: Any) -> Recovery | None:
-    """The driver's recommended recovery action for the GPU; None where the
-    binding lacks the field or its names, or the driver does not support it."""
+def recovery_action(nvml: Nvml, h: Any, names: Mapping[int, str]) -> Recovery | None:
+    """The driver's recommended recovery action for the GPU (`names`: the
+    binding's `action_names`); None where the binding lacks the field or its
+    names, or the driver does not support it."""
     m = nvml.module
     field = getattr(m, RECOVERY_FIELD, None)
-    names = action_names(m)
     if not isinstance(field, int) or "NONE" not in names.values():
         return None
     values = nvml.query("nvmlDeviceGetFieldValues", h, [field])

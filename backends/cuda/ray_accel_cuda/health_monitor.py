@@ -17,12 +17,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from functools import cached_property
 from typing import Any
 
 from ray_accel.core.devices import Device
 from ray_accel.plugins.rule_monitor import RuleMonitor
 from ray_accel_cuda import health_rule
-from ray_accel_cuda.health import PollErrors, XidMonitor, ecc_uncorrected, recovery_action
+from ray_accel_cuda.health import PollErrors, XidMonitor, action_names, ecc_uncorrected, recovery_action
 from ray_accel_cuda.health_rule import GpuReading, Observation, Settings, Xid
 from ray_accel_cuda.nvml import NA, NOT_FOUND, GpuLost, Nvml, error_code, text
 
@@ -57,6 +58,11 @@ class CudaHealthMonitor(RuleMonitor[health_rule.State, Observation]):
             clock,
         )
 
+    @cached_property
+    def _actions(self) -> dict[int, str]:
+        # The binding's names do not change while it is loaded: read once, not per GPU per poll.
+        return action_names(self.nvml.module)
+
     def _handle(self, device_id: str) -> tuple[Any, GpuReading | None]:
         """(a handle for the GPU, None) or (None, its reading: absent or unknown)."""
         try:
@@ -88,7 +94,7 @@ class CudaHealthMonitor(RuleMonitor[health_rule.State, Observation]):
         if reading is not None:
             return reading
         try:
-            recovery, recovery_error = recovery_action(self.nvml, h), None
+            recovery, recovery_error = recovery_action(self.nvml, h, self._actions), None
         except GpuLost:
             return GpuReading(device_id, False, absent_why="NVML: GPU is lost")
         except Exception as e:
