@@ -1,9 +1,9 @@
 """Health sources: critical XID events and uncorrected ECC errors per GPU.
 
-The telemetry's samples read them as a window (an XID in the last five
-minutes, any uncorrected ECC error); the health rule (`health_rule`, run by
-`health_monitor`) reads the same sources poll by poll and decides what is
-fatal and what makes a GPU healthy again.
+The telemetry's samples read the XIDs as a window (those of the last five
+minutes; they read no ECC count); the health rule (`health_rule`, run by
+`health_monitor`) reads both sources poll by poll and decides what is fatal
+and what makes a GPU healthy again.
 
 XID events are matched to a GPU by its UUID, asked of the handle the event
 carries. The handle itself cannot be matched: nvidia-ml-py returns a new
