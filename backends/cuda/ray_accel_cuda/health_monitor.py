@@ -50,12 +50,7 @@ class CudaHealthMonitor(RuleMonitor[health_rule.State, Observation]):
         self._warned: set[int] = set()  # recovery action values the binding does not name, warned of once
         self.xids = XidMonitor(nvml, self.handles, time.monotonic, self.errors, ignored=settings.ignored_xids)
         super().__init__(
-            health_rule.initial(tuple(d.id for d in self.devices), settings, clock()),
-            health_rule.step,
-            health_rule.clear,
-            health_rule.kept,
-            health_rule.resumed,
-            clock,
+            health_rule.RULE, health_rule.initial(tuple(d.id for d in self.devices), settings, clock()), clock
         )
 
     @cached_property

@@ -50,12 +50,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Generic, TypeVar
+from typing import Final, Generic, TypeVar
 
 from ray_accel.core import health_kept, health_track
 from ray_accel.core.health import HealthEvent, HealthReport, one_line
 from ray_accel.core.health_kept import KeptDevice
 from ray_accel.core.health_track import Findings, Level, Tracked
+from ray_accel.plugins.rule_monitor import Rule
 from ray_accel_neuron.sysfs import DEVICE_UNREACHABLE, ECC_FILES, UnhealthyComponents
 
 T = TypeVar("T")
@@ -245,3 +246,6 @@ def resumed(state: State, kept: Sequence[KeptDevice]) -> State:
     ecc = health_kept.baselines(kept, state.device_ids())
     ecc = {k: n for k, n in ecc.items() if k[1] in ECC_LABELS}
     return State(state.settings, health_kept.resume(state.tracked, kept), {**state.ecc, **ecc}, state.seen)
+
+
+RULE: Final = Rule(step, clear, kept, resumed)
