@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from ray_accel.core.health import HealthReport
@@ -21,18 +22,19 @@ StateT = TypeVar("StateT")
 ObsT = TypeVar("ObsT")
 
 
+@dataclass(frozen=True)
+class Rule(Generic[StateT, ObsT]):
+    """A family's pure health rule: its four functions on its state."""
+
+    step: Callable[[StateT, ObsT, float], tuple[StateT, HealthReport]]
+    clear: Callable[[StateT, str], StateT]
+    kept: Callable[[StateT], tuple[KeptDevice, ...]]
+    resumed: Callable[[StateT, Sequence[KeptDevice]], StateT]
+
+
 class RuleMonitor(HealthMonitor, Generic[StateT, ObsT]):
-    def __init__(
-        self,
-        state: StateT,
-        step: Callable[[StateT, ObsT, float], tuple[StateT, HealthReport]],
-        clear: Callable[[StateT, str], StateT],
-        keep: Callable[[StateT], tuple[KeptDevice, ...]],
-        resume: Callable[[StateT, Sequence[KeptDevice]], StateT],
-        clock: Callable[[], float],
-    ) -> None:
-        self.clock, self._state, self._step, self._clear = clock, state, step, clear
-        self._keep, self._resume = keep, resume
+    def __init__(self, rule: Rule[StateT, ObsT], state: StateT, clock: Callable[[], float]) -> None:
+        self.clock, self._rule, self._state = clock, rule, state
         self._lock = threading.Lock()
 
     @abstractmethod
@@ -41,17 +43,17 @@ class RuleMonitor(HealthMonitor, Generic[StateT, ObsT]):
 
     def poll(self) -> HealthReport:
         with self._lock:
-            self._state, report = self._step(self._state, self.observe(), self.clock())
+            self._state, report = self._rule.step(self._state, self.observe(), self.clock())
             return report
 
     def clear(self, device_id: str) -> None:
         with self._lock:
-            self._state = self._clear(self._state, device_id)
+            self._state = self._rule.clear(self._state, device_id)
 
     def kept(self) -> tuple[KeptDevice, ...]:
         with self._lock:
-            return self._keep(self._state)
+            return self._rule.kept(self._state)
 
     def resume(self, kept: Sequence[KeptDevice]) -> None:
         with self._lock:
-            self._state = self._resume(self._state, kept)
+            self._state = self._rule.resumed(self._state, kept)

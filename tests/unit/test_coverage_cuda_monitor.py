@@ -8,7 +8,15 @@ from typing import Any
 
 import pynvml
 import pytest
-from ray_accel_cuda.health import RECOVERY_FIELD, PollErrors, RecoveryUnreadable, XidMonitor, XidPoll, recovery_action
+from ray_accel_cuda.health import (
+    RECOVERY_FIELD,
+    PollErrors,
+    RecoveryUnreadable,
+    XidMonitor,
+    XidPoll,
+    action_names,
+    recovery_action,
+)
 from ray_accel_cuda.health_rule import GpuReading
 from ray_accel_cuda.nvml import Nvml
 
@@ -172,7 +180,7 @@ class FieldAnswer(RecoveryNvml):
 
 def test_a_recovery_field_read_that_fails_or_is_not_an_unsigned_int_is_unreadable() -> None:
     def read(nv: FakeNvml) -> Any:
-        return recovery_action(Nvml(nv), nv.nvmlDeviceGetHandleByIndex(0))
+        return recovery_action(Nvml(nv), nv.nvmlDeviceGetHandleByIndex(0), action_names(nv))
 
     with pytest.raises(RecoveryUnreadable, match=f"{RECOVERY_FIELD}: NVML error {UNKNOWN}"):
         read(FieldAnswer([FakeGpu(0)], code=UNKNOWN))

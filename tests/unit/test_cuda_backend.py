@@ -238,6 +238,18 @@ def test_process_memory() -> None:
     assert held == {77: {nv.gpus[0].uuid: 500, nv.gpus[1].uuid: 20}}, "only asked PIDs, only held devices"
 
 
+def test_one_collection_asks_nvml_for_the_processes_once_per_gpu() -> None:
+    nv = FakeNvml([FakeGpu(0, processes=[(77, 500)]), FakeGpu(1)])
+    t, u0 = active(nv).telemetry, nv.gpus[0].uuid
+    nv.calls.clear()
+    t.device_samples()
+    assert t.device_holders()[u0] == (77,) and t.process_device_memory([77]) == {77: {u0: 500}}
+    assert nv.calls["nvmlDeviceGetComputeRunningProcesses"] == 2
+    nv.gpus[0].processes = [(88, 1)]
+    t.device_samples()
+    assert t.device_holders()[u0] == (88,), "the next collection asks again"
+
+
 def test_cuda_visible_devices_forms() -> None:
     nv = fake_nvml.a100x8_nvlink()
     plugin = active(nv)

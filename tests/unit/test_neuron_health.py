@@ -254,3 +254,20 @@ def test_a_tree_without_ecc_nodes_is_judged_by_the_hosts_neuron_monitor(tmp_path
     assert report.devices[3].last_event is not None and report.devices[3].last_event.code == "mem_ecc_uncorrected"
     shown = dump(report.devices[3])
     assert isinstance(shown, dict) and shown["source"] == "neuron-monitor"
+
+
+def test_a_baseline_read_through_neuron_monitor_outlives_the_decider() -> None:
+    """kept() -> resumed(): growth while no decider ran is still growth."""
+    first = health_rule.initial(("neuron:0",), Settings(2), 0.0)
+    sysfs_only = {"mem_ecc_repairable_uncorrected": Node(0)}
+
+    def reading(mem: int) -> Observation:
+        counters = Node({"mem_ecc_uncorrected": mem, "sram_ecc_uncorrected": 0})
+        return Observation((DeviceReading("neuron:0", True, ecc=sysfs_only, counters=counters),))
+
+    state, _ = health_rule.step(first, reading(1), 1.0)
+    resumed = health_rule.resumed(first, health_rule.kept(state))
+    assert resumed.ecc[("neuron:0", "neuron-monitor mem_ecc_uncorrected")] == 1
+    _, report = health_rule.step(resumed, reading(4), 2.0)
+    assert report.devices[0].state is U
+    assert [e.reason for e in report.events] == ["neuron-monitor mem_ecc_uncorrected grew from 1 to 4"]

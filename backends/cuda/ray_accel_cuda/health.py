@@ -1,9 +1,9 @@
 """Health sources: critical XID events and uncorrected ECC errors per GPU.
 
-The telemetry's samples read them as a window (an XID in the last five
-minutes, any uncorrected ECC error); the health rule (`health_rule`, run by
-`health_monitor`) reads the same sources poll by poll and decides what is
-fatal and what makes a GPU healthy again.
+The telemetry's samples read the XIDs as a window (those of the last five
+minutes; they read no ECC count); the health rule (`health_rule`, run by
+`health_monitor`) reads both sources poll by poll and decides what is fatal
+and what makes a GPU healthy again.
 
 XID events are matched to a GPU by its UUID, asked of the handle the event
 carries. The handle itself cannot be matched: nvidia-ml-py returns a new
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ray_accel_cuda.health_rule import DEFAULT_IGNORED_XIDS, Recovery
-from ray_accel_cuda.nvml import INVALID_ARGUMENT, NA, NO_PERMISSION, NOT_SUPPORTED, Nvml, text
+from ray_accel_cuda.nvml import INVALID_ARGUMENT, NA, NO_PERMISSION, NOT_SUPPORTED, Nvml, error_code, text
 
 log = logging.getLogger(__name__)
 
@@ -36,11 +36,6 @@ XID_CRITICAL_EVENT: Final = 8  # nvmlEventTypeXidCriticalError
 NVML_TIMEOUT: Final = 10  # NVML_ERROR_TIMEOUT: no event waiting
 XID_WINDOW_S: Final = 300.0
 MAX_EVENTS_PER_POLL: Final = 256  # never spin on a flood of events
-
-
-def _code(err: BaseException) -> int | None:
-    value = getattr(err, "value", None)
-    return value if isinstance(value, int) else None
 
 
 class PollErrors:
@@ -149,7 +144,7 @@ class XidMonitor:
             try:
                 event = self.nvml.query("nvmlEventSetWait", self._event_set, 0)
             except Exception as e:
-                if _code(e) != NVML_TIMEOUT:
+                if error_code(e) != NVML_TIMEOUT:
                     self.errors.record("nvmlEventSetWait", e)
                     why = f"nvmlEventSetWait: {type(e).__name__}: {e}"
                     return XidPoll(tuple(drained), error=why, unattributed=tuple(unattributed))
@@ -207,12 +202,12 @@ def action_names(module: Any) -> dict[int, str]:
     return names
 
 
-def recovery_action(nvml: Nvml, h: Any) -> Recovery | None:
-    """The driver's recommended recovery action for the GPU; None where the
-    binding lacks the field or its names, or the driver does not support it."""
+def recovery_action(nvml: Nvml, h: Any, names: Mapping[int, str]) -> Recovery | None:
+    """The driver's recommended recovery action for the GPU (`names`: the
+    binding's `action_names`); None where the binding lacks the field or its
+    names, or the driver does not support it."""
     m = nvml.module
     field = getattr(m, RECOVERY_FIELD, None)
-    names = action_names(m)
     if not isinstance(field, int) or "NONE" not in names.values():
         return None
     values = nvml.query("nvmlDeviceGetFieldValues", h, [field])

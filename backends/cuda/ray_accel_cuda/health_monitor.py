@@ -17,21 +17,17 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from functools import cached_property
 from typing import Any
 
 from ray_accel.core.devices import Device
 from ray_accel.plugins.rule_monitor import RuleMonitor
 from ray_accel_cuda import health_rule
-from ray_accel_cuda.health import PollErrors, XidMonitor, ecc_uncorrected, recovery_action
+from ray_accel_cuda.health import PollErrors, XidMonitor, action_names, ecc_uncorrected, recovery_action
 from ray_accel_cuda.health_rule import GpuReading, Observation, Settings, Xid
-from ray_accel_cuda.nvml import NA, NOT_FOUND, GpuLost, Nvml, text
+from ray_accel_cuda.nvml import NA, NOT_FOUND, GpuLost, Nvml, error_code, text
 
 log = logging.getLogger(__name__)
-
-
-def _code(err: BaseException) -> int | None:
-    value = getattr(err, "value", None)
-    return value if isinstance(value, int) else None
 
 
 def _why(err: BaseException) -> str:
@@ -54,13 +50,13 @@ class CudaHealthMonitor(RuleMonitor[health_rule.State, Observation]):
         self._warned: set[int] = set()  # recovery action values the binding does not name, warned of once
         self.xids = XidMonitor(nvml, self.handles, time.monotonic, self.errors, ignored=settings.ignored_xids)
         super().__init__(
-            health_rule.initial(tuple(d.id for d in self.devices), settings, clock()),
-            health_rule.step,
-            health_rule.clear,
-            health_rule.kept,
-            health_rule.resumed,
-            clock,
+            health_rule.RULE, health_rule.initial(tuple(d.id for d in self.devices), settings, clock()), clock
         )
+
+    @cached_property
+    def _actions(self) -> dict[int, str]:
+        # The binding's names do not change while it is loaded: read once, not per GPU per poll.
+        return action_names(self.nvml.module)
 
     def _handle(self, device_id: str) -> tuple[Any, GpuReading | None]:
         """(a handle for the GPU, None) or (None, its reading: absent or unknown)."""
@@ -71,7 +67,7 @@ class CudaHealthMonitor(RuleMonitor[health_rule.State, Observation]):
             # fallen off the bus", so only the GPU's own handle can say whether it is this one.
             h = NA
         except Exception as e:
-            if _code(e) == NOT_FOUND:
+            if error_code(e) == NOT_FOUND:
                 return None, GpuReading(device_id, False, absent_why="NVML no longer finds it by its UUID")
             return None, GpuReading(device_id, None, presence_error=f"nvmlDeviceGetHandleByUUID: {_why(e)}")
         if h is not NA:
@@ -93,7 +89,7 @@ class CudaHealthMonitor(RuleMonitor[health_rule.State, Observation]):
         if reading is not None:
             return reading
         try:
-            recovery, recovery_error = recovery_action(self.nvml, h), None
+            recovery, recovery_error = recovery_action(self.nvml, h, self._actions), None
         except GpuLost:
             return GpuReading(device_id, False, absent_why="NVML: GPU is lost")
         except Exception as e:

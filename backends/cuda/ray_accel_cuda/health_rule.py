@@ -57,6 +57,7 @@ from ray_accel.core.errors import InputError
 from ray_accel.core.health import HealthEvent, HealthReport, one_line
 from ray_accel.core.health_kept import KeptDevice
 from ray_accel.core.health_track import Findings, Level, Tracked
+from ray_accel.plugins.rule_monitor import Rule
 
 IGNORED_XIDS_ENV = "RAYACCEL_CUDA_IGNORED_XIDS"
 # NVIDIA/k8s-device-plugin internal/rm/health.go `ignoredXids`: application errors, "the GPU should still be healthy".
@@ -287,3 +288,6 @@ def kept(state: State) -> tuple[KeptDevice, ...]:
 def resumed(state: State, kept: Sequence[KeptDevice]) -> State:
     ecc = {d: n for (d, name), n in health_kept.baselines(kept, state.device_ids()).items() if name == ECC_CODE}
     return State(state.settings, health_kept.resume(state.tracked, kept), {**state.ecc, **ecc})
+
+
+RULE: Final = Rule(step, clear, kept, resumed)

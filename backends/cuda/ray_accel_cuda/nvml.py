@@ -54,7 +54,7 @@ class GpuLost(Exception):
     """The GPU fell off the bus (NVML_ERROR_GPU_IS_LOST)."""
 
 
-def _code(err: BaseException) -> int | None:
+def error_code(err: BaseException) -> int | None:
     value = getattr(err, "value", None)
     return value if isinstance(value, int) else None
 
@@ -88,7 +88,7 @@ class Nvml:
             except ImportError as e:
                 self._failure = f"nvidia-ml-py is not installed ({e})"
             except Exception as e:
-                code = _code(e)
+                code = error_code(e)
                 if code == LIBRARY_NOT_FOUND:
                     self._failure = "NVML library (libnvidia-ml.so.1) not found: no NVIDIA driver on this machine"
                 elif code == DRIVER_NOT_LOADED:
@@ -113,7 +113,7 @@ class Nvml:
             try:
                 return fn(*args)
             except Exception as e:
-                code = _code(e)
+                code = error_code(e)
                 if code in (NOT_SUPPORTED, NO_PERMISSION):
                     return default
                 if code == FUNCTION_NOT_FOUND:

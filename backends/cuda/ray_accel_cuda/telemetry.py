@@ -28,6 +28,7 @@ class CudaTelemetry(Telemetry):
         self.handles = dict(handles)
         self.errors = PollErrors()
         self.xids = XidMonitor(nvml, self.handles, clock, self.errors, ignored=ignored_xids)
+        self._processes: list[tuple[Device, list[Any]]] | None = None  # this collection's, see _compute_processes
 
     def _sample(self, d: Device) -> DeviceSample:
         q = self.nvml.query
@@ -50,19 +51,24 @@ class CudaTelemetry(Telemetry):
         )
 
     def device_samples(self) -> list[DeviceSample]:
+        self._processes = None  # a new collection
         self.xids.poll()
         return [self._sample(d) for d in self.devices]
 
     def _compute_processes(self) -> list[tuple[Device, list[Any]]]:
-        """(device, its compute processes) for every GPU that answers."""
-        out = []
-        for d in self.devices:
-            try:
-                procs = self.nvml.query("nvmlDeviceGetComputeRunningProcesses", self.handles[d.id], default=[])
-            except GpuLost:
-                continue
-            out.append((d, list(procs)))
-        return out
+        """(device, its compute processes) for every GPU that answers. A
+        collection begins with `device_samples`, then asks `device_holders`
+        and `process_device_memory` (the metrics layer's order): NVML is asked
+        once per GPU per collection, and both answer from the same list."""
+        if self._processes is None:
+            self._processes = []
+            for d in self.devices:
+                try:
+                    procs = self.nvml.query("nvmlDeviceGetComputeRunningProcesses", self.handles[d.id], default=[])
+                except GpuLost:
+                    continue
+                self._processes.append((d, list(procs)))
+        return self._processes
 
     def process_device_memory(self, pids: Collection[int]) -> dict[int, dict[str, int]]:
         wanted = set(pids)

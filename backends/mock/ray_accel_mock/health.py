@@ -14,9 +14,9 @@ beside the family's own sources).
 from __future__ import annotations
 
 import os
-import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ray_accel_cuda import health_rule as cuda_rule
 from ray_accel_neuron import health_rule as neuron_rule
@@ -25,10 +25,9 @@ from ray_accel_neuron.sysfs import DEVICE_UNREACHABLE, ECC_FILES, UnhealthyCompo
 
 from ray_accel.core import health_track
 from ray_accel.core.devices import Device
-from ray_accel.core.health import HealthEvent, HealthReport
-from ray_accel.core.health_kept import KeptDevice
+from ray_accel.core.health import HealthEvent
 from ray_accel.core.health_track import Findings, Level
-from ray_accel.plugins.interface import HealthMonitor
+from ray_accel.plugins.rule_monitor import Rule, RuleMonitor
 from ray_accel_mock.faults import (
     CURRENT_KINDS,
     FAULTS_ENV,
@@ -58,7 +57,7 @@ def current_components(events: tuple[FaultEvent, ...], device_id: str) -> Unheal
     return UnhealthyComponents(tuple(names), unreachable and not names)
 
 
-class MockHealthMonitor(HealthMonitor):
+class MockHealthMonitor(RuleMonitor[Any, Any]):
     def __init__(
         self,
         spec: HostSpec,
@@ -68,33 +67,34 @@ class MockHealthMonitor(HealthMonitor):
         env = os.environ if environ is None else environ
         self.spec = spec
         self.environ = env
-        self.clock = clock
         self.devices = tuple(sorted(spec.devices, key=lambda d: d.index))
         self.neuron = spec.family == neuron_runtime.FAMILY
         self._ids = tuple(d.id for d in self.devices)
         k = health_track.recovery_polls(env)
         now = clock()
         self._taken: set[tuple[str, str, str, int]] = set()
-        self._lock = threading.Lock()
         # What the file's counters read when the monitor starts: the rule's baseline, as if read once.
         try:
             start = self._faults().counters
         except FaultFileError:
             start = {}
-        self._state: neuron_rule.State | cuda_rule.State
+        # The family's rule and observation, chosen once.
+        rule: Rule[Any, Any]
+        state: neuron_rule.State | cuda_rule.State
+        self._observation: Callable[[Faults | None, str | None, float], Any]
         if self.neuron:
             self._grown = {(d, name): 0 for d in self._ids for name in ECC_FILES}
             base = {key: start.get(key, 0) for key in self._grown}
             first = neuron_rule.initial(self._ids, neuron_rule.Settings(k), now)
-            self._state = neuron_rule.State(first.settings, first.tracked, base, frozenset(base))
+            state = neuron_rule.State(first.settings, first.tracked, base, frozenset(base))
+            rule, self._observation = neuron_rule.RULE, self._neuron_observation
         else:
             self._grown = {(d, cuda_rule.ECC_CODE): 0 for d in self._ids}
             settings = cuda_rule.Settings(cuda_rule.ignored_xids(env), k)
-            self._state = cuda_rule.State(
-                settings,
-                cuda_rule.initial(self._ids, settings, now).tracked,
-                {d: start.get((d, cuda_rule.ECC_CODE), 0) for d in self._ids},
-            )
+            tracked = cuda_rule.initial(self._ids, settings, now).tracked
+            state = cuda_rule.State(settings, tracked, {d: start.get((d, cuda_rule.ECC_CODE), 0) for d in self._ids})
+            rule, self._observation = cuda_rule.RULE, self._cuda_observation
+        super().__init__(rule, state, clock)
 
     def _faults(self) -> Faults:
         return load_faults(self.environ.get(FAULTS_ENV), self._ids, self.spec.family)
@@ -178,37 +178,10 @@ class MockHealthMonitor(HealthMonitor):
         )
         return cuda_rule.Observation(gpus, tuple(xids), "read", None, (), marks)
 
-    def poll(self) -> HealthReport:
-        with self._lock:
-            now = self.clock()
-            faults: Faults | None
-            failure = None
-            try:
-                faults = self._faults()
-            except FaultFileError as e:
-                faults, failure = None, str(e)
-            if isinstance(self._state, neuron_rule.State):
-                self._state, report = neuron_rule.step(self._state, self._neuron_observation(faults, failure, now), now)
-            else:
-                self._state, report = cuda_rule.step(self._state, self._cuda_observation(faults, failure, now), now)
-            return report
-
-    def clear(self, device_id: str) -> None:
-        with self._lock:
-            if isinstance(self._state, neuron_rule.State):
-                self._state = neuron_rule.clear(self._state, device_id)
-            else:
-                self._state = cuda_rule.clear(self._state, device_id)
-
-    def kept(self) -> tuple[KeptDevice, ...]:
-        with self._lock:
-            if isinstance(self._state, neuron_rule.State):
-                return neuron_rule.kept(self._state)
-            return cuda_rule.kept(self._state)
-
-    def resume(self, kept: Sequence[KeptDevice]) -> None:
-        with self._lock:
-            if isinstance(self._state, neuron_rule.State):
-                self._state = neuron_rule.resumed(self._state, kept)
-            else:
-                self._state = cuda_rule.resumed(self._state, kept)
+    def observe(self) -> Any:
+        faults, failure = None, None
+        try:
+            faults = self._faults()
+        except FaultFileError as e:
+            failure = str(e)
+        return self._observation(faults, failure, self.clock())

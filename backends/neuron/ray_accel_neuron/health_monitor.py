@@ -64,12 +64,7 @@ class NeuronHealthMonitor(RuleMonitor[health_rule.State, Observation]):
         self.stream = None if path is None else MonitorStream(path, cfg.monitor_period_s, cfg.environ)
         self._latest: tuple[Report | None, str | None] = (None, "not polled yet")
         super().__init__(
-            health_rule.initial(tuple(d.id for d in self.devices), settings, clock()),
-            health_rule.step,
-            health_rule.clear,
-            health_rule.kept,
-            health_rule.resumed,
-            clock,
+            health_rule.RULE, health_rule.initial(tuple(d.id for d in self.devices), settings, clock()), clock
         )
 
     def _device_dir(self, index: int) -> str:

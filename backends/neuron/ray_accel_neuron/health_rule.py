@@ -50,12 +50,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Generic, TypeVar
+from typing import Final, Generic, TypeVar
 
 from ray_accel.core import health_kept, health_track
 from ray_accel.core.health import HealthEvent, HealthReport, one_line
 from ray_accel.core.health_kept import KeptDevice
 from ray_accel.core.health_track import Findings, Level, Tracked
+from ray_accel.plugins.rule_monitor import Rule
 from ray_accel_neuron.sysfs import DEVICE_UNREACHABLE, ECC_FILES, UnhealthyComponents
 
 T = TypeVar("T")
@@ -67,6 +68,8 @@ NO_NODE = (
 )
 # The sysfs counters neuron-monitor's `neuron_hw_counters` also reports, under the same names.
 MONITOR_ECC = ("mem_ecc_uncorrected", "sram_ecc_uncorrected")
+# The labels an ECC baseline is kept under: by the count's source, so a resumed baseline is the same reading's.
+ECC_LABELS = frozenset(ECC_FILES) | {f"neuron-monitor {name}" for name in MONITOR_ECC}
 SOURCES = ("sysfs", "neuron-monitor")
 
 
@@ -148,19 +151,6 @@ def _monitor_count(counters: Node[Mapping[str, int]], name: str) -> Node[int]:
     return Node(counters.value[name])
 
 
-def _node_unread(
-    node: Node[T], key: tuple[str, str], seen: frozenset[tuple[str, str]], name: str
-) -> tuple[str | None, bool]:
-    """(why the node is unreadable this poll, or None; whether it is a source at all)."""
-    if node.error is not None:
-        return f"{name}: {node.error}", True
-    if node.absent:
-        if key in seen:
-            return f"{name}: absent now, read before", True
-        return None, False
-    return None, True
-
-
 def _findings(r: DeviceReading, prev: State, now: float) -> tuple[Findings, set[tuple[str, str]], dict[str, int]]:
     d = r.device_id
     vouched: list[str] = []
@@ -176,32 +166,33 @@ def _findings(r: DeviceReading, prev: State, now: float) -> tuple[Findings, set[
         levels.append(Level("lost", None, "present"))
     elif r.presence_error is not None:
         unread.append(f"presence: {r.presence_error}")
-    sources = 0
+    sources: list[str] = []
+
+    def read(node: Node[T], label: str, vouch: str) -> T | None:
+        """The node's value; None: unreadable this poll (noted), or not a source at all."""
+        if node.absent and (d, label) not in prev.seen:
+            return None
+        sources.append(label)
+        if node.error is not None or node.value is None:
+            unread.append(f"{label}: {'absent now, read before' if node.error is None else node.error}")
+            return None
+        seen.add((d, label))
+        vouched.append(vouch)
+        return node.value
+
     for name in ECC_FILES:
         label, node = name, r.ecc.get(name, Node())
         if name in MONITOR_ECC and node.absent and (d, name) not in prev.seen:
             label, node = f"neuron-monitor {name}", _monitor_count(r.counters, name)
-        why, source = _node_unread(node, (d, label), prev.seen, label)
-        sources += source
-        if why is not None:
-            unread.append(why)
-        elif node.value is not None:
-            seen.add((d, label))
-            counts[label] = node.value
-            vouched.append(label if label != name else f"sysfs {name}")
+        count = read(node, label, label if label != name else f"sysfs {name}")
+        if count is not None:
+            counts[label] = count
             before = prev.ecc.get((d, label))
-            if before is not None and node.value > before:
-                reason = f"{label} grew from {before} to {node.value}"
-                events.append(HealthEvent(d, "ecc", name, reason, now, True))
-    node_c = r.components
-    why, source = _node_unread(node_c, (d, COMPONENTS_NODE), prev.seen, COMPONENTS_NODE)
-    sources += source
-    if why is not None:
-        unread.append(why)
-    elif node_c.value is not None:
-        seen.add((d, COMPONENTS_NODE))
-        vouched.append(f"sysfs {COMPONENTS_NODE}")
-        bad = None if node_c.value.healthy else components_event(d, node_c.value, now)
+            if before is not None and count > before:
+                events.append(HealthEvent(d, "ecc", name, f"{label} grew from {before} to {count}", now, True))
+    components = read(r.components, COMPONENTS_NODE, f"sysfs {COMPONENTS_NODE}")
+    if components is not None:
+        bad = None if components.healthy else components_event(d, components, now)
         levels.append(Level("components", bad, "no unhealthy component"))
     if not sources:
         unread.append(NO_NODE)
@@ -253,5 +244,8 @@ def kept(state: State) -> tuple[KeptDevice, ...]:
 
 def resumed(state: State, kept: Sequence[KeptDevice]) -> State:
     ecc = health_kept.baselines(kept, state.device_ids())
-    ecc = {k: n for k, n in ecc.items() if k[1] in ECC_FILES}
+    ecc = {k: n for k, n in ecc.items() if k[1] in ECC_LABELS}
     return State(state.settings, health_kept.resume(state.tracked, kept), {**state.ecc, **ecc}, state.seen)
+
+
+RULE: Final = Rule(step, clear, kept, resumed)

@@ -52,7 +52,7 @@ from ray_accel.plugins.traits import DeviceTraits, SplitOrder
 from ray_accel_neuron import torchneuron
 from ray_accel_neuron.stacks import Stacks, choose, stacks_here
 from ray_accel_neuron.torchneuron import NEURON
-from ray_accel_neuron.xla import XLA, all_reduce_mean, check_one_device_per_process, init_xla_group, xla_device
+from ray_accel_neuron.xla import XLA, all_reduce_mean, init_xla_group, xla_device
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +121,16 @@ def efa_present(root: str = EFA_CLASS) -> bool:
     return False
 
 
+def one_core_per_process(job: Sequence[WorkerSlot], rule: str, ask: str) -> None:
+    """Refuse a job in which a worker holds other than one core: `rule` says whose rule, `ask` what to ask for."""
+    w = next((w for w in job if len(w.own_ids) != 1), None)
+    if w is not None:
+        raise InputError(
+            f"{rule}, but worker rank {w.rank.world_rank} holds {len(w.own_ids)} "
+            f"({', '.join(w.own_ids) or 'none'}): ask for 1 per worker {ask}"
+        )
+
+
 class NeuronRuntime(Runtime):
     """`pjrt_device`: where PJRT runs the `xla` collective (CPU: the mock and
     the XLA lane, no NeuronCore opened). `fallback`: what "auto" picks where
@@ -155,7 +165,9 @@ class NeuronRuntime(Runtime):
         if missing:
             raise InputError(f"backend {collective!r} cannot be made in this training worker: {missing}")
         if collective == NEURON:
-            torchneuron.check_one_core_per_process(job)
+            one_core_per_process(
+                job, f"backend 'neuron': {torchneuron.RULE}", "(resources_per_worker={'neuron_cores': 1})"
+            )
             odd = sorted({str(w.accelerator_type) for w in job if w.accelerator_type in torchneuron.UNSUPPORTED})
             if odd:
                 log.warning(
@@ -164,7 +176,18 @@ class NeuronRuntime(Runtime):
                     ", ".join(torchneuron.GENERATIONS),
                 )
         elif collective == XLA and self._pjrt_device != PJRT_CPU:
-            check_one_device_per_process(job)
+            # torch-xla 2.9 outside SPMD compiles every graph for all the job's
+            # devices (num_replicas = the client's global device count) but a
+            # process runs on its first device only (torch_xla.py:19-49); only
+            # xmp.spawn runs a thread per device (_internal/pjrt.py:44-80). A
+            # worker holding two NeuronCores leaves a replica that never runs
+            # and the collectives wait for it. SPMD drives many cores from one
+            # process but refuses the `xla` group (distributed/xla_backend.py:12-15).
+            one_core_per_process(
+                job,
+                "backend 'xla' runs one device per process",
+                "(e.g. resources_per_worker={'neuron_cores': 1}), or for SPMD over several cores use backend='gloo'",
+            )
 
     def worker_env(self, worker: WorkerSlot, job: Sequence[WorkerSlot], collective: str) -> dict[str, str]:
         check_collective(collective, (*COLLECTIVES, GLOO), "the Neuron runtime")

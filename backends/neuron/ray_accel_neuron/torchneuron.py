@@ -62,8 +62,6 @@ import os
 from collections.abc import Sequence
 from typing import Any, Final
 
-from ray_accel.core.errors import InputError
-from ray_accel.plugins.runtime import WorkerSlot
 from ray_accel_neuron import arch
 
 NEURON: Final = "neuron"
@@ -130,16 +128,6 @@ def problem_here() -> str | None:
         os.environ.get(AUTOLOAD_ENV),
         str(torch.__version__),
     )
-
-
-def check_one_core_per_process(job: Sequence[WorkerSlot]) -> None:
-    many = [w for w in job if len(w.own_ids) != 1]
-    if many:
-        w = many[0]
-        raise InputError(
-            f"backend 'neuron': {RULE}, but worker rank {w.rank.world_rank} holds {len(w.own_ids)} "
-            f"({', '.join(w.own_ids) or 'none'}): ask for 1 per worker (resources_per_worker={{'neuron_cores': 1}})"
-        )
 
 
 def device(local_rank: str | None) -> Any:

@@ -12,9 +12,6 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from ray_accel.core.errors import InputError
-from ray_accel.plugins.runtime import WorkerSlot
-
 XLA = "xla"
 
 
@@ -28,26 +25,6 @@ def problem_here() -> str | None:
             "Neuron 2.31; Neuron supports it for training only up to 2.29)"
         )
     return None
-
-
-def check_one_device_per_process(job: Sequence[WorkerSlot]) -> None:
-    """The `xla` group on a real PJRT device needs one device per process.
-
-    torch-xla 2.9 outside SPMD compiles every graph for all the job's devices
-    (num_replicas = the client's global device count) but a process runs on
-    its first device only (torch_xla.py:19-49); only xmp.spawn runs a thread
-    per device (_internal/pjrt.py:44-80). A worker holding two NeuronCores
-    leaves a replica that never runs and the collectives wait for it. SPMD
-    drives many cores from one process but refuses the `xla` group
-    (distributed/xla_backend.py:12-15)."""
-    many = [w for w in job if len(w.own_ids) != 1]
-    if many:
-        w = many[0]
-        raise InputError(
-            f"backend 'xla' runs one device per process, but worker rank {w.rank.world_rank} holds "
-            f"{len(w.own_ids)} ({', '.join(w.own_ids) or 'none'}): ask for 1 per worker "
-            "(e.g. resources_per_worker={'neuron_cores': 1}), or for SPMD over several cores use backend='gloo'"
-        )
 
 
 def init_xla_group(world_rank: int, world_size: int, timeout_s: float) -> None:
