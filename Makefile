@@ -22,7 +22,8 @@ PINS := "ray[default,train]==$(RAY)" "$(TORCH_PIN)" $(TOOL_PINS) $(TEST_PINS) ru
 XLA_PINS := "torch==2.9.0" "torch-xla==2.9.0" "ray[default,train]==$(RAY)" $(TOOL_PINS) $(TEST_PINS)
 # pytest-randomly shuffles every run (.ci/pytest-tiers prints the seed); replay one with
 # `make unit PYTEST_ARGS=--randomly-seed=N`. The tests that start Ray or make
-# hosts run one after another, the pure tests beside them (.ci/pytest-tiers).
+# hosts run in two shards, each in its own network namespace, the pure tests
+# beside them (.ci/pytest-tiers).
 PYTEST_ARGS ?=
 
 .PHONY: demo test lint unit test-xla dist lanes clean
