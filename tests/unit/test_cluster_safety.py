@@ -519,10 +519,10 @@ def test_a_fifo_as_the_state_file_is_an_error_not_a_hang(env: dict[str, str]) ->
     directory.mkdir(mode=0o700)
     os.mkfifo(directory / "host.json")
     for args in (["status"], ["stop"], ["start", "--recover"], ["start", "--head"]):
-        began = time.monotonic()
-        proc = run_cli(*args, env=env, timeout=20)
+        # A hang (opening a FIFO blocks until a writer comes) ends in the timeout's error, not
+        # in a timed assertion: a loaded CI machine took 11 s to answer and was no hang.
+        proc = run_cli(*args, env=env, timeout=120)
         assert_clean_error(proc, 2, "host.json", "is a FIFO, not a regular file")
-        assert time.monotonic() - began < 10
 
 
 @badinput("dangerous")
