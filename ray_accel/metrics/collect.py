@@ -279,8 +279,9 @@ def ray_workers(raylet_pid: int, exclude: Collection[int], table: ProcessTable) 
 def orphan_pids(
     holders: Mapping[str, Iterable[int]], mine: Collection[str], workers: Collection[int]
 ) -> list[tuple[str, int]]:
-    """(device, pid) for each holder of one of `mine` that is not in `workers`
-    (the raylet's whole process tree), sorted, each once."""
+    """(device, pid) for each holder of one of `mine` that is not one of
+    `workers` (the raylet's worker processes; their trees the caller walks
+    only for what is left), sorted, each once."""
     return sorted({(d, pid) for d, pids in holders.items() if d in mine for pid in pids if pid not in workers})
 
 

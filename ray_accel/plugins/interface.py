@@ -7,9 +7,9 @@ only the ones it has:
 - `Runtime`: what a training worker of this family needs (its collective,
   its environment computed from the whole job, its process group, its torch
   device);
-- `Telemetry`: device samples (utilisation, memory, power, temperature,
-  health), the device memory each process holds, and which processes hold
-  each device;
+- `Telemetry`: device samples (utilisation, memory, power, temperature, a
+  count of recent health events: never a verdict), the device memory each
+  process holds, and which processes hold each device;
 - `HealthMonitor`: the family's health rule applied poll after poll (what
   is fatal, what makes a device healthy again), with its state kept between
   polls.
