@@ -60,6 +60,8 @@ _RESOURCE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,127}$")
 _HEX_ID = re.compile(r"^[0-9a-f]{1,128}$")
 # The kind of the host's health decider among the recorded processes.
 DECIDER_KIND = "health_decider"
+# The kind of a running `ray-accel repartition`'s helper.
+REPARTITION_KIND = "repartition"
 # What the decider says of a partition whose raylet it stopped on purpose, or
 # is restarting under the host's lock: a dead raylet there is not a failure.
 DECIDER_STATES = ("stopped", "restarting")
@@ -181,11 +183,12 @@ class HostRecord:
     stopping: bool = False
     health: HealthSettings | None = None  # the decider's settings (None: a record from before)
     decider: RayProcess | None = None  # the host's health decider, while it runs
+    repartition: RayProcess | None = None  # a running repartition's helper
 
     def processes(self) -> list[RayProcess]:
-        """Every recorded process: the partitions', and the decider's."""
+        """Every recorded process: the partitions', and the helpers'."""
         own = [r for p in self.partitions for r in p.processes]
-        return own if self.decider is None else [*own, self.decider]
+        return [*own, *(h for h in (self.decider, self.repartition) if h is not None)]
 
     @property
     def legacy(self) -> bool:
@@ -221,6 +224,7 @@ def dumps(record: HostRecord) -> str:
         "stopping": record.stopping,
         "health": dump(record.health),
         "decider": dump(record.decider),
+        "repartition": dump(record.repartition),
         "partitions": [p.to_json() for p in record.partitions],
     }
     return json.dumps(data, indent=2, allow_nan=False)
@@ -304,7 +308,8 @@ def _record(obj: Node) -> HostRecord:
         inherited_mask=_opt(obj.at("inherited_mask", None), lambda n: load(MaskView, n.data, n.path)),
         stopping=obj.at("stopping", False).bool(),
         health=_opt(obj.at("health", None), lambda n: HealthSettings.from_json(n.data, n.path)),
-        decider=_opt(obj.at("decider", None), _decider),
+        decider=_opt(obj.at("decider", None), lambda n: _helper(n, DECIDER_KIND)),
+        repartition=_opt(obj.at("repartition", None), lambda n: _helper(n, REPARTITION_KIND)),
     )
 
 
@@ -312,10 +317,10 @@ def _opt(node: Node, read: Callable[[Node], T]) -> T | None:
     return None if node.data is None else read(node)
 
 
-def _decider(node: Node) -> RayProcess:
+def _helper(node: Node, kind: str) -> RayProcess:
     proc = _process(node)
-    if proc.kind != DECIDER_KIND:
-        node.at("kind").fail(f"{proc.kind!r}: the decider's kind is {DECIDER_KIND!r}")
+    if proc.kind != kind:
+        node.at("kind").fail(f"{proc.kind!r}: the {node.path.rsplit('.', 1)[-1]}'s kind is {kind!r}")
     return proc
 
 

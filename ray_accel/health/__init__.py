@@ -12,8 +12,9 @@ head's keeper); `requests` the hand-made clears; `view` what the CLI shows.
 """
 
 from ray_accel.cluster import helpers
-from ray_accel.cluster.record import DECIDER_KIND
+from ray_accel.cluster.record import DECIDER_KIND, REPARTITION_KIND
 
 # The decider is one of the host's helper processes: `stop` stops it first,
 # and every record check knows what it runs.
 helpers.register(DECIDER_KIND, "ray_accel.health.decider")
+helpers.register(REPARTITION_KIND, "ray_accel.health.repartition")

@@ -1,0 +1,90 @@
+"""`ray-accel repartition` on a running mock trn1.32xlarge split in four by
+devices (a, b, c, d): a dry run, the same split again, refused splits, then
+c and d merged into cd while a detached actor on a (the head) holds 2
+NeuronCores. a and b keep their raylets and Ray node ids; c's and d's nodes
+end drained, with the repartition's message."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import ClusterSpec, raylet_pids, start_cluster
+from tests.integration.health_steps import alive_node, gcs_view, record, until
+
+pytestmark = pytest.mark.ray
+
+FOUR = "a=0-3;b=4-7;c=8-11;d=12-15"
+MERGED = "a=0-3;b=4-7;cd=8-15"
+
+ACTOR = r"""
+import json, sys
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+ray.init(address=sys.argv[1], namespace="repartition-test", log_to_driver=False)
+
+class Holder:
+    def where(self):
+        return ray.get_runtime_context().get_node_id()
+
+if sys.argv[2] == "create":
+    strategy = NodeAffinitySchedulingStrategy(sys.argv[3], soft=False)
+    h = ray.remote(Holder).options(name="holder", lifetime="detached", num_cpus=0, resources={"neuron_cores": 2},
+                                   scheduling_strategy=strategy).remote()
+else:
+    h = ray.get_actor("holder")
+print(json.dumps([ray.get(h.where.remote(), timeout=120)]))
+"""
+
+
+def test_merging_two_partitions_leaves_the_others_running(tmp_path: Path) -> None:
+    spec = ClusterSpec("repartition", "trn1.32xlarge", 4, start_args=("--mode", "manual", "--manual", FOUR))
+    cluster = start_cluster(tmp_path / "c", spec)
+    try:
+        before = {p["partition"]: (p["pid"], p["node_id"]) for p in cluster.status["partitions"]}
+        assert cluster.driver(ACTOR, "create", before["a"][1]) == [before["a"][1]]
+
+        # Acceptance 2: the dry run says what would happen and changes nothing.
+        dry = cluster.cli("repartition", "--mode", "manual", "--manual", MERGED, "--dry-run", "--json")
+        assert dry.returncode == 0, dry.stderr
+        planned = json.loads(dry.stdout)
+        assert planned["changes"] is True
+        assert {p["partition"]: p["action"] for p in planned["partitions"]} == {
+            "a": "kept", "b": "kept", "c": "removed", "d": "removed", "cd": "added",
+        }  # fmt: skip
+        same = cluster.cli("repartition", "--manual", FOUR)
+        assert same.returncode == 0 and same.stdout.strip() == "nothing to change", same.stderr
+
+        # Acceptance 5 (without device health): refused, exit 2 naming the value.
+        for args, needle in (
+            (("--manual", "a=0-3;b=3-7;cd=8-15"), "device neuron:3 (index 3) is in both partition 'a' and"),
+            (("--partitions", "0"), "'0'"),
+            (("--manual", "a=0-3;b=4-7;cd=8-16"), "unknown device index 16"),
+        ):
+            bad = cluster.cli("repartition", *args)
+            assert bad.returncode == 2 and needle in bad.stderr, (args, bad.stderr)
+        assert {p["partition"]: (p["pid"], p["node_id"]) for p in cluster.refresh()["partitions"]} == before
+
+        # Acceptance 1: the merge.
+        done = cluster.cli("repartition", "--mode", "manual", "--manual", MERGED, "--drain-deadline", "60", "--json")
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert json.loads(done.stdout) == planned
+        assert "draining node" in done.stderr
+        after = {p["partition"]: (p["pid"], p["node_id"]) for p in cluster.refresh()["partitions"]}
+        assert list(after) == ["a", "b", "cd"]
+        assert after["a"] == before["a"] and after["b"] == before["b"]
+        assert cluster.driver(ACTOR, "again") == [before["a"][1]], "the actor on a answers again"
+        assert alive_node(cluster, "cd").total["neuron_cores"] == 16
+        nodes, _ = gcs_view(cluster)
+        for name in ("c", "d"):
+            old = nodes[before[name][1]]
+            assert not old.alive and "ray-accel repartition: partition " + name in old.death_message, old
+        assert sum(n.total.get("neuron_cores", 0) for n in nodes.values() if n.alive) == 32
+        raylets = {r.pid for p in record(cluster).partitions if (r := p.raylet()) is not None}
+        assert until(lambda: raylet_pids() == raylets, 30), (raylet_pids(), raylets)
+        assert record(cluster).repartition is None
+    finally:
+        stopped = cluster.stop()
+    assert stopped.returncode == 0, stopped.stderr
