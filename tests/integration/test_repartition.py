@@ -46,7 +46,7 @@ def test_merging_two_partitions_leaves_the_others_running(tmp_path: Path) -> Non
         before = {p["partition"]: (p["pid"], p["node_id"]) for p in cluster.status["partitions"]}
         assert cluster.driver(ACTOR, "create", before["a"][1]) == [before["a"][1]]
 
-        # Acceptance 2: the dry run says what would happen and changes nothing.
+        # The dry run says what would happen and changes nothing.
         dry = cluster.cli("repartition", "--mode", "manual", "--manual", MERGED, "--dry-run", "--json")
         assert dry.returncode == 0, dry.stderr
         planned = json.loads(dry.stdout)
@@ -57,7 +57,7 @@ def test_merging_two_partitions_leaves_the_others_running(tmp_path: Path) -> Non
         same = cluster.cli("repartition", "--manual", FOUR)
         assert same.returncode == 0 and same.stdout.strip() == "nothing to change", same.stderr
 
-        # Acceptance 5 (without device health): refused, exit 2 naming the value.
+        # Refused splits: exit 2 naming the value.
         for args, needle in (
             (("--manual", "a=0-3;b=3-7;cd=8-15"), "device neuron:3 (index 3) is in both partition 'a' and"),
             (("--partitions", "0"), "'0'"),
@@ -67,7 +67,7 @@ def test_merging_two_partitions_leaves_the_others_running(tmp_path: Path) -> Non
             assert bad.returncode == 2 and needle in bad.stderr, (args, bad.stderr)
         assert {p["partition"]: (p["pid"], p["node_id"]) for p in cluster.refresh()["partitions"]} == before
 
-        # Acceptance 1: the merge.
+        # The merge.
         done = cluster.cli("repartition", "--mode", "manual", "--manual", MERGED, "--drain-deadline", "60", "--json")
         assert done.returncode == 0, done.stderr[-3000:]
         assert json.loads(done.stdout) == planned
