@@ -220,17 +220,18 @@ def _run(place: state.Place, record: HostRecord, inputs: Inputs, progress: Progr
     devices = tuple(discover(record.spec.backend).require_primary().list_devices())
     plan = resplit(record, devices, inputs.split, out_of_service(record))
     touched = {c.partition for c in plan.of(Action.RESTARTED, Action.REMOVED)}
-    old = [p for p in record.partitions if p.name in touched]
+    old = {p.name: p for p in record.partitions if p.name in touched}
+    checks = procs.require_trusted(replace(record, repartition=None), str(place.file), WHAT)
     deadline = time.time() + inputs.drain_deadline_s
     for c in plan.of(Action.RESTARTED, Action.REMOVED):
-        node = next(p.node_id for p in old if p.name == c.partition)
-        if node is not None:
+        node, raylet = old[c.partition].node_id, old[c.partition].raylet()
+        if node is not None and raylet is not None and checks[raylet].ours:
             progress(f"{c.partition}: draining node {node[:12]} (deadline {inputs.drain_deadline_s:g}s)")
             actions.drain(record, node, drain_message(c), deadline)
-    _wait_ended(old, deadline, progress)
-    checks = procs.require_trusted(replace(record, repartition=None), str(place.file), WHAT)
-    for p in old:
-        terminate_raylet(p, checks)
+    _wait_ended(list(old.values()), deadline, progress)
+    now = procs.check_record(replace(record, repartition=None))
+    for p in old.values():
+        terminate_raylet(p, now)
     record = _save(record.with_partitions([_stopped(p) if p.name in touched else p for p in record.partitions]))
     base_env = relaunch_env(record)
     launches = Launches(state.ensure_dir(place), inputs.timeout_s)

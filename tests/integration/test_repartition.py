@@ -7,12 +7,17 @@ end drained, with the repartition's message."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import ClusterSpec, raylet_pids, start_cluster
+from tests.conftest import CLI
+from tests.integration.conftest import Cluster, ClusterSpec, raylet_pids, start_cluster
 from tests.integration.health_steps import alive_node, gcs_view, record, until
+from tests.integration.test_health import lock_is_free
 
 pytestmark = pytest.mark.ray
 
@@ -88,3 +93,60 @@ def test_merging_two_partitions_leaves_the_others_running(tmp_path: Path) -> Non
     finally:
         stopped = cluster.stop()
     assert stopped.returncode == 0, stopped.stderr
+
+
+def _background(cluster: Cluster, log: Path, *args: str) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAYACCEL_")}
+    env.update(cluster.env)
+    return subprocess.Popen(
+        [CLI, "repartition", *args], env=env, stdout=subprocess.DEVNULL, stderr=open(log, "w"), text=True
+    )
+
+
+def _helper_pid(cluster: Cluster) -> int:
+    helper = record(cluster).repartition
+    assert helper is not None
+    return helper.pid
+
+
+def test_a_repartition_killed_stopped_or_interrupted_leaves_a_truthful_host(tmp_path: Path) -> None:
+    spec = ClusterSpec("repartition-undo", "trn1.32xlarge", 4, start_args=("--mode", "manual", "--manual", FOUR))
+    cluster = start_cluster(tmp_path / "c", spec)
+    log = tmp_path / "repartition.log"
+    try:
+        # SIGKILL mid-drain (the exporters keep c and d busy), then `start --recover`.
+        cli = _background(cluster, log, "--manual", MERGED, "--drain-deadline", "600")
+        until(lambda: "draining node" in log.read_text(), 120)
+        os.kill(_helper_pid(cluster), signal.SIGKILL)
+        assert cli.wait(60) == 1
+        recovered = cluster.cli("start", "--recover", "--json")
+        assert recovered.returncode == 0, recovered.stderr
+        status = cluster.refresh()
+        assert [p["partition"] for p in status["partitions"]] == ["a", "b", "c", "d"]
+        assert all(p["alive"] for p in status["partitions"])
+        assert sum(p["total"].get("neuron_cores", 0) for p in status["partitions"]) == 32
+
+        # SIGTERM while cd starts: what it started is stopped, c and d stay recorded for `--recover`.
+        cli = _background(cluster, log, "--manual", MERGED, "--drain-deadline", "0")
+        until(lambda: "restarting cd" in log.read_text(), 120, every_s=0.05)
+        os.kill(_helper_pid(cluster), signal.SIGTERM)
+        assert cli.wait(120) == 1
+        status = cluster.refresh()
+        alive = {p["partition"]: p["alive"] for p in status["partitions"]}
+        assert alive == {"a": True, "b": True, "c": False, "d": False}, status
+        assert record(cluster).repartition is None
+        assert len(raylet_pids()) == 2
+        recovered = cluster.cli("start", "--recover", "--json")
+        assert recovered.returncode == 0, recovered.stderr
+        assert sum(p["total"].get("neuron_cores", 0) for p in cluster.refresh()["partitions"]) == 32
+
+        # `stop` during the drain: the repartition goes first, then every process, the record and the lock.
+        cli = _background(cluster, log, "--manual", MERGED, "--drain-deadline", "600")
+        until(lambda: "draining node" in log.read_text(), 120)
+        stopped = cluster.stop()
+        assert stopped.returncode == 0, stopped.stderr
+        assert cli.wait(60) == 1
+        assert until(lambda: not raylet_pids(), 30)
+        assert not (cluster.state_dir / "host.json").exists() and lock_is_free(cluster.state_dir)
+    finally:
+        cluster.stop()
