@@ -17,11 +17,9 @@ log = logging.getLogger(__name__)
 def _autoinstall() -> None:
     from ray_accel.bridge.managers import SPEC_ENV, install, refresh_worker_masks, specs_from_env
 
-    specs = specs_from_env(os.environ.get(SPEC_ENV))
-    if not specs:
-        return
-    install(specs)
-    refresh_worker_masks()
+    if specs := specs_from_env(os.environ.get(SPEC_ENV)):
+        install(specs)
+        refresh_worker_masks()
 
 
 try:

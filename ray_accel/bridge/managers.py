@@ -106,10 +106,6 @@ class BridgeSpec:
     def whole_units_only(self) -> bool:
         return not self.traits.shareable
 
-    @property
-    def noset_env(self) -> str:
-        return NOSET_PREFIX + self.visible_ids_env
-
     def to_env(self) -> str:
         return json.dumps([dump(self)])
 
@@ -147,9 +143,6 @@ def visible_tokens(spec: BridgeSpec, value: str | None) -> list[str] | None:
 def make_manager(spec: BridgeSpec) -> Any:
     """An `AcceleratorManager` subclass answering from `spec`."""
 
-    def num_accelerators() -> int:
-        return len(spec.unit_ids)
-
     def visible_ids() -> list[str] | None:
         try:
             return visible_tokens(spec, os.environ.get(spec.visible_ids_env))
@@ -158,7 +151,7 @@ def make_manager(spec: BridgeSpec) -> Any:
             raise ValueError(str(e)) from None
 
     def set_visible(ids: list[str]) -> None:
-        if os.environ.get(spec.noset_env, "").lower() in ("1", "true"):
+        if os.environ.get(NOSET_PREFIX + spec.visible_ids_env, "").lower() in ("1", "true"):
             return
         os.environ[spec.visible_ids_env] = format_mask(ids)
         if spec.traits.reads_published_masks:
@@ -178,7 +171,7 @@ def make_manager(spec: BridgeSpec) -> Any:
     attrs = {
         "get_resource_name": staticmethod(lambda: spec.resource_name),
         "get_visible_accelerator_ids_env_var": staticmethod(lambda: spec.visible_ids_env),
-        "get_current_node_num_accelerators": staticmethod(num_accelerators),
+        "get_current_node_num_accelerators": staticmethod(lambda: len(spec.unit_ids)),
         "get_current_node_accelerator_type": staticmethod(lambda: spec.accelerator_type),
         "get_current_node_additional_resources": staticmethod(lambda: None),
         "validate_resource_request_quantity": staticmethod(validate),
@@ -218,8 +211,7 @@ def install(specs: Sequence[BridgeSpec]) -> list[Any]:
     check_ray_version()
     try:
         managers = [make_manager(s) for s in specs]
-        for m in managers:
-            _installed[m.get_resource_name()] = m
+        _installed.update((m.get_resource_name(), m) for m in managers)
         accelerators.put_managers(_installed)
     except RayApiMissing as e:
         raise BridgeUnsupported(f"{e}: the bridge is not installed") from None
@@ -239,11 +231,7 @@ def unit_resources_env(specs: Sequence[BridgeSpec], current: str | None) -> str 
     slot 0, so two tasks would share one device.
     """
     names = [n.strip() for n in (current or ",".join(RAY_DEFAULT_UNIT_RESOURCES)).split(",") if n.strip()]
-    missing = [
-        s.resource_name
-        for s in specs
-        if s.resource_name not in names and s.resource_name not in PREDEFINED_UNIT_RESOURCES
-    ]
+    missing = [s.resource_name for s in specs if s.resource_name not in {*names, *PREDEFINED_UNIT_RESOURCES}]
     if not missing:
         return None
     return ",".join(names + missing)

@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-import sys
-from typing import TYPE_CHECKING
-
 import click
 
 import ray_accel.health  # noqa: F401  (registers the host's decider: stop and status check it by kind)
 from ray_accel.cli import render
 from ray_accel.cli.host import json_option
 from ray_accel.cli.output import emit, progress
-from ray_accel.cli.params import MAX_WORKERS, PORT, FiniteFloat, HostPort, grouped, split_options
+from ray_accel.cli.params import HOST_PORT, MAX_WORKERS, PORT, grouped, seconds, split_options
 from ray_accel.cluster.raylet import Join, Offer, Services, Split, StartRequest
 from ray_accel.core import validate
 from ray_accel.core.errors import InputError
 from ray_accel.core.health_state import Action, HealthSettings
 from ray_accel.core.reader import dump_fields
-
-if TYPE_CHECKING:  # imported by the commands that need them
-    from ray_accel.cli.connect import Orphans
-    from ray_accel.cluster.status import HostStatus
 
 # The options a recover takes; every other one shapes a new start.
 RECOVER_OPTIONS = ("head", "address", "recover", "timeout", "as_json")
@@ -33,7 +26,7 @@ RECOVER_OPTIONS = ("head", "address", "recover", "timeout", "as_json")
     "join",
     Join,
     click.option("--head", is_flag=True, help="start a new cluster; the first partition is its head"),
-    click.option("--address", type=HostPort(), help="join the cluster whose GCS is at HOST:PORT"),
+    click.option("--address", type=HOST_PORT, help="join the cluster whose GCS is at HOST:PORT"),
     click.option("--port", type=PORT, help="GCS port of the head (default 6379)"),
     click.option("--port-base", type=PORT, help="first port of the raylets' port blocks (default: first free)"),
 )
@@ -43,9 +36,7 @@ RECOVER_OPTIONS = ("head", "address", "recover", "timeout", "as_json")
     "devices per partition, e.g. 'a=0-3;b=4-7' (implies --mode manual)",
     "partition this backend's devices",
 )
-@click.option(
-    "--timeout", type=FiniteFloat(1, 3600), default=180.0, show_default=True, help="seconds to wait for the raylets"
-)
+@seconds("--timeout", 1, 3600, 180.0, "seconds to wait for the raylets")
 @grouped(
     "services",
     lambda no_metrics, no_dashboard: Services(not no_metrics, not no_dashboard),
@@ -59,12 +50,9 @@ RECOVER_OPTIONS = ("head", "address", "recover", "timeout", "as_json")
         validate.resource_amounts(resources) if resources is not None else {},
         max_workers,
     ),
-    click.option(
-        "--labels", "labels", metavar="K=V,...", help="node labels for every partition (as `ray start --labels`)"
-    ),
+    click.option("--labels", metavar="K=V,...", help="node labels for every partition (as `ray start --labels`)"),
     click.option(
         "--resources",
-        "resources",
         metavar="JSON",
         help="custom resources of the host, divided between its partitions like CPUs (as `ray start --resources`)",
     ),
@@ -95,19 +83,13 @@ RECOVER_OPTIONS = ("head", "address", "recover", "timeout", "as_json")
         "deadline); or drain, then restart the partition without the device. Either way it returns to service "
         "once the device is healthy again",
     ),
-    click.option(
-        "--health-interval",
-        type=FiniteFloat(0.1, 3600),
-        default=5.0,
-        show_default=True,
-        help="seconds between the health decider's polls",
-    ),
-    click.option(
+    seconds("--health-interval", 0.1, 3600, 5.0, "seconds between the health decider's polls"),
+    seconds(
         "--drain-deadline",
-        type=FiniteFloat(0, 7 * 24 * 3600),
-        default=120.0,
-        show_default=True,
-        help="seconds a drained partition's work gets to move before its raylet is stopped",
+        0,
+        7 * 24 * 3600,
+        120.0,
+        "seconds a drained partition's work gets to move before its raylet is stopped",
     ),
 )
 @json_option
@@ -155,17 +137,17 @@ def start(
         return emit(as_json, status(), render.started_text)
     request = StartRequest(join, split, offer, services, RayOptions.read(ray_args), health, timeout)
     record = start_partitions(request, say, after=start_decider)
-    emit(as_json, status(), render.started_text)
-    if not block:
-        return 0
-    sys.stdout.flush()
-    return supervise(record, say)
+    out = [{"device": d, "partition": p.name} for p in record.partitions for d in p.out]
+    if as_json:
+        emit(True, dump_fields(status(), out_of_service=out), str)
+    else:
+        emit(False, status(), render.started_text)
+    return supervise(record, say) if block else 0
 
 
 @click.command("status")
 @click.option(
     "--cluster",
-    "cluster",
     is_flag=True,
     help="every host's partitions, from the GCS of the cluster this host joined (host, node, IP, mask, resources)",
 )
@@ -173,6 +155,7 @@ def start(
 def status_command(cluster: bool, as_json: bool) -> int:
     """Show this host's partitions: masks, raylet PIDs, alive or dead, what is
     in use, and processes that hold their devices without being their workers."""
+    from ray_accel.cli.connect import host_orphans
     from ray_accel.cluster.status import cluster_status, status
 
     if cluster:
@@ -182,30 +165,13 @@ def status_command(cluster: bool, as_json: bool) -> int:
     # Only a GCS that answered is asked through a driver: ray.init on a dead
     # or foreign address waits for minutes (Ray's own GCS connect timeout).
     answered = any(p.registered is not None for p in payload.partitions)
-    orphans = exporter_orphans(payload) if payload.running and payload.gcs_alive and answered else None
+    orphans = host_orphans(payload) if payload.running and payload.gcs_alive and answered else None
     shown = payload if orphans is None else dump_fields(payload, **dump_fields(orphans))
     return emit(as_json, shown, lambda _: render.status_with_orphans_text(payload, orphans))
 
 
-def exporter_orphans(payload: HostStatus) -> Orphans:
-    """The orphans this host's exporters saw; a failure to ask is reported, not raised."""
-    import ray
-
-    from ray_accel.cli.connect import Orphans, connect_to_recorded_cluster, host_orphans
-
-    try:
-        connect_to_recorded_cluster(payload)
-        return host_orphans(payload)
-    except Exception as e:
-        return Orphans((), (f"metrics exporters not reachable: {type(e).__name__}: {e}",))
-    finally:
-        ray.shutdown()
-
-
 @click.command()
-@click.option(
-    "--grace", type=FiniteFloat(0, 600), default=5.0, show_default=True, help="seconds between SIGTERM and SIGKILL"
-)
+@seconds("--grace", 0, 600, 5.0, "seconds between SIGTERM and SIGKILL")
 @json_option
 def stop(grace: float, as_json: bool) -> int:
     """Stop exactly the processes `start` started on this host, by PID."""

@@ -41,17 +41,25 @@ class Orphans:
 
 
 def host_orphans(status: HostStatus) -> Orphans:
-    """The orphans of this host's live partitions, from their exporters (the
-    caller is connected)."""
+    """The orphans of this host's live partitions, from their exporters
+    (connects as a driver, and leaves); a failure to ask is reported, not raised."""
+    import ray
+
     from ray_accel.metrics import export
     from ray_accel.metrics.collect import OrphanReading
 
     live = {p.node_id: p.partition for p in status.partitions if p.alive and p.node_id}
     orphans: list[OrphanReading] = []
     errors: list[str] = []
-    for node_id, snap in export.snapshots(live, timeout_s=5.0).items():
-        if isinstance(snap, str) or not snap:
-            errors.append(f"{live[node_id]}: {snap or 'no sample yet'}")
-        else:
-            orphans += [load(OrphanReading, o) for o in snap.get("orphans", [])]
+    try:
+        connect_to_recorded_cluster(status)
+        for node_id, snap in export.snapshots(live, timeout_s=5.0).items():
+            if isinstance(snap, str) or not snap:
+                errors.append(f"{live[node_id]}: {snap or 'no sample yet'}")
+            else:
+                orphans += [load(OrphanReading, o) for o in snap.get("orphans", [])]
+    except Exception as e:
+        return Orphans((), (f"metrics exporters not reachable: {type(e).__name__}: {e}",))
+    finally:
+        ray.shutdown()
     return Orphans(tuple(orphans), tuple(errors))

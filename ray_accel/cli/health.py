@@ -83,17 +83,40 @@ def health(ctx: click.Context, as_json: bool) -> int:
 @json_option
 def clear(device_id: str, as_json: bool) -> int:
     """Say DEVICE is fixed: its unhealthy state is dropped, and its partition
-    returns to service with it (drained again and restarted with its full mask)."""
-    from ray_accel.health.requests import ask_clear
+    returns to service with it (drained again and restarted with its full mask).
+    Where no decider runs (or no cluster, after `stop`), the kept device
+    health is edited instead."""
+    from ray_accel.cluster import state
+    from ray_accel.cluster.start import kept_dir
+    from ray_accel.core.errors import RayAccelError
+    from ray_accel.core.health_kept import KEPT_FILE
+    from ray_accel.health.requests import ask_clear, clear_kept
     from ray_accel.health.view import check_clear, locate_health
 
-    found = locate_health()
-    check_clear(found, device_id)
-    request = ask_clear(found.place.directory, device_id)
-    payload = {
-        "clear": device_id,
-        "asked_at": request.at,
-        "message": f"asked the health decider to clear {device_id}; it acts at its next poll "
-        "(`ray-accel health` shows the device and its partition)",
-    }
-    return emit(as_json, payload, lambda p: str(p["message"]))
+    try:
+        found = locate_health()
+    except RayAccelError:
+        directory = kept_dir()
+        if directory is None or not (directory / KEPT_FILE).is_file():
+            raise
+        place, out = state.Place(directory, directory / state.STATE_FILE, False), []
+    else:
+        check_clear(found, device_id)
+        if found.decider_alive:
+            request = ask_clear(found.place.directory, device_id)
+            message = (
+                f"asked the health decider to clear {device_id}; it acts at its next poll "
+                "(`ray-accel health` shows the device and its partition)"
+            )
+            return emit(as_json, {"clear": device_id, "asked_at": request.at, "message": message}, _message)
+        place, out = found.place, [d for p in found.record.partitions for d in p.out]
+    path = clear_kept(place, out, device_id)
+    message = (
+        f"cleared {device_id} in {path} (no health decider runs); its partition serves it again once one "
+        "does (`ray-accel start --recover`) or from the next `ray-accel start`"
+    )
+    return emit(as_json, {"clear": device_id, "asked_at": time.time(), "message": message}, _message)
+
+
+def _message(payload: Mapping[str, Any]) -> str:
+    return str(payload["message"])

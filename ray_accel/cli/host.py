@@ -44,6 +44,7 @@ def plan(split: Split, as_json: bool) -> int:
     """Show how this host would be split into partitions, one raylet each, and
     each one's share of the host's CPUs and memory (as `start` would give them)."""
     from ray_accel.cluster.host import divide_host, read_host
+    from ray_accel.cluster.start import kept_dir, kept_out
 
     plugin = discover(split.backend).require_primary()
     mask = inherited_mask(plugin, os.environ)
@@ -51,6 +52,9 @@ def plan(split: Split, as_json: bool) -> int:
     result = plan_within_mask(
         plugin.list_devices(), split.mode, split.partitions, split.manual, mask, host_type, traits=plugin.traits
     )
+    out, notes = kept_out(kept_dir(), result, plugin.list_devices())
+    for note in notes:
+        click.echo(note, err=True)
     host = read_host({})
     division = divide_host(result, host)
     payload = result.to_json()
@@ -65,4 +69,5 @@ def plan(split: Split, as_json: bool) -> int:
     payload["cpu_pinning"] = division.pinning
     payload["host"] = host.to_json()
     payload["host_warnings"] = list(division.warnings)
+    payload["out_of_service"] = [{"device": o.device, "partition": o.partition, "reason": o.reason} for o in out]
     return emit(as_json, payload, lambda _: render.plan_text(result, division))

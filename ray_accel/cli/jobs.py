@@ -15,26 +15,11 @@ import click
 
 from ray_accel.cli.host import json_option
 from ray_accel.cli.output import emit
-from ray_accel.cli.render import render
+from ray_accel.cli.render import table
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.jobs.model import JobRecord, job_json, job_notes
 
 Waiting = Mapping[str, str] | None  # why each waiting job waits, by id (None: nothing known here)
-
-
-def jobs_waiting(jobs: Sequence[JobRecord]) -> Waiting:
-    """Why each job that waits does, where a partition of this host it ran
-    on is not serving; None where nothing is recorded or readable here."""
-    from ray_accel.cluster.identity import this_host
-    from ray_accel.health.view import locate_health
-
-    try:
-        found = locate_health()
-    except RayAccelError:
-        return None
-    if found.record.host_ip is None:
-        return None
-    return job_notes(jobs, found.health, this_host(found.record.host_ip).key)
 
 
 def read_recorded_jobs() -> tuple[list[JobRecord], Waiting]:
@@ -75,21 +60,16 @@ def jobs_text(jobs: Sequence[JobRecord], waiting: Waiting = None, now: float | N
     now = time.time() if now is None else now
     if not jobs:
         return "no jobs"
-    return render(
-        ["JOB", "NAME", "PHASE", "WORKERS", "RESTARTS", "PARTITIONS", "SUBMITTED", "SINCE"],
-        [
-            [
-                j.id,
-                j.name,
-                j.phase.value,
-                _size(j),
-                j.restarts,
-                ",".join(j.partitions) or "-",
-                _ago(j.submitted_at, now),
-                _ago(j.transitions[-1].at if j.transitions else None, now),
-            ]
-            for j in jobs
-        ],
+    return table(
+        jobs,
+        ("JOB", lambda j: j.id),
+        ("NAME", lambda j: j.name),
+        ("PHASE", lambda j: j.phase.value),
+        ("WORKERS", _size),
+        ("RESTARTS", lambda j: j.restarts),
+        ("PARTITIONS", lambda j: ",".join(j.partitions) or "-"),
+        ("SUBMITTED", lambda j: _ago(j.submitted_at, now)),
+        ("SINCE", lambda j: _ago(j.transitions[-1].at if j.transitions else None, now)),
     ) + "".join(f"\n{j.id} waits: {w}" for j in jobs if (w := (waiting or {}).get(j.id)))
 
 
@@ -109,24 +89,19 @@ def job_text(job: JobRecord, waiting: Waiting = None, now: float | None = None) 
         head.append(f"detail: {job.detail}")
     if note := (waiting or {}).get(job.id):
         head.append(f"waits: {note}")
-    table = render(
-        ["RANK", "LOCAL", "NODE", "HOST", "PARTITION", "DEVICES", "PID", "PHASE", "HISTORY"],
-        [
-            [
-                f"{r.world_rank}/{r.world_size}",
-                f"{r.local_rank}/{r.local_world_size}",
-                r.node_rank,
-                r.host,
-                r.partition,
-                ",".join(r.devices) or "-",
-                r.pid,
-                r.phase.value,
-                " -> ".join(p.phase.value for p in r.transitions),
-            ]
-            for r in job.replicas
-        ],
+    replicas = table(
+        job.replicas,
+        ("RANK", lambda r: f"{r.world_rank}/{r.world_size}"),
+        ("LOCAL", lambda r: f"{r.local_rank}/{r.local_world_size}"),
+        ("NODE", lambda r: r.node_rank),
+        ("HOST", lambda r: r.host),
+        ("PARTITION", lambda r: r.partition),
+        ("DEVICES", lambda r: ",".join(r.devices) or "-"),
+        ("PID", lambda r: r.pid),
+        ("PHASE", lambda r: r.phase.value),
+        ("HISTORY", lambda r: " -> ".join(p.phase.value for p in r.transitions)),
     )
-    return "\n".join(head) + "\n\n" + table
+    return "\n".join(head) + "\n\n" + replicas
 
 
 @click.group(invoke_without_command=True)
@@ -152,8 +127,18 @@ def show(job_id: str, as_json: bool) -> int:
 
 
 def top_jobs() -> tuple[list[JobRecord], Waiting]:
-    """The jobs (the caller is connected; none, with no store) and why each waits."""
+    """The jobs (the caller is connected; none, with no store) and why each
+    that waits does, where a partition of this host it ran on is not serving;
+    None where nothing is recorded or readable here."""
+    from ray_accel.cluster.identity import this_host
+    from ray_accel.health.view import locate_health
     from ray_accel.jobs.store import read_jobs
 
     listed = read_jobs()
-    return listed, jobs_waiting(listed)
+    try:
+        found = locate_health()
+    except RayAccelError:
+        return listed, None
+    if found.record.host_ip is None:
+        return listed, None
+    return listed, job_notes(listed, found.health, this_host(found.record.host_ip).key)

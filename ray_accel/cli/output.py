@@ -15,7 +15,7 @@ P = TypeVar("P")
 
 def emit(as_json: bool, payload: P, text: Callable[[P], str]) -> int:
     """`payload` as JSON (`reader.dump`: a typed view's fields are its keys), or its text view."""
-    print(json.dumps(dump(payload), indent=2) if as_json else text(payload))
+    print(json.dumps(dump(payload), indent=2) if as_json else text(payload), flush=True)
     return 0
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import socket
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ray_accel.core.numa import format_cpulist
 from ray_accel.core.visibility import format_visible_ids
@@ -18,6 +18,8 @@ if TYPE_CHECKING:  # the status module is imported only by the commands that sho
     from ray_accel.partition.share import Division
     from ray_accel.plugins.inventory import Inventory
 
+T = TypeVar("T")
+
 
 def render(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     cells = [[str(h) for h in headers]] + [["-" if c is None else str(c) for c in r] for r in rows]
@@ -25,6 +27,11 @@ def render(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def table(items: Iterable[T], *columns: tuple[str, Callable[[T], object]]) -> str:
+    """`render` with a row per item: each column its header and what it shows of an item."""
+    return render([h for h, _ in columns], [[cell(i) for _, cell in columns] for i in items])
 
 
 def gib(n: int | None, digits: int = 0) -> str:
@@ -125,21 +132,18 @@ def status_text(payload: HostStatus) -> str:
     warnings = [f"warning: {w}" for w in payload.warnings]
     if not payload.partitions:
         return "\n".join(["no ray-accel partitions recorded on this host", *warnings])
-    rows = [
-        [
-            p.partition + (" (head)" if p.head else ""),
-            "alive" if p.alive else "DEAD",
-            p.health.state.value if p.health else "-",
-            p.pid,
-            (p.node_id or "-")[:12],
-            format_visible_ids(p.core_ids, "ranges") or "-",
-            partition_kind(p.accelerator_type, p.models),
-            cpu_set_text(p.cpu_set),
-            ", ".join(f"{k} {v:g}/{p.total[k]:g}" for k, v in p.in_use.items()) or "-",
-        ]
-        for p in payload.partitions
-    ]
-    table = render(["PARTITION", "STATE", "HEALTH", "RAYLET PID", "NODE", "CORES", "TYPE", "CPU SET", "IN USE"], rows)
+    shown = table(
+        payload.partitions,
+        ("PARTITION", lambda p: p.partition + (" (head)" if p.head else "")),
+        ("STATE", lambda p: "alive" if p.alive else "DEAD"),
+        ("HEALTH", lambda p: p.health.state.value if p.health else "-"),
+        ("RAYLET PID", lambda p: p.pid),
+        ("NODE", lambda p: (p.node_id or "-")[:12]),
+        ("CORES", lambda p: format_visible_ids(p.core_ids, "ranges") or "-"),
+        ("TYPE", lambda p: partition_kind(p.accelerator_type, p.models)),
+        ("CPU SET", lambda p: cpu_set_text(p.cpu_set)),
+        ("IN USE", lambda p: ", ".join(f"{k} {v:g}/{p.total[k]:g}" for k, v in p.in_use.items()) or "-"),
+    )
     extra = [f"CPU pinning: {payload.cpu_pinning}"] if payload.cpu_pinning else []
     if payload.host_ip:
         extra.append(f"host: {payload.host}, node IP {payload.host_ip}")
@@ -148,7 +152,7 @@ def status_text(payload: HostStatus) -> str:
     if payload.dashboard_address:
         extra.append(f"dashboard: {payload.dashboard_address}")
     extra += health_lines(payload)
-    return "\n".join([table, *extra, *warnings])
+    return "\n".join([shown, *extra, *warnings])
 
 
 def health_lines(payload: HostStatus) -> list[str]:
@@ -173,18 +177,17 @@ def health_lines(payload: HostStatus) -> list[str]:
 
 def started_text(payload: HostStatus) -> str:
     env = " ".join(f"{k}={v}" for k, v in payload.env.items())
-    address = payload.gcs_address
-    return (
-        status_text(payload)
-        + f"\ncluster address: {address}"
-        + (
-            f"\nsubmit a job: ray job submit --address {payload.dashboard_address} -- python script.py"
-            if payload.dashboard_address
-            else ""
-        )
-        + f"\ndriver environment: export {env}"
-        + f"\nconnect a driver: python -c \"import ray; ray.init(address='{address}')\""
-        + f"\ntarget a partition: .options(label_selector={{'{PARTITION_LABEL}': '<partition>'}})"
+    address, dashboard = payload.gcs_address, payload.dashboard_address
+    submit = [f"submit a job: ray job submit --address {dashboard} -- python script.py"] if dashboard else []
+    return "\n".join(
+        [
+            status_text(payload),
+            f"cluster address: {address}",
+            *submit,
+            f"driver environment: export {env}",
+            f"connect a driver: python -c \"import ray; ray.init(address='{address}')\"",
+            f"target a partition: .options(label_selector={{'{PARTITION_LABEL}': '<partition>'}})",
+        ]
     )
 
 
@@ -206,9 +209,7 @@ def orphans_text(orphans: Sequence[OrphanReading], errors: Sequence[str] = ()) -
 
 def status_with_orphans_text(payload: HostStatus, orphans: Orphans | None) -> str:
     text = status_text(payload)
-    if orphans is None:
-        return text
-    return text + "\n\n" + orphans_text(orphans.orphans, orphans.orphan_errors)
+    return text if orphans is None else f"{text}\n\n{orphans_text(orphans.orphans, orphans.orphan_errors)}"
 
 
 def top_text(payload: dict[str, Any]) -> str:
@@ -219,58 +220,42 @@ def top_text(payload: dict[str, Any]) -> str:
         return "-" if v is None else f"{v:.0f} {unit}"
 
     def health(d: dict[str, Any]) -> str:
-        rule = d.get("health_state")
-        if rule in ("unhealthy", "unknown"):
-            return f"{rule} (by rule)" + (f", sample: {d['reason']}" if d["reason"] else "")
-        if d["healthy"]:
-            return "ok"
-        return ("?" if d["healthy"] is None else "BAD") + (f" ({d['reason']})" if d["reason"] else "")
+        """The device's family rule's verdict (the host's decider), and why it has no sample."""
+        return (d.get("health_state") or "-") + (f" ({d['reason']})" if d["reason"] else "")
 
-    parts = render(
-        ["PARTITION", "HOST", "STATE", "HEALTH", "NODE", "DEVICES", "EXPORTER"],
-        [
-            [
-                p["partition"],
-                p["host"],
-                "alive" if p["alive"] else "DEAD",
-                (p.get("health") or {}).get("state") or "-",
-                p["node_id"][:12],
-                format_id_list(p["device_ids"]) or "-",
-                p["exporter"] if p["exporter"] != "ok" else f"ok ({p['took_s'] * 1000:.0f} ms)",
-            ]
-            for p in payload["partitions"]
-        ],
+    parts = table(
+        payload["partitions"],
+        ("PARTITION", lambda p: p["partition"]),
+        ("HOST", lambda p: p["host"]),
+        ("STATE", lambda p: "alive" if p["alive"] else "DEAD"),
+        ("HEALTH", lambda p: (p.get("health") or {}).get("state") or "-"),
+        ("NODE", lambda p: p["node_id"][:12]),
+        ("DEVICES", lambda p: format_id_list(p["device_ids"]) or "-"),
+        ("EXPORTER", lambda p: p["exporter"] if p["exporter"] != "ok" else f"ok ({p['took_s'] * 1000:.0f} ms)"),
     )
-    devs = render(
-        ["DEVICE", "HOST", "PARTITION", "UTIL", "MEMORY", "POWER", "TEMP", "HEALTH"],
-        [
-            [
-                d["id"],
-                d["host"],
-                d["partition"],
-                pct(d["utilization"]),
-                f"{gib(d['memory_used_bytes'])} / {gib(d['memory_total_bytes'])}",
-                num(d.get("power_watts"), "W"),
-                num(d.get("temperature_c"), "C"),
-                health(d),
-            ]
-            for d in payload["devices"]
-        ],
+    devs = table(
+        payload["devices"],
+        ("DEVICE", lambda d: d["id"]),
+        ("HOST", lambda d: d["host"]),
+        ("PARTITION", lambda d: d["partition"]),
+        ("UTIL", lambda d: pct(d["utilization"])),
+        ("MEMORY", lambda d: f"{gib(d['memory_used_bytes'])} / {gib(d['memory_total_bytes'])}"),
+        ("POWER", lambda d: num(d.get("power_watts"), "W")),
+        ("TEMP", lambda d: num(d.get("temperature_c"), "C")),
+        ("HEALTH", health),
     )
-    work = render(
-        ["WORKLOAD", "HOST", "PARTITION", "PIDS", "CPU S", "RSS", "DEVICE MEMORY"],
-        [
-            [
-                w["workload"],
-                w["host"],
-                w["partition"],
-                len(w["pids"]),
-                f"{w['cpu_seconds']:.1f}",
-                f"{w['rss_bytes'] / 1024**2:.0f} MiB",
-                ", ".join(f"{k} {v / 1024**2:.0f} MiB" for k, v in w["device_memory_bytes"].items()) or "-",
-            ]
-            for w in payload["workloads"]
-        ],
+    work = table(
+        payload["workloads"],
+        ("WORKLOAD", lambda w: w["workload"]),
+        ("HOST", lambda w: w["host"]),
+        ("PARTITION", lambda w: w["partition"]),
+        ("PIDS", lambda w: len(w["pids"])),
+        ("CPU S", lambda w: f"{w['cpu_seconds']:.1f}"),
+        ("RSS", lambda w: f"{w['rss_bytes'] / 1024**2:.0f} MiB"),
+        (
+            "DEVICE MEMORY",
+            lambda w: ", ".join(f"{k} {v / 1024**2:.0f} MiB" for k, v in w["device_memory_bytes"].items()) or "-",
+        ),
     )
     orphans = orphans_text(payload["orphans"])
     errors = "\n".join(f"error: {e}" for e in payload["errors"])
@@ -292,19 +277,16 @@ def cluster_status_text(view: ClusterView) -> str:
         keys = [k for k in (p.resource, "CPU") if k and k in p.total]
         return ", ".join(f"{k} {p.available.get(k, 0.0):g}/{p.total[k]:g}" for k in keys) or "-"
 
-    rows = [
-        [
-            p.host,
-            p.partition,
-            "alive" if p.alive else "DEAD",
-            p.ip or "-",
-            p.node_id[:12],
-            p.mask or "-",
-            p.accelerator_type or "-",
-            amounts(p),
-        ]
-        for p in parts
-    ]
-    table = render(["HOST", "PARTITION", "STATE", "IP", "NODE", "CORES", "TYPE", "FREE/TOTAL"], rows)
+    rows = table(
+        parts,
+        ("HOST", lambda p: p.host),
+        ("PARTITION", lambda p: p.partition),
+        ("STATE", lambda p: "alive" if p.alive else "DEAD"),
+        ("IP", lambda p: p.ip or "-"),
+        ("NODE", lambda p: p.node_id[:12]),
+        ("CORES", lambda p: p.mask or "-"),
+        ("TYPE", lambda p: p.accelerator_type or "-"),
+        ("FREE/TOTAL", amounts),
+    )
     other = [f"other nodes (no partition label): {view.other_nodes}"] if view.other_nodes else []
-    return "\n".join([head, table, *other, *warnings])
+    return "\n".join([head, rows, *other, *warnings])

@@ -7,7 +7,7 @@ import click
 
 from ray_accel.cli.host import json_option
 from ray_accel.cli.output import emit, progress
-from ray_accel.cli.params import FiniteFloat, partitions_option
+from ray_accel.cli.params import PARTITION_COUNT, seconds
 from ray_accel.cluster.raylet import Split
 
 
@@ -20,20 +20,18 @@ def changes_text(payload: dict[str, object]) -> str:
 
 
 @click.command()
-@partitions_option("number of partitions")
+@click.option("--partitions", type=PARTITION_COUNT, help="number of partitions")
 @click.option("--mode", default=None, help="auto-split or manual (shared where the backend allows it)")
 @click.option("--manual", metavar="SPEC", help="devices per partition, e.g. 'a=0-3;b=4-7' (implies --mode manual)")
 @click.option("--dry-run", is_flag=True, help="print what would happen and change nothing")
-@click.option(
+@seconds(
     "--drain-deadline",
-    type=FiniteFloat(0, 7 * 24 * 3600),
-    default=120.0,
-    show_default=True,
-    help="seconds a touched partition's work gets to move before its raylet is stopped",
+    0,
+    7 * 24 * 3600,
+    120.0,
+    "seconds a touched partition's work gets to move before its raylet is stopped",
 )
-@click.option(
-    "--timeout", type=FiniteFloat(1, 3600), default=180.0, show_default=True, help="seconds to wait for new raylets"
-)
+@seconds("--timeout", 1, 3600, 180.0, "seconds to wait for the new raylets")
 @json_option
 def repartition(
     partitions: int | None,

@@ -7,7 +7,6 @@ one this host's record names; `top` never starts one.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -18,27 +17,21 @@ from ray_accel.cli import render
 from ray_accel.cli.connect import connect_to_recorded_cluster
 from ray_accel.cli.host import json_option
 from ray_accel.cli.jobs import jobs_text, top_jobs
-from ray_accel.cli.params import FiniteFloat
-from ray_accel.core.reader import dump, dump_fields, load
+from ray_accel.cli.output import emit
+from ray_accel.cli.params import seconds
+from ray_accel.core.reader import dump_fields, load
 from ray_accel.jobs.model import job_json
 
 if TYPE_CHECKING:
     from ray_accel.metrics.export import PartitionNode
 
+# What `top --json` shows of each device of an exporter's snapshot.
 DEVICE_FIELDS = (
-    "id",
-    "host",
-    "partition",
-    "family",
-    "accelerator_type",
-    "utilization",
-    "memory_used_bytes",
-    "memory_total_bytes",
-    "power_watts",
-    "temperature_c",
-    "healthy",
-    "reason",
-)
+    "id host partition family accelerator_type utilization memory_used_bytes memory_total_bytes power_watts "
+    "temperature_c recent_events reason"
+).split()
+# `healthy` in `top --json`: the rule's verdict, None while unknown.
+VERDICT = {"healthy": True, "unhealthy": False}
 
 
 def top_payload(partitions: Sequence[PartitionNode], snaps: Mapping[str, dict[str, Any] | str]) -> dict[str, Any]:
@@ -55,11 +48,11 @@ def top_payload(partitions: Sequence[PartitionNode], snaps: Mapping[str, dict[st
         where = f"{p.host}/{p.partition}"
         snap = snaps.get(p.node_id, "raylet is dead" if not p.alive else "no snapshot")
         row = dump_fields(p, device_ids=[], exporter="ok", took_s=None)
+        parts.append(row)
         if isinstance(snap, str) or not snap:
             row["exporter"] = snap or "no sample yet"
             if p.alive:
                 errors.append(f"{where}: {row['exporter']}")
-            parts.append(row)
             continue
         row["device_ids"] = [d["id"] for d in snap.get("devices", [])]
         row["took_s"] = snap.get("took_s")
@@ -67,10 +60,10 @@ def top_payload(partitions: Sequence[PartitionNode], snaps: Mapping[str, dict[st
         health = snap.get("health") or {}
         row["health"] = {k: health.get(k) for k in ("state", "since", "detail", "out")} if health else None
         by_rule = health.get("devices") or {}
-        parts.append(row)
         devices += [
-            {**{k: d.get(k) for k in DEVICE_FIELDS}, "health_state": by_rule.get(d.get("id"))}
+            {**{k: d.get(k) for k in DEVICE_FIELDS}, "healthy": VERDICT.get(rule or ""), "health_state": rule}
             for d in snap.get("devices", [])
+            for rule in [by_rule.get(d.get("id"))]
         ]
         workloads += snap.get("workloads", [])
         orphans += [load(OrphanReading, o) for o in snap.get("orphans", [])]
@@ -80,9 +73,7 @@ def top_payload(partitions: Sequence[PartitionNode], snaps: Mapping[str, dict[st
 
 @click.command()
 @click.option("--once", is_flag=True, help="print one view and exit")
-@click.option(
-    "--interval", type=FiniteFloat(0.1, 3600), default=2.0, show_default=True, help="seconds between refreshes"
-)
+@seconds("--interval", 0.1, 3600, 2.0, "seconds between refreshes")
 @json_option
 def top(once: bool, interval: float, as_json: bool) -> int:
     """Live view of every host's partitions, devices, workloads and orphans."""
@@ -97,13 +88,10 @@ def top(once: bool, interval: float, as_json: bool) -> int:
         payload = top_payload(parts, export.snapshots([p.node_id for p in parts if p.alive]))
         listed, waiting = top_jobs()
         payload["jobs"] = [job_json(j, waiting=waiting) for j in listed]
-        if as_json:
-            print(json.dumps(dump(payload), indent=2), flush=True)
-        else:
-            if not once:
-                print("\033[2J\033[H", end="")
-            print(render.top_text(payload), flush=True)
-            print("\n" + jobs_text(listed, waiting), flush=True)
+        if not as_json and not once:
+            print("\033[2J\033[H", end="")
+        # emit calls the text view at once, inside this iteration.
+        emit(as_json, payload, lambda p: f"{render.top_text(p)}\n\n{jobs_text(listed, waiting)}")  # noqa: B023
         if once:
             return 0
         time.sleep(interval)

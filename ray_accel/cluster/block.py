@@ -116,10 +116,10 @@ def _watch(record: HostRecord, progress: Progress, grace_s: float, wake: threadi
         current = _on_disk(record) or record
         checks = procs.check_record(current)
         for p in current.partitions:
-            if p.decider_state is not None:
-                # Stopped or being restarted by the health decider, on purpose.
+            if p.held:
+                # Drained, stopped or being restarted by the health decider, on purpose.
                 if alive.get(p.name) is not None:
-                    progress(f"{p.name}: {p.decider_state} by the health decider")
+                    progress(f"{p.name}: {p.health.state.value} by the health decider")
                 alive.pop(p.name, None)
                 continue
             # A partition lives while its raylet does (and, on the head, the GCS).

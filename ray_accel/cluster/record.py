@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from ray_accel.bridge.managers import BridgeSpec
@@ -23,7 +23,7 @@ from ray_accel.cluster.ports import NAMED, RayletPorts
 from ray_accel.cluster.startargs import validate_ray_args
 from ray_accel.core import validate
 from ray_accel.core.errors import InputError
-from ray_accel.core.health_state import HealthSettings
+from ray_accel.core.health_state import HealthSettings, PartitionState, PartState
 from ray_accel.core.hosts import canonical_ip
 from ray_accel.core.processes import ProcessRecord
 from ray_accel.core.reader import Node, ReadError, dump, dump_fields, load, parse_json, show
@@ -33,7 +33,8 @@ from ray_accel.partition.share import Share
 from ray_accel.plugins.traits import DeviceTraits
 
 # 4 (read without them too): the health decider's settings and process, and
-# per partition its devices out of service and the decider's hold on it.
+# per partition its devices out of service and its state by the decider
+# (`health`; an earlier 4 wrote `decider_state` instead: see `_held`).
 # 4: the host's node IP beside its name (`host_ip`), in `host.json`; the
 # spec names its backend and carries its traits.
 # 3 (`node.json`, an earlier ray-accel's): processes as {kind, pid,
@@ -62,8 +63,8 @@ _HEX_ID = re.compile(r"^[0-9a-f]{1,128}$")
 DECIDER_KIND = "health_decider"
 # The kind of a running `ray-accel repartition`'s helper.
 REPARTITION_KIND = "repartition"
-# What the decider says of a partition whose raylet it stopped on purpose, or
-# is restarting under the host's lock: a dead raylet there is not a failure.
+# An earlier 4's `decider_state`: a partition whose raylet the decider
+# stopped on purpose, or was restarting under the host's lock.
 DECIDER_STATES = ("stopped", "restarting")
 
 T = TypeVar("T")
@@ -110,7 +111,7 @@ class PartitionEntry:
     # the partition as planned, to which it returns.
     out: tuple[str, ...] = ()
     out_core_ids: tuple[int, ...] = ()
-    decider_state: str | None = None  # one of DECIDER_STATES, or None
+    health: PartitionState = field(default_factory=PartitionState)  # its state by the health decider
 
     @property
     def partition(self) -> Partition:
@@ -132,6 +133,12 @@ class PartitionEntry:
     def visible_ids(self) -> str:
         return format_visible_ids(self.serving.core_ids)
 
+    @property
+    def held(self) -> bool:
+        """The decider drains, stops or restarts it on purpose: its raylet's
+        end is not a failure, and only the decider brings it back."""
+        return self.health.state in (PartState.DRAINING, PartState.RESTORING, PartState.STOPPED)
+
     def of_kind(self, *kinds: str) -> list[RayProcess]:
         return [p for p in self.processes if p.kind in kinds]
 
@@ -152,7 +159,7 @@ class PartitionEntry:
             "log": self.log,
             "out": list(self.out),
             "out_core_ids": list(self.out_core_ids),
-            "decider_state": self.decider_state,
+            "health": dump(self.health),
         }
 
 
@@ -197,6 +204,10 @@ class HostRecord:
 
     def with_partitions(self, parts: Sequence[PartitionEntry]) -> HostRecord:
         return replace(self, partitions=tuple(parts))
+
+    def state_of(self, p: PartitionEntry) -> PartitionState:
+        """`p`'s state by the decider: one the decider never moved serves since the start."""
+        return p.health if p.health.since else replace(p.health, since=self.created)
 
 
 def dumps(record: HostRecord) -> str:
@@ -373,10 +384,6 @@ def _partition(obj: Node, spec: BridgeSpec) -> PartitionEntry:
     out_cores = _units(obj.at("out_core_ids", []))
     if set(out_cores) - set(core_ids):
         obj.at("out_core_ids").fail(f"unit {sorted(set(out_cores) - set(core_ids))[0]} is not one of the partition's")
-    held = _opt(
-        obj.at("decider_state", None),
-        lambda n: n.one_of(DECIDER_STATES, f"{{value}} is not one of {', '.join(DECIDER_STATES)} or null"),
-    )
     return PartitionEntry(
         name=name,
         device_ids=device_ids,
@@ -394,8 +401,23 @@ def _partition(obj: Node, spec: BridgeSpec) -> PartitionEntry:
         models=obj.at("models", []).texts(128, MAX_UNITS),
         out=out,
         out_core_ids=out_cores,
-        decider_state=held,
+        health=_held(obj),
     )
+
+
+def _held(obj: Node) -> PartitionState:
+    """The partition's state by the decider. An earlier record kept only
+    `decider_state`: "stopped" is STOPPED; "restarting" (a decider that died
+    mid-restart, its raylet perhaps gone) is read as STOPPED too, so neither
+    `--recover` nor the decider takes it for serving: the decider restarts it
+    once its devices are healthy."""
+    if "health" in obj.mapping():
+        return load(PartitionState, obj.at("health").data, obj.at("health").path)
+    old = _opt(
+        obj.at("decider_state", None),
+        lambda n: n.one_of(DECIDER_STATES, f"{{value}} is not one of {', '.join(DECIDER_STATES)} or null"),
+    )
+    return PartitionState() if old is None else PartitionState(PartState.STOPPED, detail=f"{old} by an earlier decider")
 
 
 def parse_processes(data: object, where: str) -> tuple[RayProcess, ...]:

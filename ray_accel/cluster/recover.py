@@ -83,7 +83,6 @@ def relaunch(
         node_ip=result.node_ip,
         log=result.log,
         labels=tuple(extra_labels.items()),
-        decider_state=None,
     )
 
 
@@ -121,8 +120,8 @@ def recover(progress: Progress, timeout_s: float = 180.0, after: After | None = 
             raylet = p.raylet()
             return raylet is not None and checks[raylet].ours
 
-        # A partition stopped on purpose stays as it is: what stopped it restarts it.
-        dead = [p for p in record.partitions if not raylet_alive(p) and p.decider_state != "stopped"]
+        # A partition the decider drains or stopped stays as it is: the decider brings it back.
+        dead = [p for p in record.partitions if not raylet_alive(p) and not p.held]
         if not dead:
             progress("every partition is alive: nothing to recover")
             return after(record, progress) if after is not None else record

@@ -67,11 +67,9 @@ def out_of_service(record: HostRecord) -> frozenset[str]:
 
 
 def _kept(old: PartitionEntry, new: Partition) -> bool:
-    # A partition serving fewer devices than planned, or stopped by the
-    # decider, is not what the new split asks for even with the same devices.
-    return (
-        old.device_ids == new.device_ids and old.core_ids == new.core_ids and not old.out and old.decider_state is None
-    )
+    # A partition serving fewer devices than planned, or one the decider
+    # drains or stopped, is not what the new split asks for even with the same devices.
+    return old.device_ids == new.device_ids and old.core_ids == new.core_ids and not old.out and not old.held
 
 
 def resplit(record: HostRecord, devices: Sequence[Device], split: Split, out: Collection[str]) -> Resplit:

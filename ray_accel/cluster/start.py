@@ -6,7 +6,9 @@ environment (a comma list: the only form Ray parses), its resources, its own
 block of ports, and the partition labels.
 
 The frozen request is turned once into a frozen `LaunchPlan` (`plan_launch`:
-every check that can be made before the host's lock is taken), and the
+every check that can be made before the host's lock is taken; a device the
+kept device health has out of service stays in its partition as planned,
+out of what its raylet serves, until `ray-accel health clear`), and the
 raylets are launched from that plan under the host's lock (`launch`, which
 first makes the token file the plan's auth needs, if any). From the first launch on, any
 failure, a launch timeout, Ctrl-C, SIGTERM or SIGHUP stops every process this
@@ -18,8 +20,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from importlib.util import find_spec
 from pathlib import Path
 
@@ -33,11 +35,13 @@ from ray_accel.cluster.raylet import DEFAULT_GCS_PORT, StartRequest, check_user_
 from ray_accel.cluster.record import HostRecord, PartitionEntry
 from ray_accel.cluster.signals import interruptible, shielded
 from ray_accel.cluster.startargs import RayOptions, ray_start_args
+from ray_accel.core.devices import Device
 from ray_accel.core.errors import InputError, RayAccelError
+from ray_accel.core.health_kept import KEPT_FILE, read_kept
 from ray_accel.core.numa import format_cpulist
 from ray_accel.partition.inherited import inherited_mask, plan_within_mask
 from ray_accel.partition.labels import topology_labels
-from ray_accel.partition.plan import Plan
+from ray_accel.partition.plan import Partition, Plan
 from ray_accel.partition.share import Division
 from ray_accel.plugins.inventory import discover
 
@@ -60,6 +64,66 @@ class LaunchPlan:
     spec: BridgeSpec
     auth: auth.Auth
     notes: tuple[str, ...]  # said before the first raylet starts
+    out: tuple[OutOfService, ...] = ()
+
+
+@dataclass(frozen=True)
+class OutOfService:
+    """A planned device the kept device health has out of service."""
+
+    device: str
+    partition: str
+    reason: str
+    units: tuple[int, ...]
+
+
+def serving(part: Partition, out: Sequence[OutOfService]) -> Partition:
+    """`part` as its raylet serves it: without the devices `out` of service."""
+    gone = {o.device for o in out}
+    cores = {c for o in out for c in o.units}
+    return replace(
+        part,
+        device_ids=tuple(d for d in part.device_ids if d not in gone),
+        core_ids=tuple(c for c in part.core_ids if c not in cores),
+    )
+
+
+def kept_dir() -> Path | None:
+    """Where this host keeps its device health, found without a node IP
+    (`plan`): RAYACCEL_STATE_DIR, else the default layout's first directory holding it."""
+    root = state.search_root()
+    if os.environ.get(state.STATE_ENV) or not root.is_dir():
+        return root
+    return next((p for p in sorted(root.iterdir()) if (p / KEPT_FILE).is_file()), None)
+
+
+def kept_out(
+    state_dir: Path | None, plan: Plan, devices: Sequence[Device]
+) -> tuple[tuple[OutOfService, ...], list[str]]:
+    """The planned devices the kept device health has out of service, and
+    what to say of them; every device of a partition out is an `InputError`
+    (a raylet serves at least one)."""
+    if state_dir is None:
+        return (), []
+    kept = read_kept(state_dir)
+    notes = [f"warning: {kept.unknown}: every device starts in service"] if kept.found and kept.unknown else []
+    why = kept.out()
+    units = {d.id: d.core_ids for d in devices}
+    out = []
+    for part in plan.partitions:
+        gone = [d for d in part.device_ids if d in why]
+        if gone and len(gone) == len(part.device_ids):
+            raise InputError(
+                f"every device of partition {part.name} is out of service ({why[gone[0]]}); "
+                f"`ray-accel health clear {gone[0]}` returns one, or plan without them"
+            )
+        for d in gone:
+            out.append(OutOfService(d, part.name, why[d], tuple(units.get(d, ()))))
+            notes.append(
+                f"{d} is out of service ({why[d]}): {part.name} starts without it; "
+                f"`ray-accel health clear {d}` returns it"
+            )
+    return tuple(out), notes
 
 
 def refuse_running(action: str, place: state.Place) -> list[state.Place]:
@@ -114,6 +178,7 @@ def plan_launch(req: StartRequest, ip: str, state_dir: Path) -> LaunchPlan:
         raise InputError(f"--port {gcs_port} falls inside the partitions' port blocks; choose another --port-base")
     # A head makes a token if there is none; a joining raylet must be given one.
     cluster_auth = auth.decide(os.environ, state_dir, create=req.join.head)
+    out, out_notes = kept_out(state_dir, plan, devices)
     notes = [f"warning: {w}" for w in (*plan.warnings, *division.warnings)]
     notes += [] if plan.mask is None else [plan.mask.description]
     notes += [] if cluster_auth.warning is None else [f"warning: {cluster_auth.warning}"]
@@ -122,14 +187,17 @@ def plan_launch(req: StartRequest, ip: str, state_dir: Path) -> LaunchPlan:
         plan=plan,
         division=division,
         # What a placement policy on any host needs to know of each partition.
-        labels=topology_labels(plan.partitions, devices, identity.this_host(ip), spec.family, spec.resource_name),
+        labels=topology_labels(
+            [serving(p, out) for p in plan.partitions], devices, identity.this_host(ip), spec.family, spec.resource_name
+        ),
         ports=tuple(ports),
         gcs_port=gcs_port,
         node_ip=ip,
         ray=req.ray.naming(ip),
         spec=spec,
         auth=cluster_auth,
-        notes=tuple(notes),
+        notes=(*notes, *out_notes),
+        out=out,
     )
 
 
@@ -183,7 +251,7 @@ def launch(lp: LaunchPlan, launches: Launches, progress: Progress) -> HostRecord
         progress(f"warning: {e}; raylets start with explicit resources and masks. {LOST_WITHOUT_BRIDGE}")
 
     def job(i: int, gcs: str | None) -> tuple[str, list[str], dict[str, str]]:
-        part, share = plan[i], lp.division.shares[i]
+        part, share = serving(plan[i], lp.out), lp.division.shares[i]
         own = lp.spec.for_partition(part)  # its raylet advertises its own devices' type
         args = ray_start_args(
             part,
@@ -218,6 +286,8 @@ def launch(lp: LaunchPlan, launches: Launches, progress: Progress) -> HostRecord
             models=tuple(part.models),
             share=lp.division.shares[i],
             labels=tuple(lp.labels[part.name].items()),
+            out=tuple(o.device for o in lp.out if o.partition == part.name),
+            out_core_ids=tuple(c for o in lp.out if o.partition == part.name for c in o.units),
         )
 
     gcs, first = req.join.address, 0

@@ -22,7 +22,7 @@ from ray_accel.cluster.gcs import GcsError, gcs_nodes
 from ray_accel.cluster.record import HostRecord, PartitionEntry, RayProcess, RecordError
 from ray_accel.core.errors import RayAccelError
 from ray_accel.core.health import DeviceHealth, Health
-from ray_accel.core.health_state import Action, PartState, read_health
+from ray_accel.core.health_state import Action, PartitionState, read_health
 from ray_accel.core.visibility import format_visible_ids
 from ray_accel.partition.labels import (
     CORES_LABEL,
@@ -37,15 +37,6 @@ from ray_accel.partition.labels import (
 from ray_accel.partition.plan import MaskView
 from ray_accel.partition.share import Share
 from ray_accel.rayapi.gcs import GcsNode
-
-
-@dataclass(frozen=True)
-class PartitionState:
-    """A partition's state by the host's decider."""
-
-    state: PartState
-    since: float
-    detail: str
 
 
 @dataclass(frozen=True)
@@ -176,7 +167,6 @@ def describe(record: HostRecord, place: state.Place) -> HostStatus:
         total = node.total if node else {}
         avail = node.available if node else {}
         problems = [checks[r].describe() for r in p.processes if r in checks and not checks[r].ours]
-        view = health.partition(p.name) if health is not None else None
         share = p.share
         out.append(
             PartitionStatus(
@@ -185,7 +175,7 @@ def describe(record: HostRecord, place: state.Place) -> HostStatus:
                 p.serving.core_ids,
                 p.visible_ids,
                 p.out,
-                None if view is None else PartitionState(view.state, view.since, view.detail),
+                None if record.health is None else record.state_of(p),
                 p.accelerator_type,
                 p.models,
                 raylet.pid if raylet else None,

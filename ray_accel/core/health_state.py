@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ray_accel.core import validate
@@ -75,8 +75,22 @@ class HealthSettings:
 
 
 @dataclass(frozen=True)
+class PartitionState:
+    """A partition's state by the host's decider: one per partition, kept in
+    the host record (a decider that starts again resumes from it);
+    `health.json` and `status` report it."""
+
+    state: PartState = PartState.SERVING
+    since: float = 0.0  # when it entered `state`
+    detail: str = ""  # one line a user reads: why it is in this state, what comes next
+    deadline: float | None = None  # a drain's: when the decider stops the raylet
+    target: tuple[str, ...] | None = None  # a drain's: the devices it serves once restarted
+
+
+@dataclass(frozen=True)
 class PartitionHealth:
-    """One partition of the host, as the decider left it after a poll."""
+    """One partition of the host, as the decider left it after a poll: its
+    `PartitionState` with what its raylet serves."""
 
     partition: str
     state: PartState
@@ -133,9 +147,6 @@ class HostHealth:
 
     def partition(self, name: str) -> PartitionHealth | None:
         return next((p for p in self.partitions if p.partition == name), None)
-
-    def with_partition(self, part: PartitionHealth) -> HostHealth:
-        return replace(self, partitions=tuple(part if p.partition == part.partition else p for p in self.partitions))
 
 
 def event_key(event: HealthEvent) -> str:

@@ -13,7 +13,8 @@ into `Findings` per device; `advance` folds them into the device's
   neither counts nor breaks the run), a bad reading starts the run again.
 
 A device is UNHEALTHY while it has a fault; otherwise UNKNOWN if any of its
-sources could not be read this poll (or none can vouch for it at all), else
+sources could not be read this poll (or none can vouch for it at all, or its
+kept health could not be read and only a person can end the doubt), else
 HEALTHY. A non-fatal event only counts: it is reported, and changes nothing.
 """
 
@@ -95,6 +96,7 @@ class Tracked:
     last_event: HealthEvent | None = None
     faults: tuple[Fault, ...] = ()
     unread: tuple[str, ...] = ()  # this poll's unreadable sources (why it is UNKNOWN)
+    doubt: str = ""  # why it is UNKNOWN until cleared by hand (its kept health could not be read)
 
 
 def start(device_ids: Iterable[str], now: float) -> tuple[Tracked, ...]:
@@ -136,7 +138,7 @@ def advance(prev: Tracked, findings: Findings, now: float, k: int) -> tuple[Trac
                 _put(faults, replace(open_, clean=open_.clean + 1))
     if faults:
         state = Health.UNHEALTHY
-    elif findings.unread or not findings.vouched:
+    elif prev.doubt or findings.unread or not findings.vouched:
         state = Health.UNKNOWN
     else:
         state = Health.HEALTHY
@@ -148,6 +150,7 @@ def advance(prev: Tracked, findings: Findings, now: float, k: int) -> tuple[Trac
             new[-1] if new else prev.last_event,
             tuple(faults),
             findings.unread,
+            prev.doubt,
         ),
         tuple(new),
     )
@@ -156,7 +159,7 @@ def advance(prev: Tracked, findings: Findings, now: float, k: int) -> tuple[Trac
 def clear(prev: Tracked) -> Tracked:
     """A person said the device is fixed: its sticky faults are dropped. A
     level fault stays (its source still reads it); the next poll decides the state."""
-    return replace(prev, faults=tuple(f for f in prev.faults if not f.sticky))
+    return replace(prev, faults=tuple(f for f in prev.faults if not f.sticky), doubt="")
 
 
 def healthy_again(t: Tracked, k: int) -> str:
@@ -164,6 +167,8 @@ def healthy_again(t: Tracked, k: int) -> str:
     if t.state is Health.HEALTHY:
         return ""
     if t.state is Health.UNKNOWN:
+        if t.doubt:
+            return f"{cleared_by_hand(t.device_id)} ({t.doubt})"
         if t.unread:
             return "a poll that reads its health sources (unreadable now: " + "; ".join(t.unread) + ")"
         return "a poll that reads a health source of it (none can be read)"

@@ -34,9 +34,6 @@ class ProcStat(NamedTuple):
     rss_bytes: int
 
 
-_new_tuple = tuple.__new__
-
-
 def read_small(path: str, limit: int = 4096) -> bytes | None:
     """One read of at most `limit` bytes of a small file (a `/proc` entry, a
     mask record), or None if it is gone or unreadable: a `/proc` file is
@@ -53,21 +50,6 @@ def read_small(path: str, limit: int = 4096) -> bytes | None:
         os.close(fd)
 
 
-def read_raw_stat(pid: int, proc: str = PROC) -> bytes | None:
-    """The process's stat line as the kernel wrote it, or None if it is gone."""
-    return read_small(f"{proc}/{pid}/stat")
-
-
-class Usage(NamedTuple):
-    """What a metrics reading and a liveness check need of a stat line."""
-
-    name: str
-    state: str
-    cpu_ticks: int
-    start_ticks: int
-    rss_bytes: int
-
-
 # Decoded comms and states, by their bytes: a host's processes share a few
 # names (every idle Ray worker is `ray::IDLE`) and a handful of states, and a
 # decode costs more than a lookup. Bounded, as names are any bytes.
@@ -81,52 +63,47 @@ def comm_of(raw: bytes) -> bytes:
     return raw[raw.find(b"(") + 1 : raw.rfind(b")")]
 
 
-def parse_usage(raw: bytes) -> Usage | None:
-    """The `Usage` fields of a stat line, or None if they are malformed: what
-    the collector needs of each process of every tree, with no more parsing."""
-    cut = raw.rfind(b")")
-    f = raw[cut + 2 :].split(None, 22)
-    if cut < 0 or len(f) < 22:
+def split_stat(raw: bytes) -> list[bytes] | None:
+    """A stat line's fields as proc(5) numbers them less one (pid, "(comm)",
+    state, ppid, ...; the first 24 apart, the rest as one), or None if it has
+    fewer. proc(5) separates the fields by single spaces; the comm may hold
+    spaces and ')', so it ends at the LAST ')'."""
+    f = raw.split(b" ", 24)
+    if len(f) < 24:
         return None
-    comm = raw[raw.find(b"(") + 1 : cut]
-    name = _COMMS.get(comm)
+    cut = raw.rfind(b")")
+    if len(f[0]) + len(f[1]) != cut:  # the comm holds a space: split what follows it
+        if cut < 0 or len(f := [f[0], raw[raw.find(b"(") : cut + 1], *raw[cut + 2 :].split(b" ", 22)]) < 24:
+            return None
+    return f
+
+
+def comm_name(field: bytes) -> str:
+    """The comm of a stat line's "(comm)" field, decoded."""
+    name = _COMMS.get(field)
     if name is None:
-        name = comm.decode("utf-8", "replace")
+        name = field[1:-1].decode("utf-8", "replace")
         if len(_COMMS) >= _COMMS_MAX:
             _COMMS.clear()
-        _COMMS[comm] = name
-    try:
-        fields = (
-            name,
-            _STATES.get(f[0]) or f[0].decode("ascii", "replace"),
-            int(f[11]) + int(f[12]),
-            int(f[19]),
-            int(f[21]) * PAGE_SIZE,
-        )
-    except ValueError:
-        return None
-    # tuple.__new__ skips the NamedTuple's Python-level __new__: a collection
-    # parses hundreds of lines.
-    return _new_tuple(Usage, fields)
+        _COMMS[field] = name
+    return name
 
 
 def parse_stat(pid: int, raw: bytes) -> ProcStat | None:
-    """A stat line (proc(5)) as a ProcStat, or None if it is malformed: its
-    `Usage` fields, and the parent and process group."""
-    u = parse_usage(raw)
-    if u is None:
+    """A stat line (proc(5)) as a ProcStat, or None if it is malformed."""
+    if (f := split_stat(raw)) is None:
         return None
-    f = raw[raw.rfind(b")") + 2 :].split(None, 3)
     try:
-        ppid, pgrp = int(f[1]), int(f[2])
+        state = _STATES.get(f[2]) or f[2].decode("ascii", "replace")
+        ppid, pgrp, cpu, start = int(f[3]), int(f[4]), int(f[13]) + int(f[14]), int(f[21])
+        return ProcStat(pid, comm_name(f[1]), state, ppid, pgrp, cpu, start, int(f[23]) * PAGE_SIZE)
     except ValueError:
         return None
-    return ProcStat(pid, u.name, u.state, ppid, pgrp, u.cpu_ticks, u.start_ticks, u.rss_bytes)
 
 
 def read_stat(pid: int, proc: str = PROC) -> ProcStat | None:
     """The process's stat line, or None if it is gone (or unreadable)."""
-    raw = read_raw_stat(pid, proc)
+    raw = read_small(f"{proc}/{pid}/stat")
     return None if raw is None else parse_stat(pid, raw)
 
 
@@ -238,11 +215,11 @@ class ProcessTable:
             else:
                 children[ppid] = [pid]
 
-    def usage(self, pid: int) -> Usage | None:
-        """`parse_usage` of the process's line, or None if it is not in the
-        table (or those fields are malformed)."""
+    def stat(self, pid: int) -> ProcStat | None:
+        """`parse_stat` of the process's line, or None if it is not in the
+        table (or it is malformed)."""
         line = self.lines.get(pid)
-        return None if line is None else parse_usage(line)
+        return None if line is None else parse_stat(pid, line)
 
     def __contains__(self, pid: int) -> bool:
         return pid in self.lines

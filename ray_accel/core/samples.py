@@ -16,6 +16,7 @@ class DeviceSample(NamedTuple):
     memory_total_bytes: int | None
     power_watts: float | None = None
     temperature_c: float | None = None
-    # None: unknown (no health source, or it could not be read); never assumed healthy.
-    healthy: bool | None = None
-    health_reason: str | None = None
+    # Health events the backend's own source saw on the device lately (a
+    # count, not a verdict: the device's health is its family rule's); None:
+    # no event source, or it could not be read.
+    recent_events: int | None = None

@@ -2,17 +2,18 @@
 it by PID, restart it serving some of its devices (the launcher code `start
 --recover` uses), and place the head's keeper.
 
-Stopping and restarting happen under the host's lock, as `start`, `stop` and
-`--recover` do: a command that holds it makes the decider try again next
-poll. Before it signals a raylet the decider marks the partition in the host
-record (`decider_state`), so `start --block` does not take the raylet's end
-for a failure; a restart that fails or is interrupted (SIGTERM from `stop`)
-stops every process it launched and saves the record as it stands: the
-partition stopped, nothing of it running.
+Stopping, restarting and saving a partition's state happen under the host's
+lock, as `start`, `stop` and `--recover` do: a command that holds it makes
+the decider try again next poll. A partition the decider signals is already
+held in the host record (draining, restoring or stopped), so `start --block`
+does not take the raylet's end for a failure; a restart that fails or is
+interrupted (SIGTERM from `stop`) stops every process it launched and saves
+the record as it stands: the partition stopped, nothing of it running.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -27,6 +28,7 @@ from ray_accel.cluster.recover import HEAD_KINDS, relaunch, relaunch_env, termin
 from ray_accel.cluster.signals import shielded
 from ray_accel.core.devices import Device
 from ray_accel.core.errors import RayAccelError
+from ray_accel.core.health_state import PartitionState, PartState
 from ray_accel.core.hosts import HostId
 from ray_accel.health import driver_ops
 from ray_accel.metrics.export import entries_to_json
@@ -108,20 +110,28 @@ def _current(host: Host, name: str) -> tuple[HostRecord, PartitionEntry, dict[Ra
     return record, p, procs.require_trusted(replace(record, decider=None), str(host.place.file), "the health decider")
 
 
-def stop_partition(host: Host, name: str, progress: Progress) -> HostRecord:
+def save_state(host: Host, name: str, held: PartitionState) -> HostRecord:
+    """The record with partition `name` in state `held`."""
+    with _locked(host, f"saving the state of {name}"):
+        record, p, _ = _current(host, name)
+        return _save_entry(record, replace(p, health=held))
+
+
+def stop_partition(host: Host, name: str, held: PartitionState, progress: Progress) -> HostRecord:
     """Stop partition `name`'s raylet (and what Ray started for it) by PID;
-    the record marks it stopped by the decider, every device out."""
+    the record has it in state `held` (stopped), every device out."""
     with _locked(host, f"stopping {name}"):
         record, p, checks = _current(host, name)
-        record = _save_entry(record, replace(p, decider_state="stopped"))
         raylet = p.raylet()
         progress(f"{name}: stopping raylet {raylet.pid if raylet is not None else '-'}")
         terminate_raylet(p, checks)
-        kept = tuple(r for r in p.processes if r.kind in HEAD_KINDS)
-        stopped = replace(
-            p, processes=kept, out=p.device_ids, out_core_ids=p.core_ids, decider_state="stopped", node_id=None
-        )
-        return _save_entry(record, stopped)
+        return _save_entry(record, _stopped(p, held))
+
+
+def _stopped(p: PartitionEntry, held: PartitionState) -> PartitionEntry:
+    """`p` with nothing of its raylet left, every device out."""
+    kept = tuple(r for r in p.processes if r.kind in HEAD_KINDS)
+    return replace(p, processes=kept, out=p.device_ids, out_core_ids=p.core_ids, health=held, node_id=None)
 
 
 def _save_entry(record: HostRecord, new: PartitionEntry) -> HostRecord:
@@ -145,20 +155,22 @@ def relabel(p: PartitionEntry, part: Partition, devices: Sequence[Device], recor
     return labels
 
 
-def restart_partition(host: Host, name: str, serve: Sequence[str], progress: Progress) -> HostRecord:
+def restart_partition(
+    host: Host, name: str, serve: Sequence[str], held: PartitionState, progress: Progress
+) -> HostRecord:
     """Restart partition `name` serving the devices `serve` (its own ids, in
     its order): stop what is left of its raylet, start a new one on its ports
     with its share, the mask and resources of `serve`, the same name and
-    labels (topology labels of what it serves). Under the host's lock."""
+    labels (topology labels of what it serves); then it is in state `held`.
+    Under the host's lock; a restart that fails leaves it stopped, saying why."""
     with _locked(host, f"restarting {name}"):
-        return _restart(host, name, serve, progress)
+        return _restart(host, name, serve, held, progress)
 
 
-def _restart(host: Host, name: str, serve: Sequence[str], progress: Progress) -> HostRecord:
+def _restart(host: Host, name: str, serve: Sequence[str], held: PartitionState, progress: Progress) -> HostRecord:
     record, p, checks = _current(host, name)
     if p.head:
         raise RayAccelError(f"partition {name} is the head: it cannot be restarted")
-    record = _save_entry(record, replace(p, decider_state="restarting"))
     terminate_raylet(p, checks)
     serve_ids = tuple(d for d in p.device_ids if d in set(serve))
     cores = cores_of(host.devices, serve_ids)
@@ -167,10 +179,9 @@ def _restart(host: Host, name: str, serve: Sequence[str], progress: Progress) ->
     base_env = relaunch_env(record)
     launches = Launches(state.ensure_dir(host.place), host.timeout_s)
     out = tuple(d for d in p.device_ids if d not in serve_ids)
-    gone = replace(p, processes=tuple(r for r in p.processes if r.kind in HEAD_KINDS), node_id=None)
     try:
         new = relaunch(record, p, part, labels, base_env, launches, progress)
-        new = replace(new, out=out, out_core_ids=tuple(c for c in p.core_ids if c not in cores))
+        new = replace(new, out=out, out_core_ids=tuple(c for c in p.core_ids if c not in cores), health=held)
         record = _save_entry(record, new)
         wait_registered(record.gcs_address, [new.node_id] if new.node_id else [], host.timeout_s, progress, record.auth)
     except BaseException as e:
@@ -178,10 +189,9 @@ def _restart(host: Host, name: str, serve: Sequence[str], progress: Progress) ->
             stopped = launches.undo()
             why = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
             progress(f"{name}: restart {why}: stopped the {len(stopped)} processes it had started")
-            # Nothing of it runs now: the record says so.
-            record = _save_entry(
-                record, replace(gone, out=p.device_ids, out_core_ids=p.core_ids, decider_state="stopped")
-            )
+            # Nothing of it runs now: the record says so (the decider tries a failed restart again later).
+            held = PartitionState(PartState.STOPPED, time.time(), f"restart {why}: {e or type(e).__name__}"[:1000])
+            record = _save_entry(record, _stopped(p, held))
         raise
     return record
 
@@ -193,7 +203,9 @@ def redeploy_exporters(record: HostRecord, names: Sequence[str], progress: Progr
     if not record.metrics:
         return
     level = host_level_partition(record)
-    parts = [p for p in record.partitions if p.name in set(names) and p.decider_state is None and p.node_id]
+    parts = [
+        p for p in record.partitions if p.name in set(names) and p.health.state is not PartState.STOPPED and p.node_id
+    ]
     if not parts:
         return
     args = [

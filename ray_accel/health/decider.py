@@ -12,7 +12,9 @@ Every `interval_s` it takes the hand-made clears, polls the active backend's
 the host's health, hands the monitor's host-wide readings on to the
 exporters (`<state dir>/readings.json`, see `plugins.host_readings`), decides
 each partition's step (`rules.decide`), acts (`actions`), and writes
-`<state dir>/health.json`. It ends when the record
+`<state dir>/health.json` and what of the rule's state must outlive it
+(`health_kept`): a decider that starts resumes from that, so a device out
+for a sticky fault stays out whatever it reads now. It ends when the record
 is gone, being stopped, or another start's; on SIGTERM, SIGINT or SIGHUP it
 undoes a restart half done and exits 0.
 """
@@ -31,19 +33,19 @@ from pathlib import Path
 from ray_accel.cluster import procs, state
 from ray_accel.cluster.exporters import host_level_partition
 from ray_accel.cluster.files import write_atomic
-from ray_accel.cluster.record import HostRecord, PartitionEntry, RayProcess
+from ray_accel.cluster.record import HostRecord, RayProcess
 from ray_accel.cluster.signals import interruptible
 from ray_accel.core import reader
 from ray_accel.core.devices import Device
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.health import DeviceHealth, Health, HealthReport
+from ray_accel.core.health_kept import KEPT_FILE, doubted, read_kept
+from ray_accel.core.health_kept import dumps as dump_kept
 from ray_accel.core.health_state import (
     HEALTH_FILE,
     MAX_EVENTS,
     HealthSettings,
     HostHealth,
-    PartitionHealth,
-    PartState,
     count_events,
     dumps,
 )
@@ -108,16 +110,6 @@ def fold(health: HostHealth, report: HealthReport, extra_errors: Sequence[str]) 
     )
 
 
-def view_of(p: PartitionEntry, now: float) -> PartitionHealth:
-    """A partition as the host record leaves it (a decider starting again
-    after one that stopped or shrank it)."""
-    if p.decider_state == "stopped":
-        return PartitionHealth(p.name, PartState.STOPPED, now, (), p.device_ids, None, "stopped", head=p.head)
-    serving = p.serving.device_ids
-    state_ = PartState.SHRUNK if p.out else PartState.SERVING
-    return PartitionHealth(p.name, state_, now, serving, p.out, p.node_id, "", head=p.head)
-
-
 @dataclass
 class Decider:
     place: state.Place
@@ -127,6 +119,7 @@ class Decider:
     monitor: HealthMonitor | None
     health: HostHealth
     timeout_s: float = 180.0
+    pending: tuple[str, ...] = ()  # errors said at the first poll (why the kept health is unknown)
 
     @property
     def host(self) -> actions.Host:
@@ -148,6 +141,7 @@ class Decider:
         if record is None:
             return None
         clears, errors = take_requests(self.place.directory)
+        errors, self.pending = [*self.pending, *errors], ()
         for c in clears:
             say(f"clear asked for {c.device_id}")
             if self.monitor is not None:
@@ -173,65 +167,54 @@ class Decider:
         checks = procs.check_record(record)
         for p in record.partitions:
             record = self.step(record, p.name, by_id, checks) or record
+        self.health = replace(self.health, partitions=tuple(rules.view_of(record, p) for p in record.partitions))
         write_health(self.place.directory, self.health)
+        if self.monitor is not None:
+            write_atomic(self.place.directory / KEPT_FILE, dump_kept(self.monitor.kept(), now))
         return record
 
     def step(
         self, record: HostRecord, name: str, by_id: Mapping[str, DeviceHealth], checks: Mapping[RayProcess, procs.Check]
     ) -> HostRecord | None:
+        """Partition `name`'s step: its effect on Ray, then its new state in
+        the record (a failed effect leaves it as it was: tried again next poll)."""
         p = actions.entry(record, name)
         raylet = p.raylet()
-        facts = rules.Facts(
-            full=p.device_ids,
-            head=p.head,
-            raylet_alive=raylet is not None and raylet in checks and checks[raylet].ours,
-            node_id=p.node_id,
-            health=by_id,
-        )
+        alive = raylet is not None and raylet in checks and checks[raylet].ours
+        facts = rules.Facts(full=p.device_ids, head=p.head, raylet_alive=alive, health=by_id)
         now = time.time()
-        view = self.health.partition(name) or view_of(p, now)
+        view = rules.view_of(record, p)
         step = rules.decide(self.settings, view, facts, now)
-        if step.effect is rules.Effect.NONE:
-            self.health = self._with(step.view)
-            return None
-        say(f"{name}: {step.effect.value} ({view.state.value} -> {step.view.state.value}) {step.message}".rstrip())
+        held = rules.held_of(step.view)
+        if step.effect is not rules.Effect.NONE:
+            say(f"{name}: {step.effect.value} ({view.state.value} -> {step.view.state.value}) {step.message}".rstrip())
         try:
             if step.effect in (rules.Effect.DRAIN, rules.Effect.HOLD):
                 if p.node_id is None:
                     raise RayAccelError(f"partition {name} has no node id to drain")
-                if step.effect is rules.Effect.DRAIN:
-                    actions.drain(record, p.node_id, step.message, step.view.deadline)
-                    self.health = self._with(replace(step.view, node_id=p.node_id))
+                drain = actions.drain if step.effect is rules.Effect.DRAIN else actions.hold_head
+                drain(record, p.node_id, step.message, step.view.deadline)
+            elif step.effect is not rules.Effect.NONE:
+                level = host_level_partition(record)
+                if step.effect is rules.Effect.STOP:
+                    record = actions.stop_partition(self.host, name, held, say)
                 else:
-                    actions.hold_head(record, p.node_id, step.message, now + self.settings.drain_deadline_s)
-                    self.health = self._with(step.view)
-                return None
-            level = host_level_partition(record)
-            if step.effect is rules.Effect.STOP:
-                record = actions.stop_partition(self.host, name, say)
-                self.health = self._with(replace(step.view, node_id=None))
+                    record = actions.restart_partition(self.host, name, step.view.devices, held, say)
+                # Its exporter, and the host's values where they move to or from it.
                 moved = host_level_partition(record)
-                if moved != level and moved is not None:
-                    actions.redeploy_exporters(record, [moved], say)
+                again = [name] if step.effect is rules.Effect.RESTART else []
+                actions.redeploy_exporters(
+                    record, again + [n for n in (level, moved) if n and n != name and moved != level], say
+                )
                 return record
-            record = actions.restart_partition(self.host, name, step.devices, say)
-            new = actions.entry(record, name)
-            self.health = self._with(rules.restarted(view, p.device_ids, step.devices, new.node_id, by_id, time.time()))
-            moved = host_level_partition(record)
-            actions.redeploy_exporters(record, [name, *([level] if level and moved != level else [])], say)
-            return record
+            # A drain, a hold or a new detail changes the record's state alone.
+            return None if held == record.state_of(p) else actions.save_state(self.host, name, held)
         except actions.Busy as e:
             say(f"{name}: {e}; trying again next poll")
-            self.health = self._with(view)
         except RayAccelError as e:
             say(f"{name}: {step.effect.value} failed: {e}")
-            failed = step.effect is rules.Effect.RESTART
-            self.health = self._with(rules.restart_failed(view, p.device_ids, str(e), time.time()) if failed else view)
             self.health = replace(self.health, errors=(*self.health.errors, f"{name}: {e}"))
         return None
-
-    def _with(self, view: PartitionHealth) -> HostHealth:
-        return self.health.with_partition(view)
 
 
 def build(place: state.Place, created: float) -> Decider:
@@ -248,9 +231,15 @@ def build(place: state.Place, created: float) -> Decider:
     elif monitor is None:
         say(f"backend {record.spec.backend} has no health monitor: every device is unknown")
     now = time.time()
-    parts = tuple(view_of(p, now) for p in record.partitions)
+    kept = read_kept(place.directory)
+    if kept.unknown:
+        say(f"warning: {kept.unknown}: the devices the record has out of service stay out")
+    if monitor is not None:
+        monitor.resume(doubted(kept, (d for p in record.partitions for d in p.out), now))
+    parts = tuple(rules.view_of(record, p) for p in record.partitions)
     health = HostHealth(now, settings, (), parts)
-    return Decider(place, created, settings, tuple(devices), monitor, health)
+    pending = (kept.unknown,) if kept.unknown and kept.found else ()
+    return Decider(place, created, settings, tuple(devices), monitor, health, pending=pending)
 
 
 def run(place: state.Place, created: float) -> int:

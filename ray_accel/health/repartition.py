@@ -50,6 +50,7 @@ from ray_accel.cluster.signals import interruptible, shielded
 from ray_accel.core import reader
 from ray_accel.core.devices import Device
 from ray_accel.core.errors import InputError, RayAccelError
+from ray_accel.core.health_kept import read_kept
 from ray_accel.core.hosts import HostId
 from ray_accel.core.numa import read_topology
 from ray_accel.health import actions
@@ -98,7 +99,14 @@ def planned(split: Split) -> tuple[state.Place, HostRecord, tuple[Device, ...], 
     if record.stopping:
         raise InputError(f"the partitions of {found.place.file} are being stopped")
     devices = tuple(discover(record.spec.backend).require_primary().list_devices())
-    return found.place, record, devices, resplit(record, devices, split, out_of_service(record))
+    return found.place, record, devices, resplit(record, devices, split, out_now(found.place, record))
+
+
+def out_now(place: state.Place, record: HostRecord) -> frozenset[str]:
+    """The devices device health keeps out of service: those the kept device
+    health has out, and those the record has out (all a host has when the
+    kept health cannot be read)."""
+    return out_of_service(record) | read_kept(place.directory).out().keys()
 
 
 def drain_message(c: Change) -> str:
@@ -218,7 +226,7 @@ def run(inputs: Inputs, progress: Progress) -> Resplit:
 
 def _run(place: state.Place, record: HostRecord, inputs: Inputs, progress: Progress) -> Resplit:
     devices = tuple(discover(record.spec.backend).require_primary().list_devices())
-    plan = resplit(record, devices, inputs.split, out_of_service(record))
+    plan = resplit(record, devices, inputs.split, out_now(place, record))
     touched = {c.partition for c in plan.of(Action.RESTARTED, Action.REMOVED)}
     old = {p.name: p for p in record.partitions if p.name in touched}
     checks = procs.require_trusted(replace(record, repartition=None), str(place.file), WHAT)

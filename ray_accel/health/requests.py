@@ -14,12 +14,15 @@ import json
 import os
 import secrets
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
+from ray_accel.cluster import procs, state
 from ray_accel.cluster.files import write_atomic
-from ray_accel.core.errors import InputError
+from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.files import UnreadableFile, read_bytes
+from ray_accel.core.health_kept import KEPT_FILE, cleared, doubted, dumps, read_kept
 
 REQUESTS_DIR = "health-requests"
 MAX_BYTES = 4096
@@ -79,3 +82,20 @@ def take_requests(state_dir: Path) -> tuple[list[ClearRequest], list[str]]:
         finally:
             path.unlink(missing_ok=True)
     return found, errors
+
+
+def clear_kept(place: state.Place, out: Collection[str], device_id: str) -> Path:
+    """Where no decider runs: drop `device_id`'s sticky faults and doubt from
+    the kept device health, under the host's lock (`out`: what the host's
+    record has out of service, kept out where the file is unknown)."""
+    with state.host_lock("health clear", place):
+        record = state.load(place)
+        if record is not None and record.decider is not None and procs.check(record.decider).ours:
+            raise RayAccelError("the host's health decider started meanwhile: run `ray-accel health clear` again")
+        now = time.time()
+        kept = read_kept(place.directory)
+        if not kept.unknown and device_id not in {d.device_id for d in kept.devices}:
+            known = ", ".join(d.device_id for d in kept.devices[:20])
+            raise InputError(f"device {device_id!r} is not one whose health is kept here (devices: {known})")
+        devices = cleared(doubted(kept, out, now), device_id)
+        return write_atomic(place.directory / KEPT_FILE, dumps(devices, now))

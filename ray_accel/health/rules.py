@@ -1,11 +1,12 @@
 """One partition's health state machine: pure, on frozen values.
 
-`decide(settings, view, facts, now)` takes what the decider knew of the
-partition after the last poll (`PartitionHealth`), what is true now
-(`Facts`: its devices' health, whether its raylet runs) and returns the
-`Step` to take: the effect on Ray (none, drain, stop, restart) and the
-partition's state once that effect has succeeded. The decider keeps the old
-state where an effect fails, so a failed step is tried again next poll.
+`decide(settings, view, facts, now)` takes the partition as the host record
+keeps it (`PartitionHealth`, from `view_of`) and what is true now (`Facts`:
+its devices' health, whether its raylet runs), reduces that to one
+`Seen` (`observe`), and looks up `TABLE`: state x observation -> the effect
+on Ray (none, drain, hold, stop, restart) and the partition's state once that
+effect has succeeded. The decider keeps the old state where an effect fails,
+so a failed step is tried again next poll.
 
 The rules:
 - UNKNOWN health is never a reason to take a device out, and never enough
@@ -31,11 +32,13 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from ray_accel.cluster.record import HostRecord, PartitionEntry
 from ray_accel.core.health import DeviceHealth, Health
-from ray_accel.core.health_state import Action, HealthSettings, PartitionHealth, PartState
+from ray_accel.core.health_state import Action, HealthSettings, PartitionHealth, PartitionState, PartState
 
 # A restart that failed is tried again after this long, not on every poll.
 RETRY_S = 30.0
+RESTART_FAILED = "restart failed"  # the start of a stopped partition's detail after one
 
 
 class Effect(enum.Enum):
@@ -43,7 +46,7 @@ class Effect(enum.Enum):
     DRAIN = "drain"  # ask the GCS to drain the partition's raylet (preemption, with the deadline)
     HOLD = "hold"  # the head: place its keeper, then drain it
     STOP = "stop"  # stop the partition's raylet by PID; it stays stopped
-    RESTART = "restart"  # stop what is left of its raylet, start it serving `devices`
+    RESTART = "restart"  # stop what is left of its raylet, start it serving the step's devices
 
 
 @dataclass(frozen=True)
@@ -53,8 +56,46 @@ class Facts:
     full: tuple[str, ...]  # its devices as planned
     head: bool
     raylet_alive: bool  # its recorded raylet runs (and is ours)
-    node_id: str | None
     health: Mapping[str, DeviceHealth]
+
+
+class Seen(enum.Enum):
+    """What a poll sees of a partition (`observe`): a column of `TABLE`."""
+
+    STEADY = "steady"  # nothing to act on, or not yet: a drain before its deadline, the head held, a retry
+    UNHEALTHY = "unhealthy"  # a device it serves turned unhealthy
+    HEAD_UNHEALTHY = "head_unhealthy"  # the same, on the head
+    BACK = "back"  # devices out of service are healthy again, none it serves is unhealthy (shrink)
+    FULL = "full"  # its drain is over, or it is stopped, and every device may serve
+    PART = "part"  # ... and only some may (shrink)
+    NOTHING = "nothing"  # ... and none may
+
+
+# State x what a poll sees -> the effect, and the state once it has succeeded.
+# A serving partition sees its devices turn bad or come back; a drained one,
+# its drain end; a stopped one, its devices healthy again.
+TABLE: Mapping[tuple[PartState, Seen], tuple[Effect, PartState]] = {
+    (PartState.SERVING, Seen.STEADY): (Effect.NONE, PartState.SERVING),
+    (PartState.SERVING, Seen.UNHEALTHY): (Effect.DRAIN, PartState.DRAINING),
+    (PartState.SERVING, Seen.HEAD_UNHEALTHY): (Effect.HOLD, PartState.DRAINING),
+    (PartState.SERVING, Seen.BACK): (Effect.DRAIN, PartState.RESTORING),
+    (PartState.SHRUNK, Seen.STEADY): (Effect.NONE, PartState.SHRUNK),
+    (PartState.SHRUNK, Seen.UNHEALTHY): (Effect.DRAIN, PartState.DRAINING),
+    (PartState.SHRUNK, Seen.HEAD_UNHEALTHY): (Effect.HOLD, PartState.DRAINING),
+    (PartState.SHRUNK, Seen.BACK): (Effect.DRAIN, PartState.RESTORING),
+    (PartState.DRAINING, Seen.STEADY): (Effect.NONE, PartState.DRAINING),
+    (PartState.DRAINING, Seen.FULL): (Effect.RESTART, PartState.SERVING),
+    (PartState.DRAINING, Seen.PART): (Effect.RESTART, PartState.SHRUNK),
+    (PartState.DRAINING, Seen.NOTHING): (Effect.STOP, PartState.STOPPED),
+    (PartState.RESTORING, Seen.STEADY): (Effect.NONE, PartState.RESTORING),
+    (PartState.RESTORING, Seen.FULL): (Effect.RESTART, PartState.SERVING),
+    (PartState.RESTORING, Seen.PART): (Effect.RESTART, PartState.SHRUNK),
+    (PartState.RESTORING, Seen.NOTHING): (Effect.STOP, PartState.STOPPED),
+    (PartState.STOPPED, Seen.STEADY): (Effect.NONE, PartState.STOPPED),
+    (PartState.STOPPED, Seen.FULL): (Effect.RESTART, PartState.SERVING),
+    (PartState.STOPPED, Seen.PART): (Effect.RESTART, PartState.SHRUNK),
+    (PartState.STOPPED, Seen.NOTHING): (Effect.NONE, PartState.STOPPED),
+}
 
 
 @dataclass(frozen=True)
@@ -62,7 +103,6 @@ class Step:
     view: PartitionHealth  # the partition once `effect` has succeeded
     effect: Effect
     message: str = ""  # a drain's message (Ray shows it as the node's death reason)
-    devices: tuple[str, ...] = ()  # RESTART: what the partition serves after it
 
 
 def state_of(health: Mapping[str, DeviceHealth], device: str) -> Health:
@@ -81,36 +121,60 @@ def why(health: Mapping[str, DeviceHealth], device: str) -> str:
 def wanted(full: Sequence[str], out: Sequence[str], health: Mapping[str, DeviceHealth]) -> tuple[str, ...]:
     """The devices that should serve: those in service that are not
     unhealthy, and those out of service that are healthy again."""
-    gone = set(out)
-    return tuple(
-        d
-        for d in full
-        if (state_of(health, d) is Health.HEALTHY if d in gone else state_of(health, d) is not Health.UNHEALTHY)
-    )
-
-
-def drain_message(
-    name: str,
-    bad: Sequence[str],
-    back: Sequence[str],
-    health: Mapping[str, DeviceHealth],
-    action: Action,
-    head: bool = False,
-) -> str:
-    """The drain's reason, as Ray records it for the raylet."""
-    parts = [why(health, d) for d in bad] + [f"{d}: healthy again" for d in back]
-    if head:
-        verb = "held (the head cannot be restarted)"
-    elif action is Action.SHRINK and bad:
-        verb = "restarted without it"
-    else:
-        verb = "restarted with it" if back else "stopped"
-    return f"ray-accel health: {'; '.join(parts)}; partition {name} is drained and {verb}"
+    seen = {d: state_of(health, d) for d in full}
+    return tuple(d for d in full if seen[d] is Health.HEALTHY or (d not in out and seen[d] is not Health.UNHEALTHY))
 
 
 def _detail(health: Mapping[str, DeviceHealth], out: Sequence[str]) -> str:
     # What makes each healthy again is the device's own (`ray-accel health`).
     return "; ".join(why(health, d) for d in out)
+
+
+def view_of(record: HostRecord, p: PartitionEntry) -> PartitionHealth:
+    """Partition `p` as the record keeps it: what its raylet serves, and out
+    of service what it does not, with what a drain under way takes out
+    (every device it will not serve once the drain ends)."""
+    held = record.state_of(p)
+    out = _out(p.device_ids, p.out, held.target)
+    serves = p.serving.device_ids
+    return PartitionHealth(
+        p.name, held.state, held.since, serves, out, p.node_id, held.detail, held.deadline, held.target, p.head
+    )
+
+
+def held_of(view: PartitionHealth) -> PartitionState:
+    """What the host record keeps of `view`."""
+    return PartitionState(view.state, view.since, view.detail, view.deadline, view.target)
+
+
+def _out(full: Sequence[str], out: Sequence[str], target: Sequence[str] | None) -> tuple[str, ...]:
+    return tuple(d for d in full if d in out or (target is not None and d not in target))
+
+
+def observe(settings: HealthSettings, view: PartitionHealth, facts: Facts, now: float) -> tuple[Seen, tuple[str, ...]]:
+    """What a poll sees of the partition in its state, and the devices that
+    should serve: a serving one's devices turning bad or coming back, a
+    drained one's drain ending, a stopped one's devices healthy again."""
+    full, health = facts.full, facts.health
+    if view.state in (PartState.SERVING, PartState.SHRUNK):
+        target = wanted(full, view.out, health)
+        if any(d not in target for d in view.devices):
+            return (Seen.HEAD_UNHEALTHY if facts.head else Seen.UNHEALTHY), target
+        back = any(d not in view.devices for d in target) and settings.action is Action.SHRINK
+        return (Seen.BACK if back and not facts.head else Seen.STEADY), target
+    if facts.head:
+        return Seen.STEADY, view.devices  # held until the cluster stops: never stopped, never restarted
+    if view.state is PartState.STOPPED:
+        target = wanted(full, full, health)
+        if view.detail.startswith(RESTART_FAILED) and now < view.since + RETRY_S:
+            return Seen.STEADY, target
+        if settings.action is Action.DRAIN and target != full:
+            return Seen.STEADY, target  # under drain it comes back whole or not at all
+    elif facts.raylet_alive and view.deadline is not None and now < view.deadline:
+        return Seen.STEADY, view.devices
+    else:
+        target = tuple(d for d in view.target or () if state_of(health, d) is not Health.UNHEALTHY)
+    return (Seen.FULL if target == full else Seen.PART if target else Seen.NOTHING), target
 
 
 def decide(settings: HealthSettings, view: PartitionHealth, facts: Facts, now: float) -> Step:
@@ -120,91 +184,47 @@ def decide(settings: HealthSettings, view: PartitionHealth, facts: Facts, now: f
         bad = [d for d in full if state_of(health, d) is Health.UNHEALTHY]
         detail = f"reported only (--on-unhealthy report): {_detail(health, bad)}" if bad else ""
         return Step(replace(view, state=PartState.SERVING, devices=full, out=(), detail=detail), Effect.NONE)
-
-    if view.state in (PartState.SERVING, PartState.SHRUNK):
-        target = wanted(full, view.out, health)
-        bad = [d for d in view.devices if d not in target]
-        back = [d for d in target if d not in view.devices]
-        if not bad and not back:
-            detail = f"without {_detail(health, view.out)}" if view.out else ""
-            return Step(replace(view, node_id=facts.node_id, detail=detail), Effect.NONE)
-        if facts.head:
-            if not bad:
-                return Step(view, Effect.NONE)  # the head never shrank: nothing to bring back
-            out = tuple(d for d in full if d in {*view.out, *bad})
-            detail = (
-                f"head partition drained and held: {_detail(health, bad)}; it cannot be restarted (the GCS runs "
-                "there): it takes no new work until `ray-accel stop`"
-            )
-            view = replace(view, state=PartState.DRAINING, since=now, out=out, detail=detail, target=None)
-            return Step(view, Effect.HOLD, drain_message(view.partition, bad, [], health, Action.DRAIN, head=True))
-        if settings.action is Action.DRAIN:
-            if not bad:
-                return Step(view, Effect.NONE)
-            target = ()
-        deadline = now + settings.drain_deadline_s
-        out = tuple(d for d in full if d not in view.devices or d in bad)
-        state = PartState.DRAINING if bad else PartState.RESTORING
+    seen, target = observe(settings, view, facts, now)
+    effect, state = TABLE[view.state, seen]
+    if effect is Effect.NONE:
+        if state in (PartState.SERVING, PartState.SHRUNK):
+            view = replace(view, detail=f"without {_detail(health, view.out)}" if view.out else "")
+        return Step(view, effect)
+    if effect is Effect.RESTART:
+        out = [d for d in full if d not in target]
+        return Step(_settled(view, state, now, target, full, f"without {_detail(health, out)}" if out else ""), effect)
+    if effect is Effect.STOP:
+        why_out = _detail(health, [d for d in full if state_of(health, d) is Health.UNHEALTHY])
+        detail = f"stopped: {why_out or 'its devices are out of service'}"
+        return Step(_settled(view, state, now, (), full, detail), effect)
+    bad = [d for d in view.devices if d not in target]
+    back = [d for d in target if d not in view.devices]
+    if effect is Effect.HOLD:
+        target, back, verb = tuple(d for d in view.devices if d not in bad), [], "held (the head cannot be restarted)"
+        detail = (
+            f"head partition drained and held: {_detail(health, bad)}; it cannot be restarted (the GCS runs "
+            "there): it takes no new work until `ray-accel stop`"
+        )
+    else:
+        target = () if settings.action is Action.DRAIN else target
+        shrinks = settings.action is Action.SHRINK and bad
+        verb = "restarted without it" if shrinks else ("restarted with it" if back else "stopped")
         what = f"to restart with {len(target)} of {len(full)} devices" if target else "to stop"
         detail = f"drained {what}: {_detail(health, bad) if bad else ', '.join(back) + ' healthy again'}"
-        view = replace(view, state=state, since=now, out=out, deadline=deadline, target=target, detail=detail)
-        return Step(view, Effect.DRAIN, drain_message(view.partition, bad, back, health, settings.action))
-
-    if view.state in (PartState.DRAINING, PartState.RESTORING):
-        if facts.head:
-            return Step(view, Effect.NONE)  # held until the cluster stops
-        target = tuple(d for d in (view.target or ()) if state_of(health, d) is not Health.UNHEALTHY)
-        due = view.deadline is None or now >= view.deadline
-        if facts.raylet_alive and not due:
-            return Step(view, Effect.NONE)
-        if target:
-            return Step(replace(view, target=target), Effect.RESTART, devices=target)
-        bad = [d for d in full if state_of(health, d) is Health.UNHEALTHY]
-        return Step(
-            _stopped(view, full, now, f"stopped: {_detail(health, bad) or 'its devices are out of service'}"),
-            Effect.STOP,
-        )
-
-    # STOPPED: back once its devices are healthy (all of them under `drain`).
-    if facts.head:
-        return Step(view, Effect.NONE)  # never stopped by the decider; never restarted
-    target = wanted(full, full, health)
-    if not target or (settings.action is Action.DRAIN and target != full):
-        return Step(view, Effect.NONE)
-    if view.detail.startswith("restart failed") and now < view.since + RETRY_S:
-        return Step(view, Effect.NONE)
-    return Step(replace(view, target=target), Effect.RESTART, devices=target)
-
-
-def restarted(
-    view: PartitionHealth,
-    full: Sequence[str],
-    devices: Sequence[str],
-    node_id: str | None,
-    health: Mapping[str, DeviceHealth],
-    now: float,
-) -> PartitionHealth:
-    """The partition once a restart serving `devices` has succeeded."""
-    out = tuple(d for d in full if d not in devices)
-    return PartitionHealth(
-        view.partition,
-        PartState.SERVING if tuple(devices) == tuple(full) else PartState.SHRUNK,
-        now,
-        tuple(devices),
-        out,
-        node_id,
-        f"without {_detail(health, out)}" if out else "",
-        head=view.head,
+    deadline = now + settings.drain_deadline_s
+    view = replace(
+        view, state=state, since=now, out=_out(full, view.out, target), deadline=deadline, target=target, detail=detail
     )
+    # The drain's reason, as Ray records it for the raylet.
+    reasons = "; ".join([why(health, d) for d in bad] + [f"{d}: healthy again" for d in back])
+    return Step(view, effect, f"ray-accel health: {reasons}; partition {view.partition} is drained and {verb}")
 
 
-def restart_failed(view: PartitionHealth, full: Sequence[str], error: str, now: float) -> PartitionHealth:
-    """The partition after a restart that failed: stopped, tried again later."""
-    return _stopped(view, full, now, f"restart failed: {error}"[:1000])
-
-
-def _stopped(view: PartitionHealth, full: Sequence[str], now: float, detail: str) -> PartitionHealth:
-    """Stopped since `now`, every device out."""
+def _settled(
+    view: PartitionHealth, state: PartState, now: float, devices: Sequence[str], full: Sequence[str], detail: str
+) -> PartitionHealth:
+    """In `state` since `now`, serving `devices`, the others out, no drain under way."""
+    out = tuple(d for d in full if d not in devices)
     return replace(
-        view, state=PartState.STOPPED, since=now, devices=(), out=tuple(full), deadline=None, target=None, detail=detail
+        view, state=state, since=now, devices=tuple(devices), out=out, deadline=None, target=None, detail=detail
     )

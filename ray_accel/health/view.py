@@ -85,7 +85,7 @@ def health_payload(found: Recorded) -> dict[str, Any]:
 
 def check_clear(found: Recorded, device_id: str) -> None:
     """Refuse a clear that cannot be honoured: an unknown device (exit 2,
-    naming it and the known ones), or no decider to act on it (exit 1)."""
+    naming it and the known ones), or a host started without a decider (exit 1)."""
     known = list(partition_of(found.record))
     if found.health is not None:
         known += [d.device_id for d in found.health.devices if d.device_id not in known]
@@ -94,5 +94,3 @@ def check_clear(found: Recorded, device_id: str) -> None:
         raise InputError(f"device {device_id!r} is not a device of this host's partitions (devices: {shown})")
     if found.record.health is None:
         raise RayAccelError("this host's partitions were started without a health decider; nothing to clear")
-    if not found.decider_alive:
-        raise RayAccelError("the host's health decider is not running: `ray-accel start --recover` starts it")

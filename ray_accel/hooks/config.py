@@ -102,10 +102,12 @@ class LifecycleHook:
         return WorkloadConfig()
 
     def post_create(self) -> None:
-        return None
+        """Runs once every hook's pre_create has, before the workload's own code."""
 
     def pre_terminate(self) -> None:
-        return None
+        """Runs when the workload ends, before post_terminate (bounded: a
+        hook stuck on a device is given up on)."""
 
     def post_terminate(self) -> None:
-        return None
+        """Runs after the workload, exactly once per pre_create: also after a
+        denial or a retry request, and (by the ledger) for a process that died."""

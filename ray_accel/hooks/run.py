@@ -64,14 +64,11 @@ class HookRun:
             for factory, hook in zip(self.factories, self.hooks, strict=True):
                 try:
                     config = hook.pre_create()
-                except WorkloadDenied as e:
-                    raise WorkloadDenied(
-                        f"hook {hook_name(factory)} denied workload {self.workload.workload_id}: {e}"
-                    ) from e
-                except WorkloadRetry as e:
-                    raise WorkloadRetry(
-                        f"hook {hook_name(factory)} asked to retry {self.workload.workload_id}: {e}"
-                    ) from e
+                except (WorkloadDenied, WorkloadRetry) as e:
+                    denied = isinstance(e, WorkloadDenied)
+                    said = "denied workload" if denied else "asked to retry"
+                    kind = WorkloadDenied if denied else WorkloadRetry
+                    raise kind(f"hook {hook_name(factory)} {said} {self.workload.workload_id}: {e}") from e
                 except HookConfigError as e:
                     # Raised while the hook builds its WorkloadConfig (e.g. a
                     # visibility variable): name the hook, as for a clash below.

@@ -18,7 +18,7 @@ import atexit
 import functools
 import os
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from ray_accel.hooks.config import Workload
 from ray_accel.hooks.ledger import HookFactory, reconcile
@@ -55,14 +55,10 @@ def with_hooks(
     """
 
     def wrap(obj: T) -> T:
-        wrapped: Any
         rid = run_id or f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', type(obj).__name__)}"
         if isinstance(obj, type):
-            wrapped = _wrap_actor(obj, factories, rid, pre_terminate_timeout_s)
-        else:
-            wrapped = _wrap_function(obj, factories, rid, pre_terminate_timeout_s)  # type: ignore[arg-type]
-        result: T = wrapped
-        return result
+            return cast(T, _wrap_actor(obj, factories, rid, pre_terminate_timeout_s))
+        return cast(T, _wrap_function(obj, factories, rid, pre_terminate_timeout_s))  # type: ignore[arg-type]
 
     return wrap
 

@@ -118,12 +118,15 @@ class Started:
     collective_reason: str = ""  # why "auto" chose it, where the workers' runtimes said
 
 
+EventData = Submitted | StateChange | Started | None
+
+
 @dataclass(frozen=True)
 class Event:
     kind: str
     job_id: str
     at: float
-    data: Submitted | StateChange | Started | None = None
+    data: EventData = None
 
 
 @dataclass(frozen=True)
@@ -181,12 +184,6 @@ def phase_for_state(current: Phase | None, state: str) -> Phase | None:
     return target
 
 
-def phase_for_start(current: Phase | None) -> Phase | None:
-    if current in TERMINAL:
-        return None
-    return None if current is Phase.RESTARTING else Phase.STARTING
-
-
 def _move(job: JobRecord, phase: Phase | None, at: float, reason: str) -> JobRecord:
     """`job` in `phase` from `at` (its current replicas follow)."""
     if phase is None or (phase is job.phase and job.transitions):
@@ -201,14 +198,7 @@ def _move(job: JobRecord, phase: Phase | None, at: float, reason: str) -> JobRec
 
 def new_job(event: Event) -> JobRecord:
     d = event.data if isinstance(event.data, Submitted) else Submitted()
-    job = JobRecord(
-        id=event.job_id,
-        name=d.name or event.job_id,
-        ray_run_id=d.ray_run_id,
-        submitted_at=event.at,
-        min_workers=d.min_workers,
-        max_workers=d.max_workers,
-    )
+    job = JobRecord(event.job_id, d.name or event.job_id, d.ray_run_id, event.at, d.min_workers, d.max_workers)
     return _move(job, Phase.PENDING, event.at, "submitted")
 
 
@@ -238,7 +228,7 @@ def apply_event(job: JobRecord | None, event: Event) -> JobRecord:
     # STARTING: a new attempt's workers are placed; the previous ones retire.
     d = d if isinstance(d, Started) else Started()
     attempt = job.attempts + 1
-    phase = phase_for_start(job.phase)
+    phase = None if job.terminal or job.phase is Phase.RESTARTING else Phase.STARTING
     start = (Transition(Phase.STARTING, event.at, "on_start"),)
     replicas = tuple(dataclasses.replace(r, attempt=attempt, transitions=start) for r in d.replicas)
     retired = (*job.retired, *job.replicas)[-RETIRED_MAX:]
@@ -273,25 +263,15 @@ def replica_json(r: Replica) -> object:
 def job_json(job: JobRecord, *, replicas: bool = False, waiting: Mapping[str, str] | None = None) -> dict[str, object]:
     """What `ray-accel jobs --json` prints per job (`replicas`: also every
     worker; `waiting`, where given: why the job waits, by job id)."""
-    out = {
-        "id": job.id,
-        "name": job.name,
-        "ray_run_id": job.ray_run_id,
-        "phase": job.phase.value,
-        "ray_state": job.ray_state,
-        "submitted_at": job.submitted_at,
-        "workers": job.workers,
-        "min_workers": job.min_workers,
-        "max_workers": job.max_workers,
-        "restarts": job.restarts,
-        "attempts": job.attempts,
-        "partitions": list(job.partitions),
-        "hosts": list(job.hosts),
-        "phases": dump(job.transitions),
-        "detail": job.detail,
-        "collective": job.collective,
-        "collective_reason": job.collective_reason,
-    }
+    out = dump_fields(
+        dataclasses.replace(job, replicas=(), retired=()),
+        phase=job.phase.value,
+        workers=job.workers,
+        partitions=list(job.partitions),
+        hosts=list(job.hosts),
+    )
+    out["phases"] = out.pop("transitions")  # the job's fields, its replicas apart
+    del out["replicas"], out["retired"]
     if replicas:
         out["replicas"] = [replica_json(r) for r in job.replicas]
         out["retired_replicas"] = [replica_json(r) for r in job.retired]

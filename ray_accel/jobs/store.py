@@ -34,9 +34,8 @@ from typing import Any
 from ray_accel.jobs.model import (
     LOST,
     Event,
+    EventData,
     JobRecord,
-    Started,
-    StateChange,
     Submitted,
     apply_event,
     gauge_rows,
@@ -157,9 +156,7 @@ def store(create: bool = True) -> Any:
     return actor.remote()
 
 
-def send(
-    kind: str, job_id: str, data: Submitted | StateChange | Started | None, at: float | None = None, wait_s: float = 0.0
-) -> None:
+def send(kind: str, job_id: str, data: EventData, at: float | None = None, wait_s: float = 0.0) -> None:
     """Record one event; wait up to `wait_s` for the store to have it (the
     last events of a run: Ray Train may end the controller process right
     after). A store that cannot be reached never fails the training run

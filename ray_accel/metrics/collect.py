@@ -10,14 +10,14 @@ Export to Ray's metrics lives in `ray_accel.metrics.export`.
 Cost: one collection reads `/proc/<pid>/stat` once for every process of the
 host (the caller's `ProcessTable`: the only way to learn who is whose child)
 and parses each line's parent only; a child of the raylet is told a worker
-by the comm cut from its line, and each process of a worker's tree is parsed
-once, for its reading. It reads `cmdline` once for each child of the raylet whose name the kernel cut
-short (its title names the workload; a short title is whole in the stat
-line) and once per orphan, and asks the backend three times (device samples,
-holders, process memory). A backend's per-process memory is read only, so
-processes that hold the same share one mapping, and this partition's share
-of each is made once per collection. A source that fails is in the
-snapshot's `errors`, and logged when it starts failing.
+by the comm cut from its line, and each process of a worker's tree is split
+once, for its reading. It reads `cmdline` once for each child of the raylet
+whose name the kernel cut short (its title names the workload; a short title
+is whole in the stat line) and once per orphan, and asks the backend three
+times (device samples, holders, process memory). A backend's per-process
+memory is read only: a mapping that names only this partition's devices is
+shared, not copied. A source that fails is in the snapshot's `errors`, and
+logged when it starts failing.
 `benchmarks/bench_metrics.py` compares it with the floor.
 """
 
@@ -31,7 +31,16 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from ray_accel.core.devices import Device
-from ray_accel.core.processes import CLOCK_TICKS, ProcessTable, comm_of, descendants, parse_usage, read_small
+from ray_accel.core.processes import (
+    CLOCK_TICKS,
+    PAGE_SIZE,
+    ProcessTable,
+    comm_name,
+    comm_of,
+    descendants,
+    read_small,
+    split_stat,
+)
 from ray_accel.plugins.interface import Telemetry
 
 log = logging.getLogger(__name__)
@@ -58,8 +67,8 @@ class DeviceReading(NamedTuple):
     utilization: float | None
     memory_used_bytes: int | None
     memory_total_bytes: int | None
-    healthy: bool | None  # None: unknown, the source failed
-    reason: str | None = None
+    recent_events: int | None  # the sample's count (`DeviceSample.recent_events`); health is the rule's
+    reason: str | None = None  # why the device has no sample
     power_watts: float | None = None
     temperature_c: float | None = None
 
@@ -169,26 +178,26 @@ def device_readings(
     own accelerator type where it has one (a host may hold several models)."""
     kind = {d.id: d.accelerator_type or accelerator_type for d in devices}
 
-    def unknown(d: Device, healthy: bool | None, reason: str) -> DeviceReading:
-        return DeviceReading(d.id, host, partition, d.family, kind[d.id], None, None, d.memory_bytes, healthy, reason)
+    def unknown(d: Device, reason: str) -> DeviceReading:
+        return DeviceReading(d.id, host, partition, d.family, kind[d.id], None, None, d.memory_bytes, None, reason)
 
     if telemetry is None:
-        return [unknown(d, None, "this backend takes no device samples") for d in devices], []
+        return [unknown(d, "this backend takes no device samples") for d in devices], []
     try:
         samples = {s.device_id: s for s in telemetry.device_samples()}
     except Exception as e:
         reason = f"metric source failed: {type(e).__name__}: {e}"
-        return [unknown(d, None, reason) for d in devices], [reason]
+        return [unknown(d, reason) for d in devices], [reason]
     out = []
     errors = []
     for d in devices:
         s = samples.get(d.id)
         if s is None:
-            out.append(unknown(d, False, "device disappeared"))
+            out.append(unknown(d, "device disappeared"))
             errors.append(f"device {d.id} disappeared")
             continue
         reading = (d.id, host, partition, d.family, kind[d.id], s.utilization, s.memory_used_bytes)
-        rest = (s.memory_total_bytes, s.healthy, s.health_reason, s.power_watts, s.temperature_c)
+        rest = (s.memory_total_bytes, s.recent_events, None, s.power_watts, s.temperature_c)
         out.append(_new_tuple(DeviceReading, reading + rest))
     return out, errors
 
@@ -216,28 +225,23 @@ def workload_readings(
             held = telemetry.process_device_memory([p for tree in trees.values() for p in tree])
         except Exception as e:
             errors.append(f"process device memory unknown: {type(e).__name__}: {e}")
-    # This partition's share of each distinct mapping the backend gave, made
-    # once: processes with the same mask share one (the mock's do), and the
-    # readings then share the (read-only) result. Keyed by identity; each
-    # entry keeps its mapping alive, so no identity is reused within the call.
-    own: dict[int, tuple[Mapping[str, int], Mapping[str, int]]] = {}
-    memory: dict[int, Mapping[str, int]] = {}
-    for pid, h in held.items():
-        if h:
-            if id(h) not in own:
-                own[id(h)] = (h, h if h.keys() <= mine else {k: v for k, v in h.items() if k in mine})
-            memory[pid] = own[id(h)][1]
-    ticks, lines, out = CLOCK_TICKS, table.lines, []
+    # This partition's share: the whole mapping (read only, shared) where it holds only this partition's devices.
+    memory = {pid: h if h.keys() <= mine else {k: v for k, v in h.items() if k in mine} for pid, h in held.items() if h}
+    ticks, pages, lines, out = CLOCK_TICKS, PAGE_SIZE, table.lines, []
     for root, tree in trees.items():
-        # tuple.__new__: the NamedTuple's own __new__ is a Python call, per process.
-        readings = tuple(
-            _new_tuple(ProcessReading, (pid, u.name, u.cpu_ticks / ticks, u.rss_bytes, memory.get(pid, _NONE)))
-            for pid, u in zip(tree, map(parse_usage, map(lines.__getitem__, tree)), strict=True)
-            if u is not None  # a malformed line
-        )
-        if readings and readings[0].pid == root:
-            title = titles[root].partition(" ")[0] or readings[0].name
-            out.append(_new_tuple(WorkloadReading, (f"{title}[{root}]", at.host, at.partition, root, readings)))
+        readings = []
+        for pid in tree:
+            # The three fields a reading needs, parsed inline: a collection reads hundreds.
+            if (f := split_stat(lines[pid])) is not None:
+                try:
+                    reading = (pid, comm_name(f[1]), (int(f[13]) + int(f[14])) / ticks, int(f[23]) * pages)
+                except ValueError:  # a malformed line
+                    continue
+                # tuple.__new__: the NamedTuple's own __new__ is a Python call, per process.
+                readings.append(_new_tuple(ProcessReading, (*reading, memory.get(pid, _NONE))))
+        if readings and readings[0][0] == root:
+            title = titles[root].partition(" ")[0] or readings[0][1]
+            out.append(_new_tuple(WorkloadReading, (f"{title}[{root}]", at.host, at.partition, root, tuple(readings))))
     return out, errors
 
 
@@ -311,8 +315,8 @@ def orphan_readings(
     for device, pid in outside:
         if pid in tree:
             continue
-        u = table.usage(pid)
-        command = cmdline(pid) or (u.name if u is not None else "")
+        stat = table.stat(pid)
+        command = cmdline(pid) or (stat.name if stat is not None else "")
         if command:  # else it ended since the backend saw it
             out.append(OrphanReading(device, at.host, at.partition, pid, command))
     return out, []

@@ -17,9 +17,10 @@ Names: Ray 2.60's recorder registers every `ray.util.metrics` gauge as
 `ray_<name>` (`NAMESPACE = "ray"` in
 ray/_private/telemetry/open_telemetry_metric_recorder.py), so a gauge named
 `accel_device_utilization` is served as `ray_accel_device_utilization`.
-A device whose health is unknown (`healthy` None: no health source, or the
-source failed) sets no `accel_device_healthy` value at all, never 0: 0 means
-unhealthy or gone. Power and temperature are set only where the backend
+`accel_device_healthy` is the device's family rule's verdict, as the host's
+decider last wrote it (1 healthy, 0 unhealthy): a device whose health is
+unknown (no decider, no health source, or the source failed) sets no value
+at all, never 0, which would page someone. Power and temperature are set only where the backend
 reports them (None sets nothing). A gauge value is kept for twice Ray's report interval
 (`metrics_report_interval_ms`, 10 s by default) after it was last set, then
 dropped: a workload or orphan that ended disappears on its own.
@@ -87,7 +88,7 @@ GAUGES: Mapping[str, GaugeSpec] = {
     "used": GaugeSpec("accel_device_memory_used_bytes", "Device memory in use", DEVICE_TAGS),
     "total": GaugeSpec("accel_device_memory_total_bytes", "Device memory", DEVICE_TAGS),
     "healthy": GaugeSpec(
-        "accel_device_healthy", "1 healthy, 0 unhealthy or gone; no value while health is unknown", DEVICE_TAGS
+        "accel_device_healthy", "1 healthy, 0 unhealthy, by its family's rule; no value while unknown", DEVICE_TAGS
     ),
     "power": GaugeSpec("accel_device_power_watts", "Device power draw, watts", DEVICE_TAGS),
     "temp": GaugeSpec("accel_device_temperature_celsius", "Device temperature, degrees Celsius", DEVICE_TAGS),
@@ -137,10 +138,14 @@ def actor_name(node_id: str) -> str:
     return f"exporter-{node_id}"
 
 
-def gauge_values(snap: Snapshot, host: HostValues | None) -> list[tuple[str, float, dict[str, str]]]:
-    """(gauge key, value, tags) for everything a snapshot sets: pure, so the
+def gauge_values(
+    snap: Snapshot, host: HostValues | None, health: HostHealth | None
+) -> list[tuple[str, float, dict[str, str]]]:
+    """(gauge key, value, tags) for everything a snapshot sets, each device's
+    health by its rule in `health` (the host's decider's): pure, so the
     names and labels Prometheus will see are testable without Ray."""
     out: list[tuple[str, float, dict[str, str]]] = []
+    verdict = {d.device_id: d.state for d in health.devices} if health is not None else {}
     for d in snap.devices:
         tags = {
             "host": d.host,
@@ -158,10 +163,8 @@ def gauge_values(snap: Snapshot, host: HostValues | None) -> list[tuple[str, flo
         ):
             if value is not None:
                 out.append((key, float(value), tags))
-        # Unknown health (no health source, or the source failed) is no value
-        # rather than 0: 0 would page someone for a healthy device.
-        if d.healthy is not None:
-            out.append(("healthy", 1.0 if d.healthy else 0.0, tags))
+        if (state := verdict.get(d.id)) in (Health.HEALTHY, Health.UNHEALTHY):
+            out.append(("healthy", float(state is Health.HEALTHY), tags))
     for w in snap.workloads:
         wt = {"host": w.host, "partition": w.partition, "workload": w.workload}
         out.append(("w_rss", float(w.rss_bytes), wt))
@@ -311,7 +314,7 @@ class PartitionExporter:
             self.where,
         )
         health, problem = self._read_health()
-        values = gauge_values(snap, self._host_values())
+        values = gauge_values(snap, self._host_values(), health)
         if self.host_level and health is not None:
             values += health_values(health, self.where.host)
         for key, value, tags in values:

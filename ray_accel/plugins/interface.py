@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 
 from ray_accel.core.devices import Device, HostInfo, all_core_ids
 from ray_accel.core.health import HealthReport
+from ray_accel.core.health_kept import KeptDevice
 from ray_accel.core.samples import DeviceSample
 from ray_accel.core.visibility import VisibilityError, parse_visible_ids
 from ray_accel.plugins.runtime import GLOO, CollectiveChoice, WorkerSlot, check_collective, own_ids_env, rank_env
@@ -170,6 +171,15 @@ class HealthMonitor(ABC):
         per host, since one decider per host owns the monitor), as JSON for the
         host's telemetry (`Telemetry.use_host_readings`); None: it owns none."""
         return None
+
+    @abstractmethod
+    def kept(self) -> tuple[KeptDevice, ...]:
+        """What of the rule's state must outlive this monitor, per device
+        (faults, counter baselines, doubts): the decider keeps it on disk."""
+
+    @abstractmethod
+    def resume(self, kept: Sequence[KeptDevice]) -> None:
+        """Take back what an earlier monitor kept, before the first poll."""
 
 
 class DevicePlugin(ABC):

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import threading
 from abc import abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
 from ray_accel.core.health import HealthReport
+from ray_accel.core.health_kept import KeptDevice
 from ray_accel.plugins.interface import HealthMonitor
 
 StateT = TypeVar("StateT")
@@ -26,9 +27,12 @@ class RuleMonitor(HealthMonitor, Generic[StateT, ObsT]):
         state: StateT,
         step: Callable[[StateT, ObsT, float], tuple[StateT, HealthReport]],
         clear: Callable[[StateT, str], StateT],
+        keep: Callable[[StateT], tuple[KeptDevice, ...]],
+        resume: Callable[[StateT, Sequence[KeptDevice]], StateT],
         clock: Callable[[], float],
     ) -> None:
         self.clock, self._state, self._step, self._clear = clock, state, step, clear
+        self._keep, self._resume = keep, resume
         self._lock = threading.Lock()
 
     @abstractmethod
@@ -44,3 +48,11 @@ class RuleMonitor(HealthMonitor, Generic[StateT, ObsT]):
     def clear(self, device_id: str) -> None:
         with self._lock:
             self._state = self._clear(self._state, device_id)
+
+    def kept(self) -> tuple[KeptDevice, ...]:
+        with self._lock:
+            return self._keep(self._state)
+
+    def resume(self, kept: Sequence[KeptDevice]) -> None:
+        with self._lock:
+            self._state = self._resume(self._state, kept)

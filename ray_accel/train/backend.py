@@ -122,12 +122,10 @@ class AcceleratorBackend(Backend):
                 for i, f in enumerate(facts)
             ]
         )
-        denied = [o for o in outcomes if o.status == "denied"]
-        if denied:
+        if denied := [o for o in outcomes if o.status == "denied"]:
             worker_group.execute(worker.release)
             raise WorkloadDenied(denied[0].reason)
-        retry = [o for o in outcomes if o.status == "retry"]
-        if retry:
+        if retry := [o for o in outcomes if o.status == "retry"]:
             worker_group.execute(worker.mark_retry, retry[0].reason)
             return
         ray.get(

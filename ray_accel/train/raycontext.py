@@ -90,18 +90,10 @@ def read_ray_ranks() -> dict[str, int] | None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             ctx = ray.train.get_context()
-            got = {
-                "world_rank": ctx.get_world_rank(),
-                "world_size": ctx.get_world_size(),
-                "local_rank": ctx.get_local_rank(),
-                "local_world_size": ctx.get_local_world_size(),
-                "node_rank": ctx.get_node_rank(),
-            }
+            got = {f: getattr(ctx, f"get_{f}")() for f in RANK_FIELDS}
     except RuntimeError:
         return None
-    if not all(isinstance(v, int) for v in got.values()):
-        return None
-    return got
+    return got if all(isinstance(v, int) for v in got.values()) else None
 
 
 def _raised(doing: str, e: BaseException) -> str:
@@ -115,9 +107,7 @@ def judge(expected: Mapping[str, int], got: Mapping[str, int] | None) -> str:
         return PENDING
     if got["world_rank"] != expected["world_rank"]:
         return UNFIXABLE
-    if all(got[k] == expected[k] for k in LOCAL_FIELDS):
-        return AGREES
-    return DIFFERS
+    return AGREES if all(got[k] == expected[k] for k in LOCAL_FIELDS) else DIFFERS
 
 
 def align_in_worker(expected: Mapping[str, int]) -> Alignment:

@@ -192,12 +192,6 @@ def _visible(value: str | None) -> tuple[str, ...]:
         return tuple(t.strip() for t in value.split(","))
 
 
-def worker_env(setup: WorkerSetup, runtime: Runtime) -> dict[str, str]:
-    """This worker's environment: the runtime decides from the whole job and
-    its collective (and refuses a collective it cannot make)."""
-    return runtime.worker_env(setup.slot, setup.job, setup.collective)
-
-
 def protected_vars(env: dict[str, str], visible_env: str | None) -> frozenset[str]:
     """What no hook may set in this worker: every variable the runtime set,
     the visibility variable and Ray's switch for it, and what `protected_env`
@@ -209,7 +203,8 @@ def prepare(setup: WorkerSetup, factories: Sequence[HookFactory]) -> Prepared:
     """Reconcile crashed workloads, set the environment, run pre_create."""
     reconcile(setup.run_id, factories)
     me, facts = setup.slot, setup.facts
-    env = worker_env(setup, runtime())
+    # The runtime decides from the whole job and its collective (and refuses one it cannot make).
+    env = runtime().worker_env(me, setup.job, setup.collective)
     os.environ.update(env)
     set_context(
         TrainContext(

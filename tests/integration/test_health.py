@@ -418,15 +418,11 @@ def start_neuron(
 
 
 def stop_while_restarting(cluster: Cluster, name: str) -> subprocess.CompletedProcess[str]:
-    """`ray-accel stop` as soon as the decider is restarting partition `name`."""
-    until(
-        lambda: (
-            record(cluster).partitions[[p.name for p in record(cluster).partitions].index(name)].decider_state
-            == "restarting"
-        ),
-        300,
-        every_s=0.02,
-    )
+    """`ray-accel stop` as soon as the decider is restarting partition `name`
+    again (relaunching its raylet, under the host's lock: its log says so)."""
+    log, line = cluster.state_dir / "decider.log", f"restarting {name}:"
+    before = log.read_text().count(line)
+    until(lambda: log.read_text().count(line) > before, 300, every_s=0.02)
     return cluster.stop()
 
 

@@ -221,7 +221,7 @@ def test_the_samples_and_the_monitor_both_see_every_event() -> None:
     mon.poll()
     nv.events.append((5, 79))
     samples = {s.device_id: s for s in plugin.telemetry.device_samples()}
-    assert samples[nv.gpus[5].uuid].healthy is False
+    assert samples[nv.gpus[5].uuid].recent_events == 1
     assert mon.poll().devices[5].state is Health.UNHEALTHY
 
 

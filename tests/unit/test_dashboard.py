@@ -86,7 +86,7 @@ def test_variable_queries_are_promql_for_label_values() -> None:
     assert variable_queries(DASHBOARD) == {
         "SessionName": "count by (SessionName) (ray_accel_host_devices)",
         "host": 'count by (host) (ray_accel_host_devices{SessionName=~".+"})',
-        "partition": 'count by (partition) (ray_accel_device_healthy{SessionName=~".+",host=~".+"})',
+        "partition": 'count by (partition) (ray_accel_device_memory_total_bytes{SessionName=~".+",host=~".+"})',
     }
 
 

@@ -31,8 +31,10 @@ from ray_accel.cluster.record import (
     dumps,
     parse_record,
 )
-from ray_accel.core.health_state import Action, HealthSettings, read_health
+from ray_accel.core.health import DeviceHealth, Health
+from ray_accel.core.health_state import Action, HealthSettings, PartitionState, PartState, read_health
 from ray_accel.core.processes import read_cmdline
+from ray_accel.health import rules
 from ray_accel.health.launch import start_decider
 from ray_accel.jobs.model import JobRecord, Phase, Replica, Transition, job_notes
 from tests.badinput import badinput
@@ -194,7 +196,9 @@ def test_a_record_without_health_settings_starts_no_decider(env: dict[str, str],
     [
         (lambda p: p.update(out=["neuron:7"]), "partitions[0].out"),
         (lambda p: p.update(out_core_ids=[9]), "partitions[0].out_core_ids"),
-        (lambda p: p.update(decider_state="resting"), "partitions[0].decider_state"),
+        (lambda p: p.update(health={"state": "resting"}), "partitions[0].health.state"),
+        # A record of an earlier version: its `decider_state` is read, and checked.
+        (lambda p: (p.pop("health"), p.update(decider_state="resting")), "partitions[0].decider_state"),
     ],
 )
 def test_a_record_with_bad_health_fields_is_refused_naming_them(
@@ -231,6 +235,26 @@ def test_a_shrunk_entry_serves_its_devices_but_keeps_its_plan(env: dict[str, str
     assert back == shrunk
 
 
+def test_a_partition_state_is_kept_in_the_record_and_an_earlier_decider_state_is_read(
+    env: dict[str, str], spawn: Spawn
+) -> None:
+    record = record_of(ray_process(spawn()), HealthSettings())
+    held = PartitionState(PartState.RESTORING, 5.0, "drained to restart with 2 of 2 devices", 15.0, ("neuron:0",))
+    draining = replace(record.partitions[0], health=held)
+    back = parse_record(dumps(record.with_partitions([draining])), "host.json").partitions[0]
+    assert back.health == held and back.held
+    data = json.loads(dumps(record))
+    assert data["partitions"][0]["health"]["state"] == "serving" and "decider_state" not in data["partitions"][0]
+    for old in ("stopped", "restarting"):
+        del data["partitions"][0]["health"]
+        data["partitions"][0]["decider_state"] = old
+        p = parse_record(json.dumps(data), "host.json").partitions[0]
+        assert p.health.state is PartState.STOPPED and old in p.health.detail and p.held
+        data["partitions"][0] = json.loads(dumps(record))["partitions"][0]
+    del data["partitions"][0]["health"]
+    assert parse_record(json.dumps(data), "host.json").partitions[0].health == PartitionState()
+
+
 def test_a_decider_identity_is_exactly_its_module() -> None:
     assert procs.is_ray_process(DECIDER_KIND, "-m ray_accel.health.decider")
     assert not procs.is_ray_process(DECIDER_KIND, "-m ray.something")
@@ -261,3 +285,23 @@ def test_a_waiting_job_names_the_partition_it_waits_for() -> None:
     ]
     assert job_notes(jobs, h, "host_1.2.3.4") == {"a": "p1 draining: neuron:1: XID 79"}
     assert job_notes(jobs, None, "host_1.2.3.4") == {}
+
+
+def test_a_step_reads_back_from_the_record_as_the_rules_left_it() -> None:
+    full = tuple(f"neuron:{i}" for i in range(4))
+    record = record_of(ray_process(os.getpid()), HealthSettings(Action.SHRINK, 1.0, 10.0))
+    p = replace(record.partitions[0], device_ids=full, core_ids=(0, 1, 2, 3), node_id="ab12")
+    record = record.with_partitions([p])
+    view = rules.view_of(record, p)
+    assert (view.state, view.since, view.devices, view.out) == (PartState.SERVING, record.created, full, ())
+    bad = {d: DeviceHealth(d, Health.UNHEALTHY if d == "neuron:2" else Health.HEALTHY, 1.0, None, "") for d in full}
+    drain = rules.decide(HealthSettings(Action.SHRINK, 1.0, 10.0), view, rules.Facts(full, False, True, bad), 5.0)
+    draining = replace(p, health=rules.held_of(drain.view))
+    assert drain.effect is rules.Effect.DRAIN and rules.view_of(record, draining) == drain.view
+    assert drain.view.out == ("neuron:2",) and drain.view.devices == full, "it serves them all until the restart"
+    restart = rules.decide(
+        HealthSettings(Action.SHRINK, 1.0, 10.0), drain.view, rules.Facts(full, False, False, bad), 6.0
+    )
+    # As the actions leave it: its raylet new, without the device.
+    shrunk = replace(p, health=rules.held_of(restart.view), out=("neuron:2",), out_core_ids=(2,), node_id="cd34")
+    assert rules.view_of(record, shrunk) == replace(restart.view, node_id="cd34")

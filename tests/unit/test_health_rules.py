@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from ray_accel.core.health import DeviceHealth, Health, HealthEvent
 from ray_accel.core.health_state import Action, HealthSettings, PartitionHealth, PartState
-from ray_accel.health.rules import RETRY_S, Effect, Facts, decide, restart_failed, restarted, wanted
+from ray_accel.health.rules import RESTART_FAILED, RETRY_S, TABLE, Effect, Facts, Seen, decide, observe, wanted
 
 FULL = tuple(f"neuron:{i}" for i in range(8, 16))
 SHRINK = HealthSettings(Action.SHRINK, 1.0, 10.0)
@@ -35,12 +35,17 @@ def health(
 
 
 def facts(h: Mapping[str, DeviceHealth], alive: bool = True, head: bool = False) -> Facts:
-    return Facts(full=FULL, head=head, raylet_alive=alive, node_id="ab12", health=h)
+    return Facts(full=FULL, head=head, raylet_alive=alive, health=h)
 
 
 def serving(head: bool = False) -> PartitionHealth:
     """A partition the decider has not seen before: serving as recorded."""
     return PartitionHealth("p1", PartState.SERVING, 0.0, FULL, (), "ab12", "", head=head)
+
+
+def shrunk(*out: str) -> PartitionHealth:
+    """A partition restarted without `out`."""
+    return PartitionHealth("p1", PartState.SHRUNK, 0.0, tuple(d for d in FULL if d not in out), out, "cd34", "")
 
 
 def test_a_fatal_device_drains_then_shrinks_at_the_deadline() -> None:
@@ -53,33 +58,29 @@ def test_a_fatal_device_drains_then_shrinks_at_the_deadline() -> None:
     # Before the deadline, while the raylet runs: nothing.
     assert decide(SHRINK, step.view, facts(bad), 105.0).effect is Effect.NONE
     due = decide(SHRINK, step.view, facts(bad), 110.0)
-    assert due.effect is Effect.RESTART and due.devices == step.view.target
+    assert due.effect is Effect.RESTART and due.view.devices == step.view.target
     # Ray ends an idle drained raylet itself: no need to wait for the deadline.
     gone = decide(SHRINK, step.view, facts(bad, alive=False), 101.0)
     assert gone.effect is Effect.RESTART
-    after = restarted(due.view, FULL, due.devices, "cd34", bad, 111.0)
-    assert after.state is PartState.SHRUNK and after.out == ("neuron:11",) and after.node_id == "cd34"
+    after = due.view  # once the restart has succeeded
+    assert after.state is PartState.SHRUNK and after.out == ("neuron:11",) and after.devices == due.view.devices
     assert "neuron:11" in after.detail
     assert decide(SHRINK, after, facts(bad), 120.0).effect is Effect.NONE, "shrunk and stable"
 
 
 def test_a_device_healthy_again_brings_the_whole_partition_back() -> None:
-    bad = health(bad=["neuron:11"])
-    shrunk = restarted(serving(), FULL, wanted(FULL, (), bad), "cd34", bad, 0.0)
-    step = decide(SHRINK, shrunk, facts(health()), 50.0)
+    step = decide(SHRINK, shrunk("neuron:11"), facts(health()), 50.0)
     assert step.effect is Effect.DRAIN and step.view.state is PartState.RESTORING
     assert step.view.target == FULL and "healthy again" in step.message
     due = decide(SHRINK, step.view, facts(health()), 60.0)
-    assert due.effect is Effect.RESTART and due.devices == FULL
-    back = restarted(due.view, FULL, due.devices, "ef56", health(), 61.0)
+    assert due.effect is Effect.RESTART and due.view.devices == FULL
+    back = due.view
     assert back.state is PartState.SERVING and back.out == () and back.detail == ""
 
 
 def test_unknown_health_neither_drains_nor_brings_back() -> None:
     assert decide(SHRINK, serving(), facts(health(unknown=FULL)), 1.0).effect is Effect.NONE
-    bad = health(bad=["neuron:11"])
-    shrunk = restarted(serving(), FULL, wanted(FULL, (), bad), "cd34", bad, 0.0)
-    step = decide(SHRINK, shrunk, facts(health(unknown=["neuron:11"])), 5.0)
+    step = decide(SHRINK, shrunk("neuron:11"), facts(health(unknown=["neuron:11"])), 5.0)
     assert step.effect is Effect.NONE and step.view.state is PartState.SHRUNK, "unknown is not healthy"
 
 
@@ -98,7 +99,7 @@ def test_drain_stops_the_partition_and_restarts_it_only_when_every_device_is_hea
     one = health(bad=["neuron:12"])
     assert decide(DRAIN, stop.view, facts(one, alive=False), 20.0).effect is Effect.NONE
     back = decide(DRAIN, stop.view, facts(health(), alive=False), 21.0)
-    assert back.effect is Effect.RESTART and back.devices == FULL
+    assert back.effect is Effect.RESTART and back.view.devices == FULL
 
 
 def test_shrink_with_every_device_bad_stops_and_returns_with_the_healthy_ones() -> None:
@@ -108,14 +109,14 @@ def test_shrink_with_every_device_bad_stops_and_returns_with_the_healthy_ones() 
     assert stop.effect is Effect.STOP
     some = health(bad=FULL[2:])
     back = decide(SHRINK, stop.view, facts(some, alive=False), 12.0)
-    assert back.effect is Effect.RESTART and back.devices == FULL[:2]
+    assert back.effect is Effect.RESTART and back.view.devices == FULL[:2]
 
 
 def test_a_device_failing_during_the_drain_leaves_the_target() -> None:
     step = decide(SHRINK, serving(), facts(health(bad=["neuron:8"])), 1.0)
     worse = health(bad=["neuron:8", "neuron:15"])
     due = decide(SHRINK, step.view, facts(worse), 11.0)
-    assert due.effect is Effect.RESTART and "neuron:15" not in due.devices and "neuron:8" not in due.devices
+    assert due.effect is Effect.RESTART and "neuron:15" not in due.view.devices and "neuron:8" not in due.view.devices
 
 
 def test_the_head_is_drained_and_held_never_stopped_or_restarted() -> None:
@@ -129,8 +130,8 @@ def test_the_head_is_drained_and_held_never_stopped_or_restarted() -> None:
 
 
 def test_a_failed_restart_is_tried_again_after_a_while() -> None:
-    failed = restart_failed(serving(), FULL, "partition p1 did not restart: port taken", 100.0)
-    assert failed.state is PartState.STOPPED and failed.detail.startswith("restart failed")
+    # As the actions leave it after a restart that failed.
+    failed = PartitionHealth("p1", PartState.STOPPED, 100.0, (), FULL, None, f"{RESTART_FAILED}: port taken")
     assert decide(SHRINK, failed, facts(health(), alive=False), 100.0 + RETRY_S / 2).effect is Effect.NONE
     assert decide(SHRINK, failed, facts(health(), alive=False), 100.0 + RETRY_S).effect is Effect.RESTART
 
@@ -154,12 +155,12 @@ def test_properties_of_every_step(
     view = PartitionHealth(
         "p1", state, 0.0, tuple(d for d in FULL if d not in out), out, "ab12", "", deadline=5.0, target=FULL[:4]
     )
-    step = decide(settings, view, Facts(FULL, head, alive, "ab12", h), now)
-    # Never a device that is unhealthy, never one that is not the partition's.
-    assert all(h[d].state is not Health.UNHEALTHY for d in step.devices)
-    assert set(step.devices) <= set(FULL) and set(step.view.out) <= set(FULL)
+    step = decide(settings, view, Facts(FULL, head, alive, h), now)
+    # Never restarted with a device that is unhealthy, never one that is not the partition's.
+    assert set(step.view.devices) <= set(FULL) and set(step.view.out) <= set(FULL)
     if step.effect is Effect.RESTART:
-        assert step.devices and not head
+        assert step.view.devices and not head
+        assert all(h[d].state is not Health.UNHEALTHY for d in step.view.devices)
     if head:
         assert step.effect in (Effect.NONE, Effect.HOLD), "the head is never stopped or restarted"
     if settings.action is Action.REPORT:
@@ -175,3 +176,64 @@ def test_wanted_keeps_order_and_needs_healthy_to_return() -> None:
     assert wanted(FULL, ("neuron:12",), h) == tuple(d for d in FULL if d not in ("neuron:9", "neuron:12"))
     assert wanted(FULL, FULL, h) == tuple(d for d in FULL if d not in ("neuron:9", "neuron:10", "neuron:12"))
     assert replace(serving(), out=()).devices == FULL
+
+
+# Every cell of the table, spelled out again: state, what a poll sees, the
+# effect, the state once it has succeeded.
+CELLS = """
+serving   steady          none     serving
+serving   unhealthy       drain    draining
+serving   head_unhealthy  hold     draining
+serving   back            drain    restoring
+shrunk    steady          none     shrunk
+shrunk    unhealthy       drain    draining
+shrunk    head_unhealthy  hold     draining
+shrunk    back            drain    restoring
+draining  steady          none     draining
+draining  full            restart  serving
+draining  part            restart  shrunk
+draining  nothing         stop     stopped
+restoring steady          none     restoring
+restoring full            restart  serving
+restoring part            restart  shrunk
+restoring nothing         stop     stopped
+stopped   steady          none     stopped
+stopped   full            restart  serving
+stopped   part            restart  shrunk
+stopped   nothing         none     stopped
+"""
+
+
+def scene(state: PartState, seen: Seen) -> tuple[PartitionHealth, Facts, float]:
+    """A partition in `state` and a poll that sees `seen`."""
+    if state in (PartState.SERVING, PartState.SHRUNK):
+        out = ("neuron:15",) if state is PartState.SHRUNK or seen is Seen.BACK else ()
+        bad = ["neuron:11"] if seen in (Seen.UNHEALTHY, Seen.HEAD_UNHEALTHY) else []
+        bad += list(out) if seen is not Seen.BACK else []
+        view = PartitionHealth("p1", state, 0.0, tuple(d for d in FULL if d not in out), out, "ab12", "")
+        return view, facts(health(bad=bad), head=seen is Seen.HEAD_UNHEALTHY), 1.0
+    if state is PartState.STOPPED:
+        bad = {Seen.FULL: (), Seen.PART: FULL[4:], Seen.NOTHING: FULL, Seen.STEADY: ()}[seen]
+        detail = f"{RESTART_FAILED}: port taken" if seen is Seen.STEADY else "stopped"
+        view = PartitionHealth("p1", state, 0.0, (), FULL, None, detail)
+        return view, facts(health(bad=bad), alive=False), 1.0
+    target = {Seen.FULL: FULL, Seen.PART: FULL[:4], Seen.NOTHING: (), Seen.STEADY: FULL[:4]}[seen]
+    view = PartitionHealth("p1", state, 0.0, FULL, (), "ab12", "", deadline=10.0, target=target)
+    return view, facts(health(), alive=seen is Seen.STEADY), 5.0 if seen is Seen.STEADY else 20.0
+
+
+def test_every_cell_of_the_table() -> None:
+    rows = [line.split() for line in CELLS.strip().splitlines()]
+    cells = {(PartState(s), Seen(o)): (Effect(e), PartState(n)) for s, o, e, n in rows}
+    assert cells.keys() == TABLE.keys() and len(cells) == len(rows)
+    for (state, seen), (effect, after) in cells.items():
+        view, f, now = scene(state, seen)
+        assert observe(SHRINK, view, f, now)[0] is seen, (state, seen)
+        step = decide(SHRINK, view, f, now)
+        assert (step.effect, step.view.state) == (effect, after), (state, seen)
+        assert TABLE[state, seen] == (effect, after)
+        if effect is Effect.RESTART:  # with every device, or the four the scene leaves
+            assert step.view.devices == (FULL if after is PartState.SERVING else FULL[:4]), (state, seen)
+            assert step.view.out == tuple(d for d in FULL if d not in step.view.devices)
+        if effect is Effect.DRAIN:
+            assert step.view.deadline == now + SHRINK.drain_deadline_s and step.message

@@ -25,6 +25,8 @@ from ray_accel.cli.top import DEVICE_FIELDS, top_payload
 from ray_accel.cluster.status import HostStatus
 from ray_accel.core import masks
 from ray_accel.core.devices import Device
+from ray_accel.core.health import DeviceHealth, Health
+from ray_accel.core.health_state import HealthSettings, HostHealth
 from ray_accel.core.hosts import host_key
 from ray_accel.core.processes import ProcessRecord, children_map, descendants, process_table, snapshot
 from ray_accel.core.samples import DeviceSample
@@ -71,13 +73,15 @@ def test_readings_cover_exactly_the_partition() -> None:
     mine = _devices(telemetry)[:4]
     readings, errors = device_readings(telemetry, mine, "p0", "H100")
     assert [r.id for r in readings] == [d.id for d in mine]
-    assert all(r.partition == "p0" and r.healthy for r in readings) and errors == []
+    assert all(r.partition == "p0" and r.recent_events == 0 and r.reason is None for r in readings) and errors == []
 
 
 def test_a_failing_source_marks_every_device_unknown() -> None:
     plugin = Flaky("raise")
     readings, errors = device_readings(plugin, _devices(plugin), "p0", "H100")
-    assert all(r.healthy is None and "metric source failed: OSError: NVML went away" == r.reason for r in readings)
+    assert all(
+        r.recent_events is None and "metric source failed: OSError: NVML went away" == r.reason for r in readings
+    )
     assert errors == ["metric source failed: OSError: NVML went away"]
 
 
@@ -85,8 +89,8 @@ def test_a_vanished_device_is_reported_and_the_rest_collected() -> None:
     plugin = Flaky("lose-first")
     devices = _devices(plugin)
     readings, errors = device_readings(plugin, devices, "p0", "H100")
-    assert readings[0].healthy is False and readings[0].reason == "device disappeared"
-    assert all(r.healthy for r in readings[1:])
+    assert readings[0].utilization is None and readings[0].reason == "device disappeared"
+    assert all(r.utilization is not None and r.reason is None for r in readings[1:])
     assert errors == [f"device {devices[0].id} disappeared"]
 
 
@@ -146,6 +150,12 @@ def _snapshot(telemetry: MockTelemetry, devices: tuple[Device, ...], host: str =
     return Snapshot(host, "node-a", "p0", 0.0, 0.0, tuple(readings), (), (), tuple(errors))
 
 
+def _verdicts(states: Mapping[str, Health]) -> HostHealth:
+    """The host's decider's file with these device verdicts."""
+    devices = tuple(DeviceHealth(d, s, 0.0, None, "" if s is Health.HEALTHY else "x") for d, s in states.items())
+    return HostHealth(0.0, HealthSettings(), devices, ())
+
+
 def _by_key(values: list[tuple[str, float, dict[str, str]]]) -> dict[str, list[tuple[float, dict[str, str]]]]:
     out: dict[str, list[tuple[float, dict[str, str]]]] = {}
     for key, value, tags in values:
@@ -167,7 +177,8 @@ def test_every_device_once_with_host_partition_power_and_temperature() -> None:
     telemetry = MockTelemetry(load_spec("p5.48xlarge"))
     devices = _devices(telemetry)[:4]
     samples = {s.device_id: s for s in telemetry.device_samples()}
-    keys = _by_key(gauge_values(_snapshot(telemetry, devices), None))
+    verdicts = _verdicts(dict.fromkeys((d.id for d in devices), Health.HEALTHY))
+    keys = _by_key(gauge_values(_snapshot(telemetry, devices), None, verdicts))
     for key in ("util", "used", "total", "healthy", "power", "temp"):
         ids = [tags["device_id"] for _, tags in keys[key]]
         assert ids == [d.id for d in devices], f"{key}: each device of the partition exactly once"
@@ -184,43 +195,43 @@ class NoPowerNoHealth(MockTelemetry):
     backend has no power or temperature: backends/neuron/ray_accel_neuron/telemetry.py)."""
 
     def device_samples(self) -> list[DeviceSample]:
-        return [s._replace(power_watts=None, temperature_c=None, healthy=None) for s in super().device_samples()]
+        return [s._replace(power_watts=None, temperature_c=None, recent_events=None) for s in super().device_samples()]
 
 
 def test_values_a_backend_lacks_set_no_gauge() -> None:
     telemetry = NoPowerNoHealth(load_spec("trn1.32xlarge"))
-    keys = _by_key(gauge_values(_snapshot(telemetry, _devices(telemetry)[:2]), None))
+    keys = _by_key(gauge_values(_snapshot(telemetry, _devices(telemetry)[:2]), None, None))
     assert {"util", "used", "total"} <= set(keys)
     assert not {"power", "temp", "healthy"} & set(keys), "None is no value, not 0"
 
 
-def test_unknown_health_is_no_value_and_a_vanished_device_is_zero() -> None:
+def test_the_healthy_gauge_is_the_rules_verdict_and_unknown_is_no_value() -> None:
     failing = Flaky("raise")
-    keys = _by_key(gauge_values(_snapshot(failing, _devices(failing)), None))
-    assert "healthy" not in keys, "a failed source makes health unknown, which is not unhealthy"
-    assert [(v, tags["device_id"]) for v, tags in keys["total"]] == [
-        (float(d.memory_bytes), d.id) for d in _devices(failing)
-    ]
-    lost = Flaky("lose-first")
-    devices = _devices(lost)
-    health = _by_key(gauge_values(_snapshot(lost, devices), None))["healthy"]
-    assert [(tags["device_id"], v) for v, tags in health] == [(devices[0].id, 0.0)] + [(d.id, 1.0) for d in devices[1:]]
+    devices = _devices(failing)
+    states = [Health.HEALTHY, Health.UNHEALTHY, Health.UNKNOWN]
+    verdicts = _verdicts({d.id: s for d, s in zip(devices, states, strict=False)})
+    keys = _by_key(gauge_values(_snapshot(failing, devices), None, verdicts))
+    assert [(tags["device_id"], v) for v, tags in keys["healthy"]] == [(devices[0].id, 1.0), (devices[1].id, 0.0)], (
+        "the rule's verdict, whatever the samples read; unknown (or no verdict) is no value, never 0"
+    )
+    assert [(v, tags["device_id"]) for v, tags in keys["total"]] == [(float(d.memory_bytes), d.id) for d in devices]
+    assert "healthy" not in _by_key(gauge_values(_snapshot(failing, devices), None, None)), "no decider: unknown"
 
 
 def test_host_values_come_only_from_the_exporter_that_owns_them() -> None:
     telemetry = MockTelemetry(load_spec("trn1.32xlarge"))
     snap = _snapshot(telemetry, _devices(telemetry)[:8])
     host = HostValues("hostA", "neuron", "Trainium", 16, 123)
-    keys = _by_key(gauge_values(snap, host))
+    keys = _by_key(gauge_values(snap, host, None))
     assert keys["n_devices"] == [(16.0, {"host": "hostA", "family": "neuron", "accelerator_type": "Trainium"})]
     assert keys["n_mem"] == [(123.0, {"host": "hostA", "family": "neuron", "accelerator_type": "Trainium"})]
-    assert not {"n_devices", "n_mem"} & set(_by_key(gauge_values(snap, None)))
+    assert not {"n_devices", "n_mem"} & set(_by_key(gauge_values(snap, None, None)))
 
 
 def test_orphan_gauge_names_pid_and_a_bounded_command() -> None:
     orphan = OrphanReading("neuron:1", "hostA", "p0", 4242, "python " + "x" * 500)
     snap = Snapshot("hostA", "node-a", "p0", 0.0, 0.0, (), (), (orphan,), ())
-    ((key, value, tags),) = gauge_values(snap, None)
+    ((key, value, tags),) = gauge_values(snap, None, None)
     assert (key, value) == ("orphan", 1.0)
     assert tags == {
         "host": "hostA",
@@ -334,7 +345,7 @@ def test_collect_names_holders_outside_the_raylets_tree_as_orphans(
                 "command": "sleep 600",
             }
         ]
-        orphan_tags = [tags for key, _, tags in gauge_values(snap, None) if key == "orphan"]
+        orphan_tags = [tags for key, _, tags in gauge_values(snap, None, None) if key == "orphan"]
         assert [(t["pid"], t["command"]) for t in orphan_tags] == [(str(outsiders[0].pid), "sleep 600")]
         assert orphan_pids({"neuron:1": (1, 2), "neuron:9": (3,)}, {"neuron:1"}, {2}) == [("neuron:1", 1)]
     finally:
@@ -433,8 +444,8 @@ def test_top_payload_joins_every_hosts_snapshots_and_names_missing_ones() -> Non
     ]
     # The device's health by its family's rule comes from the host's decider
     # (health.json); these hosts have none.
-    assert all(set(DEVICE_FIELDS) | {"health_state"} == set(d) for d in payload["devices"])
-    assert all(d["health_state"] is None for d in payload["devices"])
+    assert all(set(DEVICE_FIELDS) | {"healthy", "health_state"} == set(d) for d in payload["devices"])
+    assert all(d["health_state"] is None and d["healthy"] is None for d in payload["devices"])
     assert payload["orphans"] == [orphan]
     assert payload["errors"] == ["hostB/p0: x", "hostB/p1: no metrics exporter: gone"], "a dead raylet is no error"
     assert [p["exporter"] for p in payload["partitions"]] == ["ok", "ok", "no metrics exporter: gone", "raylet is dead"]

@@ -64,14 +64,14 @@ def test_sysfs_memory_is_the_total_counter_summed_over_cores(tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize("counter", ["mem_ecc_uncorrected", "sram_ecc_uncorrected", "mem_ecc_repairable_uncorrected"])
-def test_uncorrected_ecc_makes_a_device_unhealthy_until_it_clears(counter: str, tmp_path: Path) -> None:
+def test_uncorrected_ecc_errors_are_counted_until_they_clear(counter: str, tmp_path: Path) -> None:
     tree = build_tree(tmp_path / "t", "trn1.2xlarge", core_metrics=False, ecc={0: {counter: 2}})
     t = telemetry(tree_only(tree))
     (s,) = t.device_samples()
-    assert s.healthy is False and s.health_reason == f"{counter}=2"
+    assert s.recent_events == 2
     (tree.device_dir(0) / "stats" / "hardware" / counter).write_text("0\n")  # driver reload
     (s,) = t.device_samples()
-    assert s.healthy is True and s.health_reason is None
+    assert s.recent_events == 0
 
 
 def test_a_vanished_device_is_absent_from_the_samples(tmp_path: Path) -> None:
@@ -81,10 +81,10 @@ def test_a_vanished_device_is_absent_from_the_samples(tmp_path: Path) -> None:
     assert [s.device_id for s in t.device_samples()] == [f"neuron:{i}" for i in (0, 1, 3, 4, 5)]
 
 
-def test_without_sysfs_or_monitor_health_is_unknown_not_healthy(tmp_path: Path, stub: Path) -> None:
+def test_without_sysfs_or_monitor_events_are_unknown_not_none_seen(tmp_path: Path, stub: Path) -> None:
     t = telemetry(ls_only(tmp_path, stub, "trn1.32xlarge.json"))
     s = t.device_samples()[0]
-    assert s.healthy is None and "no health source" in (s.health_reason or "")
+    assert s.recent_events is None
     assert s.memory_used_bytes is None and s.utilization is None
 
 
@@ -129,8 +129,8 @@ def test_neuron_monitor_gives_utilisation_memory_and_health(tmp_path: Path, stub
         assert samples["neuron:1"].utilization == 0.0
         per_core = rt["memory_used"]["neuron_runtime_used_bytes"]["usage_breakdown"]["neuroncore_memory_usage"]
         assert samples["neuron:0"].memory_used_bytes == sum(sum(per_core[c].values()) for c in ("0", "1"))
-        assert samples["neuron:0"].healthy is True  # neuron_hw_counters: device 0, no uncorrected ECC
-        assert samples["neuron:1"].healthy is None  # the report has no counters for it
+        assert samples["neuron:0"].recent_events == 0  # neuron_hw_counters: device 0, no uncorrected ECC
+        assert samples["neuron:1"].recent_events is None  # the report has no counters for it
         pid = report["neuron_runtime_data"][0]["pid"]
         assert t.process_device_memory([pid, 999999]) == {pid: {"neuron:0": samples["neuron:0"].memory_used_bytes}}
         # One long-lived monitor, not one per poll.
@@ -149,11 +149,11 @@ def test_neuron_monitor_gives_utilisation_memory_and_health(tmp_path: Path, stub
 
 def test_without_the_deciders_readings_the_monitor_values_are_unknown(tmp_path: Path, stub: Path) -> None:
     t = telemetry(ls_only(tmp_path, stub, "trn1.32xlarge.json"))
-    why = f"no health decider readings ({tmp_path / READINGS_FILE} does not exist)"
-    t.use_host_readings(*read_readings(tmp_path, time.time()))
+    readings, why = read_readings(tmp_path, time.time())
+    assert readings is None and why == f"no health decider readings ({tmp_path / READINGS_FILE} does not exist)"
+    t.use_host_readings(readings, why)
     s = t.device_samples()[0]
-    assert s.healthy is None and s.utilization is None and s.memory_used_bytes is None
-    assert s.health_reason == f"no health source (sysfs ECC counters unreadable; {why})"
+    assert s.recent_events is None and s.utilization is None and s.memory_used_bytes is None
     assert t.process_device_memory([1]) == {}
 
 
@@ -164,17 +164,17 @@ def test_the_deciders_readings_file_feeds_the_samples_while_fresh(tmp_path: Path
     (tmp_path / READINGS_FILE).write_text(readings_json({READINGS_KEY: report, "why": None}, 1000.0, 5.0))
     t.use_host_readings(*read_readings(tmp_path, 1010.0))
     s = by_id(t.device_samples())
-    assert s["neuron:0"].healthy is False and s["neuron:0"].health_reason == "mem_ecc_uncorrected=2"
+    assert s["neuron:0"].recent_events == 2
     assert s["neuron:0"].utilization is not None
     # Three poll intervals and a margin later, the readings are stale: unknown, never the old values.
     t.use_host_readings(*read_readings(tmp_path, 1021.0))
     s = by_id(t.device_samples())
-    assert s["neuron:0"].healthy is None and s["neuron:0"].utilization is None
-    assert "are 21s old" in (s["neuron:0"].health_reason or "")
+    assert s["neuron:0"].recent_events is None and s["neuron:0"].utilization is None
+    assert "are 21s old" in str(read_readings(tmp_path, 1021.0)[1])
     # A decider whose neuron-monitor has no report says why.
     (tmp_path / READINGS_FILE).write_text(readings_json({READINGS_KEY: None, "why": "waiting"}, 1000.0, 5.0))
     t.use_host_readings(*read_readings(tmp_path, 1001.0))
-    assert "neuron-monitor: waiting" in (t.device_samples()[0].health_reason or "")
+    assert t.device_samples()[0].recent_events is None
     (tmp_path / READINGS_FILE).write_text("{")
     assert read_readings(tmp_path, 1001.0)[0] is None and "is not valid JSON" in str(read_readings(tmp_path, 1.0)[1])
 
@@ -257,14 +257,13 @@ def test_an_exporter_samples_the_deciders_readings_and_starts_no_neuron_monitor(
     try:
         exporter = PartitionExporter(ExporterEntry("p0", "node-a", ("neuron:0",)), False, 3600.0, str(tmp_path))
         (dev,) = exporter.snapshot()["devices"]
-        assert dev["healthy"] is None and dev["utilization"] is None
-        assert f"no health decider readings ({tmp_path / READINGS_FILE} does not exist)" in dev["reason"]
+        assert dev["recent_events"] is None and dev["utilization"] is None
         report = json.loads((FIXTURES / "neuron-monitor" / "trn2.48xlarge-user-guide.json").read_text())
         report["system_data"]["neuron_hw_counters"]["neuron_devices"][0]["sram_ecc_uncorrected"] = 1
         (tmp_path / READINGS_FILE).write_text(readings_json({READINGS_KEY: report, "why": None}, time.time(), 5.0))
         exporter.sample()
         (dev,) = exporter.snapshot()["devices"]
-        assert dev["healthy"] is False and dev["reason"] == "sram_ecc_uncorrected=1" and dev["utilization"] > 0
+        assert dev["recent_events"] == 1 and dev["utilization"] > 0
         assert not pidfile.exists(), "an exporter starts no neuron-monitor of its own"
     finally:
         inventory.process_backend.cache_clear()

@@ -33,10 +33,6 @@ ROOT = Path(__file__).resolve().parents[2]
 # Method name -> who calls it on a class ray-accel defines.
 CALLED_BY_FRAMEWORKS: dict[str, str] = {
     "convert": "click, on a ParamType (cli/params.py)",
-    "get_help_record": "click, on an Option (cli/params.py)",
-    "get_error_hint": "click, on an Option (cli/params.py)",
-    "add_to_parser": "click, on an Option (cli/params.py)",
-    "handle_parse_result": "click, on an Option (cli/params.py)",
     "on_training_start": "Ray Train, on a Backend (train/backend.py)",
     "on_shutdown": "Ray Train, on a Backend (train/backend.py)",
     "backend_cls": "Ray Train, on a BackendConfig (train/config.py)",

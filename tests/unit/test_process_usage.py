@@ -1,10 +1,9 @@
 """The collector's fast paths read what the straightforward ones read.
 
-`parse_usage` (the collector's partial parse of a stat line) reads the same
-comm, state, CPU ticks, start ticks and RSS as the full `parse_stat`, and the
-comm and state as a plain decode of the line's bytes (it keeps decoded names);
-`process_table` finds the same parents as the full parse, and reads the
-usage the full parse reads."""
+`parse_stat` (one split of a stat line) reads the same fields as a plain
+reading of proc(5): the comm up to the last ')', then fields one space apart;
+it decodes the comm and state as a plain decode of the line's bytes (it keeps
+decoded names); `process_table` finds the same parents as that reading."""
 
 from __future__ import annotations
 
@@ -14,7 +13,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ray_accel.core.processes import ProcessTable, parse_stat, parse_usage, process_table, read_raw_stat
+from ray_accel.core.processes import PAGE_SIZE, ProcessTable, parse_stat, process_table, read_small
 
 # proc(5): "pid (comm) state ppid ..." ; comm may hold spaces and ')'.
 comm = st.binary(min_size=0, max_size=15).filter(lambda b: b"\n" not in b)
@@ -28,15 +27,23 @@ def _line(pid: int, name: bytes, state: bytes, fields: list[bytes]) -> bytes:
 
 @settings(max_examples=300, deadline=None)
 @given(name=comm, state=state, fields=st.lists(field, min_size=0, max_size=30))
-def test_usage_agrees_with_the_full_parse(name: bytes, state: bytes, fields: list[bytes]) -> None:
+def test_the_split_agrees_with_a_plain_reading(name: bytes, state: bytes, fields: list[bytes]) -> None:
     line = _line(42, name, state, fields)
-    full = parse_stat(42, line)
-    part = parse_usage(line)
-    if full is not None:
-        assert part == (full.name, full.state, full.cpu_ticks, full.start_ticks, full.rss_bytes)
-    else:
-        # A full parse also needs ppid and pgrp, which a usage reading does not.
-        assert part is None or len(line[line.rfind(b")") + 2 :].split(None, 22)) >= 22
+    rest = line[line.rfind(b")") + 2 :].rstrip(b"\n").split(b" ")
+    try:
+        plain = (
+            name.decode("utf-8", "replace"),
+            rest[0].decode("ascii", "replace"),
+            int(rest[1]),
+            int(rest[2]),
+            int(rest[11]) + int(rest[12]),
+            int(rest[19]),
+            int(rest[21]) * PAGE_SIZE,
+        )
+    except (ValueError, IndexError):
+        plain = None
+    stat = parse_stat(42, line)
+    assert (stat[1:] if stat is not None else None) == plain
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -70,38 +77,38 @@ def test_the_table_finds_each_lines_parent(
             expected.setdefault(parent, []).append(pid)
     assert {k: sorted(v) for k, v in read.children.items()} == {k: sorted(v) for k, v in expected.items()}
     assert read.lines == {pid: raw[pid] for kids in expected.values() for pid in kids}
-    assert {pid: read.usage(pid) for pid in read.lines} == {pid: parse_usage(raw[pid]) for pid in read.lines}
+    assert {pid: read.stat(pid) for pid in read.lines} == {pid: parse_stat(pid, raw[pid]) for pid in read.lines}
 
 
 def test_a_table_answers_as_the_full_parse_for_this_process() -> None:
     table = process_table()
     me = os.getpid()
     assert isinstance(table, ProcessTable) and me in table
-    raw = read_raw_stat(me)
+    raw = read_small(f"/proc/{me}/stat")
     assert raw is not None
-    usage = table.usage(me)
+    mine = table.stat(me)
     stat = parse_stat(me, raw)
-    assert stat is not None and usage is not None
-    assert (usage.name, usage.state, usage.start_ticks) == (stat.name, stat.state, stat.start_ticks)
-    assert usage.rss_bytes > 0
-    assert table.usage(-1) is None
+    assert stat is not None and mine is not None
+    assert (mine.name, mine.state, mine.ppid, mine.start_ticks) == (stat.name, stat.state, stat.ppid, stat.start_ticks)
+    assert mine.rss_bytes > 0
+    assert table.stat(-1) is None
 
 
 @settings(max_examples=300, deadline=None)
 @given(name=comm, state=state, fields=st.lists(field, min_size=22, max_size=30))
-def test_usage_decodes_comm_and_state_as_a_plain_decode_every_time(
+def test_the_parse_decodes_comm_and_state_as_a_plain_decode_every_time(
     name: bytes, state: bytes, fields: list[bytes]
 ) -> None:
     line = _line(42, name, state, fields)
     # Twice: the first parse may decode the name, the second finds it kept.
-    for u in (parse_usage(line), parse_usage(line)):
+    for u in (parse_stat(42, line), parse_stat(42, line)):
         if u is not None:
             assert u.name == name.decode("utf-8", "replace")
             assert u.state == fields_state(line)
 
 
 def fields_state(line: bytes) -> str:
-    return line[line.rfind(b")") + 2 :].split(None, 1)[0].decode("ascii", "replace")
+    return line[line.rfind(b")") + 2 :].split(b" ", 1)[0].decode("ascii", "replace")
 
 
 def test_kept_names_are_bounded_and_still_right_after_they_are_dropped() -> None:
@@ -109,8 +116,8 @@ def test_kept_names_are_bounded_and_still_right_after_they_are_dropped() -> None
 
     fields = [b"1"] * 22
     for i in range(processes._COMMS_MAX + 10):
-        u = parse_usage(_line(42, f"w{i}".encode(), b"S", fields))
+        u = parse_stat(42, _line(42, f"w{i}".encode(), b"S", fields))
         assert u is not None and u.name == f"w{i}"
         assert len(processes._COMMS) <= processes._COMMS_MAX
-    u = parse_usage(_line(42, b"w0", b"S", fields))
+    u = parse_stat(42, _line(42, b"w0", b"S", fields))
     assert u is not None and u.name == "w0"

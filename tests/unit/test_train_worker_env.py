@@ -13,7 +13,7 @@ from ray_accel.core.errors import InputError
 from ray_accel.plugins.interface import GlooRuntime, Runtime
 from ray_accel.plugins.runtime import WorkerSlot
 from ray_accel.train.ranks import assign_ranks
-from ray_accel.train.worker import WorkerFacts, WorkerSetup, worker_env
+from ray_accel.train.worker import WorkerFacts, WorkerSetup
 
 
 def setup(per_worker: int, collective: str, index: int = 0) -> WorkerSetup:
@@ -26,6 +26,11 @@ def setup(per_worker: int, collective: str, index: int = 0) -> WorkerSetup:
         job[index].node_id, "10.0.0.1", "h", 1, None, "neuron", "NEURON_RT_VISIBLE_CORES", None, (), collective
     )
     return WorkerSetup("run", index, job, facts, collective)
+
+
+def worker_env(s: WorkerSetup, runtime: Runtime) -> dict[str, str]:
+    """What `prepare` sets: the runtime's environment for this worker's slot of the job."""
+    return runtime.worker_env(s.slot, s.job, s.collective)
 
 
 # A worker with torch-xla and without TorchNeuron (the legacy stack).

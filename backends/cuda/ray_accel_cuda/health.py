@@ -229,13 +229,3 @@ def recovery_action(nvml: Nvml, h: Any) -> Recovery | None:
         raise RecoveryUnreadable(f"{RECOVERY_FIELD}: value type {got.valueType}, not an unsigned int")
     value = int(got.value.uiVal)
     return Recovery(value, names.get(value))
-
-
-def health_reason(xids: tuple[int, ...], ecc: int | None, window_s: float = XID_WINDOW_S) -> str | None:
-    """Why a GPU is unhealthy, or None. Re-evaluated on every sample: an XID
-    older than the window no longer counts."""
-    if xids:
-        return f"XID {','.join(map(str, xids))} in the last {window_s:.0f}s"
-    if ecc:
-        return f"{ecc} uncorrected ECC errors since the driver loaded"
-    return None

@@ -57,6 +57,8 @@ class CudaHealthMonitor(RuleMonitor[health_rule.State, Observation]):
             health_rule.initial(tuple(d.id for d in self.devices), settings, clock()),
             health_rule.step,
             health_rule.clear,
+            health_rule.kept,
+            health_rule.resumed,
             clock,
         )
 

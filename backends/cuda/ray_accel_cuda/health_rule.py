@@ -48,13 +48,14 @@ unsupported) is UNKNOWN: presence alone says nothing of its health.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final, Literal
 
-from ray_accel.core import health_track
+from ray_accel.core import health_kept, health_track
 from ray_accel.core.errors import InputError
 from ray_accel.core.health import HealthEvent, HealthReport, one_line
+from ray_accel.core.health_kept import KeptDevice
 from ray_accel.core.health_track import Findings, Level, Tracked
 
 IGNORED_XIDS_ENV = "RAYACCEL_CUDA_IGNORED_XIDS"
@@ -275,3 +276,14 @@ def step(previous: State, obs: Observation, now: float) -> tuple[State, HealthRe
 
 def clear(previous: State, device_id: str) -> State:
     return State(previous.settings, health_track.clear_device(previous.tracked, device_id), previous.ecc)
+
+
+def kept(state: State) -> tuple[KeptDevice, ...]:
+    """What of `state` outlives the decider: each GPU's faults and ECC baseline."""
+    ecc = state.ecc
+    return tuple(health_kept.keep(t, {ECC_CODE: ecc[t.device_id]} if t.device_id in ecc else {}) for t in state.tracked)
+
+
+def resumed(state: State, kept: Sequence[KeptDevice]) -> State:
+    ecc = {d: n for (d, name), n in health_kept.baselines(kept, state.device_ids()).items() if name == ECC_CODE}
+    return State(state.settings, health_kept.resume(state.tracked, kept), {**state.ecc, **ecc})

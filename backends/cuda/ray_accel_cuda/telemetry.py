@@ -1,6 +1,6 @@
 """CUDA telemetry: one sample per GPU (utilisation, memory, power,
-temperature, health) and the processes holding each GPU, all through the one
-NVML session."""
+temperature, the XIDs of the last window) and the processes holding each
+GPU, all through the one NVML session."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 from ray_accel.core.devices import Device
 from ray_accel.core.samples import DeviceSample
 from ray_accel.plugins.interface import Telemetry
-from ray_accel_cuda.health import APPLICATION_XIDS, PollErrors, XidMonitor, ecc_uncorrected, health_reason
+from ray_accel_cuda.health import APPLICATION_XIDS, PollErrors, XidMonitor
 from ray_accel_cuda.nvml import NA, GpuLost, Nvml
 
 
@@ -37,9 +37,8 @@ class CudaTelemetry(Telemetry):
             mem = q("nvmlDeviceGetMemoryInfo", h)
             power_mw = q("nvmlDeviceGetPowerUsage", h)
             temp = q("nvmlDeviceGetTemperature", h, getattr(self.nvml.module, "NVML_TEMPERATURE_GPU", 0))
-            reason = health_reason(self.xids.recent(d.id), ecc_uncorrected(self.nvml, h), self.xids.window_s)
         except GpuLost:
-            return DeviceSample(d.id, None, None, d.memory_bytes, healthy=False, health_reason="GPU is lost")
+            return DeviceSample(d.id, None, None, d.memory_bytes)
         return DeviceSample(
             device_id=d.id,
             utilization=None if util is NA else util.gpu / 100,
@@ -47,8 +46,7 @@ class CudaTelemetry(Telemetry):
             memory_total_bytes=d.memory_bytes if mem is NA else int(mem.total),
             power_watts=None if power_mw is NA else power_mw / 1000,  # NVML reports milliwatts
             temperature_c=None if temp is NA else float(temp),
-            healthy=reason is None,
-            health_reason=reason,
+            recent_events=len(self.xids.recent(d.id)),
         )
 
     def device_samples(self) -> list[DeviceSample]:

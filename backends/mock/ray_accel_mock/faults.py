@@ -10,6 +10,7 @@ a health poll reports it as its error, every device UNKNOWN).
 ```json
 {"lost": ["neuron:3"],
  "fail": true,
+ "counters": {"neuron:9": {"mem_ecc_uncorrected": 2}},
  "events": [
    {"device": "neuron:3", "kind": "ecc", "code": "mem_ecc_uncorrected", "count": 2, "seq": 1},
    {"device": "neuron:7", "kind": "components", "code": "hbm,sram"},
@@ -25,6 +26,12 @@ Top level (every key optional; no other key):
 - `fail`: true makes every source fail: samples raise, health polls read
   nothing (every device UNKNOWN; states that only a person or K clean polls
   end are kept).
+- `counters`: per device, error counters' current values (absolute, read
+  on every poll like `components`; the names an `ecc` entry's `code` takes).
+  A counter reads its value here (0 when not listed) plus what this
+  monitor's `ecc` entries grew it by, so a monitor started while the file
+  holds a grown counter reads it grown from its first poll on, as a
+  restarted monitor does on the hardware.
 - `events`: what the family's health sources would report, fed to the same
   rule as the real backend's (GPU presets: the CUDA rule; Neuron presets:
   the Neuron rule). Each entry:
@@ -57,8 +64,8 @@ Top level (every key optional; no other key):
 
 from __future__ import annotations
 
-from collections.abc import Collection
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
 
 from ray_accel_cuda import health_rule as cuda_rule
 from ray_accel_cuda.runtime import FAMILY as GPU_FAMILY
@@ -72,7 +79,7 @@ from ray_accel.core.reader import Node, ReadError, parse_json, read_file, show
 FAULTS_ENV = "RAYACCEL_MOCK_FAULTS"
 MAX_BYTES = 1024 * 1024
 MAX_COUNT = (1 << 32) - 1  # the driver's counters are "%u"
-TOP_KEYS = ("lost", "fail", "events")
+TOP_KEYS = ("lost", "fail", "counters", "events")
 EVENT_KEYS = ("device", "kind", "code", "seq", "count", "fatal")
 # Per family impersonated: its kinds, and each kind's codes (None: checked by the kind's own parser).
 KINDS: dict[str, dict[str, tuple[str, ...] | None]] = {
@@ -105,6 +112,7 @@ class Faults:
     lost: frozenset[str] = frozenset()
     fail: bool = False
     events: tuple[FaultEvent, ...] = ()
+    counters: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (device, counter) -> value
 
 
 def _device(node: Node, devices: Collection[str]) -> str:
@@ -151,6 +159,18 @@ def _event(obj: Node, devices: Collection[str], family: str) -> FaultEvent:
     )
 
 
+def _counters(obj: Node, devices: Collection[str], family: str) -> dict[tuple[str, str], int]:
+    names = KINDS[family]["ecc"] or ()
+    out = {}
+    for device, node in obj.items():
+        _device(Node(device, node.path), devices)
+        for name, value in node.items():
+            if name not in names:
+                value.fail(f"{show(name)} is not one of {', '.join(names)}")
+            out[(device, name)] = value.int(0, MAX_COUNT)
+    return out
+
+
 def parse_faults(text: str, devices: Collection[str], family: str, where: str = "fault file") -> Faults:
     """The fault file's text, checked against this host's devices and the
     family it impersonates; a `FaultFileError` naming what does not fit."""
@@ -166,6 +186,7 @@ def parse_faults(text: str, devices: Collection[str], family: str, where: str = 
                 raise ReadError(f"{x!r} is listed twice", f"lost[{i}]")
         fail = obj.at("fail", False).bool()
         events = tuple(_event(x, devices, family) for x in obj.at("events", []).list())
+        counters = _counters(obj.at("counters", {}), devices, family)
     except ReadError as e:
         raise FaultFileError(str(e) if str(e).startswith(where) else f"{where}: {e}") from None
     seen: set[tuple[str, str, str, int]] = set()
@@ -176,7 +197,7 @@ def parse_faults(text: str, devices: Collection[str], family: str, where: str = 
                 "give a repeat its own seq"
             )
         seen.add(ev.key)
-    return Faults(frozenset(lost), fail, events)
+    return Faults(frozenset(lost), fail, events, counters)
 
 
 def load_faults(path: str | None, devices: Collection[str], family: str) -> Faults:

@@ -5,8 +5,8 @@ so what is fatal and what makes a device healthy again on the mock is what
 it is on the hardware.
 
 A mock device's sources read clean until the fault file says otherwise: its
-error counters read 0 when the monitor starts (the rule's baseline), and an
-`ecc` entry makes them grow once. A device the spec marks `healthy = false`
+error counters read the file's `counters` (0 where it has none), the rule's
+baseline when the monitor starts, and an `ecc` entry makes them grow once. A device the spec marks `healthy = false`
 is unhealthy for as long as the spec says so (a fault of kind `marked`,
 beside the family's own sources).
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from ray_accel_cuda import health_rule as cuda_rule
 from ray_accel_neuron import health_rule as neuron_rule
@@ -26,6 +26,7 @@ from ray_accel_neuron.sysfs import DEVICE_UNREACHABLE, ECC_FILES, UnhealthyCompo
 from ray_accel.core import health_track
 from ray_accel.core.devices import Device
 from ray_accel.core.health import HealthEvent, HealthReport
+from ray_accel.core.health_kept import KeptDevice
 from ray_accel.core.health_track import Findings, Level
 from ray_accel.plugins.interface import HealthMonitor
 from ray_accel_mock.faults import FAULTS_ENV, FaultEvent, FaultFileError, Faults, load_faults
@@ -67,21 +68,32 @@ class MockHealthMonitor(HealthMonitor):
         now = clock()
         self._taken: set[tuple[str, str, str, int]] = set()
         self._lock = threading.Lock()
-        # Counters start at 0: the rule's baseline, as if it had read them once.
+        # What the file's counters read when the monitor starts: the rule's baseline, as if read once.
+        try:
+            start = self._faults().counters
+        except FaultFileError:
+            start = {}
         self._state: neuron_rule.State | cuda_rule.State
         if self.neuron:
-            self._ecc = {(d, name): 0 for d in self._ids for name in ECC_FILES}
+            self._grown = {(d, name): 0 for d in self._ids for name in ECC_FILES}
+            base = {key: start.get(key, 0) for key in self._grown}
             first = neuron_rule.initial(self._ids, neuron_rule.Settings(k), now)
-            self._state = neuron_rule.State(first.settings, first.tracked, dict(self._ecc), frozenset(self._ecc))
+            self._state = neuron_rule.State(first.settings, first.tracked, base, frozenset(base))
         else:
-            self._ecc = {(d, cuda_rule.ECC_CODE): 0 for d in self._ids}
+            self._grown = {(d, cuda_rule.ECC_CODE): 0 for d in self._ids}
             settings = cuda_rule.Settings(cuda_rule.ignored_xids(env), k)
             self._state = cuda_rule.State(
-                settings, cuda_rule.initial(self._ids, settings, now).tracked, dict.fromkeys(self._ids, 0)
+                settings,
+                cuda_rule.initial(self._ids, settings, now).tracked,
+                {d: start.get((d, cuda_rule.ECC_CODE), 0) for d in self._ids},
             )
 
     def _faults(self) -> Faults:
         return load_faults(self.environ.get(FAULTS_ENV), self._ids, self.spec.family)
+
+    def _count(self, faults: Faults, device: str, name: str) -> int:
+        """A counter's reading: the file's value, grown by the `ecc` entries taken."""
+        return faults.counters.get((device, name), 0) + self._grown[(device, name)]
 
     def _take(self, faults: Faults) -> list[FaultEvent]:
         """The file's xid and ecc entries this monitor has not taken yet (each once)."""
@@ -117,7 +129,7 @@ class MockHealthMonitor(HealthMonitor):
             )
             return neuron_rule.Observation(devices, (why,), marks)
         for e in self._take(faults):
-            self._ecc[(e.device, e.code)] += e.count
+            self._grown[(e.device, e.code)] += e.count
         readings = []
         for d in self._ids:
             if d in faults.lost:
@@ -127,7 +139,7 @@ class MockHealthMonitor(HealthMonitor):
                 neuron_rule.DeviceReading(
                     d,
                     True,
-                    ecc={name: neuron_rule.Node(self._ecc[(d, name)]) for name in ECC_FILES},
+                    ecc={name: neuron_rule.Node(self._count(faults, d, name)) for name in ECC_FILES},
                     components=neuron_rule.Node(current_components(faults.events, d)),
                 )
             )
@@ -144,11 +156,11 @@ class MockHealthMonitor(HealthMonitor):
             if e.kind == "xid":
                 xids.append(cuda_rule.Xid(e.device, int(e.code), e.fatal))
             else:
-                self._ecc[(e.device, e.code)] += e.count
+                self._grown[(e.device, e.code)] += e.count
         gpus = tuple(
             cuda_rule.GpuReading(d, False, absent_why="lost in the mock fault file")
             if d in faults.lost
-            else cuda_rule.GpuReading(d, True, ecc=self._ecc[(d, cuda_rule.ECC_CODE)])
+            else cuda_rule.GpuReading(d, True, ecc=self._count(faults, d, cuda_rule.ECC_CODE))
             for d in self._ids
         )
         return cuda_rule.Observation(gpus, tuple(xids), "read", None, (), marks)
@@ -174,3 +186,16 @@ class MockHealthMonitor(HealthMonitor):
                 self._state = neuron_rule.clear(self._state, device_id)
             else:
                 self._state = cuda_rule.clear(self._state, device_id)
+
+    def kept(self) -> tuple[KeptDevice, ...]:
+        with self._lock:
+            if isinstance(self._state, neuron_rule.State):
+                return neuron_rule.kept(self._state)
+            return cuda_rule.kept(self._state)
+
+    def resume(self, kept: Sequence[KeptDevice]) -> None:
+        with self._lock:
+            if isinstance(self._state, neuron_rule.State):
+                self._state = neuron_rule.resumed(self._state, kept)
+            else:
+                self._state = cuda_rule.resumed(self._state, kept)

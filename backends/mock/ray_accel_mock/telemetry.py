@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import select
 import weakref
+from collections import Counter
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
@@ -114,7 +115,7 @@ class _Writers:
 
 
 def _sample(d: Device) -> DeviceSample:
-    i, healthy = d.index, not marked_unhealthy(d)
+    i = d.index
     return DeviceSample(
         device_id=d.id,
         utilization=((i * 37) % 100) / 100,
@@ -122,8 +123,6 @@ def _sample(d: Device) -> DeviceSample:
         memory_total_bytes=d.memory_bytes,
         power_watts=100.0 + 10 * i,
         temperature_c=40.0 + i,
-        healthy=healthy,
-        health_reason=None if healthy else "marked unhealthy in spec",
     )
 
 
@@ -151,7 +150,11 @@ class MockTelemetry(Telemetry):
         faults = self._faults()
         if faults.fail:
             raise RuntimeError("mock metrics source failed (injected)")
-        return [s for s in self._samples if s.device_id not in faults.lost]
+        # The fault file's events, and the spec's mark as one standing event.
+        events = Counter(d.id for d in self.spec.devices if marked_unhealthy(d))
+        for e in faults.events:
+            events[e.device] += e.count
+        return [s._replace(recent_events=events[s.device_id]) for s in self._samples if s.device_id not in faults.lost]
 
     def _memory_of(self, mask: str) -> dict[str, int]:
         """Device id -> 64 MiB per core of it that `mask` names ({} for a mask

@@ -67,6 +67,8 @@ class NeuronHealthMonitor(RuleMonitor[health_rule.State, Observation]):
             health_rule.initial(tuple(d.id for d in self.devices), settings, clock()),
             health_rule.step,
             health_rule.clear,
+            health_rule.kept,
+            health_rule.resumed,
             clock,
         )
 

@@ -48,12 +48,13 @@ fresh report for the device is an unreadable source, like an unreadable node.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Generic, TypeVar
 
-from ray_accel.core import health_track
+from ray_accel.core import health_kept, health_track
 from ray_accel.core.health import HealthEvent, HealthReport, one_line
+from ray_accel.core.health_kept import KeptDevice
 from ray_accel.core.health_track import Findings, Level, Tracked
 from ray_accel_neuron.sysfs import DEVICE_UNREACHABLE, ECC_FILES, UnhealthyComponents
 
@@ -240,3 +241,17 @@ def _source(vouched: tuple[str, ...]) -> str | None:
 def clear(previous: State, device_id: str) -> State:
     tracked = health_track.clear_device(previous.tracked, device_id)
     return State(previous.settings, tracked, previous.ecc, previous.seen)
+
+
+def kept(state: State) -> tuple[KeptDevice, ...]:
+    """What of `state` outlives the decider: each device's faults and ECC baselines."""
+    counts: dict[str, dict[str, int]] = {}
+    for (d, name), n in state.ecc.items():
+        counts.setdefault(d, {})[name] = n
+    return tuple(health_kept.keep(t, counts.get(t.device_id, {})) for t in state.tracked)
+
+
+def resumed(state: State, kept: Sequence[KeptDevice]) -> State:
+    ecc = health_kept.baselines(kept, state.device_ids())
+    ecc = {k: n for k, n in ecc.items() if k[1] in ECC_FILES}
+    return State(state.settings, health_kept.resume(state.tracked, kept), {**state.ecc, **ecc}, state.seen)

@@ -3,10 +3,10 @@
 - Memory used: sysfs `neuron_coreC/stats/memory_usage/device_mem/total`
   summed over the device's physical cores (readable by any user); without
   sysfs, neuron-monitor's `memory_used` per core.
-- Health: sysfs `stats/hardware/*ecc_uncorrected` (any count > 0 is
-  unhealthy; `mem_ecc_repairable_uncorrected` too: the memory is bad until
-  the device is reset); without sysfs, neuron-monitor's `neuron_hw_counters`;
-  with neither, `healthy` is None ("no health source"), never a default.
+- Recent events: the uncorrected ECC errors of sysfs
+  `stats/hardware/*ecc_uncorrected` (`mem_ecc_repairable_uncorrected` too),
+  summed; without sysfs, neuron-monitor's `neuron_hw_counters`; with
+  neither, None. A count, not a verdict: health is the Neuron rule's.
 - Utilisation: neuron-monitor only (see `monitor`); None without it.
 - neuron-monitor's report is the host's one, which the health decider's
   monitor owns and hands on (`use_host_readings`); no telemetry starts one.
@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Collection, Mapping
 
@@ -32,10 +33,7 @@ from ray_accel_neuron.monitor import READINGS_KEY, MonitorError, Report, report_
 from ray_accel_neuron.neuron_ls import PATH_ENV, NeuronLsError, run_neuron_ls
 from ray_accel_neuron.tools import find_tool
 
-
-def _unhealthy(counts: dict[str, int]) -> str | None:
-    bad = {k: v for k, v in counts.items() if v > 0}
-    return ", ".join(f"{k}={v}" for k, v in sorted(bad.items())) or None
+log = logging.getLogger(__name__)
 
 
 class NeuronTelemetry(Telemetry):
@@ -43,7 +41,6 @@ class NeuronTelemetry(Telemetry):
         self.cfg = cfg
         self.devices = devices
         self._report: Report | None = None
-        self._why: str | None = "no health decider readings yet"
         # Devices sysfs knew at discovery: for them, a vanished directory means a vanished device.
         self._in_sysfs = {d.index for d in devices if os.path.isdir(self._device_dir(d.index))}
 
@@ -51,17 +48,14 @@ class NeuronTelemetry(Telemetry):
         return os.path.join(self.cfg.neuron_root, f"neuron{index}")
 
     def use_host_readings(self, readings: Mapping[str, object] | None, why: str | None) -> None:
-        self._report, self._why = None, why
-        if readings is None:
-            return
-        data = readings.get(READINGS_KEY)
-        if data is None:
-            self._why = f"neuron-monitor: {readings.get('why') or 'no report'}"
-            return
-        try:
-            self._report = report_of(data)
-        except MonitorError as e:
-            self._why = str(e)
+        # Without fresh readings (`why` says why) the values are unknown: no report.
+        self._report = None
+        data = None if readings is None else readings.get(READINGS_KEY)
+        if data is not None:
+            try:
+                self._report = report_of(data)
+            except MonitorError as e:
+                log.warning("neuron-monitor readings not used: %s", e)
 
     def device_samples(self) -> list[DeviceSample]:
         report = self._report
@@ -85,22 +79,13 @@ class NeuronTelemetry(Telemetry):
                     used = sum(report.core_memory.get(c, 0) for c in d.core_ids)
                 if counts is None and d.index in report.hw_counters:
                     counts = {k: v for k, v in report.hw_counters[d.index].items() if "uncorrected" in k}
-            healthy: bool | None
-            reason: str | None
-            if counts is None:
-                why = self._why or "neuron-monitor has no counters for it"
-                healthy, reason = None, f"no health source (sysfs ECC counters unreadable; {why})"
-            else:
-                reason = _unhealthy(counts)
-                healthy = reason is None
             out.append(
                 DeviceSample(
                     device_id=d.id,
                     utilization=utilization,
                     memory_used_bytes=used,
                     memory_total_bytes=d.memory_bytes or None,
-                    healthy=healthy,
-                    health_reason=reason,
+                    recent_events=None if counts is None else sum(counts.values()),
                 )
             )
         return out

@@ -1,0 +1,138 @@
+"""Each device's health as its family's rule needs it to stay right across
+a decider's restart, `ray-accel stop` and a reboot: `<state dir>/devices.json`,
+apart from the host's record (which `stop` removes).
+
+Per device: its open faults (a sticky one with the event that opened it, a
+level one with its clean readings counted so far), each counter's last
+reading (the baseline the next poll compares with, so a counter that grew
+while no decider ran is still growth), and a doubt (why its health is
+unknown until a person clears it). The decider writes it after every poll;
+`ray-accel health clear` edits it where no decider runs.
+
+A file that is missing, unreadable, truncated or of another version is
+never read as "healthy": `read_kept` says why nothing is known
+(`Kept.unknown`), and the caller keeps out what it had out (`doubted`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from ray_accel.core.health import Health
+from ray_accel.core.health_track import Fault, Tracked
+from ray_accel.core.reader import Node, ReadError, dump, load, parse_json, read_file
+
+KEPT_FILE = "devices.json"
+VERSION = 1
+MAX_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class KeptDevice:
+    device_id: str
+    since: float  # when it entered the state it had
+    faults: tuple[Fault, ...] = ()
+    counters: Mapping[str, int] = field(default_factory=dict)  # last reading of each counter, by name
+    doubt: str = ""  # why its health is unknown until cleared by hand ("": none)
+
+    @property
+    def out(self) -> bool:
+        """Out of service: a fault open, or a doubt only a person ends."""
+        return bool(self.faults or self.doubt)
+
+    def reason(self) -> str:
+        """Why it is out, in one line."""
+        return "; ".join([*(f.event.reason for f in self.faults), *([self.doubt] if self.doubt else [])])
+
+
+@dataclass(frozen=True)
+class Kept:
+    """What the file says: every device kept, or why nothing is known."""
+
+    devices: tuple[KeptDevice, ...] = ()
+    unknown: str = ""  # "": read; else why the devices' health is unknown
+    found: bool = True  # False: no file (nothing was ever kept here)
+
+    def out(self) -> dict[str, str]:
+        """Each device out of service, with why."""
+        return {d.device_id: d.reason() for d in self.devices if d.out}
+
+
+def dumps(devices: Iterable[KeptDevice], at: float) -> str:
+    return json.dumps({"version": VERSION, "at": at, "devices": dump(tuple(devices))}, indent=1, allow_nan=False)
+
+
+def parse_kept(raw: bytes | str, source: str) -> Kept:
+    """The file's content: its devices, or unknown with why (never an error:
+    any content is one or the other)."""
+    try:
+        obj = Node(parse_json(raw, source), source).only({"version", "at", "devices"})
+        version = obj.at("version", None).data
+        if version != VERSION or isinstance(version, bool):
+            raise ReadError(f"version {version!r}; this ray-accel reads version {VERSION}", source)
+        obj.at("at").number(0.0)
+        devices = tuple(load(KeptDevice, d.data, d.path) for d in obj.at("devices").list())
+        ids = [d.device_id for d in devices]
+        if len(set(ids)) != len(ids):
+            raise ReadError("a device is listed twice", f"{source}: devices")
+    except ReadError as e:
+        return Kept(unknown=f"device health unknown: {e}")
+    return Kept(devices)
+
+
+def read_kept(directory: Path) -> Kept:
+    path = directory / KEPT_FILE
+    try:
+        raw = read_file(path, f"device health file {path}", MAX_BYTES)
+    except ReadError as e:
+        return Kept(unknown=f"device health unknown: {e}")
+    if raw is None:
+        return Kept(unknown=f"device health unknown: no {path}", found=False)
+    return parse_kept(raw, f"device health file {path}")
+
+
+def doubted(kept: Kept, out: Iterable[str], now: float) -> tuple[KeptDevice, ...]:
+    """What to resume from: the file's devices; where it is unknown, each
+    device in `out` (what the host's record had out of service) kept out, in doubt."""
+    if not kept.unknown:
+        return kept.devices
+    doubt = f"{kept.unknown}; it was out of service"
+    return tuple(KeptDevice(d, now, doubt=doubt) for d in dict.fromkeys(out))
+
+
+def keep(t: Tracked, counters: Mapping[str, int]) -> KeptDevice:
+    return KeptDevice(t.device_id, t.since, t.faults, dict(counters), t.doubt)
+
+
+def resume(tracked: Sequence[Tracked], kept: Sequence[KeptDevice]) -> tuple[Tracked, ...]:
+    """`tracked` with each kept device's faults and doubt back (a device with
+    a fault is unhealthy again before any poll)."""
+    by_id = {k.device_id: k for k in kept}
+    out = []
+    for t in tracked:
+        k = by_id.get(t.device_id)
+        if k is None:
+            out.append(t)
+            continue
+        last = k.faults[-1].event if k.faults else None
+        state = Health.UNHEALTHY if k.faults else Health.UNKNOWN
+        out.append(replace(t, state=state, since=k.since, last_event=last, faults=k.faults, doubt=k.doubt))
+    return tuple(out)
+
+
+def baselines(kept: Sequence[KeptDevice], device_ids: Iterable[str]) -> dict[tuple[str, str], int]:
+    """(device, counter) -> its last reading, for the devices in `device_ids`."""
+    ids = set(device_ids)
+    return {(k.device_id, n): c for k in kept if k.device_id in ids for n, c in k.counters.items()}
+
+
+def cleared(devices: Sequence[KeptDevice], device_id: str) -> tuple[KeptDevice, ...]:
+    """A person said `device_id` is fixed: its sticky faults and doubt dropped;
+    its level faults stay (its source still reads them)."""
+    return tuple(
+        replace(d, faults=tuple(f for f in d.faults if not f.sticky), doubt="") if d.device_id == device_id else d
+        for d in devices
+    )
