@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from ray_accel.core.health import Health
 from tests.conftest import CLI
 from tests.integration.conftest import Cluster, ClusterSpec, raylet_pids, start_cluster
-from tests.integration.health_steps import alive_node, gcs_view, record, until
+from tests.integration.health_steps import alive_node, gcs_view, record, until, until_poll, write_faults
 from tests.integration.test_health import lock_is_free
 
 pytestmark = pytest.mark.ray
@@ -45,7 +46,15 @@ print(json.dumps([ray.get(h.where.remote(), timeout=120)]))
 
 
 def test_merging_two_partitions_leaves_the_others_running(tmp_path: Path) -> None:
-    spec = ClusterSpec("repartition", "trn1.32xlarge", 4, start_args=("--mode", "manual", "--manual", FOUR))
+    faults = tmp_path / "faults.json"
+    write_faults(faults, {})
+    spec = ClusterSpec(
+        "repartition",
+        "trn1.32xlarge",
+        4,
+        start_args=("--mode", "manual", "--manual", FOUR, "--health-interval", "0.5"),
+        env={"RAYACCEL_MOCK_FAULTS": str(faults)},
+    )
     cluster = start_cluster(tmp_path / "c", spec)
     try:
         before = {p["partition"]: (p["pid"], p["node_id"]) for p in cluster.status["partitions"]}
@@ -90,6 +99,14 @@ def test_merging_two_partitions_leaves_the_others_running(tmp_path: Path) -> Non
         raylets = {r.pid for p in record(cluster).partitions if (r := p.raylet()) is not None}
         assert until(lambda: raylet_pids() == raylets, 30), (raylet_pids(), raylets)
         assert record(cluster).repartition is None
+
+        # A split that gives back a device health keeps out: refused, naming it.
+        write_faults(faults, {"events": [{"device": "neuron:12", "kind": "ecc", "code": "mem_ecc_uncorrected"}]})
+        until_poll(cluster, lambda h: h.device("neuron:12").state is Health.UNHEALTHY, polls=10)  # type: ignore[union-attr]
+        pids = {p["partition"]: p["pid"] for p in cluster.refresh()["partitions"]}
+        bad = cluster.cli("repartition", "--manual", FOUR)
+        assert bad.returncode == 2 and "device neuron:12 is out of service" in bad.stderr, bad.stderr
+        assert {p["partition"]: p["pid"] for p in cluster.refresh()["partitions"]} == pids
     finally:
         stopped = cluster.stop()
     assert stopped.returncode == 0, stopped.stderr
