@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ray_accel.cluster.files import read_bounded
 from ray_accel.core.errors import InputError
+from ray_accel.core.files import read_bytes
 from ray_accel.core.reader import LOCAL
 from ray_accel.rayapi import auth as rayapi_auth
 from ray_accel.rayapi.feature import RayApiMissing
@@ -76,8 +76,8 @@ def _readable_token(path: Path) -> bool:
     """A regular file holding something: never opened blocking (a FIFO there
     would hang `start`), never read past a size no token has."""
     try:
-        return bool(read_bounded(path, TOKEN_LIMIT).strip())
-    except (OSError, InputError):
+        return bool(read_bytes(path, TOKEN_LIMIT).strip())
+    except OSError:
         return False
 
 
@@ -155,9 +155,7 @@ def provide(auth: Auth, environ: Mapping[str, str]) -> Auth:
     path = Path(auth.token_path)
     if auth.make == COPY:
         path.unlink(missing_ok=True)
-        write_token_file(path, environ[TOKEN_ENV].strip())
-    else:
-        write_token_file(path, _new_token())
+    write_token_file(path, environ[TOKEN_ENV].strip() if auth.make == COPY else _new_token())
     return replace(auth, make=None)
 
 
@@ -196,9 +194,8 @@ def apply(auth: Auth) -> None:
 def raylet_base_env(cluster_auth: Auth) -> dict[str, str]:
     """This process's environment with the cluster's auth, and the same auth
     applied here so our own GCS client and driver can reach the cluster."""
-    apply(cluster_auth)
+    apply(cluster_auth)  # so this process's environment has the auth's own
     env = dict(os.environ)
     if cluster_auth.token_path is not None:
         env.pop(TOKEN_ENV, None)  # raylets read the file, never an env value
-    env.update(cluster_auth.env())
     return env

@@ -25,7 +25,7 @@ import time
 from types import FrameType
 
 from ray_accel.cluster import procs, state
-from ray_accel.cluster.gcs import GcsError, Progress, gcs_nodes
+from ray_accel.cluster.gcs import Progress, poll_nodes
 from ray_accel.cluster.record import HostRecord
 from ray_accel.cluster.signals import handled
 from ray_accel.cluster.stop import stop
@@ -36,14 +36,15 @@ GCS_EVERY_S = 10.0
 STOP_WAIT_S = 120.0
 
 
-def _on_disk(record: HostRecord) -> HostRecord | None:
+def _on_disk(record: HostRecord, keep: bool = True) -> HostRecord | None:
     """The record as it is now on disk (a helper may have restarted a
-    partition), None once it is gone or another start's; `record` as it was
-    while it cannot be read (what we started is still what we watch)."""
+    partition), None once it is gone or another start's; while it cannot be
+    read, `record` as it was if `keep` (what we started is still what we
+    watch), else None."""
     try:
         current = state.load(state.place_of(record))
     except RayAccelError:
-        return record
+        return record if keep else None
     return current if current is not None and current.created == record.created else None
 
 
@@ -73,13 +74,7 @@ def _stop_all(record: HostRecord, grace_s: float, progress: Progress) -> None:
 def _wait_stopped(record: HostRecord) -> None:
     """A `ray-accel stop` is at work: wait until the record is gone."""
     deadline = time.monotonic() + STOP_WAIT_S
-    while time.monotonic() < deadline:
-        try:
-            current = state.load(state.place_of(record))
-        except RayAccelError:
-            current = None
-        if current is None or current.created != record.created:
-            return
+    while time.monotonic() < deadline and _on_disk(record, keep=False) is not None:
         time.sleep(POLL_S)
 
 
@@ -108,12 +103,12 @@ def _watch(record: HostRecord, progress: Progress, grace_s: float, wake: threadi
             progress(f"{asked[0]}: stopping every partition")
             _stop_all(record, grace_s, progress)
             return 0
-        if not _ours_now(record):
+        current = _on_disk(record)
+        if current is None or current.stopping:
             progress("`ray-accel stop` is stopping the partitions")
             _wait_stopped(record)
             progress("stopped by `ray-accel stop`")
             return 0
-        current = _on_disk(record) or record
         checks = procs.check_record(current)
         for p in current.partitions:
             if p.held:
@@ -133,14 +128,8 @@ def _watch(record: HostRecord, progress: Progress, grace_s: float, wake: threadi
                 alive[p.name] = now
         if time.monotonic() >= next_gcs:
             next_gcs = time.monotonic() + GCS_EVERY_S
-            try:
-                nodes = gcs_nodes(record.gcs_address, 3.0, record.auth)
-                error = None
-            except GcsError as e:  # said once per change; asked again next round
-                nodes, error = None, str(e)
-            if error is not None and error != gcs_error:
-                progress(f"warning: {error}")
-            gcs_error = error
+            # An error is said once per change; asked again next round.
+            nodes, gcs_error = poll_nodes(record.gcs_address, gcs_error, progress, 3.0, record.auth)
             for p in current.partitions:
                 reg = None if nodes is None else p.node_id in nodes and nodes[p.node_id].alive
                 if registered.get(p.name, True) != reg:

@@ -21,7 +21,7 @@ from ray_accel.bridge.managers import (
 from ray_accel.core import ray_resources
 from ray_accel.core.errors import InputError
 from ray_accel.core.visibility import format_visible_ids
-from ray_accel.partition.inherited import inherited_mask
+from ray_accel.partition.inherited import InheritedMask, inherited_mask
 from ray_accel.partition.plan import Partition, group_type, models_of
 from ray_accel.plugins.inventory import discover
 from ray_accel.rayapi import address as rayapi_address
@@ -32,7 +32,9 @@ log = logging.getLogger(__name__)
 PartitionArg = Partition | str | Sequence[int] | None
 
 
-def _partition_ids(partition: PartitionArg, spec: BridgeSpec, plugin_parse: Any) -> list[int] | None:
+def _partition_ids(
+    partition: PartitionArg, spec: BridgeSpec, plugin_parse: Any, mask: InheritedMask | None
+) -> list[int] | None:
     if partition is None:
         return None
     if isinstance(partition, Partition):
@@ -46,6 +48,10 @@ def _partition_ids(partition: PartitionArg, spec: BridgeSpec, plugin_parse: Any)
         raise InputError(f"partition names {spec.resource_name} id {unknown[0]}, which this host does not have")
     if not ids:
         raise InputError("partition is empty")
+    if mask is not None and (outside := sorted(set(ids) - set(mask.ids))):
+        raise InputError(
+            f"partition names {spec.resource_name} id {outside[0]}, outside the inherited mask {mask.env}={mask.value}"
+        )
     return ids
 
 
@@ -141,14 +147,7 @@ def init(partition: PartitionArg = None, backend: str | None = None, **ray_init_
         return ray.init(**ray_init_kwargs)
     spec = BridgeSpec.from_plugin(plugin)
     mask = inherited_mask(plugin, os.environ)
-    ids = _partition_ids(partition, spec, plugin.parse_visible)
-    if ids is not None and mask is not None:
-        outside = sorted(set(ids) - set(mask.ids))
-        if outside:
-            raise InputError(
-                f"partition names {spec.resource_name} id {outside[0]}, outside the inherited mask "
-                f"{mask.env}={mask.value}"
-            )
+    ids = _partition_ids(partition, spec, plugin.parse_visible, mask)
     if ids is not None:
         visible, where = ids, "the partition"
     elif mask is not None:

@@ -17,8 +17,7 @@ from ray_accel.metrics.export import ExporterEntry
 def host_level_partition(record: HostRecord) -> str | None:
     """The partition whose exporter also exports the host's own values: the
     first one serving (one stopped on purpose has no exporter)."""
-    serving = [p.name for p in record.partitions if p.health.state is not PartState.STOPPED]
-    return serving[0] if serving else None
+    return next((p.name for p in record.partitions if p.health.state is not PartState.STOPPED), None)
 
 
 def exporter_entries(parts: Sequence[PartitionEntry]) -> list[ExporterEntry]:

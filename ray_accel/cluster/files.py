@@ -1,7 +1,8 @@
 """Reading and writing the small files of the state directory without being led
 astray: a FIFO or device where a file should be would block a plain `open`
 forever, a symbolic link would redirect a write, a huge file would be read
-whole. Every read here is non-blocking, of a regular file only, and bounded.
+whole. Every read (`ray_accel.core.files.read_bytes`) is non-blocking, of a regular
+file only, and bounded.
 """
 
 from __future__ import annotations
@@ -11,25 +12,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from ray_accel.core.errors import InputError
-from ray_accel.core.files import UnreadableFile, read_bytes
-
-
-class UnsafeFileError(InputError):
-    """Not a regular file of a sane size where one was expected."""
-
-
-def read_bounded(path: Path, limit: int, follow: bool = True) -> bytes:
-    """The bytes of the regular file at `path`, at most `limit` of them.
-
-    Raises FileNotFoundError when there is none, `UnsafeFileError` for a FIFO,
-    device, directory, symbolic link (unless `follow`) or a file over `limit`,
-    and OSError for what the kernel refuses.
-    """
-    try:
-        return read_bytes(path, limit, follow)
-    except UnreadableFile as e:
-        raise UnsafeFileError(str(e)) from None
+from ray_accel.core.files import UnreadableFile
 
 
 def open_for_write(path: Path, mode: int = 0o600) -> int:
@@ -39,7 +22,7 @@ def open_for_write(path: Path, mode: int = 0o600) -> int:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise UnsafeFileError(f"{path} is not a regular file")
+            raise UnreadableFile(f"{path} is not a regular file")
     except BaseException:
         os.close(fd)
         raise

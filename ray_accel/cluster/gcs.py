@@ -61,25 +61,30 @@ def gcs_nodes(address: str, timeout_s: float = 5.0, cluster_auth: auth.Auth | No
     return None if nodes is None else {n.node_id: n for n in nodes}
 
 
-def wait_registered(
-    address: str, node_ids: Sequence[str], timeout_s: float, progress: Progress, cluster_auth: auth.Auth
-) -> None:
-    """Wait until every one of `node_ids` is registered and alive. A GCS
-    error is reported through `progress` each time it changes (the GCS may
-    come up later) and named in the timeout's error."""
+def poll_nodes(
+    address: str, said: str | None, progress: Progress, timeout_s: float = 5.0, cluster_auth: auth.Auth | None = None
+) -> tuple[dict[str, GcsNode] | None, str | None]:
+    """`gcs_nodes`, and the GCS's error (None: it answered or was silent),
+    said through `progress` unless it is the one `said` last time."""
+    try:
+        return gcs_nodes(address, timeout_s, cluster_auth), None
+    except GcsError as e:
+        if str(e) != said:
+            progress(f"warning: {e}")
+        return None, str(e)
+
+
+def wait_registered(address: str, node_ids: Sequence[str], timeout_s: float, progress: Progress) -> None:
+    """Wait until every one of `node_ids` is registered and alive, asking
+    with the auth this process was given for its raylets (`auth.apply`). A
+    GCS error is reported through `progress` each time it changes (the GCS
+    may come up later) and named in the timeout's error."""
     deadline = time.monotonic() + timeout_s
     seen = -1
     last_error: str | None = None
     while time.monotonic() < deadline:
-        try:
-            nodes = gcs_nodes(address, cluster_auth=cluster_auth) or {}
-            error = None
-        except GcsError as e:
-            nodes, error = {}, str(e)
-        if error != last_error and error is not None:
-            progress(f"warning: {error}")
-        last_error = error
-        up = sum(1 for n in node_ids if n in nodes and nodes[n].alive)
+        nodes, last_error = poll_nodes(address, last_error, progress)
+        up = sum(1 for n in node_ids if nodes and n in nodes and nodes[n].alive)
         if up != seen:
             progress(f"registered {up}/{len(node_ids)} raylets")
             seen = up

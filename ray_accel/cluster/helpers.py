@@ -12,15 +12,21 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ray_accel.cluster import procs, state
 from ray_accel.cluster.files import open_for_write
+from ray_accel.cluster.gcs import Progress
 from ray_accel.cluster.record import HostRecord, RayProcess
 from ray_accel.core.errors import RayAccelError
 from ray_accel.core.processes import ProcessRecord
 from ray_accel.plugins.inventory import SPEC_ENV
+
+# What the CLI runs once every partition is up, at the end of a start (inside
+# its undo) or a recover, under the lock: the health layer starts its helper
+# (again, where it is gone).
+After = Callable[[HostRecord, Progress], HostRecord]
 
 
 def register(kind: str, module: str) -> None:

@@ -48,27 +48,14 @@ def _ray_detected() -> tuple[int, int, Callable[[int], int]]:
 def read_host(figures: Mapping[str, int], resources: Mapping[str, float] | None = None) -> HostResources:
     """The host's amounts: the user's `figures` (`RayOptions.figures`), else Ray's own."""
     cpus, available, size_store = _ray_detected()
-    store = figures.get("object_store_memory")
-    if store is None:
-        store = int(size_store(available))
-    memory = figures.get("memory")
-    if memory is None:
-        memory = available - store
-        if memory <= 0:
-            raise InputError(
-                f"--object-store-memory {store} leaves no memory for tasks: the host has {available} bytes available"
-            )
-    sources = {
-        key: next(f for f, k in HOST_FLAGS.items() if k == key) if key in figures else "host"
-        for key in ("cpus", "memory", "object_store_memory")
-    }
-    return HostResources(
-        cpus=figures.get("cpus", cpus),
-        memory=memory,
-        object_store_memory=store,
-        resources=dict(resources or {}),
-        sources=sources,
-    )
+    store = figures.get("object_store_memory", int(size_store(available)))
+    memory = figures.get("memory", available - store)
+    if memory <= 0:
+        raise InputError(
+            f"--object-store-memory {store} leaves no memory for tasks: the host has {available} bytes available"
+        )
+    sources = {key: flag if key in figures else "host" for flag, key in HOST_FLAGS.items()}
+    return HostResources(figures.get("cpus", cpus), memory, store, dict(resources or {}), sources)
 
 
 def allowed_cpus() -> frozenset[int]:

@@ -14,39 +14,28 @@ Ctrl-C from killing launchers half-way: `start` decides what to stop.
 from __future__ import annotations
 
 import concurrent.futures
-import os
 import signal
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ray_accel.cluster import procs
-from ray_accel.cluster.files import UnsafeFileError, open_for_write, read_bounded, tail_lines
+from ray_accel.cluster.files import open_for_write, tail_lines
+from ray_accel.cluster.raylet_launch import LaunchReport
 from ray_accel.cluster.record import RayProcess, parse_processes
 from ray_accel.cluster.startargs import launch_argv
 from ray_accel.core.errors import InputError
+from ray_accel.core.files import read_bytes
 from ray_accel.core.processes import ProcessRecord
 from ray_accel.core.reader import Node, parse_json
 
 RESULT_LIMIT = 1024 * 1024
 POLL_S = 0.1
-
-
-@dataclass(frozen=True)
-class LaunchResult:
-    name: str
-    ok: bool
-    error: str | None
-    processes: tuple[RayProcess, ...]
-    node_id: str | None = None
-    gcs_address: str | None = None
-    node_ip: str | None = None
-    log: str | None = None
-    dashboard_url: str | None = None  # the head's, when its dashboard runs
 
 
 @dataclass
@@ -60,7 +49,7 @@ class Launch:
     timeout_s: float
     proc: subprocess.Popen[bytes] | None = None
     leader: ProcessRecord | None = None
-    result: LaunchResult | None = None
+    result: LaunchReport | None = None
 
     @property
     def result_path(self) -> Path:
@@ -82,44 +71,34 @@ class Launch:
         # (never seen), its group is left alone rather than guessed at.
         self.leader = ProcessRecord.of(self.proc.pid)
 
-    def wait(self, abort: threading.Event) -> LaunchResult:
+    def wait(self, abort: threading.Event) -> LaunchReport:
         """The launcher's result, killing its whole group first if it runs
         past its time or `abort` is set."""
         assert self.proc is not None
         deadline = time.monotonic() + self.timeout_s
         why: str | None = None
-        while True:
+        while why is None:
             try:
                 self.proc.wait(timeout=POLL_S)
                 break
             except subprocess.TimeoutExpired:
-                pass
-            if abort.is_set():
-                why = "interrupted"
-            elif time.monotonic() > deadline:
-                why = f"no result within {self.timeout_s:g}s"
-            if why:
-                self.kill()
-                break
+                late = time.monotonic() > deadline
+                why = "interrupted" if abort.is_set() else f"no result within {self.timeout_s:g}s" if late else None
+        if why:
+            self.kill()
         self.result = self._read_result(why)
         return self.result
 
     def kill(self) -> None:
         """SIGKILL the launcher and every member of its group."""
-        if self.proc is None:
-            return
+        assert self.proc is not None
         for member in self.members():
             if member.alive():
-                try:
-                    os.kill(member.pid, signal.SIGKILL)
-                except OSError:
-                    pass
+                procs.send(member.pid, signal.SIGKILL)
         if self.proc.poll() is None:
             self.proc.kill()
-        try:
+        with suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
 
     def members(self) -> list[ProcessRecord]:
         """What is left of this launcher's process group."""
@@ -127,30 +106,33 @@ class Launch:
             return []
         return procs.group_members(self.leader.pid, self.leader.start_ticks)
 
-    def _read_result(self, why: str | None) -> LaunchResult:
+    def _read_result(self, why: str | None) -> LaunchReport:
         processes: tuple[RayProcess, ...] = ()
+        node: list[str | None] = [None] * 4  # node_id, gcs_address, node_ip, dashboard_url
         try:
-            raw = read_bounded(self.result_path, RESULT_LIMIT, follow=False)
+            raw = read_bytes(self.result_path, RESULT_LIMIT, follow=False)
             obj = Node(parse_json(raw, str(self.result_path)))
             processes = parse_processes(obj.at("processes", []).data, "processes")
             ok = obj.at("ok", None).data is True and why is None
             # What a launcher said, cut short; a null or empty string says nothing.
-            said = {
-                k: Node(obj.mapping().get(k) or "", k).text(1 << 20, empty=True, forbid="")[:2000] or None
+            said_error, *said = (
+                Node(obj.mapping().get(k) or "", k).text(1 << 20, empty=True, forbid="")[:2000] or None
                 for k in ("error", "node_id", "gcs_address", "node_ip", "dashboard_url")
-            }
-            said_error = said.pop("error")
+            )
             error = why or said_error or (None if ok else "the launcher reported a failure")
-            if ok and not all(said[k] for k in ("node_id", "gcs_address", "node_ip")):
+            if ok and not all(said[:3]):
                 ok, error = False, "the launcher's result names no node"
-            fields = said
+            node = said
         except FileNotFoundError:
-            ok, error, fields = False, why or "the launcher exited without a result", {}
-        except (OSError, UnsafeFileError, InputError) as e:
-            ok, error, fields = False, why or f"unreadable launcher result {self.result_path}: {e}", {}
+            ok, error = False, why or "the launcher exited without a result"
+        except (OSError, InputError) as e:
+            ok, error = False, why or f"unreadable launcher result {self.result_path}: {e}"
         if not ok:
             error = f"{error}; log {self.log_path}: " + " | ".join(tail_lines(self.log_path, 3))
-        return LaunchResult(self.name, ok, error, processes, log=str(self.log_path), **fields)
+        node_id, gcs_address, node_ip, dashboard_url = node
+        return LaunchReport(
+            ok, error, 0.0, None, processes, node_id, gcs_address, node_ip, dashboard_url, self.name, str(self.log_path)
+        )
 
 
 @dataclass
@@ -164,16 +146,16 @@ class Launches:
     launches: list[Launch] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def run(self, name: str, args: Sequence[str], env: Mapping[str, str]) -> LaunchResult:
+    def run(self, name: str, args: Sequence[str], env: Mapping[str, str]) -> LaunchReport:
         launch = Launch(name, args, env, self.log_dir, self.timeout_s)
         with self._lock:
             if self.abort.is_set():
-                return LaunchResult(name, False, "interrupted", ())
+                return LaunchReport(False, "interrupted", name=name)
             self.launches.append(launch)
             launch.begin()
         return launch.wait(self.abort)
 
-    def run_all(self, jobs: Sequence[tuple[str, Sequence[str], Mapping[str, str]]]) -> list[LaunchResult]:
+    def run_all(self, jobs: Sequence[tuple[str, Sequence[str], Mapping[str, str]]]) -> list[LaunchReport]:
         """Launch `jobs` at once; every result, in order. An interrupt here
         (Ctrl-C in the main thread) aborts every launch before it propagates."""
         if not jobs:

@@ -64,11 +64,6 @@ class RayletPorts:
     min_worker_port: int
     max_worker_port: int
 
-    @property
-    def end(self) -> int:
-        """The last port of this block."""
-        return self.max_worker_port
-
     def all(self) -> list[int]:
         return [*self.named.values(), *range(self.min_worker_port, self.max_worker_port + 1)]
 
@@ -104,12 +99,9 @@ def raylet_ports(base: int, workers: int = MIN_WORKER_PORTS, client_server: bool
 def port_blocks(base: int, workers: Sequence[int], client_server: bool = False) -> list[RayletPorts]:
     """Consecutive blocks from `base`, one per raylet; the first (the head's)
     holds the client server port when `client_server`."""
-    blocks = []
-    start = base
-    for i, n in enumerate(workers):
-        block = raylet_ports(start, n, client_server and i == 0)
-        blocks.append(block)
-        start = block.end + 1
+    blocks: list[RayletPorts] = []
+    for i, n in enumerate(workers):  # each from the port after the last one's worker ports
+        blocks.append(raylet_ports(blocks[-1].max_worker_port + 1 if blocks else base, n, client_server and i == 0))
     return blocks
 
 

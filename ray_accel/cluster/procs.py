@@ -28,7 +28,6 @@ from importlib.util import find_spec
 from ray_accel.cluster.record import HostRecord, RayProcess, RecordError
 from ray_accel.core.processes import (
     ProcessRecord,
-    ProcStat,
     children_map,
     current,
     descendants,
@@ -97,15 +96,9 @@ def identity(argv: Sequence[str]) -> str:
             return f"-m {rest[i + 1]}" if i + 1 < len(rest) else argv[0]
         if arg.startswith("-m") and len(arg) > 2:
             return f"-m {arg[2:]}"
-        if arg == "-c":
-            return "-c"
-        if arg in _PYTHON_VALUE_OPTIONS:
-            i += 2
-            continue
-        if arg.startswith("-"):
-            i += 1
-            continue
-        return arg
+        if arg == "-c" or not arg.startswith("-"):
+            return arg
+        i += 2 if arg in _PYTHON_VALUE_OPTIONS else 1
     return argv[0]
 
 
@@ -139,7 +132,6 @@ def never_signal() -> set[int]:
         out.add(pid)
         stat = read_stat(pid)
         pid = stat.ppid if stat is not None else 0
-    out.add(os.getpid())
     return out
 
 
@@ -191,11 +183,8 @@ def require_trusted(record: HostRecord, source: str, action: str) -> dict[RayPro
     return checks
 
 
-def alive(record: ProcessRecord) -> bool:
-    return record.alive()
-
-
-def _signal(pid: int, sig: int) -> bool:
+def send(pid: int, sig: int) -> bool:
+    """Whether `sig` reached `pid`."""
     try:
         os.kill(pid, sig)
         return True
@@ -220,27 +209,27 @@ def terminate(records: Iterable[ProcessRecord], grace_s: float = 5.0) -> list[in
             if child is not None:
                 targets.setdefault(pid, child)
     never = never_signal()
-    signalled = [pid for pid, r in targets.items() if pid not in never and r.alive() and _signal(pid, signal.SIGTERM)]
+    signalled = [pid for pid, r in targets.items() if pid not in never and r.alive() and send(pid, signal.SIGTERM)]
     deadline = time.monotonic() + max(0.0, grace_s)
     while time.monotonic() < deadline and any(targets[p].alive() for p in signalled):
         time.sleep(0.05)
     left = [p for p in signalled if targets[p].alive()]
     for pid in left:
-        _signal(pid, signal.SIGKILL)
+        send(pid, signal.SIGKILL)
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and any(targets[p].alive() for p in left):
         time.sleep(0.05)
     return sorted(signalled)
 
 
-def group_members(pgid: int, not_before_ticks: int, stats: Iterable[ProcStat] | None = None) -> list[ProcessRecord]:
+def group_members(pgid: int, not_before_ticks: int) -> list[ProcessRecord]:
     """Live processes of process group `pgid` that started no earlier than
     `not_before_ticks` (the group leader's start: an older process cannot
     have been started by it)."""
     never = never_signal()
     return [
         ProcessRecord(s.pid, s.start_ticks)
-        for s in (snapshot().values() if stats is None else stats)
+        for s in snapshot().values()
         if s.pgrp == pgid and s.start_ticks >= not_before_ticks and s.pid not in never and s.state not in ("Z", "X")
     ]
 

@@ -16,10 +16,10 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ray_accel.core.reader import dump
+from ray_accel.core.reader import LOCAL, dump
 from ray_accel.rayapi import node as rayapi_node
 from ray_accel.rayapi.feature import RayApiMissing
 
@@ -34,7 +34,8 @@ CPU_SET_ENV = "RAYACCEL_CPU_SET"
 
 @dataclass(frozen=True)
 class LaunchReport:
-    """The result file `launcher` reads: how the start went and what it started."""
+    """The result file `launcher` reads: how the start went and what it
+    started; the launcher adds which partition it was, and its log."""
 
     ok: bool
     error: str | None
@@ -45,6 +46,8 @@ class LaunchReport:
     gcs_address: str | None = None
     node_ip: str | None = None
     dashboard_url: str | None = None  # the head's, when its dashboard runs
+    name: str = field(default="", metadata=LOCAL)
+    log: str | None = field(default=None, metadata=LOCAL)
 
 
 def _pin() -> str | None:
@@ -142,13 +145,9 @@ def main(argv: list[str]) -> int:
         error = "ray start created no node"
     report = LaunchReport(error is None, error, time.time() - started, pinned, processes)
     if facts is not None:
-        url = facts.webui_url
+        url = facts.webui_url and (facts.webui_url if "://" in facts.webui_url else f"http://{facts.webui_url}")
         report = dataclasses.replace(
-            report,
-            node_id=facts.node_id,
-            gcs_address=facts.gcs_address,
-            node_ip=facts.node_ip,
-            dashboard_url=url and (url if "://" in url else f"http://{url}"),
+            report, node_id=facts.node_id, gcs_address=facts.gcs_address, node_ip=facts.node_ip, dashboard_url=url
         )
     return _report(result_path, report)
 

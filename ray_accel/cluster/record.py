@@ -15,10 +15,10 @@ import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from ray_accel.bridge.managers import BridgeSpec
-from ray_accel.cluster.auth import Auth, AuthError
+from ray_accel.cluster.auth import Auth
 from ray_accel.cluster.ports import NAMED, RayletPorts
 from ray_accel.cluster.startargs import validate_ray_args
 from ray_accel.core import validate
@@ -26,7 +26,7 @@ from ray_accel.core.errors import InputError
 from ray_accel.core.health_state import HealthSettings, PartitionState, PartState
 from ray_accel.core.hosts import canonical_ip
 from ray_accel.core.processes import ProcessRecord
-from ray_accel.core.reader import Node, ReadError, dump, dump_fields, load, parse_json, show
+from ray_accel.core.reader import Node, ReadError, dump_fields, load, parse_json, show
 from ray_accel.core.visibility import format_visible_ids
 from ray_accel.partition.plan import MaskView, Mode, Partition
 from ray_accel.partition.share import Share
@@ -146,21 +146,10 @@ class PartitionEntry:
         found = self.of_kind("raylet")
         return found[0] if found else None
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            **self.partition.to_json(),  # the planned part, as `plan --json` writes it
-            "share": None if self.share is None else self.share.to_json(),
-            "labels": dict(self.labels),
-            "head": self.head,
-            "ports": dump(self.ports),
-            "processes": dump(self.processes),
-            "node_id": self.node_id,
-            "node_ip": self.node_ip,
-            "log": self.log,
-            "out": list(self.out),
-            "out_core_ids": list(self.out_core_ids),
-            "health": dump(self.health),
-        }
+    def to_json(self) -> dict[str, object]:
+        fields = dump_fields(self, labels=dict(self.labels))
+        del fields["name"]  # the planned part first, as `plan --json` writes it: `partition`
+        return {**self.partition.to_json(), **fields}
 
 
 @dataclass(frozen=True)
@@ -214,30 +203,17 @@ def dumps(record: HostRecord) -> str:
     # A record read from an earlier version's file is written back in its
     # own version (`stop` marks it stopping), which that version can read.
     spec = dump_fields(record.spec)
-    ip = {} if record.legacy else {"host_ip": record.host_ip}
     data = {
         "version": LEGACY_VERSION if record.legacy else VERSION,
-        "host": record.host,
-        **ip,
-        "created": record.created,
-        "head": record.head,
-        "mode": record.mode,
-        "spec": {k: v for k, v in spec.items() if k not in ("backend", "traits")} if record.legacy else spec,
-        "ray_args": list(record.ray_args),
-        "gcs_address": record.gcs_address,
-        "gcs_port": record.gcs_port,
-        "auth": dump(record.auth),
-        "metrics": record.metrics,
-        "labels": dict(record.labels),
-        "dashboard_url": record.dashboard_url,
-        "cpu_pinning": record.cpu_pinning,
-        "inherited_mask": dump(record.inherited_mask),
-        "stopping": record.stopping,
-        "health": dump(record.health),
-        "decider": dump(record.decider),
-        "repartition": dump(record.repartition),
-        "partitions": [p.to_json() for p in record.partitions],
+        **dump_fields(
+            record,
+            spec={k: v for k, v in spec.items() if k not in ("backend", "traits")} if record.legacy else spec,
+            labels=dict(record.labels),
+            partitions=[p.to_json() for p in record.partitions],
+        ),
     }
+    if record.legacy:
+        del data["host_ip"]
     return json.dumps(data, indent=2, allow_nan=False)
 
 
@@ -257,14 +233,12 @@ def parse_record(raw: bytes | str, source: str) -> HostRecord:
         raise RecordError(f"state file {source} does not fit the state record: {e}") from None
 
 
-def _checked(node: Node, check: Callable[[str], object], limit: int) -> str:
-    """A string that `check` (raising `InputError`) accepts."""
-    text = node.text(limit)
+def _checked(node: Node, check: Callable[..., T], *args: object) -> T:
+    """`check(*args)`, its `InputError` named at `node`."""
     try:
-        check(text)
+        return check(*args)
     except InputError as e:
         node.fail(str(e))
-    return text
 
 
 def _record(obj: Node) -> HostRecord:
@@ -293,11 +267,12 @@ def _record(obj: Node) -> HostRecord:
         listed.fail(f"core {shared} belongs to two partitions")
     if [i for i, p in enumerate(parts) if p.head] != ([0] if head else []):
         listed.fail("the head partition must be the first, and only in a record of a head")
-    auth_node = obj.at("auth")
-    try:
-        auth = Auth.from_json(auth_node.mapping())
-    except AuthError as e:
-        auth_node.fail(str(e))
+    auth_node, args_node, address = obj.at("auth"), obj.at("ray_args"), obj.at("gcs_address")
+    auth = _checked(auth_node, lambda: Auth.from_json(auth_node.mapping()))
+    ray_args = args_node.texts(MAX_TEXT, 256)
+    # Checked as `start` checks them: `--recover` passes them to `ray start` again.
+    _checked(args_node, validate_ray_args, ray_args)
+    gcs_host, gcs_port = _checked(address, validate.host_port, address.text(300), address.path)
     if auth.token_path is not None:
         Node(auth.token_path, "auth.token_path").text(MAX_TEXT)
     return HostRecord(
@@ -307,8 +282,8 @@ def _record(obj: Node) -> HostRecord:
         head=head,
         mode=mode,
         spec=spec,
-        ray_args=_ray_args(obj.at("ray_args")),
-        gcs_address=_address(obj.at("gcs_address")),
+        ray_args=ray_args,
+        gcs_address=f"{gcs_host}:{gcs_port}",
         gcs_port=_opt(obj.at("gcs_port", None), lambda n: n.int(1, 65535)),
         auth=auth,
         partitions=parts,
@@ -367,7 +342,8 @@ def _units(node: Node) -> tuple[int, ...]:
 
 
 def _partition(obj: Node, spec: BridgeSpec) -> PartitionEntry:
-    name = _checked(obj.at("partition"), validate.partition_name, 63)
+    named = obj.at("partition")
+    name = _checked(named, validate.partition_name, named.text(63))
     device_ids = obj.at("device_ids").texts(256, MAX_UNITS)
     listed = obj.at("core_ids")
     core_ids = _units(listed)
@@ -462,10 +438,7 @@ def _spec(obj: Node, legacy: bool = False) -> BridgeSpec:
     else:
         backend = _matching(obj.at("backend"), _BACKEND, 64, "{value} is not a backend name")
         traits_node = obj.at("traits")
-        try:
-            traits = DeviceTraits.from_json(traits_node.mapping())
-        except InputError as e:
-            obj.fail(str(e))
+        traits = _checked(obj, lambda: DeviceTraits.from_json(traits_node.mapping()))
     units = obj.at("unit_ids").list(MAX_UNITS)
     return BridgeSpec(
         backend=backend,
@@ -487,24 +460,6 @@ def _process_env(node: Node) -> tuple[tuple[str, str], ...]:
             row.fail("a [name, value] pair")
         out.append((_matching(pair[0], _ENV_NAME, 128, "{value} is not an environment variable name"), pair[1].text()))
     return tuple(out)
-
-
-def _ray_args(node: Node) -> tuple[str, ...]:
-    args = tuple(a.text(MAX_TEXT) for a in node.list(256))
-    # Checked as `start` checks them: `--recover` passes them to `ray start` again.
-    try:
-        validate_ray_args(args)
-    except InputError as e:
-        node.fail(str(e))
-    return args
-
-
-def _address(node: Node) -> str:
-    try:
-        host, port = validate.host_port(node.text(300), node.path)
-    except InputError as e:
-        node.fail(str(e))
-    return f"{host}:{port}"
 
 
 def _ip(node: Node) -> str:

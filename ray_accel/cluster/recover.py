@@ -12,15 +12,16 @@ decider's shrink and return.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
 from ray_accel.bridge.managers import raylet_env
-from ray_accel.cluster import exporters, procs, state
+from ray_accel.cluster import exporters, helpers, procs, state
 from ray_accel.cluster.auth import raylet_base_env
 from ray_accel.cluster.gcs import Progress, wait_registered
 from ray_accel.cluster.host import read_host
+from ray_accel.cluster.identity import local_addresses
 from ray_accel.cluster.launcher import Launches
 from ray_accel.cluster.ports import check_free
 from ray_accel.cluster.raylet import partition_env
@@ -34,10 +35,6 @@ from ray_accel.partition.share import Share, divide
 
 # A recovered raylet is new; the head's cluster-wide processes stay as they were.
 HEAD_KINDS = ("gcs_server", "dashboard", "monitor", "ray_client_server")
-
-# What the CLI runs at the end of a recover, under the lock (the health layer
-# starts its helper again where it is gone).
-After = Callable[[HostRecord, Progress], HostRecord]
 
 
 def relaunch(
@@ -57,19 +54,8 @@ def relaunch(
     check_free([p.ports.named["node_manager_port"], p.ports.named["object_manager_port"]], f"restarting {p.name}")
     own = record.spec.for_partition(part)
     share = recorded_share(p, record)
-    args = ray_start_args(
-        part,
-        p.ports,
-        own,
-        head=False,
-        gcs=record.gcs_address,
-        gcs_port=0,
-        share=share,
-        user=RayOptions.read(record.ray_args),
-        user_labels=dict(record.labels),
-        dashboard=True,
-        extra_labels=dict(extra_labels),
-    )
+    labels = {**dict(record.labels), **extra_labels}
+    args = ray_start_args(part, p.ports, own, share, RayOptions.read(record.ray_args), labels, record.gcs_address)
     progress(f"restarting {part.name}: {record.spec.visible_ids_env}={part.visible_ids}")
     (result,) = launches.run_all([(part.name, args, partition_env(base_env, own, part, share))])
     if not result.ok:
@@ -86,25 +72,23 @@ def relaunch(
     )
 
 
-def recover(progress: Progress, timeout_s: float = 180.0, after: After | None = None) -> HostRecord:
+def recover(progress: Progress, timeout_s: float = 180.0, after: helpers.After | None = None) -> HostRecord:
     found = state.locate()
-    place = found.place
+    place, note = found.place, found.note()
+    nothing = "nothing to recover: no partitions recorded (use `ray-accel start`)"
     if place is None:
-        note = found.note()
-        raise InputError(
-            "nothing to recover: no partitions recorded (use `ray-accel start`)" + (f"; {note}" if note else "")
-        )
+        raise InputError(nothing + (f"; {note}" if note else ""))
     with state.host_lock("start --recover", place), interruptible():
         record = state.load(place)
         if record is None:
-            raise InputError("nothing to recover: no partitions recorded (use `ray-accel start`)")
+            raise InputError(nothing)
         state.check_host(record, place, "start --recover")
         if record.legacy:
             raise InputError(
                 f"state file {place.file} is an earlier ray-accel's record: start --recover restarts partitions "
                 "from a record of this version; run `ray-accel stop`, then `ray-accel start`"
             )
-        if not state.address_is_local(record):
+        if record.host_ip not in local_addresses():
             raise InputError(
                 f"state file {place.file} was written for node IP {record.host_ip}, which is not an address of "
                 "this host now: its raylets cannot be restarted there; run `ray-accel stop`, then `ray-accel start`"
@@ -116,18 +100,14 @@ def recover(progress: Progress, timeout_s: float = 180.0, after: After | None = 
                 "the head's GCS is dead, so the cluster is gone: run `ray-accel stop`, then `ray-accel start`"
             )
 
-        def raylet_alive(p: PartitionEntry) -> bool:
-            raylet = p.raylet()
-            return raylet is not None and checks[raylet].ours
-
         # A partition the decider drains or stopped stays as it is: the decider brings it back.
-        dead = [p for p in record.partitions if not raylet_alive(p) and not p.held]
+        dead = [p for p in record.partitions if not any(checks[r].ours for r in p.of_kind("raylet")) and not p.held]
         if not dead:
             progress("every partition is alive: nothing to recover")
             return after(record, progress) if after is not None else record
-        cluster_auth = record.auth
-        if cluster_auth.token_path is not None and not Path(cluster_auth.token_path).is_file():
-            raise InputError(f"the cluster's token file {cluster_auth.token_path} is gone; cannot restart raylets")
+        token = record.auth.token_path
+        if token is not None and not Path(token).is_file():
+            raise InputError(f"the cluster's token file {token} is gone; cannot restart raylets")
         base_env = relaunch_env(record)
         launches = Launches(state.ensure_dir(place), timeout_s)
         try:
@@ -138,9 +118,7 @@ def recover(progress: Progress, timeout_s: float = 180.0, after: After | None = 
                 record = record.with_partitions([new if q.name == p.name else q for q in record.partitions])
                 state.save(record)
             restarted = [q for q in record.partitions if q.name in {p.name for p in dead}]
-            wait_registered(
-                record.gcs_address, [q.node_id for q in restarted if q.node_id], timeout_s, progress, cluster_auth
-            )
+            wait_registered(record.gcs_address, [q.node_id for q in restarted if q.node_id], timeout_s, progress)
         except BaseException:
             with shielded():
                 launches.undo()

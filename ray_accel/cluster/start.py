@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from importlib.util import find_spec
 from pathlib import Path
@@ -29,9 +29,10 @@ from ray_accel.bridge.managers import LOST_WITHOUT_BRIDGE, BridgeSpec, BridgeUns
 from ray_accel.cluster import auth, exporters, helpers, identity, procs, state
 from ray_accel.cluster.gcs import Progress, wait_registered
 from ray_accel.cluster.host import divide_host, read_host
-from ray_accel.cluster.launcher import Launches, LaunchResult
+from ray_accel.cluster.launcher import Launches
 from ray_accel.cluster.ports import RayletPorts, check_free, plan_ports, worker_ports
 from ray_accel.cluster.raylet import DEFAULT_GCS_PORT, StartRequest, check_user_keys, partition_env
+from ray_accel.cluster.raylet_launch import LaunchReport
 from ray_accel.cluster.record import HostRecord, PartitionEntry
 from ray_accel.cluster.signals import interruptible, shielded
 from ray_accel.cluster.startargs import RayOptions, ray_start_args
@@ -132,7 +133,7 @@ def refuse_running(action: str, place: state.Place) -> list[state.Place]:
     earlier version's); `InputError` if one names running partitions or
     cannot be trusted."""
     stale = []
-    places = [place, *(p for p in state.records_of_this_host() if p != place)]
+    places = [place, *(p for p in state.candidates()[0] if p != place)]
     for where in places:
         record = state.load(where)
         if record is None:
@@ -201,12 +202,7 @@ def plan_launch(req: StartRequest, ip: str, state_dir: Path) -> LaunchPlan:
     )
 
 
-# What the CLI runs once every partition is up, under the lock and inside the
-# undo of a failed start (the health layer starts its helper).
-After = Callable[[HostRecord, Progress], HostRecord]
-
-
-def start(req: StartRequest, progress: Progress, after: After | None = None) -> HostRecord:
+def start(req: StartRequest, progress: Progress, after: helpers.After | None = None) -> HostRecord:
     if req.join.head == bool(req.join.address):
         raise InputError("give exactly one of --head (start a cluster) or --address ADDR (join one)")
     if not req.services.dashboard and req.ray.include_dashboard not in (None, "false", "False", "0"):
@@ -253,24 +249,13 @@ def launch(lp: LaunchPlan, launches: Launches, progress: Progress) -> HostRecord
     def job(i: int, gcs: str | None) -> tuple[str, list[str], dict[str, str]]:
         part, share = serving(plan[i], lp.out), lp.division.shares[i]
         own = lp.spec.for_partition(part)  # its raylet advertises its own devices' type
-        args = ray_start_args(
-            part,
-            lp.ports[i],
-            own,
-            head=head and i == 0,
-            gcs=gcs,
-            gcs_port=lp.gcs_port,
-            share=share,
-            user=lp.ray,
-            user_labels=req.offer.labels,
-            dashboard=req.services.dashboard,
-            extra_labels=lp.labels[part.name],
-        )
+        labels = {**req.offer.labels, **lp.labels[part.name]}
+        args = ray_start_args(part, lp.ports[i], own, share, lp.ray, labels, gcs, lp.gcs_port, req.services.dashboard)
         pinned = f", CPUs {format_cpulist(share.cpu_set)}" if share.cpu_set is not None else ""
         progress(f"starting {part.name}: {lp.spec.visible_ids_env}={part.visible_ids}{pinned}")
         return part.name, args, partition_env(base_env, own, part, share)
 
-    def entry(i: int, result: LaunchResult) -> PartitionEntry:
+    def entry(i: int, result: LaunchReport) -> PartitionEntry:
         part = plan[i]
         return PartitionEntry(
             name=part.name,
@@ -291,7 +276,7 @@ def launch(lp: LaunchPlan, launches: Launches, progress: Progress) -> HostRecord
         )
 
     gcs, first = req.join.address, 0
-    heads: list[LaunchResult] = []
+    heads: list[LaunchReport] = []
     if head:
         (ours,) = heads = launches.run_all([job(0, None)])
         if not ours.ok or ours.gcs_address is None:
@@ -327,5 +312,5 @@ def launch(lp: LaunchPlan, launches: Launches, progress: Progress) -> HostRecord
     if failed:
         raise RayAccelError(f"partition {failed[0].name} failed: {failed[0].error}")
     nodes = [p.node_id for p in record.partitions if p.node_id]
-    wait_registered(record.gcs_address, nodes, req.timeout_s, progress, cluster_auth)
+    wait_registered(record.gcs_address, nodes, req.timeout_s, progress)
     return record

@@ -209,9 +209,8 @@ def port_args(ports: RayletPorts, head: bool) -> list[str]:
     """A raylet's port block as `ray start` flags (a head's own ports only on a head)."""
     args: list[str] = []
     for key, port in ports.named.items():
-        if not head and key in HEAD_ONLY:
-            continue
-        args += [f"--{key.replace('_', '-')}", str(port)]
+        if head or key not in HEAD_ONLY:
+            args += [f"--{key.replace('_', '-')}", str(port)]
     return [*args, "--min-worker-port", str(ports.min_worker_port), "--max-worker-port", str(ports.max_worker_port)]
 
 
@@ -219,26 +218,25 @@ def ray_start_args(
     part: Partition,
     ports: RayletPorts,
     spec: BridgeSpec,
-    *,
-    head: bool,
-    gcs: str | None,
-    gcs_port: int,
     share: Share,
     user: RayOptions,
-    user_labels: Mapping[str, str],
-    dashboard: bool,
-    extra_labels: Mapping[str, str] | None = None,
+    labels: Mapping[str, str],
+    gcs: str | None,
+    gcs_port: int = 0,
+    dashboard: bool = True,
 ) -> list[str]:
     """`ray start` arguments for one partition: its ports, its accelerator
     count, its share of the host (`share`), its labels (the user's, then
-    ray-accel's own per-partition labels `extra_labels`: host, topology),
-    then what it is given of the user's own `ray start` options."""
+    ray-accel's own per partition: host, topology), then what it is given of
+    the user's own `ray start` options. With no `gcs` to join it is the head,
+    its GCS on `gcs_port`, its dashboard on unless not `dashboard`."""
+    head = gcs is None
     passed = user.passed_on(head)
     args = ["start"]
     args += ["--head", "--port", str(gcs_port)] if head else ["--address", str(gcs)]
     args += port_args(ports, head)
     args += ray_resources.start_args(spec.resource_name, len(part.core_ids), share.resources)
-    labels = {**user_labels, **(extra_labels or {}), PARTITION_LABEL: part.name}
+    labels = {**labels, PARTITION_LABEL: part.name}
     if spec.accelerator_type:
         labels[TYPE_LABEL] = spec.accelerator_type.replace(" ", "-")
     args += ["--labels", ",".join(f"{k}={v}" for k, v in labels.items())]

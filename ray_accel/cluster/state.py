@@ -44,11 +44,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ray_accel.cluster.files import UnsafeFileError, read_bounded, write_atomic
+from ray_accel.cluster.files import write_atomic
 from ray_accel.cluster.identity import local_addresses
 from ray_accel.cluster.record import MAX_BYTES, HostRecord, RecordError, dumps, parse_record
 from ray_accel.core.errors import InputError
-from ray_accel.core.files import describe
+from ray_accel.core.files import UnreadableFile, describe, read_bytes
 from ray_accel.core.hosts import ip_text
 
 STATE_ENV = "RAYACCEL_STATE_DIR"
@@ -81,12 +81,6 @@ def host_name() -> str:
     return _SAFE_NAME.sub("_", socket.gethostname())[:255].lstrip(".") or "localhost"
 
 
-def ip_dir(ip: str) -> str:
-    """The directory name of a node IP's records: the IP as the host label
-    writes it (one text per address, and a safe file name)."""
-    return ip_text(ip)
-
-
 @dataclass(frozen=True)
 class Place:
     """One host's state directory and its record file in it (`host.json`, or
@@ -96,10 +90,6 @@ class Place:
     directory: Path
     file: Path
     explicit: bool
-
-    @property
-    def lock(self) -> Path:
-        return self.directory / LOCK_FILE
 
     @property
     def legacy(self) -> bool:
@@ -140,12 +130,14 @@ def search_root() -> Path:
 
 def place_for(ip: str | None) -> Place:
     """Where the record of this host at node IP `ip` lives (`ip` None: an
-    earlier version's record, by name alone)."""
+    earlier version's record, by name alone). An IP's directory is named as
+    the host label writes the IP (`ip_text`: one text per address, and a safe
+    file name)."""
     explicit = os.environ.get(STATE_ENV)
     name = STATE_FILE if ip is not None else LEGACY_FILE
     if explicit:
         return Place(Path(explicit), Path(explicit) / name, True)
-    directory = home_root() if ip is None else home_root() / ip_dir(ip)
+    directory = home_root() if ip is None else home_root() / ip_text(ip)
     return Place(directory, directory / name, False)
 
 
@@ -156,7 +148,7 @@ def place_of(record: HostRecord) -> Place:
 
 def choose(recorded: Sequence[str], local: Collection[str]) -> tuple[list[str], list[str]]:
     """The IP directories (by name) holding a record, split into this host's
-    (their IP is one of its addresses now: `local`, as `ip_dir` names) and the
+    (their IP is one of its addresses now: `local`, as `ip_text` names them) and the
     others, each sorted."""
     wanted = set(local)
     mine = sorted(d for d in recorded if d in wanted)
@@ -176,7 +168,7 @@ def _exists(path: Path) -> bool:
     return True
 
 
-def _candidates(addresses: Collection[str] | None) -> tuple[list[Place], tuple[Path, ...]]:
+def candidates(addresses: Collection[str] | None = None) -> tuple[list[Place], tuple[Path, ...]]:
     """The places holding a record of this host (this version's first), and
     the record files under its name for addresses it does not have."""
     explicit = os.environ.get(STATE_ENV)
@@ -193,24 +185,18 @@ def _candidates(addresses: Collection[str] | None) -> tuple[list[Place], tuple[P
         recorded = []
     except OSError as e:
         raise StateError(f"cannot read state directory {root}: {e}") from None
-    mine, others = choose(recorded, {ip_dir(a) for a in (local_addresses() if addresses is None else addresses)})
+    mine, others = choose(recorded, {ip_text(a) for a in (local_addresses() if addresses is None else addresses)})
     places = [Place(root / d, root / d / STATE_FILE, False) for d in mine]
     if _exists(root / LEGACY_FILE):
         places.append(Place(root, root / LEGACY_FILE, False))
     return places, tuple(root / d / STATE_FILE for d in others)
 
 
-def records_of_this_host() -> list[Place]:
-    """Every place holding a record of this host (for `start`, which refuses
-    while any names running partitions)."""
-    return _candidates(None)[0]
-
-
 def locate(addresses: Collection[str] | None = None) -> Found:
     """This host's record, if any (see the module doc); `addresses` are this
     host's IP addresses (default: its interfaces' now). Records for two of
     this host's addresses is a `StateError` naming them."""
-    places, elsewhere = _candidates(addresses)
+    places, elsewhere = candidates(addresses)
     current = [p for p in places if not p.legacy]
     if len(current) > 1:
         names = ", ".join(str(p.file) for p in current)
@@ -245,14 +231,10 @@ def ensure_dir(place: Place) -> Path:
     """The place's directory, created 0700 (with any missing parents) if new;
     an existing one is used as it is."""
     path = place.directory
-    missing = []
-    probe = path
-    while not probe.exists() and probe != probe.parent:
-        missing.append(probe)
-        probe = probe.parent
     try:
-        for new in reversed(missing):
-            new.mkdir(mode=0o700, exist_ok=True)
+        for new in [*reversed(path.parents), path]:
+            if not new.exists():
+                new.mkdir(mode=0o700, exist_ok=True)
     except OSError as e:
         raise StateError(f"cannot create state directory {path}: {e}") from None
     _check_dir(path)
@@ -269,11 +251,11 @@ def load(place: Place | None = None) -> HostRecord | None:
     _check_dir(place.directory)
     path = place.file
     try:
-        raw = read_bounded(path, MAX_BYTES, follow=False)
+        raw = read_bytes(path, MAX_BYTES, follow=False)
         st = path.lstat()
     except FileNotFoundError:
         return None
-    except UnsafeFileError as e:
+    except UnreadableFile as e:
         raise RecordError(f"state file {path}: {e}") from None
     except OSError as e:
         raise StateError(f"cannot read state file {path}: {e}") from None
@@ -283,7 +265,7 @@ def load(place: Place | None = None) -> HostRecord | None:
     if record.legacy != place.legacy:
         kind = "an earlier version's (no host_ip)" if record.legacy else "of this version"
         raise RecordError(f"state file {path} holds a record {kind}; {place.file.name} holds the other kind")
-    if not place.explicit and record.host_ip is not None and ip_dir(record.host_ip) != place.directory.name:
+    if not place.explicit and record.host_ip is not None and ip_text(record.host_ip) != place.directory.name:
         raise RecordError(
             f"state file {path} names node IP {record.host_ip}, not the IP of its directory; "
             "it was copied there: it is not this host's record"
@@ -316,10 +298,6 @@ def check_host(record: HostRecord, place: Place, action: str) -> list[str]:
     return []
 
 
-def address_is_local(record: HostRecord) -> bool:
-    return record.host_ip is not None and record.host_ip in local_addresses()
-
-
 def save(record: HostRecord) -> Path:
     place = place_of(record)
     ensure_dir(place)
@@ -337,7 +315,7 @@ def clear(place: Place) -> None:
 def host_lock(action: str, place: Place) -> Iterator[Path]:
     """Hold the lock of `place`'s directory for `action`, or raise `LockError` at once."""
     ensure_dir(place)
-    path = place.lock
+    path = place.directory / LOCK_FILE
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
     except OSError as e:

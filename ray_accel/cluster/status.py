@@ -110,17 +110,14 @@ class HostStatus:
     health: HealthSummary | None = None  # None: no decider recorded
 
 
-def empty_status(found: state.Found | None = None) -> HostStatus:
-    note = found.note() if found is not None else None
-    where = str(state.search_root())
-    return HostStatus(False, state.host_name(), None, None, where, None, False, None, warnings=(note,) if note else ())
-
-
 def status() -> HostStatus:
     found = state.locate()
     record = state.load(found.place) if found.place is not None else None
     if record is None or found.place is None:
-        return empty_status(found)
+        note, where = found.note(), str(state.search_root())
+        return HostStatus(
+            False, state.host_name(), None, None, where, None, False, None, warnings=(note,) if note else ()
+        )
     return describe(record, found.place)
 
 

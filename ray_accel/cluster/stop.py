@@ -15,13 +15,14 @@ everything that runs.
 from __future__ import annotations
 
 import logging
+from contextlib import suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ray_accel.cluster import helpers, procs, state
-from ray_accel.cluster.files import read_bounded
 from ray_accel.cluster.record import HostRecord
 from ray_accel.cluster.startargs import flag_value
+from ray_accel.core.files import read_bytes
 from ray_accel.rayapi import address as rayapi_address
 from ray_accel.rayapi.feature import RayApiMissing
 
@@ -99,8 +100,6 @@ def forget_cluster_address(record: HostRecord) -> None:
     except RayApiMissing as e:
         log.warning("ray-accel: %s; Ray's current-cluster file is left as it is", e)
         return
-    try:
-        if read_bounded(path, 4096).decode("utf-8", "replace").strip() == record.gcs_address:
+    with suppress(OSError, ValueError):
+        if read_bytes(path, 4096).decode("utf-8", "replace").strip() == record.gcs_address:
             path.unlink()
-    except (OSError, ValueError):
-        pass

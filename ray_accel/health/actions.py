@@ -183,7 +183,7 @@ def _restart(host: Host, name: str, serve: Sequence[str], held: PartitionState, 
         new = relaunch(record, p, part, labels, base_env, launches, progress)
         new = replace(new, out=out, out_core_ids=tuple(c for c in p.core_ids if c not in cores), health=held)
         record = _save_entry(record, new)
-        wait_registered(record.gcs_address, [new.node_id] if new.node_id else [], host.timeout_s, progress, record.auth)
+        wait_registered(record.gcs_address, [new.node_id] if new.node_id else [], host.timeout_s, progress)
     except BaseException as e:
         with shielded():
             stopped = launches.undo()

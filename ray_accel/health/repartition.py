@@ -36,7 +36,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ray_accel.cluster import helpers, procs, state
+from ray_accel.cluster import auth, helpers, procs, state
 from ray_accel.cluster.files import write_atomic
 from ray_accel.cluster.gcs import Progress, wait_registered
 from ray_accel.cluster.host import OBJECT_STORE_MINIMUM, allowed_cpus
@@ -225,6 +225,7 @@ def run(inputs: Inputs, progress: Progress) -> Resplit:
 
 
 def _run(place: state.Place, record: HostRecord, inputs: Inputs, progress: Progress) -> Resplit:
+    auth.apply(record.auth)  # the GCS is asked with the cluster's token, if it has one
     devices = tuple(discover(record.spec.backend).require_primary().list_devices())
     plan = resplit(record, devices, inputs.split, out_now(place, record))
     touched = {c.partition for c in plan.of(Action.RESTARTED, Action.REMOVED)}
@@ -262,7 +263,7 @@ def _run(place: state.Place, record: HostRecord, inputs: Inputs, progress: Progr
             record = _save(record.with_partitions(_replacing(record.partitions, gone, entry)))
         new_names = {c.partition for c in plan.of(Action.RESTARTED, Action.ADDED)}
         started = [p.node_id for p in record.partitions if p.name in new_names and p.node_id]
-        wait_registered(record.gcs_address, started, inputs.timeout_s, progress, record.auth)
+        wait_registered(record.gcs_address, started, inputs.timeout_s, progress)
     except BaseException:
         with shielded():
             undone = launches.undo()

@@ -227,14 +227,14 @@ def test_terminate_stops_exactly_the_recorded_tree() -> None:
             time.sleep(0.05)
         child = psutil.Process(parent.pid).children()[0]
         record = ProcessRecord.of(parent.pid)
-        assert record is not None and procs.alive(record)
-        assert not procs.alive(ProcessRecord(parent.pid, record.start_ticks - 100)), "a reused PID is not ours"
+        assert record is not None and record.alive()
+        assert not ProcessRecord(parent.pid, record.start_ticks - 100).alive(), "a reused PID is not ours"
         signalled = procs.terminate([record], grace_s=2)
         assert set(signalled) == {parent.pid, child.pid}
         parent.wait(timeout=5)
         assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
         assert bystander.poll() is None, "a process we did not record is untouched"
-        assert not procs.alive(record)
+        assert not record.alive()
     finally:
         bystander.kill()
         bystander.wait()

@@ -35,6 +35,7 @@ from ray_accel.cluster.ports import port_blocks
 from ray_accel.cluster.procs import Verdict, check, identity
 from ray_accel.cluster.record import HostRecord, PartitionEntry, RayProcess, dumps
 from ray_accel.core.errors import InputError
+from ray_accel.core.hosts import ip_text
 from ray_accel.core.processes import ProcessRecord, read_cmdline
 from tests.badinput import badinput
 from tests.clirun import run_cli_here
@@ -579,7 +580,7 @@ def default_env(env: dict[str, str]) -> dict[str, str]:
 
 
 def home_record(env: dict[str, str], ip: str) -> Path:
-    return Path(env["HOME"]) / ".ray-accel" / state.host_name() / state.ip_dir(ip) / "host.json"
+    return Path(env["HOME"]) / ".ray-accel" / state.host_name() / ip_text(ip) / "host.json"
 
 
 @badinput("dangerous")

@@ -18,7 +18,7 @@ from ray_accel.cluster import state
 from ray_accel.cluster import status as status_mod
 from ray_accel.cluster.status import cluster_status, cluster_view
 from ray_accel.core.errors import RayAccelError
-from ray_accel.core.hosts import host_key
+from ray_accel.core.hosts import host_key, ip_text
 from ray_accel.core.reader import dump
 from ray_accel.core.visibility import parse_visible_ids
 from ray_accel.partition.labels import (
@@ -247,7 +247,7 @@ def test_status_of_a_state_folder_it_may_not_read_names_it(
     per_ip: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    folder = state.home_root() / state.ip_dir("10.0.0.1") if per_ip else tmp_path / "state"
+    folder = state.home_root() / ip_text("10.0.0.1") if per_ip else tmp_path / "state"
     folder.mkdir(parents=True)
     folder.chmod(0o000)  # what a user sees; root reads it anyway, so the refusal is made here too
     real = os.lstat

@@ -73,7 +73,7 @@ def test_waiting_for_raylets_reports_the_error_once_and_names_it_at_the_end(monk
     monkeypatch.setattr(gcs.auth, "apply", lambda a: None)
     said: list[str] = []
     with pytest.raises(RayAccelError) as err:
-        gcs.wait_registered(ADDRESS, ["n1", "n2"], 1.0, said.append, SimpleNamespace())  # type: ignore[arg-type]
+        gcs.wait_registered(ADDRESS, ["n1", "n2"], 1.0, said.append)
     error = f"the GCS at {ADDRESS} answered with an error: PermissionError: token rejected"
     assert said.count(f"warning: {error}") == 1, said
     assert str(err.value) == f"only 0/2 raylets registered with {ADDRESS} within 1s; the last query: {error}"

@@ -1,7 +1,7 @@
 """A host is its name AND its node IP: the key every view, label and metric
 uses (`ray_accel.core.hosts.host_key`), the host of a raylet read back from
 Ray (`labels.node_host`), the state directory of one address
-(`state.ip_dir`), the choice of this host's record among those under its
+(`ip_text`), the choice of this host's record among those under its
 name (`state.choose`), and the node IP `start` gives its raylets
 (`identity.node_ip`). Keys are held to Ray 2.60's own label validation."""
 
@@ -87,16 +87,16 @@ def test_two_raylets_of_one_name_on_two_hosts_are_two_hosts() -> None:
 
 @given(ips, ips)
 def test_one_directory_per_address(a1: str, a2: str) -> None:
-    d1, d2 = state.ip_dir(a1), state.ip_dir(a2)
+    d1, d2 = ip_text(a1), ip_text(a2)
     assert re.fullmatch(r"[A-Za-z0-9._-]+", d1) and not d1.startswith(".")
     assert (d1 == d2) == (ipaddress.ip_address(a1) == ipaddress.ip_address(a2))
-    assert state.ip_dir(a1) == state.ip_dir(canonical_ip(a1) or a1), "one text per address"
+    assert ip_text(a1) == ip_text(canonical_ip(a1) or a1), "one text per address"
 
 
 @given(st.lists(ips, max_size=6, unique=True), st.lists(ips, max_size=6))
 def test_this_hosts_records_are_those_of_its_addresses(recorded_ips: list[str], local_ips: list[str]) -> None:
-    recorded = [state.ip_dir(ip) for ip in recorded_ips]
-    local = {state.ip_dir(ip) for ip in local_ips}
+    recorded = [ip_text(ip) for ip in recorded_ips]
+    local = {ip_text(ip) for ip in local_ips}
     mine, others = state.choose(recorded, local)
     assert sorted(mine + others) == sorted(recorded)
     assert all(d in local for d in mine) and not any(d in local for d in others)

@@ -48,18 +48,8 @@ def start_args(
     share: Share,
 ) -> list[str]:
     """One partition's arguments for the request `req`, as `start` builds them."""
-    return ray_start_args(
-        part,
-        ports,
-        spec,
-        head=head,
-        gcs=gcs,
-        gcs_port=gcs_port,
-        share=share,
-        user=req.ray,
-        user_labels=req.offer.labels,
-        dashboard=req.services.dashboard,
-    )
+    assert head == (gcs is None)
+    return ray_start_args(part, ports, spec, share, req.ray, req.offer.labels, gcs, gcs_port, req.services.dashboard)
 
 
 def test_a_raylet_gets_its_share_not_the_host() -> None:
