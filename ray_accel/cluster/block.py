@@ -110,6 +110,11 @@ def _watch(record: HostRecord, progress: Progress, grace_s: float, wake: threadi
             progress("stopped by `ray-accel stop`")
             return 0
         checks = procs.check_record(current)
+        if current.repartition is not None and checks[current.repartition].ours:
+            # A repartition stops and starts partitions on purpose: watched again once it ends.
+            alive.clear()
+            wake.wait(POLL_S)
+            continue
         for p in current.partitions:
             if p.held:
                 # Drained, stopped or being restarted by the health decider, on purpose.
