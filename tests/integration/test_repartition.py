@@ -19,6 +19,7 @@ from tests.conftest import CLI
 from tests.integration.conftest import Cluster, ClusterSpec, raylet_pids, start_cluster
 from tests.integration.health_steps import alive_node, gcs_view, record, until, until_poll, write_faults
 from tests.integration.test_health import lock_is_free
+from tests.integration.test_metrics import scrape_all, top
 
 pytestmark = pytest.mark.ray
 
@@ -53,7 +54,11 @@ def test_merging_two_partitions_leaves_the_others_running(tmp_path: Path) -> Non
         "trn1.32xlarge",
         4,
         start_args=("--mode", "manual", "--manual", FOUR, "--health-interval", "0.5"),
-        env={"RAYACCEL_MOCK_FAULTS": str(faults)},
+        env={
+            "RAYACCEL_MOCK_FAULTS": str(faults),
+            "RAYACCEL_METRICS_INTERVAL_S": "1",
+            "RAY_metrics_report_interval_ms": "1000",
+        },
     )
     cluster = start_cluster(tmp_path / "c", spec)
     try:
@@ -99,6 +104,17 @@ def test_merging_two_partitions_leaves_the_others_running(tmp_path: Path) -> Non
         raylets = {r.pid for p in record(cluster).partitions if (r := p.raylet()) is not None}
         assert until(lambda: raylet_pids() == raylets, 30), (raylet_pids(), raylets)
         assert record(cluster).repartition is None
+
+        # `top` and the exporters' series follow the new partitions within 30 s.
+        def followed() -> bool:
+            series = {
+                labels.get("partition") for name, labels, _ in scrape_all(cluster) if name.startswith("ray_accel_")
+            }
+            return [p["partition"] for p in top(cluster)["partitions"]] == ["a", "b", "cd"] and series - {None} == {
+                "a", "b", "cd"
+            }  # fmt: skip
+
+        assert until(followed, 30, every_s=1)
 
         # A split that gives back a device health keeps out: refused, naming it.
         write_faults(faults, {"events": [{"device": "neuron:12", "kind": "ecc", "code": "mem_ecc_uncorrected"}]})

@@ -48,7 +48,7 @@ from ray_accel.metrics.export import (
     gauge_values,
     partition_nodes,
 )
-from ray_accel.partition.labels import PARTITION_LABEL
+from ray_accel.partition.labels import CORES_LABEL, PARTITION_LABEL
 from tests.dashboard_queries import METRICS
 
 
@@ -268,6 +268,18 @@ def test_partition_nodes_keeps_every_hosts_partitions_and_drops_replaced_dead_on
         ("hostA_10.0.0.1", "p1", "a1", False),
         ("hostB_10.0.0.2", "p0", "b0", True),
     ]
+
+
+def test_dead_partitions_whose_units_a_live_one_serves_are_dropped() -> None:
+    def node(node_id: str, part: str, cores: str, alive: bool) -> dict[str, object]:
+        entry = _gcs_node(node_id, "hostA", part, alive)
+        entry["Labels"] = {PARTITION_LABEL: part, CORES_LABEL: cores}
+        return entry
+
+    # c and d merged into cd by a repartition; e removed, its units given to no one.
+    nodes = [node("c", "c", "16-23", False), node("d", "d", "24-31", False), node("cd", "cd", "16-31", True)]
+    nodes.append(node("e", "e", "32-39", False))
+    assert [(p.partition, p.alive) for p in partition_nodes(nodes)] == [("cd", True), ("e", False)]
 
 
 def test_two_hosts_of_one_name_keep_their_own_partitions() -> None:
