@@ -1,8 +1,14 @@
 """`ray-accel repartition` on a running mock trn1.32xlarge split in four by
-devices (a, b, c, d): a dry run, the same split again, refused splits, then
-c and d merged into cd while a detached actor on a (the head) holds 2
-NeuronCores. a and b keep their raylets and Ray node ids; c's and d's nodes
-end drained, with the repartition's message."""
+devices (a, b, c, d):
+
+- a dry run, the same split again, refused splits (a device health keeps
+  out among them), then c and d merged into cd while a detached actor on a
+  (the head) holds 2 NeuronCores: a and b keep their raylets and Ray node
+  ids, c's and d's nodes end drained with the repartition's message, `top`
+  and the exporters' series follow;
+- SIGKILL mid-drain then `start --recover`, SIGTERM while cd starts, `stop`
+  during the drain: each leaves a host `status` describes truthfully;
+- a fit on c and d while a and b are full restarts once, on cd."""
 
 from __future__ import annotations
 
@@ -17,7 +23,16 @@ import pytest
 from ray_accel.core.health import Health
 from tests.conftest import CLI
 from tests.integration.conftest import Cluster, ClusterSpec, raylet_pids, start_cluster
-from tests.integration.health_steps import alive_node, gcs_view, record, until, until_poll, write_faults
+from tests.integration.health_steps import (
+    alive_node,
+    background_driver,
+    gcs_view,
+    record,
+    result_of,
+    until,
+    until_poll,
+    write_faults,
+)
 from tests.integration.test_health import lock_is_free
 from tests.integration.test_metrics import scrape_all, top
 
@@ -183,3 +198,88 @@ def test_a_repartition_killed_stopped_or_interrupted_leaves_a_truthful_host(tmp_
         assert not (cluster.state_dir / "host.json").exists() and lock_is_free(cluster.state_dir)
     finally:
         cluster.stop()
+
+
+FIT = r"""
+import json, sys
+from pathlib import Path
+import ray, ray_accel
+from ray.train import FailureConfig, RunConfig, ScalingConfig
+from ray.train.torch import TorchTrainer
+from ray_accel.train import AcceleratorTorchConfig
+from tests.integration.jobs_loops import wait_then_train
+
+ray_accel.init(address=sys.argv[1], log_to_driver=False)
+out = Path(sys.argv[2])
+config = AcceleratorTorchConfig()
+trainer = TorchTrainer(
+    # The first attempt waits (it is preempted while it does); a restarted one trains and ends.
+    wait_then_train,
+    train_loop_config={"out": str(out), "wait_for": str(out / "never"), "skip_if": str(out / "moved"),
+                       "max_wait_s": 400, "steps": 3},
+    torch_config=config,
+    scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0, "neuron_cores": 8}),
+    run_config=RunConfig(name="repartition", storage_path=str(out / "ray_results"),
+                         failure_config=FailureConfig(max_failures=2)),
+)
+try:
+    trainer.fit()
+    result = {"ok": True}
+except Exception as e:
+    result = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+ray.shutdown()
+print(json.dumps({**result, "id": config.run_id}))
+"""
+
+
+def test_a_fit_on_merged_partitions_restarts_on_the_merged_one(tmp_path: Path) -> None:
+    spec = ClusterSpec(
+        "repartition-fit",
+        "trn1.32xlarge",
+        4,
+        start_args=("--mode", "manual", "--manual", FOUR),
+        env={"RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S": "1"},
+        dashboard=True,  # the job store asks Ray's state API
+    )
+    cluster = start_cluster(tmp_path / "c", spec)
+    out, fit_log = tmp_path / "fit", tmp_path / "fit.log"
+    out.mkdir()
+    fit = None
+    try:
+        # a's and b's NeuronCores held, so the fit's two 8-core workers run on c and d.
+        for name in ("a", "b"):
+            node = cluster.part(name)["node_id"]
+            cluster.driver(HOLD, name, node)
+        fit = background_driver(cluster, FIT, str(out), log=fit_log)
+        until(lambda: len(list((out / "ws2").glob("rank*.json"))) == 2 or fit.poll() is not None, 400)
+        assert fit.poll() is None, fit_log.read_text()[-3000:]
+        (out / "moved").write_text("1")
+        done = cluster.cli("repartition", "--manual", MERGED, "--drain-deadline", "60", timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        result = result_of(fit, fit_log, 600)
+        assert result["ok"], result
+        job = json.loads(cluster.cli("jobs", "show", result["id"], "--json").stdout)
+        assert job["restarts"] == 1 and job["phases"][-1]["phase"] == "Succeeded", job["phases"]
+        assert [r.split("/")[-1] for r in job["partitions"]] == ["cd"], job  # its last attempt's workers
+    finally:
+        if fit is not None and fit.poll() is None:
+            fit.kill()
+            fit.wait()
+        cluster.stop()
+
+
+HOLD = r"""
+import json, sys
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+ray.init(address=sys.argv[1], namespace="repartition-test", log_to_driver=False)
+
+class Holder:
+    def ping(self):
+        return 1
+
+h = ray.remote(Holder).options(name=f"hold-{sys.argv[2]}", lifetime="detached", num_cpus=0,
+                               resources={"neuron_cores": 8},
+                               scheduling_strategy=NodeAffinitySchedulingStrategy(sys.argv[3], soft=False)).remote()
+print(json.dumps([ray.get(h.ping.remote(), timeout=120)]))
+"""
