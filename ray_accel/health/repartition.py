@@ -243,10 +243,11 @@ def _run(place: state.Place, record: HostRecord, inputs: Inputs, progress: Progr
         terminate_raylet(p, now)
     record = _save(record.with_partitions([_stopped(p) if p.name in touched else p for p in record.partitions]))
     base_env = relaunch_env(record)
-    launches = Launches(state.ensure_dir(place), inputs.timeout_s)
+    launched: list[Launches] = []  # one per new partition, so a failed one is stopped alone
     before, failed = record, []
     try:
         for new in new_entries(record, plan, devices):
+            launched.append(launches := Launches(state.ensure_dir(place), inputs.timeout_s))
             # The stopped partitions whose devices it takes leave the record as it enters.
             gone = {
                 p.name
@@ -256,6 +257,7 @@ def _run(place: state.Place, record: HostRecord, inputs: Inputs, progress: Progr
             try:
                 entry = relaunch(record, new, new.partition, dict(new.labels), base_env, launches, progress)
             except RayAccelError as e:
+                launches.undo()
                 progress(f"{new.name}: did not start ({e}); devices {','.join(new.device_ids)} are unassigned")
                 failed.append(f"{new.name}: {e}")
                 record = _save(record.with_partitions([p for p in record.partitions if p.name not in gone]))
@@ -266,7 +268,7 @@ def _run(place: state.Place, record: HostRecord, inputs: Inputs, progress: Progr
         wait_registered(record.gcs_address, started, inputs.timeout_s, progress)
     except BaseException:
         with shielded():
-            undone = launches.undo()
+            undone = [pid for launches in launched for pid in launches.undo()]
             progress(f"repartition interrupted: stopped the {len(undone)} processes it had started")
             # The split as it was, its touched partitions stopped: `start --recover` restarts them.
             state.save(before)
@@ -336,7 +338,8 @@ def follow(proc: subprocess.Popen[bytes], log: Path, progress: Progress) -> dict
     relay()
     result = log.parent / RESULT_FILE
     if proc.returncode != 0 or not result.exists():
-        raise RayAccelError(f"{WHAT} failed (exit {proc.returncode}); see {log}")
+        last = (log.read_text(errors="replace").strip().splitlines() or [""])[-1]
+        raise RayAccelError(f"{WHAT} failed (exit {proc.returncode}): {last or 'no output'}; see {log}")
     loaded: dict[str, object] = json.loads(result.read_text())
     return loaded
 
