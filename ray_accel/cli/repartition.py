@@ -9,14 +9,13 @@ from ray_accel.cli.host import json_option
 from ray_accel.cli.output import emit, progress
 from ray_accel.cli.params import PARTITION_COUNT, seconds
 from ray_accel.cluster.raylet import Split
+from ray_accel.cluster.resplit import Changes
 
 
-def changes_text(payload: dict[str, object]) -> str:
-    rows = payload["partitions"]
-    assert isinstance(rows, list)
-    if not payload["changes"]:
+def changes_text(payload: Changes) -> str:
+    if not payload.changes:
         return "nothing to change"
-    return "\n".join(f"{r['partition']}: {r['action']} {','.join(r['devices'])}" for r in rows)
+    return "\n".join(f"{c.partition}: {c.action.value} {','.join(c.devices)}" for c in payload.partitions)
 
 
 @click.command()
@@ -52,6 +51,6 @@ def repartition(
     split = Split.given(mode, partitions, manual, None)
     place, _, _, plan = planned(split)
     if dry_run or not plan.changed:
-        return emit(as_json, plan.to_json(), changes_text)
+        return emit(as_json, plan.view(), changes_text)
     proc, log = begin(place, split, drain_deadline, timeout)
     return emit(as_json, follow(proc, log, progress()), changes_text)

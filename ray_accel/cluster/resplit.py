@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
 
 from ray_accel.cluster.raylet import Split
 from ray_accel.cluster.record import HostRecord, PartitionEntry
 from ray_accel.core.devices import Device
+from ray_accel.core.reader import LOCAL
 from ray_accel.partition.plan import Mode, Partition, PartitionError, plan_partitions
 
 
@@ -33,15 +33,20 @@ class Action(enum.Enum):
 @dataclass(frozen=True)
 class Change:
     """What happens to one partition: `devices` it serves after (a removed
-    one: those it served), `part` as planned (None when removed)."""
+    one: those it served), `part` as planned (None when removed; not in its JSON)."""
 
     partition: str
     action: Action
     devices: tuple[str, ...]
-    part: Partition | None
+    part: Partition | None = field(default=None, metadata=LOCAL)
 
-    def to_json(self) -> dict[str, Any]:
-        return {"partition": self.partition, "action": self.action.value, "devices": list(self.devices)}
+
+@dataclass(frozen=True)
+class Changes:
+    """What `repartition --json` prints; the fields are its keys."""
+
+    changes: bool
+    partitions: tuple[Change, ...]
 
 
 @dataclass(frozen=True)
@@ -57,8 +62,8 @@ class Resplit:
     def of(self, *actions: Action) -> list[Change]:
         return [c for c in self.changes if c.action in actions]
 
-    def to_json(self) -> dict[str, Any]:
-        return {"changes": self.changed, "partitions": [c.to_json() for c in self.changes]}
+    def view(self) -> Changes:
+        return Changes(self.changed, self.changes)
 
 
 def out_of_service(record: HostRecord) -> frozenset[str]:

@@ -45,7 +45,7 @@ from ray_accel.cluster.ports import plan_ports, worker_ports
 from ray_accel.cluster.raylet import Split
 from ray_accel.cluster.record import REPARTITION_KIND, HostRecord, PartitionEntry
 from ray_accel.cluster.recover import HEAD_KINDS, recorded_share, relaunch, relaunch_env, terminate_raylet
-from ray_accel.cluster.resplit import Action, Change, Resplit, out_of_service, resplit
+from ray_accel.cluster.resplit import Action, Change, Changes, Resplit, out_of_service, resplit
 from ray_accel.cluster.signals import interruptible, shielded
 from ray_accel.core import reader
 from ray_accel.core.devices import Device
@@ -311,7 +311,7 @@ def begin(
     return proc, log
 
 
-def follow(proc: subprocess.Popen[bytes], log: Path, progress: Progress) -> dict[str, object]:
+def follow(proc: subprocess.Popen[bytes], log: Path, progress: Progress) -> Changes:
     """Wait for the helper, its log's lines passed to `progress`; its result,
     or `RayAccelError` with its last words. Ctrl-C (or SIGTERM) here stops it
     as `stop` would: it undoes what it began."""
@@ -340,8 +340,7 @@ def follow(proc: subprocess.Popen[bytes], log: Path, progress: Progress) -> dict
     if proc.returncode != 0 or not result.exists():
         last = (log.read_text(errors="replace").strip().splitlines() or [""])[-1]
         raise RayAccelError(f"{WHAT} failed (exit {proc.returncode}): {last or 'no output'}; see {log}")
-    loaded: dict[str, object] = json.loads(result.read_text())
-    return loaded
+    return reader.load(Changes, reader.parse_json(result.read_text(), str(result)), str(result))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -361,7 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RayAccelError as e:
         say(f"{WHAT} failed: {e}")
         return 1
-    write_atomic(inputs.place.directory / RESULT_FILE, json.dumps(plan.to_json()))
+    write_atomic(inputs.place.directory / RESULT_FILE, json.dumps(reader.dump(plan.view())))
     return 0
 
 
