@@ -46,7 +46,7 @@ import os
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -54,10 +54,10 @@ import psutil
 
 from ray_accel.core import reader
 from ray_accel.core.health import Health
-from ray_accel.core.health_state import HostHealth, PartState, read_health
+from ray_accel.core.health_state import HostHealth, PartitionHealth, PartState, read_health
 from ray_accel.core.hosts import HostId, this_host_name
 from ray_accel.core.processes import process_table
-from ray_accel.metrics.collect import Snapshot, Where, collect
+from ray_accel.metrics.collect import Snapshot, Where, collect, device_readings
 from ray_accel.partition.labels import CORES_LABEL, PARTITION_LABEL, LabelError, decode_ids, node_host
 from ray_accel.plugins.host_readings import read_readings
 from ray_accel.plugins.inventory import process_backend
@@ -226,6 +226,27 @@ def partition_health(health: HostHealth | None, partition: str) -> dict[str, Any
     }
 
 
+def exporting(p: PartitionHealth) -> bool:
+    """Whether a partition's exporter runs: not while stopped, nor while its
+    raylet drains (the head's, held, never ends: its exporter stays)."""
+    return p.head or p.state in (PartState.SERVING, PartState.SHRUNK)
+
+
+def leaves(health: HostHealth | None, node_id: str) -> bool:
+    """Whether the exporter on raylet `node_id` leaves it: the decider drains it."""
+    return any(p.node_id == node_id and not exporting(p) for p in health.partitions) if health else False
+
+
+def host_level_of(health: HostHealth) -> str | None:
+    """The partition whose exporter exports the host-level values: the first whose exporter runs."""
+    return next((p.partition for p in health.partitions if exporting(p)), None)
+
+
+def adopted(health: HostHealth) -> dict[str, tuple[str, ...]]:
+    """Partition -> the devices its raylet serves, for each raylet without an exporter."""
+    return {p.partition: p.devices for p in health.partitions if p.devices and not exporting(p)}
+
+
 @dataclass(frozen=True)
 class ExporterEntry:
     """What an exporter is told of its partition: its raylet and the devices it serves."""
@@ -262,7 +283,8 @@ class PartitionExporter:
             raise RuntimeError(f"the metrics exporter's backend is not usable here: {why}")
         self.plugin = plugin
         self.telemetry = plugin.telemetry
-        self.devices = [d for d in plugin.list_devices() if d.id in entry.device_ids]
+        self.host_devices = plugin.list_devices()
+        self.devices = [d for d in self.host_devices if d.id in entry.device_ids]
         self.accelerator_type = plugin.host_info().accelerator_type
         self.host_level = host_level
         self.interval_s = interval_s
@@ -277,15 +299,25 @@ class PartitionExporter:
         threading.Thread(target=self._loop, daemon=True, name="ray-accel-metrics").start()
 
     def _loop(self) -> None:
-        while True:
+        import ray
+
+        while not leaves(self._health[0], self.where.node_id):
             time.sleep(self.interval_s)
             try:
                 self.sample()
             except Exception:
                 log.exception("ray-accel metrics sample failed")
+        log.info("partition %s is drained: its exporter leaves its raylet", self.where.partition)
+        ray.get_runtime_context().current_actor.leave.remote()
 
-    def _host_values(self) -> HostValues | None:
-        if not self.host_level:
+    def leave(self) -> None:
+        """Exit, so the drained raylet can end once its work has moved."""
+        import ray
+
+        ray.actor.exit_actor()
+
+    def _host_values(self, host_level: bool) -> HostValues | None:
+        if not host_level:
             return None
         info = self.plugin.host_info()
         return HostValues(
@@ -314,9 +346,14 @@ class PartitionExporter:
             self.where,
         )
         health, problem = self._read_health()
-        values = gauge_values(snap, self._host_values(), health)
-        if self.host_level and health is not None:
+        level = self.host_level if health is None else host_level_of(health) == self.where.partition
+        values = gauge_values(snap, self._host_values(level), health)
+        if level and health is not None:
             values += health_values(health, self.where.host)
+            for name, ids in adopted(health).items():
+                devices = [d for d in self.host_devices if d.id in ids]
+                found, _ = device_readings(self.telemetry, devices, name, self.accelerator_type, self.where.host)
+                values += gauge_values(replace(snap, devices=tuple(found), workloads=(), orphans=()), None, health)
         for key, value, tags in values:
             self.g[key].set(value, tags)
         with self._lock:
@@ -341,9 +378,10 @@ def deploy(
     state_dir: str | None = None,
 ) -> list[str]:
     """Start (or restart) the exporter of each entry's raylet; returns their
-    names. The exporter of `host_level_partition` (default: the first given)
-    also exports the host-level values: pass the host's first partition
-    when restarting only some, or a host would be counted twice."""
+    names. Until the host's `health.json` says otherwise (`host_level_of`),
+    the exporter of `host_level_partition` (default: the first given) also
+    exports the host-level values: pass the host's first partition when
+    restarting only some, or a host would be counted twice."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 

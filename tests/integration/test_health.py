@@ -14,6 +14,10 @@ change their clusters, so they never share one.
   and a metric), XID 79 on the head drains it and holds it (drivers stay
   connected, the head takes no new work); `stop` while a worker partition
   drains leaves nothing;
+- with metrics on, a drained partition's exporter leaves it: with nothing
+  running there, Ray ends the raylet within seconds of the drain (deadline
+  120 s); with an actor there, it drains until the actor ends while its
+  devices' series come from the host-level exporter;
 - the real Neuron backend on fake sysfs trees: ECC growth (trn1.32xlarge)
   and Trainium3's `unhealthy_components` take the same path; `stop` during
   the return of one and the shrink of the other leaves nothing.
@@ -25,6 +29,7 @@ import fcntl
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -50,7 +55,7 @@ from tests.integration.health_steps import (
     until_poll,
     write_faults,
 )
-from tests.integration.test_metrics import scrape_all
+from tests.integration.test_metrics import scrape, scrape_all
 from tests.tagged import new_tag, tagged
 
 pytestmark = pytest.mark.ray
@@ -250,6 +255,106 @@ def test_a_bad_device_is_drained_its_fit_moves_it_is_shrunk_then_restored(tmp_pa
         stopped = cluster.stop()
     assert stopped.returncode == 0, stopped.stderr
     assert not decider.record.alive() and not raylet_pids(), "the decider and every raylet are gone"
+
+
+# Holds two NeuronCores of p1 until killed.
+HOLD_P1 = r"""
+import json, sys, time
+import ray
+ray.init(address=sys.argv[1], log_to_driver=False)
+
+@ray.remote(resources={"neuron_cores": 2}, num_cpus=0)
+class Holder:
+    def where(self):
+        return ray.get_runtime_context().get_node_labels().get("ray-accel.io/partition")
+
+h = Holder.options(label_selector={"ray-accel.io/partition": "p1"}).remote()
+print(json.dumps(ray.get(h.where.remote())), flush=True)
+time.sleep(600)
+"""
+
+
+def ecc(device: str) -> dict[str, str]:
+    return {"device": device, "kind": "ecc", "code": "mem_ecc_uncorrected"}
+
+
+def series(port: int, partition: str) -> set[str]:
+    """The devices of `partition` whose utilisation a raylet's metrics agent serves."""
+    return {
+        labels["device_id"]
+        for name, labels, _ in scrape(port)
+        if name == "ray_accel_device_utilization" and labels["partition"] == partition
+    }
+
+
+def test_with_metrics_on_a_drained_partition_ends_once_its_work_has_moved(tmp_path: Path) -> None:
+    faults = tmp_path / "faults.json"
+    write_faults(faults, {})
+    spec = ClusterSpec(
+        "health-drain",
+        "trn1.32xlarge",
+        2,
+        start_args=("--on-unhealthy", "shrink", "--health-interval", "0.5", "--drain-deadline", "120"),
+        # Metrics on, sampled every 5 s (the default); Ray keeps a series 2 s after its last value.
+        env={"RAYACCEL_MOCK_FAULTS": str(faults), "RAY_metrics_report_interval_ms": "1000"},
+    )
+    cluster = start_cluster(tmp_path / "c", spec)
+    ports = {p.name: p.ports.named["metrics_export_port"] for p in record(cluster).partitions}
+    holder = None
+    try:
+        assert record(cluster).metrics
+        first = alive_node(cluster, "p1")
+        until(lambda: series(ports["p1"], "p1") == set(P1), 60)
+
+        # Nothing runs on p1: Ray ends it within seconds of the drain, not at its deadline.
+        write_faults(faults, {"events": [ecc("neuron:11")]})
+        h = until_poll(cluster, lambda h: part(h, "p1").state is PartState.DRAINING, polls=3)
+        t0 = part(h, "p1").since  # the decider's clock, as it asked the GCS to drain
+        until(lambda: not gcs_view(cluster)[0][first.node_id].alive, 120, every_s=0.1)
+        took = time.time() - t0
+        old = gcs_view(cluster)[0][first.node_id]
+        print(f"\nidle drained p1 dead in the GCS {took:.1f}s after the drain (deadline 120s)")
+        assert took < 15, f"{took:.1f}s"
+        assert old.death_reason == "AUTOSCALER_DRAIN_PREEMPTED" and "ray-accel health: neuron:11" in old.death_message
+        until_poll(cluster, lambda h: part(h, "p1").state is PartState.SHRUNK, polls=200)
+        second = alive_node(cluster, "p1")
+        assert second.total["neuron_cores"] == 14
+
+        # An actor on p1: it drains until the actor ends; meanwhile p1's devices
+        # are served from p0's metrics agent (the host-level exporter), not p1's.
+        holder = background_driver(cluster, HOLD_P1, log=tmp_path / "hold.log")
+        until(lambda: "p1" in (tmp_path / "hold.log").read_text() or holder.poll() is not None, 180)
+        assert holder.poll() is None, (tmp_path / "hold.log").read_text()[-2000:]
+        write_faults(faults, {"events": [ecc("neuron:11"), ecc("neuron:12")]})
+        h = until_poll(cluster, lambda h: part(h, "p1").state is PartState.DRAINING, polls=3)
+        serving = set(part(h, "p1").devices)
+        assert serving == set(P1) - {"neuron:11"}
+        until(lambda: series(ports["p0"], "p1") == serving and not series(ports["p1"], "p1"), 60, every_s=1)
+        states = {
+            labels["state"]: v
+            for name, labels, v in scrape(ports["p0"])
+            if name == "ray_accel_partition_state" and labels["partition"] == "p1"
+        }
+        assert states["draining"] == 1.0, states
+        polls = health(cluster).polls
+        until_poll(cluster, lambda h: h.polls >= polls + 10, polls=10)  # well past an idle drain's end
+        nodes, draining = gcs_view(cluster)
+        assert nodes[second.node_id].alive and second.node_id in draining, "the actor keeps it, drained"
+        held = time.time() - part(h, "p1").since
+        holder.kill()
+        holder.wait()
+        t1 = time.time()
+        until(lambda: not gcs_view(cluster)[0][second.node_id].alive, 120, every_s=0.1)
+        print(f"p1 with an actor: alive {held:.1f}s into its drain, dead {time.time() - t1:.1f}s after the actor's end")
+        until_poll(cluster, lambda h: part(h, "p1").state is PartState.SHRUNK, polls=200)
+        assert alive_node(cluster, "p1").total["neuron_cores"] == 12
+        until(lambda: series(ports["p1"], "p1") == serving - {"neuron:12"}, 60, every_s=1)
+    finally:
+        if holder is not None and holder.poll() is None:
+            holder.kill()
+            holder.wait()
+        stopped = cluster.stop()
+    assert stopped.returncode == 0, stopped.stderr
 
 
 # Connected before the head's fault: asks for GPUs twice while the head is held.

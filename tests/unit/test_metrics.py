@@ -561,3 +561,57 @@ def test_a_bad_spec_or_entry_is_an_input_error() -> None:
     ):
         with pytest.raises(InputError, match=named):
             entries_from_json(bad)
+
+
+def test_a_drained_partitions_exporter_leaves_and_its_devices_move_to_the_host_level_one(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """By `health.json`: a worker raylet the decider drains loses its
+    exporter (a live actor keeps a drained raylet from ending); the
+    host-level values, the health gauges and the drained raylet's device
+    series come from the first partition whose exporter runs; a drained head
+    keeps its exporter (it is held, never ends); a restarted partition's new
+    raylet is not the drained one."""
+    import ray
+    import ray.util.metrics
+
+    from ray_accel.core.health_state import HealthSettings, HostHealth, PartitionHealth, PartState, dumps
+    from ray_accel.metrics.export import ExporterEntry, PartitionExporter, adopted, host_level_of, leaves
+    from ray_accel.plugins import inventory
+
+    monkeypatch.setenv("RAYACCEL_MOCK", "trn1.32xlarge")
+    monkeypatch.setenv(inventory.SPEC_ENV, '[{"backend": "mock"}]')
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: type("Context", (), {"get_node_id": lambda _: "node-b"})())
+    monkeypatch.setattr(ray.util, "get_node_ip_address", lambda: "10.0.0.1")
+    monkeypatch.setattr(ray.util.metrics, "Gauge", _Gauge)
+    p0 = tuple(f"neuron:{i}" for i in range(8))
+    p1 = tuple(f"neuron:{i}" for i in range(8, 16))
+
+    def host(p0_state: PartState, p1_state: PartState, p1_node: str = "node-a", head: bool = False) -> HostHealth:
+        parts = (
+            PartitionHealth("p0", p0_state, 1.0, p0, (), "node-0", "", head=head),
+            PartitionHealth("p1", p1_state, 1.0, p1, ("neuron:11",), p1_node, ""),
+        )
+        return HostHealth(1.0, HealthSettings(), (), parts)
+
+    draining = host(PartState.SERVING, PartState.DRAINING)
+    assert leaves(draining, "node-a") and not leaves(draining, "node-0") and not leaves(None, "node-a")
+    assert host_level_of(draining) == "p0" and adopted(draining) == {"p1": p1}
+    restarted = host(PartState.SERVING, PartState.SHRUNK, "node-c")
+    assert not leaves(host(PartState.SERVING, PartState.DRAINING, "node-old"), "node-c") and adopted(restarted) == {}
+    head_held = host(PartState.DRAINING, PartState.RESTORING, head=True)
+    assert not leaves(head_held, "node-0") and host_level_of(head_held) == "p0"
+    assert host_level_of(host(PartState.STOPPED, PartState.DRAINING)) is None
+
+    # p0 drains: p1's exporter, started without the host-level values, takes them and p0's devices.
+    (tmp_path / "health.json").write_text(dumps(host(PartState.DRAINING, PartState.SERVING, "node-b")))
+    inventory.process_backend.cache_clear()
+    try:
+        exporter = PartitionExporter(ExporterEntry("p1", "node-b", p1), False, 3600.0, str(tmp_path))
+    finally:
+        inventory.process_backend.cache_clear()
+    util = exporter.g["util"].values
+    assert sorted(tags["device_id"] for _, tags in util) == sorted((*p0, *p1))
+    assert {tags["partition"] for _, tags in util if tags["device_id"] in p0} == {"p0"}
+    assert exporter.g["n_devices"].values and exporter.g["p_state"].values
+    assert not leaves(exporter._health[0], "node-b")
