@@ -70,6 +70,24 @@ def _exporters(address: str, entries: Sequence[ExporterEntry], host_level: str |
     export.deploy(address, entries, host_level_partition=host_level, state_dir=state_dir)
 
 
+def _leave(address: str, node_ids: Sequence[str]) -> None:
+    """The metrics exporters of raylets `node_ids` exit, so that those raylets,
+    drained by a repartition, end once their work has moved."""
+    import ray
+
+    from ray_accel.metrics import export
+
+    export.connect(address)
+    try:
+        for node_id in node_ids:
+            try:
+                ray.kill(ray.get_actor(export.actor_name(node_id), namespace=NAMESPACE))
+            except ValueError:
+                pass  # none runs there
+    finally:
+        ray.shutdown()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ray_accel.health.driver_ops")
     sub = parser.add_subparsers(dest="op", required=True)
@@ -81,9 +99,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     exp.add_argument("--entries", required=True, help="JSON list of partition entries")
     exp.add_argument("--host-level")
     exp.add_argument("--state-dir", required=True)
+    leave = sub.add_parser("leave")
+    leave.add_argument("--address", required=True)
+    leave.add_argument("--node-id", action="append", required=True)
     args = parser.parse_args(argv)
     if args.op == "keep":
         _keep(args.address, args.node_id)
+    elif args.op == "leave":
+        _leave(args.address, args.node_id)
     else:
         _exporters(args.address, entries_from_json(args.entries), args.host_level, args.state_dir)
     print(json.dumps({"ok": True}), flush=True)

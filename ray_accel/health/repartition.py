@@ -53,7 +53,7 @@ from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.health_kept import read_kept
 from ray_accel.core.hosts import HostId
 from ray_accel.core.numa import read_topology
-from ray_accel.health import actions
+from ray_accel.health import actions, driver_ops
 from ray_accel.partition.labels import topology_labels
 from ray_accel.partition.share import HostResources, divide
 from ray_accel.plugins.inventory import discover
@@ -232,11 +232,20 @@ def _run(place: state.Place, record: HostRecord, inputs: Inputs, progress: Progr
     old = {p.name: p for p in record.partitions if p.name in touched}
     checks = procs.require_trusted(replace(record, repartition=None), str(place.file), WHAT)
     deadline = time.time() + inputs.drain_deadline_s
+    drained = []
     for c in plan.of(Action.RESTARTED, Action.REMOVED):
         node, raylet = old[c.partition].node_id, old[c.partition].raylet()
         if node is not None and raylet is not None and checks[raylet].ours:
             progress(f"{c.partition}: draining node {node[:12]} (deadline {inputs.drain_deadline_s:g}s)")
             actions.drain(record, node, drain_message(c), deadline)
+            drained.append(node)
+    if drained and record.metrics:
+        # Their exporters (actors) would keep the drained raylets from ending until the deadline.
+        leave = [a for n in drained for a in ("--node-id", n)]
+        try:
+            driver_ops.run("leave", ["--address", record.gcs_address, *leave], auth.raylet_base_env(record.auth))
+        except RayAccelError as e:
+            progress(f"warning: metrics exporters of the drained partitions not stopped: {e}")
     _wait_ended(list(old.values()), deadline, progress)
     now = procs.check_record(replace(record, repartition=None))
     for p in old.values():

@@ -106,6 +106,7 @@ def test_merging_two_partitions_leaves_the_others_running(tmp_path: Path) -> Non
         assert done.returncode == 0, done.stderr[-3000:]
         assert json.loads(done.stdout) == planned
         assert "draining node" in done.stderr
+        assert "ended by Ray once idle" in done.stderr, "c and d end once idle (their exporters gone)"
         after = {p["partition"]: (p["pid"], p["node_id"]) for p in cluster.refresh()["partitions"]}
         assert list(after) == ["a", "b", "cd"]
         assert after["a"] == before["a"] and after["b"] == before["b"]
@@ -157,12 +158,20 @@ def _helper_pid(cluster: Cluster) -> int:
     return helper.pid
 
 
+def _hold(cluster: Cluster, *names: str) -> None:
+    """A detached actor holding all 8 NeuronCores of each of `names`."""
+    for name in names:
+        node = cluster.refresh() and cluster.part(name)["node_id"]
+        cluster.driver(HOLD, f"{name}-{node[:8]}", node)
+
+
 def test_a_repartition_killed_stopped_or_interrupted_leaves_a_truthful_host(tmp_path: Path) -> None:
     spec = ClusterSpec("repartition-undo", "trn1.32xlarge", 4, start_args=("--mode", "manual", "--manual", FOUR))
     cluster = start_cluster(tmp_path / "c", spec)
     log = tmp_path / "repartition.log"
     try:
-        # SIGKILL mid-drain (the exporters keep c and d busy), then `start --recover`.
+        # SIGKILL mid-drain (actors keep c and d busy), then `start --recover`.
+        _hold(cluster, "c", "d")
         cli = _background(cluster, log, "--manual", MERGED, "--drain-deadline", "600")
         until(lambda: "draining node" in log.read_text(), 120)
         os.kill(_helper_pid(cluster), signal.SIGKILL)
@@ -189,6 +198,7 @@ def test_a_repartition_killed_stopped_or_interrupted_leaves_a_truthful_host(tmp_
         assert sum(p["total"].get("neuron_cores", 0) for p in cluster.refresh()["partitions"]) == 32
 
         # `stop` during the drain: the repartition goes first, then every process, the record and the lock.
+        _hold(cluster, "c", "d")
         cli = _background(cluster, log, "--manual", MERGED, "--drain-deadline", "600")
         until(lambda: "draining node" in log.read_text(), 120)
         stopped = cluster.stop()
@@ -247,9 +257,7 @@ def test_a_fit_on_merged_partitions_restarts_on_the_merged_one(tmp_path: Path) -
     fit = None
     try:
         # a's and b's NeuronCores held, so the fit's two 8-core workers run on c and d.
-        for name in ("a", "b"):
-            node = cluster.part(name)["node_id"]
-            cluster.driver(HOLD, name, node)
+        _hold(cluster, "a", "b")
         fit = background_driver(cluster, FIT, str(out), log=fit_log)
         until(lambda: len(list((out / "ws2").glob("rank*.json"))) == 2 or fit.poll() is not None, 400)
         assert fit.poll() is None, fit_log.read_text()[-3000:]
