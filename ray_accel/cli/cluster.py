@@ -19,9 +19,7 @@ from ray_accel.core.reader import dump_fields
 RECOVER_OPTIONS = ("head", "address", "recover", "timeout", "as_json")
 
 
-@click.command(
-    epilog="Options for every `ray start` go after `--`: ray-accel start --head -- --temp-dir /data/ray",
-)
+@click.command(epilog="Options for every `ray start` go after `--`: ray-accel start --head -- --temp-dir /data/ray")
 @grouped(
     "join",
     Join,
@@ -138,10 +136,12 @@ def start(
     request = StartRequest(join, split, offer, services, RayOptions.read(ray_args), health, timeout)
     record = start_partitions(request, say, after=start_decider)
     out = [{"device": d, "partition": p.name} for p in record.partitions for d in p.out]
-    if as_json:
-        emit(True, dump_fields(status(), out_of_service=out), str)
-    else:
-        emit(False, status(), render.started_text)
+    payload = status()
+    emit(
+        as_json,
+        dump_fields(payload, out_of_service=out) if as_json else payload,
+        lambda _: render.started_text(payload),
+    )
     return supervise(record, say) if block else 0
 
 

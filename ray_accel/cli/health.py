@@ -16,12 +16,8 @@ from typing import Any
 import click
 
 from ray_accel.cli.host import json_option
-from ray_accel.cli.output import emit
-from ray_accel.cli.render import render
-
-
-def _ago(at: float | None, now: float) -> str:
-    return "-" if not at else f"{max(0.0, now - at):.0f}s ago"
+from ray_accel.cli.output import ago, emit
+from ray_accel.cli.render import table
 
 
 def health_text(payload: Mapping[str, Any], now: float | None = None) -> str:
@@ -31,36 +27,29 @@ def health_text(payload: Mapping[str, Any], now: float | None = None) -> str:
     head = f"health decider: {running}, --on-unhealthy {payload['action']}"
     if payload["at"] is None:
         return head + "\nno health state yet: the decider has not polled"
-    head += f"; last poll {_ago(payload['at'], now)} (poll {payload['polls']})"
+    head += f"; last poll {ago(payload['at'], now)} (poll {payload['polls']})"
     counters = payload["counters"]
-    devices = render(
-        ["DEVICE", "PARTITION", "HEALTH", "SINCE", "LAST EVENT", "EVENTS", "HEALTHY AGAIN WHEN"],
-        [
-            [
-                d["device_id"],
-                d["partition"],
-                d["state"],
-                _ago(d["since"], now),
-                (d["last_event"] or {}).get("reason", "-"),
-                ", ".join(f"{k} x{n}" for k, n in sorted(counters.get(d["device_id"], {}).items())) or "-",
-                d["healthy_again"] or "-",
-            ]
-            for d in payload["devices"]
-        ],
+    devices = table(
+        payload["devices"],
+        ("DEVICE", lambda d: d["device_id"]),
+        ("PARTITION", lambda d: d["partition"]),
+        ("HEALTH", lambda d: d["state"]),
+        ("SINCE", lambda d: ago(d["since"], now)),
+        ("LAST EVENT", lambda d: (d["last_event"] or {}).get("reason", "-")),
+        (
+            "EVENTS",
+            lambda d: ", ".join(f"{k} x{n}" for k, n in sorted(counters.get(d["device_id"], {}).items())) or "-",
+        ),
+        ("HEALTHY AGAIN WHEN", lambda d: d["healthy_again"] or "-"),
     )
-    parts = render(
-        ["PARTITION", "STATE", "SINCE", "SERVING", "OUT", "DETAIL"],
-        [
-            [
-                p["partition"] + (" (head)" if p["head"] else ""),
-                p["state"],
-                _ago(p["since"], now),
-                len(p["devices"]),
-                ",".join(p["out"]) or "-",
-                p["detail"] or "-",
-            ]
-            for p in payload["partitions"]
-        ],
+    parts = table(
+        payload["partitions"],
+        ("PARTITION", lambda p: p["partition"] + (" (head)" if p["head"] else "")),
+        ("STATE", lambda p: p["state"]),
+        ("SINCE", lambda p: ago(p["since"], now)),
+        ("SERVING", lambda p: len(p["devices"])),
+        ("OUT", lambda p: ",".join(p["out"]) or "-"),
+        ("DETAIL", lambda p: p["detail"] or "-"),
     )
     errors = [f"error: {e}" for e in payload["errors"]]
     return "\n\n".join([head, devices, parts, *(["\n".join(errors)] if errors else [])])
@@ -108,15 +97,11 @@ def clear(device_id: str, as_json: bool) -> int:
                 f"asked the health decider to clear {device_id}; it acts at its next poll "
                 "(`ray-accel health` shows the device and its partition)"
             )
-            return emit(as_json, {"clear": device_id, "asked_at": request.at, "message": message}, _message)
+            return emit(as_json, {"clear": device_id, "asked_at": request.at, "message": message}, lambda p: message)
         place, out = found.place, [d for p in found.record.partitions for d in p.out]
     path = clear_kept(place, out, device_id)
     message = (
         f"cleared {device_id} in {path} (no health decider runs); its partition serves it again once one "
         "does (`ray-accel start --recover`) or from the next `ray-accel start`"
     )
-    return emit(as_json, {"clear": device_id, "asked_at": time.time(), "message": message}, _message)
-
-
-def _message(payload: Mapping[str, Any]) -> str:
-    return str(payload["message"])
+    return emit(as_json, {"clear": device_id, "asked_at": time.time(), "message": message}, lambda p: message)

@@ -10,6 +10,7 @@ from ray_accel.cli import render
 from ray_accel.cli.output import emit
 from ray_accel.cli.params import split_options
 from ray_accel.cluster.raylet import Split
+from ray_accel.core.reader import dump
 from ray_accel.partition.inherited import inherited_mask, plan_within_mask
 from ray_accel.plugins.inventory import discover
 
@@ -67,7 +68,7 @@ def plan(split: Split, as_json: bool) -> int:
             object_store_memory=share.object_store_memory,
         )
     payload["cpu_pinning"] = division.pinning
-    payload["host"] = host.to_json()
+    payload["host"] = dump(host)
     payload["host_warnings"] = list(division.warnings)
     payload["out_of_service"] = [{"device": o.device, "partition": o.partition, "reason": o.reason} for o in out]
     return emit(as_json, payload, lambda _: render.plan_text(result, division))

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 import click
 
 from ray_accel.cli.host import json_option
-from ray_accel.cli.output import emit
+from ray_accel.cli.output import ago, emit
 from ray_accel.cli.render import table
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.jobs.model import JobRecord, job_json, job_notes
@@ -47,10 +47,6 @@ def find_job(jobs: Sequence[JobRecord], job_id: str) -> JobRecord:
     raise InputError(f"no job {job_id!r} in the cluster's job store (jobs: {known})")
 
 
-def _ago(at: float | None, now: float) -> str:
-    return "-" if not at else f"{max(0.0, now - at):.0f}s ago"
-
-
 def _size(job: JobRecord) -> str:
     lo, hi = job.min_workers, job.max_workers
     return f"{job.workers} ({lo})" if lo == hi else f"{job.workers} ({lo}-{hi})"
@@ -68,8 +64,8 @@ def jobs_text(jobs: Sequence[JobRecord], waiting: Waiting = None, now: float | N
         ("WORKERS", _size),
         ("RESTARTS", lambda j: j.restarts),
         ("PARTITIONS", lambda j: ",".join(j.partitions) or "-"),
-        ("SUBMITTED", lambda j: _ago(j.submitted_at, now)),
-        ("SINCE", lambda j: _ago(j.transitions[-1].at if j.transitions else None, now)),
+        ("SUBMITTED", lambda j: ago(j.submitted_at, now)),
+        ("SINCE", lambda j: ago(j.transitions[-1].at if j.transitions else None, now)),
     ) + "".join(f"\n{j.id} waits: {w}" for j in jobs if (w := (waiting or {}).get(j.id)))
 
 
@@ -112,8 +108,7 @@ def jobs(ctx: click.Context, as_json: bool) -> int:
     if ctx.invoked_subcommand is not None:
         return 0
     listed, waiting = read_recorded_jobs()
-    payload = {"jobs": [job_json(j, waiting=waiting) for j in listed]}
-    return emit(as_json, payload, lambda _: jobs_text(listed, waiting))
+    return emit(as_json, {"jobs": [job_json(j, waiting=waiting) for j in listed]}, lambda _: jobs_text(listed, waiting))
 
 
 @jobs.command()

@@ -19,6 +19,10 @@ def emit(as_json: bool, payload: P, text: Callable[[P], str]) -> int:
     return 0
 
 
+def ago(at: float | None, now: float) -> str:
+    return "-" if not at else f"{max(0.0, now - at):.0f}s ago"
+
+
 def progress() -> Callable[[str], None]:
     """Progress lines on stderr with the time since the command started."""
     started = time.monotonic()

@@ -76,22 +76,17 @@ def _old_partitions(ctx: click.Context, param: click.Parameter, value: str | Non
     of on stderr (never inside --json)."""
     if value is None:
         return None
-    partitions = next(p for p in ctx.command.params if p.name == "partitions")
-    count = PARTITION_COUNT.convert(value, partitions, ctx)
+    count = PARTITION_COUNT.convert(value, next(p for p in ctx.command.params if p.name == "partitions"), ctx)
     click.echo("warning: --agents is deprecated: use --partitions", err=True)
     return count
-
-
-def _split(
-    mode: str | None, partitions: int | None, agents: int | None, manual: str | None, backend: str | None
-) -> Split:
-    return Split.given(mode, partitions if agents is None else agents, manual, backend)
 
 
 def split_options(partitions_help: str, manual_help: str, backend_help: str) -> Callable[[F], F]:
     return grouped(
         "split",
-        _split,
+        lambda mode, partitions, agents, manual, backend: Split.given(
+            mode, partitions if agents is None else agents, manual, backend
+        ),
         click.option("--mode", default=None, show_default="auto-split", help="shared, auto-split or manual"),
         click.option("--partitions", type=PARTITION_COUNT, help=partitions_help),
         click.option("--agents", hidden=True, callback=_old_partitions),

@@ -81,13 +81,8 @@ def devices_text(inventory: Inventory) -> str:
         lines.append(render(["DEVICE", "BACKEND", "MODEL", "CORES", "MEMORY", "NUMA", "PEERS", "EXTERNAL"], rows))
     for info in infos:
         lines += [f"warning ({info.plugin}): {w}" for w in info.warnings]
-    lines.append("")
-    lines.append(
-        render(
-            ["BACKEND", "ACTIVE", "REASON"],
-            [[s.name, "yes" if s.active else "no", s.reason or ""] for s in inventory.statuses],
-        )
-    )
+    statuses = [[s.name, "yes" if s.active else "no", s.reason or ""] for s in inventory.statuses]
+    lines += ["", render(["BACKEND", "ACTIVE", "REASON"], statuses)]
     return "\n".join(lines)
 
 
@@ -114,12 +109,8 @@ def plan_text(plan: Plan, division: Division) -> str:
     lines = [f"mode {plan.mode.value}: {len(rows)} partition(s)"]
     if plan.mask:
         lines.append(plan.mask.description)
-    lines.append(
-        render(
-            ["PARTITION", "DEVICES", "CORES", "VISIBLE", "TYPE", "CPUS", "CPU SET", "MEMORY", "OBJ STORE", "QUALITY"],
-            rows,
-        )
-    )
+    headers = ["PARTITION", "DEVICES", "CORES", "VISIBLE", "TYPE", "CPUS", "CPU SET", "MEMORY", "OBJ STORE", "QUALITY"]
+    lines.append(render(headers, rows))
     if division.pinning:
         lines.append(f"CPU pinning: {division.pinning}")
     if plan.unassigned:
@@ -179,28 +170,18 @@ def started_text(payload: HostStatus) -> str:
     env = " ".join(f"{k}={v}" for k, v in payload.env.items())
     address, dashboard = payload.gcs_address, payload.dashboard_address
     submit = [f"submit a job: ray job submit --address {dashboard} -- python script.py"] if dashboard else []
-    return "\n".join(
-        [
-            status_text(payload),
-            f"cluster address: {address}",
-            *submit,
-            f"driver environment: export {env}",
-            f"connect a driver: python -c \"import ray; ray.init(address='{address}')\"",
-            f"target a partition: .options(label_selector={{'{PARTITION_LABEL}': '<partition>'}})",
-        ]
-    )
+    lines = [status_text(payload), f"cluster address: {address}", *submit, f"driver environment: export {env}"]
+    lines.append(f"connect a driver: python -c \"import ray; ray.init(address='{address}')\"")
+    lines.append(f"target a partition: .options(label_selector={{'{PARTITION_LABEL}': '<partition>'}})")
+    return "\n".join(lines)
 
 
 def orphans_text(orphans: Sequence[OrphanReading], errors: Sequence[str] = ()) -> str:
     """Processes holding a partition's device without being its raylet's workers."""
     lines = []
     if orphans:
-        lines.append(
-            render(
-                ["ORPHAN PID", "HOST", "PARTITION", "DEVICE", "COMMAND"],
-                [[o.pid, o.host, o.partition, o.device_id, o.command] for o in orphans],
-            )
-        )
+        rows = [[o.pid, o.host, o.partition, o.device_id, o.command] for o in orphans]
+        lines.append(render(["ORPHAN PID", "HOST", "PARTITION", "DEVICE", "COMMAND"], rows))
     elif not errors:
         lines.append("orphans: none")
     lines += [f"orphans unknown: {e}" for e in errors]

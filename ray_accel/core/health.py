@@ -3,8 +3,8 @@ one poll of one backend.
 
 These cross process boundaries (the decider writes them into the state
 directory's `health.json`; the CLI and the exporters read them back), so
-each is written by `reader.dump` and has a `from_json` that reads its input
-as untrusted:
+each is written by `reader.dump` and read back by `reader.load`, which reads
+its input as untrusted (each value's own checks run as it is made):
 anything that does not fit raises `HealthDataError` naming the field
 (`devices[2].state: 'sick' is not one of healthy, unhealthy, unknown`).
 
@@ -21,7 +21,7 @@ import enum
 import re
 from dataclasses import dataclass
 
-from ray_accel.core.reader import LINE_BREAKS, Node, ReadError, load, show
+from ray_accel.core.reader import LINE_BREAKS, Node, ReadError, show
 
 # A kind is a short word of the rule's vocabulary ("xid", "ecc", "lost",
 # "components", "unreachable", ...); a backend may add its own.
@@ -85,17 +85,9 @@ class HealthEvent:
         _check_time(self.at, "at")
         Node(self.fatal, "fatal").bool()
 
-    @classmethod
-    def from_json(cls, data: object, where: str = "") -> HealthEvent:
-        return load(cls, data, where)
-
     def same(self, other: HealthEvent | None) -> bool:
         """The same condition (device, kind and code), whenever seen."""
-        return other is not None and (self.device_id, self.kind, self.code) == (
-            other.device_id,
-            other.kind,
-            other.code,
-        )
+        return other is not None and (self.device_id, self.kind, self.code) == (other.device_id, other.kind, other.code)
 
 
 @dataclass(frozen=True)
@@ -123,10 +115,6 @@ class DeviceHealth:
             )
         _line(self.healthy_again, "healthy_again", MAX_TEXT_CHARS, empty=True)
 
-    @classmethod
-    def from_json(cls, data: object, where: str = "") -> DeviceHealth:
-        return load(cls, data, where)
-
 
 @dataclass(frozen=True)
 class HealthReport:
@@ -147,13 +135,6 @@ class HealthReport:
         for i, error in enumerate(self.errors):
             _line(error, f"errors[{i}]", MAX_TEXT_CHARS)
 
-    @classmethod
-    def from_json(cls, data: object, where: str = "") -> HealthReport:
-        return load(cls, data, where)
-
     def device(self, device_id: str) -> DeviceHealth:
         """This poll's verdict on `device_id` (a `KeyError` naming it when the report has none)."""
-        for d in self.devices:
-            if d.device_id == device_id:
-                return d
-        raise KeyError(device_id)
+        return {d.device_id: d for d in self.devices}[device_id]

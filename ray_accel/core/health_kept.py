@@ -75,8 +75,7 @@ def parse_kept(raw: bytes | str, source: str) -> Kept:
             raise ReadError(f"version {version!r}; this ray-accel reads version {VERSION}", source)
         obj.at("at").number(0.0)
         devices = tuple(load(KeptDevice, d.data, d.path) for d in obj.at("devices").list())
-        ids = [d.device_id for d in devices]
-        if len(set(ids)) != len(ids):
+        if len({d.device_id for d in devices}) != len(devices):
             raise ReadError("a device is listed twice", f"{source}: devices")
     except ReadError as e:
         return Kept(unknown=f"device health unknown: {e}")
@@ -113,13 +112,11 @@ def resume(tracked: Sequence[Tracked], kept: Sequence[KeptDevice]) -> tuple[Trac
     by_id = {k.device_id: k for k in kept}
     out = []
     for t in tracked:
-        k = by_id.get(t.device_id)
-        if k is None:
-            out.append(t)
-            continue
-        last = k.faults[-1].event if k.faults else None
-        state = Health.UNHEALTHY if k.faults else Health.UNKNOWN
-        out.append(replace(t, state=state, since=k.since, last_event=last, faults=k.faults, doubt=k.doubt))
+        if (k := by_id.get(t.device_id)) is not None:
+            last = k.faults[-1].event if k.faults else None
+            state = Health.UNHEALTHY if k.faults else Health.UNKNOWN
+            t = replace(t, state=state, since=k.since, last_event=last, faults=k.faults, doubt=k.doubt)
+        out.append(t)
     return tuple(out)
 
 

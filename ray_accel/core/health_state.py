@@ -19,14 +19,12 @@ from pathlib import Path
 from ray_accel.core import validate
 from ray_accel.core.errors import InputError
 from ray_accel.core.health import DeviceHealth, HealthEvent
-from ray_accel.core.reader import Node, ReadError, dump, parse_json, read_file
+from ray_accel.core.reader import Node, ReadError, dump, load, parse_json, read_file
 
 VERSION = 1
 HEALTH_FILE = "health.json"
 MAX_BYTES = 8 * 1024 * 1024
 MAX_EVENTS = 100  # the file keeps the last ones, newest last
-MAX_ITEMS = 4096
-MAX_TEXT = 4096
 MIN_INTERVAL_S = 0.1
 MAX_INTERVAL_S = 3600.0
 MAX_DEADLINE_S = 7 * 24 * 3600.0
@@ -105,7 +103,7 @@ class PartitionHealth:
 
     @classmethod
     def from_json(cls, data: object, where: str) -> PartitionHealth:
-        obj = Node(data, where).only({f.name for f in PARTITION_FIELDS})
+        obj = Node(data, where).only(set(cls.__dataclass_fields__))
         name = obj.at("partition", None)
         try:
             validate.partition_name(name.text())
@@ -124,9 +122,6 @@ class PartitionHealth:
             target=None if target is None else target.texts(),
             head=obj.at("head", False).bool(),
         )
-
-
-PARTITION_FIELDS = tuple(PartitionHealth.__dataclass_fields__.values())
 
 
 @dataclass(frozen=True)
@@ -216,28 +211,16 @@ def _health(obj: Node) -> HostHealth:
     settings = HealthSettings.from_json(
         {k: obj.mapping().get(k) for k in ("action", "interval_s", "drain_deadline_s")}, "settings"
     )
-    devices = tuple(DeviceHealth.from_json(d.data, d.path) for d in obj.at("devices", None).list())
-    ids = [d.device_id for d in devices]
-    dup = next((d for d in ids if ids.count(d) > 1), None)
-    if dup is not None:
-        raise ReadError(f"{dup!r} appears twice", "devices")
+    devices = tuple(load(DeviceHealth, d.data, d.path) for d in obj.at("devices", None).list())
     parts = tuple(PartitionHealth.from_json(p.data, p.path) for p in obj.at("partitions", None).list())
-    names = [p.partition for p in parts]
-    dup = next((n for n in names if names.count(n) > 1), None)
-    if dup is not None:
-        raise ReadError(f"{dup!r} appears twice", "partitions")
-    events = tuple(HealthEvent.from_json(e.data, e.path) for e in obj.at("events", []).list())
+    for key, names in (("devices", [d.device_id for d in devices]), ("partitions", [p.partition for p in parts])):
+        dup = next((n for n in names if names.count(n) > 1), None)
+        if dup is not None:
+            raise ReadError(f"{dup!r} appears twice", key)
+    events = tuple(load(HealthEvent, e.data, e.path) for e in obj.at("events", []).list())
     counters = {
-        Node(device, "counters").text(): {Node(k, row.path).text(): v.int(0, 1 << 62) for k, v in row.items(MAX_ITEMS)}
-        for device, row in obj.at("counters", {}).items(MAX_ITEMS)
+        Node(device, "counters").text(): {Node(k, row.path).text(): v.int(0, 1 << 62) for k, v in row.items()}
+        for device, row in obj.at("counters", {}).items()
     }
-    return HostHealth(
-        at=obj.at("at", None).number(0.0, MAX_TIME),
-        settings=settings,
-        devices=devices,
-        partitions=parts,
-        events=events[-MAX_EVENTS:],
-        counters=counters,
-        polls=obj.at("polls", 0).int(0, 1 << 62),
-        errors=obj.at("errors", []).texts(),
-    )
+    at, polls = obj.at("at", None).number(0.0, MAX_TIME), obj.at("polls", 0).int(0, 1 << 62)
+    return HostHealth(at, settings, devices, parts, events[-MAX_EVENTS:], counters, polls, obj.at("errors", []).texts())

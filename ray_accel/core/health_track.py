@@ -36,9 +36,7 @@ def recovery_polls(environ: Mapping[str, str]) -> int:
     """K, the clean polls in a row that end a level fault
     (`RAYACCEL_HEALTH_RECOVERY_POLLS`, 1..10000, default 3); an `InputError` naming the value."""
     raw = environ.get(RECOVERY_POLLS_ENV)
-    if raw is None:
-        return DEFAULT_RECOVERY_POLLS
-    return ascii_int(raw, RECOVERY_POLLS_ENV, 1, MAX_RECOVERY_POLLS)
+    return DEFAULT_RECOVERY_POLLS if raw is None else ascii_int(raw, RECOVERY_POLLS_ENV, 1, MAX_RECOVERY_POLLS)
 
 
 def cleared_by_hand(device_id: str) -> str:
@@ -68,13 +66,10 @@ class Findings:
     levels: tuple[Level, ...] = ()
 
     def merged(self, other: Findings) -> Findings:
-        return Findings(
-            self.device_id,
-            self.vouched + other.vouched,
-            self.unread + other.unread,
-            self.events + other.events,
-            self.levels + other.levels,
-        )
+        return Findings(self.device_id, *(getattr(self, f) + getattr(other, f) for f in _LISTS))
+
+
+_LISTS = ("vouched", "unread", "events", "levels")  # Findings' fields after device_id, merged by concatenation
 
 
 @dataclass(frozen=True)
@@ -114,12 +109,9 @@ def _put(faults: list[Fault], fault: Fault) -> None:
 
 def advance(prev: Tracked, findings: Findings, now: float, k: int) -> tuple[Tracked, tuple[HealthEvent, ...]]:
     """The device's state after this poll, and the events new in it."""
-    if findings.device_id != prev.device_id:
-        raise ValueError(f"findings for {findings.device_id!r} applied to {prev.device_id!r}")
     faults = list(prev.faults)
-    new: list[HealthEvent] = []
-    for e in findings.events:
-        new.append(e)
+    new = list(findings.events)
+    for e in new:
         if e.fatal:
             _put(faults, Fault(e.kind, e, sticky=True))
     for level in findings.levels:
@@ -142,18 +134,9 @@ def advance(prev: Tracked, findings: Findings, now: float, k: int) -> tuple[Trac
         state = Health.UNKNOWN
     else:
         state = Health.HEALTHY
-    return (
-        Tracked(
-            prev.device_id,
-            state,
-            prev.since if state is prev.state else now,
-            new[-1] if new else prev.last_event,
-            tuple(faults),
-            findings.unread,
-            prev.doubt,
-        ),
-        tuple(new),
-    )
+    since, last = (prev.since if state is prev.state else now), (new[-1] if new else prev.last_event)
+    after = replace(prev, state=state, since=since, last_event=last, faults=tuple(faults), unread=findings.unread)
+    return after, tuple(new)
 
 
 def clear(prev: Tracked) -> Tracked:
@@ -172,13 +155,12 @@ def healthy_again(t: Tracked, k: int) -> str:
         if t.unread:
             return "a poll that reads its health sources (unreadable now: " + "; ".join(t.unread) + ")"
         return "a poll that reads a health source of it (none can be read)"
-    parts = []
-    for f in t.faults:
-        if f.sticky:
-            parts.append(f"{cleared_by_hand(t.device_id)} ({f.event.reason})")
-        else:
-            parts.append(f"{f.clean_words} for {k} polls in a row ({f.clean} so far)")
-    return "; and ".join(parts)
+    return "; and ".join(
+        f"{cleared_by_hand(t.device_id)} ({f.event.reason})"
+        if f.sticky
+        else f"{f.clean_words} for {k} polls in a row ({f.clean} so far)"
+        for f in t.faults
+    )
 
 
 def verdict(t: Tracked, k: int) -> DeviceHealth:
@@ -186,30 +168,19 @@ def verdict(t: Tracked, k: int) -> DeviceHealth:
 
 
 def step_all(
-    previous: Sequence[Tracked],
-    findings: Mapping[str, Findings],
-    errors: Iterable[str],
-    now: float,
-    k: int,
+    previous: Sequence[Tracked], findings: Mapping[str, Findings], errors: Iterable[str], now: float, k: int
 ) -> tuple[tuple[Tracked, ...], HealthReport]:
     """Every device advanced by its findings (a device without any: nothing
     could be read of it), and the poll's report."""
-    tracked = []
-    events: list[HealthEvent] = []
-    for prev in previous:
-        f = findings.get(prev.device_id, Findings(prev.device_id))
-        t, new = advance(prev, f, now, k)
-        tracked.append(t)
-        events += new
+    steps = [advance(p, findings.get(p.device_id, Findings(p.device_id)), now, k) for p in previous]
+    tracked, events = [t for t, _ in steps], [e for _, new in steps for e in new]
     unread = [f"{t.device_id}: {u}" for t in tracked for u in t.unread]
     out_errors = tuple(dict.fromkeys(one_line(e, 1024) for e in [*errors, *unread]))
-    report = HealthReport(now, tuple(verdict(t, k) for t in tracked), tuple(events), out_errors)
-    return tuple(tracked), report
+    return tuple(tracked), HealthReport(now, tuple(verdict(t, k) for t in tracked), tuple(events), out_errors)
 
 
 def clear_device(tracked: Sequence[Tracked], device_id: str) -> tuple[Tracked, ...]:
     """`clear` on `device_id`; an `InputError` naming it when it is not one of `tracked`."""
     if device_id not in {t.device_id for t in tracked}:
-        known = ", ".join(t.device_id for t in tracked)
-        raise InputError(f"no device {device_id!r} on this host (devices: {known})")
+        raise InputError(f"no device {device_id!r} on this host (devices: {', '.join(t.device_id for t in tracked)})")
     return tuple(clear(t) if t.device_id == device_id else t for t in tracked)

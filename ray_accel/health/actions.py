@@ -18,8 +18,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
-from ray_accel.cluster import procs, state
-from ray_accel.cluster.auth import raylet_base_env
+from ray_accel.cluster import auth, procs, state
 from ray_accel.cluster.exporters import exporter_entries, host_level_partition
 from ray_accel.cluster.gcs import GcsError, Progress, answer_within, wait_registered
 from ray_accel.cluster.launcher import Launches
@@ -64,8 +63,6 @@ def entry(record: HostRecord, name: str) -> PartitionEntry:
 def drain(record: HostRecord, node_id: str, message: str, deadline: float | None) -> None:
     """Ask the GCS to drain `node_id` for preemption with `message`, the way
     `ray drain-node` does; `RayAccelError` when it is not accepted."""
-    from ray_accel.cluster import auth
-
     auth.apply(record.auth)
     deadline_ms = 0 if deadline is None else int(deadline * 1000)
     try:
@@ -85,7 +82,7 @@ def drain(record: HostRecord, node_id: str, message: str, deadline: float | None
 def hold_head(record: HostRecord, node_id: str, message: str, deadline: float | None) -> None:
     """Place the head's keeper, then drain the head: it takes no new work and,
     kept busy, never exits."""
-    driver_ops.run("keep", ["--address", record.gcs_address, "--node-id", node_id], raylet_base_env(record.auth))
+    driver_ops.run("keep", ["--address", record.gcs_address, "--node-id", node_id], auth.raylet_base_env(record.auth))
     drain(record, node_id, message, deadline)
 
 
@@ -140,11 +137,6 @@ def _save_entry(record: HostRecord, new: PartitionEntry) -> HostRecord:
     return record
 
 
-def cores_of(devices: Sequence[Device], ids: Sequence[str]) -> tuple[int, ...]:
-    wanted = set(ids)
-    return tuple(sorted(c for d in devices if d.id in wanted for c in d.core_ids))
-
-
 def relabel(p: PartitionEntry, part: Partition, devices: Sequence[Device], record: HostRecord) -> dict[str, str]:
     """The partition's labels for a raylet serving `part`: the same, with the
     topology labels (devices, cores, links) of what it serves now."""
@@ -164,50 +156,42 @@ def restart_partition(
     labels (topology labels of what it serves); then it is in state `held`.
     Under the host's lock; a restart that fails leaves it stopped, saying why."""
     with _locked(host, f"restarting {name}"):
-        return _restart(host, name, serve, held, progress)
-
-
-def _restart(host: Host, name: str, serve: Sequence[str], held: PartitionState, progress: Progress) -> HostRecord:
-    record, p, checks = _current(host, name)
-    if p.head:
-        raise RayAccelError(f"partition {name} is the head: it cannot be restarted")
-    terminate_raylet(p, checks)
-    serve_ids = tuple(d for d in p.device_ids if d in set(serve))
-    cores = cores_of(host.devices, serve_ids)
-    part = Partition(name, serve_ids, cores, p.accelerator_type, p.models)
-    labels = relabel(p, part, host.devices, record)
-    base_env = relaunch_env(record)
-    launches = Launches(state.ensure_dir(host.place), host.timeout_s)
-    out = tuple(d for d in p.device_ids if d not in serve_ids)
-    try:
-        new = relaunch(record, p, part, labels, base_env, launches, progress)
-        new = replace(new, out=out, out_core_ids=tuple(c for c in p.core_ids if c not in cores), health=held)
-        record = _save_entry(record, new)
-        wait_registered(record.gcs_address, [new.node_id] if new.node_id else [], host.timeout_s, progress)
-    except BaseException as e:
-        with shielded():
-            stopped = launches.undo()
-            why = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
-            progress(f"{name}: restart {why}: stopped the {len(stopped)} processes it had started")
-            # Nothing of it runs now: the record says so (the decider tries a failed restart again later).
-            held = PartitionState(PartState.STOPPED, time.time(), f"restart {why}: {e or type(e).__name__}"[:1000])
-            record = _save_entry(record, _stopped(p, held))
-        raise
-    return record
+        record, p, checks = _current(host, name)
+        if p.head:
+            raise RayAccelError(f"partition {name} is the head: it cannot be restarted")
+        terminate_raylet(p, checks)
+        serve_ids = tuple(d for d in p.device_ids if d in set(serve))
+        cores = tuple(sorted(c for d in host.devices if d.id in serve_ids for c in d.core_ids))
+        part = Partition(name, serve_ids, cores, p.accelerator_type, p.models)
+        labels = relabel(p, part, host.devices, record)
+        launches = Launches(state.ensure_dir(host.place), host.timeout_s)
+        out = tuple(d for d in p.device_ids if d not in serve_ids)
+        try:
+            new = relaunch(record, p, part, labels, relaunch_env(record), launches, progress)
+            new = replace(new, out=out, out_core_ids=tuple(c for c in p.core_ids if c not in cores), health=held)
+            record = _save_entry(record, new)
+            ids = [new.node_id] if new.node_id else []
+            wait_registered(record.gcs_address, ids, host.timeout_s, progress)
+        except BaseException as e:
+            with shielded():
+                stopped = launches.undo()
+                why = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
+                progress(f"{name}: restart {why}: stopped the {len(stopped)} processes it had started")
+                # Nothing of it runs now: the record says so (the decider tries a failed restart again later).
+                held = PartitionState(PartState.STOPPED, time.time(), f"restart {why}: {e or type(e).__name__}"[:1000])
+                record = _save_entry(record, _stopped(p, held))
+            raise
+        return record
 
 
 def redeploy_exporters(record: HostRecord, names: Sequence[str], progress: Progress) -> None:
     """Start the metrics exporters of partitions `names` (those serving) again;
     the host's host-level values go to `host_level_partition`. A failure is
     reported, never fatal."""
-    if not record.metrics:
+    parts = [p for p in record.partitions if p.name in names and p.health.state is not PartState.STOPPED and p.node_id]
+    if not record.metrics or not parts:
         return
     level = host_level_partition(record)
-    parts = [
-        p for p in record.partitions if p.name in set(names) and p.health.state is not PartState.STOPPED and p.node_id
-    ]
-    if not parts:
-        return
     args = [
         "--address",
         record.gcs_address,
@@ -219,7 +203,7 @@ def redeploy_exporters(record: HostRecord, names: Sequence[str], progress: Progr
     if level is not None:
         args += ["--host-level", level]
     try:
-        driver_ops.run("exporters", args, raylet_base_env(record.auth))
+        driver_ops.run("exporters", args, auth.raylet_base_env(record.auth))
         progress(f"metrics exporters of {', '.join(p.name for p in parts)} started")
     except RayAccelError as e:
         progress(f"warning: metrics exporters not restarted: {e}")

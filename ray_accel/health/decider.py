@@ -41,14 +41,7 @@ from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.health import DeviceHealth, Health, HealthReport
 from ray_accel.core.health_kept import KEPT_FILE, doubted, read_kept
 from ray_accel.core.health_kept import dumps as dump_kept
-from ray_accel.core.health_state import (
-    HEALTH_FILE,
-    MAX_EVENTS,
-    HealthSettings,
-    HostHealth,
-    count_events,
-    dumps,
-)
+from ray_accel.core.health_state import HEALTH_FILE, MAX_EVENTS, HealthSettings, HostHealth, count_events, dumps
 from ray_accel.health import actions, rules
 from ray_accel.health.requests import take_requests
 from ray_accel.plugins.host_readings import READINGS_FILE, readings_json
@@ -132,9 +125,7 @@ class Decider:
         except RayAccelError as e:
             say(f"warning: {e}")
             return None
-        if record is None or record.stopping or record.created != self.created:
-            return None
-        return record
+        return None if record is None or record.stopping or record.created != self.created else record
 
     def poll(self) -> HostRecord | None:
         record = self.current()
@@ -182,9 +173,8 @@ class Decider:
         raylet = p.raylet()
         alive = raylet is not None and raylet in checks and checks[raylet].ours
         facts = rules.Facts(full=p.device_ids, head=p.head, raylet_alive=alive, health=by_id)
-        now = time.time()
         view = rules.view_of(record, p)
-        step = rules.decide(self.settings, view, facts, now)
+        step = rules.decide(self.settings, view, facts, time.time())
         held = rules.held_of(step.view)
         if step.effect is not rules.Effect.NONE:
             say(f"{name}: {step.effect.value} ({view.state.value} -> {step.view.state.value}) {step.message}".rstrip())
@@ -236,8 +226,7 @@ def build(place: state.Place, created: float) -> Decider:
         say(f"warning: {kept.unknown}: the devices the record has out of service stay out")
     if monitor is not None:
         monitor.resume(doubted(kept, (d for p in record.partitions for d in p.out), now))
-    parts = tuple(rules.view_of(record, p) for p in record.partitions)
-    health = HostHealth(now, settings, (), parts)
+    health = HostHealth(now, settings, (), tuple(rules.view_of(record, p) for p in record.partitions))
     pending = (kept.unknown,) if kept.unknown and kept.found else ()
     return Decider(place, created, settings, tuple(devices), monitor, health, pending=pending)
 

@@ -23,13 +23,9 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from ray_accel.core.errors import RayAccelError
-from ray_accel.metrics.export import NAMESPACE, ExporterEntry, entries_from_json
+from ray_accel.metrics.export import NAMESPACE, actor_name, connect, deploy, entries_from_json
 
 TIMEOUT_S = 180.0
-
-
-def keeper_name(node_id: str) -> str:
-    return f"keeper-{node_id}"
 
 
 class Keeper:
@@ -45,29 +41,17 @@ def _keep(address: str, node_id: str) -> None:
 
     ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING)
     try:
-        name = keeper_name(node_id)
-        try:
-            handle = ray.get_actor(name, namespace=NAMESPACE)
-        except ValueError:
-            handle = (
-                ray.remote(num_cpus=0, max_restarts=0)(Keeper)
-                .options(
-                    name=name,
-                    namespace=NAMESPACE,
-                    lifetime="detached",
-                    scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-                )
-                .remote()
-            )
-        ray.get(handle.ping.remote(), timeout=120)
+        pinned = NodeAffinitySchedulingStrategy(node_id, soft=False)
+        keeper = ray.remote(num_cpus=0, max_restarts=0)(Keeper).options(
+            name=f"keeper-{node_id}",
+            namespace=NAMESPACE,
+            lifetime="detached",
+            get_if_exists=True,
+            scheduling_strategy=pinned,
+        )
+        ray.get(keeper.remote().ping.remote(), timeout=120)
     finally:
         ray.shutdown()
-
-
-def _exporters(address: str, entries: Sequence[ExporterEntry], host_level: str | None, state_dir: str) -> None:
-    from ray_accel.metrics import export
-
-    export.deploy(address, entries, host_level_partition=host_level, state_dir=state_dir)
 
 
 def _leave(address: str, node_ids: Sequence[str]) -> None:
@@ -75,13 +59,11 @@ def _leave(address: str, node_ids: Sequence[str]) -> None:
     drained by a repartition, end once their work has moved."""
     import ray
 
-    from ray_accel.metrics import export
-
-    export.connect(address)
+    connect(address)
     try:
         for node_id in node_ids:
             try:
-                ray.kill(ray.get_actor(export.actor_name(node_id), namespace=NAMESPACE))
+                ray.kill(ray.get_actor(actor_name(node_id), namespace=NAMESPACE))
             except ValueError:
                 pass  # none runs there
     finally:
@@ -90,25 +72,20 @@ def _leave(address: str, node_ids: Sequence[str]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ray_accel.health.driver_ops")
-    sub = parser.add_subparsers(dest="op", required=True)
-    keep = sub.add_parser("keep")
-    keep.add_argument("--address", required=True)
-    keep.add_argument("--node-id", required=True)
-    exp = sub.add_parser("exporters")
-    exp.add_argument("--address", required=True)
-    exp.add_argument("--entries", required=True, help="JSON list of partition entries")
-    exp.add_argument("--host-level")
-    exp.add_argument("--state-dir", required=True)
-    leave = sub.add_parser("leave")
-    leave.add_argument("--address", required=True)
-    leave.add_argument("--node-id", action="append", required=True)
+    parser.add_argument("op", choices=["keep", "exporters", "leave"])
+    parser.add_argument("--address", required=True)
+    parser.add_argument("--node-id", action="append", help="keep: the head's node id; leave: each drained raylet's")
+    parser.add_argument("--entries", help="exporters: JSON list of partition entries")
+    parser.add_argument("--host-level")
+    parser.add_argument("--state-dir")
     args = parser.parse_args(argv)
     if args.op == "keep":
-        _keep(args.address, args.node_id)
+        _keep(args.address, args.node_id[0])
     elif args.op == "leave":
         _leave(args.address, args.node_id)
     else:
-        _exporters(args.address, entries_from_json(args.entries), args.host_level, args.state_dir)
+        entries = entries_from_json(args.entries)
+        deploy(args.address, entries, host_level_partition=args.host_level, state_dir=args.state_dir)
     print(json.dumps({"ok": True}), flush=True)
     return 0
 

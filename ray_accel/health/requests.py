@@ -23,6 +23,8 @@ from ray_accel.cluster.files import write_atomic
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.files import UnreadableFile, read_bytes
 from ray_accel.core.health_kept import KEPT_FILE, cleared, doubted, dumps, read_kept
+from ray_accel.core.health_state import MAX_TIME
+from ray_accel.core.reader import CONTROL, Node, parse_json
 
 REQUESTS_DIR = "health-requests"
 MAX_BYTES = 4096
@@ -36,19 +38,10 @@ class ClearRequest:
 
 
 def parse_request(raw: bytes, source: str) -> ClearRequest:
-    """A request file's content, or `InputError` naming `source` and the field."""
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise InputError(f"request {source} is not JSON: {e}") from None
-    if not isinstance(data, dict) or set(data) != {"clear", "at"}:
-        raise InputError(f"request {source}: expected an object with exactly 'clear' and 'at'")
-    device, at = data["clear"], data["at"]
-    if not isinstance(device, str) or not 0 < len(device) <= MAX_ID or any(ord(c) < 32 for c in device):
-        raise InputError(f"request {source}: 'clear' is not a device id: {device!r:.80}")
-    if not isinstance(at, int | float) or isinstance(at, bool) or not 0 <= at < 1e11:
-        raise InputError(f"request {source}: 'at' is not a time: {at!r:.80}")
-    return ClearRequest(device, float(at))
+    """A request file's content, or `ReadError` naming `source` and the field."""
+    obj = Node(parse_json(raw, f"request {source}", "{source} is not JSON: {error}"), f"request {source}")
+    obj.only({"clear", "at"})
+    return ClearRequest(obj.at("clear").text(MAX_ID, forbid=CONTROL[:32]), obj.at("at").number(0.0, MAX_TIME))
 
 
 def ask_clear(state_dir: Path, device_id: str) -> ClearRequest:
@@ -97,5 +90,4 @@ def clear_kept(place: state.Place, out: Collection[str], device_id: str) -> Path
         if not kept.unknown and device_id not in {d.device_id for d in kept.devices}:
             known = ", ".join(d.device_id for d in kept.devices[:20])
             raise InputError(f"device {device_id!r} is not one whose health is kept here (devices: {known})")
-        devices = cleared(doubted(kept, out, now), device_id)
-        return write_atomic(place.directory / KEPT_FILE, dumps(devices, now))
+        return write_atomic(place.directory / KEPT_FILE, dumps(cleared(doubted(kept, out, now), device_id), now))

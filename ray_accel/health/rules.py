@@ -178,8 +178,7 @@ def observe(settings: HealthSettings, view: PartitionHealth, facts: Facts, now: 
 
 
 def decide(settings: HealthSettings, view: PartitionHealth, facts: Facts, now: float) -> Step:
-    health = facts.health
-    full = facts.full
+    health, full = facts.health, facts.full
     if settings.action is Action.REPORT:
         bad = [d for d in full if state_of(health, d) is Health.UNHEALTHY]
         detail = f"reported only (--on-unhealthy report): {_detail(health, bad)}" if bad else ""

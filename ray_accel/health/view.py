@@ -48,39 +48,29 @@ def health_payload(found: Recorded) -> dict[str, Any]:
     last event and what makes it healthy again; every partition's state; the
     event counts and the last events."""
     record, health = found.record, found.health
-    owner = partition_of(record)
     settings = record.health
     out: dict[str, Any] = {
         "host": record.host,
         "host_ip": record.host_ip,
         "state_file": str(found.place.file),
         "action": None if settings is None else settings.action.value,
-        "decider": {
-            "pid": None if record.decider is None else record.decider.pid,
-            "alive": found.decider_alive,
-        },
-        "at": None,
-        "polls": 0,
-        "devices": [],
-        "partitions": [],
-        "events": [],
-        "counters": {},
-        "errors": [],
+        "decider": {"pid": None if record.decider is None else record.decider.pid, "alive": found.decider_alive},
     }
     if health is None:
-        return out
-    out.update(
-        at=health.at,
-        polls=health.polls,
-        interval_s=health.settings.interval_s,
-        drain_deadline_s=health.settings.drain_deadline_s,
-        devices=[dump_fields(d, partition=owner.get(d.device_id)) for d in health.devices],
-        partitions=dump(health.partitions),
-        events=dump(health.events[-MAX_EVENTS:]),
-        counters=dump(health.counters),
-        errors=list(health.errors),
-    )
-    return out
+        return dict(out, at=None, polls=0, devices=[], partitions=[], events=[], counters={}, errors=[])
+    owner = partition_of(record)
+    return {
+        **out,
+        "at": health.at,
+        "polls": health.polls,
+        "interval_s": health.settings.interval_s,
+        "drain_deadline_s": health.settings.drain_deadline_s,
+        "devices": [dump_fields(d, partition=owner.get(d.device_id)) for d in health.devices],
+        "partitions": dump(health.partitions),
+        "events": dump(health.events[-MAX_EVENTS:]),
+        "counters": dump(health.counters),
+        "errors": list(health.errors),
+    }
 
 
 def check_clear(found: Recorded, device_id: str) -> None:

@@ -48,17 +48,12 @@ PHASES = tuple(p.value for p in Phase)
 TERMINAL = frozenset({Phase.SUCCEEDED, Phase.FAILED})
 # Ray's state -> ours; None keeps the current phase.
 RAY_STATE_PHASE: Mapping[str, Phase | None] = {
-    "INITIALIZING": Phase.PENDING,
-    "SCHEDULING": Phase.PENDING,
-    "RESCHEDULING": Phase.PENDING,
+    **dict.fromkeys(("INITIALIZING", "SCHEDULING", "RESCHEDULING"), Phase.PENDING),
     "RUNNING": Phase.RUNNING,
-    "RESTARTING": Phase.RESTARTING,
-    "RESIZING": Phase.RESTARTING,
-    "PREEMPTING": Phase.RESTARTING,
+    **dict.fromkeys(("RESTARTING", "RESIZING", "PREEMPTING"), Phase.RESTARTING),
     "SHUTTING_DOWN": None,
     "FINISHED": Phase.SUCCEEDED,
-    "ERRORED": Phase.FAILED,
-    "ABORTED": Phase.FAILED,
+    **dict.fromkeys(("ERRORED", "ABORTED"), Phase.FAILED),
 }
 # Event kinds, in the order one attempt sends them.
 SUBMITTED = "submitted"  # the controller started: name, Ray's run id, allowed workers
@@ -224,7 +219,8 @@ def apply_event(job: JobRecord | None, event: Event) -> JobRecord:
         moved = _move(job, phase_for_state(job.phase, d.state), event.at, d.state)
         return dataclasses.replace(moved, ray_state=d.state, detail=d.detail or job.detail)
     if event.kind == LOST:
-        return mark_lost(job, event.at)
+        # Unknown: the controller is gone and the job never reached a terminal phase.
+        return job if job.terminal else _move(job, Phase.UNKNOWN, event.at, "controller gone")
     # STARTING: a new attempt's workers are placed; the previous ones retire.
     d = d if isinstance(d, Started) else Started()
     attempt = job.attempts + 1
@@ -245,13 +241,6 @@ def apply_event(job: JobRecord | None, event: Event) -> JobRecord:
         t = Transition(Phase.RESTARTING, event.at, "on_start")
         replicas = tuple(dataclasses.replace(r, transitions=(*r.transitions, t)) for r in replicas)
     return dataclasses.replace(job, replicas=replicas)
-
-
-def mark_lost(job: JobRecord, at: float) -> JobRecord:
-    """Unknown: the controller is gone and the job never reached a terminal phase."""
-    if job.terminal:
-        return job
-    return _move(job, Phase.UNKNOWN, at, "controller gone")
 
 
 def replica_json(r: Replica) -> object:
@@ -289,17 +278,9 @@ def job_notes(jobs: Sequence[JobRecord], health: HostHealth | None, host_key: st
     and why. Pure."""
     if health is None:
         return {}
-    held = {p.partition: p for p in health.partitions if p.state is not PartState.SERVING}
     # A job's partitions are `<host key>/<partition>`.
-    mine = {
-        job.id: [
-            held[name]
-            for host, _, name in (hp.partition("/") for hp in job.partitions)
-            if host == host_key and name in held
-        ]
-        for job in jobs
-        if job.phase in WAITING_PHASES
-    }
+    held = {f"{host_key}/{p.partition}": p for p in health.partitions if p.state is not PartState.SERVING}
+    mine = {job.id: [held[k] for k in job.partitions if k in held] for job in jobs if job.phase in WAITING_PHASES}
     return {j: "; ".join(f"{p.partition} {p.state.value}: {p.detail}" for p in ps) for j, ps in mine.items() if ps}
 
 

@@ -31,15 +31,7 @@ import threading
 import time
 from typing import Any
 
-from ray_accel.jobs.model import (
-    LOST,
-    Event,
-    EventData,
-    JobRecord,
-    Submitted,
-    apply_event,
-    gauge_rows,
-)
+from ray_accel.jobs.model import LOST, Event, EventData, JobRecord, Submitted, apply_event, gauge_rows
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +175,4 @@ def read_jobs(timeout_s: float = 30.0) -> list[JobRecord]:
     import ray
 
     handle = store(create=False)
-    if handle is None:
-        return []
-    result: list[JobRecord] = ray.get(handle.list.remote(), timeout=timeout_s)
-    return result
+    return [] if handle is None else list(ray.get(handle.list.remote(), timeout=timeout_s))

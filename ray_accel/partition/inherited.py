@@ -68,12 +68,8 @@ def inherited_mask(plugin: DevicePlugin, environ: Mapping[str, str]) -> Inherite
 def restrict(devices: Sequence[Device], mask: InheritedMask) -> list[Device]:
     """The devices the mask shows, each with only its shown cores."""
     shown = set(mask.ids)
-    out = []
-    for d in devices:
-        cores = tuple(c for c in d.core_ids if c in shown)
-        if cores:
-            out.append(d if cores == d.core_ids else dataclasses.replace(d, core_ids=cores))
-    return out
+    cut = [(d, tuple(c for c in d.core_ids if c in shown)) for d in devices]
+    return [d if cores == d.core_ids else dataclasses.replace(d, core_ids=cores) for d, cores in cut if cores]
 
 
 def plan_within_mask(

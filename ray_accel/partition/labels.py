@@ -69,9 +69,7 @@ def node_host(name: str, ip: str, labels: Mapping[str, str]) -> str:
     `NodeManagerHostname`, and node IP, `NodeManagerAddress`): the value
     `start` gave its host label, also for a raylet started without it. Where
     Ray names neither, the label itself."""
-    if name and ip:
-        return host_key(name, ip)
-    return labels.get(HOST_LABEL) or name or ip or "?"
+    return host_key(name, ip) if name and ip else labels.get(HOST_LABEL) or name or ip or "?"
 
 
 def topology_labels(

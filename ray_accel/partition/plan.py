@@ -180,13 +180,8 @@ def group_type(group: Sequence[Device], default_type: str | None = None, host_mo
 
 def _make(name: str, group: Sequence[Device], default_type: str | None = None, host_models: int = 1) -> Partition:
     ordered = sorted(group, key=lambda d: d.index)
-    return Partition(
-        name,
-        tuple(d.id for d in ordered),
-        tuple(sorted(c for d in ordered for c in d.core_ids)),
-        group_type(ordered, default_type, host_models),
-        models_of(ordered),
-    )
+    ids, cores = tuple(d.id for d in ordered), tuple(sorted(c for d in ordered for c in d.core_ids))
+    return Partition(name, ids, cores, group_type(ordered, default_type, host_models), models_of(ordered))
 
 
 def _islands(devices: Sequence[Device]) -> dict[DeviceId, int]:

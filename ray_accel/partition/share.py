@@ -50,9 +50,6 @@ class HostResources:
     resources: Mapping[str, float] = field(default_factory=dict)
     sources: Mapping[str, str] = field(default_factory=dict)  # amount -> "host" or the user's flag
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class Share:
@@ -75,9 +72,6 @@ class Division:
     shares: tuple[Share, ...]
     pinning: str  # "on", or "off: <why>"
     warnings: tuple[str, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        return {"pinning": self.pinning, "shares": [s.to_json() for s in self.shares], "warnings": list(self.warnings)}
 
 
 def _weights(weights: Sequence[int]) -> list[int]:
@@ -110,8 +104,7 @@ def split_whole(
         for i in range(n):
             while parts[i] < least[i]:
                 donor = max(
-                    (j for j in range(n) if parts[j] > least[j]),
-                    key=lambda j: (parts[j] - quota[j], parts[j], j),
+                    (j for j in range(n) if parts[j] > least[j]), key=lambda j: (parts[j] - quota[j], parts[j], j)
                 )
                 parts[donor] -= 1
                 parts[i] += 1
@@ -123,8 +116,7 @@ def split_cpus(total: int, weights: Sequence[int], groups: Sequence[object]) -> 
     share CPUs (those pinned to one NUMA node; the unpinned), then within each
     group, so no group is counted more CPUs than its share while another gets
     none. Every partition gets one when `total` allows."""
-    keys = list(dict.fromkeys(groups))
-    members = [[i for i, g in enumerate(groups) if g == k] for k in keys]
+    members = [[i for i, g in enumerate(groups) if g == k] for k in dict.fromkeys(groups)]
     floors = [len(m) for m in members] if total >= len(weights) else None
     per_group = split_whole(total, [sum(weights[i] for i in m) for m in members], floors=floors)
     out = [0] * len(weights)
@@ -152,11 +144,9 @@ def place_cpus(
     not pinned) and a reason, plus "on" or "off: <why>" for the host."""
     nodes = topology.cpu_nodes
     if topology.error is not None or len(nodes) < 2:
-        why = (
-            f"NUMA topology unknown ({topology.error})"
-            if topology.error is not None
-            else (f"the host has one NUMA node with CPUs ({topology.root})")
-        )
+        why = f"the host has one NUMA node with CPUs ({topology.root})"
+        if topology.error is not None:
+            why = f"NUMA topology unknown ({topology.error})"
         return [(None, why) for _ in numa_nodes], f"off: {why}"
     usable = frozenset(allowed)
 

@@ -20,7 +20,7 @@ of one host first).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
@@ -57,8 +57,7 @@ class Policy(ABC):
         parts = [p for p in partitions if capacity(job, p) > 0]
         if largest_fit(job, parts) < job.workers:
             raise refusal(job, partitions)
-        choice = self._choose(job, sorted(parts, key=lambda p: p.key))
-        return assess(job, partitions, slots_for(choice))
+        return assess(job, partitions, slots_for(self._choose(job, sorted(parts, key=lambda p: p.key))))
 
     def optimize(
         self,
@@ -97,10 +96,7 @@ class Policy(ABC):
 
 
 def _by_host(parts: Sequence[FreePartition]) -> dict[str, list[FreePartition]]:
-    out: dict[str, list[FreePartition]] = defaultdict(list)
-    for p in parts:
-        out[p.host].append(p)
-    return out
+    return {h: [p for p in parts if p.host == h] for h in dict.fromkeys(p.host for p in parts)}
 
 
 def _fill(job: Job, order: Sequence[FreePartition]) -> Choice:
@@ -179,9 +175,7 @@ class Spread(Policy):
         room = {p.key: capacity(job, p) for p in parts}
         on_host: Counter[str] = Counter()
         on_part: Counter[tuple[str, str]] = Counter()
-        host_room: Counter[str] = Counter()
-        for p in parts:
-            host_room[p.host] += room[p.key]
+        host_room = Counter({h: sum(room[p.key] for p in ps) for h, ps in _by_host(parts).items()})
         for _ in range(job.workers):
             p = min(
                 (q for q in parts if room[q.key] > 0),

@@ -77,9 +77,7 @@ def _activate(name: str, factory: object) -> PluginStatus:
         devices = validate_inventory(plugin.list_devices())
     except Exception as e:
         return _inactive(name, f"discovery failed: {type(e).__name__}: {e}", e)
-    if not devices:
-        return _inactive(name, "no devices found")
-    return PluginStatus(name=name, active=True, reason=None, plugin=plugin)
+    return PluginStatus(name, True, None, plugin) if devices else _inactive(name, "no devices found")
 
 
 def discover_plugins(only: str | None = None, env: Mapping[str, str] | None = None) -> list[PluginStatus]:

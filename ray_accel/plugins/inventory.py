@@ -4,7 +4,6 @@ bridge; and this process's own backend (`process_backend`)."""
 from __future__ import annotations
 
 import functools
-import json
 import os
 import socket
 from collections.abc import Sequence
@@ -12,7 +11,7 @@ from dataclasses import dataclass
 
 from ray_accel.core.devices import Device
 from ray_accel.core.errors import InputError, RayAccelError
-from ray_accel.core.reader import dump, dump_fields
+from ray_accel.core.reader import Node, ReadError, dump, dump_fields, parse_json
 from ray_accel.plugins.discovery import PluginStatus, active_plugins, discover_plugins, load_plugin
 from ray_accel.plugins.interface import DevicePlugin
 
@@ -86,13 +85,10 @@ def spec_backend(value: str | None) -> str | None:
     if not value:
         return None
     try:
-        rows = json.loads(value)
-        name = rows[0]["backend"] if rows else None
-    except (ValueError, TypeError, LookupError) as e:
-        raise InputError(f"bad {SPEC_ENV}: {type(e).__name__}: {e}") from None
-    if name is not None and not isinstance(name, str):
-        raise InputError(f"bad {SPEC_ENV}: backend is {type(name).__name__}, not a name")
-    return name
+        rows = Node(parse_json(value, SPEC_ENV, "{error}")).list()
+        return rows[0].at("backend").text() if rows else None
+    except ReadError as e:
+        raise InputError(f"bad {SPEC_ENV}: {e}") from None
 
 
 @functools.cache

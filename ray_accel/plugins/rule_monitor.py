@@ -41,8 +41,7 @@ class RuleMonitor(HealthMonitor, Generic[StateT, ObsT]):
 
     def poll(self) -> HealthReport:
         with self._lock:
-            obs = self.observe()
-            self._state, report = self._step(self._state, obs, self.clock())
+            self._state, report = self._step(self._state, self.observe(), self.clock())
             return report
 
     def clear(self, device_id: str) -> None:

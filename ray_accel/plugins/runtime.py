@@ -86,8 +86,7 @@ def rank_env(worker: WorkerSlot) -> dict[str, str]:
 def raylet_union(worker: WorkerSlot, job: Sequence[WorkerSlot]) -> list[str]:
     """The ids of every worker on `worker`'s raylet, sorted as numbers where they
     are numbers (Ray sorts them as strings, so '10' would come before '2')."""
-    ids = {i for w in job if w.node_id == worker.node_id for i in w.own_ids}
-    return sorted(ids, key=mask_order)
+    return sorted({i for w in job if w.node_id == worker.node_id for i in w.own_ids}, key=mask_order)
 
 
 def own_ids_env(visible_ids_env: str, worker: WorkerSlot) -> dict[str, str]:

@@ -58,8 +58,7 @@ def resolve_collective(requested: str | None, facts: Sequence[WorkerFacts]) -> t
     found = {f.collective for f in facts}
     if len(found) > 1:
         raise ValueError(f"workers disagree on the collective backend ({sorted(found)}): set backend explicitly")
-    reasons = dict.fromkeys(f.reason for f in facts if f.reason)
-    return (found.pop() if found else GLOO), "; ".join(reasons)
+    return (found.pop() if found else GLOO), "; ".join(dict.fromkeys(f.reason for f in facts if f.reason))
 
 
 def align_ray_context(
@@ -114,13 +113,9 @@ class AcceleratorBackend(Backend):
             for rank, f in zip(ranks, facts, strict=True)
         )
         hooks = list(backend_config.hooks)
+        setups = [worker.WorkerSetup(backend_config.run_id, i, job, f, collective, reason) for i, f in enumerate(facts)]
         outcomes: list[worker.Prepared] = ray.get(
-            [
-                worker_group.execute_single_async(
-                    i, worker.prepare, worker.WorkerSetup(backend_config.run_id, i, job, f, collective, reason), hooks
-                )
-                for i, f in enumerate(facts)
-            ]
+            [worker_group.execute_single_async(i, worker.prepare, s, hooks) for i, s in enumerate(setups)]
         )
         if denied := [o for o in outcomes if o.status == "denied"]:
             worker_group.execute(worker.release)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -70,10 +71,8 @@ class Alignment:
 
 def shared_ips(ips: Sequence[str], raylets: Sequence[str]) -> dict[str, int]:
     """IPs that host more than one of the job's raylets, with how many each."""
-    per_ip: dict[str, set[str]] = {}
-    for ip, raylet in zip(ips, raylets, strict=True):
-        per_ip.setdefault(ip, set()).add(raylet)
-    return {ip: len(r) for ip, r in per_ip.items() if len(r) > 1}
+    per_ip = Counter(ip for ip, _ in set(zip(ips, raylets, strict=True)))
+    return {ip: n for ip, n in per_ip.items() if n > 1}
 
 
 def read_ray_ranks() -> dict[str, int] | None:
@@ -121,12 +120,8 @@ def align_in_worker(expected: Mapping[str, int]) -> Alignment:
         return Alignment(FAILED, None, _raised("reading ray.train.get_context()", e))
     verdict = judge(expected, got)
     if verdict == UNFIXABLE:
-        return Alignment(
-            UNFIXABLE,
-            got,
-            f"Ray Train gave this worker world rank {got and got['world_rank']}, "
-            f"ray-accel world rank {expected['world_rank']}",
-        )
+        ours = f"ray-accel world rank {expected['world_rank']}"
+        return Alignment(UNFIXABLE, got, f"Ray Train gave this worker world rank {got and got['world_rank']}, {ours}")
     if verdict != DIFFERS:
         return Alignment(verdict, got)
     try:
@@ -159,11 +154,8 @@ def set_controller_view(worker_group: Any, expected: Sequence[Mapping[str, int]]
     if len(current) != len(expected) or any(
         c["world_rank"] != e["world_rank"] for c, e in zip(current, expected, strict=False)
     ):
-        return Alignment(
-            UNFIXABLE,
-            None,
-            f"the controller holds world ranks {[c['world_rank'] for c in current]} for {len(expected)} workers",
-        )
+        held = [c["world_rank"] for c in current]
+        return Alignment(UNFIXABLE, None, f"the controller holds world ranks {held} for {len(expected)} workers")
     try:
         rayapi_train.replace_controller_ranks(worker_group, [{k: e[k] for k in LOCAL_FIELDS} for e in expected])
     except Exception as e:

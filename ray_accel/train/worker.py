@@ -66,8 +66,7 @@ def backend() -> DevicePlugin | None:
             raise WorkerBackendError(
                 f"this training worker cannot load its raylet's backend {named[0].backend!r}: {type(e).__name__}: {e}"
             ) from e
-        _state.plugin = plugin
-        _state.loaded = True
+        _state.plugin, _state.loaded = plugin, True
     return _state.plugin
 
 
@@ -149,11 +148,10 @@ def describe() -> WorkerFacts:
 
     ctx = ray.get_runtime_context()
     specs = specs_from_env(os.environ.get(SPEC_ENV))
-    accel = ctx.get_accelerator_ids()
     plugin = backend()  # first: a worker without its backend fails the job here, at start
     spec = specs[0] if specs else None
     resource = spec.resource_name if spec else (plugin.resource_name if plugin else None)
-    ids = tuple(str(i) for i in accel.get(resource, [])) if resource else ()
+    ids = tuple(str(i) for i in ctx.get_accelerator_ids().get(resource, [])) if resource else ()
     # A worker holding no device trains on gloo whatever its backend would pick.
     chosen = describe_backend() if ids else {"collective": GLOO}
     ip = ray.util.get_node_ip_address()
@@ -255,9 +253,8 @@ def post_create() -> None:
 
 
 def shutdown(pre_terminate_timeout_s: float) -> None:
-    hooks = _state.hooks
-    if hooks is not None:
-        hooks.pre_terminate(pre_terminate_timeout_s)
+    if _state.hooks is not None:
+        _state.hooks.pre_terminate(pre_terminate_timeout_s)
     if _state.group:
         _state.group = False
         try:

@@ -14,7 +14,7 @@ from ray_accel_cuda.health_rule import BY_ACTION, GpuReading, Observation, Setti
 from ray_accel.core.health import DeviceHealth, Health, HealthReport
 from ray_accel.core.health_state import Action, HealthSettings, PartitionHealth, PartState
 from ray_accel.core.health_track import RECOVERY_POLLS_ENV
-from ray_accel.core.reader import dump
+from ray_accel.core.reader import dump, load
 from ray_accel.health.rules import Effect, Facts, decide
 from tests.fakes import fake_nvml
 from tests.fakes.fake_nvml import RECOVERY_FIELD, FakeGpu, RecoveryNvml
@@ -128,9 +128,9 @@ def test_the_source_travels_in_the_health_file_and_an_older_file_reads_without_i
     report = mon.poll()
     data = dump(report)
     assert isinstance(data, dict) and data["devices"][0]["source"] == "recovery-action"
-    assert HealthReport.from_json(data) == report
+    assert load(HealthReport, data) == report
     older = {k: v for k, v in data["devices"][0].items() if k != "source"}
-    assert DeviceHealth.from_json(older).source is None
+    assert load(DeviceHealth, older).source is None
 
 
 def test_a_failed_read_of_the_action_leaves_the_gpu_unknown_and_the_xid_list_decides() -> None:

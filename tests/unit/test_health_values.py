@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ray_accel.core.health import DeviceHealth, Health, HealthDataError, HealthEvent, HealthReport
-from ray_accel.core.reader import dump
+from ray_accel.core.reader import dump, load
 from tests.badinput import badinput
 
 ONE_LINE = st.text(st.characters(exclude_characters="\r\n\x00", codec="utf-8"), min_size=1, max_size=60)
@@ -61,7 +61,7 @@ def reports(draw: st.DrawFn) -> HealthReport:
 @given(reports())
 def test_a_report_survives_json_both_ways(report: HealthReport) -> None:
     text = json.dumps(dump(report))
-    back = HealthReport.from_json(json.loads(text))
+    back = load(HealthReport, json.loads(text))
     assert back == report
     assert dump(back) == dump(report)
 
@@ -69,7 +69,7 @@ def test_a_report_survives_json_both_ways(report: HealthReport) -> None:
 @settings(max_examples=100, deadline=None)
 @given(device_healths())
 def test_a_verdict_survives_json_both_ways(d: DeviceHealth) -> None:
-    assert DeviceHealth.from_json(json.loads(json.dumps(dump(d)))) == d
+    assert load(DeviceHealth, json.loads(json.dumps(dump(d)))) == d
 
 
 def _paths(data: Any, prefix: str = "") -> list[tuple[str, Any]]:
@@ -130,7 +130,7 @@ def test_a_report_with_any_field_broken_is_refused_naming_it(report: HealthRepor
     else:
         _set(raw, path, data.draw(st.sampled_from(WRONG)))
     with pytest.raises(HealthDataError) as e:
-        HealthReport.from_json(raw)
+        load(HealthReport, raw)
     assert path in str(e.value), f"{e.value} does not name {path}"
 
 
@@ -173,7 +173,7 @@ def test_bad_fields_are_named(case: str, change: Any, field: str, message: str) 
             }.get(key, raw)
             target[key] = value
     with pytest.raises(HealthDataError) as e:
-        HealthReport.from_json(raw)
+        load(HealthReport, raw)
     assert field in str(e.value) and message in str(e.value)
 
 
@@ -182,11 +182,11 @@ def test_a_device_listed_twice_or_an_event_of_another_device_is_refused() -> Non
     raw = _sample()
     raw["devices"].append(dict(raw["devices"][0]))
     with pytest.raises(HealthDataError, match=r"devices\[1\].device_id: 'neuron:3' is listed twice"):
-        HealthReport.from_json(raw)
+        load(HealthReport, raw)
     raw = _sample()
     raw["devices"][0]["device_id"] = "neuron:4"
     with pytest.raises(HealthDataError, match=r"last_event.device_id: 'neuron:3' is not the device 'neuron:4'"):
-        HealthReport.from_json(raw)
+        load(HealthReport, raw)
 
 
 @badinput("unnamed")
@@ -198,7 +198,7 @@ def test_a_value_that_could_not_be_read_back_is_never_made() -> None:
 
 
 def test_report_device_lookup() -> None:
-    report = HealthReport.from_json(_sample())
+    report = load(HealthReport, _sample())
     assert report.device("neuron:3").state is Health.UNHEALTHY
     with pytest.raises(KeyError):
         report.device("neuron:9")
