@@ -72,9 +72,7 @@ class Inputs:
     state_dir: str
     explicit: bool
     created: float
-    mode: str
-    partitions: int | None
-    manual: str | None
+    split: Split
     drain_deadline_s: float
     timeout_s: float
 
@@ -82,10 +80,6 @@ class Inputs:
     def place(self) -> state.Place:
         directory = Path(self.state_dir)
         return state.Place(directory, directory / state.STATE_FILE, self.explicit)
-
-    @property
-    def split(self) -> Split:
-        return Split(self.mode, self.partitions, self.manual)
 
 
 def planned(split: Split) -> tuple[state.Place, HostRecord, tuple[Device, ...], Resplit]:
@@ -301,16 +295,7 @@ def begin(
         place, record, _, _ = planned(split)
         if record.repartition is not None and procs.check(record.repartition).ours:
             raise InputError(f"a repartition is running on this host (PID {record.repartition.pid})")
-        inputs = Inputs(
-            str(place.directory),
-            place.explicit,
-            record.created,
-            split.mode,
-            split.partitions,
-            split.manual,
-            drain_deadline_s,
-            timeout_s,
-        )
+        inputs = Inputs(str(place.directory), place.explicit, record.created, split, drain_deadline_s, timeout_s)
         log = state.ensure_dir(place) / LOG_FILE
         (place.directory / RESULT_FILE).unlink(missing_ok=True)
         helper, proc = helpers.spawn(
