@@ -30,6 +30,7 @@ DEVICE_FIELDS = (
     "id host partition family accelerator_type utilization memory_used_bytes memory_total_bytes power_watts "
     "temperature_c recent_events reason"
 ).split()
+HEALTH = ("state", "since", "detail", "out")  # what `top --json` shows of a partition's health
 # `healthy` in `top --json`: the rule's verdict, None while unknown.
 VERDICT = {"healthy": True, "unhealthy": False}
 
@@ -44,6 +45,10 @@ def top_payload(partitions: Sequence[PartitionNode], snaps: Mapping[str, dict[st
     workloads: list[dict[str, Any]] = []
     orphans: list[OrphanReading] = []
     errors: list[str] = []
+    # A drained or stopped partition has no exporter: its host's host-level one reports it.
+    others = {
+        (s["host"], name): h for s in snaps.values() if isinstance(s, dict) for name, h in s.get("others", {}).items()
+    }
     for p in partitions:
         where = f"{p.host}/{p.partition}"
         snap = snaps.get(p.node_id, "raylet is dead" if not p.alive else "no snapshot")
@@ -51,15 +56,19 @@ def top_payload(partitions: Sequence[PartitionNode], snaps: Mapping[str, dict[st
         parts.append(row)
         if isinstance(snap, str) or not snap:
             row["exporter"] = snap or "no sample yet"
-            if p.alive:
+            if (other := others.get((p.host, p.partition))) is not None:
+                row["health"], row["exporter"] = {k: other.get(k) for k in HEALTH}, f"left ({other['state']})"
+            elif p.alive:
                 errors.append(f"{where}: {row['exporter']}")
             continue
-        row["device_ids"] = [d["id"] for d in snap.get("devices", [])]
+        row["device_ids"] = [d["id"] for d in snap.get("devices", []) if d["partition"] == p.partition]
         row["took_s"] = snap.get("took_s")
         # The partition's state and its devices' health, by the host's decider.
         health = snap.get("health") or {}
-        row["health"] = {k: health.get(k) for k in ("state", "since", "detail", "out")} if health else None
-        by_rule = health.get("devices") or {}
+        row["health"] = {k: health.get(k) for k in HEALTH} if health else None
+        by_rule = {
+            d: s for h in (health, *snap.get("others", {}).values()) for d, s in (h.get("devices") or {}).items()
+        }
         devices += [
             {**{k: d.get(k) for k in DEVICE_FIELDS}, "healthy": VERDICT.get(rule or ""), "health_state": rule}
             for d in snap.get("devices", [])

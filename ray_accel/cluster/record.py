@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
@@ -26,7 +26,7 @@ from ray_accel.core.errors import InputError
 from ray_accel.core.health_state import HealthSettings, PartitionState, PartState
 from ray_accel.core.hosts import canonical_ip
 from ray_accel.core.processes import ProcessRecord
-from ray_accel.core.reader import Node, ReadError, dump_fields, load, parse_json, show
+from ray_accel.core.reader import Node, ReadError, dump_fields, load, parse_document, show
 from ray_accel.core.visibility import format_visible_ids
 from ray_accel.partition.plan import MaskView, Mode, Partition
 from ray_accel.partition.share import Share
@@ -68,6 +68,15 @@ REPARTITION_KIND = "repartition"
 DECIDER_STATES = ("stopped", "restarting")
 
 T = TypeVar("T")
+
+
+def less_out(part: Partition, devices: Collection[str], units: Collection[int]) -> Partition:
+    """`part` less `devices` and their `units`: what its raylet serves while they are out of service."""
+    return replace(
+        part,
+        device_ids=tuple(d for d in part.device_ids if d not in devices),
+        core_ids=tuple(c for c in part.core_ids if c not in units),
+    )
 
 
 class RecordError(InputError):
@@ -121,13 +130,7 @@ class PartitionEntry:
     @property
     def serving(self) -> Partition:
         """The partition as its raylet serves it: without the devices out of service."""
-        return Partition(
-            self.name,
-            tuple(d for d in self.device_ids if d not in self.out),
-            tuple(c for c in self.core_ids if c not in self.out_core_ids),
-            self.accelerator_type,
-            self.models,
-        )
+        return less_out(self.partition, self.out, self.out_core_ids)
 
     @property
     def visible_ids(self) -> str:
@@ -223,14 +226,7 @@ def dumps(record: HostRecord) -> str:
 def parse_record(raw: bytes | str, source: str) -> HostRecord:
     """The record in `raw` (the bytes of the state file `source`), or
     `RecordError` naming `source` and what does not fit."""
-    try:
-        data = parse_json(raw, f"state file {source}")
-    except ReadError as e:
-        raise RecordError(str(e)) from None
-    try:
-        return _record(Node(data))
-    except ReadError as e:
-        raise RecordError(f"state file {source} does not fit the state record: {e}") from None
+    return parse_document(raw, f"state file {source}", _record, RecordError, "does not fit the state record")
 
 
 def _checked(node: Node, check: Callable[..., T], *args: object) -> T:

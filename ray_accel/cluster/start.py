@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
 
@@ -33,12 +33,13 @@ from ray_accel.cluster.launcher import Launches
 from ray_accel.cluster.ports import RayletPorts, check_free, plan_ports, worker_ports
 from ray_accel.cluster.raylet import DEFAULT_GCS_PORT, StartRequest, check_user_keys, partition_env
 from ray_accel.cluster.raylet_launch import LaunchReport
-from ray_accel.cluster.record import HostRecord, PartitionEntry
+from ray_accel.cluster.record import HostRecord, PartitionEntry, less_out
 from ray_accel.cluster.signals import interruptible, shielded
 from ray_accel.cluster.startargs import RayOptions, ray_start_args
 from ray_accel.core.devices import Device
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.health_kept import KEPT_FILE, read_kept
+from ray_accel.core.health_state import HealthFileError, read_health
 from ray_accel.core.numa import format_cpulist
 from ray_accel.partition.inherited import inherited_mask, plan_within_mask
 from ray_accel.partition.labels import topology_labels
@@ -80,13 +81,7 @@ class OutOfService:
 
 def serving(part: Partition, out: Sequence[OutOfService]) -> Partition:
     """`part` as its raylet serves it: without the devices `out` of service."""
-    gone = {o.device for o in out}
-    cores = {c for o in out for c in o.units}
-    return replace(
-        part,
-        device_ids=tuple(d for d in part.device_ids if d not in gone),
-        core_ids=tuple(c for c in part.core_ids if c not in cores),
-    )
+    return less_out(part, {o.device for o in out}, {c for o in out for c in o.units})
 
 
 def kept_dir() -> Path | None:
@@ -98,6 +93,15 @@ def kept_dir() -> Path | None:
     return next((p for p in sorted(root.iterdir()) if (p / KEPT_FILE).is_file()), None)
 
 
+def last_out(directory: Path) -> list[str]:
+    """The devices the last `health.json` had out of service (none where it cannot be read)."""
+    try:
+        health = read_health(directory)
+    except HealthFileError:
+        return []
+    return [d for p in health.partitions for d in p.out] if health is not None else []
+
+
 def kept_out(
     state_dir: Path | None, plan: Plan, devices: Sequence[Device]
 ) -> tuple[tuple[OutOfService, ...], list[str]]:
@@ -107,8 +111,13 @@ def kept_out(
     if state_dir is None:
         return (), []
     kept = read_kept(state_dir)
-    notes = [f"warning: {kept.unknown}: every device starts in service"] if kept.found and kept.unknown else []
     why = kept.out()
+    notes = []
+    if kept.found and kept.unknown:
+        # Never healthy for want of a file: what the last health report had out stays out, in doubt.
+        why = dict.fromkeys(last_out(state_dir), f"{kept.unknown}; it was out of service")
+        stays = "what the last health report had out stays out" if why else "every device starts in service"
+        notes.append(f"warning: {kept.unknown}: {stays}")
     units = {d.id: d.core_ids for d in devices}
     out = []
     for part in plan.partitions:

@@ -19,7 +19,7 @@ from pathlib import Path
 from ray_accel.core import validate
 from ray_accel.core.errors import InputError
 from ray_accel.core.health import DeviceHealth, HealthEvent
-from ray_accel.core.reader import Node, ReadError, dump, load, parse_json, read_file
+from ray_accel.core.reader import Node, ReadError, dump, dump_fields, load, parse_document, read_file
 
 VERSION = 1
 HEALTH_FILE = "health.json"
@@ -160,33 +160,15 @@ def count_events(counters: Mapping[str, Mapping[str, int]], events: Sequence[Hea
 
 def dumps(health: HostHealth) -> str:
     """`health.json`: the settings flattened into the top level, the last MAX_EVENTS events."""
-    data = {
-        "version": VERSION,
-        "at": health.at,
-        "action": health.settings.action.value,
-        "interval_s": health.settings.interval_s,
-        "drain_deadline_s": health.settings.drain_deadline_s,
-        "polls": health.polls,
-        "devices": dump(health.devices),
-        "events": dump(health.events[-MAX_EVENTS:]),
-        "partitions": dump(health.partitions),
-        "counters": dump(health.counters),
-        "errors": list(health.errors),
-    }
-    return json.dumps(data, indent=1, allow_nan=False)
+    fields = dump_fields(health, events=dump(health.events[-MAX_EVENTS:]), **dump_fields(health.settings))
+    del fields["settings"]
+    return json.dumps({"version": VERSION, **fields}, indent=1, allow_nan=False)
 
 
 def parse_health(raw: bytes | str, source: str) -> HostHealth:
     """The health state in `raw` (the bytes of `source`), or `HealthFileError`
     naming `source` and what does not fit."""
-    try:
-        data = parse_json(raw, f"health file {source}")
-    except ReadError as e:
-        raise HealthFileError(str(e)) from None
-    try:
-        return _health(Node(data))
-    except ReadError as e:
-        raise HealthFileError(f"health file {source} does not fit: {e}") from None
+    return parse_document(raw, f"health file {source}", _health, HealthFileError, "does not fit")
 
 
 def read_health(directory: Path) -> HostHealth | None:

@@ -133,6 +133,22 @@ def parse_toml(raw: bytes | str, source: str, bad: str = "malformed TOML in {sou
     return data
 
 
+def parse_document(
+    raw: bytes | str, source: str, read: Callable[[Node], T], error: Callable[[str], Exception], misfit: str
+) -> T:
+    """`read` of the JSON document in `raw` (`source`: "state file X"), every
+    refusal raised as `error`: bad syntax as `parse_json` words it, a field
+    that does not fit as `{source} {misfit}: {path}: {problem}`."""
+    try:
+        data = parse_json(raw, source)
+    except ReadError as e:
+        raise error(str(e)) from None
+    try:
+        return read(Node(data))
+    except ReadError as e:
+        raise error(f"{source} {misfit}: {e}") from None
+
+
 def read_file(path: str | os.PathLike[str], source: str, max_bytes: int, follow: bool = False) -> bytes | None:
     """The bytes of the regular file `path` (bounded, never blocking: see
     `files.read_bytes`), None when there is none, or `ReadError` naming

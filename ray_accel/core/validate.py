@@ -7,6 +7,7 @@ import math
 import re
 
 from ray_accel.core.errors import InputError
+from ray_accel.core.reader import parse_json
 
 # A non-empty Ray label value, and the name part of a label key (Ray 2.60,
 # ray/_private/label_utils.py: LABEL_REGEX): letters, digits, '-', '_', '.',
@@ -125,12 +126,7 @@ def node_labels(text: str, what: str = "--labels") -> dict[str, str]:
 def resource_amounts(text: str, what: str = "--resources") -> dict[str, float]:
     """A JSON object of resource name -> amount (`ray start --resources`): each
     amount a finite number >= 0 with at most 4 decimals (Ray's unit is 1/10000)."""
-    import json
-
-    try:
-        data = json.loads(text)
-    except ValueError as e:
-        raise InputError(f"{what}: {text!r} is not JSON: {e}") from None
+    data = parse_json(text, repr(text), f"{what}: {{source}} is not JSON: {{error}}", nan=True)
     if not isinstance(data, dict):
         raise InputError(f"{what}: {text!r} is not a JSON object such as '{{\"license\": 4}}'")
     out: dict[str, float] = {}

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -41,6 +41,7 @@ from ray_accel.core.processes import (
     read_small,
     split_stat,
 )
+from ray_accel.core.reader import dump_fields
 from ray_accel.plugins.interface import Telemetry
 
 log = logging.getLogger(__name__)
@@ -153,18 +154,10 @@ class Snapshot:
     orphans: tuple[OrphanReading, ...]
     errors: tuple[str, ...]
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "host": self.host,
-            "node_id": self.node_id,
-            "partition": self.partition,
-            "taken_at": self.taken_at,
-            "took_s": self.took_s,
-            "devices": [d._asdict() for d in self.devices],
-            "workloads": [w.to_json() for w in self.workloads],
-            "orphans": [asdict(o) for o in self.orphans],
-            "errors": list(self.errors),
-        }
+    def to_json(self) -> dict[str, object]:
+        # The readings are tuples (see `WorkloadReading`): each written as an object.
+        devices, workloads = [d._asdict() for d in self.devices], [w.to_json() for w in self.workloads]
+        return dump_fields(self, devices=devices, workloads=workloads)
 
 
 def device_readings(

@@ -57,7 +57,7 @@ from ray_accel.core.health import Health
 from ray_accel.core.health_state import HostHealth, PartitionHealth, PartState, read_health
 from ray_accel.core.hosts import HostId, this_host_name
 from ray_accel.core.processes import process_table
-from ray_accel.metrics.collect import Snapshot, Where, collect, device_readings
+from ray_accel.metrics.collect import DeviceReading, Snapshot, Where, collect, device_readings
 from ray_accel.partition.labels import CORES_LABEL, PARTITION_LABEL, LabelError, decode_ids, node_host
 from ray_accel.plugins.host_readings import read_readings
 from ray_accel.plugins.inventory import process_backend
@@ -147,13 +147,7 @@ def gauge_values(
     out: list[tuple[str, float, dict[str, str]]] = []
     verdict = {d.device_id: d.state for d in health.devices} if health is not None else {}
     for d in snap.devices:
-        tags = {
-            "host": d.host,
-            "partition": d.partition,
-            "device_id": d.id,
-            "family": d.family,
-            "accelerator_type": d.accelerator_type or "",
-        }
+        tags = dict(zip(DEVICE_TAGS, (d.host, d.partition, d.id, d.family, d.accelerator_type or ""), strict=True))
         for key, value in (
             ("util", d.utilization),
             ("used", d.memory_used_bytes),
@@ -172,14 +166,8 @@ def gauge_values(
         for dev, nbytes in sorted(w.device_memory_bytes.items()):
             out.append(("w_dev", float(nbytes), {**wt, "device_id": dev}))
     for o in snap.orphans:
-        tags = {
-            "host": o.host,
-            "partition": o.partition,
-            "device_id": o.device_id,
-            "pid": str(o.pid),
-            "command": o.command[:COMMAND_MAX],
-        }
-        out.append(("orphan", 1.0, tags))
+        values = (o.host, o.partition, o.device_id, str(o.pid), o.command[:COMMAND_MAX])
+        out.append(("orphan", 1.0, dict(zip(ORPHAN_TAGS, values, strict=True))))
     if host is not None:
         ht = {"host": host.host, "family": host.family, "accelerator_type": host.accelerator_type}
         out.append(("n_devices", float(host.devices), ht))
@@ -189,14 +177,13 @@ def gauge_values(
 
 def health_values(health: HostHealth, host: str) -> list[tuple[str, float, dict[str, str]]]:
     """(gauge key, value, tags) for a host's health state: pure, as `gauge_values`."""
-    out: list[tuple[str, float, dict[str, str]]] = []
+    out = [
+        ("p_state", float(p.state is st), {"host": host, "partition": p.partition, "state": st.value})
+        for p in health.partitions
+        for st in PartState
+    ]
     # A device's partition is the one it was planned in, in service or out.
     owner = {d: p.partition for p in health.partitions for d in (*p.devices, *p.out)}
-    for p in health.partitions:
-        for st in PartState:
-            out.append(
-                ("p_state", 1.0 if p.state is st else 0.0, {"host": host, "partition": p.partition, "state": st.value})
-            )
     for d in health.devices:
         tags = {"host": host, "partition": owner.get(d.device_id, ""), "device_id": d.device_id}
         for h in Health:
@@ -217,13 +204,8 @@ def partition_health(health: HostHealth | None, partition: str) -> dict[str, Any
     p = health.partition(partition)
     if p is None:
         return None
-    return {
-        "state": p.state.value,
-        "since": p.since,
-        "detail": p.detail,
-        "out": list(p.out),
-        "devices": {d.device_id: d.state.value for d in health.devices if d.device_id in (*p.devices, *p.out)},
-    }
+    mine = (*p.devices, *p.out)
+    return reader.dump_fields(p, devices={d.device_id: d.state.value for d in health.devices if d.device_id in mine})
 
 
 def exporting(p: PartitionHealth) -> bool:
@@ -263,8 +245,7 @@ def entries_to_json(entries: Sequence[ExporterEntry]) -> str:
 
 def entries_from_json(text: str) -> tuple[ExporterEntry, ...]:
     """What `entries_to_json` wrote; `ReadError` naming the field for anything else."""
-    rows = reader.Node(reader.parse_json(text, "exporter entries"), "entries").list()
-    return tuple(reader.load(ExporterEntry, row.data, row.path) for row in rows)
+    return reader.load(tuple[ExporterEntry, ...], reader.parse_json(text, "exporter entries"), "entries")
 
 
 class PartitionExporter:
@@ -294,6 +275,7 @@ class PartitionExporter:
         self.g = {key: Gauge(s.name, s.description, s.tags) for key, s in GAUGES.items()}
         self._last: Snapshot | None = None
         self._health: tuple[HostHealth | None, str | None] = (None, None)
+        self._adopted: tuple[DeviceReading, ...] | None = None  # the host-level exporter's: see `snapshot`
         self._lock = threading.Lock()
         self.sample()
         threading.Thread(target=self._loop, daemon=True, name="ray-accel-metrics").start()
@@ -348,17 +330,21 @@ class PartitionExporter:
         health, problem = self._read_health()
         level = self.host_level if health is None else host_level_of(health) == self.where.partition
         values = gauge_values(snap, self._host_values(level), health)
+        others: list[DeviceReading] | None = None
         if level and health is not None:
             values += health_values(health, self.where.host)
+            others = []
             for name, ids in adopted(health).items():
                 devices = [d for d in self.host_devices if d.id in ids]
                 found, _ = device_readings(self.telemetry, devices, name, self.accelerator_type, self.where.host)
+                others += found
                 values += gauge_values(replace(snap, devices=tuple(found), workloads=(), orphans=()), None, health)
         for key, value, tags in values:
             self.g[key].set(value, tags)
         with self._lock:
             self._last = snap
             self._health = (health, problem)
+            self._adopted = None if others is None else tuple(others)
 
     def snapshot(self) -> dict[str, Any]:
         """The latest snapshot as `top` and `status` print it (JSON)."""
@@ -366,7 +352,13 @@ class PartitionExporter:
             if self._last is None:
                 return {}
             health, problem = self._health
-            out = {**self._last.to_json(), "health": partition_health(health, self.where.partition)}
+            out: dict[str, Any] = {**self._last.to_json(), "health": partition_health(health, self.where.partition)}
+            if health is not None and self._adopted is not None:
+                # The partitions whose exporter is gone (drained, stopped): their state and devices, from here.
+                out["others"] = {
+                    p.partition: partition_health(health, p.partition) for p in health.partitions if not exporting(p)
+                }
+                out["devices"] += [d._asdict() for d in self._adopted]
             return out if problem is None else {**out, "health_error": problem}
 
 

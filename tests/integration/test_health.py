@@ -12,8 +12,9 @@ change their clusters, so they never share one.
   is present again for K polls;
 - a mock p4d.24xlarge, `--on-unhealthy drain`: XID 13 only counts (health
   and a metric), XID 79 on the head drains it and holds it (drivers stay
-  connected, the head takes no new work); `stop` while a worker partition
-  drains leaves nothing;
+  connected, the head takes no new work); the driver's recovery action
+  DRAIN_AND_RESET on a worker's GPU, with no XID, drains that partition
+  (`health --json` names the source); `stop` while it drains leaves nothing;
 - with metrics on, a drained partition's exporter leaves it: with nothing
   running there, Ray ends the raylet within seconds of the drain (deadline
   120 s); with an actor there, it drains until the actor ends while its
@@ -470,12 +471,23 @@ def test_a_gpu_host_counts_xid_13_drains_on_79_holds_its_head_and_stops_mid_drai
         status = cluster.refresh()
         assert status["gcs_alive"] and all(p["alive"] for p in status["partitions"])
 
-        # `stop` while a worker partition drains (its deadline far away): nothing left.
+        # The driver asks for DRAIN_AND_RESET on a worker's GPU, no XID: the
+        # action decides, and its partition drains.
         worker = alive_node(cluster, "p1")
-        bad = {"device": gpus["p1"][1], "kind": "xid", "code": 79}
+        bad = {"device": gpus["p1"][1], "kind": "recovery", "code": "DRAIN_AND_RESET"}
         write_faults(faults, {"events": [xid13, xid79, bad]})
         until_poll(cluster, lambda h: part(h, "p1").state is PartState.DRAINING, polls=3)
         assert worker.node_id in gcs_view(cluster)[1]
+        shown = {d["device_id"]: d for d in json.loads(cluster.cli("health", "--json").stdout)["devices"]}
+        acted = shown[gpus["p1"][1]]
+        assert (acted["state"], acted["source"], acted["last_event"]["code"]) == (
+            "unhealthy",
+            "recovery-action",
+            "DRAIN_AND_RESET",
+        ), acted
+        assert shown[gpus["p1"][0]]["source"] == "xid", "no action read for it: the XID list decides"
+
+        # `stop` while a worker partition drains (its deadline far away): nothing left.
     finally:
         if driver is not None and driver.poll() is None:
             driver.kill()

@@ -7,8 +7,10 @@ mock's absolute counters, and `ray-accel health clear` where no decider runs."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from ray_accel_mock.faults import FaultFileError, parse_faults
@@ -30,11 +32,23 @@ from ray_accel.core.health_kept import (
     read_kept,
     resume,
 )
-from ray_accel.core.health_state import HealthSettings
+from ray_accel.core.health_state import (
+    HEALTH_FILE,
+    Action,
+    HealthSettings,
+    HostHealth,
+    PartitionHealth,
+    PartitionState,
+    PartState,
+    read_health,
+)
+from ray_accel.core.health_state import VERSION as HEALTH_VERSION
+from ray_accel.core.health_state import dumps as health_dumps
 from ray_accel.core.health_track import Fault, Findings, Level, advance, start
+from ray_accel.health.launch import start_decider
 from tests.clirun import run_cli_here
 from tests.unit.test_cluster_safety import ray_process
-from tests.unit.test_health_cli import Spawn, env, record_of, spawn, tag  # noqa: F401  (fixtures)
+from tests.unit.test_health_cli import Spawn, env, record_of, spawn, tag, wait_for  # noqa: F401  (fixtures)
 
 D = "neuron:9"
 ECC = "mem_ecc_uncorrected"
@@ -217,6 +231,26 @@ def test_plan_leaves_a_device_out_of_service_out_of_its_partition_and_says_so(tm
     assert json.loads(proc.stdout)["out_of_service"] == [] and "device health unknown" in proc.stderr
 
 
+def test_plan_on_unreadable_kept_health_leaves_what_the_last_health_report_had_out_out(tmp_path: Path) -> None:
+    """After `stop`, no record says what was out: where devices.json cannot be
+    read, the last health.json does (a device is never healthy for want of a file)."""
+    environ = {"RAYACCEL_MOCK": "trn1.32xlarge", "RAYACCEL_STATE_DIR": str(tmp_path)}
+    text = dumps([KeptDevice(D, 1.0, (FAULT,), {ECC: 2})], 1.0)
+    (tmp_path / KEPT_FILE).write_text(text[: len(text) // 2])
+    p1 = tuple(f"neuron:{i}" for i in range(8, 16))
+    shrunk = PartitionHealth("p1", PartState.SHRUNK, 1.0, tuple(d for d in p1 if d != D), (D,), "n", f"without {D}")
+    write_atomic(tmp_path / HEALTH_FILE, health_dumps(HostHealth(1.0, HealthSettings(Action.SHRINK), (), (shrunk,))))
+    proc = run_cli_here("plan", "--partitions", "2", "--json", env=environ)
+    assert proc.returncode == 0, proc.stderr
+    (out,) = json.loads(proc.stdout)["out_of_service"]
+    assert (out["device"], out["partition"]) == (D, "p1")
+    assert out["reason"].startswith("device health unknown: ") and out["reason"].endswith("; it was out of service")
+    assert "not valid JSON" in out["reason"] and "what the last health report had out stays out" in proc.stderr
+    (tmp_path / HEALTH_FILE).write_text("{")
+    proc = run_cli_here("plan", "--partitions", "2", "--json", env=environ)
+    assert json.loads(proc.stdout)["out_of_service"] == [] and "every device starts in service" in proc.stderr
+
+
 def test_a_partition_with_every_device_out_is_refused(tmp_path: Path) -> None:
     environ = {"RAYACCEL_MOCK": "trn1.32xlarge", "RAYACCEL_STATE_DIR": str(tmp_path)}
     devices = [KeptDevice(f"neuron:{i}", 1.0, doubt="replaced") for i in range(8, 16)]
@@ -237,3 +271,60 @@ def test_clear_after_stop_edits_the_kept_file_and_names_a_device_not_kept(env: d
     proc = run_cli_here("health", "clear", "neuron:0", env=env)
     assert proc.returncode == 0 and "from the next `ray-accel start`" in proc.stdout, proc.stderr
     assert not read_kept(directory).devices[0].out
+
+
+# ---------------------------------------------------------------- a decider resuming from a file it cannot read
+
+
+@pytest.mark.parametrize("damage", ["previous version", "truncated"])
+def test_a_decider_resuming_from_an_unreadable_file_keeps_the_record_s_out_devices_out_unknown_with_why(
+    env: dict[str, str],  # noqa: F811
+    spawn: Spawn,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    damage: str,
+) -> None:
+    """The real decider process, started on a record whose p0 serves neuron:0
+    and has neuron:1 out (shrunk); the devices.json that said why is of the
+    previous version (beside that version's health.json) or cut short."""
+    monkeypatch.setenv("RAYACCEL_MOCK", "trn1.32xlarge")
+    env = {**env, "RAYACCEL_MOCK": "trn1.32xlarge"}
+    record = record_of(ray_process(spawn()), HealthSettings(Action.SHRINK, 0.2, 600.0))
+    shrunk = PartitionState(PartState.SHRUNK, record.created, "without neuron:1: mem_ecc_uncorrected grew")
+    p0 = replace(
+        record.partitions[0],
+        device_ids=("neuron:0", "neuron:1"),
+        core_ids=(0, 1, 2, 3),
+        out=("neuron:1",),
+        out_core_ids=(2, 3),
+        health=shrunk,
+    )
+    record = record.with_partitions([p0])
+    directory = state.place_of(record).directory
+    state.save(record)
+    fault = Fault("ecc", HealthEvent("neuron:1", "ecc", ECC, f"{ECC} grew from 0 to 2", 1.0, True), sticky=True)
+    text = dumps([KeptDevice("neuron:1", 1.0, (fault,), {ECC: 2})], 1.0)
+    if damage == "truncated":
+        (directory / KEPT_FILE).write_text(text[: len(text) // 2])
+        why = "is not valid JSON"
+    else:
+        (directory / KEPT_FILE).write_text(json.dumps(json.loads(text) | {"version": VERSION - 1}))
+        (directory / HEALTH_FILE).write_text(json.dumps({"version": HEALTH_VERSION - 1, "devices": []}))
+        why = f"version {VERSION - 1}; this ray-accel reads version {VERSION}"
+    record = start_decider(record, lambda m: None)
+    wait_for(lambda: (h := read_health(directory)) is not None and h.polls >= 3)
+
+    shown = json.loads(run_cli_here("health", "--json", env=env).stdout)
+    devices = {d["device_id"]: d for d in shown["devices"]}
+    assert devices["neuron:0"]["state"] == "healthy"
+    gone = devices["neuron:1"]
+    assert gone["state"] == "unknown", gone
+    assert "device health unknown" in gone["healthy_again"] and why in gone["healthy_again"], gone
+    assert "it was out of service" in gone["healthy_again"]
+    (part,) = shown["partitions"]
+    assert (part["state"], part["out"]) == ("shrunk", ["neuron:1"]), part
+    assert why in (directory / "decider.log").read_text()
+    # What the decider keeps now says so too: a later restart still has it out.
+    assert list(read_kept(directory).out()) == ["neuron:1"]
+    assert state.load(state.place_of(record)).partitions[0].out == ("neuron:1",)  # type: ignore[union-attr]
+    stopped = run_cli_here("stop", "--json", env=env)
+    assert stopped.returncode == 0, stopped.stderr

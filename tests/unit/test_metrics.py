@@ -26,7 +26,7 @@ from ray_accel.cluster.status import HostStatus
 from ray_accel.core import masks
 from ray_accel.core.devices import Device
 from ray_accel.core.health import DeviceHealth, Health
-from ray_accel.core.health_state import HealthSettings, HostHealth
+from ray_accel.core.health_state import HealthSettings, HostHealth, PartitionHealth, PartState
 from ray_accel.core.hosts import host_key
 from ray_accel.core.processes import ProcessRecord, children_map, descendants, process_table, snapshot
 from ray_accel.core.samples import DeviceSample
@@ -46,6 +46,7 @@ from ray_accel.metrics.export import (
     PartitionNode,
     actor_name,
     gauge_values,
+    partition_health,
     partition_nodes,
 )
 from ray_accel.partition.labels import CORES_LABEL, PARTITION_LABEL
@@ -464,6 +465,57 @@ def test_top_payload_joins_every_hosts_snapshots_and_names_missing_ones() -> Non
     text = render.top_text(payload)
     assert "ORPHAN PID" in text and "4242" in text and "python hog.py" in text
     assert "DEAD" in text and "error: hostB/p1: no metrics exporter: gone" in text
+
+
+def test_top_shows_a_drained_and_a_stopped_partition_from_the_host_level_exporter() -> None:
+    """A drained partition's exporter leaves it, a stopped one has none: the
+    host-level exporter's snapshot carries their state and the drained one's
+    devices, so every partition shows its state and the bad device its verdict."""
+    telemetry = MockTelemetry(load_spec("trn1.32xlarge"))
+    devices = _devices(telemetry)
+    p0, p1, p2 = (tuple(d.id for d in devices[i : i + 4]) for i in (0, 4, 8))
+    bad = p1[0]
+    health = HostHealth(
+        1.0,
+        HealthSettings(),
+        tuple(DeviceHealth(d, Health.UNHEALTHY if d == bad else Health.HEALTHY, 1.0, None, "") for d in p0 + p1),
+        (
+            PartitionHealth("p0", PartState.SERVING, 1.0, p0, (), "a0", ""),
+            PartitionHealth("p1", PartState.DRAINING, 2.0, p1, (bad,), "a1", f"drained to stop: {bad}: gone", 9.0, ()),
+            PartitionHealth("p2", PartState.STOPPED, 3.0, (), p2, None, "stopped: its devices are out of service"),
+        ),
+    )
+    mine, _ = device_readings(telemetry, devices[:4], "p0", None, "hostA")
+    adopted, _ = device_readings(telemetry, devices[4:8], "p1", None, "hostA")
+    snap = Snapshot("hostA", "a0", "p0", 0.0, 0.002, tuple(mine), (), (), ())
+    host_level = {
+        **snap.to_json(),
+        "health": partition_health(health, "p0"),
+        "others": {p: partition_health(health, p) for p in ("p1", "p2")},
+        "devices": [d._asdict() for d in (*mine, *adopted)],
+    }
+    parts = [
+        PartitionNode("p0", "hostA", "10.0.0.1", "a0", True),
+        PartitionNode("p1", "hostA", "10.0.0.1", "a1", True),
+        PartitionNode("p2", "hostA", "10.0.0.1", "a2", False),
+    ]
+    payload = top_payload(parts, {"a0": host_level})
+    rows = payload["partitions"]
+    assert [(r["health"]["state"], r["exporter"]) for r in rows] == [
+        ("serving", "ok"),
+        ("draining", "left (draining)"),
+        ("stopped", "left (stopped)"),
+    ]
+    assert rows[0]["device_ids"] == list(p0) and rows[1]["health"]["out"] == [bad]
+    assert payload["errors"] == [], "an exporter that left a drained partition is no error"
+    shown = {d["id"]: (d["partition"], d["health_state"]) for d in payload["devices"]}
+    assert shown == {d: ("p0", "healthy") for d in p0} | {d: ("p1", "unhealthy" if d == bad else "healthy") for d in p1}
+    text = render.top_text(payload)
+    assert [line.split()[3] for line in text.splitlines() if line.split()[:1] in (["p0"], ["p1"], ["p2"])] == [
+        "serving",
+        "draining",
+        "stopped",
+    ]
 
 
 def test_status_text_shows_orphans_or_says_why_not() -> None:

@@ -185,6 +185,34 @@ def test_gpu_ecc_growth_and_lost(tmp_path: Path) -> None:
     assert states(host.poll())[:2] == [U, H]
 
 
+def test_a_recovery_action_by_name_decides_without_an_xid_and_no_entry_leaves_the_xid_list(tmp_path: Path) -> None:
+    host = Host(tmp_path, "p4d.24xlarge", k=2)
+    a, b = host.ids[:2]
+    host.set(events=[{"device": a, "kind": "recovery", "code": "DRAIN_AND_RESET"}])
+    report = host.poll()
+    bad, other = report.devices[:2]
+    assert (bad.state, bad.source, other.state, other.source) == (U, "recovery-action", H, "xid")
+    assert bad.last_event is not None and (bad.last_event.kind, bad.last_event.code) == (
+        "recovery-action",
+        "DRAIN_AND_RESET",
+    )
+    assert bad.last_event.reason == "NVML recovery action DRAIN_AND_RESET"
+    # An XID on a GPU whose driver gives its action only counts; where none is given, the list decides.
+    host.set(
+        events=[
+            {"device": a, "kind": "recovery", "code": "NONE"},
+            {"device": a, "kind": "xid", "code": 79},
+            {"device": b, "kind": "xid", "code": 79},
+        ]
+    )
+    report = host.poll()
+    assert [(e.device_id, e.fatal) for e in report.events] == [(a, False), (b, True)]
+    assert states(report)[:2] == [U, U] and report.devices[1].source == "xid"
+    assert host.poll().devices[0].state is H, "NONE for K polls ends the action's fault"
+    host.set(events=[{"device": a, "kind": "recovery", "code": "GPU_RESET"}])
+    assert host.poll().devices[0].last_event.reason == "NVML recovery action GPU_RESET"  # type: ignore[union-attr]
+
+
 def test_each_monitor_takes_an_event_once(tmp_path: Path) -> None:
     host = Host(tmp_path, "p4d.24xlarge")
     host.set(events=[{"device": host.ids[0], "kind": "xid", "code": 79}])
@@ -242,6 +270,7 @@ def ev(**entry: Any) -> dict[str, Any]:
 N1 = {"device": "neuron:1"}
 ECC = {**N1, "kind": "ecc", "code": "mem_ecc_uncorrected"}
 XID = {"device": "G", "kind": "xid", "code": 1}
+RECOVER = {"device": "G", "kind": "recovery", "code": "DRAIN_AND_RESET"}
 BAD: list[tuple[str, Any, str, str]] = [
     ("not json", "{", "neuron", "not JSON"),
     ("not an object", [], "neuron", "list is not an object"),
@@ -254,7 +283,12 @@ BAD: list[tuple[str, Any, str, str]] = [
     ("event unknown key", ev(**ECC, colour=1), "neuron", "events[0].colour: unknown key"),
     ("event no code", ev(**N1, kind="ecc"), "neuron", "events[0].code: missing"),
     ("xid on neuron", ev(**N1, kind="xid", code=79), "neuron", "events[0].kind: 'xid' is not one of ecc, components"),
-    ("components on gpu", ev(device="G", kind="components", code="hbm"), "gpu", "'components' is not one of xid, ecc"),
+    (
+        "components on gpu",
+        ev(device="G", kind="components", code="hbm"),
+        "gpu",
+        "'components' is not one of xid, ecc, recovery",
+    ),
     ("xid as text", ev(**{**XID, "code": "79"}), "gpu", "events[0].code: '79' is not an integer"),
     ("xid negative", ev(**{**XID, "code": -1}), "gpu", "events[0].code: -1 is outside"),
     ("xid boolean", ev(**{**XID, "code": True}), "gpu", "events[0].code: True is not an integer"),
@@ -269,6 +303,11 @@ BAD: list[tuple[str, Any, str, str]] = [
     ("seq float", ev(**XID, seq=1.5), "gpu", "events[0].seq: 1.5 is not an integer"),
     ("unknown device", ev(**{**ECC, "device": "neuron:16"}), "neuron", "'neuron:16' is not a device of this mock"),
     ("same event twice", {"events": [XID, XID]}, "gpu", "events[1]: (G, xid, 1, seq 0) is listed twice"),
+    ("recovery by number", ev(**{**RECOVER, "code": 4}), "gpu", "events[0].code: 4 is not one of NONE, GPU_RESET"),
+    ("unknown recovery", ev(**{**RECOVER, "code": "REBOOT"}), "gpu", "'REBOOT' is not one of NONE, GPU_RESET"),
+    ("recovery twice", {"events": [RECOVER, {**RECOVER, "code": "NONE"}]}, "gpu", "G has a recovery action already"),
+    ("recovery on neuron", ev(**N1, kind="recovery", code="NONE"), "neuron", "'recovery' is not one of ecc"),
+    ("fatal on recovery", ev(**RECOVER, fatal=True), "gpu", "only an xid's rule can be overridden"),
     ("duplicate key", '{"fail": true, "fail": false}', "neuron", "key 'fail' appears twice"),
 ]
 
@@ -310,12 +349,14 @@ EVENT_KEYS = st.sampled_from(["device", "kind", "code", "seq", "count", "fatal",
 def _expected(data: dict[str, Any], family: str, ids: list[str]) -> bool:
     """Whether the schema accepts `data`: its rules, written again independently."""
     ecc_files = ["mem_ecc_uncorrected", "sram_ecc_uncorrected", "mem_ecc_repairable_uncorrected"]
+    actions = ["NONE", "GPU_RESET", "NODE_REBOOT", "DRAIN_P2P", "DRAIN_AND_RESET"]
     by_family: dict[str, dict[str, Any]] = {
-        "gpu": {"xid": None, "ecc": ["volatile_uncorrected"]},
+        "gpu": {"xid": None, "ecc": ["volatile_uncorrected"], "recovery": actions},
         "neuron": {"ecc": ecc_files, "components": "components"},
     }
     kinds = by_family[family]
     keys: list[tuple[str, str, str, int]] = []
+    acting: list[str] = []  # GPUs with a recovery action
     for e in data["events"]:
         if set(e) - {"device", "kind", "code", "seq", "count", "fatal"} or not {"device", "kind", "code"} <= set(e):
             return False
@@ -348,7 +389,11 @@ def _expected(data: dict[str, Any], family: str, ids: list[str]) -> bool:
             if name in e and (type(e[name]) is not int or not lo <= e[name] <= 2**32 - 1):
                 return False
         key = (e["device"], e["kind"], str(code), e.get("seq", 0))
-        if e["kind"] != "components":
+        if e["kind"] == "recovery":
+            if e["device"] in acting:
+                return False
+            acting.append(e["device"])
+        elif e["kind"] != "components":
             if key in keys:
                 return False
             keys.append(key)
@@ -359,9 +404,10 @@ def _expected(data: dict[str, Any], family: str, ids: list[str]) -> bool:
 def fault_events(draw: st.DrawFn, family: str) -> dict[str, Any]:
     """An entry of the schema, then perhaps one of its keys changed, dropped or added."""
     if family == "gpu":
-        kind = draw(st.sampled_from(["xid", "ecc"]))
+        kind = draw(st.sampled_from(["xid", "ecc", "recovery"]))
         e: dict[str, Any] = {"device": "G", "kind": kind}
-        e["code"] = draw(st.integers(0, 200)) if kind == "xid" else "volatile_uncorrected"
+        codes = {"ecc": st.just("volatile_uncorrected"), "recovery": st.sampled_from(["NONE", "DRAIN_AND_RESET"])}
+        e["code"] = draw(codes.get(kind, st.integers(0, 200)))
         if kind == "xid" and draw(st.booleans()):
             e["fatal"] = draw(st.sampled_from([None, True, False]))
     else:

@@ -14,7 +14,8 @@ a health poll reports it as its error, every device UNKNOWN).
  "events": [
    {"device": "neuron:3", "kind": "ecc", "code": "mem_ecc_uncorrected", "count": 2, "seq": 1},
    {"device": "neuron:7", "kind": "components", "code": "hbm,sram"},
-   {"device": "GPU-...", "kind": "xid", "code": 79, "fatal": null, "seq": 1}
+   {"device": "GPU-...", "kind": "xid", "code": 79, "fatal": null, "seq": 1},
+   {"device": "GPU-...", "kind": "recovery", "code": "DRAIN_AND_RESET"}
  ]}
 ```
 
@@ -37,8 +38,14 @@ Top level (every key optional; no other key):
   the Neuron rule). Each entry:
   - `device` (required): a device id of this host.
   - `kind` (required), by the family impersonated:
-    - GPU presets: `xid` (`code`: the XID, an integer >= 0) and `ecc`
-      (`code`: `volatile_uncorrected`, the one NVML counter the rule reads);
+    - GPU presets: `xid` (`code`: the XID, an integer >= 0), `ecc`
+      (`code`: `volatile_uncorrected`, the one NVML counter the rule reads)
+      and `recovery` (`code`: the driver's recommended recovery action by
+      its name in NVML's `nvmlDeviceGpuRecoveryAction_t`, less the
+      `NVML_GPU_RECOVERY_ACTION_` prefix: `NONE`, `GPU_RESET`,
+      `NODE_REBOOT`, `DRAIN_P2P` or `DRAIN_AND_RESET`; NVIDIA, "Error
+      Recovery and Response Flags",
+      https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/error-recovery-and-response-flags.html);
     - Neuron presets: `ecc` (`code`: `sram_ecc_uncorrected`,
       `mem_ecc_uncorrected` or `mem_ecc_repairable_uncorrected`) and
       `components` (`code`: what the driver prints in
@@ -56,6 +63,10 @@ Top level (every key optional; no other key):
     the rule for that event, as the ignored list may be set per host. The
     other kinds' rules allow no override (ECC growth, unhealthy components
     and a gone device are always fatal), so `fatal` on them is an error.
+  - `recovery` entries are not events but the GPU's current reading of
+    NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, one per GPU: a GPU with an entry
+    reads that action (its driver and binding have the field), one without
+    reads none (an older driver: the XID list decides).
   - `components` entries are not events but the node's current reading:
     the device reads those components as unhealthy while the entry is in
     the file (several entries: all of their components), and reads empty
@@ -81,9 +92,14 @@ MAX_BYTES = 1024 * 1024
 MAX_COUNT = (1 << 32) - 1  # the driver's counters are "%u"
 TOP_KEYS = ("lost", "fail", "counters", "events")
 EVENT_KEYS = ("device", "kind", "code", "seq", "count", "fatal")
+# The actions NVML names 0 to 4, by their position there (nvml.h; every copy
+# of the binding agrees on these, unlike 5 and up: docs/gpu-health.md).
+RECOVERY_ACTIONS = ("NONE", "GPU_RESET", "NODE_REBOOT", "DRAIN_P2P", "DRAIN_AND_RESET")
+# Readings, not events: taken on every poll while listed.
+CURRENT_KINDS = ("components", "recovery")
 # Per family impersonated: its kinds, and each kind's codes (None: checked by the kind's own parser).
 KINDS: dict[str, dict[str, tuple[str, ...] | None]] = {
-    GPU_FAMILY: {"xid": None, "ecc": (cuda_rule.ECC_CODE,)},
+    GPU_FAMILY: {"xid": None, "ecc": (cuda_rule.ECC_CODE,), "recovery": RECOVERY_ACTIONS},
     NEURON_FAMILY: {"ecc": neuron_sysfs.ECC_FILES, "components": None},
 }
 
@@ -191,7 +207,9 @@ def parse_faults(text: str, devices: Collection[str], family: str, where: str = 
         raise FaultFileError(str(e) if str(e).startswith(where) else f"{where}: {e}") from None
     seen: set[tuple[str, str, str, int]] = set()
     for i, ev in enumerate(events):
-        if ev.kind != "components" and ev.key in seen:
+        if ev.kind == "recovery" and any(e.kind == "recovery" and e.device == ev.device for e in events[:i]):
+            raise FaultFileError(f"{where}: events[{i}]: {ev.device} has a recovery action already")
+        if ev.kind not in CURRENT_KINDS and ev.key in seen:
             raise FaultFileError(
                 f"{where}: events[{i}]: ({ev.device}, {ev.kind}, {ev.code}, seq {ev.seq}) is listed twice; "
                 "give a repeat its own seq"

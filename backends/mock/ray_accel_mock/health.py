@@ -29,7 +29,15 @@ from ray_accel.core.health import HealthEvent, HealthReport
 from ray_accel.core.health_kept import KeptDevice
 from ray_accel.core.health_track import Findings, Level
 from ray_accel.plugins.interface import HealthMonitor
-from ray_accel_mock.faults import FAULTS_ENV, FaultEvent, FaultFileError, Faults, load_faults
+from ray_accel_mock.faults import (
+    CURRENT_KINDS,
+    FAULTS_ENV,
+    RECOVERY_ACTIONS,
+    FaultEvent,
+    FaultFileError,
+    Faults,
+    load_faults,
+)
 from ray_accel_mock.spec import HostSpec
 
 
@@ -99,7 +107,7 @@ class MockHealthMonitor(HealthMonitor):
         """The file's xid and ecc entries this monitor has not taken yet (each once)."""
         new = []
         for e in faults.events:
-            if e.kind != "components" and e.key not in self._taken:
+            if e.kind not in CURRENT_KINDS and e.key not in self._taken:
                 self._taken.add(e.key)
                 new.append(e)
         return new
@@ -151,6 +159,11 @@ class MockHealthMonitor(HealthMonitor):
             why = failure or "mock health source failed (injected)"
             gpus = tuple(cuda_rule.GpuReading(d, None, presence_error=why) for d in self._ids)
             return cuda_rule.Observation(gpus, (), "failed", why, (), marks)
+        recovery = {
+            e.device: cuda_rule.Recovery(RECOVERY_ACTIONS.index(e.code), e.code)
+            for e in faults.events
+            if e.kind == "recovery"
+        }
         xids = []
         for e in self._take(faults):
             if e.kind == "xid":
@@ -160,7 +173,7 @@ class MockHealthMonitor(HealthMonitor):
         gpus = tuple(
             cuda_rule.GpuReading(d, False, absent_why="lost in the mock fault file")
             if d in faults.lost
-            else cuda_rule.GpuReading(d, True, ecc=self._count(faults, d, cuda_rule.ECC_CODE))
+            else cuda_rule.GpuReading(d, True, ecc=self._count(faults, d, cuda_rule.ECC_CODE), recovery=recovery.get(d))
             for d in self._ids
         )
         return cuda_rule.Observation(gpus, tuple(xids), "read", None, (), marks)
