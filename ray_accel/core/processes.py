@@ -13,7 +13,10 @@ also what the metrics collector needs (CPU time and resident memory).
 
 from __future__ import annotations
 
+import bisect
 import os
+import resource
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -56,11 +59,6 @@ def read_small(path: str, limit: int = 4096) -> bytes | None:
 _COMMS: dict[bytes, str] = {}
 _COMMS_MAX = 4096
 _STATES = {bytes([c]): chr(c) for c in range(0x21, 0x7F)}
-
-
-def comm_of(raw: bytes) -> bytes:
-    """A stat line's comm: it may hold spaces and ')', so it ends at the LAST ')'."""
-    return raw[raw.find(b"(") + 1 : raw.rfind(b")")]
 
 
 def split_stat(raw: bytes) -> list[bytes] | None:
@@ -171,53 +169,112 @@ def children_map(stats: Iterable[ProcStat]) -> dict[int, list[int]]:
 
 
 def descendants(pid: int, kids: Mapping[int, Sequence[int]]) -> list[int]:
-    """Every PID below `pid`, parents before children."""
-    first = kids.get(pid)
-    if not first:
-        return []
-    out: list[int] = []
-    stack = list(first)
-    while stack:
-        child = stack.pop()
-        out.append(child)
-        grandchildren = kids.get(child)
-        if grandchildren:
-            stack.extend(grandchildren)
+    """Every PID below `pid`, parents before children (breadth first)."""
+    out = list(kids.get(pid, ()))
+    for child in out:  # it sees what is appended as it goes
+        if grandchildren := kids.get(child):
+            out.extend(grandchildren)
     return out
 
 
 class ProcessTable:
-    """Every process of the host at one moment: one read of each stat line,
-    each parsed only when asked for. Finding a tree needs every process's
-    parent but the full fields of the tree's processes only, and a full
-    parse costs about half as much as the read."""
+    """Every process of the host as last read: each one's stat line, and each
+    parent's children. Finding a tree needs every process's parent, but the
+    lines of the tree's processes only: `read(root)` reads again only what may
+    have changed for `root`'s tree, and keeps the rest."""
 
-    def __init__(self, lines: Mapping[int, bytes]) -> None:
-        """`lines`: PID -> stat line; a line without a readable parent is left
-        out (it cannot be placed in a tree)."""
-        self.lines: dict[int, bytes] = {}
+    def __init__(self, proc: str = PROC) -> None:
+        self.proc = proc
+        self.lines: dict[int, bytes] = {}  # a line that is not a whole stat line is left out
+        self.fields: dict[int, list[bytes]] = {}  # `split_stat` of each line the last `read` read
         self.children: dict[int, list[int]] = {}
-        kept, children = self.lines, self.children
-        for pid, line in lines.items():
-            # Only the parent, inline (a call per line is a visible share of a
-            # collection): after the comm, " S " (the one-letter state), then the parent PID.
-            cut = line.rfind(b")") + 4
-            end = line.find(b" ", cut)
-            if cut < 4 or end < 0:
-                continue
-            try:
-                ppid = int(line[cut:end])
-            except ValueError:
-                continue
-            kept[pid] = line
-            if ppid in children:
-                children[ppid].append(pid)
-            else:
-                children[ppid] = [pid]
+        self._parents: dict[int, int] = {}
+        self._inodes: dict[int, int] = {}  # of each process's /proc directory, as last listed
+        self._tree: set[int] = set()  # root's, as last read
+        # The tree's stat files, kept open: a read of an open one costs about
+        # half of an open, read and close, and it fails once its process is gone.
+        self._fds: dict[int, int] = {}
+        weakref.finalize(self, _close_all, self._fds)
+
+    def read(self, root: int | None = None) -> ProcessTable:
+        """List `/proc` and read the stat lines that may have changed since the last
+        read (the first reads every one): a line read before is kept while it is the
+        same process (procfs gives each process's directory a new inode), it was
+        outside `root`'s tree, and its parent has not ended: a process gets another
+        parent only when its own ends, and then a reaper among its ancestors
+        (outside the tree too; a raylet may be one for its own tree) or its PID
+        namespace's init, which is in the tree only for a namespace made inside it.
+        Such a move is seen once the ended parent is reaped. Every process in
+        `root`'s tree after the read was read by it. Children are kept in PID order,
+        as a listing of `/proc` gives them."""
+        prefix = os.fsencode(self.proc) + b"/"  # bytes: a str path is encoded again on every open
+        try:
+            with os.scandir(prefix) as entries:
+                listed = {int(e.name): e.inode() for e in entries if e.name.isdigit()}
+        except OSError:
+            listed = {}
+        lines, parents, children, known = self.lines, self._parents, self.children, self._inodes
+        changed = known.items() ^ listed.items()  # (pid, inode) of processes that ended or began
+        ended = [pid for pid, inode in changed if known.get(pid) == inode]
+        stale = {pid for pid, inode in changed if listed.get(pid) == inode} | self._tree
+        for pid in [*ended, 0]:  # moved to another parent; 0: a parent outside this PID namespace
+            stale.update(children.get(pid, ()))
+        for pid in ended:
+            self._forget(pid)
+        self._inodes, self.fields = listed, {}
+        fields, fds, todo = self.fields, self._fds, stale & listed.keys()
+        while True:
+            for pid in todo:
+                try:
+                    if (fd := fds.get(pid)) is None:
+                        fd = fds[pid] = os.open(b"%s%d/stat" % (prefix, pid), os.O_RDONLY)
+                    line = os.pread(fd, 4096, 0)
+                except OSError:
+                    line = b""  # ended since the listing
+                f = split_stat(line)
+                try:
+                    ppid = None if f is None else int(f[3])
+                except ValueError:
+                    ppid = None
+                if f is None or ppid is None:  # gone, or malformed: it cannot be placed in a tree
+                    self._forget(pid)
+                    continue
+                lines[pid], fields[pid] = line, f
+                if (old := parents.get(pid)) != ppid:
+                    if old is not None:
+                        self._unlink(pid, old)
+                    parents[pid] = ppid
+                    bisect.insort(children.setdefault(ppid, []), pid)
+            tree = set() if root is None else {root, *descendants(root, children)}
+            # Kept lines in the tree now (moved there by a namespace's init, with their parent): read them too.
+            if not (todo := (tree - fields.keys()) & lines.keys()):
+                break
+        self._tree = tree
+        if len(tree) > resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 4:  # leave the process most of its share
+            tree = set()
+        for pid in fds.keys() - tree:
+            os.close(fds.pop(pid))
+        return self
+
+    def _forget(self, pid: int) -> None:
+        """Leave the process out: it ended, or its line cannot be read (read it again next time)."""
+        self.lines.pop(pid, None)
+        self.fields.pop(pid, None)
+        self._inodes.pop(pid, None)
+        if (fd := self._fds.pop(pid, None)) is not None:
+            os.close(fd)
+        if (ppid := self._parents.pop(pid, None)) is not None:
+            self._unlink(pid, ppid)
+
+    def _unlink(self, pid: int, ppid: int) -> None:
+        kids = self.children[ppid]
+        kids.remove(pid)
+        if not kids:
+            del self.children[ppid]
 
     def stat(self, pid: int) -> ProcStat | None:
-        """`parse_stat` of the process's line, or None if it is not in the
-        table (or it is malformed)."""
+        """`parse_stat` of the process's line as last read, or None if it is
+        not in the table (or it is malformed)."""
         line = self.lines.get(pid)
         return None if line is None else parse_stat(pid, line)
 
@@ -228,33 +285,15 @@ class ProcessTable:
         return len(self.lines)
 
 
+def _close_all(fds: dict[int, int]) -> None:
+    for fd in fds.values():
+        os.close(fd)
+    fds.clear()
+
+
 def process_table(proc: str = PROC) -> ProcessTable:
-    """Every process that could be read, parsed lazily. One open, read and
-    close per process, every line read before any is parsed: at hundreds of
-    processes the loops' own overhead is a visible share of the cost, and
-    reading first is measurably faster than interleaving the two
-    (`benchmarks/bench_metrics.py`)."""
-    # Bytes paths: a str path is encoded again on every open.
-    opn, rd, cls, rdonly, prefix = os.open, os.read, os.close, os.O_RDONLY, os.fsencode(proc) + b"/"
-    try:
-        names = os.listdir(prefix)
-    except OSError:
-        return ProcessTable({})
-    lines: dict[int, bytes] = {}
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            fd = opn(prefix + name + b"/stat", rdonly)
-        except OSError:
-            continue  # ended since the listing
-        try:
-            lines[int(name)] = rd(fd, 4096)
-        except OSError:
-            continue
-        finally:
-            cls(fd)
-    return ProcessTable(lines)
+    """Every process that could be read, each line read now."""
+    return ProcessTable(proc).read()
 
 
 def snapshot(proc: str = PROC) -> dict[int, ProcStat]:

@@ -7,17 +7,18 @@ never raised, so one bad device or sensor does not stop the rest. Every
 reading carries its host: partition names (p0, p1, ...) repeat on every host.
 Export to Ray's metrics lives in `ray_accel.metrics.export`.
 
-Cost: one collection reads `/proc/<pid>/stat` once for every process of the
-host (the caller's `ProcessTable`: the only way to learn who is whose child)
-and parses each line's parent only; a child of the raylet is told a worker
-by the comm cut from its line, and each process of a worker's tree is split
-once, for its reading. It reads `cmdline` once for each child of the raylet
-whose name the kernel cut short (its title names the workload; a short title
-is whole in the stat line) and once per orphan, and asks the backend three
-times (device samples, holders, process memory). A backend's per-process
-memory is read only: a mapping that names only this partition's devices is
-shared, not copied. A source that fails is in the snapshot's `errors`, and
-logged when it starts failing.
+Cost: finding the raylet's tree needs every process's parent, so the
+caller's `ProcessTable` lists `/proc`; kept from one collection to the next
+(as an exporter keeps it), it reads `/proc/<pid>/stat` again only for the
+raylet's tree and for processes that began or whose parent ended since. A
+child of the raylet is told a worker by the comm in its stat line, and each
+line of the tree is split once, by the table. It reads `cmdline` once for
+each child of the raylet whose name the kernel cut short (its title names
+the workload; a short title is whole in the stat line) and once per orphan,
+and asks the backend three times (device samples, holders, process memory).
+A backend's per-process memory is read only: a mapping that names only this
+partition's devices is shared, not copied. A source that fails is in the
+snapshot's `errors`, and logged when it starts failing.
 `benchmarks/bench_metrics.py` compares it with the floor.
 """
 
@@ -36,10 +37,8 @@ from ray_accel.core.processes import (
     PAGE_SIZE,
     ProcessTable,
     comm_name,
-    comm_of,
     descendants,
     read_small,
-    split_stat,
 )
 from ray_accel.core.reader import dump_fields
 from ray_accel.plugins.interface import Telemetry
@@ -220,18 +219,18 @@ def workload_readings(
             errors.append(f"process device memory unknown: {type(e).__name__}: {e}")
     # This partition's share: the whole mapping (read only, shared) where it holds only this partition's devices.
     memory = {pid: h if h.keys() <= mine else {k: v for k, v in h.items() if k in mine} for pid, h in held.items() if h}
-    ticks, pages, lines, out = CLOCK_TICKS, PAGE_SIZE, table.lines, []
+    ticks, pages, fields, out = CLOCK_TICKS, PAGE_SIZE, table.fields, []
     for root, tree in trees.items():
         readings = []
         for pid in tree:
             # The three fields a reading needs, parsed inline: a collection reads hundreds.
-            if (f := split_stat(lines[pid])) is not None:
+            if (f := fields.get(pid)) is not None:  # else it ended during the read
                 try:
-                    reading = (pid, comm_name(f[1]), (int(f[13]) + int(f[14])) / ticks, int(f[23]) * pages)
+                    cpu, rss = (int(f[13]) + int(f[14])) / ticks, int(f[23]) * pages
                 except ValueError:  # a malformed line
                     continue
                 # tuple.__new__: the NamedTuple's own __new__ is a Python call, per process.
-                readings.append(_new_tuple(ProcessReading, (*reading, memory.get(pid, _NONE))))
+                readings.append(_new_tuple(ProcessReading, (pid, comm_name(f[1]), cpu, rss, memory.get(pid, _NONE))))
         if readings and readings[0][0] == root:
             title = titles[root].partition(" ")[0] or readings[0][1]
             out.append(_new_tuple(WorkloadReading, (f"{title}[{root}]", at.host, at.partition, root, tuple(readings))))
@@ -260,9 +259,10 @@ def ray_workers(raylet_pid: int, exclude: Collection[int], table: ProcessTable) 
     # A comm shorter than COMM_MAX is the whole title, so its verdict holds
     # for every child that has it: most children share a few.
     whole: dict[bytes, str | None] = {}  # comm -> the title, if a worker's
+    fields = table.fields
     for pid in table.children.get(raylet_pid, ()):
-        comm = comm_of(table.lines[pid])
-        if not comm.startswith(b"ray::") or pid in exclude:
+        f = fields.get(pid)  # None: it ended during the read
+        if f is None or not (comm := f[1][1:-1]).startswith(b"ray::") or pid in exclude:
             continue
         if len(comm) >= COMM_MAX:
             if is_ray_worker(title := cmdline(pid)):

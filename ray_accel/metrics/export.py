@@ -56,7 +56,7 @@ from ray_accel.core import reader
 from ray_accel.core.health import Health
 from ray_accel.core.health_state import HostHealth, PartitionHealth, PartState, read_health
 from ray_accel.core.hosts import HostId, this_host_name
-from ray_accel.core.processes import process_table
+from ray_accel.core.processes import ProcessTable
 from ray_accel.metrics.collect import DeviceReading, Snapshot, Where, collect, device_readings
 from ray_accel.partition.labels import CORES_LABEL, PARTITION_LABEL, LabelError, decode_ids, node_host
 from ray_accel.plugins.host_readings import read_readings
@@ -271,6 +271,7 @@ class PartitionExporter:
         self.interval_s = interval_s
         self.state_dir = Path(state_dir) if state_dir else None
         self.raylet_pid = os.getppid()
+        self.table = ProcessTable()  # kept between samples: each reads again only what may have changed
         self.where = Where(HostId(this_host_name(), ray.util.get_node_ip_address()).key, entry.node_id, entry.partition)
         self.g = {key: Gauge(s.name, s.description, s.tags) for key, s in GAUGES.items()}
         self._last: Snapshot | None = None
@@ -324,7 +325,7 @@ class PartitionExporter:
             self.accelerator_type,
             self.raylet_pid,
             (os.getpid(),),
-            process_table(),
+            self.table.read(self.raylet_pid),
             self.where,
         )
         health, problem = self._read_health()

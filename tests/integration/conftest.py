@@ -16,11 +16,13 @@ def ray_processes(names: tuple[str, ...]) -> set[int]:
     """PIDs of the live (not zombie) processes named one of `names` in this
     network namespace. Ray's ports are per namespace, so a suite running in a
     namespace of its own (beside another on the same machine) counts only its
-    own processes."""
+    own processes. The executable must bear the name too: the pure tier, which
+    runs beside the Ray tier, starts `sleep` through a link named `raylet`."""
     out = set()
     for pid in pids_in_netns({os.stat("/proc/self/ns/net").st_ino}):
         try:
-            if psutil.Process(pid).name() in names:
+            proc = psutil.Process(pid)
+            if proc.name() in names and os.path.basename(proc.exe()) in names:
                 out.add(pid)
         except psutil.Error:
             continue  # ended meanwhile

@@ -1,7 +1,7 @@
 """A faulty device where users look: `top` (text and JSON), a real
 Prometheus, and `ray-accel jobs` with why a job waits.
 
-One cluster, the issue's own: a mock trn2.48xlarge in four partitions,
+One cluster: a mock trn2.48xlarge in four partitions,
 `--on-unhealthy drain`. Healthy, `top` shows every partition's state. Then
 a fit runs on p0 (the head) and an uncorrected ECC error hits a device of
 p0 and one of p1: the head is drained and held (never stopped, so what it

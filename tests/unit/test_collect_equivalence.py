@@ -1,6 +1,7 @@
-"""A collection from the collector's fast path (one read of the process
-table, lazy partial parses, the mock's cached mask records and pidfd
-liveness checks) equals one computed from straightforward reads: a full
+"""A collection from the collector's fast path (one process table kept
+across collections, reading again only what may have changed, the mock's
+cached mask records and pidfd liveness checks) equals one computed from
+straightforward reads: a full
 `read_stat` of every process, `children_map` and `descendants`, a fresh read
 of every published record checked with `ProcessRecord.alive`, and the mock's
 documented rule (64 MiB per core a live process's mask names)."""
@@ -23,9 +24,9 @@ from ray_accel.core import masks
 from ray_accel.core.processes import (
     CLOCK_TICKS,
     ProcessRecord,
+    ProcessTable,
     children_map,
     descendants,
-    process_table,
     read_stat,
     snapshot,
 )
@@ -41,7 +42,9 @@ script = "printf ray::IDLE > /proc/$$/comm; sleep 600 & wait"
 kids = [subprocess.Popen(["ray::IDLE", "-c", script], executable="/bin/sh") for _ in range(n)]
 other = subprocess.Popen(["sleep", "600"])
 print(" ".join(str(k.pid) for k in kids), flush=True)
-sys.stdin.read()
+for _ in sys.stdin:  # one more worker per line
+    kids.append(subprocess.Popen(["ray::IDLE", "-c", script], executable="/bin/sh"))
+    print(kids[-1].pid, flush=True)
 """
 
 
@@ -128,10 +131,12 @@ def test_the_fast_collection_equals_the_straightforward_one(
         Path(tmp_path, str(pid)).write_text(f"{mask}\n{record.start_ticks}\n")
     Path(tmp_path, "999999999").write_text("0\n1\n")  # a dead writer's record
 
+    table = ProcessTable()  # as an exporter keeps it
+
     def agree(expected_orphans: list[tuple[str, int]]) -> None:
         for _ in range(5):  # a process may still use a CPU tick while starting: read until still
             before = _straight(raylet.pid, mine, device_of)
-            snap = collect(telemetry, devices, "trn1", raylet.pid, (), process_table(), Where("h", "n", "p0"))
+            snap = collect(telemetry, devices, "trn1", raylet.pid, (), table.read(raylet.pid), Where("h", "n", "p0"))
             workloads, orphans = _straight(raylet.pid, mine, device_of)
             if (workloads, orphans) == before:
                 break
@@ -145,7 +150,7 @@ def test_the_fast_collection_equals_the_straightforward_one(
 
     def settle() -> None:
         time.sleep(masks.SETTLED_NS / 1e9 * 1.5)
-        collect(telemetry, devices, "trn1", raylet.pid, (), process_table(), Where("h", "n", "p0"))
+        collect(telemetry, devices, "trn1", raylet.pid, (), table.read(raylet.pid), Where("h", "n", "p0"))
 
     agree([("neuron:1", outsiders[0].pid)])  # the first reading
     settle()
@@ -159,3 +164,10 @@ def test_the_fast_collection_equals_the_straightforward_one(
     agree([])  # its record kept, and a zombie holds nothing: liveness is checked on every collection
     outsiders[0].wait()
     agree([])  # reaped
+    assert raylet.stdin is not None
+    raylet.stdin.write("\n")
+    raylet.stdin.flush()
+    workers.append(int(raylet.stdout.readline()))
+    while not children_map(snapshot().values()).get(workers[-1]) and time.monotonic() < deadline + 30:
+        time.sleep(0.05)
+    agree([])  # a worker that began after the table was first read

@@ -8,6 +8,7 @@ decoded names); `process_table` finds the same parents as that reading."""
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
@@ -60,24 +61,58 @@ def test_the_table_finds_each_lines_parent(
     proc = Path(tmp_path_factory.mktemp("proc"))  # type: ignore[attr-defined]
     raw = {}
     for pid, (name, st_, ppid, rest) in lines.items():
-        raw[pid] = _line(pid, name, st_, [ppid, rest])
+        raw[pid] = _line(pid, name, st_, [ppid, rest, *[b"0"] * 20])  # the 24 fields a table reads
         (proc / str(pid)).mkdir()
         (proc / str(pid) / "stat").write_bytes(raw[pid])
     (proc / "self").mkdir()  # not a PID: skipped
     read = process_table(str(proc))
     expected: dict[int, list[int]] = {}
     for pid, line in raw.items():
-        # proc(5): comm ends at the last ')', then the one-letter state, then the parent.
-        ppid, space, _ = line[line.rfind(b")") + 4 :].partition(b" ")
+        # proc(5): comm ends at the last ')', then fields one space apart: the state, the parent.
         try:
-            parent = int(ppid)
+            parent = int(line[line.rfind(b")") + 2 :].split(b" ")[1])
         except ValueError:
             continue
-        if space:
-            expected.setdefault(parent, []).append(pid)
+        expected.setdefault(parent, []).append(pid)
     assert {k: sorted(v) for k, v in read.children.items()} == {k: sorted(v) for k, v in expected.items()}
     assert read.lines == {pid: raw[pid] for kids in expected.values() for pid in kids}
     assert {pid: read.stat(pid) for pid in read.lines} == {pid: parse_stat(pid, raw[pid]) for pid in read.lines}
+
+
+def _process(proc: Path, pid: int, ppid: int, cpu: int = 0) -> None:
+    """A process of a fake `/proc`, its stat line rewritten in place if it is there."""
+    (proc / str(pid)).mkdir(exist_ok=True)
+    fields = [str(ppid).encode(), *[b"0"] * 9, str(cpu).encode(), *[b"0"] * 10]  # utime: field 14
+    (proc / str(pid) / "stat").write_bytes(_line(pid, b"w", b"S", fields))
+
+
+def test_a_kept_table_reads_the_tree_new_processes_and_those_whose_parent_ended(tmp_path: Path) -> None:
+    proc = tmp_path
+    for pid, ppid in ((1, 0), (10, 1), (11, 10), (12, 11), (20, 1), (21, 20)):
+        _process(proc, pid, ppid)
+    table = ProcessTable(str(proc)).read(10)
+    assert set(table.fields) == {1, 10, 11, 12, 20, 21}
+    _process(proc, 11, 10, cpu=5)
+    _process(proc, 20, 1, cpu=5)
+    table.read(10)
+    # The tree, and 1 (its parent outside the namespace); 20's line is kept, as it was.
+    assert set(table.fields) == {1, 10, 11, 12}
+    assert table.fields[11][13] == b"5"
+    stat = table.stat(20)
+    assert stat is not None and stat.cpu_ticks == 0
+    # 20 ends and its PID is reused by a child of the root (a new directory: a new inode); 12 ends.
+    (proc / "20.new").mkdir()
+    shutil.rmtree(proc / "20")
+    (proc / "20.new").rename(proc / "20")
+    _process(proc, 20, 10)
+    shutil.rmtree(proc / "12")
+    table.read(10)
+    assert set(table.fields) == {1, 10, 11, 20, 21}  # 21: its parent ended
+    assert table.children == {0: [1], 1: [10], 10: [11, 20], 20: [21]}
+    _process(proc, 30, 21)
+    table.read(10)
+    assert set(table.fields) == {1, 10, 11, 20, 21, 30} and 30 in table.children[21]
+    assert len(table) == 6
 
 
 def test_a_table_answers_as_the_full_parse_for_this_process() -> None:

@@ -86,19 +86,28 @@ class _Writers:
         self._fds: dict[tuple[int, int], int] = {}  # -1: ended
         self._keys: dict[int, tuple[int, int]] = {}
         self._poll = select.poll()
+        # The last answer, and what it was for: asked again for the same
+        # holdings, only a writer that ended since changes it.
+        self._answer: tuple[Mapping[int, int], set[int]] | None = None
         weakref.finalize(self, _close_all, self._fds)
 
     def alive(self, starts: Mapping[int, int]) -> set[int]:
+        """The PIDs of `starts` (PID -> start ticks) whose writer lives (read only)."""
         fds = self._fds
-        for key in starts.items():
-            if key not in fds:
-                fd = fds[key] = _watch(*key)
-                if fd >= 0:
-                    self._keys[fd] = key
-                    self._poll.register(fd, select.POLLIN)
+        if self._answer is None or self._answer[0] is not starts:
+            for key in starts.items():
+                if key not in fds:
+                    fd = fds[key] = _watch(*key)
+                    if fd >= 0:
+                        self._keys[fd] = key
+                        self._poll.register(fd, select.POLLIN)
+            self._answer = None
         for fd, _ in self._poll.poll(0):
             self._close(fd)
-        return {pid for pid, start in starts.items() if fds[pid, start] >= 0}
+            self._answer = None
+        if self._answer is None:
+            self._answer = (starts, {pid for pid, start in starts.items() if fds[pid, start] >= 0})
+        return self._answer[1]
 
     def keep(self, starts: Mapping[int, int]) -> None:
         """Forget every writer not in `starts` (its record is gone)."""

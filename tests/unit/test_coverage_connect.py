@@ -1,0 +1,83 @@
+"""Connecting to the recorded cluster and asking this host's exporters for
+orphans, with Ray's side stood in for: what is refused, what is called in
+which order, and how a failure to ask is reported."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import ray
+
+from ray_accel.cli.connect import Orphans, connect_to_recorded_cluster, host_orphans
+from ray_accel.core.errors import RayAccelError
+from ray_accel.metrics.collect import OrphanReading
+
+
+def recorded(**over: Any) -> Any:
+    p0 = SimpleNamespace(partition="p0", node_id="n0", alive=True)
+    p1 = SimpleNamespace(partition="p1", node_id="n1", alive=True)
+    gone = SimpleNamespace(partition="p2", node_id="n2", alive=False)
+    fields = {"partitions": [p0, p1, gone], "gcs_address": "10.0.0.1:6379", "auth": "the auth", "gcs_alive": True}
+    return SimpleNamespace(**{**fields, **over})
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, object]]:
+    from ray_accel.cluster import auth
+    from ray_accel.metrics import export
+    from ray_accel.rayapi import driver
+
+    made: list[tuple[str, object]] = []
+    monkeypatch.setattr(auth, "apply", lambda a: made.append(("auth", a)))
+    monkeypatch.setattr(driver, "pushed_messages_to_stderr", lambda: made.append(("stderr", None)))
+    monkeypatch.setattr(export, "connect", lambda address: made.append(("connect", address)))
+    monkeypatch.setattr(ray, "shutdown", lambda: made.append(("shutdown", None)))
+    return made
+
+
+def test_no_cluster_is_refused_before_anything_is_set_up(calls: list[tuple[str, object]]) -> None:
+    for status in (recorded(partitions=[]), recorded(gcs_address=None), recorded(auth=None)):
+        with pytest.raises(RayAccelError, match=r"^no cluster: no ray-accel partitions recorded on this host"):
+            connect_to_recorded_cluster(status)
+    with pytest.raises(RayAccelError, match="the GCS at 10.0.0.1:6379 recorded on this host is not running"):
+        connect_to_recorded_cluster(recorded(gcs_alive=False))
+    assert calls == []
+
+
+def test_a_driver_takes_the_recorded_auth_and_prints_pushed_messages_to_stderr(
+    calls: list[tuple[str, object]],
+) -> None:
+    connect_to_recorded_cluster(recorded())
+    assert calls == [("auth", "the auth"), ("stderr", None), ("connect", "10.0.0.1:6379")]
+
+
+def test_orphans_come_from_each_live_partitions_exporter_and_a_silent_one_is_named(
+    monkeypatch: pytest.MonkeyPatch, calls: list[tuple[str, object]]
+) -> None:
+    from ray_accel.metrics import export
+
+    orphan = {"device_id": "mock:0", "host": "h", "partition": "p0", "pid": 42, "command": "python x.py"}
+    asked: list[dict[str, str]] = []
+
+    def snapshots(live: dict[str, str], timeout_s: float) -> dict[str, Any]:
+        asked.append(dict(live))
+        return {"n0": {"orphans": [orphan]}, "n1": "actor died"}
+
+    monkeypatch.setattr(export, "snapshots", snapshots)
+    got = host_orphans(recorded())
+    assert asked == [{"n0": "p0", "n1": "p1"}], "only live partitions are asked"
+    assert got == Orphans((OrphanReading("mock:0", "h", "p0", 42, "python x.py"),), ("p1: actor died",))
+    assert calls[-1] == ("shutdown", None), "the driver leaves"
+    monkeypatch.setattr(export, "snapshots", lambda live, timeout_s: {"n0": {}})
+    assert host_orphans(recorded()).orphan_errors == ("p0: no sample yet",)
+
+
+def test_a_cluster_that_cannot_be_asked_is_reported_not_raised(calls: list[tuple[str, object]]) -> None:
+    got = host_orphans(recorded(gcs_alive=False))
+    assert got.orphans == () and got.orphan_errors == (
+        "metrics exporters not reachable: RayAccelError: no cluster: "
+        "the GCS at 10.0.0.1:6379 recorded on this host is not running",
+    )
+    assert calls == [("shutdown", None)]

@@ -1,0 +1,83 @@
+"""One partition's restart (`relaunch`) with the launch stood in for: it
+starts on its recorded ports and share with its labels, keeps the head's
+cluster-wide processes, stops only its own raylet's ours, and says why when
+the raylet does not come back; a share from a record that kept none."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from ray_accel.cluster import procs, recover
+from ray_accel.cluster.record import RayProcess
+from ray_accel.core.errors import RayAccelError
+from ray_accel.partition.share import Share
+from tests.unit.test_record import RAY, valid_record
+
+NEW_RAYLET = RayProcess("raylet", 5000, 2000, f"{RAY}/core/src/ray/raylet/raylet")
+
+
+class Launches:
+    """What `relaunch` hands the launcher, and the one result it gets back."""
+
+    def __init__(self, ok: bool = True) -> None:
+        self.ok = ok
+        self.asked: list[Any] = []
+
+    def run_all(self, launches: list[tuple[str, list[str], dict[str, str]]]) -> list[Any]:
+        self.asked += launches
+        if not self.ok:
+            return [SimpleNamespace(ok=False, error="raylet exited with 1 (see /state/p1.log)")]
+        return [SimpleNamespace(ok=True, processes=(NEW_RAYLET,), node_id="cd" * 28, node_ip="10.0.0.1", log="l")]
+
+
+@pytest.fixture
+def checked(monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[int], str]]:
+    asked: list[tuple[list[int], str]] = []
+    monkeypatch.setattr(recover, "check_free", lambda ports, what: asked.append((list(ports), what)))
+    return asked
+
+
+def test_a_partition_restarts_on_its_recorded_ports_and_keeps_the_heads_processes(
+    checked: list[tuple[list[int], str]],
+) -> None:
+    record = valid_record()
+    head = replace(record.partitions[0], share=Share("p0", 3, 4_000_000_000, 1_000_000_000))
+    said: list[str] = []
+    launches = Launches()
+    new = recover.relaunch(record, head, head.serving, {"ray-accel/x": "1"}, {"A": "1"}, launches, said.append)
+    named = head.ports.named
+    assert checked == [([named["node_manager_port"], named["object_manager_port"]], "restarting p0")]
+    ((name, args, env),) = launches.asked
+    assert name == "p0" and str(named["node_manager_port"]) in args and env["A"] == "1"
+    assert said == [f"restarting p0: NEURON_RT_VISIBLE_CORES={head.serving.visible_ids}"]
+    assert [r.kind for r in new.processes] == ["raylet", "gcs_server", "ray_client_server"]
+    assert new.processes[0] == NEW_RAYLET and new.node_id == "cd" * 28 and new.labels == (("ray-accel/x", "1"),)
+
+
+def test_a_raylet_that_does_not_come_back_is_an_error_naming_why(checked: list[tuple[list[int], str]]) -> None:
+    record = valid_record()
+    p1 = replace(record.partitions[1], share=Share("p1", 3, 4_000_000_000, 1_000_000_000))
+    with pytest.raises(RayAccelError, match=r"^partition p1 did not restart: raylet exited with 1"):
+        recover.relaunch(record, p1, p1.serving, {}, {}, Launches(ok=False), lambda _: None)
+
+
+def test_only_the_raylets_own_processes_that_are_ours_are_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
+    head = valid_record().partitions[0]
+    stopped: list[Any] = []
+    monkeypatch.setattr(procs, "terminate", lambda records: stopped.extend(records))
+    ours = {r: SimpleNamespace(ours=r.kind != "ray_client_server") for r in head.processes}
+    recover.terminate_raylet(head, ours)  # type: ignore[arg-type]
+    assert stopped == [r.record for r in head.processes if r.kind == "raylet"]
+
+
+def test_a_record_without_shares_divides_the_host_by_units_as_start_does() -> None:
+    record = valid_record()
+    shares = [recover.recorded_share(p, record) for p in record.partitions]
+    assert [s.partition for s in shares] == ["p0", "p1"]
+    assert abs(shares[0].cpus - shares[1].cpus) <= 1, "16 cores each: equal parts"
+    kept = Share("p1", 3, 4_000_000_000, 1_000_000_000)
+    assert recover.recorded_share(replace(record.partitions[1], share=kept), record) is kept
