@@ -25,6 +25,8 @@ def health_text(payload: Mapping[str, Any], now: float | None = None) -> str:
     decider = payload["decider"]
     running = f"pid {decider['pid']}" if decider["alive"] else "NOT RUNNING (ray-accel start --recover starts it)"
     head = f"health decider: {running}, --on-unhealthy {payload['action']}"
+    if raylet := payload.get("head"):
+        head += f"\nhead raylet (no devices): pid {raylet['pid']}, {'alive' if raylet['alive'] else 'DEAD'}"
     if payload["at"] is None:
         return head + "\nno health state yet: the decider has not polled"
     head += f"; last poll {ago(payload['at'], now)} (poll {payload['polls']})"
@@ -44,7 +46,7 @@ def health_text(payload: Mapping[str, Any], now: float | None = None) -> str:
     )
     parts = table(
         payload["partitions"],
-        ("PARTITION", lambda p: p["partition"] + (" (head)" if p["head"] else "")),
+        ("PARTITION", lambda p: p["partition"]),
         ("STATE", lambda p: p["state"]),
         ("SINCE", lambda p: ago(p["since"], now)),
         ("SERVING", lambda p: len(p["devices"])),

@@ -5,9 +5,8 @@ Per partition one of four actions: kept (same name, devices and units: its
 raylet, node id, share and labels stay), restarted (same name, other
 devices), removed (its name is not in the new split), added (a new name).
 The new split is planned over the host's devices without those device
-health keeps out of service; a manual spec naming one is refused. The head
-partition runs the cluster's GCS, so a repartition keeps it as it is.
-Pure: the caller reads the record, the devices and what is out of service.
+health keeps out of service; a manual spec naming one is refused. Pure:
+the caller reads the record, the devices and what is out of service.
 """
 
 from __future__ import annotations
@@ -104,11 +103,6 @@ def resplit(record: HostRecord, devices: Sequence[Device], split: Split, out: Co
     changes = []
     for old in record.partitions:
         part = new.get(old.name)
-        if old.head and (part is None or not _kept(old, part)):
-            raise PartitionError(
-                f"partition {old.name!r} is the head (the cluster's GCS runs there): a repartition keeps it as it "
-                f"is, devices {','.join(old.device_ids)}"
-            )
         if part is None:
             changes.append(Change(old.name, Action.REMOVED, old.serving.device_ids, None))
         else:

@@ -7,8 +7,8 @@ out of scheduling through Ray (drain), restarts it without the device
 that owns the actions (one per host, started by `ray-accel start` in a
 session of its own, recorded in the host record, stopped first by `stop`);
 `actions` what it does to raylets (under the host's lock); `driver_ops` the
-short-lived Ray drivers it runs for what needs one (metrics exporters, the
-head's keeper); `requests` the hand-made clears; `view` what the CLI shows.
+short-lived Ray drivers it runs for what needs one (metrics exporters);
+`requests` the hand-made clears; `view` what the CLI shows.
 """
 
 from ray_accel.cluster import helpers

@@ -44,7 +44,7 @@ from ray_accel.cluster.launcher import Launches
 from ray_accel.cluster.ports import plan_ports, worker_ports
 from ray_accel.cluster.raylet import Split
 from ray_accel.cluster.record import REPARTITION_KIND, HostRecord, PartitionEntry
-from ray_accel.cluster.recover import HEAD_KINDS, recorded_share, relaunch, relaunch_env, terminate_raylet
+from ray_accel.cluster.recover import recorded_share, relaunch, relaunch_env, terminate_raylet
 from ray_accel.cluster.resplit import Action, Change, Changes, Resplit, out_of_service, resplit
 from ray_accel.cluster.signals import interruptible, shielded
 from ray_accel.core import reader
@@ -171,8 +171,8 @@ def _wait_ended(parts: Sequence[PartitionEntry], deadline: float, progress: Prog
 
 
 def _stopped(p: PartitionEntry) -> PartitionEntry:
-    """`p` with nothing of it running (a head's cluster-wide processes are never touched)."""
-    return replace(p, processes=tuple(r for r in p.processes if r.kind in HEAD_KINDS), node_id=None)
+    """`p` with nothing of it running."""
+    return replace(p, processes=(), node_id=None)
 
 
 def _replacing(parts: Sequence[PartitionEntry], gone: set[str], entry: PartitionEntry) -> list[PartitionEntry]:

@@ -209,9 +209,8 @@ def partition_health(health: HostHealth | None, partition: str) -> dict[str, Any
 
 
 def exporting(p: PartitionHealth) -> bool:
-    """Whether a partition's exporter runs: not while stopped, nor while its
-    raylet drains (the head's, held, never ends: its exporter stays)."""
-    return p.head or p.state in (PartState.SERVING, PartState.SHRUNK)
+    """Whether a partition's exporter runs: not while stopped, nor while its raylet drains."""
+    return p.state in (PartState.SERVING, PartState.SHRUNK)
 
 
 def leaves(health: HostHealth | None, node_id: str) -> bool:
