@@ -269,6 +269,9 @@ def _record(obj: Node) -> HostRecord:
     # SHARED gives every partition every device on purpose; any other mode never shares a unit.
     if shared is not None and mode != "shared":
         listed.fail(f"core {shared} belongs to two partitions")
+    # A record from before the head raylet may have its head partition first.
+    if [i for i, p in enumerate(parts) if p.head] not in ([[], [0]] if head else [[]]):
+        listed.fail("the head partition must be the first, and only in a record of a head")
     auth_node, args_node, address = obj.at("auth"), obj.at("ray_args"), obj.at("gcs_address")
     auth = _checked(auth_node, lambda: Auth.from_json(auth_node.mapping()))
     ray_args = args_node.texts(MAX_TEXT, 256)

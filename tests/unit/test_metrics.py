@@ -639,9 +639,9 @@ def test_a_drained_partitions_exporter_leaves_and_its_devices_move_to_the_host_l
     p0 = tuple(f"neuron:{i}" for i in range(8))
     p1 = tuple(f"neuron:{i}" for i in range(8, 16))
 
-    def host(p0_state: PartState, p1_state: PartState, p1_node: str = "node-a", head: bool = False) -> HostHealth:
+    def host(p0_state: PartState, p1_state: PartState, p1_node: str = "node-a") -> HostHealth:
         parts = (
-            PartitionHealth("p0", p0_state, 1.0, p0, (), "node-0", "", head=head),
+            PartitionHealth("p0", p0_state, 1.0, p0, (), "node-0", ""),
             PartitionHealth("p1", p1_state, 1.0, p1, ("neuron:11",), p1_node, ""),
         )
         return HostHealth(1.0, HealthSettings(), (), parts)
@@ -651,8 +651,9 @@ def test_a_drained_partitions_exporter_leaves_and_its_devices_move_to_the_host_l
     assert host_level_of(draining) == "p0" and adopted(draining) == {"p1": p1}
     restarted = host(PartState.SERVING, PartState.SHRUNK, "node-c")
     assert not leaves(host(PartState.SERVING, PartState.DRAINING, "node-old"), "node-c") and adopted(restarted) == {}
-    head_held = host(PartState.DRAINING, PartState.RESTORING, head=True)
-    assert not leaves(head_held, "node-0") and host_level_of(head_held) == "p0"
+    # The first partition (no longer the head) drains like any: its exporter leaves.
+    first_drained = host(PartState.DRAINING, PartState.SERVING)
+    assert leaves(first_drained, "node-0") and host_level_of(first_drained) == "p1"
     assert host_level_of(host(PartState.STOPPED, PartState.DRAINING)) is None
 
     # p0 drains: p1's exporter, started without the host-level values, takes them and p0's devices.

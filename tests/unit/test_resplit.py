@@ -27,7 +27,7 @@ TRN1 = load_spec("trn1.32xlarge").devices
 FOUR = "a=0-3;b=4-7;c=8-11;d=12-15"
 
 
-def record_of(devices: Sequence[Device], parts: Sequence[Partition], head: bool = True) -> HostRecord:
+def record_of(devices: Sequence[Device], parts: Sequence[Partition]) -> HostRecord:
     """A record of `parts` started on `devices` (processes and ports do not matter to the plan)."""
     blocks = port_blocks(21000, [184] * len(parts), client_server=False)
     spec = BridgeSpec(
@@ -35,16 +35,15 @@ def record_of(devices: Sequence[Device], parts: Sequence[Partition], head: bool 
         traits_for(devices),
     )  # fmt: skip
     entries = tuple(
-        PartitionEntry(p.name, p.device_ids, p.core_ids, head and i == 0, blocks[i], (), "ab" * 28)
-        for i, p in enumerate(parts)
+        PartitionEntry(p.name, p.device_ids, p.core_ids, False, blocks[i], (), "ab" * 28) for i, p in enumerate(parts)
     )
     return HostRecord(
-        "host", "10.0.0.1", 1.0, head, "manual", spec, (), "10.0.0.1:6379", 6379, Auth("none", None, ""), entries
+        "host", "10.0.0.1", 1.0, True, "manual", spec, (), "10.0.0.1:6379", 6379, Auth("none", None, ""), entries
     )
 
 
-def started(spec: str, head: bool = True) -> HostRecord:
-    return record_of(TRN1, plan_for(TRN1, "manual", manual=spec).partitions, head)
+def started(spec: str) -> HostRecord:
+    return record_of(TRN1, plan_for(TRN1, "manual", manual=spec).partitions)
 
 
 def actions(record: HostRecord, split: Split, out: frozenset[str] = frozenset()) -> dict[str, str]:
@@ -73,7 +72,7 @@ def test_same_name_other_devices_restarts() -> None:
 
 
 def test_a_partition_serving_fewer_devices_than_planned_is_restarted() -> None:
-    record = started(FOUR, head=False)
+    record = started(FOUR)
     shrunk = replace(record.partitions[1], out=("neuron:7",), out_core_ids=(14, 15))
     record = record.with_partitions([record.partitions[0], shrunk, *record.partitions[2:]])
     got = actions(record, Split("manual", manual="a=0-3;b=4-6;c=8-11;d=12-15"), out_of_service(record))
@@ -81,7 +80,7 @@ def test_a_partition_serving_fewer_devices_than_planned_is_restarted() -> None:
 
 
 def test_auto_split_plans_without_devices_out_of_service() -> None:
-    record = started(FOUR, head=False)
+    record = started(FOUR)
     plan = resplit(record, TRN1, Split("auto-split", partitions=3), frozenset({"neuron:15"}))
     added = plan.of(Action.ADDED)
     assert [c.partition for c in added] == ["p0", "p1", "p2"]
@@ -97,14 +96,19 @@ def test_auto_split_plans_without_devices_out_of_service() -> None:
         (Split("manual", manual="a=0-3;b=4-7;cd=8-15"), "device neuron:12 is out of service"),
         (Split("auto-split", partitions=17), "more partitions (17) than devices (15)"),
         (Split("auto-split", partitions=0), "--partitions must be at least 1, got 0"),
-        (Split("manual", manual="a=0-7;b=8-11"), "partition 'a' is the head"),
-        (Split("manual", manual="b=4-7;cd=8-11"), "partition 'a' is the head"),
     ],
 )
 def test_bad_input_names_the_value(split: Split, needle: str) -> None:
     with pytest.raises(PartitionError) as e:
         resplit(started(FOUR), TRN1, split, frozenset({"neuron:12"}))
     assert needle in str(e.value)
+
+
+def test_the_first_partition_changes_like_any() -> None:
+    # The GCS runs on the head raylet, no partition: the first may be restarted or removed too.
+    got = actions(started(FOUR), Split("manual", manual="a=0-7;b=8-11"))
+    assert got == {"a": "restarted", "b": "restarted", "c": "removed", "d": "removed"}
+    assert actions(started(FOUR), Split("manual", manual="b=4-7;cd=8-11"))["a"] == "removed"
 
 
 @st.composite
@@ -133,7 +137,7 @@ def test_every_partition_has_one_action_and_kept_means_the_same(
     case: tuple[tuple[Device, ...], str, str, frozenset[str]],
 ) -> None:
     devices, before, after, out = case
-    record = record_of(devices, plan_for(devices, "manual", manual=before).partitions, head=False)
+    record = record_of(devices, plan_for(devices, "manual", manual=before).partitions)
     new = plan_for(devices, "manual", manual=after)
     try:
         plan = resplit(record, devices, Split("manual", manual=after), out)
