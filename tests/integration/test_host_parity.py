@@ -126,7 +126,7 @@ def labelled(trn1_cluster: Cluster) -> Cluster:
 
 def test_dashboard_is_on_at_the_heads_port_block(labelled: Cluster) -> None:
     status = labelled.refresh()
-    head = next(p for p in record(labelled)["partitions"] if p["head"])
+    head = record(labelled)["head_raylet"]
     assert status["dashboard_address"] == f"http://127.0.0.1:{head['ports']['named']['dashboard_port']}"
     assert any(r["kind"] == "dashboard" for r in head["processes"]), "the head runs Ray's dashboard"
     text = labelled.cli("status")
@@ -154,11 +154,16 @@ def test_ray_list_nodes_shows_every_partition_with_its_labels(labelled: Cluster)
 def test_state_api_and_ray_nodes_count_the_host_once(labelled: Cluster) -> None:
     out = labelled.driver(STATE_VIEWS)
     ids = {p["node_id"] for p in labelled.status["partitions"]}
-    assert {s["id"] for s in out["state"] if s["state"] == "ALIVE"} == ids
+    head = labelled.status["head"]["node_id"]
+    assert {s["id"] for s in out["state"] if s["state"] == "ALIVE"} == {*ids, head}
     for s in out["state"]:
         assert s["labels"]["team"] == "ml"
-        assert s["labels"]["ray-accel.io/partition"] in ("p0", "p1")
-    nodes = out["nodes"]
+        assert s["labels"].get("ray-accel.io/partition") in ((None,) if s["id"] == head else ("p0", "p1"))
+    (head_node,) = [n for n in out["nodes"] if n["id"] == head]
+    assert not head_node["resources"].get("CPU") and not head_node["resources"].get("neuron_cores"), (
+        "no CPUs, no devices"
+    )
+    nodes = [n for n in out["nodes"] if n["id"] != head]
     assert {n["id"] for n in nodes} == ids
     total = {k: sum(n["resources"].get(k, 0) for n in nodes) for k in ("CPU", "memory", "object_store_memory")}
     assert total["CPU"] == host_cpus(), "CPUs over all partitions equal the host's"

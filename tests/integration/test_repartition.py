@@ -3,7 +3,7 @@ devices (a, b, c, d):
 
 - a dry run, the same split again, refused splits (a device health keeps
   out among them), then c and d merged into cd while a detached actor on a
-  (the head) holds 2 NeuronCores: a and b keep their raylets and Ray node
+  holds 2 NeuronCores: a and b keep their raylets and Ray node
   ids, c's and d's nodes end drained with the repartition's message, `top`
   and the exporters' series follow;
 - SIGKILL mid-drain then `start --recover`, SIGTERM while cd starts, `stop`
@@ -78,6 +78,8 @@ def test_merging_two_partitions_leaves_the_others_running(tmp_path: Path) -> Non
     cluster = start_cluster(tmp_path / "c", spec)
     try:
         before = {p["partition"]: (p["pid"], p["node_id"]) for p in cluster.status["partitions"]}
+        head = cluster.status["head"]
+        assert head["alive"] and head["device_ids"] == [] and not any(head["total"].values()), "no devices, no CPUs"
         assert cluster.driver(ACTOR, "create", before["a"][1]) == [before["a"][1]]
 
         # The dry run says what would happen and changes nothing.
@@ -117,7 +119,9 @@ def test_merging_two_partitions_leaves_the_others_running(tmp_path: Path) -> Non
             old = nodes[before[name][1]]
             assert not old.alive and "ray-accel repartition: partition " + name in old.death_message, old
         assert sum(n.total.get("neuron_cores", 0) for n in nodes.values() if n.alive) == 32
-        raylets = {r.pid for p in record(cluster).partitions if (r := p.raylet()) is not None}
+        # The raylets running are exactly the head's (no devices, untouched) and the three partitions'.
+        raylets = {r.pid for p in record(cluster).raylets() if (r := p.raylet()) is not None}
+        assert len(raylets) == 4 and cluster.refresh()["head"]["pid"] == head["pid"] in raylets
         assert until(lambda: raylet_pids() == raylets, 30), (raylet_pids(), raylets)
         assert record(cluster).repartition is None
 
@@ -192,7 +196,7 @@ def test_a_repartition_killed_stopped_or_interrupted_leaves_a_truthful_host(tmp_
         alive = {p["partition"]: p["alive"] for p in status["partitions"]}
         assert alive == {"a": True, "b": True, "c": False, "d": False}, status
         assert record(cluster).repartition is None
-        assert len(raylet_pids()) == 2
+        assert len(raylet_pids()) == 3, "the head's, a's and b's"
         recovered = cluster.cli("start", "--recover", "--json")
         assert recovered.returncode == 0, recovered.stderr
         assert sum(p["total"].get("neuron_cores", 0) for p in cluster.refresh()["partitions"]) == 32
