@@ -81,10 +81,10 @@ def top_payload(partitions: Sequence[PartitionNode], snaps: Mapping[str, dict[st
     return {"partitions": parts, "devices": devices, "workloads": workloads, "orphans": orphans, "errors": errors}
 
 
-def head_of(nodes: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+def head_of(nodes: Sequence[Mapping[str, Any]]) -> dict[str, str] | None:
     """The cluster's live head raylet among `ray.nodes()`, apart from the partitions."""
     found = [n for n in nodes if n.get("Alive") and HEAD_RESOURCE in (n.get("Resources") or {})]
-    return {"node_id": found[0]["NodeID"], "ip": found[0].get("NodeManagerAddress")} if found else None
+    return {"node_id": str(found[0]["NodeID"]), "ip": str(found[0].get("NodeManagerAddress"))} if found else None
 
 
 @click.command()

@@ -43,13 +43,13 @@ def partition_of(record: HostRecord) -> dict[str, str]:
     return {d: p.name for p in record.partitions for d in p.device_ids}
 
 
-def head_view(record: HostRecord) -> dict[str, Any] | None:
+def head_view(record: HostRecord) -> dict[str, str | int | bool | None] | None:
     """A head's own raylet, apart from the partitions: it has no devices, so no health."""
-    raylet = None if record.head_raylet is None else record.head_raylet.raylet()
     if record.head_raylet is None:
         return None
+    raylet = record.head_raylet.raylet()
     alive = raylet is not None and procs.check(raylet).ours
-    return {"node_id": record.head_raylet.node_id, "pid": raylet and raylet.pid, "alive": alive}
+    return {"node_id": record.head_raylet.node_id, "pid": raylet.pid if raylet else None, "alive": alive}
 
 
 def health_payload(found: Recorded) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from ray_accel_mock.telemetry import MockTelemetry
 
 from ray_accel.cli import render
 from ray_accel.cli.connect import Orphans
-from ray_accel.cli.top import DEVICE_FIELDS, top_payload
+from ray_accel.cli.top import DEVICE_FIELDS, head_of, top_payload
 from ray_accel.cluster.status import HostStatus
 from ray_accel.core import masks
 from ray_accel.core.devices import Device
@@ -30,6 +30,7 @@ from ray_accel.core.health_state import HealthSettings, HostHealth, PartitionHea
 from ray_accel.core.hosts import host_key
 from ray_accel.core.processes import ProcessRecord, children_map, descendants, process_table, snapshot
 from ray_accel.core.samples import DeviceSample
+from ray_accel.jobs.store import HEAD_RESOURCE
 from ray_accel.metrics.collect import (
     OrphanReading,
     Snapshot,
@@ -465,6 +466,14 @@ def test_top_payload_joins_every_hosts_snapshots_and_names_missing_ones() -> Non
     text = render.top_text(payload)
     assert "ORPHAN PID" in text and "4242" in text and "python hog.py" in text
     assert "DEAD" in text and "error: hostB/p1: no metrics exporter: gone" in text
+    # The head raylet, apart from the partitions: the live node with Ray's head marker.
+    nodes = [
+        {"NodeID": "ab" * 28, "Alive": False, "Resources": {}},
+        {"NodeID": "cd" * 28, "Alive": True, "NodeManagerAddress": "10.0.0.1", "Resources": {HEAD_RESOURCE: 1.0}},
+    ]
+    payload["head"] = head_of(nodes)
+    assert payload["head"] == {"node_id": "cd" * 28, "ip": "10.0.0.1"} and head_of(nodes[:1]) is None
+    assert render.top_text(payload).startswith("head raylet: node cdcdcdcdcdcd on 10.0.0.1\n\n")
 
 
 def test_top_shows_a_drained_and_a_stopped_partition_from_the_host_level_exporter() -> None:
