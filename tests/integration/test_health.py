@@ -13,7 +13,7 @@ change their clusters, so they never share one.
 - a mock p4d.24xlarge, `--on-unhealthy drain`: XID 13 only counts (health
   and a metric), XID 79 on p0 (once the head partition) drains and stops it
   like any partition (drivers stay connected to the device-less head raylet,
-  new work lands on p1); the driver's recovery action
+  new work lands on p1) and `health clear` brings it back; the driver's recovery action
   DRAIN_AND_RESET on a worker's GPU, with no XID, drains that partition
   (`health --json` names the source); `stop` while it drains leaves nothing;
 - with metrics on, a drained partition's exporter leaves it: with nothing
@@ -472,8 +472,12 @@ def test_a_gpu_host_counts_xid_13_drains_on_79_its_first_partition_too_and_stops
         )
         (d / "second").write_text("1")
         assert result_of(driver, tmp_path / "gpu.log", 300) == [["p1"] * 8] * 2, "new work lands on p1"
+        # Fixed by hand: p0 comes back whole, on a new raylet, as any partition does.
+        assert cluster.cli("health", "clear", gpus["p0"][0]).returncode == 0
+        h = until_poll(cluster, lambda h: part(h, "p0").state is PartState.SERVING, polls=200)
+        assert part(h, "p0").devices == tuple(gpus["p0"]) and alive_node(cluster, "p0").node_id != first.node_id
         status = cluster.refresh()
-        assert status["gcs_alive"] and status["head"]["alive"] and status["partitions"][1]["alive"]
+        assert status["gcs_alive"] and status["head"]["alive"] and all(p["alive"] for p in status["partitions"])
 
         # The driver asks for DRAIN_AND_RESET on a worker's GPU, no XID: the
         # action decides, and its partition drains.
