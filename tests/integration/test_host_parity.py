@@ -37,7 +37,8 @@ PER_PARTITION = r"""
 import json, os, sys
 import ray
 ray.init(address=sys.argv[1] if len(sys.argv) > 1 else None, log_to_driver=False)
-parts = sorted({n["Labels"]["ray-accel.io/partition"] for n in ray.nodes() if n["Alive"]})
+parts = sorted({n["Labels"]["ray-accel.io/partition"] for n in ray.nodes()
+                if n["Alive"] and "ray-accel.io/partition" in n["Labels"]})  # not the head raylet
 
 @ray.remote(resources={"neuron_cores": 1}, num_cpus=0)
 def where(part):
@@ -143,7 +144,9 @@ def test_ray_list_nodes_shows_every_partition_with_its_labels(labelled: Cluster)
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     nodes = json.loads(proc.stdout)
-    by_part = {n["labels"]["ray-accel.io/partition"]: n for n in nodes if n["state"] == "ALIVE"}
+    alive = [n for n in nodes if n["state"] == "ALIVE"]
+    by_part = {n["labels"]["ray-accel.io/partition"]: n for n in alive if "ray-accel.io/partition" in n["labels"]}
+    assert len(alive) == 3, "the partitions and the head raylet"
     assert set(by_part) == {"p0", "p1"}
     for n in by_part.values():
         assert n["labels"]["team"] == "ml" and n["labels"]["example.com/zone"] == "a"
@@ -225,12 +228,14 @@ def numa_tree(root: Path) -> Path:
 
 TWO_CPUS = len(os.sched_getaffinity(0)) >= 2 and {0, 1} <= os.sched_getaffinity(0)
 FIGURES = ["--", "--num-cpus", "4", "--memory", "2000000000", "--object-store-memory", "400000000"]
-# Only what `ray.nodes()` says (the state API needs the dashboard, which this cluster runs without).
+# Only what `ray.nodes()` says (the state API needs the dashboard, which this cluster runs without):
+# the partitions' raylets, not the head's (Ray's smallest object store beside the host's figures).
 NODES_VIEW = r"""
 import json, sys
 import ray
 ray.init(address=sys.argv[1], log_to_driver=False)
-print(json.dumps([{"id": n["NodeID"], "resources": n["Resources"]} for n in ray.nodes() if n["Alive"]]))
+print(json.dumps([{"id": n["NodeID"], "resources": n["Resources"]} for n in ray.nodes()
+                  if n["Alive"] and "ray-accel.io/partition" in n["Labels"]]))
 """
 
 
@@ -250,12 +255,12 @@ def pinned(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, 
 def test_no_dashboard_turns_it_off(pinned: tuple[Cluster, dict[str, str]]) -> None:
     cluster, _ = pinned
     assert cluster.status["dashboard_address"] is None
-    head = record(cluster)["partitions"][0]
+    head = record(cluster)["head_raylet"]
     # Ray 2.60 still runs its API-server process, with its usage-stats
     # module only and no frontend: no state API, no jobs
     # (ray/_private/services.py, start_api_server with include_dashboard=False).
     api = [psutil.Process(r["pid"]).cmdline() for r in head["processes"] if r["kind"] == "dashboard"]
-    assert all("--modules-to-load=UsageStatsHead" in cmd and "--disable-frontend" in cmd for cmd in api), api
+    assert api and all("--modules-to-load=UsageStatsHead" in cmd and "--disable-frontend" in cmd for cmd in api), api
     assert "dashboard:" not in cluster.cli("status").stdout
 
 
