@@ -91,7 +91,7 @@ def metrics_cluster(tmp: Path, preset: str = "trn1.32xlarge", partitions: int = 
 
 
 def sd_file(cluster: Cluster) -> Path:
-    head = next(p for p in cluster.status["partitions"] if p.get("head"))
+    head = cluster.status["head"]
     return session_dir_of(int(head["pid"])) / SD_FILE_NAME
 
 

@@ -23,6 +23,7 @@ from ray_accel.cli.cluster import start, status_command, stop
 from ray_accel.cli.health import health
 from ray_accel.cli.host import devices, plan
 from ray_accel.cli.jobs import jobs
+from ray_accel.cli.repartition import repartition
 from ray_accel.cli.top import top
 from ray_accel.core.errors import InputError, RayAccelError
 
@@ -33,7 +34,7 @@ def cli() -> None:
     """Accelerator partitions for Ray."""
 
 
-for command in (devices, plan, start, status_command, stop, top, jobs, health):
+for command in (devices, plan, start, status_command, stop, repartition, top, jobs, health):
     cli.add_command(command)
 
 

@@ -24,9 +24,12 @@ def health_text(payload: Mapping[str, Any], now: float | None = None) -> str:
     now = time.time() if now is None else now
     decider = payload["decider"]
     head = decider_line(decider["pid"], decider["alive"], payload["action"])
+    if payload["at"] is not None:
+        head += f"; last poll {ago(payload['at'], now)} (poll {payload['polls']})"
+    if raylet := payload.get("head"):
+        head += f"\nhead raylet (no devices): pid {raylet['pid']}, {'alive' if raylet['alive'] else 'DEAD'}"
     if payload["at"] is None:
         return head + "\nno health state yet: the decider has not polled"
-    head += f"; last poll {ago(payload['at'], now)} (poll {payload['polls']})"
     counters = payload["counters"]
     devices = table(
         payload["devices"],
@@ -43,7 +46,7 @@ def health_text(payload: Mapping[str, Any], now: float | None = None) -> str:
     )
     parts = table(
         payload["partitions"],
-        ("PARTITION", lambda p: p["partition"] + (" (head)" if p["head"] else "")),
+        ("PARTITION", lambda p: p["partition"]),
         ("STATE", lambda p: p["state"]),
         ("SINCE", lambda p: ago(p["since"], now)),
         ("SERVING", lambda p: len(p["devices"])),

@@ -125,7 +125,7 @@ def status_text(payload: HostStatus) -> str:
         return "\n".join(["no ray-accel partitions recorded on this host", *warnings])
     shown = table(
         payload.partitions,
-        ("PARTITION", lambda p: p.partition + (" (head)" if p.head else "")),
+        ("PARTITION", lambda p: p.partition),
         ("STATE", lambda p: "alive" if p.alive else "DEAD"),
         ("HEALTH", lambda p: p.health.state.value if p.health else "-"),
         ("RAYLET PID", lambda p: p.pid),
@@ -136,6 +136,10 @@ def status_text(payload: HostStatus) -> str:
         ("IN USE", lambda p: ", ".join(f"{k} {v:g}/{p.total[k]:g}" for k, v in p.in_use.items()) or "-"),
     )
     extra = [f"CPU pinning: {payload.cpu_pinning}"] if payload.cpu_pinning else []
+    if head := payload.head:  # the head raylet: no devices, not a partition
+        extra.append(
+            f"head: {'alive' if head.alive else 'DEAD'}, raylet pid {head.pid}, node {(head.node_id or '-')[:12]}"
+        )
     if payload.host_ip:
         extra.append(f"host: {payload.host}, node IP {payload.host_ip}")
     if payload.inherited_mask:
@@ -243,7 +247,9 @@ def top_text(payload: dict[str, Any]) -> str:
     )
     orphans = orphans_text(payload["orphans"])
     errors = "\n".join(f"error: {e}" for e in payload["errors"])
-    return "\n\n".join(x for x in (parts, devs, work, orphans, errors) if x)
+    head = payload.get("head")
+    head_line = head and f"head raylet: node {head['node_id'][:12]} on {head['ip']}"
+    return "\n\n".join(x for x in (head_line, parts, devs, work, orphans, errors) if x)
 
 
 def cluster_status_text(view: ClusterView) -> str:

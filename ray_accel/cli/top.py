@@ -21,6 +21,7 @@ from ray_accel.cli.output import emit
 from ray_accel.cli.params import seconds
 from ray_accel.core.reader import dump_fields, load
 from ray_accel.jobs.model import job_json
+from ray_accel.jobs.store import HEAD_RESOURCE
 
 if TYPE_CHECKING:
     from ray_accel.metrics.export import PartitionNode
@@ -80,6 +81,12 @@ def top_payload(partitions: Sequence[PartitionNode], snaps: Mapping[str, dict[st
     return {"partitions": parts, "devices": devices, "workloads": workloads, "orphans": orphans, "errors": errors}
 
 
+def head_of(nodes: Sequence[Mapping[str, Any]]) -> dict[str, str] | None:
+    """The cluster's live head raylet among `ray.nodes()`, apart from the partitions."""
+    found = [n for n in nodes if n.get("Alive") and HEAD_RESOURCE in (n.get("Resources") or {})]
+    return {"node_id": str(found[0]["NodeID"]), "ip": str(found[0].get("NodeManagerAddress"))} if found else None
+
+
 @click.command()
 @click.option("--once", is_flag=True, help="print one view and exit")
 @seconds("--interval", 0.1, 3600, 2.0, "seconds between refreshes")
@@ -93,8 +100,10 @@ def top(once: bool, interval: float, as_json: bool) -> int:
 
     connect_to_recorded_cluster(status())
     while True:
-        parts = export.partition_nodes(ray.nodes())  # every host's partition raylets
+        nodes = ray.nodes()
+        parts = export.partition_nodes(nodes)  # every host's partition raylets
         payload = top_payload(parts, export.snapshots([p.node_id for p in parts if p.alive]))
+        payload["head"] = head_of(nodes)
         listed, waiting = top_jobs()
         payload["jobs"] = [job_json(j, waiting=waiting) for j in listed]
         if not as_json and not once:

@@ -92,7 +92,7 @@ def supervise(record: HostRecord, progress: Progress, grace_s: float = 5.0) -> i
 
 
 def _watch(record: HostRecord, progress: Progress, grace_s: float, wake: threading.Event, asked: list[str]) -> int:
-    names = ", ".join(p.name for p in record.partitions)
+    names = ", ".join(p.name for p in record.raylets())
     progress(f"blocking with {names}: SIGTERM, Ctrl-C or `ray-accel stop` stops them")
     alive: dict[str, bool] = {}
     registered: dict[str, bool | None] = {}
@@ -110,7 +110,12 @@ def _watch(record: HostRecord, progress: Progress, grace_s: float, wake: threadi
             progress("stopped by `ray-accel stop`")
             return 0
         checks = procs.check_record(current)
-        for p in current.partitions:
+        if current.repartition is not None and checks[current.repartition].ours:
+            # A repartition stops and starts partitions on purpose: watched again once it ends.
+            alive.clear()
+            wake.wait(POLL_S)
+            continue
+        for p in current.raylets():
             if p.held:
                 # Drained, stopped or being restarted by the health decider, on purpose.
                 if alive.get(p.name) is not None:
@@ -130,7 +135,7 @@ def _watch(record: HostRecord, progress: Progress, grace_s: float, wake: threadi
             next_gcs = time.monotonic() + GCS_EVERY_S
             # An error is said once per change; asked again next round.
             nodes, gcs_error = poll_nodes(record.gcs_address, gcs_error, progress, 3.0, record.auth)
-            for p in current.partitions:
+            for p in current.raylets():
                 reg = None if nodes is None else p.node_id in nodes and nodes[p.node_id].alive
                 if registered.get(p.name, True) != reg:
                     progress(f"{p.name}: {'registered' if reg else 'NOT registered' if reg is False else 'GCS silent'}")

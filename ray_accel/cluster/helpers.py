@@ -58,8 +58,8 @@ def spawn(
 
 
 def of(record: HostRecord) -> list[RayProcess]:
-    """The helpers `record` names: its processes that are no partition's."""
-    own = {r for p in record.partitions for r in p.processes}
+    """The helpers `record` names: its processes that are no raylet's."""
+    own = {r for p in record.raylets() for r in p.processes}
     return [r for r in record.processes() if r not in own]
 
 

@@ -18,8 +18,9 @@ from collections.abc import Callable, Mapping
 from ray_accel.cluster.startargs import HOST_FLAGS
 from ray_accel.core.errors import InputError
 from ray_accel.core.numa import NumaTopology, read_topology
+from ray_accel.core.validate import HEAD
 from ray_accel.partition.plan import Plan
-from ray_accel.partition.share import Division, HostResources, divide
+from ray_accel.partition.share import Division, HostResources, Share, divide
 from ray_accel.rayapi import node as rayapi_node
 from ray_accel.rayapi.feature import RayApiMissing
 
@@ -27,6 +28,10 @@ log = logging.getLogger(__name__)
 
 # Ray 2.60's ray_constants.OBJECT_STORE_MINIMUM_MEMORY_BYTES: a raylet refuses less.
 OBJECT_STORE_MINIMUM = 75 * 1024 * 1024
+# A head's own raylet (docs/design.md): no CPUs, devices or memory to
+# schedule on, beside the partitions' shares of the host; Ray's smallest
+# object store.
+HEAD_SHARE = Share(HEAD, 0, 0, OBJECT_STORE_MINIMUM)
 
 
 def _ray_detected() -> tuple[int, int, Callable[[int], int]]:

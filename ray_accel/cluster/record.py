@@ -27,6 +27,7 @@ from ray_accel.core.health_state import HealthSettings, PartitionState, PartStat
 from ray_accel.core.hosts import canonical_ip
 from ray_accel.core.processes import ProcessRecord
 from ray_accel.core.reader import Node, ReadError, dump_fields, load, parse_document, show
+from ray_accel.core.validate import HEAD
 from ray_accel.core.visibility import format_visible_ids
 from ray_accel.partition.plan import MaskView, Mode, Partition
 from ray_accel.partition.share import Share
@@ -61,6 +62,8 @@ _RESOURCE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,127}$")
 _HEX_ID = re.compile(r"^[0-9a-f]{1,128}$")
 # The kind of the host's health decider among the recorded processes.
 DECIDER_KIND = "health_decider"
+# The kind of a running `ray-accel repartition`'s helper.
+REPARTITION_KIND = "repartition"
 # An earlier 4's `decider_state`: a partition whose raylet the decider
 # stopped on purpose, or was restarting under the host's lock.
 DECIDER_STATES = ("stopped", "restarting")
@@ -180,11 +183,18 @@ class HostRecord:
     stopping: bool = False
     health: HealthSettings | None = None  # the decider's settings (None: a record from before)
     decider: RayProcess | None = None  # the host's health decider, while it runs
+    repartition: RayProcess | None = None  # a running repartition's helper
+    # A head's own raylet (GCS, dashboard, drivers): no devices, named HEAD.
+    head_raylet: PartitionEntry | None = None
+
+    def raylets(self) -> list[PartitionEntry]:
+        """Every raylet of this host: the partitions', then the head's."""
+        return [*self.partitions, *([self.head_raylet] if self.head_raylet else [])]
 
     def processes(self) -> list[RayProcess]:
-        """Every recorded process: the partitions', and the decider's."""
-        own = [r for p in self.partitions for r in p.processes]
-        return own if self.decider is None else [*own, self.decider]
+        """Every recorded process: the raylets', and the helpers'."""
+        own = [r for p in self.raylets() for r in p.processes]
+        return [*own, *(h for h in (self.decider, self.repartition) if h is not None)]
 
     @property
     def legacy(self) -> bool:
@@ -210,6 +220,7 @@ def dumps(record: HostRecord) -> str:
             spec={k: v for k, v in spec.items() if k not in ("backend", "traits")} if record.legacy else spec,
             labels=dict(record.labels),
             partitions=[p.to_json() for p in record.partitions],
+            head_raylet=record.head_raylet and record.head_raylet.to_json(),
         ),
     }
     if record.legacy:
@@ -246,7 +257,7 @@ def _record(obj: Node) -> HostRecord:
     head = obj.at("head").bool()
     listed = obj.at("partitions")
     parts = tuple(_partition(p, spec) for p in listed.list(MAX_PARTITIONS))
-    if not parts:
+    if not parts and not head:
         listed.fail("empty: a record names at least one partition")
     names = [p.name for p in parts]
     dup = next((n for n in names if names.count(n) > 1), None)
@@ -258,7 +269,8 @@ def _record(obj: Node) -> HostRecord:
     # SHARED gives every partition every device on purpose; any other mode never shares a unit.
     if shared is not None and mode != "shared":
         listed.fail(f"core {shared} belongs to two partitions")
-    if [i for i, p in enumerate(parts) if p.head] != ([0] if head else []):
+    # A record from before the head raylet may have its head partition first.
+    if [i for i, p in enumerate(parts) if p.head] not in ([[], [0]] if head else [[]]):
         listed.fail("the head partition must be the first, and only in a record of a head")
     auth_node, args_node, address = obj.at("auth"), obj.at("ray_args"), obj.at("gcs_address")
     auth = _checked(auth_node, lambda: Auth.from_json(auth_node.mapping()))
@@ -287,7 +299,9 @@ def _record(obj: Node) -> HostRecord:
         inherited_mask=_opt(obj.at("inherited_mask", None), lambda n: load(MaskView, n.data, n.path)),
         stopping=obj.at("stopping", False).bool(),
         health=_opt(obj.at("health", None), lambda n: HealthSettings.from_json(n.data, n.path)),
-        decider=_opt(obj.at("decider", None), _decider),
+        decider=_opt(obj.at("decider", None), lambda n: _helper(n, DECIDER_KIND)),
+        repartition=_opt(obj.at("repartition", None), lambda n: _helper(n, REPARTITION_KIND)),
+        head_raylet=_opt(obj.at("head_raylet", None), lambda n: _partition(n, spec, head=True)),
     )
 
 
@@ -295,10 +309,10 @@ def _opt(node: Node, read: Callable[[Node], T]) -> T | None:
     return None if node.data is None else read(node)
 
 
-def _decider(node: Node) -> RayProcess:
+def _helper(node: Node, kind: str) -> RayProcess:
     proc = _process(node)
-    if proc.kind != DECIDER_KIND:
-        node.at("kind").fail(f"{proc.kind!r}: the decider's kind is {DECIDER_KIND!r}")
+    if proc.kind != kind:
+        node.at("kind").fail(f"{proc.kind!r}: the {node.path.rsplit('.', 1)[-1]}'s kind is {kind!r}")
     return proc
 
 
@@ -333,13 +347,14 @@ def _units(node: Node) -> tuple[int, ...]:
     return tuple(c.int(0, MAX_UNITS) for c in node.list(MAX_UNITS))
 
 
-def _partition(obj: Node, spec: BridgeSpec) -> PartitionEntry:
+def _partition(obj: Node, spec: BridgeSpec, head: bool = False) -> PartitionEntry:
+    """A partition's entry, or with `head` the head raylet's (named HEAD, no devices)."""
     named = obj.at("partition")
-    name = _checked(named, validate.partition_name, named.text(63))
-    device_ids = obj.at("device_ids").texts(256, MAX_UNITS)
+    name = named.one_of([HEAD]) if head else _checked(named, validate.partition_name, named.text(63))
+    device_ids = obj.at("device_ids").texts(256, 0 if head else MAX_UNITS)
     listed = obj.at("core_ids")
     core_ids = _units(listed)
-    if not core_ids:
+    if not core_ids and not head:
         listed.fail("empty: a partition has at least one unit")
     unknown = sorted(set(core_ids) - set(spec.unit_ids))
     if unknown:

@@ -33,9 +33,6 @@ from ray_accel.core.numa import read_topology
 from ray_accel.partition.plan import Partition
 from ray_accel.partition.share import Share, divide
 
-# A recovered raylet is new; the head's cluster-wide processes stay as they were.
-HEAD_KINDS = ("gcs_server", "dashboard", "monitor", "ray_client_server")
-
 
 def relaunch(
     record: HostRecord,
@@ -48,9 +45,9 @@ def relaunch(
 ) -> PartitionEntry:
     """Start partition `p`'s raylet again, serving `part` (all of its devices,
     or some), on its recorded ports and share, with ray-accel's labels
-    `extra_labels` (the user's come from the record); the new entry: the new
-    raylet's processes and the head's that were kept. The old raylet and its
-    leftovers must be gone (its ports are checked)."""
+    `extra_labels` (the user's come from the record); the new entry, with the
+    new raylet's processes. The old raylet and its leftovers must be gone (its
+    ports are checked)."""
     check_free([p.ports.named["node_manager_port"], p.ports.named["object_manager_port"]], f"restarting {p.name}")
     own = record.spec.for_partition(part)
     share = recorded_share(p, record)
@@ -60,11 +57,9 @@ def relaunch(
     (result,) = launches.run_all([(part.name, args, partition_env(base_env, own, part, share))])
     if not result.ok:
         raise RayAccelError(f"partition {part.name} did not restart: {result.error}")
-    # The head's GCS and dashboard stay as they were; the raylet is new.
-    kept = tuple(r for r in p.processes if r.kind in HEAD_KINDS)
     return replace(
         p,
-        processes=(*result.processes, *kept),
+        processes=result.processes,
         node_id=result.node_id,
         node_ip=result.node_ip,
         log=result.log,
@@ -94,7 +89,7 @@ def recover(progress: Progress, timeout_s: float = 180.0, after: helpers.After |
                 "this host now: its raylets cannot be restarted there; run `ray-accel stop`, then `ray-accel start`"
             )
         checks = procs.require_trusted(record, str(place.file), "start --recover")
-        gcs = [checks[r] for p in record.partitions for r in p.of_kind("gcs_server")]
+        gcs = [checks[r] for p in record.raylets() for r in p.of_kind("gcs_server")]
         if gcs and not any(c.ours for c in gcs):
             raise RayAccelError(
                 "the head's GCS is dead, so the cluster is gone: run `ray-accel stop`, then `ray-accel start`"
@@ -141,8 +136,8 @@ def relaunch_env(record: HostRecord) -> dict[str, str]:
 
 
 def terminate_raylet(p: PartitionEntry, checks: Mapping[RayProcess, procs.Check]) -> None:
-    """Stop what is left of `p`'s raylet (the head's GCS and helpers stay), ours only."""
-    procs.terminate([r.record for r in p.processes if r.kind not in HEAD_KINDS and checks[r].ours])
+    """Stop what is left of `p`'s raylet, ours only."""
+    procs.terminate([r.record for r in p.processes if checks[r].ours])
 
 
 def recorded_share(p: PartitionEntry, record: HostRecord) -> Share:

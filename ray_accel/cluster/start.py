@@ -1,4 +1,6 @@
-"""`ray-accel start`: one raylet per partition on this host.
+"""`ray-accel start`: one raylet per partition on this host, and on a head a
+raylet of its own without devices (the GCS, dashboard and drivers), so that
+every device can be drained, restarted and repartitioned like any.
 
 Each raylet is an ordinary `ray start`, run through `ray_accel.cluster.raylet_launch`
 so the bridge is installed where detection happens, with its mask in the
@@ -28,9 +30,9 @@ from pathlib import Path
 from ray_accel.bridge.managers import LOST_WITHOUT_BRIDGE, BridgeSpec, BridgeUnsupported, check_ray_version, raylet_env
 from ray_accel.cluster import auth, exporters, helpers, identity, procs, state
 from ray_accel.cluster.gcs import Progress, wait_registered
-from ray_accel.cluster.host import divide_host, read_host
+from ray_accel.cluster.host import HEAD_SHARE, divide_host, read_host
 from ray_accel.cluster.launcher import Launches
-from ray_accel.cluster.ports import RayletPorts, check_free, plan_ports, worker_ports
+from ray_accel.cluster.ports import MIN_WORKER_PORTS, RayletPorts, check_free, plan_ports, worker_ports
 from ray_accel.cluster.raylet import DEFAULT_GCS_PORT, StartRequest, check_user_keys, partition_env
 from ray_accel.cluster.raylet_launch import LaunchReport
 from ray_accel.cluster.record import HostRecord, PartitionEntry, less_out
@@ -41,25 +43,26 @@ from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.health_kept import KEPT_FILE, Kept, doubted, read_kept
 from ray_accel.core.health_state import HealthFileError, read_health
 from ray_accel.core.numa import format_cpulist
+from ray_accel.core.validate import HEAD
 from ray_accel.partition.inherited import inherited_mask, plan_within_mask
-from ray_accel.partition.labels import topology_labels
+from ray_accel.partition.labels import HOST_LABEL, topology_labels
 from ray_accel.partition.plan import Partition, Plan
-from ray_accel.partition.share import Division
+from ray_accel.partition.share import Division, Share
 from ray_accel.plugins.inventory import discover
 
 
 @dataclass(frozen=True)
 class LaunchPlan:
     """What a start launches, made once from its request: the partitions, each
-    one's share of the host, ray-accel's labels and port block for each, the
-    head's GCS port, the node IP every raylet uses, the bridge's spec, the
-    cluster's auth."""
+    one's share of the host, ray-accel's labels and port block for each raylet
+    (a head's own first), the head's GCS port, the node IP every raylet uses,
+    the bridge's spec, the cluster's auth."""
 
     request: StartRequest
     plan: Plan
     division: Division
-    labels: Mapping[str, Mapping[str, str]]  # ray-accel's own, by partition
-    ports: tuple[RayletPorts, ...]
+    labels: Mapping[str, Mapping[str, str]]  # ray-accel's own, by raylet name
+    ports: tuple[RayletPorts, ...]  # by raylet, as `raylets`
     gcs_port: int
     node_ip: str
     ray: RayOptions  # the user's, naming the node IP
@@ -67,6 +70,13 @@ class LaunchPlan:
     auth: auth.Auth
     notes: tuple[str, ...]  # said before the first raylet starts
     out: tuple[OutOfService, ...] = ()
+
+    @property
+    def raylets(self) -> list[tuple[Partition, Share, RayletPorts]]:
+        """Each raylet's partition as planned, share and port block: a head's own first (no devices)."""
+        head = [(Partition(HEAD, (), ()), HEAD_SHARE)] if self.request.join.head else []
+        own = [*head, *zip(self.plan.partitions, self.division.shares, strict=True)]
+        return [(p, share, ports) for (p, share), ports in zip(own, self.ports, strict=True)]
 
 
 @dataclass(frozen=True)
@@ -184,6 +194,7 @@ def plan_launch(req: StartRequest, ip: str, state_dir: Path) -> LaunchPlan:
     if req.join.head:
         check_free([gcs_port], "--port")
     workers = worker_ports([len(p.core_ids) for p in plan], req.ray.figures.get("cpus"), req.offer.max_workers)
+    workers = [MIN_WORKER_PORTS, *workers] if req.join.head else workers  # the head's own block first
     ports = plan_ports(workers, req.join.port_base, req.join.head and client_server_available())
     if req.join.head and any(gcs_port in p.all() for p in ports):
         raise InputError(f"--port {gcs_port} falls inside the partitions' port blocks; choose another --port-base")
@@ -193,14 +204,18 @@ def plan_launch(req: StartRequest, ip: str, state_dir: Path) -> LaunchPlan:
     notes = [f"warning: {w}" for w in (*plan.warnings, *division.warnings)]
     notes += [] if plan.mask is None else [plan.mask.description]
     notes += [] if cluster_auth.warning is None else [f"warning: {cluster_auth.warning}"]
+    this = identity.this_host(ip)
     return LaunchPlan(
         request=req,
         plan=plan,
         division=division,
         # What a placement policy on any host needs to know of each partition.
-        labels=topology_labels(
-            [serving(p, out) for p in plan.partitions], devices, identity.this_host(ip), spec.family, spec.resource_name
-        ),
+        labels={
+            HEAD: {HOST_LABEL: this.key},
+            **topology_labels(
+                [serving(p, out) for p in plan.partitions], devices, this, spec.family, spec.resource_name
+            ),
+        },
         ports=tuple(ports),
         gcs_port=gcs_port,
         node_ip=ip,
@@ -247,7 +262,7 @@ def start(req: StartRequest, progress: Progress, after: helpers.After | None = N
 def launch(lp: LaunchPlan, launches: Launches, progress: Progress) -> HostRecord:
     """Make the token file `lp` needs, start its raylets (the head's first,
     alone), recording each as it is up, and wait until the GCS has every one."""
-    req, plan, head = lp.request, lp.plan, lp.request.join.head
+    req, plan, head, raylets = lp.request, lp.plan, lp.request.join.head, lp.raylets
     cluster_auth = auth.provide(lp.auth, os.environ)
     base_env = auth.raylet_base_env(cluster_auth)
     try:
@@ -257,29 +272,30 @@ def launch(lp: LaunchPlan, launches: Launches, progress: Progress) -> HostRecord
         progress(f"warning: {e}; raylets start with explicit resources and masks. {LOST_WITHOUT_BRIDGE}")
 
     def job(i: int, gcs: str | None) -> tuple[str, list[str], dict[str, str]]:
-        part, share = serving(plan[i], lp.out), lp.division.shares[i]
+        planned, share, ports = raylets[i]
+        part = serving(planned, lp.out)
         own = lp.spec.for_partition(part)  # its raylet advertises its own devices' type
         labels = {**req.offer.labels, **lp.labels[part.name]}
-        args = ray_start_args(part, lp.ports[i], own, share, lp.ray, labels, gcs, lp.gcs_port, req.services.dashboard)
+        args = ray_start_args(part, ports, own, share, lp.ray, labels, gcs, lp.gcs_port, req.services.dashboard)
         pinned = f", CPUs {format_cpulist(share.cpu_set)}" if share.cpu_set is not None else ""
         progress(f"starting {part.name}: {lp.spec.visible_ids_env}={part.visible_ids}{pinned}")
         return part.name, args, partition_env(base_env, own, part, share)
 
     def entry(i: int, result: LaunchReport) -> PartitionEntry:
-        part = plan[i]
+        part, share, ports = raylets[i]
         return PartitionEntry(
             name=part.name,
             device_ids=tuple(part.device_ids),
             core_ids=tuple(part.core_ids),
             head=head and i == 0,
-            ports=lp.ports[i],
+            ports=ports,
             processes=result.processes,
             node_id=result.node_id,
             node_ip=result.node_ip,
             log=result.log,
             accelerator_type=part.accelerator_type,
             models=tuple(part.models),
-            share=lp.division.shares[i],
+            share=share,
             labels=tuple(lp.labels[part.name].items()),
             out=tuple(o.device for o in lp.out if o.partition == part.name),
             out_core_ids=tuple(c for o in lp.out if o.partition == part.name for c in o.units),
@@ -290,7 +306,7 @@ def launch(lp: LaunchPlan, launches: Launches, progress: Progress) -> HostRecord
     if head:
         (ours,) = heads = launches.run_all([job(0, None)])
         if not ours.ok or ours.gcs_address is None:
-            raise RayAccelError(f"head partition {plan[0].name} failed: {ours.error}")
+            raise RayAccelError(f"the head raylet failed: {ours.error}")
         gcs, first = ours.gcs_address, 1
     assert gcs is not None
     record = HostRecord(
@@ -304,23 +320,24 @@ def launch(lp: LaunchPlan, launches: Launches, progress: Progress) -> HostRecord
         gcs_address=gcs,
         gcs_port=lp.gcs_port if head else None,
         auth=cluster_auth,
-        partitions=tuple(entry(0, h) for h in heads),
+        partitions=(),
         labels=tuple(req.offer.labels.items()),
         dashboard_url=heads[0].dashboard_url if heads else None,
         cpu_pinning=lp.division.pinning,
         inherited_mask=plan.mask,
         health=req.health,
+        head_raylet=entry(0, heads[0]) if heads else None,
     )
     if heads:
         # Written as soon as there is something to stop: a start killed
         # outright (SIGKILL) still leaves `stop` what it needs.
         state.save(record)
-    results = launches.run_all([job(i, gcs) for i in range(first, len(plan))])
-    record = record.with_partitions([*record.partitions, *(entry(first + i, r) for i, r in enumerate(results))])
+    results = launches.run_all([job(i, gcs) for i in range(first, len(raylets))])
+    record = record.with_partitions([entry(first + i, r) for i, r in enumerate(results)])
     state.save(record)
     failed = [r for r in results if not r.ok]
     if failed:
         raise RayAccelError(f"partition {failed[0].name} failed: {failed[0].error}")
-    nodes = [p.node_id for p in record.partitions if p.node_id]
+    nodes = [p.node_id for p in record.raylets() if p.node_id]
     wait_registered(record.gcs_address, nodes, req.timeout_s, progress)
     return record

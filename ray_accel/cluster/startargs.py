@@ -228,17 +228,19 @@ def ray_start_args(
     """`ray start` arguments for one partition: its ports, its accelerator
     count, its share of the host (`share`), its labels (the user's, then
     ray-accel's own per partition: host, topology), then what it is given of
-    the user's own `ray start` options. With no `gcs` to join it is the head,
-    its GCS on `gcs_port`, its dashboard on unless not `dashboard`."""
+    the user's own `ray start` options. With no `gcs` to join it is the head
+    raylet (`part` without devices, no partition label), its GCS on
+    `gcs_port`, its dashboard on unless not `dashboard`."""
     head = gcs is None
     passed = user.passed_on(head)
     args = ["start"]
     args += ["--head", "--port", str(gcs_port)] if head else ["--address", str(gcs)]
     args += port_args(ports, head)
     args += ray_resources.start_args(spec.resource_name, len(part.core_ids), share.resources)
-    labels = {**labels, PARTITION_LABEL: part.name}
-    if spec.accelerator_type:
-        labels[TYPE_LABEL] = spec.accelerator_type.replace(" ", "-")
+    if not head:  # the head holds no devices: it is no partition
+        labels = {**labels, PARTITION_LABEL: part.name}
+        if spec.accelerator_type:
+            labels[TYPE_LABEL] = spec.accelerator_type.replace(" ", "-")
     args += ["--labels", ",".join(f"{k}={v}" for k, v in labels.items())]
     # Every raylet would otherwise claim the whole host (docs/design.md).
     args += ["--num-cpus", str(share.cpus), "--memory", str(share.memory)]

@@ -108,6 +108,7 @@ class HostStatus:
     warnings: tuple[str, ...] = ()
     partitions: tuple[PartitionStatus, ...] = ()
     health: HealthSummary | None = None  # None: no decider recorded
+    head: PartitionStatus | None = None  # a head's own raylet (no devices), apart from the partitions
 
 
 def status() -> HostStatus:
@@ -142,8 +143,8 @@ def describe(record: HostRecord, place: state.Place) -> HostStatus:
     def ours(p: PartitionEntry, *kinds: str) -> list[bool]:
         return [checks[r].ours for r in p.of_kind(*kinds) if r in checks]
 
-    gcs_recorded = [ok for p in record.partitions for ok in ours(p, "gcs_server")]
-    has_gcs = any(p.of_kind("gcs_server") for p in record.partitions)
+    gcs_recorded = [ok for p in record.raylets() for ok in ours(p, "gcs_server")]
+    has_gcs = any(p.of_kind("gcs_server") for p in record.raylets())
     gcs_up = any(gcs_recorded) if has_gcs else True
     try:
         nodes = gcs_nodes(record.gcs_address, 3.0, record.auth) if gcs_up else None
@@ -156,8 +157,8 @@ def describe(record: HostRecord, place: state.Place) -> HostStatus:
         health = None
         warnings.append(str(e))
     resource = record.spec.resource_name
-    out = []
-    for p in record.partitions:
+
+    def row(p: PartitionEntry) -> PartitionStatus:
         raylet = p.raylet()
         alive = bool(ours(p, "raylet")) and all(ours(p, "raylet"))
         node = (nodes or {}).get(p.node_id or "")
@@ -165,30 +166,31 @@ def describe(record: HostRecord, place: state.Place) -> HostStatus:
         avail = node.available if node else {}
         problems = [checks[r].describe() for r in p.processes if r in checks and not checks[r].ours]
         share = p.share
-        out.append(
-            PartitionStatus(
-                p.name,
-                p.serving.device_ids,
-                p.serving.core_ids,
-                p.visible_ids,
-                p.out,
-                None if record.health is None else record.state_of(p),
-                p.accelerator_type,
-                p.models,
-                raylet.pid if raylet else None,
-                p.node_id,
-                p.head,
-                alive,
-                (node is not None and node.alive) if nodes is not None else None,
-                {k: total[k] - avail.get(k, 0.0) for k in (resource, "CPU") if k in total},
-                {k: total[k] for k in (resource, "CPU") if k in total},
-                (p.ports.min_worker_port, p.ports.max_worker_port),
-                tuple(problems),
-                share,
-                None if share is None else share.cpu_set,
-                p.log,
-            )
+        return PartitionStatus(
+            p.name,
+            p.serving.device_ids,
+            p.serving.core_ids,
+            p.visible_ids,
+            p.out,
+            None if record.health is None or p.head else record.state_of(p),
+            p.accelerator_type,
+            p.models,
+            raylet.pid if raylet else None,
+            p.node_id,
+            p.head,
+            alive,
+            (node is not None and node.alive) if nodes is not None else None,
+            {k: total[k] - avail.get(k, 0.0) for k in (resource, "CPU") if k in total},
+            {k: total[k] for k in (resource, "CPU") if k in total},
+            (p.ports.min_worker_port, p.ports.max_worker_port),
+            tuple(problems),
+            share,
+            None if share is None else share.cpu_set,
+            p.log,
         )
+
+    out = [row(p) for p in record.partitions]
+    head = None if record.head_raylet is None else row(record.head_raylet)
     summary = None
     if record.health is not None:
         decider = record.decider
@@ -204,7 +206,7 @@ def describe(record: HostRecord, place: state.Place) -> HostStatus:
             () if health is None else health.errors,
         )
     return HostStatus(
-        any(p.alive for p in out),
+        any(p.alive for p in out) or bool(head and head.alive),
         record.host,
         record.host_ip,
         str(place.file),
@@ -219,6 +221,7 @@ def describe(record: HostRecord, place: state.Place) -> HostStatus:
         tuple(warnings),
         tuple(out),
         summary,
+        head,
     )
 
 

@@ -56,9 +56,8 @@ def stop(grace_s: float = 5.0, place: state.Place | None = None) -> Stopped:
         checks = procs.require_trusted(record, str(place.file), "stop")
         # Tell a `start --block` watching these partitions that this is asked for.
         state.save(replace(record, stopping=True))
-        parts = record.partitions
         # Worker raylets first, the head (GCS) last, so no raylet sees its GCS vanish.
-        ordered = [p for p in parts if not p.head] + [p for p in parts if p.head]
+        ordered = record.raylets()
         signalled: list[int] = []
         for p in ordered:
             signalled += procs.terminate([r.record for r in p.processes if checks[r].ours], grace_s)

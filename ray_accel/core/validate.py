@@ -16,6 +16,7 @@ LABEL_VALUE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")
 # A partition name becomes a Ray label value and a file name: the label-value
 # rules keep it safe for both.
 PARTITION_NAME = LABEL_VALUE
+HEAD = "head"  # the name of a head's own raylet, which holds no devices
 _HOST_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _HOST = re.compile(rf"^{_HOST_LABEL}(?:\.{_HOST_LABEL})*$")
 
@@ -53,6 +54,8 @@ def _in_range(value: float, what: str, lo: float | None, hi: float | None, shown
 
 
 def partition_name(text: str) -> str:
+    if text == HEAD:
+        raise InputError(f"bad partition name {text!r}: it names the head raylet of `start --head`")
     if not PARTITION_NAME.match(text):
         raise InputError(
             f"bad partition name {text!r}: use 1-63 letters, digits, '-', '_' or '.', "

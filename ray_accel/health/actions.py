@@ -1,6 +1,6 @@
 """What the decider does to a partition's raylet: drain it through Ray, stop
 it by PID, restart it serving some of its devices (the launcher code `start
---recover` uses), and place the head's keeper.
+--recover` uses).
 
 Stopping, restarting and saving a partition's state happen under the host's
 lock, as `start`, `stop` and `--recover` do: a command that holds it makes
@@ -23,7 +23,7 @@ from ray_accel.cluster.exporters import exporter_entries, host_level_partition
 from ray_accel.cluster.gcs import GcsError, Progress, answer_within, wait_registered
 from ray_accel.cluster.launcher import Launches
 from ray_accel.cluster.record import HostRecord, PartitionEntry, RayProcess
-from ray_accel.cluster.recover import HEAD_KINDS, relaunch, relaunch_env, terminate_raylet
+from ray_accel.cluster.recover import relaunch, relaunch_env, terminate_raylet
 from ray_accel.cluster.signals import shielded
 from ray_accel.core.devices import Device
 from ray_accel.core.errors import RayAccelError
@@ -79,13 +79,6 @@ def drain(record: HostRecord, node_id: str, message: str, deadline: float | None
         raise RayAccelError(f"drain of {node_id[:12]} was rejected: {reply.rejection}")
 
 
-def hold_head(record: HostRecord, node_id: str, message: str, deadline: float | None) -> None:
-    """Place the head's keeper, then drain the head: it takes no new work and,
-    kept busy, never exits."""
-    driver_ops.run("keep", ["--address", record.gcs_address, "--node-id", node_id], auth.raylet_base_env(record.auth))
-    drain(record, node_id, message, deadline)
-
-
 @contextmanager
 def _locked(host: Host, doing: str) -> Iterator[None]:
     """The host's lock for `doing`, or `Busy` while another command holds it."""
@@ -127,8 +120,7 @@ def stop_partition(host: Host, name: str, held: PartitionState, progress: Progre
 
 def _stopped(p: PartitionEntry, held: PartitionState) -> PartitionEntry:
     """`p` with nothing of its raylet left, every device out."""
-    kept = tuple(r for r in p.processes if r.kind in HEAD_KINDS)
-    return replace(p, processes=kept, out=p.device_ids, out_core_ids=p.core_ids, health=held, node_id=None)
+    return replace(p, processes=(), out=p.device_ids, out_core_ids=p.core_ids, health=held, node_id=None)
 
 
 def _save_entry(record: HostRecord, new: PartitionEntry) -> HostRecord:
@@ -157,8 +149,6 @@ def restart_partition(
     Under the host's lock; a restart that fails leaves it stopped, saying why."""
     with _locked(host, f"restarting {name}"):
         record, p, checks = _current(host, name)
-        if p.head:
-            raise RayAccelError(f"partition {name} is the head: it cannot be restarted")
         terminate_raylet(p, checks)
         serve_ids = tuple(d for d in p.device_ids if d in set(serve))
         cores = tuple(sorted(c for d in host.devices if d.id in serve_ids for c in d.core_ids))

@@ -172,18 +172,17 @@ class Decider:
         p = actions.entry(record, name)
         raylet = p.raylet()
         alive = raylet is not None and raylet in checks and checks[raylet].ours
-        facts = rules.Facts(full=p.device_ids, head=p.head, raylet_alive=alive, health=by_id)
+        facts = rules.Facts(full=p.device_ids, raylet_alive=alive, health=by_id)
         view = rules.view_of(record, p)
         step = rules.decide(self.settings, view, facts, time.time())
         held = rules.held_of(step.view)
         if step.effect is not rules.Effect.NONE:
             say(f"{name}: {step.effect.value} ({view.state.value} -> {step.view.state.value}) {step.message}".rstrip())
         try:
-            if step.effect in (rules.Effect.DRAIN, rules.Effect.HOLD):
+            if step.effect is rules.Effect.DRAIN:
                 if p.node_id is None:
                     raise RayAccelError(f"partition {name} has no node id to drain")
-                drain = actions.drain if step.effect is rules.Effect.DRAIN else actions.hold_head
-                drain(record, p.node_id, step.message, step.view.deadline)
+                actions.drain(record, p.node_id, step.message, step.view.deadline)
             elif step.effect is not rules.Effect.NONE:
                 level = host_level_partition(record)
                 if step.effect is rules.Effect.STOP:
@@ -197,7 +196,7 @@ class Decider:
                     record, again + [n for n in (level, moved) if n and n != name and moved != level], say
                 )
                 return record
-            # A drain, a hold or a new detail changes the record's state alone.
+            # A drain or a new detail changes the record's state alone.
             return None if held == record.state_of(p) else actions.save_state(self.host, name, held)
         except actions.Busy as e:
             say(f"{name}: {e}; trying again next poll")

@@ -3,68 +3,52 @@ of its own: `ray.init` puts its own SIGTERM handler in the process that calls
 it (Ray 2.60 `ray._private.worker.init`), and the decider must keep its own
 (SIGTERM undoes a restart half done). Two operations:
 
-- `keep`: a keeper actor on the head partition's raylet (0 CPUs, pinned to
-  its node id, detached), so the head, once drained, is never idle: Ray ends
-  an idle drained raylet, and the head's cannot be restarted. A live actor
-  keeps a raylet from counting as idle whatever resources it holds (seen on
-  Ray 2.60: a drained raylet holding a 0-CPU detached actor stays draining;
-  one with nothing exits).
 - `exporters`: (re)start the metrics exporters of some partitions
   (`ray_accel.metrics.export.deploy`).
+- `leave`: the exporters of drained raylets exit.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 
 from ray_accel.core.errors import RayAccelError
-from ray_accel.metrics.export import NAMESPACE, deploy, entries_from_json
+from ray_accel.metrics.export import NAMESPACE, actor_name, connect, deploy, entries_from_json
 
 TIMEOUT_S = 180.0
 
 
-class Keeper:
-    """Does nothing: while it lives, its raylet is not idle."""
-
-    def ping(self) -> int:
-        return 1
-
-
-def _keep(address: str, node_id: str) -> None:
+def _leave(address: str, node_ids: Sequence[str]) -> None:
+    """The metrics exporters of raylets `node_ids` exit, so that those raylets,
+    drained by a repartition, end once their work has moved."""
     import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING)
+    connect(address)
     try:
-        pinned = NodeAffinitySchedulingStrategy(node_id, soft=False)
-        keeper = ray.remote(num_cpus=0, max_restarts=0)(Keeper).options(
-            name=f"keeper-{node_id}",
-            namespace=NAMESPACE,
-            lifetime="detached",
-            get_if_exists=True,
-            scheduling_strategy=pinned,
-        )
-        ray.get(keeper.remote().ping.remote(), timeout=120)
+        for node_id in node_ids:
+            try:
+                ray.kill(ray.get_actor(actor_name(node_id), namespace=NAMESPACE))
+            except ValueError:
+                pass  # none runs there
     finally:
         ray.shutdown()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ray_accel.health.driver_ops")
-    parser.add_argument("op", choices=["keep", "exporters"])
+    parser.add_argument("op", choices=["exporters", "leave"])
     parser.add_argument("--address", required=True)
-    parser.add_argument("--node-id", help="keep: the head's node id")
+    parser.add_argument("--node-id", action="append", help="leave: each drained raylet's")
     parser.add_argument("--entries", help="exporters: JSON list of partition entries")
     parser.add_argument("--host-level")
     parser.add_argument("--state-dir")
     args = parser.parse_args(argv)
-    if args.op == "keep":
-        _keep(args.address, args.node_id)
+    if args.op == "leave":
+        _leave(args.address, args.node_id)
     else:
         entries = entries_from_json(args.entries)
         deploy(args.address, entries, host_level_partition=args.host_level, state_dir=args.state_dir)

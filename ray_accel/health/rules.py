@@ -20,10 +20,6 @@ The rules:
 - A device out of service that is healthy again brings its partition back:
   drained again (a raylet's resources cannot grow) and restarted with it;
   under `drain`, a stopped partition restarts once all its devices are healthy.
-- The head partition cannot be restarted (the GCS runs there) and a drained
-  raylet with nothing running exits, so a bad device on the head drains it
-  and holds it (a keeper actor keeps it from going idle): it takes no new
-  work until the cluster is stopped, whatever the device does next.
 """
 
 from __future__ import annotations
@@ -44,7 +40,6 @@ RESTART_FAILED = "restart failed"  # the start of a stopped partition's detail a
 class Effect(enum.Enum):
     NONE = "none"
     DRAIN = "drain"  # ask the GCS to drain the partition's raylet (preemption, with the deadline)
-    HOLD = "hold"  # the head: place its keeper, then drain it
     STOP = "stop"  # stop the partition's raylet by PID; it stays stopped
     RESTART = "restart"  # stop what is left of its raylet, start it serving the step's devices
 
@@ -54,7 +49,6 @@ class Facts:
     """What is true of one partition now."""
 
     full: tuple[str, ...]  # its devices as planned
-    head: bool
     raylet_alive: bool  # its recorded raylet runs (and is ours)
     health: Mapping[str, DeviceHealth]
 
@@ -62,9 +56,8 @@ class Facts:
 class Seen(enum.Enum):
     """What a poll sees of a partition (`observe`): a column of `TABLE`."""
 
-    STEADY = "steady"  # nothing to act on, or not yet: a drain before its deadline, the head held, a retry
+    STEADY = "steady"  # nothing to act on, or not yet: a drain before its deadline, a retry
     UNHEALTHY = "unhealthy"  # a device it serves turned unhealthy
-    HEAD_UNHEALTHY = "head_unhealthy"  # the same, on the head
     BACK = "back"  # devices out of service are healthy again, none it serves is unhealthy (shrink)
     FULL = "full"  # its drain is over, or it is stopped, and every device may serve
     PART = "part"  # ... and only some may (shrink)
@@ -77,11 +70,9 @@ class Seen(enum.Enum):
 TABLE: Mapping[tuple[PartState, Seen], tuple[Effect, PartState]] = {
     (PartState.SERVING, Seen.STEADY): (Effect.NONE, PartState.SERVING),
     (PartState.SERVING, Seen.UNHEALTHY): (Effect.DRAIN, PartState.DRAINING),
-    (PartState.SERVING, Seen.HEAD_UNHEALTHY): (Effect.HOLD, PartState.DRAINING),
     (PartState.SERVING, Seen.BACK): (Effect.DRAIN, PartState.RESTORING),
     (PartState.SHRUNK, Seen.STEADY): (Effect.NONE, PartState.SHRUNK),
     (PartState.SHRUNK, Seen.UNHEALTHY): (Effect.DRAIN, PartState.DRAINING),
-    (PartState.SHRUNK, Seen.HEAD_UNHEALTHY): (Effect.HOLD, PartState.DRAINING),
     (PartState.SHRUNK, Seen.BACK): (Effect.DRAIN, PartState.RESTORING),
     (PartState.DRAINING, Seen.STEADY): (Effect.NONE, PartState.DRAINING),
     (PartState.DRAINING, Seen.FULL): (Effect.RESTART, PartState.SERVING),
@@ -159,11 +150,9 @@ def observe(settings: HealthSettings, view: PartitionHealth, facts: Facts, now: 
     if view.state in (PartState.SERVING, PartState.SHRUNK):
         target = wanted(full, view.out, health)
         if any(d not in target for d in view.devices):
-            return (Seen.HEAD_UNHEALTHY if facts.head else Seen.UNHEALTHY), target
+            return Seen.UNHEALTHY, target
         back = any(d not in view.devices for d in target) and settings.action is Action.SHRINK
-        return (Seen.BACK if back and not facts.head else Seen.STEADY), target
-    if facts.head:
-        return Seen.STEADY, view.devices  # held until the cluster stops: never stopped, never restarted
+        return (Seen.BACK if back else Seen.STEADY), target
     if view.state is PartState.STOPPED:
         target = wanted(full, full, health)
         if view.detail.startswith(RESTART_FAILED) and now < view.since + RETRY_S:
@@ -198,18 +187,11 @@ def decide(settings: HealthSettings, view: PartitionHealth, facts: Facts, now: f
         return Step(_settled(view, state, now, (), full, detail), effect)
     bad = [d for d in view.devices if d not in target]
     back = [d for d in target if d not in view.devices]
-    if effect is Effect.HOLD:
-        target, back, verb = tuple(d for d in view.devices if d not in bad), [], "held (the head cannot be restarted)"
-        detail = (
-            f"head partition drained and held: {_detail(health, bad)}; it cannot be restarted (the GCS runs "
-            "there): it takes no new work until `ray-accel stop`"
-        )
-    else:
-        target = () if settings.action is Action.DRAIN else target
-        shrinks = settings.action is Action.SHRINK and bad
-        verb = "restarted without it" if shrinks else ("restarted with it" if back else "stopped")
-        what = f"to restart with {len(target)} of {len(full)} devices" if target else "to stop"
-        detail = f"drained {what}: {_detail(health, bad) if bad else ', '.join(back) + ' healthy again'}"
+    target = () if settings.action is Action.DRAIN else target
+    shrinks = settings.action is Action.SHRINK and bad
+    verb = "restarted without it" if shrinks else ("restarted with it" if back else "stopped")
+    what = f"to restart with {len(target)} of {len(full)} devices" if target else "to stop"
+    detail = f"drained {what}: {_detail(health, bad) if bad else ', '.join(back) + ' healthy again'}"
     deadline = now + settings.drain_deadline_s
     view = replace(
         view, state=state, since=now, out=_out(full, view.out, target), deadline=deadline, target=target, detail=detail

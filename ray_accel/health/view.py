@@ -43,6 +43,15 @@ def partition_of(record: HostRecord) -> dict[str, str]:
     return {d: p.name for p in record.partitions for d in p.device_ids}
 
 
+def head_view(record: HostRecord) -> dict[str, str | int | bool | None] | None:
+    """A head's own raylet, apart from the partitions: it has no devices, so no health."""
+    if record.head_raylet is None:
+        return None
+    raylet = record.head_raylet.raylet()
+    alive = raylet is not None and procs.check(raylet).ours
+    return {"node_id": record.head_raylet.node_id, "pid": raylet.pid if raylet else None, "alive": alive}
+
+
 def health_payload(found: Recorded) -> dict[str, Any]:
     """`ray-accel health --json`: every device with its state, since when, its
     last event and what makes it healthy again; every partition's state; the
@@ -55,6 +64,7 @@ def health_payload(found: Recorded) -> dict[str, Any]:
         "state_file": str(found.place.file),
         "action": None if settings is None else settings.action.value,
         "decider": {"pid": None if record.decider is None else record.decider.pid, "alive": found.decider_alive},
+        "head": head_view(record),
     }
     if health is None:
         return dict(out, at=None, polls=0, devices=[], partitions=[], events=[], counters={}, errors=[])

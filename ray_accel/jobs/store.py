@@ -104,9 +104,6 @@ class _StoreActor(JobStore):
             except Exception as e:  # the store must outlive a bad reading
                 log.warning("ray-accel jobs store: %s", e)
 
-    def ping(self) -> bool:
-        return True
-
 
 def controller_dead(actor_id: str) -> bool:
     """True only when the GCS says the actor is DEAD (any doubt: alive)."""

@@ -58,7 +58,7 @@ from ray_accel.core.health_state import HostHealth, PartitionHealth, PartState, 
 from ray_accel.core.hosts import HostId, this_host_name
 from ray_accel.core.processes import ProcessTable
 from ray_accel.metrics.collect import DeviceReading, Snapshot, Where, collect, device_readings
-from ray_accel.partition.labels import PARTITION_LABEL, node_host
+from ray_accel.partition.labels import CORES_LABEL, PARTITION_LABEL, LabelError, decode_ids, node_host
 from ray_accel.plugins.host_readings import read_readings
 from ray_accel.plugins.inventory import process_backend
 
@@ -209,9 +209,8 @@ def partition_health(health: HostHealth | None, partition: str) -> dict[str, Any
 
 
 def exporting(p: PartitionHealth) -> bool:
-    """Whether a partition's exporter runs: not while stopped, nor while its
-    raylet drains (the head's, held, never ends: its exporter stays)."""
-    return p.head or p.state in (PartState.SERVING, PartState.SHRUNK)
+    """Whether a partition's exporter runs: not while stopped, nor while its raylet drains."""
+    return p.state in (PartState.SERVING, PartState.SHRUNK)
 
 
 def leaves(health: HostHealth | None, node_id: str) -> bool:
@@ -426,23 +425,40 @@ class PartitionNode:
 def partition_nodes(nodes: Iterable[Mapping[str, Any]]) -> list[PartitionNode]:
     """The partition raylets among `ray.nodes()`, every host's (a host is its
     name and node IP: `node_host`): alive ones, and a dead one only where no
-    live raylet serves its host and partition (a recovered partition leaves
-    its dead predecessor in the GCS)."""
-    out = [
-        PartitionNode(
-            labels[PARTITION_LABEL],
-            node_host(str(n.get("NodeManagerHostname") or ""), ip, labels),
-            ip,
-            n["NodeID"],
-            bool(n.get("Alive")),
+    live raylet of its host serves its partition or one of its units (a
+    recovered partition leaves its dead predecessor in the GCS, a
+    repartition the partitions it merged or split)."""
+    found = [
+        (
+            PartitionNode(
+                labels[PARTITION_LABEL],
+                node_host(str(n.get("NodeManagerHostname") or ""), ip, labels),
+                ip,
+                n["NodeID"],
+                bool(n.get("Alive")),
+            ),
+            set(_units(labels)),
         )
         for n in nodes
         if PARTITION_LABEL in (labels := n.get("Labels") or {})
         for ip in [str(n.get("NodeManagerAddress") or "")]
     ]
-    live = {(p.host, p.partition) for p in out if p.alive}
-    kept = [p for p in out if p.alive or (p.host, p.partition) not in live]
+    live = {(p.host, p.partition) for p, _ in found if p.alive}
+    served = {(p.host, u) for p, units in found if p.alive for u in units}
+    kept = [
+        p
+        for p, units in found
+        if p.alive or ((p.host, p.partition) not in live and not any((p.host, u) in served for u in units))
+    ]
     return sorted(kept, key=lambda p: (p.host, p.partition, not p.alive))
+
+
+def _units(labels: Mapping[str, str]) -> tuple[int, ...]:
+    """A partition raylet's units, by its cores label (none where it has none or a bad one)."""
+    try:
+        return decode_ids(labels.get(CORES_LABEL, ""))
+    except LabelError:
+        return ()
 
 
 def snapshots(node_ids: Iterable[str], timeout_s: float = 10.0) -> dict[str, dict[str, Any] | str]:

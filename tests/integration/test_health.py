@@ -11,8 +11,9 @@ change their clusters, so they never share one.
   `health clear` brings the full partition back; so does a lost device that
   is present again for K polls;
 - a mock p4d.24xlarge, `--on-unhealthy drain`: XID 13 only counts (health
-  and a metric), XID 79 on the head drains it and holds it (drivers stay
-  connected, the head takes no new work); the driver's recovery action
+  and a metric), XID 79 on p0 (once the head partition) drains and stops it
+  like any partition (drivers stay connected to the device-less head raylet,
+  new work lands on p1) and `health clear` brings it back; the driver's recovery action
   DRAIN_AND_RESET on a worker's GPU, with no XID, drains that partition
   (`health --json` names the source); `stop` while it drains leaves nothing;
 - with metrics on, a drained partition's exporter leaves it: with nothing
@@ -329,7 +330,7 @@ def test_with_metrics_on_a_drained_partition_ends_once_its_work_has_moved(tmp_pa
     assert stopped.returncode == 0, stopped.stderr
 
 
-# Connected before the head's fault: asks for GPUs twice while the head is held.
+# Connected before p0's fault: asks for GPUs twice while p0 drains, then once it is stopped.
 GPU_DRIVER = r"""
 import json, sys, time
 from pathlib import Path
@@ -374,7 +375,7 @@ def nothing_left(cluster: Cluster, tag: dict[str, str]) -> None:
     assert lock_is_free(cluster.state_dir)
 
 
-def test_a_gpu_host_counts_xid_13_drains_on_79_holds_its_head_and_stops_mid_drain(tmp_path: Path) -> None:
+def test_a_gpu_host_counts_xid_13_drains_on_79_its_first_partition_too_and_stops_mid_drain(tmp_path: Path) -> None:
     faults = tmp_path / "faults.json"
     write_faults(faults, {})
     tag = new_tag()
@@ -422,25 +423,32 @@ def test_a_gpu_host_counts_xid_13_drains_on_79_holds_its_head_and_stops_mid_drai
             every_s=1,
         )
 
-        # A fatal XID on the head: it is drained and held, never stopped; drivers stay connected.
+        # A fatal XID on p0, the head partition before the head raylet held no
+        # devices: drained, then stopped like any; drivers stay connected.
         driver = background_driver(cluster, GPU_DRIVER, str(d), log=tmp_path / "gpu.log")
         until(lambda: (d / "connected").exists() or driver.poll() is not None, 120)
-        head = alive_node(cluster, "p0")
+        first = alive_node(cluster, "p0")
         xid79 = {"device": gpus["p0"][0], "kind": "xid", "code": 79}
         write_faults(faults, {"events": [xid13, xid79]})
         h = until_poll(cluster, lambda h: part(h, "p0").state is PartState.DRAINING, polls=3)
-        assert "head" in part(h, "p0").detail and part(h, "p0").out == (gpus["p0"][0],)
-        _, draining = gcs_view(cluster)
-        assert head.node_id in draining
+        assert "drained to stop" in part(h, "p0").detail and gpus["p0"][0] in part(h, "p0").out
+        assert first.node_id in gcs_view(cluster)[1]
         (d / "first").write_text("1")
-        polls = health(cluster).polls
-        until_poll(cluster, lambda h: h.polls >= polls + 10, polls=10)  # well past a drain, held all along
-        nodes, draining = gcs_view(cluster)
-        assert nodes[head.node_id].alive and head.node_id in draining, "the head stays up, drained"
+        # Its exporter leaves, Ray ends the idle raylet, the decider stops it (under drain, whole or not at all).
+        until_poll(cluster, lambda h: part(h, "p0").state is PartState.STOPPED, polls=120)
+        nodes, _ = gcs_view(cluster)
+        assert (
+            not nodes[first.node_id].alive
+            and "partition p0 is drained and stopped" in nodes[first.node_id].death_message
+        )
         (d / "second").write_text("1")
-        assert result_of(driver, tmp_path / "gpu.log", 300) == [["p1"] * 8] * 2, "no new work on the head"
+        assert result_of(driver, tmp_path / "gpu.log", 300) == [["p1"] * 8] * 2, "new work lands on p1"
+        # Fixed by hand: p0 comes back whole, on a new raylet, as any partition does.
+        assert cluster.cli("health", "clear", gpus["p0"][0]).returncode == 0
+        h = until_poll(cluster, lambda h: part(h, "p0").state is PartState.SERVING, polls=200)
+        assert part(h, "p0").devices == tuple(gpus["p0"]) and alive_node(cluster, "p0").node_id != first.node_id
         status = cluster.refresh()
-        assert status["gcs_alive"] and all(p["alive"] for p in status["partitions"])
+        assert status["gcs_alive"] and status["head"]["alive"] and all(p["alive"] for p in status["partitions"])
 
         # The driver asks for DRAIN_AND_RESET on a worker's GPU, no XID: the
         # action decides, and its partition drains.

@@ -39,8 +39,8 @@ import json, os, sys
 import ray
 ray.init(address=sys.argv[1], log_to_driver=False)
 parts = sys.argv[2].split(",")
-nodes = {n["Labels"].get("ray-accel.io/partition"): {"labels": n["Labels"], "resources": n["Resources"]}
-         for n in ray.nodes() if n["Alive"]}
+nodes = {n["Labels"]["ray-accel.io/partition"]: {"labels": n["Labels"], "resources": n["Resources"]}
+         for n in ray.nodes() if n["Alive"] and "ray-accel.io/partition" in n["Labels"]}  # not the head raylet
 
 def seen():
     return {"partition": os.environ.get("RAYACCEL_PARTITION"), "order": os.environ.get("CUDA_DEVICE_ORDER"),

@@ -37,7 +37,8 @@ PER_PARTITION = r"""
 import json, os, sys
 import ray
 ray.init(address=sys.argv[1] if len(sys.argv) > 1 else None, log_to_driver=False)
-parts = sorted({n["Labels"]["ray-accel.io/partition"] for n in ray.nodes() if n["Alive"]})
+parts = sorted({n["Labels"]["ray-accel.io/partition"] for n in ray.nodes()
+                if n["Alive"] and "ray-accel.io/partition" in n["Labels"]})  # not the head raylet
 
 @ray.remote(resources={"neuron_cores": 1}, num_cpus=0)
 def where(part):
@@ -126,7 +127,7 @@ def labelled(trn1_cluster: Cluster) -> Cluster:
 
 def test_dashboard_is_on_at_the_heads_port_block(labelled: Cluster) -> None:
     status = labelled.refresh()
-    head = next(p for p in record(labelled)["partitions"] if p["head"])
+    head = record(labelled)["head_raylet"]
     assert status["dashboard_address"] == f"http://127.0.0.1:{head['ports']['named']['dashboard_port']}"
     assert any(r["kind"] == "dashboard" for r in head["processes"]), "the head runs Ray's dashboard"
     text = labelled.cli("status")
@@ -143,7 +144,9 @@ def test_ray_list_nodes_shows_every_partition_with_its_labels(labelled: Cluster)
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     nodes = json.loads(proc.stdout)
-    by_part = {n["labels"]["ray-accel.io/partition"]: n for n in nodes if n["state"] == "ALIVE"}
+    alive = [n for n in nodes if n["state"] == "ALIVE"]
+    by_part = {n["labels"]["ray-accel.io/partition"]: n for n in alive if "ray-accel.io/partition" in n["labels"]}
+    assert len(alive) == 3, "the partitions and the head raylet"
     assert set(by_part) == {"p0", "p1"}
     for n in by_part.values():
         assert n["labels"]["team"] == "ml" and n["labels"]["example.com/zone"] == "a"
@@ -154,11 +157,16 @@ def test_ray_list_nodes_shows_every_partition_with_its_labels(labelled: Cluster)
 def test_state_api_and_ray_nodes_count_the_host_once(labelled: Cluster) -> None:
     out = labelled.driver(STATE_VIEWS)
     ids = {p["node_id"] for p in labelled.status["partitions"]}
-    assert {s["id"] for s in out["state"] if s["state"] == "ALIVE"} == ids
+    head = labelled.status["head"]["node_id"]
+    assert {s["id"] for s in out["state"] if s["state"] == "ALIVE"} == {*ids, head}
     for s in out["state"]:
         assert s["labels"]["team"] == "ml"
-        assert s["labels"]["ray-accel.io/partition"] in ("p0", "p1")
-    nodes = out["nodes"]
+        assert s["labels"].get("ray-accel.io/partition") in ((None,) if s["id"] == head else ("p0", "p1"))
+    (head_node,) = [n for n in out["nodes"] if n["id"] == head]
+    assert not head_node["resources"].get("CPU") and not head_node["resources"].get("neuron_cores"), (
+        "no CPUs, no devices"
+    )
+    nodes = [n for n in out["nodes"] if n["id"] != head]
     assert {n["id"] for n in nodes} == ids
     total = {k: sum(n["resources"].get(k, 0) for n in nodes) for k in ("CPU", "memory", "object_store_memory")}
     assert total["CPU"] == host_cpus(), "CPUs over all partitions equal the host's"
@@ -220,12 +228,14 @@ def numa_tree(root: Path) -> Path:
 
 TWO_CPUS = len(os.sched_getaffinity(0)) >= 2 and {0, 1} <= os.sched_getaffinity(0)
 FIGURES = ["--", "--num-cpus", "4", "--memory", "2000000000", "--object-store-memory", "400000000"]
-# Only what `ray.nodes()` says (the state API needs the dashboard, which this cluster runs without).
+# Only what `ray.nodes()` says (the state API needs the dashboard, which this cluster runs without):
+# the partitions' raylets, not the head's (Ray's smallest object store beside the host's figures).
 NODES_VIEW = r"""
 import json, sys
 import ray
 ray.init(address=sys.argv[1], log_to_driver=False)
-print(json.dumps([{"id": n["NodeID"], "resources": n["Resources"]} for n in ray.nodes() if n["Alive"]]))
+print(json.dumps([{"id": n["NodeID"], "resources": n["Resources"]} for n in ray.nodes()
+                  if n["Alive"] and "ray-accel.io/partition" in n["Labels"]]))
 """
 
 
@@ -245,12 +255,12 @@ def pinned(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, 
 def test_no_dashboard_turns_it_off(pinned: tuple[Cluster, dict[str, str]]) -> None:
     cluster, _ = pinned
     assert cluster.status["dashboard_address"] is None
-    head = record(cluster)["partitions"][0]
+    head = record(cluster)["head_raylet"]
     # Ray 2.60 still runs its API-server process, with its usage-stats
     # module only and no frontend: no state API, no jobs
     # (ray/_private/services.py, start_api_server with include_dashboard=False).
     api = [psutil.Process(r["pid"]).cmdline() for r in head["processes"] if r["kind"] == "dashboard"]
-    assert all("--modules-to-load=UsageStatsHead" in cmd and "--disable-frontend" in cmd for cmd in api), api
+    assert api and all("--modules-to-load=UsageStatsHead" in cmd and "--disable-frontend" in cmd for cmd in api), api
     assert "dashboard:" not in cluster.cli("status").stdout
 
 

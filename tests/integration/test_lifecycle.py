@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -203,7 +204,7 @@ def test_concurrent_starts_one_wins_and_a_second_head_has_its_own_client_port(
     assert second.returncode == 0, second.stderr[-3000:]
     ports = []
     for env in (envs[winner], env_b):
-        head = record_of(env)["partitions"][0]  # type: ignore[index]
+        head: Any = record_of(env)["head_raylet"]
         port = head["ports"]["named"]["ray_client_server_port"]
         (client,) = [p for p in head["processes"] if p["kind"] == "ray_client_server"]
         assert f"--port={port}" in cmdline(client["pid"])

@@ -41,7 +41,7 @@ def checked(monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[int], str]]:
     return asked
 
 
-def test_a_partition_restarts_on_its_recorded_ports_and_keeps_the_heads_processes(
+def test_a_partition_restarts_on_its_recorded_ports(  # the first too: the GCS is the head raylet's
     checked: list[tuple[list[int], str]],
 ) -> None:
     record = valid_record()
@@ -54,7 +54,7 @@ def test_a_partition_restarts_on_its_recorded_ports_and_keeps_the_heads_processe
     ((name, args, env),) = launches.asked
     assert name == "p0" and str(named["node_manager_port"]) in args and env["A"] == "1"
     assert said == [f"restarting p0: NEURON_RT_VISIBLE_CORES={head.serving.visible_ids}"]
-    assert [r.kind for r in new.processes] == ["raylet", "gcs_server", "ray_client_server"]
+    assert [r.kind for r in new.processes] == ["raylet"]
     assert new.processes[0] == NEW_RAYLET and new.node_id == "cd" * 28 and new.labels == (("ray-accel/x", "1"),)
 
 
@@ -66,12 +66,13 @@ def test_a_raylet_that_does_not_come_back_is_an_error_naming_why(checked: list[t
 
 
 def test_only_the_raylets_own_processes_that_are_ours_are_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
-    head = valid_record().partitions[0]
+    head = valid_record().head_raylet
+    assert head is not None
     stopped: list[Any] = []
     monkeypatch.setattr(procs, "terminate", lambda records: stopped.extend(records))
     ours = {r: SimpleNamespace(ours=r.kind != "ray_client_server") for r in head.processes}
     recover.terminate_raylet(head, ours)  # type: ignore[arg-type]
-    assert stopped == [r.record for r in head.processes if r.kind == "raylet"]
+    assert stopped == [r.record for r in head.processes if r.kind != "ray_client_server"]
 
 
 def test_a_record_without_shares_divides_the_host_by_units_as_start_does() -> None:

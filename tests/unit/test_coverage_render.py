@@ -29,15 +29,16 @@ STATUS = HostStatus(
     True, "hostA", "10.0.0.1", "/state/host.json", "/state", "10.0.0.1:6379", True, "10.0.0.1:8265",
     cpu_pinning="by NUMA node", inherited_mask=MaskView("NEURON_RT_VISIBLE_CORES", "0-3", (0, 1, 2, 3), (), "mask 0-3"),
     env={"RAY_ADDRESS": "10.0.0.1:6379"}, warnings=("a warning",),
-    partitions=(partition("p0", None, head=True), partition("p1", DRAINING)), health=SUMMARY,
+    partitions=(partition("p0", None), partition("p1", DRAINING)), health=SUMMARY, head=partition("head", None, True),
 )  # fmt: skip
 
 
 def test_status_text_shows_the_host_the_mask_the_dashboard_and_what_is_not_healthy() -> None:
     lines = render.status_text(STATUS).splitlines()
-    assert lines[2].split()[:3] == ["p0", "(head)", "alive"] and lines[3].split()[:3] == ["p1", "alive", "draining"]
+    assert lines[2].split()[:2] == ["p0", "alive"] and lines[3].split()[:3] == ["p1", "alive", "draining"]
     assert lines[4:] == [
         "CPU pinning: by NUMA node",
+        "head: alive, raylet pid 4242, node abababababab",
         "host: hostA, node IP 10.0.0.1",
         "mask 0-3",
         "dashboard: 10.0.0.1:8265",

@@ -39,7 +39,7 @@ def test_drain_and_reset_with_no_xid_makes_the_gpu_unhealthy_and_its_partition_d
 
     full = tuple(d.device_id for d in report.devices[:4])
     view = PartitionHealth("p0", PartState.SERVING, 0.0, full, (), "ab12", "")
-    facts = Facts(full=full, head=False, raylet_alive=True, health={d.device_id: d for d in report.devices})
+    facts = Facts(full=full, raylet_alive=True, health={d.device_id: d for d in report.devices})
     step = decide(HealthSettings(Action.SHRINK, 1.0, 10.0), view, facts, 100.0)
     assert step.effect is Effect.DRAIN and step.view.out == (bad.device_id,)
     assert f"{bad.device_id}: NVML recovery action DRAIN_AND_RESET" in step.message

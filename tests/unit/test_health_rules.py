@@ -34,13 +34,13 @@ def health(
     return out
 
 
-def facts(h: Mapping[str, DeviceHealth], alive: bool = True, head: bool = False) -> Facts:
-    return Facts(full=FULL, head=head, raylet_alive=alive, health=h)
+def facts(h: Mapping[str, DeviceHealth], alive: bool = True) -> Facts:
+    return Facts(full=FULL, raylet_alive=alive, health=h)
 
 
-def serving(head: bool = False) -> PartitionHealth:
+def serving() -> PartitionHealth:
     """A partition the decider has not seen before: serving as recorded."""
-    return PartitionHealth("p1", PartState.SERVING, 0.0, FULL, (), "ab12", "", head=head)
+    return PartitionHealth("p1", PartState.SERVING, 0.0, FULL, (), "ab12", "")
 
 
 def shrunk(*out: str) -> PartitionHealth:
@@ -119,16 +119,6 @@ def test_a_device_failing_during_the_drain_leaves_the_target() -> None:
     assert due.effect is Effect.RESTART and "neuron:15" not in due.view.devices and "neuron:8" not in due.view.devices
 
 
-def test_the_head_is_drained_and_held_never_stopped_or_restarted() -> None:
-    bad = health(bad=["neuron:11"])
-    step = decide(SHRINK, serving(head=True), facts(bad, head=True), 1.0)
-    assert step.effect is Effect.HOLD and step.view.state is PartState.DRAINING
-    assert "head" in step.message and "cannot be restarted" in step.view.detail
-    for later in (5.0, 1e6):
-        for h in (bad, health()):
-            assert decide(SHRINK, step.view, facts(h, head=True), later).effect is Effect.NONE
-
-
 def test_a_failed_restart_is_tried_again_after_a_while() -> None:
     # As the actions leave it after a restart that failed.
     failed = PartitionHealth("p1", PartState.STOPPED, 100.0, (), FULL, None, f"{RESTART_FAILED}: port taken")
@@ -144,30 +134,27 @@ STATES = st.sampled_from(list(Health))
     st.sampled_from([SHRINK, DRAIN, REPORT]),
     st.sampled_from(list(PartState)),
     st.booleans(),
-    st.booleans(),
     st.floats(0, 1e6),
 )
 def test_properties_of_every_step(
-    states: list[Health], settings: HealthSettings, state: PartState, alive: bool, head: bool, now: float
+    states: list[Health], settings: HealthSettings, state: PartState, alive: bool, now: float
 ) -> None:
     h = {d: DeviceHealth(d, s, 0.0, None, "") for d, s in zip(FULL, states, strict=True)}
     out = tuple(d for d, s in zip(FULL, states, strict=True) if s is not Health.HEALTHY)
     view = PartitionHealth(
         "p1", state, 0.0, tuple(d for d in FULL if d not in out), out, "ab12", "", deadline=5.0, target=FULL[:4]
     )
-    step = decide(settings, view, Facts(FULL, head, alive, h), now)
+    step = decide(settings, view, Facts(FULL, alive, h), now)
     # Never restarted with a device that is unhealthy, never one that is not the partition's.
     assert set(step.view.devices) <= set(FULL) and set(step.view.out) <= set(FULL)
     if step.effect is Effect.RESTART:
-        assert step.view.devices and not head
+        assert step.view.devices
         assert all(h[d].state is not Health.UNHEALTHY for d in step.view.devices)
-    if head:
-        assert step.effect in (Effect.NONE, Effect.HOLD), "the head is never stopped or restarted"
     if settings.action is Action.REPORT:
         assert step.effect is Effect.NONE and step.view.state is PartState.SERVING
     # UNKNOWN alone never takes a device out.
     if all(s is not Health.UNHEALTHY for s in states) and state in (PartState.SERVING, PartState.SHRUNK):
-        assert step.effect not in (Effect.HOLD, Effect.STOP)
+        assert step.effect is not Effect.STOP
         assert not (step.effect is Effect.DRAIN and step.view.state is PartState.DRAINING)
 
 
@@ -183,11 +170,9 @@ def test_wanted_keeps_order_and_needs_healthy_to_return() -> None:
 CELLS = """
 serving   steady          none     serving
 serving   unhealthy       drain    draining
-serving   head_unhealthy  hold     draining
 serving   back            drain    restoring
 shrunk    steady          none     shrunk
 shrunk    unhealthy       drain    draining
-shrunk    head_unhealthy  hold     draining
 shrunk    back            drain    restoring
 draining  steady          none     draining
 draining  full            restart  serving
@@ -208,10 +193,10 @@ def scene(state: PartState, seen: Seen) -> tuple[PartitionHealth, Facts, float]:
     """A partition in `state` and a poll that sees `seen`."""
     if state in (PartState.SERVING, PartState.SHRUNK):
         out = ("neuron:15",) if state is PartState.SHRUNK or seen is Seen.BACK else ()
-        bad = ["neuron:11"] if seen in (Seen.UNHEALTHY, Seen.HEAD_UNHEALTHY) else []
+        bad = ["neuron:11"] if seen is Seen.UNHEALTHY else []
         bad += list(out) if seen is not Seen.BACK else []
         view = PartitionHealth("p1", state, 0.0, tuple(d for d in FULL if d not in out), out, "ab12", "")
-        return view, facts(health(bad=bad), head=seen is Seen.HEAD_UNHEALTHY), 1.0
+        return view, facts(health(bad=bad)), 1.0
     if state is PartState.STOPPED:
         bad = {Seen.FULL: (), Seen.PART: FULL[4:], Seen.NOTHING: FULL, Seen.STEADY: ()}[seen]
         detail = f"{RESTART_FAILED}: port taken" if seen is Seen.STEADY else "stopped"

@@ -21,7 +21,7 @@ from ray_accel_mock.telemetry import MockTelemetry
 
 from ray_accel.cli import render
 from ray_accel.cli.connect import Orphans
-from ray_accel.cli.top import DEVICE_FIELDS, top_payload
+from ray_accel.cli.top import DEVICE_FIELDS, head_of, top_payload
 from ray_accel.cluster.status import HostStatus
 from ray_accel.core import masks
 from ray_accel.core.devices import Device
@@ -30,6 +30,7 @@ from ray_accel.core.health_state import HealthSettings, HostHealth, PartitionHea
 from ray_accel.core.hosts import host_key
 from ray_accel.core.processes import ProcessRecord, children_map, descendants, process_table, snapshot
 from ray_accel.core.samples import DeviceSample
+from ray_accel.jobs.store import HEAD_RESOURCE
 from ray_accel.metrics.collect import (
     OrphanReading,
     Snapshot,
@@ -49,7 +50,7 @@ from ray_accel.metrics.export import (
     partition_health,
     partition_nodes,
 )
-from ray_accel.partition.labels import PARTITION_LABEL
+from ray_accel.partition.labels import CORES_LABEL, PARTITION_LABEL
 from tests.dashboard_queries import METRICS
 
 
@@ -271,6 +272,18 @@ def test_partition_nodes_keeps_every_hosts_partitions_and_drops_replaced_dead_on
     ]
 
 
+def test_dead_partitions_whose_units_a_live_one_serves_are_dropped() -> None:
+    def node(node_id: str, part: str, cores: str, alive: bool) -> dict[str, object]:
+        entry = _gcs_node(node_id, "hostA", part, alive)
+        entry["Labels"] = {PARTITION_LABEL: part, CORES_LABEL: cores}
+        return entry
+
+    # c and d merged into cd by a repartition; e removed, its units given to no one.
+    nodes = [node("c", "c", "16-23", False), node("d", "d", "24-31", False), node("cd", "cd", "16-31", True)]
+    nodes.append(node("e", "e", "32-39", False))
+    assert [(p.partition, p.alive) for p in partition_nodes(nodes)] == [("cd", True), ("e", False)]
+
+
 def test_two_hosts_of_one_name_keep_their_own_partitions() -> None:
     nodes = [
         _gcs_node("a0", "ubuntu", "p0", True, "10.0.0.1"),
@@ -453,6 +466,14 @@ def test_top_payload_joins_every_hosts_snapshots_and_names_missing_ones() -> Non
     text = render.top_text(payload)
     assert "ORPHAN PID" in text and "4242" in text and "python hog.py" in text
     assert "DEAD" in text and "error: hostB/p1: no metrics exporter: gone" in text
+    # The head raylet, apart from the partitions: the live node with Ray's head marker.
+    nodes = [
+        {"NodeID": "ab" * 28, "Alive": False, "Resources": {}},
+        {"NodeID": "cd" * 28, "Alive": True, "NodeManagerAddress": "10.0.0.1", "Resources": {HEAD_RESOURCE: 1.0}},
+    ]
+    payload["head"] = head_of(nodes)
+    assert payload["head"] == {"node_id": "cd" * 28, "ip": "10.0.0.1"} and head_of(nodes[:1]) is None
+    assert render.top_text(payload).startswith("head raylet: node cdcdcdcdcdcd on 10.0.0.1\n\n")
 
 
 def test_top_shows_a_drained_and_a_stopped_partition_from_the_host_level_exporter() -> None:
@@ -627,9 +648,9 @@ def test_a_drained_partitions_exporter_leaves_and_its_devices_move_to_the_host_l
     p0 = tuple(f"neuron:{i}" for i in range(8))
     p1 = tuple(f"neuron:{i}" for i in range(8, 16))
 
-    def host(p0_state: PartState, p1_state: PartState, p1_node: str = "node-a", head: bool = False) -> HostHealth:
+    def host(p0_state: PartState, p1_state: PartState, p1_node: str = "node-a") -> HostHealth:
         parts = (
-            PartitionHealth("p0", p0_state, 1.0, p0, (), "node-0", "", head=head),
+            PartitionHealth("p0", p0_state, 1.0, p0, (), "node-0", ""),
             PartitionHealth("p1", p1_state, 1.0, p1, ("neuron:11",), p1_node, ""),
         )
         return HostHealth(1.0, HealthSettings(), (), parts)
@@ -639,8 +660,9 @@ def test_a_drained_partitions_exporter_leaves_and_its_devices_move_to_the_host_l
     assert host_level_of(draining) == "p0" and adopted(draining) == {"p1": p1}
     restarted = host(PartState.SERVING, PartState.SHRUNK, "node-c")
     assert not leaves(host(PartState.SERVING, PartState.DRAINING, "node-old"), "node-c") and adopted(restarted) == {}
-    head_held = host(PartState.DRAINING, PartState.RESTORING, head=True)
-    assert not leaves(head_held, "node-0") and host_level_of(head_held) == "p0"
+    # The first partition (no longer the head) drains like any: its exporter leaves.
+    first_drained = host(PartState.DRAINING, PartState.SERVING)
+    assert leaves(first_drained, "node-0") and host_level_of(first_drained) == "p1"
     assert host_level_of(host(PartState.STOPPED, PartState.DRAINING)) is None
 
     # p0 drains: p1's exporter, started without the host-level values, takes them and p0's devices.

@@ -34,11 +34,11 @@ RAY = "/venv/lib/python3.11/site-packages/ray"
 
 
 def valid_record() -> HostRecord:
-    blocks = port_blocks(21000, [184, 300], client_server=True)
+    blocks = port_blocks(21000, [184, 184, 300], client_server=True)
     head = PartitionEntry(
-        "p0",
-        tuple(f"neuron:{i}" for i in range(8)),
-        tuple(range(16)),
+        "head",
+        (),
+        (),
         True,
         blocks[0],
         (
@@ -48,6 +48,17 @@ def valid_record() -> HostRecord:
         ),
         "ab" * 28,
         "10.0.0.1",
+        "/state/head.log",
+    )
+    p0 = PartitionEntry(
+        "p0",
+        tuple(f"neuron:{i}" for i in range(8)),
+        tuple(range(16)),
+        False,
+        blocks[1],
+        (RayProcess("raylet", 4260, 1020, f"{RAY}/core/src/ray/raylet/raylet"),),
+        "cd" * 28,
+        "10.0.0.1",
         "/state/p0.log",
     )
     worker = PartitionEntry(
@@ -55,7 +66,7 @@ def valid_record() -> HostRecord:
         tuple(f"neuron:{i}" for i in range(8, 16)),
         tuple(range(16, 32)),
         False,
-        blocks[1],
+        blocks[2],
         (RayProcess("raylet", 4300, 1100, f"{RAY}/core/src/ray/raylet/raylet"),),
     )
     return HostRecord(
@@ -69,8 +80,9 @@ def valid_record() -> HostRecord:
         gcs_address="10.0.0.1:6379",
         gcs_port=6379,
         auth=Auth("token", "/home/<user>/.ray/auth_token", "generated"),
-        partitions=(head, worker),
+        partitions=(p0, worker),
         metrics=True,
+        head_raylet=head,
     )
 
 
@@ -143,7 +155,7 @@ def test_missing_partition_key(key: str) -> None:
 @pytest.mark.parametrize("key", PROC_KEYS)
 def test_missing_process_key(key: str) -> None:
     data = valid_json()
-    del data["partitions"][0]["processes"][1][key]
+    del data["head_raylet"]["processes"][1][key]
     refused(data, key)
 
 
@@ -154,15 +166,15 @@ BAD_PIDS = [-1, 0, -4242, 1 << 22 + 1, 2**64, "4242", 42.0, True, None, [4242], 
 @pytest.mark.parametrize("pid", BAD_PIDS, ids=repr)
 def test_bad_pid(pid: object) -> None:
     data = valid_json()
-    data["partitions"][0]["processes"][1]["pid"] = pid
-    refused(data, "partitions[0].processes[1].pid")
+    data["head_raylet"]["processes"][1]["pid"] = pid
+    refused(data, "head_raylet.processes[1].pid")
 
 
 @badinput("traceback")
 @pytest.mark.parametrize("ticks", [-1, "1010", 1.5, None, 2**64], ids=repr)
 def test_bad_start_ticks(ticks: object) -> None:
     data = valid_json()
-    data["partitions"][0]["processes"][1]["start_ticks"] = ticks
+    data["head_raylet"]["processes"][1]["start_ticks"] = ticks
     refused(data, "start_ticks")
 
 
@@ -245,6 +257,8 @@ def test_the_host_ip_is_kept_canonical() -> None:
 def test_empty_partition_list() -> None:
     data = valid_json()
     data["partitions"] = []
+    assert parse(data).head_raylet is not None, "a head's record may have every partition gone"
+    data["head"] = False
     refused(data, "empty")
 
 
@@ -283,8 +297,9 @@ def test_partition_names_that_could_be_paths(name: str) -> None:
         (("spec", "traits"), [], "spec.traits"),
         (("spec", "traits", "shareable"), "yes", "traits.shareable"),
         (("spec", "traits", "split"), "sideways", "traits.split"),
-        (("partitions", 0, "head"), False, "head partition"),
         (("partitions", 1, "head"), True, "head partition"),
+        (("head_raylet", "partition"), "p0", "head_raylet.partition"),
+        (("head_raylet", "core_ids"), [99], "unit 99"),
         (("partitions", 1, "partition"), "p0", "twice"),
         (("partitions", 1, "core_ids"), [15], "core 15"),
         (("partitions", 1, "core_ids"), [99], "unit 99"),

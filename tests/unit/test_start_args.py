@@ -13,7 +13,7 @@ from ray_accel_cuda.runtime import TRAITS as CUDA_TRAITS
 from ray_accel_neuron.runtime import TRAITS as NEURON_TRAITS
 
 from ray_accel.bridge.managers import BridgeSpec, BridgeUnsupported, check_ray_version
-from ray_accel.cluster.host import read_host
+from ray_accel.cluster.host import HEAD_SHARE, read_host
 from ray_accel.cluster.ports import RayletPorts, raylet_ports
 from ray_accel.cluster.raylet import Join, Offer, Services, StartRequest, check_user_keys, partition_env
 from ray_accel.cluster.raylet_launch import CPU_SET_ENV
@@ -58,7 +58,7 @@ def test_a_raylet_gets_its_share_not_the_host() -> None:
         offer=Offer(labels={"team": "a"}),
         ray=RayOptions.read(["--num-cpus", "8", "--memory=9", "--temp-dir", "/x"]),
     )
-    args = start_args(PART, raylet_ports(30000, 1), SPEC, True, None, req, 6379, SHARE)
+    args = start_args(PART, raylet_ports(30000, 1), SPEC, False, "h:1", req, 6379, SHARE)
     assert value(args, "--num-cpus") == "3" and args.count("--num-cpus") == 1, "the user's host figure is replaced"
     assert value(args, "--memory") == "4000000000" and not any(a.startswith("--memory=") for a in args)
     assert value(args, "--object-store-memory") == "1500000000"
@@ -66,6 +66,18 @@ def test_a_raylet_gets_its_share_not_the_host() -> None:
     labels = dict(kv.split("=") for kv in value(args, "--labels").split(","))
     assert labels == {"team": "a", "ray-accel.io/partition": "p1", "ray-accel.io/accelerator-type": "Trainium"}
     assert args[-2:] == ["--temp-dir", "/x"], "other ray start options pass through"
+
+
+def test_the_head_raylet_holds_no_devices_cpus_or_partition_label() -> None:
+    req = StartRequest(Join(head=True), offer=Offer(labels={"team": "a"}))
+    args = start_args(
+        Partition(validate.HEAD, (), ()), raylet_ports(30000, 1, True), SPEC, True, None, req, 6379, HEAD_SHARE
+    )
+    assert json.loads(value(args, "--resources")) == {"neuron_cores": 0}
+    assert (value(args, "--num-cpus"), value(args, "--memory"), value(args, "--labels")) == ("0", "0", "team=a")
+    assert value(args, "--port") == "6379" and "--ray-client-server-port" in args
+    env = partition_env({}, SPEC, Partition(validate.HEAD, (), ()), HEAD_SHARE)
+    assert env["NEURON_RT_VISIBLE_CORES"] == "" and CPU_SET_ENV not in env, "no device visible to its workers"
 
 
 def test_gpu_count_goes_to_num_gpus_and_custom_resources_stay() -> None:

@@ -1,0 +1,113 @@
+"""A repartition's plan: the host's partitions as its record has them against
+a new split, stated as `start` states one, planned by the same planner.
+
+Per partition one of four actions: kept (same name, devices and units: its
+raylet, node id, share and labels stay), restarted (same name, other
+devices), removed (its name is not in the new split), added (a new name).
+The new split is planned over the host's devices without those device
+health keeps out of service; a manual spec naming one is refused. Pure:
+the caller reads the record, the devices and what is out of service.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+
+from ray_accel.cluster.raylet import Split
+from ray_accel.cluster.record import HostRecord, PartitionEntry
+from ray_accel.core.devices import Device
+from ray_accel.core.reader import LOCAL
+from ray_accel.partition.plan import Mode, Partition, PartitionError, plan_partitions
+
+
+class Action(enum.Enum):
+    KEPT = "kept"
+    RESTARTED = "restarted"
+    REMOVED = "removed"
+    ADDED = "added"
+
+
+@dataclass(frozen=True)
+class Change:
+    """What happens to one partition: `devices` it serves after (a removed
+    one: those it served), `part` as planned (None when removed; not in its JSON)."""
+
+    partition: str
+    action: Action
+    devices: tuple[str, ...]
+    part: Partition | None = field(default=None, metadata=LOCAL)
+
+
+@dataclass(frozen=True)
+class Changes:
+    """What `repartition --json` prints; the fields are its keys."""
+
+    changes: bool
+    partitions: tuple[Change, ...]
+
+
+@dataclass(frozen=True)
+class Resplit:
+    mode: Mode
+    changes: tuple[Change, ...]  # the record's partitions in its order, then the added ones
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def changed(self) -> bool:
+        return any(c.action is not Action.KEPT for c in self.changes)
+
+    def of(self, *actions: Action) -> list[Change]:
+        return [c for c in self.changes if c.action in actions]
+
+    def view(self) -> Changes:
+        return Changes(self.changed, self.changes)
+
+
+def out_of_service(record: HostRecord) -> frozenset[str]:
+    """The devices the record says device health keeps out."""
+    return frozenset(d for p in record.partitions for d in p.out)
+
+
+def _kept(old: PartitionEntry, new: Partition) -> bool:
+    # A partition serving fewer devices than planned, or one the decider
+    # drains or stopped, is not what the new split asks for even with the same devices.
+    return old.device_ids == new.device_ids and old.core_ids == new.core_ids and not old.out and not old.held
+
+
+def resplit(record: HostRecord, devices: Sequence[Device], split: Split, out: Collection[str]) -> Resplit:
+    """The plan taking `record`'s partitions to `split` over `devices` (the
+    host's, as its backend lists them), none of `out` in service;
+    `PartitionError` (exit 2) naming the value that cannot be planned."""
+    mode = Mode.parse(split.mode)
+    if record.inherited_mask is not None:
+        devices = [d for d in devices if d.id in record.inherited_mask.devices]
+    usable = devices if mode is Mode.MANUAL else [d for d in devices if d.id not in out]
+    plan = plan_partitions(
+        usable,
+        mode,
+        split.partitions,
+        split.manual,
+        record.spec.accelerator_type,
+        traits=record.spec.traits,
+    )
+    for p in plan:
+        bad = next((d for d in p.device_ids if d in out), None)
+        if bad is not None:
+            raise PartitionError(
+                f"partition {p.name!r}: device {bad} is out of service (device health keeps it out until it is "
+                "healthy again, or cleared with `ray-accel health clear`)"
+            )
+    new = {p.name: p for p in plan}
+    changes = []
+    for old in record.partitions:
+        part = new.get(old.name)
+        if part is None:
+            changes.append(Change(old.name, Action.REMOVED, old.serving.device_ids, None))
+        else:
+            action = Action.KEPT if _kept(old, part) else Action.RESTARTED
+            changes.append(Change(old.name, action, part.device_ids, part))
+    known = {p.name for p in record.partitions}
+    changes += [Change(p.name, Action.ADDED, p.device_ids, p) for p in plan if p.name not in known]
+    return Resplit(mode, tuple(changes), plan.warnings)
