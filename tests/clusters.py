@@ -228,6 +228,7 @@ def order(keys: Sequence[Hashable | None]) -> list[int]:
 # cluster starts included), to balance `shard`; a module not listed counts
 # UNLISTED_S. Only the balance depends on these: every module runs either way.
 MODULE_SECONDS: Mapping[str, float] = {
+    "tests/integration/test_repartition.py": 300,
     "tests/integration/test_health.py": 252,
     "tests/integration/test_jobs.py": 170,
     "tests/integration/test_health_durable.py": 140,
