@@ -26,6 +26,7 @@ from tests.integration.conftest import Cluster, ClusterSpec, raylet_pids, start_
 from tests.integration.health_steps import (
     alive_node,
     background_driver,
+    device,
     gcs_view,
     record,
     result_of,
@@ -138,7 +139,7 @@ def test_merging_two_partitions_leaves_the_others_running(tmp_path: Path) -> Non
 
         # A split that gives back a device health keeps out: refused, naming it.
         write_faults(faults, {"events": [{"device": "neuron:12", "kind": "ecc", "code": "mem_ecc_uncorrected"}]})
-        until_poll(cluster, lambda h: h.device("neuron:12").state is Health.UNHEALTHY, polls=10)  # type: ignore[union-attr]
+        until_poll(cluster, lambda h: device(h, "neuron:12").state is Health.UNHEALTHY, polls=10)
         pids = {p["partition"]: p["pid"] for p in cluster.refresh()["partitions"]}
         bad = cluster.cli("repartition", "--manual", FOUR)
         assert bad.returncode == 2 and "device neuron:12 is out of service" in bad.stderr, bad.stderr
