@@ -285,7 +285,8 @@ def test_prometheus_scrapes_distinct_series_for_each_host(cluster: Cluster) -> N
     # Exporters sample every 5 s and Ray's recorder reports every 10 s (the defaults, which
     # keep the load of two cores down for the other tests): series come within seconds.
     got = cluster.driver("prometheus", {"devices": 2 * DEVICES_PER_HOST, "hosts": 2, "timeout": 90})
-    assert {t.rsplit(":", 1)[0] for t in got["targets"]} == {a.ip, b.ip} and len(got["targets"]) == 4
+    # One target per raylet: host a's head raylet and each host's two partitions.
+    assert {t.rsplit(":", 1)[0] for t in got["targets"]} == {a.ip, b.ip} and len(got["targets"]) == 5
     devices = [(s["host"], s["partition"], s["device_id"]) for s in got["devices"]]
     assert len(devices) == len(set(devices)) == 2 * DEVICES_PER_HOST, f"each device of each host once: {devices}"
     for h in (a, b):
