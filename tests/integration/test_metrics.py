@@ -47,8 +47,10 @@ def scrape(port: int) -> list[tuple[str, dict[str, str], float]]:
 
 
 def scrape_all(cluster: Cluster) -> list[tuple[str, dict[str, str], float]]:
+    """Every raylet's metrics endpoint: the partitions' and the head raylet's (the job store's gauge)."""
     state = json.loads((Path(cluster.env["RAYACCEL_STATE_DIR"]) / "host.json").read_text())
-    return [s for p in state["partitions"] for s in scrape(p["ports"]["named"]["metrics_export_port"])]
+    raylets = [*state["partitions"], *([state["head_raylet"]] if state.get("head_raylet") else [])]
+    return [s for p in raylets for s in scrape(p["ports"]["named"]["metrics_export_port"])]
 
 
 def host_of(cluster: Cluster) -> str:
