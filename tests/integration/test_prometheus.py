@@ -12,6 +12,7 @@ the phase gauge of a real `fit()` run on the cluster first.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -195,7 +196,15 @@ def test_orphan_is_named_with_pid_command_device_and_partition(
 
 
 def test_finished_fit_is_a_job_in_one_phase(settled: Prometheus, trained: dict[str, Any]) -> None:
-    series = query_soon(settled, f'ray_accel_job_phase{{job_id="{trained["id"]}"}}')
+    # The store sets the gauge again every few seconds and a busy machine may
+    # report it late: a gap of a few seconds in the series is no answer, so
+    # wait (at most 30 s) for every phase's series before judging them.
+    q = f'ray_accel_job_phase{{job_id="{trained["id"]}"}}'
+    deadline = time.monotonic() + 30
+    series = settled.query(q)
+    while {labels["phase"] for labels, _ in series} != set(PHASES) and time.monotonic() < deadline:
+        time.sleep(1)
+        series = settled.query(q)
     current = [labels["phase"] for labels, value in series if value == 1]
     assert current == ["Succeeded"], f"job {trained['id']}: one current phase, got {series}"
     assert {labels["phase"] for labels, _ in series} == set(PHASES), "every phase is a series (0 or 1)"
