@@ -141,9 +141,10 @@ def result_of(proc: subprocess.Popen[str], log: Path, timeout_s: float) -> Any:
 
 # A fit whose first attempt waits (for a file never written) until a drain
 # preempts it. argv: the GCS address, the output folder (its job id is written
-# there at once), then a JSON object: "name"; "partitions", one per worker;
-# "cores" per worker; "max_failures"; "steps"; and "skip_if", true when a
-# restarted attempt is to train and end (once the test writes OUT/moved).
+# there at once), then a JSON object: "name"; "workers"; "resources" per
+# worker; "partitions", one per worker, or null for any; "max_failures";
+# "steps"; and "skip_if", true when a restarted attempt is to train and end
+# (once the test writes OUT/moved).
 WAITING_FIT = r"""
 import json, sys
 from pathlib import Path
@@ -164,9 +165,9 @@ trainer = TorchTrainer(
     wait_then_train,
     train_loop_config=loop,
     torch_config=config,
-    scaling_config=ScalingConfig(num_workers=len(spec["partitions"]),
-                                 resources_per_worker={"neuron_cores": spec["cores"]},
-                                 label_selector=[{"ray-accel.io/partition": p} for p in spec["partitions"]]),
+    scaling_config=ScalingConfig(num_workers=spec["workers"], resources_per_worker=spec["resources"],
+                                 **({"label_selector": [{"ray-accel.io/partition": p} for p in spec["partitions"]]}
+                                    if spec["partitions"] else {})),
     run_config=RunConfig(name=spec["name"], storage_path=str(out / "ray_results"),
                          failure_config=FailureConfig(max_failures=spec["max_failures"])),
 )
@@ -180,7 +181,18 @@ print(json.dumps({**result, "id": config.run_id}))
 """
 
 
-def waiting_fit(name: str, partitions: list[str], cores: int, max_failures: int, steps: int, skip_if: bool) -> str:
-    """WAITING_FIT's last argument."""
-    spec = {"name": name, "partitions": partitions, "cores": cores, "max_failures": max_failures}
-    return json.dumps({**spec, "steps": steps, "skip_if": skip_if})
+def waiting_fit(
+    name: str, partitions: list[str] | int, resources: dict[str, float], max_failures: int, steps: int, skip_if: bool
+) -> str:
+    """WAITING_FIT's last argument; `partitions` is one per worker, or the number of workers placed anywhere."""
+    placed = isinstance(partitions, list)
+    spec = {"name": name, "workers": len(partitions) if placed else partitions, "resources": resources}
+    return json.dumps(
+        {
+            **spec,
+            "partitions": partitions if placed else None,
+            "max_failures": max_failures,
+            "steps": steps,
+            "skip_if": skip_if,
+        }
+    )

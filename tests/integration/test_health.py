@@ -118,7 +118,9 @@ def test_a_bad_device_is_drained_its_fit_moves_it_is_shrunk_then_restored(tmp_pa
     try:
         before = alive_node(cluster, "p1")
         assert before.total["neuron_cores"] == 16
-        fit_spec = waiting_fit("health-shrink", ["p0", "p0", "p1", "p1"], 4, max_failures=1, steps=3, skip_if=True)
+        fit_spec = waiting_fit(
+            "health-shrink", ["p0", "p0", "p1", "p1"], {"neuron_cores": 4}, max_failures=1, steps=3, skip_if=True
+        )
         fit = background_driver(cluster, WAITING_FIT, str(out), fit_spec, log=fit_log)
         drivers.append(fit)
         until(lambda: len(list((out / "ws4").glob("rank*.json"))) == 4 or fit.poll() is not None, 400)

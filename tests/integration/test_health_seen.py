@@ -118,7 +118,7 @@ def test_a_faulty_device_shows_in_top_prometheus_and_the_reason_a_job_waits(tmp_
         assert [row(text, p)[3] for p in names] == ["serving"] * 4, text
 
         # One worker on p0; its restart asks for p0 again.
-        fit_spec = waiting_fit("health-seen", ["p0"], 1, max_failures=3, steps=1, skip_if=False)
+        fit_spec = waiting_fit("health-seen", ["p0"], {"neuron_cores": 1}, max_failures=3, steps=1, skip_if=False)
         fit = background_driver(cluster, WAITING_FIT, str(out), fit_spec, log=tmp_path / "fit.log")
         with running_prometheus(sd_file(cluster)) as prom:
             prom.wait_for_targets(required=metrics_targets(cluster), timeout_s=90)

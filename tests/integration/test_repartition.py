@@ -24,6 +24,7 @@ from ray_accel.core.health import Health
 from tests.conftest import CLI
 from tests.integration.conftest import Cluster, ClusterSpec, raylet_pids, start_cluster
 from tests.integration.health_steps import (
+    WAITING_FIT,
     alive_node,
     background_driver,
     device,
@@ -32,6 +33,7 @@ from tests.integration.health_steps import (
     result_of,
     until,
     until_poll,
+    waiting_fit,
     write_faults,
 )
 from tests.integration.test_health import lock_is_free
@@ -215,38 +217,6 @@ def test_a_repartition_killed_stopped_or_interrupted_leaves_a_truthful_host(tmp_
         cluster.stop()
 
 
-FIT = r"""
-import json, sys
-from pathlib import Path
-import ray, ray_accel
-from ray.train import FailureConfig, RunConfig, ScalingConfig
-from ray.train.torch import TorchTrainer
-from ray_accel.train import AcceleratorTorchConfig
-from tests.integration.jobs_loops import wait_then_train
-
-ray_accel.init(address=sys.argv[1], log_to_driver=False)
-out = Path(sys.argv[2])
-config = AcceleratorTorchConfig()
-trainer = TorchTrainer(
-    # The first attempt waits (it is preempted while it does); a restarted one trains and ends.
-    wait_then_train,
-    train_loop_config={"out": str(out), "wait_for": str(out / "never"), "skip_if": str(out / "moved"),
-                       "max_wait_s": 400, "steps": 3},
-    torch_config=config,
-    scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0, "neuron_cores": 8}),
-    run_config=RunConfig(name="repartition", storage_path=str(out / "ray_results"),
-                         failure_config=FailureConfig(max_failures=2)),
-)
-try:
-    trainer.fit()
-    result = {"ok": True}
-except Exception as e:
-    result = {"ok": False, "error": f"{type(e).__name__}: {e}"}
-ray.shutdown()
-print(json.dumps({**result, "id": config.run_id}))
-"""
-
-
 def test_a_fit_on_merged_partitions_restarts_on_the_merged_one(tmp_path: Path) -> None:
     spec = ClusterSpec(
         "repartition-fit",
@@ -263,7 +233,8 @@ def test_a_fit_on_merged_partitions_restarts_on_the_merged_one(tmp_path: Path) -
     try:
         # a's and b's NeuronCores held, so the fit's two 8-core workers run on c and d.
         _hold(cluster, "a", "b")
-        fit = background_driver(cluster, FIT, str(out), log=fit_log)
+        fit_spec = waiting_fit("repartition", 2, {"CPU": 0, "neuron_cores": 8}, max_failures=2, steps=3, skip_if=True)
+        fit = background_driver(cluster, WAITING_FIT, str(out), fit_spec, log=fit_log)
         until(lambda: len(list((out / "ws2").glob("rank*.json"))) == 2 or fit.poll() is not None, 400)
         assert fit.poll() is None, fit_log.read_text()[-3000:]
         (out / "moved").write_text("1")
