@@ -35,9 +35,9 @@ from ray_accel.cluster.launcher import Launches
 from ray_accel.cluster.ports import MIN_WORKER_PORTS, RayletPorts, check_free, plan_ports, worker_ports
 from ray_accel.cluster.raylet import DEFAULT_GCS_PORT, StartRequest, check_user_keys, partition_env
 from ray_accel.cluster.raylet_launch import LaunchReport
-from ray_accel.cluster.record import HostRecord, PartitionEntry, less_out
+from ray_accel.cluster.record import HostRecord, PartitionEntry
 from ray_accel.cluster.signals import interruptible, shielded
-from ray_accel.cluster.startargs import RayOptions, ray_start_args
+from ray_accel.cluster.startargs import ray_start_args
 from ray_accel.core.devices import Device
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.health_kept import KEPT_FILE, Kept, doubted, read_kept
@@ -65,18 +65,19 @@ class LaunchPlan:
     ports: tuple[RayletPorts, ...]  # by raylet, as `raylets`
     gcs_port: int
     node_ip: str
-    ray: RayOptions  # the user's, naming the node IP
     spec: BridgeSpec
     auth: auth.Auth
     notes: tuple[str, ...]  # said before the first raylet starts
-    out: tuple[OutOfService, ...] = ()
+    out: tuple[OutOfService, ...]
+    served: tuple[Partition, ...]  # each partition as its raylet serves it: less its devices `out`
 
     @property
-    def raylets(self) -> list[tuple[Partition, Share, RayletPorts]]:
-        """Each raylet's partition as planned, share and port block: a head's own first (no devices)."""
-        head = [(Partition(HEAD, (), ()), HEAD_SHARE)] if self.request.join.head else []
-        own = [*head, *zip(self.plan.partitions, self.division.shares, strict=True)]
-        return [(p, share, ports) for (p, share), ports in zip(own, self.ports, strict=True)]
+    def raylets(self) -> list[tuple[Partition, Partition, Share, RayletPorts]]:
+        """Each raylet's partition as planned and as served, share and port
+        block: a head's own first (no devices)."""
+        head = [(Partition(HEAD, (), ()),) * 2 + (HEAD_SHARE,)] if self.request.join.head else []
+        own = [*head, *zip(self.plan.partitions, self.served, self.division.shares, strict=True)]
+        return [(*p, ports) for p, ports in zip(own, self.ports, strict=True)]
 
 
 @dataclass(frozen=True)
@@ -87,11 +88,6 @@ class OutOfService:
     partition: str
     reason: str
     units: tuple[int, ...]
-
-
-def serving(part: Partition, out: Sequence[OutOfService]) -> Partition:
-    """`part` as its raylet serves it: without the devices `out` of service."""
-    return less_out(part, {o.device for o in out}, {c for o in out for c in o.units})
 
 
 def kept_dir() -> Path | None:
@@ -187,6 +183,9 @@ def plan_launch(req: StartRequest, ip: str, state_dir: Path) -> LaunchPlan:
     plan = plan_within_mask(
         devices, split.mode, split.partitions, split.manual, mask, spec.accelerator_type, traits=spec.traits
     )
+    out, out_notes = kept_out(state_dir, plan, devices)
+    gone, units = {o.device for o in out}, {c for o in out for c in o.units}
+    served = tuple(p.less(gone, units) for p in plan)
     check_user_keys(req.offer.labels, req.offer.resources, spec)
     host = read_host(req.ray.figures, req.offer.resources)
     division = divide_host(plan, host)
@@ -200,7 +199,6 @@ def plan_launch(req: StartRequest, ip: str, state_dir: Path) -> LaunchPlan:
         raise InputError(f"--port {gcs_port} falls inside the partitions' port blocks; choose another --port-base")
     # A head makes a token if there is none; a joining raylet must be given one.
     cluster_auth = auth.decide(os.environ, state_dir, create=req.join.head)
-    out, out_notes = kept_out(state_dir, plan, devices)
     notes = [f"warning: {w}" for w in (*plan.warnings, *division.warnings)]
     notes += [] if plan.mask is None else [plan.mask.description]
     notes += [] if cluster_auth.warning is None else [f"warning: {cluster_auth.warning}"]
@@ -212,18 +210,16 @@ def plan_launch(req: StartRequest, ip: str, state_dir: Path) -> LaunchPlan:
         # What a placement policy on any host needs to know of each partition.
         labels={
             HEAD: {HOST_LABEL: this.key},
-            **topology_labels(
-                [serving(p, out) for p in plan.partitions], devices, this, spec.family, spec.resource_name
-            ),
+            **topology_labels(served, devices, this, spec.family, spec.resource_name),
         },
         ports=tuple(ports),
         gcs_port=gcs_port,
         node_ip=ip,
-        ray=req.ray.naming(ip),
         spec=spec,
         auth=cluster_auth,
         notes=(*notes, *out_notes),
         out=out,
+        served=served,
     )
 
 
@@ -271,18 +267,19 @@ def launch(lp: LaunchPlan, launches: Launches, progress: Progress) -> HostRecord
     except BridgeUnsupported as e:
         progress(f"warning: {e}; raylets start with explicit resources and masks. {LOST_WITHOUT_BRIDGE}")
 
+    user = req.ray.naming(lp.node_ip)
+
     def job(i: int, gcs: str | None) -> tuple[str, list[str], dict[str, str]]:
-        planned, share, ports = raylets[i]
-        part = serving(planned, lp.out)
+        _, part, share, ports = raylets[i]
         own = lp.spec.for_partition(part)  # its raylet advertises its own devices' type
         labels = {**req.offer.labels, **lp.labels[part.name]}
-        args = ray_start_args(part, ports, own, share, lp.ray, labels, gcs, lp.gcs_port, req.services.dashboard)
+        args = ray_start_args(part, ports, own, share, user, labels, gcs, lp.gcs_port, req.services.dashboard)
         pinned = f", CPUs {format_cpulist(share.cpu_set)}" if share.cpu_set is not None else ""
         progress(f"starting {part.name}: {lp.spec.visible_ids_env}={part.visible_ids}{pinned}")
         return part.name, args, partition_env(base_env, own, part, share)
 
     def entry(i: int, result: LaunchReport) -> PartitionEntry:
-        part, share, ports = raylets[i]
+        part, _, share, ports = raylets[i]
         return PartitionEntry(
             name=part.name,
             device_ids=tuple(part.device_ids),
@@ -316,7 +313,7 @@ def launch(lp: LaunchPlan, launches: Launches, progress: Progress) -> HostRecord
         head=head,
         mode=plan.mode.value,
         spec=lp.spec,
-        ray_args=lp.ray.args,
+        ray_args=user.args,
         gcs_address=gcs,
         gcs_port=lp.gcs_port if head else None,
         auth=cluster_auth,
