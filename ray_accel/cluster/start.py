@@ -33,7 +33,7 @@ from ray_accel.cluster.gcs import Progress, wait_registered
 from ray_accel.cluster.host import HEAD_SHARE, divide_host, read_host
 from ray_accel.cluster.launcher import Launches
 from ray_accel.cluster.ports import MIN_WORKER_PORTS, RayletPorts, check_free, plan_ports, worker_ports
-from ray_accel.cluster.raylet import DEFAULT_GCS_PORT, StartRequest, check_user_keys, partition_env
+from ray_accel.cluster.raylet import DEFAULT_GCS_PORT, StartRequest, partition_env
 from ray_accel.cluster.raylet_launch import LaunchReport
 from ray_accel.cluster.record import HostRecord, PartitionEntry
 from ray_accel.cluster.signals import interruptible, shielded
@@ -45,7 +45,7 @@ from ray_accel.core.health_state import HealthFileError, read_health
 from ray_accel.core.numa import format_cpulist
 from ray_accel.core.validate import HEAD
 from ray_accel.partition.inherited import inherited_mask, plan_within_mask
-from ray_accel.partition.labels import HOST_LABEL, topology_labels
+from ray_accel.partition.labels import HOST_LABEL, check_user_keys, topology_labels
 from ray_accel.partition.plan import Partition, Plan
 from ray_accel.partition.share import Division, Share
 from ray_accel.plugins.inventory import discover
@@ -186,7 +186,6 @@ def plan_launch(req: StartRequest, ip: str, state_dir: Path) -> LaunchPlan:
     out, out_notes = kept_out(state_dir, plan, devices)
     gone, units = {o.device for o in out}, {c for o in out for c in o.units}
     served = tuple(p.less(gone, units) for p in plan)
-    check_user_keys(req.offer.labels, req.offer.resources, spec)
     host = read_host(req.ray.figures, req.offer.resources)
     division = divide_host(plan, host)
     gcs_port = req.join.port or DEFAULT_GCS_PORT
@@ -203,6 +202,7 @@ def plan_launch(req: StartRequest, ip: str, state_dir: Path) -> LaunchPlan:
     notes += [] if plan.mask is None else [plan.mask.description]
     notes += [] if cluster_auth.warning is None else [f"warning: {cluster_auth.warning}"]
     this = identity.this_host(ip)
+    check_user_keys(req.offer.labels, req.offer.resources, spec.resource_name)
     return LaunchPlan(
         request=req,
         plan=plan,
