@@ -196,22 +196,20 @@ def plan_launch(req: StartRequest, ip: str, state_dir: Path) -> LaunchPlan:
     ports = plan_ports(workers, req.join.port_base, req.join.head and client_server_available())
     if req.join.head and any(gcs_port in p.all() for p in ports):
         raise InputError(f"--port {gcs_port} falls inside the partitions' port blocks; choose another --port-base")
+    this = identity.this_host(ip)
+    check_user_keys(req.offer.labels, req.offer.resources, spec.resource_name)
+    # What a placement policy on any host needs to know of each partition.
+    labels = {HEAD: {HOST_LABEL: this.key}, **topology_labels(served, devices, this, spec.family, spec.resource_name)}
     # A head makes a token if there is none; a joining raylet must be given one.
     cluster_auth = auth.decide(os.environ, state_dir, create=req.join.head)
     notes = [f"warning: {w}" for w in (*plan.warnings, *division.warnings)]
     notes += [] if plan.mask is None else [plan.mask.description]
     notes += [] if cluster_auth.warning is None else [f"warning: {cluster_auth.warning}"]
-    this = identity.this_host(ip)
-    check_user_keys(req.offer.labels, req.offer.resources, spec.resource_name)
     return LaunchPlan(
         request=req,
         plan=plan,
         division=division,
-        # What a placement policy on any host needs to know of each partition.
-        labels={
-            HEAD: {HOST_LABEL: this.key},
-            **topology_labels(served, devices, this, spec.family, spec.resource_name),
-        },
+        labels=labels,
         ports=tuple(ports),
         gcs_port=gcs_port,
         node_ip=ip,
@@ -240,7 +238,11 @@ def start(req: StartRequest, progress: Progress, after: helpers.After | None = N
             state.clear(old)
         launches = Launches(state.ensure_dir(place), req.timeout_s)
         try:
-            record = launch(lp, launches, progress)
+            # The token file the plan's auth needs, made under the lock; this
+            # process talks to the cluster with that auth from here on.
+            cluster_auth = auth.provide(lp.auth, os.environ)
+            base_env = auth.raylet_base_env(cluster_auth)
+            record = launch(lp, cluster_auth, base_env, launches, progress)
             if req.services.metrics:
                 record = exporters.deploy(record, record.partitions, progress)
             if after is not None:
@@ -255,12 +257,13 @@ def start(req: StartRequest, progress: Progress, after: helpers.After | None = N
     return record
 
 
-def launch(lp: LaunchPlan, launches: Launches, progress: Progress) -> HostRecord:
-    """Make the token file `lp` needs, start its raylets (the head's first,
-    alone), recording each as it is up, and wait until the GCS has every one."""
+def launch(
+    lp: LaunchPlan, cluster_auth: auth.Auth, base_env: dict[str, str], launches: Launches, progress: Progress
+) -> HostRecord:
+    """Start the raylets of `lp` (the head's first, alone) from `base_env`
+    (this process's, with `cluster_auth`, its token file made), recording each
+    as it is up, and wait until the GCS has every one."""
     req, plan, head, raylets = lp.request, lp.plan, lp.request.join.head, lp.raylets
-    cluster_auth = auth.provide(lp.auth, os.environ)
-    base_env = auth.raylet_base_env(cluster_auth)
     try:
         check_ray_version()
         base_env.update(raylet_env([lp.spec], base_env))
