@@ -31,7 +31,7 @@ import dataclasses
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -237,7 +237,7 @@ def unit_resources_env(specs: Sequence[BridgeSpec], current: str | None) -> str 
     return ",".join(names + missing)
 
 
-def raylet_env(specs: Sequence[BridgeSpec], base: dict[str, str]) -> dict[str, str]:
+def raylet_env(specs: Sequence[BridgeSpec], base: Mapping[str, str]) -> dict[str, str]:
     """Variables a raylet needs so that its workers install the bridge, and the
     variables every process using the devices needs (inherited by every
     worker of that raylet, whatever it runs)."""

@@ -258,7 +258,7 @@ def start(req: StartRequest, progress: Progress, after: helpers.After | None = N
 
 
 def launch(
-    lp: LaunchPlan, cluster_auth: auth.Auth, base_env: dict[str, str], launches: Launches, progress: Progress
+    lp: LaunchPlan, cluster_auth: auth.Auth, base_env: Mapping[str, str], launches: Launches, progress: Progress
 ) -> HostRecord:
     """Start the raylets of `lp` (the head's first, alone) from `base_env`
     (this process's, with `cluster_auth`, its token file made), recording each
@@ -266,8 +266,9 @@ def launch(
     req, plan, head, raylets = lp.request, lp.plan, lp.request.join.head, lp.raylets
     try:
         check_ray_version()
-        base_env.update(raylet_env([lp.spec], base_env))
+        env = {**base_env, **raylet_env([lp.spec], base_env)}
     except BridgeUnsupported as e:
+        env = {**base_env}
         progress(f"warning: {e}; raylets start with explicit resources and masks. {LOST_WITHOUT_BRIDGE}")
 
     user = req.ray.naming(lp.node_ip)
@@ -279,7 +280,7 @@ def launch(
         args = ray_start_args(part, ports, own, share, user, labels, gcs, lp.gcs_port, req.services.dashboard)
         pinned = f", CPUs {format_cpulist(share.cpu_set)}" if share.cpu_set is not None else ""
         progress(f"starting {part.name}: {lp.spec.visible_ids_env}={part.visible_ids}{pinned}")
-        return part.name, args, partition_env(base_env, own, part, share)
+        return part.name, args, partition_env(env, own, part, share)
 
     def entry(i: int, result: LaunchReport) -> PartitionEntry:
         part, _, share, ports = raylets[i]
