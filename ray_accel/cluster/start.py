@@ -10,9 +10,9 @@ block of ports, and the partition labels.
 The frozen request is turned once into a frozen `LaunchPlan` (`plan_launch`:
 every check that can be made before the host's lock is taken; a device the
 kept device health has out of service stays in its partition as planned,
-out of what its raylet serves, until `ray-accel health clear`), and the
-raylets are launched from that plan under the host's lock (`launch`, which
-first makes the token file the plan's auth needs, if any). From the first launch on, any
+out of what its raylet serves, until `ray-accel health clear`). Under the
+host's lock `start` makes the token file the plan's auth needs, if any, and
+the raylets are launched from that plan (`launch`). From the first launch on, any
 failure, a launch timeout, Ctrl-C, SIGTERM or SIGHUP stops every process this
 start began (`launcher.Launches.undo`, then the host's helpers) and removes
 the record, so a failed start leaves nothing behind.
