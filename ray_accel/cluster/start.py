@@ -75,7 +75,8 @@ class LaunchPlan:
     def raylets(self) -> list[tuple[Partition, Partition, Share, RayletPorts]]:
         """Each raylet's partition as planned and as served, share and port
         block: a head's own first (no devices)."""
-        head = [(Partition(HEAD, (), ()),) * 2 + (HEAD_SHARE,)] if self.request.join.head else []
+        none = Partition(HEAD, (), ())
+        head = [(none, none, HEAD_SHARE)] if self.request.join.head else []
         own = [*head, *zip(self.plan.partitions, self.served, self.division.shares, strict=True)]
         return [(*p, ports) for p, ports in zip(own, self.ports, strict=True)]
 
