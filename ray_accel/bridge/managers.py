@@ -31,7 +31,7 @@ import dataclasses
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -237,18 +237,17 @@ def unit_resources_env(specs: Sequence[BridgeSpec], current: str | None) -> str 
     return ",".join(names + missing)
 
 
-def raylet_env(specs: Sequence[BridgeSpec], base: dict[str, str]) -> dict[str, str]:
+def raylet_env(specs: Sequence[BridgeSpec], base: Mapping[str, str]) -> dict[str, str]:
     """Variables a raylet needs so that its workers install the bridge, and the
     variables every process using the devices needs (inherited by every
     worker of that raylet, whatever it runs)."""
-    env: dict[str, str] = {SPEC_ENV: json.dumps(dump(specs))}
+    units = unit_resources_env(specs, base.get(UNIT_RESOURCES_ENV))
+    env: dict[str, str] = {} if units is None else {UNIT_RESOURCES_ENV: units}
     for s in specs:
         env.update(dict(s.process_env))
     preload = [m for m in base.get(PRELOAD_ENV, "").split(",") if m]
     if AUTOINSTALL_MODULE not in preload:
         preload.append(AUTOINSTALL_MODULE)
     env[PRELOAD_ENV] = ",".join(preload)
-    units = unit_resources_env(specs, base.get(UNIT_RESOURCES_ENV))
-    if units is not None:
-        env[UNIT_RESOURCES_ENV] = units
+    env[SPEC_ENV] = json.dumps(dump(specs))
     return env

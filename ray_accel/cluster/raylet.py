@@ -1,6 +1,7 @@
-"""One partition's raylet: the start request, the user's keys it refuses and
-its environment (its `ray start` arguments: `ray_accel.cluster.startargs`;
-the subprocess that runs it: `ray_accel.cluster.launcher`)."""
+"""One partition's raylet: the start request and its environment (its `ray
+start` arguments: `ray_accel.cluster.startargs`; the subprocess that runs it:
+`ray_accel.cluster.launcher`; the user's keys it refuses:
+`ray_accel.partition.labels.check_user_keys`)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,8 @@ from dataclasses import dataclass, field
 from ray_accel.bridge.managers import SPEC_ENV, BridgeSpec
 from ray_accel.cluster.raylet_launch import CPU_SET_ENV, PARTITION_ENV
 from ray_accel.cluster.startargs import RayOptions
-from ray_accel.core import ray_resources
-from ray_accel.core.errors import InputError
 from ray_accel.core.health_state import HealthSettings
 from ray_accel.core.numa import format_cpulist
-from ray_accel.partition.labels import PARTITION_LABEL
 from ray_accel.partition.plan import Partition
 from ray_accel.partition.share import Share
 
@@ -78,37 +76,6 @@ class StartRequest:
     ray: RayOptions = field(default_factory=RayOptions)  # the user's `ray start` options (after `--`)
     health: HealthSettings = field(default_factory=HealthSettings)  # the host's health settings
     timeout_s: float = 180.0
-
-
-OUR_LABEL_PREFIX = PARTITION_LABEL.split("/", 1)[0] + "/"
-# Ray's own resources: set by their own flags (--num-cpus ...), never in --resources.
-RAY_RESOURCE_FLAGS = {
-    "CPU": "-- --num-cpus",
-    ray_resources.RAY_GPU: "(set per partition)",
-    "memory": "-- --memory",
-    "object_store_memory": "-- --object-store-memory",
-}
-
-
-def check_user_keys(labels: Mapping[str, str], resources: Mapping[str, float], spec: BridgeSpec) -> None:
-    """Refuse a user label or resource that ray-accel sets itself, naming it."""
-    for key in labels:
-        if key.startswith(OUR_LABEL_PREFIX):
-            raise InputError(
-                f"--labels: {key!r} is ray-accel's own label key ({OUR_LABEL_PREFIX}...: partition, type and host "
-                "labels are set per partition); choose another key"
-            )
-    for name in resources:
-        if name == spec.resource_name:
-            raise InputError(
-                f"--resources: {name!r} is the accelerator resource ray-accel sets per partition from its devices"
-            )
-        if name in RAY_RESOURCE_FLAGS:
-            raise InputError(
-                f"--resources: {name!r} is Ray's own resource; give the host's figure with {RAY_RESOURCE_FLAGS[name]}"
-            )
-        if name.startswith(("accelerator_type:", "node:")):
-            raise InputError(f"--resources: {name!r} is a resource Ray sets itself ({name.split(':')[0]}:...)")
 
 
 def partition_env(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
@@ -71,15 +71,6 @@ DECIDER_STATES = ("stopped", "restarting")
 T = TypeVar("T")
 
 
-def less_out(part: Partition, devices: Collection[str], units: Collection[int]) -> Partition:
-    """`part` less `devices` and their `units`: what its raylet serves while they are out of service."""
-    return replace(
-        part,
-        device_ids=tuple(d for d in part.device_ids if d not in devices),
-        core_ids=tuple(c for c in part.core_ids if c not in units),
-    )
-
-
 class RecordError(InputError):
     """The state record cannot be trusted: it does not fit the schema, names
     a process that is not the one recorded, or belongs to another host."""
@@ -131,7 +122,7 @@ class PartitionEntry:
     @property
     def serving(self) -> Partition:
         """The partition as its raylet serves it: without the devices out of service."""
-        return less_out(self.partition, self.out, self.out_core_ids)
+        return self.partition.less(self.out, self.out_core_ids)
 
     @property
     def visible_ids(self) -> str:

@@ -10,9 +10,9 @@ block of ports, and the partition labels.
 The frozen request is turned once into a frozen `LaunchPlan` (`plan_launch`:
 every check that can be made before the host's lock is taken; a device the
 kept device health has out of service stays in its partition as planned,
-out of what its raylet serves, until `ray-accel health clear`), and the
-raylets are launched from that plan under the host's lock (`launch`, which
-first makes the token file the plan's auth needs, if any). From the first launch on, any
+out of what its raylet serves, until `ray-accel health clear`). Under the
+host's lock `start` makes the token file the plan's auth needs, if any, and
+the raylets are launched from that plan (`launch`). From the first launch on, any
 failure, a launch timeout, Ctrl-C, SIGTERM or SIGHUP stops every process this
 start began (`launcher.Launches.undo`, then the host's helpers) and removes
 the record, so a failed start leaves nothing behind.
@@ -33,11 +33,11 @@ from ray_accel.cluster.gcs import Progress, wait_registered
 from ray_accel.cluster.host import HEAD_SHARE, divide_host, read_host
 from ray_accel.cluster.launcher import Launches
 from ray_accel.cluster.ports import MIN_WORKER_PORTS, RayletPorts, check_free, plan_ports, worker_ports
-from ray_accel.cluster.raylet import DEFAULT_GCS_PORT, StartRequest, check_user_keys, partition_env
+from ray_accel.cluster.raylet import DEFAULT_GCS_PORT, StartRequest, partition_env
 from ray_accel.cluster.raylet_launch import LaunchReport
-from ray_accel.cluster.record import HostRecord, PartitionEntry, less_out
+from ray_accel.cluster.record import HostRecord, PartitionEntry
 from ray_accel.cluster.signals import interruptible, shielded
-from ray_accel.cluster.startargs import RayOptions, ray_start_args
+from ray_accel.cluster.startargs import ray_start_args
 from ray_accel.core.devices import Device
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.health_kept import KEPT_FILE, Kept, doubted, read_kept
@@ -45,7 +45,7 @@ from ray_accel.core.health_state import HealthFileError, read_health
 from ray_accel.core.numa import format_cpulist
 from ray_accel.core.validate import HEAD
 from ray_accel.partition.inherited import inherited_mask, plan_within_mask
-from ray_accel.partition.labels import HOST_LABEL, topology_labels
+from ray_accel.partition.labels import HOST_LABEL, check_user_keys, topology_labels
 from ray_accel.partition.plan import Partition, Plan
 from ray_accel.partition.share import Division, Share
 from ray_accel.plugins.inventory import discover
@@ -65,18 +65,20 @@ class LaunchPlan:
     ports: tuple[RayletPorts, ...]  # by raylet, as `raylets`
     gcs_port: int
     node_ip: str
-    ray: RayOptions  # the user's, naming the node IP
     spec: BridgeSpec
     auth: auth.Auth
     notes: tuple[str, ...]  # said before the first raylet starts
-    out: tuple[OutOfService, ...] = ()
+    out: tuple[OutOfService, ...]
+    served: tuple[Partition, ...]  # each partition as its raylet serves it: less its devices `out`
 
     @property
-    def raylets(self) -> list[tuple[Partition, Share, RayletPorts]]:
-        """Each raylet's partition as planned, share and port block: a head's own first (no devices)."""
-        head = [(Partition(HEAD, (), ()), HEAD_SHARE)] if self.request.join.head else []
-        own = [*head, *zip(self.plan.partitions, self.division.shares, strict=True)]
-        return [(p, share, ports) for (p, share), ports in zip(own, self.ports, strict=True)]
+    def raylets(self) -> list[tuple[Partition, Partition, Share, RayletPorts]]:
+        """Each raylet's partition as planned and as served, share and port
+        block: a head's own first (no devices)."""
+        none = Partition(HEAD, (), ())
+        head = [(none, none, HEAD_SHARE)] if self.request.join.head else []
+        own = [*head, *zip(self.plan.partitions, self.served, self.division.shares, strict=True)]
+        return [(*p, ports) for p, ports in zip(own, self.ports, strict=True)]
 
 
 @dataclass(frozen=True)
@@ -87,11 +89,6 @@ class OutOfService:
     partition: str
     reason: str
     units: tuple[int, ...]
-
-
-def serving(part: Partition, out: Sequence[OutOfService]) -> Partition:
-    """`part` as its raylet serves it: without the devices `out` of service."""
-    return less_out(part, {o.device for o in out}, {c for o in out for c in o.units})
 
 
 def kept_dir() -> Path | None:
@@ -187,7 +184,9 @@ def plan_launch(req: StartRequest, ip: str, state_dir: Path) -> LaunchPlan:
     plan = plan_within_mask(
         devices, split.mode, split.partitions, split.manual, mask, spec.accelerator_type, traits=spec.traits
     )
-    check_user_keys(req.offer.labels, req.offer.resources, spec)
+    out, out_notes = kept_out(state_dir, plan, devices)
+    gone, units = {o.device for o in out}, {c for o in out for c in o.units}
+    served = tuple(p.less(gone, units) for p in plan)
     host = read_host(req.ray.figures, req.offer.resources)
     division = divide_host(plan, host)
     gcs_port = req.join.port or DEFAULT_GCS_PORT
@@ -198,32 +197,28 @@ def plan_launch(req: StartRequest, ip: str, state_dir: Path) -> LaunchPlan:
     ports = plan_ports(workers, req.join.port_base, req.join.head and client_server_available())
     if req.join.head and any(gcs_port in p.all() for p in ports):
         raise InputError(f"--port {gcs_port} falls inside the partitions' port blocks; choose another --port-base")
+    this = identity.this_host(ip)
+    check_user_keys(req.offer.labels, req.offer.resources, spec.resource_name)
+    # What a placement policy on any host needs to know of each partition.
+    labels = {HEAD: {HOST_LABEL: this.key}, **topology_labels(served, devices, this, spec.family, spec.resource_name)}
     # A head makes a token if there is none; a joining raylet must be given one.
     cluster_auth = auth.decide(os.environ, state_dir, create=req.join.head)
-    out, out_notes = kept_out(state_dir, plan, devices)
     notes = [f"warning: {w}" for w in (*plan.warnings, *division.warnings)]
     notes += [] if plan.mask is None else [plan.mask.description]
     notes += [] if cluster_auth.warning is None else [f"warning: {cluster_auth.warning}"]
-    this = identity.this_host(ip)
     return LaunchPlan(
         request=req,
         plan=plan,
         division=division,
-        # What a placement policy on any host needs to know of each partition.
-        labels={
-            HEAD: {HOST_LABEL: this.key},
-            **topology_labels(
-                [serving(p, out) for p in plan.partitions], devices, this, spec.family, spec.resource_name
-            ),
-        },
+        labels=labels,
         ports=tuple(ports),
         gcs_port=gcs_port,
         node_ip=ip,
-        ray=req.ray.naming(ip),
         spec=spec,
         auth=cluster_auth,
         notes=(*notes, *out_notes),
         out=out,
+        served=served,
     )
 
 
@@ -244,7 +239,11 @@ def start(req: StartRequest, progress: Progress, after: helpers.After | None = N
             state.clear(old)
         launches = Launches(state.ensure_dir(place), req.timeout_s)
         try:
-            record = launch(lp, launches, progress)
+            # The token file the plan's auth needs, made under the lock; this
+            # process talks to the cluster with that auth from here on.
+            cluster_auth = auth.provide(lp.auth, os.environ)
+            base_env = auth.raylet_base_env(cluster_auth)
+            record = launch(lp, cluster_auth, base_env, launches, progress)
             if req.services.metrics:
                 record = exporters.deploy(record, record.partitions, progress)
             if after is not None:
@@ -259,30 +258,33 @@ def start(req: StartRequest, progress: Progress, after: helpers.After | None = N
     return record
 
 
-def launch(lp: LaunchPlan, launches: Launches, progress: Progress) -> HostRecord:
-    """Make the token file `lp` needs, start its raylets (the head's first,
-    alone), recording each as it is up, and wait until the GCS has every one."""
+def launch(
+    lp: LaunchPlan, cluster_auth: auth.Auth, base_env: Mapping[str, str], launches: Launches, progress: Progress
+) -> HostRecord:
+    """Start the raylets of `lp` (the head's first, alone) from `base_env`
+    (this process's, with `cluster_auth`, its token file made), recording each
+    as it is up, and wait until the GCS has every one."""
     req, plan, head, raylets = lp.request, lp.plan, lp.request.join.head, lp.raylets
-    cluster_auth = auth.provide(lp.auth, os.environ)
-    base_env = auth.raylet_base_env(cluster_auth)
     try:
         check_ray_version()
-        base_env.update(raylet_env([lp.spec], base_env))
+        env = {**base_env, **raylet_env([lp.spec], base_env)}
     except BridgeUnsupported as e:
+        env = {**base_env}
         progress(f"warning: {e}; raylets start with explicit resources and masks. {LOST_WITHOUT_BRIDGE}")
 
+    user = req.ray.naming(lp.node_ip)
+
     def job(i: int, gcs: str | None) -> tuple[str, list[str], dict[str, str]]:
-        planned, share, ports = raylets[i]
-        part = serving(planned, lp.out)
+        _, part, share, ports = raylets[i]
         own = lp.spec.for_partition(part)  # its raylet advertises its own devices' type
         labels = {**req.offer.labels, **lp.labels[part.name]}
-        args = ray_start_args(part, ports, own, share, lp.ray, labels, gcs, lp.gcs_port, req.services.dashboard)
+        args = ray_start_args(part, ports, own, share, user, labels, gcs, lp.gcs_port, req.services.dashboard)
         pinned = f", CPUs {format_cpulist(share.cpu_set)}" if share.cpu_set is not None else ""
         progress(f"starting {part.name}: {lp.spec.visible_ids_env}={part.visible_ids}{pinned}")
-        return part.name, args, partition_env(base_env, own, part, share)
+        return part.name, args, partition_env(env, own, part, share)
 
     def entry(i: int, result: LaunchReport) -> PartitionEntry:
-        part, share, ports = raylets[i]
+        part, _, share, ports = raylets[i]
         return PartitionEntry(
             name=part.name,
             device_ids=tuple(part.device_ids),
@@ -316,7 +318,7 @@ def launch(lp: LaunchPlan, launches: Launches, progress: Progress) -> HostRecord
         head=head,
         mode=plan.mode.value,
         spec=lp.spec,
-        ray_args=lp.ray.args,
+        ray_args=user.args,
         gcs_address=gcs,
         gcs_port=lp.gcs_port if head else None,
         auth=cluster_auth,

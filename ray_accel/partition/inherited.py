@@ -82,27 +82,29 @@ def plan_within_mask(
     *,
     traits: DeviceTraits,
 ) -> Plan:
-    """`plan_partitions` over what `mask` shows (everything when None)."""
-    if mask is None:
-        return plan_partitions(devices, mode, partitions, manual, default_type, traits=traits)
-    shown = restrict(devices, mask)
-    if not shown:
-        raise PartitionError(f"{mask.env}={mask.value!r} set in the environment shows no device: nothing to plan")
-    if Mode.parse(mode) is Mode.MANUAL and manual is not None:
-        # Resolve the spec against the whole host first, so a device outside
-        # the mask is named as such rather than as unknown.
-        whole = plan_partitions(devices, mode, partitions, manual, default_type, traits=traits)
-        kept = {d.id for d in shown}
-        outside = [(p.name, i) for p in whole for i in p.device_ids if i not in kept]
-        if outside:
-            raise PartitionError(
-                f"partition {outside[0][0]!r}: device {outside[0][1]} is outside the inherited mask "
-                f"{mask.env}={mask.value} (it shows {format_visible_ids(mask.ids, 'ranges') or 'nothing'})"
-            )
+    """`plan_partitions` over what `mask` shows (everything when None): the
+    mask's part of the host and its view made first, then the plan."""
+    shown, notes, view = devices, [], None
+    if mask is not None:
+        shown = restrict(devices, mask)
+        if not shown:
+            raise PartitionError(f"{mask.env}={mask.value!r} set in the environment shows no device: nothing to plan")
+        notes = [
+            f"device {d.id} is partly inside {mask.env}: only core(s) {format_visible_ids(d.core_ids, 'ranges')}"
+            for d in shown
+            if d not in devices  # `restrict` kept only some of its cores
+        ]
+        view = mask.view(devices)
+        if manual is not None:
+            # Resolve the spec against the whole host first, so a device outside
+            # the mask is named as such rather than as unknown.
+            whole = plan_partitions(devices, mode, partitions, manual, default_type, traits=traits)
+            kept = {d.id for d in shown}
+            outside = [(p.name, i) for p in whole for i in p.device_ids if i not in kept]
+            if outside:
+                raise PartitionError(
+                    f"partition {outside[0][0]!r}: device {outside[0][1]} is outside the inherited mask "
+                    f"{mask.env}={mask.value} (it shows {format_visible_ids(mask.ids, 'ranges') or 'nothing'})"
+                )
     plan = plan_partitions(shown, mode, partitions, manual, default_type, traits=traits)
-    notes = [
-        f"device {d.id} is partly inside {mask.env}: only core(s) {format_visible_ids(d.core_ids, 'ranges')}"
-        for d in shown
-        if d not in devices  # `restrict` kept only some of its cores
-    ]
-    return dataclasses.replace(plan, warnings=(*plan.warnings, *notes), mask=mask.view(devices))
+    return dataclasses.replace(plan, warnings=(*plan.warnings, *notes), mask=view)

@@ -13,7 +13,8 @@ Id sets are written as ranges joined by '_' (`0-3_8-11`): Ray's label values
 allow only letters, digits, '-', '_' and '.', at most 63 characters
 (`ray._private.label_utils.LABEL_REGEX`, Ray 2.60), and `ray start --labels`
 splits on ','. A set whose text would be longer is left out, and readers treat
-a missing label as "not known".
+a missing label as "not known". A user's label or resource that ray-accel
+sets itself on a partition's raylet is refused (`check_user_keys`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import contextlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
+from ray_accel.core import ray_resources
 from ray_accel.core.devices import Device
 from ray_accel.core.errors import InputError
 from ray_accel.core.hosts import HostId, host_key
@@ -92,3 +94,35 @@ def topology_labels(
             labels[CONNECTED_LABEL] = "true" if connected else "false"
         out[part.name] = {k: v for k, v in labels.items() if LABEL_VALUE.match(v)}
     return out
+
+
+OUR_LABEL_PREFIX = PARTITION_LABEL.split("/", 1)[0] + "/"
+# Ray's own resources: set by their own flags (--num-cpus ...), never in --resources.
+RAY_RESOURCE_FLAGS = {
+    "CPU": "-- --num-cpus",
+    ray_resources.RAY_GPU: "(set per partition)",
+    "memory": "-- --memory",
+    "object_store_memory": "-- --object-store-memory",
+}
+
+
+def check_user_keys(labels: Mapping[str, str], resources: Mapping[str, float], resource_name: str) -> None:
+    """Refuse a user label or resource that ray-accel sets itself (`resource_name`: the
+    accelerator resource), naming it."""
+    for key in labels:
+        if key.startswith(OUR_LABEL_PREFIX):
+            raise InputError(
+                f"--labels: {key!r} is ray-accel's own label key ({OUR_LABEL_PREFIX}...: partition, type and host "
+                "labels are set per partition); choose another key"
+            )
+    for name in resources:
+        if name == resource_name:
+            raise InputError(
+                f"--resources: {name!r} is the accelerator resource ray-accel sets per partition from its devices"
+            )
+        if name in RAY_RESOURCE_FLAGS:
+            raise InputError(
+                f"--resources: {name!r} is Ray's own resource; give the host's figure with {RAY_RESOURCE_FLAGS[name]}"
+            )
+        if name.startswith(("accelerator_type:", "node:")):
+            raise InputError(f"--resources: {name!r} is a resource Ray sets itself ({name.split(':')[0]}:...)")

@@ -27,9 +27,10 @@ the models.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import itertools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,6 +86,15 @@ class Partition:
     # several types or none is known.
     accelerator_type: str | None = None
     models: tuple[str, ...] = ()  # its devices' models, each once, in index order
+
+    def less(self, devices: Collection[str], units: Collection[int]) -> Partition:
+        """This partition less `devices` and their `units`: what its raylet
+        serves while they are out of service."""
+        return dataclasses.replace(
+            self,
+            device_ids=tuple(d for d in self.device_ids if d not in devices),
+            core_ids=tuple(c for c in self.core_ids if c not in units),
+        )
 
     @property
     def visible_ids(self) -> str:

@@ -15,11 +15,12 @@ from ray_accel_neuron.runtime import TRAITS as NEURON_TRAITS
 from ray_accel.bridge.managers import BridgeSpec, BridgeUnsupported, check_ray_version
 from ray_accel.cluster.host import HEAD_SHARE, read_host
 from ray_accel.cluster.ports import RayletPorts, raylet_ports
-from ray_accel.cluster.raylet import Join, Offer, Services, StartRequest, check_user_keys, partition_env
+from ray_accel.cluster.raylet import Join, Offer, Services, StartRequest, partition_env
 from ray_accel.cluster.raylet_launch import CPU_SET_ENV
 from ray_accel.cluster.startargs import RayOptions, ray_start_args, user_figures, validate_ray_args
 from ray_accel.core import validate
 from ray_accel.core.errors import InputError
+from ray_accel.partition.labels import check_user_keys
 from ray_accel.partition.plan import Partition
 from ray_accel.partition.share import Share
 from ray_accel.rayapi.feature import FAKE_RAY_VERSION_ENV
@@ -146,14 +147,14 @@ def test_clash_with_our_keys_is_refused_naming_the_key(
     labels: dict[str, str], resources: dict[str, float], needle: str
 ) -> None:
     with pytest.raises(InputError, match=re.escape(needle)):
-        check_user_keys(labels, resources, SPEC)
+        check_user_keys(labels, resources, SPEC.resource_name)
 
 
 @badinput("launcher")
 def test_gpu_resource_clash() -> None:
     with pytest.raises(InputError, match="'GPU' is the accelerator resource"):
-        check_user_keys({}, {"GPU": 1}, GPU)
-    check_user_keys({"team": "ml"}, {"license": 1}, GPU)
+        check_user_keys({}, {"GPU": 1}, GPU.resource_name)
+    check_user_keys({"team": "ml"}, {"license": 1}, GPU.resource_name)
 
 
 label_part = st.from_regex(r"\A[a-z0-9]([a-z0-9_.-]{0,10}[a-z0-9])?\Z")
