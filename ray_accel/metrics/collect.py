@@ -34,9 +34,7 @@ from typing import Any, NamedTuple
 from ray_accel.core.devices import Device
 from ray_accel.core.processes import (
     CLOCK_TICKS,
-    PAGE_SIZE,
     ProcessTable,
-    comm_name,
     descendants,
     read_small,
 )
@@ -219,18 +217,15 @@ def workload_readings(
             errors.append(f"process device memory unknown: {type(e).__name__}: {e}")
     # This partition's share: the whole mapping (read only, shared) where it holds only this partition's devices.
     memory = {pid: h if h.keys() <= mine else {k: v for k, v in h.items() if k in mine} for pid, h in held.items() if h}
-    ticks, pages, fields, out = CLOCK_TICKS, PAGE_SIZE, table.fields, []
+    ticks, stats, out = CLOCK_TICKS, table.fields, []
     for root, tree in trees.items():
         readings = []
         for pid in tree:
-            # The three fields a reading needs, parsed inline: a collection reads hundreds.
-            if (f := fields.get(pid)) is not None:  # else it ended during the read
-                try:
-                    cpu, rss = (int(f[13]) + int(f[14])) / ticks, int(f[23]) * pages
-                except ValueError:  # a malformed line
-                    continue
+            if (s := stats.get(pid)) is not None:  # else it ended during the read, or its line is malformed
                 # tuple.__new__: the NamedTuple's own __new__ is a Python call, per process.
-                readings.append(_new_tuple(ProcessReading, (pid, comm_name(f[1]), cpu, rss, memory.get(pid, _NONE))))
+                readings.append(
+                    _new_tuple(ProcessReading, (pid, s.name, s.cpu_ticks / ticks, s.rss_bytes, memory.get(pid, _NONE)))
+                )
         if readings and readings[0][0] == root:
             title = titles[root].partition(" ")[0] or readings[0][1]
             out.append(_new_tuple(WorkloadReading, (f"{title}[{root}]", at.host, at.partition, root, tuple(readings))))
@@ -258,21 +253,20 @@ def ray_workers(raylet_pid: int, exclude: Collection[int], table: ProcessTable) 
     out = {}
     # A comm shorter than COMM_MAX is the whole title, so its verdict holds
     # for every child that has it: most children share a few.
-    whole: dict[bytes, str | None] = {}  # comm -> the title, if a worker's
-    fields = table.fields
+    whole: dict[str, bool] = {}  # comm -> a worker's?
+    stats = table.fields
     for pid in table.children.get(raylet_pid, ()):
-        f = fields.get(pid)  # None: it ended during the read
-        if f is None or not (comm := f[1][1:-1]).startswith(b"ray::") or pid in exclude:
+        s = stats.get(pid)  # None: it ended during the read
+        if s is None or not (comm := s.name).startswith("ray::") or pid in exclude:
             continue
-        if len(comm) >= COMM_MAX:
+        if len(comm) >= COMM_MAX or not comm.isascii():  # a character cut short decodes as one: the length is lost
             if is_ray_worker(title := cmdline(pid)):
                 out[pid] = title
             continue
         if comm not in whole:
-            title = comm.decode("utf-8", "replace")
-            whole[comm] = title if is_ray_worker(title) else None
-        if (known := whole[comm]) is not None:
-            out[pid] = known
+            whole[comm] = is_ray_worker(comm)
+        if whole[comm]:
+            out[pid] = comm
     return out
 
 

@@ -77,6 +77,7 @@ def test_the_table_finds_each_lines_parent(
     assert {k: sorted(v) for k, v in read.children.items()} == {k: sorted(v) for k, v in expected.items()}
     assert read.lines == {pid: raw[pid] for kids in expected.values() for pid in kids}
     assert {pid: read.stat(pid) for pid in read.lines} == {pid: parse_stat(pid, raw[pid]) for pid in read.lines}
+    assert read.fields == {pid: read.stat(pid) for pid in read.lines}  # the first read parses every line
 
 
 def _process(proc: Path, pid: int, ppid: int, cpu: int = 0) -> None:
@@ -97,7 +98,7 @@ def test_a_kept_table_reads_the_tree_new_processes_and_those_whose_parent_ended(
     table.read(10)
     # The tree, and 1 (its parent outside the namespace); 20's line is kept, as it was.
     assert set(table.fields) == {1, 10, 11, 12}
-    assert table.fields[11][13] == b"5"
+    assert (changed := table.fields[11]) is not None and changed.cpu_ticks == 5
     stat = table.stat(20)
     assert stat is not None and stat.cpu_ticks == 0
     # 20 ends and its PID is reused by a child of the root (a new directory: a new inode); 12 ends.
