@@ -201,15 +201,17 @@ class ProcessTable:
         self._parents: dict[int, int] = {}
         self._inodes: dict[bytes, int] = {}  # of each /proc entry, by name, as last listed
         self._tree: set[int] = set()  # root's, as last read
+        self._mark: bytes | None = None
         # The tree's stat files, kept open: a read of an open one costs about
         # half of an open, read and close, and it fails once its process is gone.
         self._fds: dict[int, int] = {}
         weakref.finalize(self, _close_all, self._fds)
 
     def read(self, root: int | None = None) -> ProcessTable:
-        """List `/proc` and read the stat lines that may have changed since the last
-        read (the first reads every one): a line read before is kept while it is the
-        same process (procfs gives each process's directory a new inode), it was
+        """List `/proc` where a process may have begun or ended since the last listing,
+        and read the stat lines that may have changed since the last read (the first
+        reads every one): a line read before is kept while it is the same process
+        (procfs gives each process's directory a new inode), it was
         outside `root`'s tree, and its parent has not ended: a process gets another
         parent only when its own ends, and then a reaper among its ancestors
         (outside the tree too; a raylet may be one for its own tree) or its PID
@@ -219,12 +221,15 @@ class ProcessTable:
         read's is not parsed again. Children are kept in PID order, as a listing
         of `/proc` gives them."""
         prefix = os.fsencode(self.proc) + b"/"  # bytes: a str path is encoded again on every open
-        try:
-            with os.scandir(prefix) as entries:
-                listed = {e.name: e.inode() for e in entries}  # names that are not PIDs never change
-        except OSError:
-            listed = {}
+        # proc(5): loadavg ends with the host's task count and the last PID given out. While
+        # neither moved, no process began, and none ended but as another began in a PID
+        # namespace this one cannot see: a listing would show nothing new. (One of the tree
+        # that ended fails its read; one outside it is left out at the next listing.)
+        mark = read_small(f"{self.proc}/loadavg")
+        mark = None if mark is None else mark.partition(b"/")[2]
         known, began, ended = self._inodes, list[int](), list[int]()
+        listed = known if mark is not None and mark == self._mark else _listing(prefix)
+        self._mark = mark
         if listed != known:  # processes ended or began
             for name, inode in known.items() ^ listed.items():
                 if name.isdigit():
@@ -302,6 +307,15 @@ class ProcessTable:
 
     def __len__(self) -> int:
         return len(self.lines)
+
+
+def _listing(prefix: bytes) -> dict[bytes, int]:
+    """The inode of each entry of `/proc`, by name (names that are not PIDs never change)."""
+    try:
+        with os.scandir(prefix) as entries:
+            return {e.name: e.inode() for e in entries}
+    except OSError:
+        return {}
 
 
 def _close_all(fds: dict[int, int]) -> None:

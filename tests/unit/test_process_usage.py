@@ -157,3 +157,20 @@ def test_kept_names_are_bounded_and_still_right_after_they_are_dropped() -> None
         assert len(processes._COMMS) <= processes._COMMS_MAX
     u = parse_stat(42, _line(42, b"w0", b"S", fields))
     assert u is not None and u.name == "w0"
+
+
+def test_a_kept_table_lists_proc_again_once_loadavg_says_a_task_began_or_ended(tmp_path: Path) -> None:
+    proc = tmp_path
+    (proc / "loadavg").write_bytes(b"0.00 0.00 0.00 1/100 10\n")
+    for pid, ppid in ((1, 0), (10, 1)):
+        _process(proc, pid, ppid)
+    table = ProcessTable(str(proc)).read(10)
+    _process(proc, 11, 10)  # a fake: on a host, the last PID given out would be 11 now
+    (proc / "loadavg").write_bytes(b"0.00 0.00 0.00 2/100 10\n")  # only the running count moved
+    assert 11 not in table.read(10) and set(table.fields) == {1, 10}
+    (proc / "loadavg").write_bytes(b"0.00 0.00 0.00 2/101 11\n")
+    assert 11 in table.read(10) and table.children[10] == [11]
+    shutil.rmtree(proc / "11")
+    _process(proc, 12, 1)
+    (proc / "loadavg").write_bytes(b"0.00 0.00 0.00 2/101 12\n")  # as many tasks: one ended, one began
+    assert 11 not in table.read(10) and 12 in table and len(table) == 3
