@@ -24,9 +24,11 @@ benchmark waits that long first and measures the steady state of workers
 whose masks have not changed since (an exporter samples every few seconds).
 
 As an exporter does, the benchmark keeps one process table across its
-collections (`ProcessTable.read`): each lists `/proc` and reads the stat line
-of the raylet's whole tree, of each process that began since the last one and
-of each whose parent ended; a line of any other process is kept. The PROC
+collections (`ProcessTable.read`): each lists `/proc` unless no task began or
+ended on the host since the last listing (`/proc/loadavg` says), and reads the
+stat line of the raylet's whole tree, of each process that began since the
+last one and of each whose parent ended; a line of any other process is kept,
+and a line the same as the last read's is not parsed again. The PROC
 TABLE column says how many stat lines a measured collection read (the most
 any one read), of how many processes listed: the benchmark's and all others.
 

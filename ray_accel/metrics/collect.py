@@ -9,10 +9,11 @@ Export to Ray's metrics lives in `ray_accel.metrics.export`.
 
 Cost: finding the raylet's tree needs every process's parent, so the
 caller's `ProcessTable` lists `/proc`; kept from one collection to the next
-(as an exporter keeps it), it reads `/proc/<pid>/stat` again only for the
-raylet's tree and for processes that began or whose parent ended since. A
-child of the raylet is told a worker by the comm in its stat line, and each
-line of the tree is split once, by the table. It reads `cmdline` once for
+(as an exporter keeps it), it lists it again only once a task began or ended,
+and reads `/proc/<pid>/stat` again only for the raylet's tree and for
+processes that began or whose parent ended since. A child of the raylet is
+told a worker by the comm in its stat line, and each line of the tree is
+parsed by the table, only when it changed. It reads `cmdline` once for
 each child of the raylet whose name the kernel cut short (its title names
 the workload; a short title is whole in the stat line) and once per orphan,
 and asks the backend three times (device samples, holders, process memory).
