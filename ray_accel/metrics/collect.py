@@ -207,29 +207,29 @@ def workload_readings(
 ) -> tuple[list[WorkloadReading], list[str]]:
     """One reading per Ray worker (`titles`: PID -> its title), over its whole
     process tree as `table` shows it, and what could not be read."""
-    kids = table.children
-    trees = {root: [root, *descendants(root, kids)] for root in titles if root in table}
+    stats, kids = table.fields, table.children
     held: Mapping[int, Mapping[str, int]] = {}
     errors: list[str] = []
-    if telemetry is not None and trees:
+    if telemetry is not None and titles:
         try:
-            held = telemetry.process_device_memory([p for tree in trees.values() for p in tree])
+            # Every process the table read, the workers' trees among them: a backend looks up each of its holders.
+            held = telemetry.process_device_memory(stats.keys())
         except Exception as e:
             errors.append(f"process device memory unknown: {type(e).__name__}: {e}")
     # This partition's share: the whole mapping (read only, shared) where it holds only this partition's devices.
     memory = {pid: h if h.keys() <= mine else {k: v for k, v in h.items() if k in mine} for pid, h in held.items() if h}
-    ticks, stats, out = CLOCK_TICKS, table.fields, []
-    for root, tree in trees.items():
+    ticks, out = CLOCK_TICKS, []
+    for root, title in titles.items():
         readings = []
-        for pid in tree:
+        for pid in (root, *descendants(root, kids)):
             if (s := stats.get(pid)) is not None:  # else it ended during the read, or its line is malformed
                 # tuple.__new__: the NamedTuple's own __new__ is a Python call, per process.
                 readings.append(
                     _new_tuple(ProcessReading, (pid, s.name, s.cpu_ticks / ticks, s.rss_bytes, memory.get(pid, _NONE)))
                 )
         if readings and readings[0][0] == root:
-            title = titles[root].partition(" ")[0] or readings[0][1]
-            out.append(_new_tuple(WorkloadReading, (f"{title}[{root}]", at.host, at.partition, root, tuple(readings))))
+            name = title.partition(" ")[0] or readings[0][1]
+            out.append(_new_tuple(WorkloadReading, (f"{name}[{root}]", at.host, at.partition, root, tuple(readings))))
     return out, errors
 
 
