@@ -201,25 +201,25 @@ class ProcessTable:
         self._parents: dict[int, int] = {}
         self._inodes: dict[bytes, int] = {}  # of each /proc entry, by name, as last listed
         self._tree: set[int] = set()  # root's, as last read
-        self._mark: bytes | None = None
+        self._mark: bytes | None = None  # the end of `loadavg` at the last listing
         # The tree's stat files, kept open: a read of an open one costs about
         # half of an open, read and close, and it fails once its process is gone.
         self._fds: dict[int, int] = {}
         weakref.finalize(self, _close_all, self._fds)
 
     def read(self, root: int | None = None) -> ProcessTable:
-        """List `/proc` where a process may have begun or ended since the last listing,
+        """List `/proc` if a process may have begun or ended since the last listing,
         and read the stat lines that may have changed since the last read (the first
         reads every one): a line read before is kept while it is the same process
-        (procfs gives each process's directory a new inode), it was
-        outside `root`'s tree, and its parent has not ended: a process gets another
-        parent only when its own ends, and then a reaper among its ancestors
-        (outside the tree too; a raylet may be one for its own tree) or its PID
-        namespace's init, which is in the tree only for a namespace made inside it.
-        Such a move is seen once the ended parent is reaped. Every process in
-        `root`'s tree after the read was read by it; a line the same as the last
-        read's is not parsed again. Children are kept in PID order, as a listing
-        of `/proc` gives them."""
+        (procfs gives each process's directory a new inode), it was outside
+        `root`'s tree, and its parent has not ended: a process gets another parent
+        only when its own ends, and then a reaper among its ancestors (outside the
+        tree too; a raylet may be one for its own tree) or its PID namespace's
+        init, which is in the tree only for a namespace made inside it. Such a
+        move is seen once the ended parent is reaped. Every process in `root`'s
+        tree after the read was read by it; a line the same as the last read's is
+        not parsed again. Children are kept in PID order, as a listing of `/proc`
+        gives them."""
         prefix = os.fsencode(self.proc) + b"/"  # bytes: a str path is encoded again on every open
         # proc(5): loadavg ends with the host's task count and the last PID given out. While
         # neither moved, no process began, and none ended but as another began in a PID
@@ -229,7 +229,7 @@ class ProcessTable:
         mark = None if mark is None else mark.partition(b"/")[2]
         known, began, ended = self._inodes, list[int](), list[int]()
         listed = known if mark is not None and mark == self._mark else _listing(prefix)
-        self._mark = mark
+        self._mark = mark if listed else None  # a listing that failed is tried again
         if listed != known:  # processes ended or began
             for name, inode in known.items() ^ listed.items():
                 if name.isdigit():
