@@ -260,7 +260,7 @@ def ray_workers(raylet_pid: int, exclude: Collection[int], table: ProcessTable) 
         s = stats.get(pid)  # None: it ended during the read
         if s is None or not (comm := s.name).startswith("ray::") or pid in exclude:
             continue
-        if len(comm) >= COMM_MAX or not comm.isascii():  # a character cut short decodes as one: the length is lost
+        if len(comm) >= COMM_MAX or not comm.isascii():  # non-ASCII: its length is not the kernel's, in bytes
             if is_ray_worker(title := cmdline(pid)):
                 out[pid] = title
             continue
