@@ -93,8 +93,17 @@ def parse_stat(pid: int, raw: bytes) -> ProcStat | None:
         return None
     try:
         state = _STATES.get(f[2]) or f[2].decode("ascii", "replace")
-        ppid, pgrp, cpu, start = int(f[3]), int(f[4]), int(f[13]) + int(f[14]), int(f[21])
-        return ProcStat(pid, comm_name(f[1]), state, ppid, pgrp, cpu, start, int(f[23]) * PAGE_SIZE)
+        values = (int(f[3]), int(f[4]), int(f[13]) + int(f[14]), int(f[21]), int(f[23]) * PAGE_SIZE)
+    except ValueError:
+        return None
+    # tuple.__new__: the NamedTuple's own __new__ is a Python call, and a table parses hundreds.
+    return tuple.__new__(ProcStat, (pid, comm_name(f[1]), state, *values))
+
+
+def parent_of(raw: bytes) -> int | None:
+    """The parent PID of a stat line, or None if it has none (it is malformed)."""
+    try:
+        return None if (f := split_stat(raw)) is None else int(f[3])
     except ValueError:
         return None
 
@@ -185,82 +194,97 @@ class ProcessTable:
 
     def __init__(self, proc: str = PROC) -> None:
         self.proc = proc
-        self.lines: dict[int, bytes] = {}  # a line that is not a whole stat line is left out
-        self.fields: dict[int, list[bytes]] = {}  # `split_stat` of each line the last `read` read
+        self.lines: dict[int, bytes] = {}  # a line whose parent cannot be read is left out
+        # `parse_stat` of each line the last `read` read (None: malformed past its parent).
+        self.fields: dict[int, ProcStat | None] = {}
         self.children: dict[int, list[int]] = {}
         self._parents: dict[int, int] = {}
-        self._inodes: dict[int, int] = {}  # of each process's /proc directory, as last listed
+        self._inodes: dict[bytes, int] = {}  # of each /proc entry, by name, as last listed
         self._tree: set[int] = set()  # root's, as last read
+        self._mark: bytes | None = None  # the end of `loadavg` at the last listing
         # The tree's stat files, kept open: a read of an open one costs about
         # half of an open, read and close, and it fails once its process is gone.
         self._fds: dict[int, int] = {}
         weakref.finalize(self, _close_all, self._fds)
 
     def read(self, root: int | None = None) -> ProcessTable:
-        """List `/proc` and read the stat lines that may have changed since the last
-        read (the first reads every one): a line read before is kept while it is the
-        same process (procfs gives each process's directory a new inode), it was
-        outside `root`'s tree, and its parent has not ended: a process gets another
-        parent only when its own ends, and then a reaper among its ancestors
-        (outside the tree too; a raylet may be one for its own tree) or its PID
-        namespace's init, which is in the tree only for a namespace made inside it.
-        Such a move is seen once the ended parent is reaped. Every process in
-        `root`'s tree after the read was read by it. Children are kept in PID order,
-        as a listing of `/proc` gives them."""
+        """List `/proc` if a process may have begun or ended since the last listing,
+        and read the stat lines that may have changed since the last read (the first
+        reads every one): a line read before is kept while it is the same process
+        (procfs gives each process's directory a new inode), it was outside
+        `root`'s tree, and its parent has not ended: a process gets another parent
+        only when its own ends, and then a reaper among its ancestors (outside the
+        tree too; a raylet may be one for its own tree) or its PID namespace's
+        init, which is in the tree only for a namespace made inside it. Such a
+        move is seen once the ended parent is reaped. Every process in `root`'s
+        tree after the read was read by it; a line the same as the last read's is
+        not parsed again. Children are kept in PID order, as a listing of `/proc`
+        gives them."""
         prefix = os.fsencode(self.proc) + b"/"  # bytes: a str path is encoded again on every open
-        try:
-            with os.scandir(prefix) as entries:
-                listed = {int(e.name): e.inode() for e in entries if e.name.isdigit()}
-        except OSError:
-            listed = {}
-        lines, parents, children, known = self.lines, self._parents, self.children, self._inodes
-        changed = known.items() ^ listed.items()  # (pid, inode) of processes that ended or began
-        ended = [pid for pid, inode in changed if known.get(pid) == inode]
-        stale = {pid for pid, inode in changed if listed.get(pid) == inode} | self._tree
+        # proc(5): loadavg ends with the host's task count and the last PID given out. While
+        # neither moved, no process began, and none ended but as another began in a PID
+        # namespace this one cannot see: a listing would show nothing new. (One of the tree
+        # that ended fails its read; one outside it is left out at the next listing.)
+        mark = read_small(f"{self.proc}/loadavg")
+        mark = None if mark is None else mark.partition(b"/")[2]
+        known, began, ended = self._inodes, list[int](), list[int]()
+        listed = known if mark is not None and mark == self._mark else _listing(prefix)
+        self._mark = mark if listed else None  # a listing that failed is tried again
+        if listed != known:  # processes ended or began
+            for name, inode in known.items() ^ listed.items():
+                if name.isdigit():
+                    (ended if known.get(name) == inode else began).append(int(name))
+        todo = set(self._tree)
         for pid in [*ended, 0]:  # moved to another parent; 0: a parent outside this PID namespace
-            stale.update(children.get(pid, ()))
+            todo.update(self.children.get(pid, ()))
         for pid in ended:
             self._forget(pid)
-        self._inodes, self.fields = listed, {}
-        fields, fds, todo = self.fields, self._fds, stale & listed.keys()
+        todo.difference_update(ended)
+        todo.update(began)  # a PID can have ended and begun: reused
+        self._inodes, last, self.fields = listed, self.fields, {}
         while True:
             for pid in todo:
-                try:
-                    if (fd := fds.get(pid)) is None:
-                        fd = fds[pid] = os.open(b"%s%d/stat" % (prefix, pid), os.O_RDONLY)
-                    line = os.pread(fd, 4096, 0)
-                except OSError:
-                    line = b""  # ended since the listing
-                f = split_stat(line)
-                try:
-                    ppid = None if f is None else int(f[3])
-                except ValueError:
-                    ppid = None
-                if f is None or ppid is None:  # gone, or malformed: it cannot be placed in a tree
-                    self._forget(pid)
-                    continue
-                lines[pid], fields[pid] = line, f
-                if (old := parents.get(pid)) != ppid:
-                    if old is not None:
-                        self._unlink(pid, old)
-                    parents[pid] = ppid
-                    bisect.insort(children.setdefault(ppid, []), pid)
-            tree = set() if root is None else {root, *descendants(root, children)}
+                self._read_line(prefix, pid, last)
+            tree = set() if root is None else {root, *descendants(root, self.children)}
             # Kept lines in the tree now (moved there by a namespace's init, with their parent): read them too.
-            if not (todo := (tree - fields.keys()) & lines.keys()):
+            if not (todo := (tree - self.fields.keys()) & self.lines.keys()):
                 break
         self._tree = tree
         if len(tree) > resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 4:  # leave the process most of its share
             tree = set()
-        for pid in fds.keys() - tree:
-            os.close(fds.pop(pid))
+        for pid in self._fds.keys() - tree:
+            os.close(self._fds.pop(pid))
         return self
+
+    def _read_line(self, prefix: bytes, pid: int, last: Mapping[int, ProcStat | None]) -> None:
+        """Read the process's line into the table (`last`: the fields of the last read)."""
+        fds = self._fds
+        try:
+            if (fd := fds.get(pid)) is None:
+                fd = fds[pid] = os.open(b"%s%d/stat" % (prefix, pid), os.O_RDONLY)
+            line = os.pread(fd, 4096, 0)
+        except OSError:
+            line = b""  # ended since the listing
+        if pid in last and self.lines.get(pid) == line:  # as it was: the same fields, the same parent
+            self.fields[pid] = last[pid]
+            return
+        stat = parse_stat(pid, line)
+        ppid = stat.ppid if stat is not None else parent_of(line)
+        if ppid is None:  # gone, or malformed: it cannot be placed in a tree
+            self._forget(pid)
+            return
+        self.lines[pid], self.fields[pid] = line, stat
+        if (old := self._parents.get(pid)) != ppid:
+            if old is not None:
+                self._unlink(pid, old)
+            self._parents[pid] = ppid
+            bisect.insort(self.children.setdefault(ppid, []), pid)
 
     def _forget(self, pid: int) -> None:
         """Leave the process out: it ended, or its line cannot be read (read it again next time)."""
         self.lines.pop(pid, None)
         self.fields.pop(pid, None)
-        self._inodes.pop(pid, None)
+        self._inodes.pop(b"%d" % pid, None)
         if (fd := self._fds.pop(pid, None)) is not None:
             os.close(fd)
         if (ppid := self._parents.pop(pid, None)) is not None:
@@ -283,6 +307,15 @@ class ProcessTable:
 
     def __len__(self) -> int:
         return len(self.lines)
+
+
+def _listing(prefix: bytes) -> dict[bytes, int]:
+    """The inode of each entry of `/proc`, by name (names that are not PIDs never change)."""
+    try:
+        with os.scandir(prefix) as entries:
+            return {e.name: e.inode() for e in entries}
+    except OSError:
+        return {}
 
 
 def _close_all(fds: dict[int, int]) -> None:

@@ -9,10 +9,11 @@ Export to Ray's metrics lives in `ray_accel.metrics.export`.
 
 Cost: finding the raylet's tree needs every process's parent, so the
 caller's `ProcessTable` lists `/proc`; kept from one collection to the next
-(as an exporter keeps it), it reads `/proc/<pid>/stat` again only for the
-raylet's tree and for processes that began or whose parent ended since. A
-child of the raylet is told a worker by the comm in its stat line, and each
-line of the tree is split once, by the table. It reads `cmdline` once for
+(as an exporter keeps it), it lists it again only once a task began or ended,
+and reads `/proc/<pid>/stat` again only for the raylet's tree and for
+processes that began or whose parent ended since. A child of the raylet is
+told a worker by the comm in its stat line, and each line of the tree is
+parsed by the table, only when it changed. It reads `cmdline` once for
 each child of the raylet whose name the kernel cut short (its title names
 the workload; a short title is whole in the stat line) and once per orphan,
 and asks the backend three times (device samples, holders, process memory).
@@ -34,9 +35,7 @@ from typing import Any, NamedTuple
 from ray_accel.core.devices import Device
 from ray_accel.core.processes import (
     CLOCK_TICKS,
-    PAGE_SIZE,
     ProcessTable,
-    comm_name,
     descendants,
     read_small,
 )
@@ -208,32 +207,29 @@ def workload_readings(
 ) -> tuple[list[WorkloadReading], list[str]]:
     """One reading per Ray worker (`titles`: PID -> its title), over its whole
     process tree as `table` shows it, and what could not be read."""
-    kids = table.children
-    trees = {root: [root, *descendants(root, kids)] for root in titles if root in table}
+    stats, kids = table.fields, table.children
     held: Mapping[int, Mapping[str, int]] = {}
     errors: list[str] = []
-    if telemetry is not None and trees:
+    if telemetry is not None and titles:
         try:
-            held = telemetry.process_device_memory([p for tree in trees.values() for p in tree])
+            # Every process the table read, the workers' trees among them: a backend looks up each of its holders.
+            held = telemetry.process_device_memory(stats.keys())
         except Exception as e:
             errors.append(f"process device memory unknown: {type(e).__name__}: {e}")
     # This partition's share: the whole mapping (read only, shared) where it holds only this partition's devices.
     memory = {pid: h if h.keys() <= mine else {k: v for k, v in h.items() if k in mine} for pid, h in held.items() if h}
-    ticks, pages, fields, out = CLOCK_TICKS, PAGE_SIZE, table.fields, []
-    for root, tree in trees.items():
+    ticks, out = CLOCK_TICKS, []
+    for root, title in titles.items():
         readings = []
-        for pid in tree:
-            # The three fields a reading needs, parsed inline: a collection reads hundreds.
-            if (f := fields.get(pid)) is not None:  # else it ended during the read
-                try:
-                    cpu, rss = (int(f[13]) + int(f[14])) / ticks, int(f[23]) * pages
-                except ValueError:  # a malformed line
-                    continue
+        for pid in (root, *descendants(root, kids)):
+            if (s := stats.get(pid)) is not None:  # else it ended during the read, or its line is malformed
                 # tuple.__new__: the NamedTuple's own __new__ is a Python call, per process.
-                readings.append(_new_tuple(ProcessReading, (pid, comm_name(f[1]), cpu, rss, memory.get(pid, _NONE))))
+                readings.append(
+                    _new_tuple(ProcessReading, (pid, s.name, s.cpu_ticks / ticks, s.rss_bytes, memory.get(pid, _NONE)))
+                )
         if readings and readings[0][0] == root:
-            title = titles[root].partition(" ")[0] or readings[0][1]
-            out.append(_new_tuple(WorkloadReading, (f"{title}[{root}]", at.host, at.partition, root, tuple(readings))))
+            name = title.partition(" ")[0] or readings[0][1]
+            out.append(_new_tuple(WorkloadReading, (f"{name}[{root}]", at.host, at.partition, root, tuple(readings))))
     return out, errors
 
 
@@ -258,21 +254,20 @@ def ray_workers(raylet_pid: int, exclude: Collection[int], table: ProcessTable) 
     out = {}
     # A comm shorter than COMM_MAX is the whole title, so its verdict holds
     # for every child that has it: most children share a few.
-    whole: dict[bytes, str | None] = {}  # comm -> the title, if a worker's
-    fields = table.fields
+    whole: dict[str, bool] = {}  # comm -> a worker's?
+    stats = table.fields
     for pid in table.children.get(raylet_pid, ()):
-        f = fields.get(pid)  # None: it ended during the read
-        if f is None or not (comm := f[1][1:-1]).startswith(b"ray::") or pid in exclude:
+        s = stats.get(pid)  # None: it ended during the read
+        if s is None or not (comm := s.name).startswith("ray::") or pid in exclude:
             continue
-        if len(comm) >= COMM_MAX:
+        if len(comm) >= COMM_MAX or not comm.isascii():  # non-ASCII: its length is not the kernel's, in bytes
             if is_ray_worker(title := cmdline(pid)):
                 out[pid] = title
             continue
         if comm not in whole:
-            title = comm.decode("utf-8", "replace")
-            whole[comm] = title if is_ray_worker(title) else None
-        if (known := whole[comm]) is not None:
-            out[pid] = known
+            whole[comm] = is_ray_worker(comm)
+        if whole[comm]:
+            out[pid] = comm
     return out
 
 

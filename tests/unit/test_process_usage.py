@@ -77,6 +77,7 @@ def test_the_table_finds_each_lines_parent(
     assert {k: sorted(v) for k, v in read.children.items()} == {k: sorted(v) for k, v in expected.items()}
     assert read.lines == {pid: raw[pid] for kids in expected.values() for pid in kids}
     assert {pid: read.stat(pid) for pid in read.lines} == {pid: parse_stat(pid, raw[pid]) for pid in read.lines}
+    assert read.fields == {pid: read.stat(pid) for pid in read.lines}  # the first read parses every line
 
 
 def _process(proc: Path, pid: int, ppid: int, cpu: int = 0) -> None:
@@ -97,7 +98,7 @@ def test_a_kept_table_reads_the_tree_new_processes_and_those_whose_parent_ended(
     table.read(10)
     # The tree, and 1 (its parent outside the namespace); 20's line is kept, as it was.
     assert set(table.fields) == {1, 10, 11, 12}
-    assert table.fields[11][13] == b"5"
+    assert (changed := table.fields[11]) is not None and changed.cpu_ticks == 5
     stat = table.stat(20)
     assert stat is not None and stat.cpu_ticks == 0
     # 20 ends and its PID is reused by a child of the root (a new directory: a new inode); 12 ends.
@@ -156,3 +157,20 @@ def test_kept_names_are_bounded_and_still_right_after_they_are_dropped() -> None
         assert len(processes._COMMS) <= processes._COMMS_MAX
     u = parse_stat(42, _line(42, b"w0", b"S", fields))
     assert u is not None and u.name == "w0"
+
+
+def test_a_kept_table_lists_proc_again_once_loadavg_says_a_task_began_or_ended(tmp_path: Path) -> None:
+    proc = tmp_path
+    (proc / "loadavg").write_bytes(b"0.00 0.00 0.00 1/100 10\n")
+    for pid, ppid in ((1, 0), (10, 1)):
+        _process(proc, pid, ppid)
+    table = ProcessTable(str(proc)).read(10)
+    _process(proc, 11, 10)  # a fake: on a host, the last PID given out would be 11 now
+    (proc / "loadavg").write_bytes(b"0.00 0.00 0.00 2/100 10\n")  # only the running count moved
+    assert 11 not in table.read(10) and set(table.fields) == {1, 10}
+    (proc / "loadavg").write_bytes(b"0.00 0.00 0.00 2/101 11\n")
+    assert 11 in table.read(10) and table.children[10] == [11]
+    shutil.rmtree(proc / "11")
+    _process(proc, 12, 1)
+    (proc / "loadavg").write_bytes(b"0.00 0.00 0.00 2/101 12\n")  # as many tasks: one ended, one began
+    assert 11 not in table.read(10) and 12 in table and len(table) == 3

@@ -124,6 +124,7 @@ class _Writers:
 
 
 def _sample(d: Device) -> DeviceSample:
+    """The device's sample while the fault file adds no event: the spec's mark is one standing event."""
     i = d.index
     return DeviceSample(
         device_id=d.id,
@@ -132,6 +133,7 @@ def _sample(d: Device) -> DeviceSample:
         memory_total_bytes=d.memory_bytes,
         power_watts=100.0 + 10 * i,
         temperature_c=40.0 + i,
+        recent_events=int(marked_unhealthy(d)),
     )
 
 
@@ -148,22 +150,26 @@ class MockTelemetry(Telemetry):
         self._writers = _Writers()
         # Fixed functions of the spec (made once): tests can predict every value.
         self._samples = [_sample(d) for d in spec.devices]
+        self._ids = [d.id for d in spec.devices]
 
     def _faults(self) -> Faults:
         """Faults injected while running (`ray_accel_mock.faults`: the
         RAYACCEL_MOCK_FAULTS file, re-read on every sample); a file that does
         not fit is a `FaultFileError` naming what, and the samples fail with it."""
-        return load_faults(os.environ.get(FAULTS_ENV), [d.id for d in self.spec.devices], self.spec.family)
+        return load_faults(os.environ.get(FAULTS_ENV), self._ids, self.spec.family)
 
     def device_samples(self) -> list[DeviceSample]:
         faults = self._faults()
         if faults.fail:
             raise RuntimeError("mock metrics source failed (injected)")
-        # The fault file's events, and the spec's mark as one standing event.
-        events = Counter(d.id for d in self.spec.devices if marked_unhealthy(d))
+        events: Counter[str] = Counter()
         for e in faults.events:
             events[e.device] += e.count
-        return [s._replace(recent_events=events[s.device_id]) for s in self._samples if s.device_id not in faults.lost]
+        return [
+            s._replace(recent_events=(s.recent_events or 0) + events[s.device_id]) if s.device_id in events else s
+            for s in self._samples
+            if s.device_id not in faults.lost
+        ]
 
     def _memory_of(self, mask: str) -> dict[str, int]:
         """Device id -> 64 MiB per core of it that `mask` names ({} for a mask
