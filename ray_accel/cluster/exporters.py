@@ -10,14 +10,13 @@ from dataclasses import replace
 from ray_accel.cluster import state
 from ray_accel.cluster.gcs import Progress
 from ray_accel.cluster.record import HostRecord, PartitionEntry
-from ray_accel.core.health_state import PartState
 from ray_accel.metrics.export import ExporterEntry
 
 
 def host_level_partition(record: HostRecord) -> str | None:
     """The partition whose exporter also exports the host's own values: the
-    first one serving (one stopped on purpose has no exporter)."""
-    return next((p.name for p in record.partitions if p.health.state is not PartState.STOPPED), None)
+    first whose exporter runs (`export.host_level_of` reads it so from `health.json`)."""
+    return next((p.name for p in record.partitions if p.health.state.exporting), None)
 
 
 def exporter_entries(parts: Sequence[PartitionEntry]) -> list[ExporterEntry]:

@@ -178,7 +178,7 @@ def redeploy_exporters(record: HostRecord, names: Sequence[str], progress: Progr
     """Start the metrics exporters of partitions `names` (those serving) again;
     the host's host-level values go to `host_level_partition`. A failure is
     reported, never fatal."""
-    parts = [p for p in record.partitions if p.name in names and p.health.state is not PartState.STOPPED and p.node_id]
+    parts = [p for p in record.partitions if p.name in names and p.health.state.exporting and p.node_id]
     if not record.metrics or not parts:
         return
     level = host_level_partition(record)

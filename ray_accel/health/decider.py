@@ -175,7 +175,7 @@ class Decider:
         facts = rules.Facts(full=p.device_ids, raylet_alive=alive, health=by_id)
         view = rules.view_of(record, p)
         step = rules.decide(self.settings, view, facts, time.time())
-        held = rules.held_of(step.view)
+        held = step.view.held
         if step.effect is not rules.Effect.NONE:
             say(f"{name}: {step.effect.value} ({view.state.value} -> {step.view.state.value}) {step.message}".rstrip())
         try:

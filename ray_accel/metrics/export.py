@@ -54,7 +54,7 @@ import psutil
 
 from ray_accel.core import reader
 from ray_accel.core.health import Health
-from ray_accel.core.health_state import HostHealth, PartitionHealth, PartState, read_health
+from ray_accel.core.health_state import HostHealth, PartState, read_health
 from ray_accel.core.hosts import HostId, this_host_name
 from ray_accel.core.processes import ProcessTable
 from ray_accel.metrics.collect import DeviceReading, Snapshot, Where, collect, device_readings
@@ -208,24 +208,19 @@ def partition_health(health: HostHealth | None, partition: str) -> dict[str, Any
     return reader.dump_fields(p, devices={d.device_id: d.state.value for d in health.devices if d.device_id in mine})
 
 
-def exporting(p: PartitionHealth) -> bool:
-    """Whether a partition's exporter runs: not while stopped, nor while its raylet drains."""
-    return p.state in (PartState.SERVING, PartState.SHRUNK)
-
-
 def leaves(health: HostHealth | None, node_id: str) -> bool:
     """Whether the exporter on raylet `node_id` leaves it: the decider drains it."""
-    return any(p.node_id == node_id and not exporting(p) for p in health.partitions) if health else False
+    return any(p.node_id == node_id and not p.state.exporting for p in health.partitions) if health else False
 
 
 def host_level_of(health: HostHealth) -> str | None:
     """The partition whose exporter exports the host-level values: the first whose exporter runs."""
-    return next((p.partition for p in health.partitions if exporting(p)), None)
+    return next((p.partition for p in health.partitions if p.state.exporting), None)
 
 
 def adopted(health: HostHealth) -> dict[str, tuple[str, ...]]:
     """Partition -> the devices its raylet serves, for each raylet without an exporter."""
-    return {p.partition: p.devices for p in health.partitions if p.devices and not exporting(p)}
+    return {p.partition: p.devices for p in health.partitions if p.devices and not p.state.exporting}
 
 
 @dataclass(frozen=True)
@@ -330,21 +325,19 @@ class PartitionExporter:
         health, problem = self._read_health()
         level = self.host_level if health is None else host_level_of(health) == self.where.partition
         values = gauge_values(snap, self._host_values(level), health)
-        others: list[DeviceReading] | None = None
+        others: tuple[DeviceReading, ...] | None = None
         if level and health is not None:
+            # One sampling of the devices served by raylets without an exporter, each tagged with its partition.
+            owner = {d: name for name, ids in adopted(health).items() for d in ids}
+            devices = [d for d in self.host_devices if d.id in owner]
+            found, _ = device_readings(self.telemetry, devices, "", self.accelerator_type, self.where.host)
+            others = tuple(r._replace(partition=owner[r.id]) for r in found)
             values += health_values(health, self.where.host)
-            others = []
-            for name, ids in adopted(health).items():
-                devices = [d for d in self.host_devices if d.id in ids]
-                found, _ = device_readings(self.telemetry, devices, name, self.accelerator_type, self.where.host)
-                others += found
-                values += gauge_values(replace(snap, devices=tuple(found), workloads=(), orphans=()), None, health)
+            values += gauge_values(replace(snap, devices=others, workloads=(), orphans=()), None, health)
         for key, value, tags in values:
             self.g[key].set(value, tags)
         with self._lock:
-            self._last = snap
-            self._health = (health, problem)
-            self._adopted = None if others is None else tuple(others)
+            self._last, self._health, self._adopted = snap, (health, problem), others
 
     def snapshot(self) -> dict[str, Any]:
         """The latest snapshot as `top` and `status` print it (JSON)."""
@@ -355,9 +348,8 @@ class PartitionExporter:
             out: dict[str, Any] = {**self._last.to_json(), "health": partition_health(health, self.where.partition)}
             if health is not None and self._adopted is not None:
                 # The partitions whose exporter is gone (drained, stopped): their state and devices, from here.
-                out["others"] = {
-                    p.partition: partition_health(health, p.partition) for p in health.partitions if not exporting(p)
-                }
+                gone = [p.partition for p in health.partitions if not p.state.exporting]
+                out["others"] = {name: partition_health(health, name) for name in gone}
                 out["devices"] += [d._asdict() for d in self._adopted]
             return out if problem is None else {**out, "health_error": problem}
 
