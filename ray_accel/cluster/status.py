@@ -338,22 +338,28 @@ def cluster_view(gcs_address: str, nodes: Mapping[str, GcsNode]) -> ClusterView:
     return ClusterView(gcs_address, hosts, tuple(kept), others, len(parts) - len(kept), tuple(warnings))
 
 
-def cluster_status(timeout_s: float = 5.0) -> ClusterView:
-    """Every host's partitions in the cluster this host's record names; "no
-    cluster" (exit 1) when none is recorded or its GCS does not answer."""
+def recorded() -> tuple[HostRecord, state.Place]:
+    """This host's record and where it is; "no cluster" (exit 1) when none is
+    recorded, as `status --cluster`, `health`, `top` and `jobs` say it."""
     found = state.locate()
     record = state.load(found.place) if found.place is not None else None
-    if record is None or found.place is None or not record.gcs_address:
+    if record is None or found.place is None:
         note = found.note()
         where = found.place.file if found.place is not None else state.search_root()
         raise RayAccelError(
             f"no cluster: no ray-accel partitions recorded on this host ({where}); see `ray-accel start`"
             + (f" ({note})" if note else "")
         )
+    return record, found.place
+
+
+def cluster_status(timeout_s: float = 5.0) -> ClusterView:
+    """Every host's partitions in the cluster this host's record names; "no
+    cluster" (exit 1) when none is recorded or its GCS does not answer."""
+    record, place = recorded()
     nodes = gcs_nodes(record.gcs_address, timeout_s, record.auth)
     if nodes is None:
         raise RayAccelError(
-            f"no cluster: the GCS at {record.gcs_address} recorded in {found.place.file} "
-            f"did not answer within {timeout_s:g}s"
+            f"no cluster: the GCS at {record.gcs_address} recorded in {place.file} did not answer within {timeout_s:g}s"
         )
     return cluster_view(record.gcs_address, nodes)
