@@ -21,8 +21,6 @@ undoes a restart half done and exits 0.
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
 import sys
 import time
@@ -30,14 +28,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ray_accel.cluster import procs, state
+from ray_accel.cluster import helpers, procs, state
 from ray_accel.cluster.exporters import host_level_partition
 from ray_accel.cluster.files import write_atomic
 from ray_accel.cluster.record import HostRecord, RayProcess
 from ray_accel.cluster.signals import interruptible
-from ray_accel.core import reader
 from ray_accel.core.devices import Device
-from ray_accel.core.errors import InputError, RayAccelError
+from ray_accel.core.errors import RayAccelError
 from ray_accel.core.health import DeviceHealth, Health, HealthReport
 from ray_accel.core.health_kept import KEPT_FILE, doubted, read_kept
 from ray_accel.core.health_kept import dumps as dump_kept
@@ -63,15 +60,7 @@ class DeciderInputs:
 
     @property
     def place(self) -> state.Place:
-        directory = Path(self.state_dir)
-        return state.Place(directory, directory / state.STATE_FILE, self.explicit)
-
-    def to_json(self) -> str:
-        return json.dumps(reader.dump(self))
-
-    @classmethod
-    def from_json(cls, text: str) -> DeciderInputs:
-        return reader.load(cls, reader.parse_json(text, "the decider's inputs"), "inputs")
+        return helpers.place_at(self.state_dir, self.explicit)
 
 
 def say(message: str) -> None:
@@ -245,12 +234,7 @@ def run(place: state.Place, created: float) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ray_accel.health.decider")
-    parser.add_argument("inputs", help="DeciderInputs, as JSON")
-    try:
-        inputs = DeciderInputs.from_json(parser.parse_args(argv).inputs)
-    except InputError as e:
-        parser.error(str(e))
+    inputs = helpers.read_inputs(DeciderInputs, argv, "ray_accel.health.decider")
     try:
         with interruptible():
             return run(inputs.place, inputs.created)

@@ -32,7 +32,7 @@ def start_decider(record: HostRecord, progress: Progress) -> HostRecord:
     started = time.time()
     inputs = DeciderInputs(str(place.directory), record.created, place.explicit)
     # Its backend is the one the raylets' spec names (`process_backend`).
-    decider, proc = helpers.spawn(DECIDER_KIND, WHAT, [inputs.to_json()], log, record.spec.to_env())
+    decider, proc = helpers.spawn(DECIDER_KIND, WHAT, inputs, log, record.spec.to_env())
     record = replace(record, decider=decider)
     state.save(record)
     progress(f"health decider {proc.pid}: --on-unhealthy {settings.action.value}, log {log}")

@@ -25,7 +25,6 @@ host's lock from its first step to its last (the decider waits for it).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -78,8 +77,7 @@ class Inputs:
 
     @property
     def place(self) -> state.Place:
-        directory = Path(self.state_dir)
-        return state.Place(directory, directory / state.STATE_FILE, self.explicit)
+        return helpers.place_at(self.state_dir, self.explicit)
 
 
 def planned(split: Split) -> tuple[state.Place, HostRecord, tuple[Device, ...], Resplit]:
@@ -298,9 +296,7 @@ def begin(
         inputs = Inputs(str(place.directory), place.explicit, record.created, split, drain_deadline_s, timeout_s)
         log = state.ensure_dir(place) / LOG_FILE
         (place.directory / RESULT_FILE).unlink(missing_ok=True)
-        helper, proc = helpers.spawn(
-            REPARTITION_KIND, WHAT, [json.dumps(reader.dump(inputs))], log, record.spec.to_env()
-        )
+        helper, proc = helpers.spawn(REPARTITION_KIND, WHAT, inputs, log, record.spec.to_env())
         state.save(replace(record, repartition=helper))
     return proc, log
 
@@ -338,10 +334,7 @@ def follow(proc: subprocess.Popen[bytes], log: Path, progress: Progress) -> Chan
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ray_accel.health.repartition")
-    parser.add_argument("inputs", help="JSON: what `ray-accel repartition` was asked")
-    args = parser.parse_args(argv)
-    inputs = reader.load(Inputs, reader.parse_json(args.inputs, "the repartition's inputs"), "inputs")
+    inputs = helpers.read_inputs(Inputs, argv, "ray_accel.health.repartition")
 
     def say(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
