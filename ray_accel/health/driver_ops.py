@@ -17,7 +17,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from ray_accel.core.errors import RayAccelError
-from ray_accel.metrics.export import NAMESPACE, actor_name, connect, deploy, entries_from_json
+from ray_accel.metrics.export import connect, deploy, entries_from_json, kill
 
 TIMEOUT_S = 180.0
 
@@ -30,10 +30,7 @@ def _leave(address: str, node_ids: Sequence[str]) -> None:
     connect(address)
     try:
         for node_id in node_ids:
-            try:
-                ray.kill(ray.get_actor(actor_name(node_id), namespace=NAMESPACE))
-            except ValueError:
-                pass  # none runs there
+            kill(node_id)
     finally:
         ray.shutdown()
 

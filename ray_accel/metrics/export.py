@@ -58,7 +58,6 @@ from ray_accel.core.health_state import HostHealth, PartState, read_health
 from ray_accel.core.hosts import HostId, this_host_name
 from ray_accel.core.processes import ProcessTable
 from ray_accel.metrics.collect import DeviceReading, Snapshot, Where, collect, device_readings
-from ray_accel.partition.labels import CORES_LABEL, PARTITION_LABEL, LabelError, decode_ids, node_host
 from ray_accel.plugins.host_readings import read_readings
 from ray_accel.plugins.inventory import process_backend
 
@@ -376,14 +375,10 @@ def deploy(
     try:
         handles = []
         for e in entries:
-            name = actor_name(e.node_id)
-            try:
-                ray.kill(ray.get_actor(name, namespace=NAMESPACE))
-            except ValueError:
-                pass
+            kill(e.node_id)
             handles.append(
                 remote_cls.options(
-                    name=name,
+                    name=actor_name(e.node_id),
                     namespace=NAMESPACE,
                     lifetime="detached",
                     # The raylet itself, not a label: labels repeat on every host.
@@ -396,61 +391,21 @@ def deploy(
         ray.shutdown()
 
 
+def kill(node_id: str) -> None:
+    """End the exporter of raylet `node_id`, where one runs (connected driver)."""
+    import ray
+
+    try:
+        ray.kill(ray.get_actor(actor_name(node_id), namespace=NAMESPACE))
+    except ValueError:
+        pass  # none runs there
+
+
 def connect(address: str) -> None:
     import ray
 
     if not ray.is_initialized():
         ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING)
-
-
-@dataclass(frozen=True)
-class PartitionNode:
-    """A partition raylet as `top` shows it (its fields are `top --json`'s keys)."""
-
-    partition: str
-    host: str
-    ip: str
-    node_id: str
-    alive: bool
-
-
-def partition_nodes(nodes: Iterable[Mapping[str, Any]]) -> list[PartitionNode]:
-    """The partition raylets among `ray.nodes()`, every host's (a host is its
-    name and node IP: `node_host`): alive ones, and a dead one only where no
-    live raylet of its host serves its partition or one of its units (a
-    recovered partition leaves its dead predecessor in the GCS, a
-    repartition the partitions it merged or split)."""
-    found = [
-        (
-            PartitionNode(
-                labels[PARTITION_LABEL],
-                node_host(str(n.get("NodeManagerHostname") or ""), ip, labels),
-                ip,
-                n["NodeID"],
-                bool(n.get("Alive")),
-            ),
-            set(_units(labels)),
-        )
-        for n in nodes
-        if PARTITION_LABEL in (labels := n.get("Labels") or {})
-        for ip in [str(n.get("NodeManagerAddress") or "")]
-    ]
-    live = {(p.host, p.partition) for p, _ in found if p.alive}
-    served = {(p.host, u) for p, units in found if p.alive for u in units}
-    kept = [
-        p
-        for p, units in found
-        if p.alive or ((p.host, p.partition) not in live and not any((p.host, u) in served for u in units))
-    ]
-    return sorted(kept, key=lambda p: (p.host, p.partition, not p.alive))
-
-
-def _units(labels: Mapping[str, str]) -> tuple[int, ...]:
-    """A partition raylet's units, by its cores label (none where it has none or a bad one)."""
-    try:
-        return decode_ids(labels.get(CORES_LABEL, ""))
-    except LabelError:
-        return ()
 
 
 def snapshots(node_ids: Iterable[str], timeout_s: float = 10.0) -> dict[str, dict[str, Any] | str]:
