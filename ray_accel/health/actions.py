@@ -30,7 +30,6 @@ from ray_accel.core.errors import RayAccelError
 from ray_accel.core.health_state import PartitionState, PartState
 from ray_accel.core.hosts import HostId
 from ray_accel.health import driver_ops
-from ray_accel.metrics.export import entries_to_json
 from ray_accel.partition.labels import CONNECTED_LABEL, CORES_LABEL, DEVICES_LABEL, LINKS_LABEL, topology_labels
 from ray_accel.partition.plan import Partition
 from ray_accel.rayapi import gcs as rayapi_gcs
@@ -181,19 +180,12 @@ def redeploy_exporters(record: HostRecord, names: Sequence[str], progress: Progr
     parts = [p for p in record.partitions if p.name in names and p.health.state.exporting and p.node_id]
     if not record.metrics or not parts:
         return
-    level = host_level_partition(record)
-    args = [
-        "--address",
-        record.gcs_address,
-        "--entries",
-        entries_to_json(exporter_entries(parts)),
-        "--state-dir",
-        str(state.place_of(record).directory),
-    ]
-    if level is not None:
-        args += ["--host-level", level]
+    directory = str(state.place_of(record).directory)
+    op = driver_ops.DriverOp(
+        "exporters", record.gcs_address, tuple(exporter_entries(parts)), host_level_partition(record), directory
+    )
     try:
-        driver_ops.run("exporters", args, auth.raylet_base_env(record.auth))
+        driver_ops.run(op, auth.raylet_base_env(record.auth))
         progress(f"metrics exporters of {', '.join(p.name for p in parts)} started")
     except RayAccelError as e:
         progress(f"warning: metrics exporters not restarted: {e}")

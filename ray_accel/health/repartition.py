@@ -233,9 +233,9 @@ def _run(place: state.Place, record: HostRecord, inputs: Inputs, progress: Progr
             drained.append(node)
     if drained and record.metrics:
         # Their exporters (actors) would keep the drained raylets from ending until the deadline.
-        leave = [a for n in drained for a in ("--node-id", n)]
+        leave = driver_ops.DriverOp("leave", record.gcs_address, node_ids=tuple(drained))
         try:
-            driver_ops.run("leave", ["--address", record.gcs_address, *leave], auth.raylet_base_env(record.auth))
+            driver_ops.run(leave, auth.raylet_base_env(record.auth))
         except RayAccelError as e:
             progress(f"warning: metrics exporters of the drained partitions not stopped: {e}")
     _wait_ended(list(old.values()), deadline, progress)

@@ -40,7 +40,6 @@ the decider owns is never started again per exporter.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -229,16 +228,6 @@ class ExporterEntry:
     partition: str
     node_id: str
     device_ids: tuple[str, ...]
-
-
-def entries_to_json(entries: Sequence[ExporterEntry]) -> str:
-    """Entries as the decider hands them on a command line (`entries_from_json`)."""
-    return json.dumps(reader.dump(tuple(entries)))
-
-
-def entries_from_json(text: str) -> tuple[ExporterEntry, ...]:
-    """What `entries_to_json` wrote; `ReadError` naming the field for anything else."""
-    return reader.load(tuple[ExporterEntry, ...], reader.parse_json(text, "exporter entries"), "entries")
 
 
 class PartitionExporter:

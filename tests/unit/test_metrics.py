@@ -3,8 +3,10 @@ real process tree, the gauges and tags an exporter sets, and `top`'s view of eve
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -584,7 +586,10 @@ def test_an_exporter_runs_no_discovery_and_probes_only_its_spec_backend(monkeypa
     import ray.util.metrics
     from ray_accel_mock import MockPlugin
 
-    from ray_accel.metrics.export import ExporterEntry, PartitionExporter, entries_from_json, entries_to_json
+    from ray_accel.cluster.helpers import read_inputs
+    from ray_accel.core.reader import dump
+    from ray_accel.health.driver_ops import MODULE, DriverOp
+    from ray_accel.metrics.export import ExporterEntry, PartitionExporter
     from ray_accel.plugins import discovery, inventory
 
     discoveries: list[object] = []
@@ -600,7 +605,8 @@ def test_an_exporter_runs_no_discovery_and_probes_only_its_spec_backend(monkeypa
     inventory.process_backend.cache_clear()
     try:
         entry = ExporterEntry("p0", "node-a", ("neuron:0",))
-        assert entries_from_json(entries_to_json([entry])) == (entry,)
+        op = DriverOp("exporters", "10.0.0.1:6379", (entry,), "p0")
+        assert read_inputs(DriverOp, [json.dumps(dump(op))], MODULE) == op, "as the decider hands it on"
         exporter = PartitionExporter(entry, True, 3600.0, None)
         assert discoveries == [] and probes == ["mock"]
         assert inventory.process_backend() is exporter.plugin, "found once per process"
@@ -610,22 +616,26 @@ def test_an_exporter_runs_no_discovery_and_probes_only_its_spec_backend(monkeypa
         inventory.process_backend.cache_clear()
 
 
-def test_a_bad_spec_or_entry_is_an_input_error() -> None:
+def test_a_bad_spec_or_entry_is_an_input_error(capsys: pytest.CaptureFixture[str]) -> None:
+    from ray_accel.cluster.helpers import read_inputs
     from ray_accel.core.errors import InputError
-    from ray_accel.metrics.export import entries_from_json
+    from ray_accel.health.driver_ops import MODULE, DriverOp
     from ray_accel.plugins.inventory import spec_backend
 
     assert spec_backend(None) is None and spec_backend('[{"backend": "cuda"}]') == "cuda"
     for bad in ("{", "[{}]", '[{"backend": 3}]'):
         with pytest.raises(InputError, match="bad RAYACCEL_BRIDGE_SPEC"):
             spec_backend(bad)
+    op = '{"op": "exporters", "address": "a:1", "entries": [%s]}'
     for bad, named in (
-        ("{", "exporter entries is not valid JSON"),
-        ('[{"partition": "p0", "node_id": "n"}]', r"entries\[0\]"),
-        ('[{"partition": "p0", "node_id": 1, "device_ids": []}]', r"entries\[0\]\.node_id"),
+        ("{", "inputs is not valid JSON"),
+        (op % '{"partition": "p0", "node_id": "n"}', r"inputs\.entries\[0\]\.device_ids: missing"),
+        (op % '{"partition": "p0", "node_id": 1, "device_ids": []}', r"inputs\.entries\[0\]\.node_id"),
+        ('{"op": "scale", "address": "a:1"}', r"inputs\.op: 'scale' is not one of exporters, leave"),
     ):
-        with pytest.raises(InputError, match=named):
-            entries_from_json(bad)
+        with pytest.raises(SystemExit, match="2"):
+            read_inputs(DriverOp, [bad], MODULE)
+        assert re.search(named, capsys.readouterr().err), named
 
 
 def test_a_drained_partitions_exporter_leaves_and_its_devices_move_to_the_host_level_one(
