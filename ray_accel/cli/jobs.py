@@ -27,9 +27,8 @@ def read_recorded_jobs() -> tuple[list[JobRecord], Waiting]:
     driver), with why it waits where a partition of this host it ran on is
     not serving (from the host's health decider)."""
     from ray_accel.cli.connect import connect_to_recorded_cluster
-    from ray_accel.cluster.status import status
 
-    connect_to_recorded_cluster(status())
+    connect_to_recorded_cluster()
     return top_jobs()
 
 

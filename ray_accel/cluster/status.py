@@ -357,18 +357,19 @@ def recorded() -> tuple[HostRecord, state.Place]:
     return record, found.place
 
 
-def cluster_nodes(timeout_s: float = 5.0) -> tuple[str, dict[str, GcsNode]]:
-    """The GCS address this host's record names and that GCS's node table;
-    "no cluster" (exit 1) when none is recorded or its GCS does not answer."""
+def cluster_nodes(timeout_s: float = 5.0) -> tuple[HostRecord, dict[str, GcsNode]]:
+    """This host's record and the node table of the GCS it names; "no
+    cluster" (exit 1) when none is recorded or its GCS does not answer."""
     record, place = recorded()
     nodes = gcs_nodes(record.gcs_address, timeout_s, record.auth)
     if nodes is None:
         raise RayAccelError(
             f"no cluster: the GCS at {record.gcs_address} recorded in {place.file} did not answer within {timeout_s:g}s"
         )
-    return record.gcs_address, nodes
+    return record, nodes
 
 
 def cluster_status(timeout_s: float = 5.0) -> ClusterView:
     """Every host's partitions in the cluster this host's record names (`cluster_nodes`)."""
-    return cluster_view(*cluster_nodes(timeout_s))
+    record, nodes = cluster_nodes(timeout_s)
+    return cluster_view(record.gcs_address, nodes)

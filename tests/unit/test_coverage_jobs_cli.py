@@ -41,13 +41,11 @@ HEALTH = HostHealth(
 def cluster(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """A recorded cluster whose store holds JOBS and whose host health is HEALTH; what was connected to."""
     import ray_accel.cli.connect
-    import ray_accel.cluster.status
     import ray_accel.health.view
     import ray_accel.jobs.store
 
     connected: list[str] = []
-    monkeypatch.setattr(ray_accel.cluster.status, "status", lambda: "the status")
-    monkeypatch.setattr(ray_accel.cli.connect, "connect_to_recorded_cluster", connected.append)
+    monkeypatch.setattr(ray_accel.cli.connect, "connect_to_recorded_cluster", lambda: connected.append("connected"))
     monkeypatch.setattr(ray_accel.jobs.store, "read_jobs", lambda: list(JOBS))
     found = SimpleNamespace(record=SimpleNamespace(host_ip=IP), health=HEALTH)
     monkeypatch.setattr(ray_accel.health.view, "locate_health", lambda: found)
@@ -56,7 +54,7 @@ def cluster(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 def test_jobs_lists_the_store_and_says_why_a_waiting_job_waits(cluster: list[str]) -> None:
     out = json.loads(run_cli_here("jobs", "--json").stdout)["jobs"]
-    assert cluster == ["the status"]
+    assert cluster == ["connected"]
     assert [(j["id"], j["waiting"]) for j in out] == [("aaa111", "p1 draining: mock:1: fault"), ("bbb222", None)]
     text = run_cli_here("jobs").stdout
     assert "aaa111 waits: p1 draining: mock:1: fault" in text and "bbb222 waits" not in text
