@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
@@ -73,10 +74,20 @@ def read_inputs(cls: type[T], argv: Sequence[str] | None, module: str) -> T:
         parser.error(str(e))
 
 
-def place_at(state_dir: str, explicit: bool) -> state.Place:
-    """The record in `state_dir`, as a helper is told it (`explicit`: RAYACCEL_STATE_DIR named it)."""
-    directory = Path(state_dir)
-    return state.Place(directory, directory / state.STATE_FILE, explicit)
+@dataclass(frozen=True)
+class HelperInputs:
+    """What every helper is started with: the directory of the record it
+    serves, the record's `created` (another start's record is not its own)
+    and whether RAYACCEL_STATE_DIR named the directory."""
+
+    state_dir: str
+    created: float
+    explicit: bool
+
+    @property
+    def place(self) -> state.Place:
+        directory = Path(self.state_dir)
+        return state.Place(directory, directory / state.STATE_FILE, self.explicit)
 
 
 def of(record: HostRecord) -> list[RayProcess]:

@@ -48,21 +48,6 @@ from ray_accel.plugins.inventory import process_backend
 log = logging.getLogger("ray_accel.health.decider")
 
 
-@dataclass(frozen=True)
-class DeciderInputs:
-    """What the decider is started with (one value on its command line): the
-    directory of the record it serves, whether RAYACCEL_STATE_DIR named it,
-    and the record's `created` (another start's record is not its own)."""
-
-    state_dir: str
-    created: float
-    explicit: bool = False
-
-    @property
-    def place(self) -> state.Place:
-        return helpers.place_at(self.state_dir, self.explicit)
-
-
 def say(message: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
 
@@ -234,7 +219,7 @@ def run(place: state.Place, created: float) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    inputs = helpers.read_inputs(DeciderInputs, argv, "ray_accel.health.decider")
+    inputs = helpers.read_inputs(helpers.HelperInputs, argv, "ray_accel.health.decider")
     try:
         with interruptible():
             return run(inputs.place, inputs.created)

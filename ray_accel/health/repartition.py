@@ -65,19 +65,12 @@ POLL_S = 0.5
 
 
 @dataclass(frozen=True)
-class Inputs:
+class Inputs(helpers.HelperInputs):
     """What the helper is started with (one value on its command line)."""
 
-    state_dir: str
-    explicit: bool
-    created: float
     split: Split
     drain_deadline_s: float
     timeout_s: float
-
-    @property
-    def place(self) -> state.Place:
-        return helpers.place_at(self.state_dir, self.explicit)
 
 
 def planned(split: Split) -> tuple[state.Place, HostRecord, tuple[Device, ...], Resplit]:
@@ -293,7 +286,7 @@ def begin(
         place, record, _, _ = planned(split)
         if record.repartition is not None and procs.check(record.repartition).ours:
             raise InputError(f"a repartition is running on this host (PID {record.repartition.pid})")
-        inputs = Inputs(str(place.directory), place.explicit, record.created, split, drain_deadline_s, timeout_s)
+        inputs = Inputs(str(place.directory), record.created, place.explicit, split, drain_deadline_s, timeout_s)
         log = state.ensure_dir(place) / LOG_FILE
         (place.directory / RESULT_FILE).unlink(missing_ok=True)
         helper, proc = helpers.spawn(REPARTITION_KIND, WHAT, inputs, log, record.spec.to_env())
