@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from ray_accel.cluster import auth, procs, state
-from ray_accel.cluster.exporters import exporter_entries, host_level_partition
+from ray_accel.cluster.exporters import deployment
 from ray_accel.cluster.gcs import GcsError, Progress, answer_within, wait_registered
 from ray_accel.cluster.launcher import Launches
 from ray_accel.cluster.record import HostRecord, PartitionEntry, RayProcess
@@ -180,10 +180,7 @@ def redeploy_exporters(record: HostRecord, names: Sequence[str], progress: Progr
     parts = [p for p in record.partitions if p.name in names and p.health.state.exporting and p.node_id]
     if not record.metrics or not parts:
         return
-    directory = str(state.place_of(record).directory)
-    op = driver_ops.DriverOp(
-        "exporters", record.gcs_address, tuple(exporter_entries(parts)), host_level_partition(record), directory
-    )
+    op = driver_ops.DriverOp("exporters", record.gcs_address, deployment(record, parts))
     try:
         driver_ops.run(op, auth.raylet_base_env(record.auth))
         progress(f"metrics exporters of {', '.join(p.name for p in parts)} started")

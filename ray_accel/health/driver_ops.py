@@ -20,7 +20,7 @@ from typing import Literal
 from ray_accel.cluster.helpers import read_inputs
 from ray_accel.core import reader
 from ray_accel.core.errors import RayAccelError
-from ray_accel.metrics.export import ExporterEntry, connect, deploy, kill
+from ray_accel.metrics.export import Deployment, connect, deploy, kill
 
 TIMEOUT_S = 180.0
 MODULE = "ray_accel.health.driver_ops"
@@ -28,14 +28,14 @@ MODULE = "ray_accel.health.driver_ops"
 
 @dataclass(frozen=True)
 class DriverOp:
-    """One operation on the cluster at `address`, handed to its process as one value."""
+    """One operation on the cluster at `address`, handed to its process as
+    one value: `exporters` starts those `deploy` names, `leave` ends those
+    of the raylets `node_ids`."""
 
     op: Literal["exporters", "leave"]
     address: str
-    entries: tuple[ExporterEntry, ...] = ()  # exporters: the partitions' entries
-    host_level: str | None = None  # exporters: the partition that exports the host-level values
-    state_dir: str | None = None  # exporters: the host's, where its health.json is
-    node_ids: tuple[str, ...] = ()  # leave: each drained raylet's
+    deploy: Deployment | None = None
+    node_ids: tuple[str, ...] = ()
 
 
 def _leave(address: str, node_ids: Sequence[str]) -> None:
@@ -53,10 +53,10 @@ def _leave(address: str, node_ids: Sequence[str]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     op = read_inputs(DriverOp, argv, MODULE)
-    if op.op == "leave":
-        _leave(op.address, op.node_ids)
+    if op.deploy is not None:
+        deploy(op.deploy)
     else:
-        deploy(op.address, op.entries, host_level_partition=op.host_level, state_dir=op.state_dir)
+        _leave(op.address, op.node_ids)
     print(json.dumps({"ok": True}), flush=True)
     return 0
 

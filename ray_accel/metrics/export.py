@@ -44,7 +44,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -342,28 +342,32 @@ class PartitionExporter:
             return out if problem is None else {**out, "health_error": problem}
 
 
-def deploy(
-    address: str,
-    entries: Sequence[ExporterEntry],
-    interval_s: float | None = None,
-    host_level_partition: str | None = None,
-    state_dir: str | None = None,
-) -> list[str]:
-    """Start (or restart) the exporter of each entry's raylet; returns their
-    names. Until the host's `health.json` says otherwise (`host_level_of`),
-    the exporter of `host_level_partition` (default: the first given) also
-    exports the host-level values: pass the host's first partition when
+@dataclass(frozen=True)
+class Deployment:
+    """Exporters to start (or restart) on the cluster at `address`, one per
+    entry's raylet. Until the host's `health.json` says otherwise
+    (`host_level_of`), the exporter of `host_level` (default: the first
+    entry's) also exports the host-level values: name the host's when
     restarting only some, or a host would be counted twice."""
+
+    address: str
+    entries: tuple[ExporterEntry, ...]
+    host_level: str | None = None
+    state_dir: str | None = None  # the host's, where its health.json is
+
+
+def deploy(d: Deployment, interval_s: float | None = None) -> list[str]:
+    """Start (or restart) the exporters `d` names; their names."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     interval = interval_s or float(os.environ.get(INTERVAL_ENV, "5"))
-    host_level = host_level_partition or (entries[0].partition if entries else None)
+    host_level = d.host_level or (d.entries[0].partition if d.entries else None)
     remote_cls = ray.remote(num_cpus=0, max_restarts=0)(PartitionExporter)
-    connect(address)
+    connect(d.address)
     try:
         handles = []
-        for e in entries:
+        for e in d.entries:
             kill(e.node_id)
             handles.append(
                 remote_cls.options(
@@ -372,10 +376,10 @@ def deploy(
                     lifetime="detached",
                     # The raylet itself, not a label: labels repeat on every host.
                     scheduling_strategy=NodeAffinitySchedulingStrategy(e.node_id, soft=False),
-                ).remote(e, e.partition == host_level, interval, state_dir)
+                ).remote(e, e.partition == host_level, interval, d.state_dir)
             )
         ray.get([h.snapshot.remote() for h in handles], timeout=120)
-        return [actor_name(e.node_id) for e in entries]
+        return [actor_name(e.node_id) for e in d.entries]
     finally:
         ray.shutdown()
 

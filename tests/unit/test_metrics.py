@@ -589,7 +589,7 @@ def test_an_exporter_runs_no_discovery_and_probes_only_its_spec_backend(monkeypa
     from ray_accel.cluster.helpers import read_inputs
     from ray_accel.core.reader import dump
     from ray_accel.health.driver_ops import MODULE, DriverOp
-    from ray_accel.metrics.export import ExporterEntry, PartitionExporter
+    from ray_accel.metrics.export import Deployment, ExporterEntry, PartitionExporter
     from ray_accel.plugins import discovery, inventory
 
     discoveries: list[object] = []
@@ -605,7 +605,7 @@ def test_an_exporter_runs_no_discovery_and_probes_only_its_spec_backend(monkeypa
     inventory.process_backend.cache_clear()
     try:
         entry = ExporterEntry("p0", "node-a", ("neuron:0",))
-        op = DriverOp("exporters", "10.0.0.1:6379", (entry,), "p0")
+        op = DriverOp("exporters", "10.0.0.1:6379", Deployment("10.0.0.1:6379", (entry,), "p0"))
         assert read_inputs(DriverOp, [json.dumps(dump(op))], MODULE) == op, "as the decider hands it on"
         exporter = PartitionExporter(entry, True, 3600.0, None)
         assert discoveries == [] and probes == ["mock"]
@@ -626,11 +626,11 @@ def test_a_bad_spec_or_entry_is_an_input_error(capsys: pytest.CaptureFixture[str
     for bad in ("{", "[{}]", '[{"backend": 3}]'):
         with pytest.raises(InputError, match="bad RAYACCEL_BRIDGE_SPEC"):
             spec_backend(bad)
-    op = '{"op": "exporters", "address": "a:1", "entries": [%s]}'
+    op = '{"op": "exporters", "address": "a:1", "deploy": {"address": "a:1", "entries": [%s]}}'
     for bad, named in (
         ("{", "inputs is not valid JSON"),
-        (op % '{"partition": "p0", "node_id": "n"}', r"inputs\.entries\[0\]\.device_ids: missing"),
-        (op % '{"partition": "p0", "node_id": 1, "device_ids": []}', r"inputs\.entries\[0\]\.node_id"),
+        (op % '{"partition": "p0", "node_id": "n"}', r"inputs\.deploy\.entries\[0\]\.device_ids: missing"),
+        (op % '{"partition": "p0", "node_id": 1, "device_ids": []}', r"inputs\.deploy\.entries\[0\]\.node_id"),
         ('{"op": "scale", "address": "a:1"}', r"inputs\.op: 'scale' is not one of exporters, leave"),
     ):
         with pytest.raises(SystemExit, match="2"):
