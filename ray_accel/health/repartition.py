@@ -73,25 +73,25 @@ class Inputs(helpers.HelperInputs):
     timeout_s: float
 
 
-def planned(split: Split) -> tuple[state.Place, HostRecord, tuple[Device, ...], Resplit]:
-    """This host's record, its devices and the plan taking it to `split`;
-    `InputError` when there is nothing running to repartition or the split
-    cannot be planned."""
+def planned(split: Split) -> tuple[state.Place, HostRecord, Resplit]:
+    """This host's record and the plan taking it to `split`; `InputError`
+    when there is nothing running to repartition or the split cannot be planned."""
     found = state.locate()
     record = None if found.place is None else state.load(found.place)
     if found.place is None or record is None:
         raise InputError("nothing to repartition: no partitions recorded on this host (use `ray-accel start`)")
     if record.stopping:
         raise InputError(f"the partitions of {found.place.file} are being stopped")
-    devices = tuple(discover(record.spec.backend).require_primary().list_devices())
-    return found.place, record, devices, resplit(record, devices, split, out_now(found.place, record))
+    return found.place, record, plan_of(found.place, record, split)[1]
 
 
-def out_now(place: state.Place, record: HostRecord) -> frozenset[str]:
-    """The devices device health keeps out of service: those the kept device
+def plan_of(place: state.Place, record: HostRecord, split: Split) -> tuple[tuple[Device, ...], Resplit]:
+    """The host's devices and the plan taking `record` to `split`, without
+    the devices device health keeps out of service: those the kept device
     health has out, and those the record has out (all a host has when the
     kept health cannot be read)."""
-    return out_of_service(record) | read_kept(place.directory).out().keys()
+    devices = tuple(discover(record.spec.backend).require_primary().list_devices())
+    return devices, resplit(record, devices, split, out_of_service(record) | read_kept(place.directory).out().keys())
 
 
 def drain_message(c: Change) -> str:
@@ -211,8 +211,7 @@ def run(inputs: Inputs, progress: Progress) -> Resplit:
 
 def _run(place: state.Place, record: HostRecord, inputs: Inputs, progress: Progress) -> Resplit:
     auth.apply(record.auth)  # the GCS is asked with the cluster's token, if it has one
-    devices = tuple(discover(record.spec.backend).require_primary().list_devices())
-    plan = resplit(record, devices, inputs.split, out_now(place, record))
+    devices, plan = plan_of(place, record, inputs.split)
     touched = {c.partition for c in plan.of(Action.RESTARTED, Action.REMOVED)}
     old = {p.name: p for p in record.partitions if p.name in touched}
     checks = procs.require_trusted(replace(record, repartition=None), str(place.file), WHAT)
@@ -283,7 +282,7 @@ def begin(
     record it; its handle and log. `InputError` when the split cannot be
     planned or another repartition runs."""
     with state.host_lock("repartition", place):
-        place, record, _, _ = planned(split)
+        place, record, _ = planned(split)
         if record.repartition is not None and procs.check(record.repartition).ours:
             raise InputError(f"a repartition is running on this host (PID {record.repartition.pid})")
         inputs = Inputs(str(place.directory), record.created, place.explicit, split, drain_deadline_s, timeout_s)
