@@ -102,7 +102,7 @@ def top(once: bool, interval: float, as_json: bool) -> int:
         parts = cluster_view(record.gcs_address, nodes).partitions  # every host's partition raylets
         payload = top_payload(parts, export.snapshots([p.node_id for p in parts if p.alive]))
         payload["head"] = head_of(nodes.values())
-        listed, waiting = top_jobs()
+        listed, waiting = top_jobs(record)
         payload["jobs"] = [job_json(j, waiting=waiting) for j in listed]
         if not as_json and not once:
             print("\033[2J\033[H", end="")
