@@ -20,7 +20,7 @@ pure part of a CLI command or of a placement:
 - `status --cluster --json`: the GCS node table turned into what
   `gcs_nodes` returns, `cluster_view`, `json.dumps` (as the CLI prints it);
   `status --cluster` (text): `cluster_view` and its table;
-- `top --once --json`: `partition_nodes` over `ray.nodes()`, `top_payload`
+- `top --once --json`: `cluster_view` over the GCS's node table, `top_payload`
   with every partition's snapshot, `json.dumps`; `top --once` (text): the
   same payload rendered (without the jobs table: the job store is live state);
 - placement: `view_from_nodes` (the live free model) alone, then that view and
@@ -80,7 +80,6 @@ from ray_accel.cluster.status import ClusterView, cluster_view
 from ray_accel.core.hosts import HostId
 from ray_accel.core.reader import dump
 from ray_accel.metrics.collect import OrphanReading, ProcessReading, Snapshot, WorkloadReading, device_readings
-from ray_accel.metrics.export import partition_nodes
 from ray_accel.partition.labels import PARTITION_LABEL, topology_labels
 from ray_accel.partition.plan import plan_partitions
 from ray_accel.placement.live import NODE_ID_LABEL, view_from_nodes
@@ -219,7 +218,7 @@ def status_cluster(c: Synthetic) -> ClusterView:
 
 
 def top(c: Synthetic) -> dict[str, Any]:
-    parts = partition_nodes(c.nodes)
+    parts = cluster_view(GCS_ADDRESS, gcs_table(c.nodes, c.available)).partitions
     payload = top_payload(parts, {p.node_id: c.snapshots[p.node_id] for p in parts if p.alive})
     if len(payload["devices"]) != 2 * c.partitions or payload["errors"]:
         raise SystemExit(f"top saw {len(payload['devices'])} devices, errors {payload['errors'][:3]}")

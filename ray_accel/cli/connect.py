@@ -6,30 +6,31 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ray_accel.core.errors import RayAccelError
 from ray_accel.core.reader import load
 
 if TYPE_CHECKING:  # the status module is imported only by the commands that show it
+    from ray_accel.cluster.record import HostRecord
     from ray_accel.cluster.status import HostStatus
     from ray_accel.metrics.collect import OrphanReading
+    from ray_accel.rayapi.gcs import GcsNode
 
 
-def connect_to_recorded_cluster(status: HostStatus) -> None:
-    """Connect as a driver to the cluster this host's status records; "no
-    cluster" when there is none (never `ray.init()` without an address,
-    which would start one)."""
+def connect_to_recorded_cluster() -> tuple[HostRecord, dict[str, GcsNode]]:
+    """Connect as a driver to the cluster this host's record names; the
+    record and the GCS's node table. "No cluster" before anything is set up
+    when none is recorded or its GCS does not answer (`status.cluster_nodes`):
+    never `ray.init()` without an address, which would start one."""
     from ray_accel.cluster import auth
+    from ray_accel.cluster.status import cluster_nodes
     from ray_accel.metrics import export
     from ray_accel.rayapi.driver import pushed_messages_to_stderr
 
-    if not status.partitions or not status.gcs_address or status.auth is None:
-        raise RayAccelError("no cluster: no ray-accel partitions recorded on this host (see `ray-accel start`)")
-    if not status.gcs_alive:
-        raise RayAccelError(f"no cluster: the GCS at {status.gcs_address} recorded on this host is not running")
-    auth.apply(status.auth)
+    record, nodes = cluster_nodes()
+    auth.apply(record.auth)
     # This command's stdout is its result: what Ray pushes to drivers goes to stderr.
     pushed_messages_to_stderr()
-    export.connect(status.gcs_address)
+    export.connect(record.gcs_address)
+    return record, nodes
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ def host_orphans(status: HostStatus) -> Orphans:
     orphans: list[OrphanReading] = []
     errors: list[str] = []
     try:
-        connect_to_recorded_cluster(status)
+        connect_to_recorded_cluster()
         for node_id, snap in export.snapshots(live, timeout_s=5.0).items():
             if isinstance(snap, str) or not snap:
                 errors.append(f"{live[node_id]}: {snap or 'no sample yet'}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import click
 
@@ -19,6 +20,9 @@ from ray_accel.cli.render import table
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.jobs.model import JobRecord, job_json, job_notes
 
+if TYPE_CHECKING:
+    from ray_accel.cluster.record import HostRecord
+
 Waiting = Mapping[str, str] | None  # why each waiting job waits, by id (None: nothing known here)
 
 
@@ -27,10 +31,9 @@ def read_recorded_jobs() -> tuple[list[JobRecord], Waiting]:
     driver), with why it waits where a partition of this host it ran on is
     not serving (from the host's health decider)."""
     from ray_accel.cli.connect import connect_to_recorded_cluster
-    from ray_accel.cluster.status import status
 
-    connect_to_recorded_cluster(status())
-    return top_jobs()
+    record, _ = connect_to_recorded_cluster()
+    return top_jobs(record)
 
 
 def find_job(jobs: Sequence[JobRecord], job_id: str) -> JobRecord:
@@ -121,19 +124,19 @@ def show(job_id: str, as_json: bool) -> int:
     return emit(as_json, job_json(job, replicas=True, waiting=waiting), lambda _: job_text(job, waiting))
 
 
-def top_jobs() -> tuple[list[JobRecord], Waiting]:
-    """The jobs (the caller is connected; none, with no store) and why each
-    that waits does, where a partition of this host it ran on is not serving;
-    None where nothing is recorded or readable here."""
+def top_jobs(record: HostRecord) -> tuple[list[JobRecord], Waiting]:
+    """The jobs (the caller is connected to the cluster `record` names; none,
+    with no store) and why each that waits does, where a partition of this
+    host it ran on is not serving; None where the record has no node IP or
+    its host's `health.json` cannot be read."""
+    from ray_accel.cluster import state
     from ray_accel.cluster.identity import this_host
-    from ray_accel.health.view import locate_health
+    from ray_accel.core.health_state import read_health
     from ray_accel.jobs.store import read_jobs
 
     listed = read_jobs()
     try:
-        found = locate_health()
+        health = read_health(state.place_of(record).directory)
     except RayAccelError:
         return listed, None
-    if found.record.host_ip is None:
-        return listed, None
-    return listed, job_notes(listed, found.health, this_host(found.record.host_ip).key)
+    return listed, None if record.host_ip is None else job_notes(listed, health, this_host(record.host_ip).key)

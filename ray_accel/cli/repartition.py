@@ -49,7 +49,7 @@ def repartition(
     if partitions is None and mode is None and manual is None:
         raise click.UsageError("give the new split: --partitions N, --mode MODE or --manual SPEC")
     split = Split.given(mode, partitions, manual, None)
-    place, _, _, plan = planned(split)
+    place, _, plan = planned(split)
     if dry_run or not plan.changed:
         return emit(as_json, plan.view(), changes_text)
     proc, log = begin(place, split, drain_deadline, timeout)

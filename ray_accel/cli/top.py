@@ -8,7 +8,7 @@ one this host's record names; `top` never starts one.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -24,7 +24,8 @@ from ray_accel.jobs.model import job_json
 from ray_accel.jobs.store import HEAD_RESOURCE
 
 if TYPE_CHECKING:
-    from ray_accel.metrics.export import PartitionNode
+    from ray_accel.cluster.status import ClusterPartition
+    from ray_accel.rayapi.gcs import GcsNode
 
 # What `top --json` shows of each device of an exporter's snapshot.
 DEVICE_FIELDS = (
@@ -36,8 +37,8 @@ HEALTH = ("state", "since", "detail", "out")  # what `top --json` shows of a par
 VERDICT = {"healthy": True, "unhealthy": False}
 
 
-def top_payload(partitions: Sequence[PartitionNode], snaps: Mapping[str, dict[str, Any] | str]) -> dict[str, Any]:
-    """The view of every partition raylet (`export.partition_nodes`) and its
+def top_payload(partitions: Sequence[ClusterPartition], snaps: Mapping[str, dict[str, Any] | str]) -> dict[str, Any]:
+    """The view of every partition raylet (`status.cluster_view`) and its
     exporter's snapshot or the reason there is none, keyed by node id."""
     from ray_accel.metrics.collect import OrphanReading
 
@@ -81,10 +82,10 @@ def top_payload(partitions: Sequence[PartitionNode], snaps: Mapping[str, dict[st
     return {"partitions": parts, "devices": devices, "workloads": workloads, "orphans": orphans, "errors": errors}
 
 
-def head_of(nodes: Sequence[Mapping[str, Any]]) -> dict[str, str] | None:
-    """The cluster's live head raylet among `ray.nodes()`, apart from the partitions."""
-    found = [n for n in nodes if n.get("Alive") and HEAD_RESOURCE in (n.get("Resources") or {})]
-    return {"node_id": str(found[0]["NodeID"]), "ip": str(found[0].get("NodeManagerAddress"))} if found else None
+def head_of(nodes: Iterable[GcsNode]) -> dict[str, str] | None:
+    """The cluster's live head raylet in the GCS's node table, apart from the partitions."""
+    found = [n for n in nodes if n.alive and HEAD_RESOURCE in n.total]
+    return {"node_id": found[0].node_id, "ip": found[0].ip} if found else None
 
 
 @click.command()
@@ -93,18 +94,15 @@ def head_of(nodes: Sequence[Mapping[str, Any]]) -> dict[str, str] | None:
 @json_option
 def top(once: bool, interval: float, as_json: bool) -> int:
     """Live view of every host's partitions, devices, workloads and orphans."""
-    import ray
-
-    from ray_accel.cluster.status import status
+    from ray_accel.cluster.status import cluster_view
     from ray_accel.metrics import export
 
-    connect_to_recorded_cluster(status())
     while True:
-        nodes = ray.nodes()
-        parts = export.partition_nodes(nodes)  # every host's partition raylets
+        record, nodes = connect_to_recorded_cluster()  # connects once: a driver stays connected
+        parts = cluster_view(record.gcs_address, nodes).partitions  # every host's partition raylets
         payload = top_payload(parts, export.snapshots([p.node_id for p in parts if p.alive]))
-        payload["head"] = head_of(nodes)
-        listed, waiting = top_jobs()
+        payload["head"] = head_of(nodes.values())
+        listed, waiting = top_jobs(record)
         payload["jobs"] = [job_json(j, waiting=waiting) for j in listed]
         if not as_json and not once:
             print("\033[2J\033[H", end="")

@@ -10,19 +10,20 @@ from dataclasses import replace
 from ray_accel.cluster import state
 from ray_accel.cluster.gcs import Progress
 from ray_accel.cluster.record import HostRecord, PartitionEntry
-from ray_accel.core.health_state import PartState
-from ray_accel.metrics.export import ExporterEntry
+from ray_accel.metrics.export import Deployment, ExporterEntry
 
 
 def host_level_partition(record: HostRecord) -> str | None:
     """The partition whose exporter also exports the host's own values: the
-    first one serving (one stopped on purpose has no exporter)."""
-    return next((p.name for p in record.partitions if p.health.state is not PartState.STOPPED), None)
+    first whose exporter runs (`export.host_level_of` reads it so from `health.json`)."""
+    return next((p.name for p in record.partitions if p.health.state.exporting), None)
 
 
-def exporter_entries(parts: Sequence[PartitionEntry]) -> list[ExporterEntry]:
-    """What an exporter is told of its partition: the devices its raylet serves."""
-    return [ExporterEntry(p.name, p.node_id, tuple(p.serving.device_ids)) for p in parts if p.node_id]
+def deployment(record: HostRecord, parts: Sequence[PartitionEntry]) -> Deployment:
+    """The exporters of `parts`, each told the devices its raylet serves; the
+    host's own values to `host_level_partition`."""
+    entries = tuple(ExporterEntry(p.name, p.node_id, p.serving.device_ids) for p in parts if p.node_id)
+    return Deployment(record.gcs_address, entries, host_level_partition(record), str(state.place_of(record).directory))
 
 
 def deploy(record: HostRecord, parts: Sequence[PartitionEntry], progress: Progress) -> HostRecord:
@@ -30,12 +31,7 @@ def deploy(record: HostRecord, parts: Sequence[PartitionEntry], progress: Progre
     from ray_accel.metrics import export as exporter
 
     try:
-        names = exporter.deploy(
-            record.gcs_address,
-            exporter_entries(parts),
-            host_level_partition=host_level_partition(record),
-            state_dir=str(state.place_of(record).directory),
-        )
+        names = exporter.deploy(deployment(record, parts))
         progress(f"metrics exporters: {', '.join(names)}")
         record = replace(record, metrics=True)
     except Exception as e:

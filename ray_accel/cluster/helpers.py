@@ -9,17 +9,22 @@ do; the layer above that owns a kind registers it with the module it runs
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from ray_accel.cluster import procs, state
 from ray_accel.cluster.files import open_for_write
 from ray_accel.cluster.gcs import Progress
 from ray_accel.cluster.record import HostRecord, RayProcess
-from ray_accel.core.errors import RayAccelError
+from ray_accel.core import reader
+from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.processes import ProcessRecord
 from ray_accel.plugins.inventory import SPEC_ENV
 
@@ -27,6 +32,7 @@ from ray_accel.plugins.inventory import SPEC_ENV
 # its undo) or a recover, under the lock: the health layer starts its helper
 # (again, where it is gone).
 After = Callable[[HostRecord, Progress], HostRecord]
+T = TypeVar("T")
 
 
 def register(kind: str, module: str) -> None:
@@ -35,18 +41,19 @@ def register(kind: str, module: str) -> None:
 
 
 def spawn(
-    kind: str, what: str, args: Sequence[str], log: Path, spec: str | None = None
+    kind: str, what: str, inputs: object, log: Path, spec: str | None = None
 ) -> tuple[RayProcess, subprocess.Popen[bytes]]:
     """Start a helper of a registered `kind` (`what` it is, in messages) with
-    `args`, its output to `log`, the raylets' bridge `spec` in its environment
-    (so that its backend is theirs); its record (PID, start time, identity) and its
+    `inputs` (a frozen value, on its command line: `read_inputs`), its output
+    to `log`, the raylets' bridge `spec` in its environment (so that its
+    backend is theirs); its record (PID, start time, identity) and its
     handle, not yet waited for."""
     try:
         fd = open_for_write(log)
     except OSError as e:
         raise RayAccelError(f"cannot write {what}'s log {log}: {e}") from None
     (identity,) = procs.OWN_PROCESSES[kind]
-    argv = [sys.executable, *identity.split(" ", 1), *args]
+    argv = [sys.executable, *identity.split(" ", 1), json.dumps(reader.dump(inputs))]
     proc = procs.spawn(argv, {**os.environ, SPEC_ENV: spec} if spec else os.environ, fd)
     # Not yet waited for, so its PID is not reused; its identity is what it
     # was started with (its command line may read empty for a moment after exec).
@@ -55,6 +62,32 @@ def spawn(
         proc.kill()
         raise RayAccelError(f"{what} exited at once; see {log}")
     return RayProcess(kind, proc.pid, found.start_ticks, identity), proc
+
+
+def read_inputs(cls: type[T], argv: Sequence[str] | None, module: str) -> T:
+    """The inputs `spawn` handed the helper `python -m module`; a usage error (exit 2) for anything else."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}")
+    parser.add_argument("inputs", help=f"{cls.__name__}, as JSON")
+    try:
+        return reader.load(cls, reader.parse_json(parser.parse_args(argv).inputs, f"{module}'s inputs"), "inputs")
+    except InputError as e:
+        parser.error(str(e))
+
+
+@dataclass(frozen=True)
+class HelperInputs:
+    """What every helper is started with: the directory of the record it
+    serves, the record's `created` (another start's record is not its own)
+    and whether RAYACCEL_STATE_DIR named the directory."""
+
+    state_dir: str
+    created: float
+    explicit: bool
+
+    @property
+    def place(self) -> state.Place:
+        directory = Path(self.state_dir)
+        return state.Place(directory, directory / state.STATE_FILE, self.explicit)
 
 
 def of(record: HostRecord) -> list[RayProcess]:

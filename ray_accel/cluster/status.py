@@ -287,7 +287,7 @@ def cluster_view(gcs_address: str, nodes: Mapping[str, GcsNode]) -> ClusterView:
     every node carrying the partition label, sorted by host (its name and node
     IP as Ray records them: `node_host`) and partition; a dead one (a stopped
     host's raylets stay in the table) only where no live raylet has taken its
-    host and partition."""
+    host and partition or one of its units (`status --cluster` and `top`)."""
     warnings: list[str] = []
     parts: list[ClusterPartition] = []
     others = 0
@@ -316,12 +316,16 @@ def cluster_view(gcs_address: str, nodes: Mapping[str, GcsNode]) -> ClusterView:
                 available=_resources(n.available),
             )
         )
+
     # A partition restarted (`--recover`, or its host joined again) leaves its dead
-    # predecessor in the GCS; show a dead raylet only where no live one serves its
-    # host and partition (as `ray-accel top` does).
-    live = {(p.host, p.partition) for p in parts if p.alive}
+    # predecessor in the GCS, a repartition the partitions it merged or split; show a
+    # dead raylet only where no live one serves its host and partition or one of its units.
+    def claims(p: ClusterPartition) -> set[tuple[str, str | int]]:
+        return {(p.host, k) for k in (p.partition, *(p.core_ids or ()))}
+
+    taken = {c for p in parts if p.alive for c in claims(p)}
     kept = sorted(
-        (p for p in parts if p.alive or (p.host, p.partition) not in live),
+        (p for p in parts if p.alive or not claims(p) & taken),
         key=lambda p: (p.host, p.partition, not p.alive, p.node_id),
     )
     on_host = {p.host: [q for q in kept if q.host == p.host] for p in kept}
@@ -338,22 +342,34 @@ def cluster_view(gcs_address: str, nodes: Mapping[str, GcsNode]) -> ClusterView:
     return ClusterView(gcs_address, hosts, tuple(kept), others, len(parts) - len(kept), tuple(warnings))
 
 
-def cluster_status(timeout_s: float = 5.0) -> ClusterView:
-    """Every host's partitions in the cluster this host's record names; "no
-    cluster" (exit 1) when none is recorded or its GCS does not answer."""
+def recorded() -> tuple[HostRecord, state.Place]:
+    """This host's record and where it is; "no cluster" (exit 1) when none is
+    recorded, as `status --cluster`, `health`, `top` and `jobs` say it."""
     found = state.locate()
     record = state.load(found.place) if found.place is not None else None
-    if record is None or found.place is None or not record.gcs_address:
+    if record is None or found.place is None:
         note = found.note()
         where = found.place.file if found.place is not None else state.search_root()
         raise RayAccelError(
             f"no cluster: no ray-accel partitions recorded on this host ({where}); see `ray-accel start`"
             + (f" ({note})" if note else "")
         )
+    return record, found.place
+
+
+def cluster_nodes(timeout_s: float = 5.0) -> tuple[HostRecord, dict[str, GcsNode]]:
+    """This host's record and the node table of the GCS it names; "no
+    cluster" (exit 1) when none is recorded or its GCS does not answer."""
+    record, place = recorded()
     nodes = gcs_nodes(record.gcs_address, timeout_s, record.auth)
     if nodes is None:
         raise RayAccelError(
-            f"no cluster: the GCS at {record.gcs_address} recorded in {found.place.file} "
-            f"did not answer within {timeout_s:g}s"
+            f"no cluster: the GCS at {record.gcs_address} recorded in {place.file} did not answer within {timeout_s:g}s"
         )
+    return record, nodes
+
+
+def cluster_status(timeout_s: float = 5.0) -> ClusterView:
+    """Every host's partitions in the cluster this host's record names (`cluster_nodes`)."""
+    record, nodes = cluster_nodes(timeout_s)
     return cluster_view(record.gcs_address, nodes)

@@ -54,6 +54,11 @@ class PartState(enum.Enum):
     RESTORING = "restoring"  # drained again, to be restarted with devices that are healthy again
     STOPPED = "stopped"  # its raylet stopped by the decider; nothing of it serves
 
+    @property
+    def exporting(self) -> bool:
+        """Whether the partition's metrics exporter runs: not while stopped, nor while its raylet drains."""
+        return self in (PartState.SERVING, PartState.SHRUNK)
+
 
 @dataclass(frozen=True)
 class HealthSettings:
@@ -89,7 +94,7 @@ class PartitionState:
 @dataclass(frozen=True)
 class PartitionHealth:
     """One partition of the host, as the decider left it after a poll: its
-    `PartitionState` with what its raylet serves."""
+    `PartitionState` (`held`) with what its raylet serves."""
 
     partition: str
     state: PartState
@@ -102,27 +107,16 @@ class PartitionHealth:
     target: tuple[str, ...] | None = None  # a drain's: the devices it serves once restarted
     head: bool = False
 
-    @classmethod
-    def from_json(cls, data: object, where: str) -> PartitionHealth:
-        obj = Node(data, where).only(set(cls.__dataclass_fields__))
-        name = obj.at("partition", None)
+    def __post_init__(self) -> None:
         try:
-            validate.partition_name(name.text())
-        except InputError as e:
-            name.fail(str(e))
-        node_id, deadline, target = (obj.at(k, None).optional() for k in ("node_id", "deadline", "target"))
-        return cls(
-            partition=name.text(),
-            state=obj.at("state", None).enum(PartState),
-            since=obj.at("since", None).number(0.0, MAX_TIME),
-            devices=obj.at("devices", None).texts(),
-            out=obj.at("out", None).texts(),
-            node_id=None if node_id is None else node_id.text(),
-            detail=obj.at("detail", None).text(empty=True),
-            deadline=None if deadline is None else deadline.number(0.0, MAX_TIME),
-            target=None if target is None else target.texts(),
-            head=obj.at("head", False).bool(),
-        )
+            validate.partition_name(self.partition)
+        except InputError as e:  # `load` names the field
+            raise ReadError(str(e), "partition") from None
+
+    @property
+    def held(self) -> PartitionState:
+        """What the host record keeps of it."""
+        return PartitionState(self.state, self.since, self.detail, self.deadline, self.target)
 
 
 @dataclass(frozen=True)
@@ -196,7 +190,7 @@ def _health(obj: Node) -> HostHealth:
         {k: obj.mapping().get(k) for k in ("action", "interval_s", "drain_deadline_s")}, "settings"
     )
     devices = tuple(load(DeviceHealth, d.data, d.path) for d in obj.at("devices", None).list())
-    parts = tuple(PartitionHealth.from_json(p.data, p.path) for p in obj.at("partitions", None).list())
+    parts = tuple(load(PartitionHealth, p.data, p.path) for p in obj.at("partitions", None).list())
     for key, names in (("devices", [d.device_id for d in devices]), ("partitions", [p.partition for p in parts])):
         dup = next((n for n in names if names.count(n) > 1), None)
         if dup is not None:

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from ray_accel.cluster import auth, procs, state
-from ray_accel.cluster.exporters import exporter_entries, host_level_partition
+from ray_accel.cluster.exporters import deployment
 from ray_accel.cluster.gcs import GcsError, Progress, answer_within, wait_registered
 from ray_accel.cluster.launcher import Launches
 from ray_accel.cluster.record import HostRecord, PartitionEntry, RayProcess
@@ -30,7 +30,6 @@ from ray_accel.core.errors import RayAccelError
 from ray_accel.core.health_state import PartitionState, PartState
 from ray_accel.core.hosts import HostId
 from ray_accel.health import driver_ops
-from ray_accel.metrics.export import entries_to_json
 from ray_accel.partition.labels import CONNECTED_LABEL, CORES_LABEL, DEVICES_LABEL, LINKS_LABEL, topology_labels
 from ray_accel.partition.plan import Partition
 from ray_accel.rayapi import gcs as rayapi_gcs
@@ -178,22 +177,12 @@ def redeploy_exporters(record: HostRecord, names: Sequence[str], progress: Progr
     """Start the metrics exporters of partitions `names` (those serving) again;
     the host's host-level values go to `host_level_partition`. A failure is
     reported, never fatal."""
-    parts = [p for p in record.partitions if p.name in names and p.health.state is not PartState.STOPPED and p.node_id]
+    parts = [p for p in record.partitions if p.name in names and p.health.state.exporting and p.node_id]
     if not record.metrics or not parts:
         return
-    level = host_level_partition(record)
-    args = [
-        "--address",
-        record.gcs_address,
-        "--entries",
-        entries_to_json(exporter_entries(parts)),
-        "--state-dir",
-        str(state.place_of(record).directory),
-    ]
-    if level is not None:
-        args += ["--host-level", level]
+    op = driver_ops.DriverOp("exporters", record.gcs_address, deployment(record, parts))
     try:
-        driver_ops.run("exporters", args, auth.raylet_base_env(record.auth))
+        driver_ops.run(op, auth.raylet_base_env(record.auth))
         progress(f"metrics exporters of {', '.join(p.name for p in parts)} started")
     except RayAccelError as e:
         progress(f"warning: metrics exporters not restarted: {e}")

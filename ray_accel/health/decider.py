@@ -21,8 +21,6 @@ undoes a restart half done and exits 0.
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
 import sys
 import time
@@ -30,14 +28,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ray_accel.cluster import procs, state
+from ray_accel.cluster import helpers, procs, state
 from ray_accel.cluster.exporters import host_level_partition
 from ray_accel.cluster.files import write_atomic
 from ray_accel.cluster.record import HostRecord, RayProcess
 from ray_accel.cluster.signals import interruptible
-from ray_accel.core import reader
 from ray_accel.core.devices import Device
-from ray_accel.core.errors import InputError, RayAccelError
+from ray_accel.core.errors import RayAccelError
 from ray_accel.core.health import DeviceHealth, Health, HealthReport
 from ray_accel.core.health_kept import KEPT_FILE, doubted, read_kept
 from ray_accel.core.health_kept import dumps as dump_kept
@@ -49,29 +46,6 @@ from ray_accel.plugins.interface import HealthMonitor
 from ray_accel.plugins.inventory import process_backend
 
 log = logging.getLogger("ray_accel.health.decider")
-
-
-@dataclass(frozen=True)
-class DeciderInputs:
-    """What the decider is started with (one value on its command line): the
-    directory of the record it serves, whether RAYACCEL_STATE_DIR named it,
-    and the record's `created` (another start's record is not its own)."""
-
-    state_dir: str
-    created: float
-    explicit: bool = False
-
-    @property
-    def place(self) -> state.Place:
-        directory = Path(self.state_dir)
-        return state.Place(directory, directory / state.STATE_FILE, self.explicit)
-
-    def to_json(self) -> str:
-        return json.dumps(reader.dump(self))
-
-    @classmethod
-    def from_json(cls, text: str) -> DeciderInputs:
-        return reader.load(cls, reader.parse_json(text, "the decider's inputs"), "inputs")
 
 
 def say(message: str) -> None:
@@ -175,7 +149,7 @@ class Decider:
         facts = rules.Facts(full=p.device_ids, raylet_alive=alive, health=by_id)
         view = rules.view_of(record, p)
         step = rules.decide(self.settings, view, facts, time.time())
-        held = rules.held_of(step.view)
+        held = step.view.held
         if step.effect is not rules.Effect.NONE:
             say(f"{name}: {step.effect.value} ({view.state.value} -> {step.view.state.value}) {step.message}".rstrip())
         try:
@@ -245,12 +219,7 @@ def run(place: state.Place, created: float) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ray_accel.health.decider")
-    parser.add_argument("inputs", help="DeciderInputs, as JSON")
-    try:
-        inputs = DeciderInputs.from_json(parser.parse_args(argv).inputs)
-    except InputError as e:
-        parser.error(str(e))
+    inputs = helpers.read_inputs(helpers.HelperInputs, argv, "ray_accel.health.decider")
     try:
         with interruptible():
             return run(inputs.place, inputs.created)

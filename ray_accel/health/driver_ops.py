@@ -10,16 +10,32 @@ it (Ray 2.60 `ray._private.worker.init`), and the decider must keep its own
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
 
+from ray_accel.cluster.helpers import read_inputs
+from ray_accel.core import reader
 from ray_accel.core.errors import RayAccelError
-from ray_accel.metrics.export import NAMESPACE, actor_name, connect, deploy, entries_from_json
+from ray_accel.metrics.export import Deployment, connect, deploy, kill
 
 TIMEOUT_S = 180.0
+MODULE = "ray_accel.health.driver_ops"
+
+
+@dataclass(frozen=True)
+class DriverOp:
+    """One operation on the cluster at `address`, handed to its process as
+    one value: `exporters` starts those `deploy` names, `leave` ends those
+    of the raylets `node_ids`."""
+
+    op: Literal["exporters", "leave"]
+    address: str
+    deploy: Deployment | None = None
+    node_ids: tuple[str, ...] = ()
 
 
 def _leave(address: str, node_ids: Sequence[str]) -> None:
@@ -30,45 +46,34 @@ def _leave(address: str, node_ids: Sequence[str]) -> None:
     connect(address)
     try:
         for node_id in node_ids:
-            try:
-                ray.kill(ray.get_actor(actor_name(node_id), namespace=NAMESPACE))
-            except ValueError:
-                pass  # none runs there
+            kill(node_id)
     finally:
         ray.shutdown()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ray_accel.health.driver_ops")
-    parser.add_argument("op", choices=["exporters", "leave"])
-    parser.add_argument("--address", required=True)
-    parser.add_argument("--node-id", action="append", help="leave: each drained raylet's")
-    parser.add_argument("--entries", help="exporters: JSON list of partition entries")
-    parser.add_argument("--host-level")
-    parser.add_argument("--state-dir")
-    args = parser.parse_args(argv)
-    if args.op == "leave":
-        _leave(args.address, args.node_id)
+    op = read_inputs(DriverOp, argv, MODULE)
+    if op.deploy is not None:
+        deploy(op.deploy)
     else:
-        entries = entries_from_json(args.entries)
-        deploy(args.address, entries, host_level_partition=args.host_level, state_dir=args.state_dir)
+        _leave(op.address, op.node_ids)
     print(json.dumps({"ok": True}), flush=True)
     return 0
 
 
-def run(op: str, args: Sequence[str], env: Mapping[str, str], timeout_s: float = TIMEOUT_S) -> None:
+def run(op: DriverOp, env: Mapping[str, str], timeout_s: float = TIMEOUT_S) -> None:
     """Run one operation in a process of its own; `RayAccelError` with the
     tail of its output when it fails or runs past `timeout_s`."""
-    cmd = [sys.executable, "-m", "ray_accel.health.driver_ops", op, *args]
+    cmd = [sys.executable, "-m", MODULE, json.dumps(reader.dump(op))]
     try:
         proc = subprocess.run(
             cmd, env=dict(env), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout_s
         )
     except subprocess.TimeoutExpired:
-        raise RayAccelError(f"ray driver for {op} ran past {timeout_s:g}s") from None
+        raise RayAccelError(f"ray driver for {op.op} ran past {timeout_s:g}s") from None
     if proc.returncode != 0:
         tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
-        raise RayAccelError(f"ray driver for {op} failed ({proc.returncode}): {tail}")
+        raise RayAccelError(f"ray driver for {op.op} failed ({proc.returncode}): {tail}")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ from ray_accel.cluster.gcs import Progress
 from ray_accel.cluster.record import DECIDER_KIND, HostRecord
 from ray_accel.core.errors import RayAccelError
 from ray_accel.core.health_state import HealthFileError, read_health
-from ray_accel.health.decider import DeciderInputs
 
 LOG_FILE = "decider.log"
 FIRST_POLL_S = 90.0
@@ -30,9 +29,9 @@ def start_decider(record: HostRecord, progress: Progress) -> HostRecord:
     place = state.place_of(record)
     log = state.ensure_dir(place) / LOG_FILE
     started = time.time()
-    inputs = DeciderInputs(str(place.directory), record.created, place.explicit)
+    inputs = helpers.HelperInputs(str(place.directory), record.created, place.explicit)
     # Its backend is the one the raylets' spec names (`process_backend`).
-    decider, proc = helpers.spawn(DECIDER_KIND, WHAT, [inputs.to_json()], log, record.spec.to_env())
+    decider, proc = helpers.spawn(DECIDER_KIND, WHAT, inputs, log, record.spec.to_env())
     record = replace(record, decider=decider)
     state.save(record)
     progress(f"health decider {proc.pid}: --on-unhealthy {settings.action.value}, log {log}")

@@ -25,7 +25,6 @@ host's lock from its first step to its last (the decider waits for it).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -66,41 +65,33 @@ POLL_S = 0.5
 
 
 @dataclass(frozen=True)
-class Inputs:
+class Inputs(helpers.HelperInputs):
     """What the helper is started with (one value on its command line)."""
 
-    state_dir: str
-    explicit: bool
-    created: float
     split: Split
     drain_deadline_s: float
     timeout_s: float
 
-    @property
-    def place(self) -> state.Place:
-        directory = Path(self.state_dir)
-        return state.Place(directory, directory / state.STATE_FILE, self.explicit)
 
-
-def planned(split: Split) -> tuple[state.Place, HostRecord, tuple[Device, ...], Resplit]:
-    """This host's record, its devices and the plan taking it to `split`;
-    `InputError` when there is nothing running to repartition or the split
-    cannot be planned."""
+def planned(split: Split) -> tuple[state.Place, HostRecord, Resplit]:
+    """This host's record and the plan taking it to `split`; `InputError`
+    when there is nothing running to repartition or the split cannot be planned."""
     found = state.locate()
     record = None if found.place is None else state.load(found.place)
     if found.place is None or record is None:
         raise InputError("nothing to repartition: no partitions recorded on this host (use `ray-accel start`)")
     if record.stopping:
         raise InputError(f"the partitions of {found.place.file} are being stopped")
-    devices = tuple(discover(record.spec.backend).require_primary().list_devices())
-    return found.place, record, devices, resplit(record, devices, split, out_now(found.place, record))
+    return found.place, record, plan_of(found.place, record, split)[1]
 
 
-def out_now(place: state.Place, record: HostRecord) -> frozenset[str]:
-    """The devices device health keeps out of service: those the kept device
+def plan_of(place: state.Place, record: HostRecord, split: Split) -> tuple[tuple[Device, ...], Resplit]:
+    """The host's devices and the plan taking `record` to `split`, without
+    the devices device health keeps out of service: those the kept device
     health has out, and those the record has out (all a host has when the
     kept health cannot be read)."""
-    return out_of_service(record) | read_kept(place.directory).out().keys()
+    devices = tuple(discover(record.spec.backend).require_primary().list_devices())
+    return devices, resplit(record, devices, split, out_of_service(record) | read_kept(place.directory).out().keys())
 
 
 def drain_message(c: Change) -> str:
@@ -220,8 +211,7 @@ def run(inputs: Inputs, progress: Progress) -> Resplit:
 
 def _run(place: state.Place, record: HostRecord, inputs: Inputs, progress: Progress) -> Resplit:
     auth.apply(record.auth)  # the GCS is asked with the cluster's token, if it has one
-    devices = tuple(discover(record.spec.backend).require_primary().list_devices())
-    plan = resplit(record, devices, inputs.split, out_now(place, record))
+    devices, plan = plan_of(place, record, inputs.split)
     touched = {c.partition for c in plan.of(Action.RESTARTED, Action.REMOVED)}
     old = {p.name: p for p in record.partitions if p.name in touched}
     checks = procs.require_trusted(replace(record, repartition=None), str(place.file), WHAT)
@@ -235,9 +225,9 @@ def _run(place: state.Place, record: HostRecord, inputs: Inputs, progress: Progr
             drained.append(node)
     if drained and record.metrics:
         # Their exporters (actors) would keep the drained raylets from ending until the deadline.
-        leave = [a for n in drained for a in ("--node-id", n)]
+        leave = driver_ops.DriverOp("leave", record.gcs_address, node_ids=tuple(drained))
         try:
-            driver_ops.run("leave", ["--address", record.gcs_address, *leave], auth.raylet_base_env(record.auth))
+            driver_ops.run(leave, auth.raylet_base_env(record.auth))
         except RayAccelError as e:
             progress(f"warning: metrics exporters of the drained partitions not stopped: {e}")
     _wait_ended(list(old.values()), deadline, progress)
@@ -292,15 +282,13 @@ def begin(
     record it; its handle and log. `InputError` when the split cannot be
     planned or another repartition runs."""
     with state.host_lock("repartition", place):
-        place, record, _, _ = planned(split)
+        place, record, _ = planned(split)
         if record.repartition is not None and procs.check(record.repartition).ours:
             raise InputError(f"a repartition is running on this host (PID {record.repartition.pid})")
-        inputs = Inputs(str(place.directory), place.explicit, record.created, split, drain_deadline_s, timeout_s)
+        inputs = Inputs(str(place.directory), record.created, place.explicit, split, drain_deadline_s, timeout_s)
         log = state.ensure_dir(place) / LOG_FILE
         (place.directory / RESULT_FILE).unlink(missing_ok=True)
-        helper, proc = helpers.spawn(
-            REPARTITION_KIND, WHAT, [json.dumps(reader.dump(inputs))], log, record.spec.to_env()
-        )
+        helper, proc = helpers.spawn(REPARTITION_KIND, WHAT, inputs, log, record.spec.to_env())
         state.save(replace(record, repartition=helper))
     return proc, log
 
@@ -338,10 +326,7 @@ def follow(proc: subprocess.Popen[bytes], log: Path, progress: Progress) -> Chan
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ray_accel.health.repartition")
-    parser.add_argument("inputs", help="JSON: what `ray-accel repartition` was asked")
-    args = parser.parse_args(argv)
-    inputs = reader.load(Inputs, reader.parse_json(args.inputs, "the repartition's inputs"), "inputs")
+    inputs = helpers.read_inputs(Inputs, argv, "ray_accel.health.repartition")
 
     def say(message: str) -> None:
         print(message, file=sys.stderr, flush=True)

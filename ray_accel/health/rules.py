@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 
 from ray_accel.cluster.record import HostRecord, PartitionEntry
 from ray_accel.core.health import DeviceHealth, Health
-from ray_accel.core.health_state import Action, HealthSettings, PartitionHealth, PartitionState, PartState
+from ray_accel.core.health_state import Action, HealthSettings, PartitionHealth, PartState
 
 # A restart that failed is tried again after this long, not on every poll.
 RETRY_S = 30.0
@@ -131,11 +131,6 @@ def view_of(record: HostRecord, p: PartitionEntry) -> PartitionHealth:
     return PartitionHealth(
         p.name, held.state, held.since, serves, out, p.node_id, held.detail, held.deadline, held.target, p.head
     )
-
-
-def held_of(view: PartitionHealth) -> PartitionState:
-    """What the host record keeps of `view`."""
-    return PartitionState(view.state, view.since, view.detail, view.deadline, view.target)
 
 
 def _out(full: Sequence[str], out: Sequence[str], target: Sequence[str] | None) -> tuple[str, ...]:

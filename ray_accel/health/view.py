@@ -9,6 +9,7 @@ from typing import Any
 
 from ray_accel.cluster import procs, state
 from ray_accel.cluster.record import HostRecord
+from ray_accel.cluster.status import recorded
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.health_state import HostHealth, read_health, to_json
 from ray_accel.core.reader import dump_fields
@@ -24,18 +25,10 @@ class Recorded:
 
 def locate_health() -> Recorded:
     """This host's record and health file; "no cluster" (exit 1) when none is
-    recorded, as `top` and `jobs` say it."""
-    found = state.locate()
-    record = state.load(found.place) if found.place is not None else None
-    if record is None or found.place is None:
-        note = found.note()
-        raise RayAccelError(
-            f"no cluster: no ray-accel partitions recorded on this host ({state.search_root()}); "
-            "see `ray-accel start`" + (f" ({note})" if note else "")
-        )
-    health = read_health(found.place.directory)
+    recorded (`status.recorded`)."""
+    record, place = recorded()
     alive = record.decider is not None and procs.check(record.decider).ours
-    return Recorded(found.place, record, health, alive)
+    return Recorded(place, record, read_health(place.directory), alive)
 
 
 def partition_of(record: HostRecord) -> dict[str, str]:

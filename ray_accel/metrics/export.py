@@ -40,12 +40,11 @@ the decider owns is never started again per exporter.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -54,11 +53,10 @@ import psutil
 
 from ray_accel.core import reader
 from ray_accel.core.health import Health
-from ray_accel.core.health_state import HostHealth, PartitionHealth, PartState, read_health
+from ray_accel.core.health_state import HostHealth, PartState, read_health
 from ray_accel.core.hosts import HostId, this_host_name
 from ray_accel.core.processes import ProcessTable
 from ray_accel.metrics.collect import DeviceReading, Snapshot, Where, collect, device_readings
-from ray_accel.partition.labels import CORES_LABEL, PARTITION_LABEL, LabelError, decode_ids, node_host
 from ray_accel.plugins.host_readings import read_readings
 from ray_accel.plugins.inventory import process_backend
 
@@ -208,24 +206,19 @@ def partition_health(health: HostHealth | None, partition: str) -> dict[str, Any
     return reader.dump_fields(p, devices={d.device_id: d.state.value for d in health.devices if d.device_id in mine})
 
 
-def exporting(p: PartitionHealth) -> bool:
-    """Whether a partition's exporter runs: not while stopped, nor while its raylet drains."""
-    return p.state in (PartState.SERVING, PartState.SHRUNK)
-
-
 def leaves(health: HostHealth | None, node_id: str) -> bool:
     """Whether the exporter on raylet `node_id` leaves it: the decider drains it."""
-    return any(p.node_id == node_id and not exporting(p) for p in health.partitions) if health else False
+    return any(p.node_id == node_id and not p.state.exporting for p in health.partitions) if health else False
 
 
 def host_level_of(health: HostHealth) -> str | None:
     """The partition whose exporter exports the host-level values: the first whose exporter runs."""
-    return next((p.partition for p in health.partitions if exporting(p)), None)
+    return next((p.partition for p in health.partitions if p.state.exporting), None)
 
 
 def adopted(health: HostHealth) -> dict[str, tuple[str, ...]]:
     """Partition -> the devices its raylet serves, for each raylet without an exporter."""
-    return {p.partition: p.devices for p in health.partitions if p.devices and not exporting(p)}
+    return {p.partition: p.devices for p in health.partitions if p.devices and not p.state.exporting}
 
 
 @dataclass(frozen=True)
@@ -235,16 +228,6 @@ class ExporterEntry:
     partition: str
     node_id: str
     device_ids: tuple[str, ...]
-
-
-def entries_to_json(entries: Sequence[ExporterEntry]) -> str:
-    """Entries as the decider hands them on a command line (`entries_from_json`)."""
-    return json.dumps(reader.dump(tuple(entries)))
-
-
-def entries_from_json(text: str) -> tuple[ExporterEntry, ...]:
-    """What `entries_to_json` wrote; `ReadError` naming the field for anything else."""
-    return reader.load(tuple[ExporterEntry, ...], reader.parse_json(text, "exporter entries"), "entries")
 
 
 class PartitionExporter:
@@ -330,21 +313,19 @@ class PartitionExporter:
         health, problem = self._read_health()
         level = self.host_level if health is None else host_level_of(health) == self.where.partition
         values = gauge_values(snap, self._host_values(level), health)
-        others: list[DeviceReading] | None = None
+        others: tuple[DeviceReading, ...] | None = None
         if level and health is not None:
+            # One sampling of the devices served by raylets without an exporter, each tagged with its partition.
+            owner = {d: name for name, ids in adopted(health).items() for d in ids}
+            devices = [d for d in self.host_devices if d.id in owner]
+            found, _ = device_readings(self.telemetry, devices, "", self.accelerator_type, self.where.host)
+            others = tuple(r._replace(partition=owner[r.id]) for r in found)
             values += health_values(health, self.where.host)
-            others = []
-            for name, ids in adopted(health).items():
-                devices = [d for d in self.host_devices if d.id in ids]
-                found, _ = device_readings(self.telemetry, devices, name, self.accelerator_type, self.where.host)
-                others += found
-                values += gauge_values(replace(snap, devices=tuple(found), workloads=(), orphans=()), None, health)
+            values += gauge_values(replace(snap, devices=others, workloads=(), orphans=()), None, health)
         for key, value, tags in values:
             self.g[key].set(value, tags)
         with self._lock:
-            self._last = snap
-            self._health = (health, problem)
-            self._adopted = None if others is None else tuple(others)
+            self._last, self._health, self._adopted = snap, (health, problem), others
 
     def snapshot(self) -> dict[str, Any]:
         """The latest snapshot as `top` and `status` print it (JSON)."""
@@ -355,53 +336,62 @@ class PartitionExporter:
             out: dict[str, Any] = {**self._last.to_json(), "health": partition_health(health, self.where.partition)}
             if health is not None and self._adopted is not None:
                 # The partitions whose exporter is gone (drained, stopped): their state and devices, from here.
-                out["others"] = {
-                    p.partition: partition_health(health, p.partition) for p in health.partitions if not exporting(p)
-                }
+                gone = [p.partition for p in health.partitions if not p.state.exporting]
+                out["others"] = {name: partition_health(health, name) for name in gone}
                 out["devices"] += [d._asdict() for d in self._adopted]
             return out if problem is None else {**out, "health_error": problem}
 
 
-def deploy(
-    address: str,
-    entries: Sequence[ExporterEntry],
-    interval_s: float | None = None,
-    host_level_partition: str | None = None,
-    state_dir: str | None = None,
-) -> list[str]:
-    """Start (or restart) the exporter of each entry's raylet; returns their
-    names. Until the host's `health.json` says otherwise (`host_level_of`),
-    the exporter of `host_level_partition` (default: the first given) also
-    exports the host-level values: pass the host's first partition when
+@dataclass(frozen=True)
+class Deployment:
+    """Exporters to start (or restart) on the cluster at `address`, one per
+    entry's raylet. Until the host's `health.json` says otherwise
+    (`host_level_of`), the exporter of `host_level` (default: the first
+    entry's) also exports the host-level values: name the host's when
     restarting only some, or a host would be counted twice."""
+
+    address: str
+    entries: tuple[ExporterEntry, ...]
+    host_level: str | None = None
+    state_dir: str | None = None  # the host's, where its health.json is
+
+
+def deploy(d: Deployment, interval_s: float | None = None) -> list[str]:
+    """Start (or restart) the exporters `d` names; their names."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     interval = interval_s or float(os.environ.get(INTERVAL_ENV, "5"))
-    host_level = host_level_partition or (entries[0].partition if entries else None)
+    host_level = d.host_level or (d.entries[0].partition if d.entries else None)
     remote_cls = ray.remote(num_cpus=0, max_restarts=0)(PartitionExporter)
-    connect(address)
+    connect(d.address)
     try:
         handles = []
-        for e in entries:
-            name = actor_name(e.node_id)
-            try:
-                ray.kill(ray.get_actor(name, namespace=NAMESPACE))
-            except ValueError:
-                pass
+        for e in d.entries:
+            kill(e.node_id)
             handles.append(
                 remote_cls.options(
-                    name=name,
+                    name=actor_name(e.node_id),
                     namespace=NAMESPACE,
                     lifetime="detached",
                     # The raylet itself, not a label: labels repeat on every host.
                     scheduling_strategy=NodeAffinitySchedulingStrategy(e.node_id, soft=False),
-                ).remote(e, e.partition == host_level, interval, state_dir)
+                ).remote(e, e.partition == host_level, interval, d.state_dir)
             )
         ray.get([h.snapshot.remote() for h in handles], timeout=120)
-        return [actor_name(e.node_id) for e in entries]
+        return [actor_name(e.node_id) for e in d.entries]
     finally:
         ray.shutdown()
+
+
+def kill(node_id: str) -> None:
+    """End the exporter of raylet `node_id`, where one runs (connected driver)."""
+    import ray
+
+    try:
+        ray.kill(ray.get_actor(actor_name(node_id), namespace=NAMESPACE))
+    except ValueError:
+        pass  # none runs there
 
 
 def connect(address: str) -> None:
@@ -409,56 +399,6 @@ def connect(address: str) -> None:
 
     if not ray.is_initialized():
         ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING)
-
-
-@dataclass(frozen=True)
-class PartitionNode:
-    """A partition raylet as `top` shows it (its fields are `top --json`'s keys)."""
-
-    partition: str
-    host: str
-    ip: str
-    node_id: str
-    alive: bool
-
-
-def partition_nodes(nodes: Iterable[Mapping[str, Any]]) -> list[PartitionNode]:
-    """The partition raylets among `ray.nodes()`, every host's (a host is its
-    name and node IP: `node_host`): alive ones, and a dead one only where no
-    live raylet of its host serves its partition or one of its units (a
-    recovered partition leaves its dead predecessor in the GCS, a
-    repartition the partitions it merged or split)."""
-    found = [
-        (
-            PartitionNode(
-                labels[PARTITION_LABEL],
-                node_host(str(n.get("NodeManagerHostname") or ""), ip, labels),
-                ip,
-                n["NodeID"],
-                bool(n.get("Alive")),
-            ),
-            set(_units(labels)),
-        )
-        for n in nodes
-        if PARTITION_LABEL in (labels := n.get("Labels") or {})
-        for ip in [str(n.get("NodeManagerAddress") or "")]
-    ]
-    live = {(p.host, p.partition) for p, _ in found if p.alive}
-    served = {(p.host, u) for p, units in found if p.alive for u in units}
-    kept = [
-        p
-        for p, units in found
-        if p.alive or ((p.host, p.partition) not in live and not any((p.host, u) in served for u in units))
-    ]
-    return sorted(kept, key=lambda p: (p.host, p.partition, not p.alive))
-
-
-def _units(labels: Mapping[str, str]) -> tuple[int, ...]:
-    """A partition raylet's units, by its cores label (none where it has none or a bad one)."""
-    try:
-        return decode_ids(labels.get(CORES_LABEL, ""))
-    except LabelError:
-        return ()
 
 
 def snapshots(node_ids: Iterable[str], timeout_s: float = 10.0) -> dict[str, dict[str, Any] | str]:

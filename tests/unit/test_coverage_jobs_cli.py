@@ -18,6 +18,7 @@ from ray_accel.jobs.model import JobRecord, Phase, Replica, Transition
 from tests.clirun import run_cli_here
 
 IP = "10.1.2.3"
+RECORD = SimpleNamespace(host_ip=IP)  # what top_jobs reads of the host record
 
 
 def _job(job_id: str, name: str, phase: Phase, partition: str, detail: str = "") -> JobRecord:
@@ -41,22 +42,24 @@ HEALTH = HostHealth(
 def cluster(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """A recorded cluster whose store holds JOBS and whose host health is HEALTH; what was connected to."""
     import ray_accel.cli.connect
-    import ray_accel.cluster.status
-    import ray_accel.health.view
+    import ray_accel.core.health_state
     import ray_accel.jobs.store
 
     connected: list[str] = []
-    monkeypatch.setattr(ray_accel.cluster.status, "status", lambda: "the status")
-    monkeypatch.setattr(ray_accel.cli.connect, "connect_to_recorded_cluster", connected.append)
+
+    def connect() -> tuple[object, dict[str, object]]:
+        connected.append("connected")
+        return RECORD, {}
+
+    monkeypatch.setattr(ray_accel.cli.connect, "connect_to_recorded_cluster", connect)
     monkeypatch.setattr(ray_accel.jobs.store, "read_jobs", lambda: list(JOBS))
-    found = SimpleNamespace(record=SimpleNamespace(host_ip=IP), health=HEALTH)
-    monkeypatch.setattr(ray_accel.health.view, "locate_health", lambda: found)
+    monkeypatch.setattr(ray_accel.core.health_state, "read_health", lambda directory: HEALTH)
     return connected
 
 
 def test_jobs_lists_the_store_and_says_why_a_waiting_job_waits(cluster: list[str]) -> None:
     out = json.loads(run_cli_here("jobs", "--json").stdout)["jobs"]
-    assert cluster == ["the status"]
+    assert cluster == ["connected"]
     assert [(j["id"], j["waiting"]) for j in out] == [("aaa111", "p1 draining: mock:1: fault"), ("bbb222", None)]
     text = run_cli_here("jobs").stdout
     assert "aaa111 waits: p1 draining: mock:1: fault" in text and "bbb222 waits" not in text
@@ -82,20 +85,19 @@ def test_a_name_shared_by_two_jobs_is_an_input_error_naming_both() -> None:
         find_job(JOBS, "train")
 
 
-def test_without_a_readable_record_or_its_ip_no_job_is_said_to_wait(monkeypatch: pytest.MonkeyPatch) -> None:
-    import ray_accel.health.view
+def test_without_a_readable_health_file_or_a_node_ip_no_job_is_said_to_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ray_accel.core.health_state
     import ray_accel.jobs.store
 
     monkeypatch.setattr(ray_accel.jobs.store, "read_jobs", lambda: list(JOBS))
 
-    def no_cluster() -> None:
-        raise RayAccelError("no cluster")
+    def unreadable(directory: object) -> None:
+        raise RayAccelError("health file h.json is not valid JSON")
 
-    monkeypatch.setattr(ray_accel.health.view, "locate_health", no_cluster)
-    assert top_jobs() == (JOBS, None)
-    no_ip = SimpleNamespace(record=SimpleNamespace(host_ip=None), health=HEALTH)
-    monkeypatch.setattr(ray_accel.health.view, "locate_health", lambda: no_ip)
-    assert top_jobs() == (JOBS, None)
+    monkeypatch.setattr(ray_accel.core.health_state, "read_health", unreadable)
+    assert top_jobs(RECORD) == (JOBS, None)  # type: ignore[arg-type]
+    monkeypatch.setattr(ray_accel.core.health_state, "read_health", lambda directory: HEALTH)
+    assert top_jobs(SimpleNamespace(host_ip=None)) == (JOBS, None)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

@@ -296,10 +296,10 @@ def test_a_step_reads_back_from_the_record_as_the_rules_left_it() -> None:
     assert (view.state, view.since, view.devices, view.out) == (PartState.SERVING, record.created, full, ())
     bad = {d: DeviceHealth(d, Health.UNHEALTHY if d == "neuron:2" else Health.HEALTHY, 1.0, None, "") for d in full}
     drain = rules.decide(HealthSettings(Action.SHRINK, 1.0, 10.0), view, rules.Facts(full, True, bad), 5.0)
-    draining = replace(p, health=rules.held_of(drain.view))
+    draining = replace(p, health=drain.view.held)
     assert drain.effect is rules.Effect.DRAIN and rules.view_of(record, draining) == drain.view
     assert drain.view.out == ("neuron:2",) and drain.view.devices == full, "it serves them all until the restart"
     restart = rules.decide(HealthSettings(Action.SHRINK, 1.0, 10.0), drain.view, rules.Facts(full, False, bad), 6.0)
     # As the actions leave it: its raylet new, without the device.
-    shrunk = replace(p, health=rules.held_of(restart.view), out=("neuron:2",), out_core_ids=(2,), node_id="cd34")
+    shrunk = replace(p, health=restart.view.held, out=("neuron:2",), out_core_ids=(2,), node_id="cd34")
     assert rules.view_of(record, shrunk) == replace(restart.view, node_id="cd34")

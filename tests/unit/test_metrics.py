@@ -3,13 +3,16 @@ real process tree, the gauges and tags an exporter sets, and `top`'s view of eve
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Collection, Mapping
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
@@ -22,7 +25,7 @@ from ray_accel_mock.telemetry import MockTelemetry
 from ray_accel.cli import render
 from ray_accel.cli.connect import Orphans
 from ray_accel.cli.top import DEVICE_FIELDS, head_of, top_payload
-from ray_accel.cluster.status import HostStatus
+from ray_accel.cluster.status import ClusterPartition, HostStatus, cluster_view
 from ray_accel.core import masks
 from ray_accel.core.devices import Device
 from ray_accel.core.health import DeviceHealth, Health
@@ -44,13 +47,12 @@ from ray_accel.metrics.export import (
     COMMAND_MAX,
     GAUGES,
     HostValues,
-    PartitionNode,
     actor_name,
     gauge_values,
     partition_health,
-    partition_nodes,
 )
 from ray_accel.partition.labels import CORES_LABEL, PARTITION_LABEL
+from ray_accel.rayapi.gcs import GcsNode
 from tests.dashboard_queries import METRICS
 
 
@@ -250,10 +252,19 @@ def test_exporters_are_named_by_node_id_not_partition() -> None:
     assert actor_name("abc123") != actor_name("def456")
 
 
-def _gcs_node(node_id: str, host: str, part: str | None, alive: bool, ip: str = "10.0.0.1") -> dict[str, object]:
-    """One `ray.nodes()` entry."""
-    labels = {PARTITION_LABEL: part} if part else {}
-    return {"NodeID": node_id, "NodeManagerHostname": host, "NodeManagerAddress": ip, "Alive": alive, "Labels": labels}
+def _gcs_node(node_id: str, host: str, part: str | None, alive: bool, ip: str = "10.0.0.1") -> GcsNode:
+    """One row of the GCS's node table."""
+    return GcsNode(node_id, alive, labels={PARTITION_LABEL: part} if part else {}, ip=ip, hostname=host)
+
+
+def partition_nodes(nodes: list[GcsNode]) -> tuple[ClusterPartition, ...]:
+    """The partition raylets `top` shows of `nodes`."""
+    return cluster_view("a:1", {n.node_id: n for n in nodes}).partitions
+
+
+def raylet_row(partition: str, host: str, ip: str, node_id: str, alive: bool) -> ClusterPartition:
+    """A partition raylet as `top` gets it, with only what `top` shows."""
+    return ClusterPartition(host, host, partition, node_id, ip, alive, None, None, None, None, None, {}, {})
 
 
 def test_partition_nodes_keeps_every_hosts_partitions_and_drops_replaced_dead_ones() -> None:
@@ -273,10 +284,8 @@ def test_partition_nodes_keeps_every_hosts_partitions_and_drops_replaced_dead_on
 
 
 def test_dead_partitions_whose_units_a_live_one_serves_are_dropped() -> None:
-    def node(node_id: str, part: str, cores: str, alive: bool) -> dict[str, object]:
-        entry = _gcs_node(node_id, "hostA", part, alive)
-        entry["Labels"] = {PARTITION_LABEL: part, CORES_LABEL: cores}
-        return entry
+    def node(node_id: str, part: str, cores: str, alive: bool) -> GcsNode:
+        return replace(_gcs_node(node_id, "hostA", part, alive), labels={PARTITION_LABEL: part, CORES_LABEL: cores})
 
     # c and d merged into cd by a repartition; e removed, its units given to no one.
     nodes = [node("c", "c", "16-23", False), node("d", "d", "24-31", False), node("cd", "cd", "16-31", True)]
@@ -447,10 +456,10 @@ def test_top_payload_joins_every_hosts_snapshots_and_names_missing_ones() -> Non
         ("x",),
     )
     parts = [
-        PartitionNode("p0", "hostA", "10.0.0.1", "a0", True),
-        PartitionNode("p0", "hostB", "10.0.0.2", "b0", True),
-        PartitionNode("p1", "hostB", "10.0.0.2", "b1", True),
-        PartitionNode("p1", "hostA", "10.0.0.1", "a1", False),
+        raylet_row("p0", "hostA", "10.0.0.1", "a0", True),
+        raylet_row("p0", "hostB", "10.0.0.2", "b0", True),
+        raylet_row("p1", "hostB", "10.0.0.2", "b1", True),
+        raylet_row("p1", "hostA", "10.0.0.1", "a1", False),
     ]
     payload = top_payload(parts, {"a0": a.to_json(), "b0": b.to_json(), "b1": "no metrics exporter: gone"})
     assert [(d["host"], d["id"]) for d in payload["devices"]] == [("hostA", d.id) for d in devices[:8]] + [
@@ -467,10 +476,7 @@ def test_top_payload_joins_every_hosts_snapshots_and_names_missing_ones() -> Non
     assert "ORPHAN PID" in text and "4242" in text and "python hog.py" in text
     assert "DEAD" in text and "error: hostB/p1: no metrics exporter: gone" in text
     # The head raylet, apart from the partitions: the live node with Ray's head marker.
-    nodes = [
-        {"NodeID": "ab" * 28, "Alive": False, "Resources": {}},
-        {"NodeID": "cd" * 28, "Alive": True, "NodeManagerAddress": "10.0.0.1", "Resources": {HEAD_RESOURCE: 1.0}},
-    ]
+    nodes = [GcsNode("ab" * 28, False), GcsNode("cd" * 28, True, {HEAD_RESOURCE: 1.0}, ip="10.0.0.1")]
     payload["head"] = head_of(nodes)
     assert payload["head"] == {"node_id": "cd" * 28, "ip": "10.0.0.1"} and head_of(nodes[:1]) is None
     assert render.top_text(payload).startswith("head raylet: node cdcdcdcdcdcd on 10.0.0.1\n\n")
@@ -504,9 +510,9 @@ def test_top_shows_a_drained_and_a_stopped_partition_from_the_host_level_exporte
         "devices": [d._asdict() for d in (*mine, *adopted)],
     }
     parts = [
-        PartitionNode("p0", "hostA", "10.0.0.1", "a0", True),
-        PartitionNode("p1", "hostA", "10.0.0.1", "a1", True),
-        PartitionNode("p2", "hostA", "10.0.0.1", "a2", False),
+        raylet_row("p0", "hostA", "10.0.0.1", "a0", True),
+        raylet_row("p1", "hostA", "10.0.0.1", "a1", True),
+        raylet_row("p2", "hostA", "10.0.0.1", "a2", False),
     ]
     payload = top_payload(parts, {"a0": host_level})
     rows = payload["partitions"]
@@ -580,7 +586,10 @@ def test_an_exporter_runs_no_discovery_and_probes_only_its_spec_backend(monkeypa
     import ray.util.metrics
     from ray_accel_mock import MockPlugin
 
-    from ray_accel.metrics.export import ExporterEntry, PartitionExporter, entries_from_json, entries_to_json
+    from ray_accel.cluster.helpers import read_inputs
+    from ray_accel.core.reader import dump
+    from ray_accel.health.driver_ops import MODULE, DriverOp
+    from ray_accel.metrics.export import Deployment, ExporterEntry, PartitionExporter
     from ray_accel.plugins import discovery, inventory
 
     discoveries: list[object] = []
@@ -596,7 +605,8 @@ def test_an_exporter_runs_no_discovery_and_probes_only_its_spec_backend(monkeypa
     inventory.process_backend.cache_clear()
     try:
         entry = ExporterEntry("p0", "node-a", ("neuron:0",))
-        assert entries_from_json(entries_to_json([entry])) == (entry,)
+        op = DriverOp("exporters", "10.0.0.1:6379", Deployment("10.0.0.1:6379", (entry,), "p0"))
+        assert read_inputs(DriverOp, [json.dumps(dump(op))], MODULE) == op, "as the decider hands it on"
         exporter = PartitionExporter(entry, True, 3600.0, None)
         assert discoveries == [] and probes == ["mock"]
         assert inventory.process_backend() is exporter.plugin, "found once per process"
@@ -606,22 +616,26 @@ def test_an_exporter_runs_no_discovery_and_probes_only_its_spec_backend(monkeypa
         inventory.process_backend.cache_clear()
 
 
-def test_a_bad_spec_or_entry_is_an_input_error() -> None:
+def test_a_bad_spec_or_entry_is_an_input_error(capsys: pytest.CaptureFixture[str]) -> None:
+    from ray_accel.cluster.helpers import read_inputs
     from ray_accel.core.errors import InputError
-    from ray_accel.metrics.export import entries_from_json
+    from ray_accel.health.driver_ops import MODULE, DriverOp
     from ray_accel.plugins.inventory import spec_backend
 
     assert spec_backend(None) is None and spec_backend('[{"backend": "cuda"}]') == "cuda"
     for bad in ("{", "[{}]", '[{"backend": 3}]'):
         with pytest.raises(InputError, match="bad RAYACCEL_BRIDGE_SPEC"):
             spec_backend(bad)
+    op = '{"op": "exporters", "address": "a:1", "deploy": {"address": "a:1", "entries": [%s]}}'
     for bad, named in (
-        ("{", "exporter entries is not valid JSON"),
-        ('[{"partition": "p0", "node_id": "n"}]', r"entries\[0\]"),
-        ('[{"partition": "p0", "node_id": 1, "device_ids": []}]', r"entries\[0\]\.node_id"),
+        ("{", "inputs is not valid JSON"),
+        (op % '{"partition": "p0", "node_id": "n"}', r"inputs\.deploy\.entries\[0\]\.device_ids: missing"),
+        (op % '{"partition": "p0", "node_id": 1, "device_ids": []}', r"inputs\.deploy\.entries\[0\]\.node_id"),
+        ('{"op": "scale", "address": "a:1"}', r"inputs\.op: 'scale' is not one of exporters, leave"),
     ):
-        with pytest.raises(InputError, match=named):
-            entries_from_json(bad)
+        with pytest.raises(SystemExit, match="2"):
+            read_inputs(DriverOp, [bad], MODULE)
+        assert re.search(named, capsys.readouterr().err), named
 
 
 def test_a_drained_partitions_exporter_leaves_and_its_devices_move_to_the_host_level_one(

@@ -12,11 +12,12 @@ from ray_accel_cuda.health import XID_WINDOW_S
 
 from ray_accel.cli import render
 from ray_accel.cli.top import top_payload
+from ray_accel.cluster.status import ClusterPartition
 from ray_accel.core.health import Health
 from ray_accel.core.health_state import HealthSettings, HostHealth, PartitionHealth, PartState, dumps, parse_health
 from ray_accel.core.processes import process_table
 from ray_accel.metrics.collect import Where, collect
-from ray_accel.metrics.export import PartitionNode, gauge_values, health_values, partition_health
+from ray_accel.metrics.export import gauge_values, health_values, partition_health
 from tests.fakes import fake_nvml
 
 
@@ -61,7 +62,7 @@ def test_six_minutes_after_xid_79_both_gauges_and_top_say_unhealthy() -> None:
     assert states[bad] == "unhealthy" and all(states[d.id] == "healthy" for d in devices if d.id != bad)
 
     payload = top_payload(
-        [PartitionNode("p0", "h", "10.0.0.1", "node", True)],
+        [ClusterPartition("h", "h", "p0", "node", "10.0.0.1", True, None, None, None, None, None, {}, {})],
         {"node": {**snap.to_json(), "health": partition_health(health, "p0")}},
     )
     row = next(d for d in payload["devices"] if d["id"] == bad)
