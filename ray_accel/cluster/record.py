@@ -437,7 +437,6 @@ def _spec(obj: Node, legacy: bool = False) -> BridgeSpec:
         backend = _matching(obj.at("backend"), _BACKEND, 64, "{value} is not a backend name")
         traits_node = obj.at("traits")
         traits = _checked(obj, lambda: DeviceTraits.from_json(traits_node.mapping()))
-    units = obj.at("unit_ids").list(MAX_UNITS)
     return BridgeSpec(
         backend=backend,
         traits=traits,
@@ -445,7 +444,7 @@ def _spec(obj: Node, legacy: bool = False) -> BridgeSpec:
         visible_ids_env=env,
         family=family,
         accelerator_type=_opt(obj.at("accelerator_type", None), lambda n: n.text(128)),
-        unit_ids=tuple(u.int(0, MAX_UNITS) for u in units),
+        unit_ids=_units(obj.at("unit_ids")),
         process_env=_process_env(obj.at("process_env", [])),
     )
 

@@ -165,7 +165,6 @@ def describe(record: HostRecord, place: state.Place) -> HostStatus:
         total = node.total if node else {}
         avail = node.available if node else {}
         problems = [checks[r].describe() for r in p.processes if r in checks and not checks[r].ours]
-        share = p.share
         return PartitionStatus(
             p.name,
             p.serving.device_ids,
@@ -184,8 +183,8 @@ def describe(record: HostRecord, place: state.Place) -> HostStatus:
             {k: total[k] for k in (resource, "CPU") if k in total},
             (p.ports.min_worker_port, p.ports.max_worker_port),
             tuple(problems),
-            share,
-            None if share is None else share.cpu_set,
+            p.share,
+            None if p.share is None else p.share.cpu_set,
             p.log,
         )
 

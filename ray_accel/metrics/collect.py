@@ -117,16 +117,9 @@ class WorkloadReading(NamedTuple):
         return out
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "workload": self.workload,
-            "host": self.host,
-            "partition": self.partition,
-            "pid": self.pid,
-            "pids": [p.pid for p in self.processes],
-            "cpu_seconds": self.cpu_seconds,
-            "rss_bytes": self.rss_bytes,
-            "device_memory_bytes": self.device_memory_bytes,
-        }
+        named = {k: v for k, v in self._asdict().items() if k != "processes"}
+        totals = {k: getattr(self, k) for k in ("cpu_seconds", "rss_bytes", "device_memory_bytes")}
+        return {**named, "pids": [p.pid for p in self.processes], **totals}
 
 
 @dataclass(frozen=True)
