@@ -218,12 +218,6 @@ def install(specs: Sequence[BridgeSpec]) -> list[Any]:
     return managers
 
 
-def refresh_worker_masks() -> None:
-    """In a worker, Ray recorded the inherited masks at import, with its own
-    managers; record them again through ours."""
-    accelerators.refresh_original_visible_ids()
-
-
 def unit_resources_env(specs: Sequence[BridgeSpec], current: str | None) -> str | None:
     """The value RAY_custom_unit_instance_resources needs, or None if unchanged.
 

@@ -76,7 +76,7 @@ def plan_within_mask(
     devices: Sequence[Device],
     mode: str | Mode,
     partitions: int | None = None,
-    manual: str | Mapping[str, str | Sequence[str]] | None = None,
+    manual: str | None = None,
     mask: InheritedMask | None = None,
     default_type: str | None = None,
     *,

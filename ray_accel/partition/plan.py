@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import itertools
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -137,12 +137,6 @@ class Plan:
 
     def __iter__(self) -> Iterator[Partition]:
         return iter(self.partitions)
-
-    def __len__(self) -> int:
-        return len(self.partitions)
-
-    def __getitem__(self, i: int) -> Partition:
-        return self.partitions[i]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -307,16 +301,11 @@ def _type_warnings(parts: Sequence[Partition]) -> list[str]:
     return out
 
 
-def _manual_groups(
-    devices: Sequence[Device], manual: str | Mapping[str, str | Sequence[str]]
-) -> list[tuple[str, list[Device]]]:
-    if isinstance(manual, str):
-        entries: list[tuple[str, str | Sequence[str]]] = []
-        for n, chunk in enumerate(c for c in manual.split(";") if c.strip()):
-            name, sep, ids = chunk.partition("=")
-            entries.append((name.strip(), ids) if sep else (f"p{n}", name))
-    else:
-        entries = list(manual.items())
+def _manual_groups(devices: Sequence[Device], manual: str) -> list[tuple[str, list[Device]]]:
+    entries = []
+    for n, chunk in enumerate(c for c in manual.split(";") if c.strip()):
+        name, sep, ids = chunk.partition("=")
+        entries.append((name.strip(), ids) if sep else (f"p{n}", name))
     if not entries:
         raise PartitionError(f"manual spec {manual!r} names no partitions")
     by_index = {d.index: d for d in devices}
@@ -330,7 +319,7 @@ def _manual_groups(
             raise PartitionError(f"manual spec: {e}") from None
         if any(a == name for a, _ in groups):
             raise PartitionError(f"partition {name!r} appears twice in manual spec")
-        tokens = [t.strip() for t in (spec.split(",") if isinstance(spec, str) else spec)]
+        tokens = [t.strip() for t in spec.split(",")]
         if not any(tokens):
             raise PartitionError(f"partition {name!r} has no devices")
         group: list[Device] = []
@@ -361,7 +350,7 @@ def plan_partitions(
     devices: Sequence[Device],
     mode: str | Mode,
     partitions: int | None = None,
-    manual: str | Mapping[str, str | Sequence[str]] | None = None,
+    manual: str | None = None,
     default_type: str | None = None,
     *,
     traits: DeviceTraits,

@@ -99,7 +99,7 @@ def mock_host(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
 
     monkeypatch.setattr(ray, "init", fake_init)
     monkeypatch.setattr(driver, "install", seen["installed"].append)
-    monkeypatch.setattr(driver, "refresh_worker_masks", refresh)
+    monkeypatch.setattr(driver, "refresh_original_visible_ids", refresh)
     monkeypatch.setattr(driver, "_starts_a_local_cluster", lambda address, temp_dir: False)
     with environment({**os.environ, "RAYACCEL_MOCK": "trn1.32xlarge"}):
         yield seen
