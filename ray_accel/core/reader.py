@@ -370,8 +370,7 @@ def _load_object(cls: type[T], node: Node) -> T:
     hints = typing.get_type_hints(cls)
     values = {}
     for f in fields:
-        has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
-        if f.name in node.mapping() or not has_default:
+        if f.name in node.mapping() or f.default is f.default_factory is dataclasses.MISSING:
             values[f.name] = _load(hints[f.name], node.at(f.name))
     try:
         return cls(**values)
