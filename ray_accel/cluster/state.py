@@ -133,12 +133,9 @@ def place_for(ip: str | None) -> Place:
     earlier version's record, by name alone). An IP's directory is named as
     the host label writes the IP (`ip_text`: one text per address, and a safe
     file name)."""
-    explicit = os.environ.get(STATE_ENV)
-    name = STATE_FILE if ip is not None else LEGACY_FILE
-    if explicit:
-        return Place(Path(explicit), Path(explicit) / name, True)
-    directory = home_root() if ip is None else home_root() / ip_text(ip)
-    return Place(directory, directory / name, False)
+    explicit = bool(os.environ.get(STATE_ENV))
+    directory = search_root() if explicit or ip is None else home_root() / ip_text(ip)
+    return Place(directory, directory / (STATE_FILE if ip is not None else LEGACY_FILE), explicit)
 
 
 def place_of(record: HostRecord) -> Place:

@@ -237,8 +237,7 @@ def _auto_split(devices: Sequence[Device], count: int, split: SplitOrder) -> lis
     blocks = [order[i : i + size] for i in range(0, len(order), size)]
     if not any(d.peers for d in devices) or all(_linked(b) for b in blocks):
         return blocks
-    grown = _grow(order, size)
-    return grown if grown is not None else blocks
+    return _grow(order, size) or blocks
 
 
 def _by_model(devices: Sequence[Device]) -> list[list[Device]]:
