@@ -80,13 +80,13 @@ def _activate(name: str, factory: object) -> PluginStatus:
     return PluginStatus(name, True, None, plugin) if devices else _inactive(name, "no devices found")
 
 
-def discover_plugins(only: str | None = None, env: Mapping[str, str] | None = None) -> list[PluginStatus]:
+def discover_plugins(only: str | None = None) -> list[PluginStatus]:
     """Load every registered backend and say which ones are active.
 
     With RAYACCEL_MOCK set only the mock backend may be active: the others are
     not even probed, so a test on a GPU machine never touches the real GPU.
     """
-    mock_on = bool((os.environ if env is None else env).get(MOCK_ENV))
+    mock_on = bool(os.environ.get(MOCK_ENV))
     statuses: list[PluginStatus] = []
     for ep in _entry_points():
         if only is not None and ep.name != only:
