@@ -34,6 +34,7 @@ them; a second command exits 2 naming the lock instead of waiting.
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 import re
 import socket
@@ -58,9 +59,6 @@ LOCK_FILE = "lock"
 DEFAULT_ROOT = ".ray-accel"
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
 
-_warned: set[str] = set()
-
-
 class StateError(InputError):
     """The state directory or file cannot be used."""
 
@@ -69,11 +67,10 @@ class LockError(InputError):
     """Another ray-accel command holds this host's lock."""
 
 
+@functools.cache
 def warn(message: str) -> None:
     """A warning on stderr, once per process."""
-    if message not in _warned:
-        _warned.add(message)
-        print(f"ray-accel: warning: {message}", file=sys.stderr, flush=True)
+    print(f"ray-accel: warning: {message}", file=sys.stderr, flush=True)
 
 
 def host_name() -> str:
