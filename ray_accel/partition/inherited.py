@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from ray_accel.core.devices import Device, all_core_ids
 from ray_accel.core.errors import InputError
 from ray_accel.core.visibility import VisibilityError, format_visible_ids
-from ray_accel.partition.plan import MaskView, Mode, PartitionError, Plan, plan_partitions
+from ray_accel.partition.plan import MaskView, PartitionError, Plan, plan_partitions
 from ray_accel.plugins.interface import DevicePlugin
 from ray_accel.plugins.traits import DeviceTraits
 
@@ -71,7 +71,7 @@ def restrict(devices: Sequence[Device], mask: InheritedMask) -> list[Device]:
 
 def plan_within_mask(
     devices: Sequence[Device],
-    mode: str | Mode,
+    mode: str,
     partitions: int | None = None,
     manual: str | None = None,
     mask: InheritedMask | None = None,

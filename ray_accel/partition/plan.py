@@ -46,15 +46,14 @@ class PartitionError(InputError):
     """A plan that cannot be made: overlap, unknown id, impossible split."""
 
 
-class Mode(enum.Enum):
+class Mode(enum.StrEnum):
     SHARED = "shared"
     AUTO_SPLIT = "auto-split"
     MANUAL = "manual"
 
     @classmethod
-    def parse(cls, value: str | Mode) -> Mode:
-        if isinstance(value, Mode):
-            return value
+    def parse(cls, value: str) -> Mode:
+        """A mode as the user writes it (any case, `_` for `-`), or a `Mode`."""
         try:
             return cls(value.strip().lower().replace("_", "-"))
         except ValueError:
@@ -347,7 +346,7 @@ def _manual_groups(devices: Sequence[Device], manual: str) -> list[tuple[str, li
 
 def plan_partitions(
     devices: Sequence[Device],
-    mode: str | Mode,
+    mode: str,
     partitions: int | None = None,
     manual: str | None = None,
     default_type: str | None = None,
