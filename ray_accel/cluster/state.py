@@ -59,6 +59,7 @@ LOCK_FILE = "lock"
 DEFAULT_ROOT = ".ray-accel"
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
 
+
 class StateError(InputError):
     """The state directory or file cannot be used."""
 
