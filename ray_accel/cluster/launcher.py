@@ -130,7 +130,7 @@ class Launch:
             error = f"{error}; log {self.log_path}: " + " | ".join(tail_lines(self.log_path, 3))
         node_id, gcs_address, node_ip, dashboard_url = said
         return LaunchReport(
-            ok, error, 0.0, None, processes, node_id, gcs_address, node_ip, dashboard_url, self.name, str(self.log_path)
+            ok, error, processes, node_id, gcs_address, node_ip, dashboard_url, self.name, str(self.log_path)
         )
 
 
