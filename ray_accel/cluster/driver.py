@@ -62,7 +62,8 @@ def _apply_recorded_auth(address: str | None) -> None:
         return
     from ray_accel.cluster import auth, state
 
-    record = state.load()
+    place = state.locate().place
+    record = None if place is None else state.load(place)
     if record is None:
         return
     if address != "auto" and address.removeprefix("ray://") != record.gcs_address:

@@ -236,13 +236,9 @@ def ensure_dir(place: Place) -> Path:
     return path
 
 
-def load(place: Place | None = None) -> HostRecord | None:
-    """The record at `place` (default: this host's, `locate`), None if there
-    is none, or `RecordError` (exit 2) naming the file when it cannot be used."""
-    if place is None:
-        place = locate().place
-        if place is None:
-            return None
+def load(place: Place) -> HostRecord | None:
+    """The record at `place`, None if there is none, or `RecordError` (exit
+    2) naming the file when it cannot be used."""
     _check_dir(place.directory)
     path = place.file
     try:
