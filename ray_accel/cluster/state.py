@@ -163,7 +163,7 @@ def _exists(path: Path) -> bool:
     return True
 
 
-def candidates(addresses: Collection[str] | None = None) -> tuple[list[Place], tuple[Path, ...]]:
+def candidates() -> tuple[list[Place], tuple[Path, ...]]:
     """The places holding a record of this host (this version's first), and
     the record files under its name for addresses it does not have."""
     explicit = os.environ.get(STATE_ENV)
@@ -180,18 +180,18 @@ def candidates(addresses: Collection[str] | None = None) -> tuple[list[Place], t
         recorded = []
     except OSError as e:
         raise StateError(f"cannot read state directory {root}: {e}") from None
-    mine, others = choose(recorded, {ip_text(a) for a in (local_addresses() if addresses is None else addresses)})
+    mine, others = choose(recorded, {ip_text(a) for a in local_addresses()})
     places = [Place(root / d, root / d / STATE_FILE, False) for d in mine]
     if _exists(root / LEGACY_FILE):
         places.append(Place(root, root / LEGACY_FILE, False))
     return places, tuple(root / d / STATE_FILE for d in others)
 
 
-def locate(addresses: Collection[str] | None = None) -> Found:
-    """This host's record, if any (see the module doc); `addresses` are this
-    host's IP addresses (default: its interfaces' now). Records for two of
-    this host's addresses is a `StateError` naming them."""
-    places, elsewhere = candidates(addresses)
+def locate() -> Found:
+    """This host's record, if any (see the module doc: by the addresses its
+    interfaces have now). Records for two of this host's addresses is a
+    `StateError` naming them."""
+    places, elsewhere = candidates()
     current = [p for p in places if not p.legacy]
     if len(current) > 1:
         names = ", ".join(str(p.file) for p in current)
