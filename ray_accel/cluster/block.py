@@ -112,9 +112,8 @@ def _watch(record: HostRecord, progress: Progress, grace_s: float, wake: threadi
         for p in current.raylets():
             if p.held:
                 # Drained, stopped or being restarted by the health decider, on purpose.
-                if alive.get(p.name) is not None:
+                if alive.pop(p.name, None) is not None:
                     progress(f"{p.name}: {p.health.state.value} by the health decider")
-                alive.pop(p.name, None)
                 continue
             # A partition lives while its raylet does (and, on the head, the GCS).
             vital = p.of_kind("raylet", "gcs_server")

@@ -300,10 +300,8 @@ def _type_warnings(parts: Sequence[Partition]) -> list[str]:
 
 
 def _manual_groups(devices: Sequence[Device], manual: str) -> list[tuple[str, list[Device]]]:
-    entries = []
-    for n, chunk in enumerate(c for c in manual.split(";") if c.strip()):
-        name, sep, ids = chunk.partition("=")
-        entries.append((name.strip(), ids) if sep else (f"p{n}", name))
+    chunks = [c.partition("=") for c in manual.split(";") if c.strip()]
+    entries = [(name.strip(), ids) if sep else (f"p{n}", name) for n, (name, sep, ids) in enumerate(chunks)]
     if not entries:
         raise PartitionError(f"manual spec {manual!r} names no partitions")
     by_index = {d.index: d for d in devices}
