@@ -213,11 +213,9 @@ class Node:
                 self._child(key, key if key.isprintable() else show(key))._refuse(message, "unknown key {value}")
         return self
 
-    def at(self, key: str | builtins.int, default: object = _MISSING) -> Node:
-        """The value under `key` (an index into a list); `default` where absent,
-        else a refusal naming the key as missing."""
-        if isinstance(key, int):
-            return self._child(typing.cast(list[object], self.data)[key], key)
+    def at(self, key: str, default: object = _MISSING) -> Node:
+        """The value under `key`; `default` where absent, else a refusal
+        naming the key as missing."""
         data = self.mapping()
         if key in data or default is not _MISSING:
             return self._child(data.get(key, default), key)
