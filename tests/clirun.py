@@ -57,7 +57,7 @@ def run_cli_here(*args: str, env: Mapping[str, str] | None = None) -> subprocess
     out, err = io.StringIO(), io.StringIO()
     handlers = {s: signal.getsignal(s) for s in _SIGNALS}
     # A warning is printed once per process; each call here stands for a process of its own.
-    state._warned.clear()
+    state.warn.cache_clear()
     try:
         with environment(child_env(env)), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
@@ -71,7 +71,7 @@ def run_cli_here(*args: str, env: Mapping[str, str] | None = None) -> subprocess
     finally:
         for s, h in handlers.items():
             signal.signal(s, h)
-        state._warned.clear()
+        state.warn.cache_clear()
     return subprocess.CompletedProcess(["ray-accel", *args], code, out.getvalue(), err.getvalue())
 
 

@@ -15,11 +15,12 @@ log = logging.getLogger(__name__)
 
 
 def _autoinstall() -> None:
-    from ray_accel.bridge.managers import SPEC_ENV, install, refresh_worker_masks, specs_from_env
+    from ray_accel.bridge.managers import SPEC_ENV, install, specs_from_env
+    from ray_accel.rayapi.accelerators import refresh_original_visible_ids
 
     if specs := specs_from_env(os.environ.get(SPEC_ENV)):
         install(specs)
-        refresh_worker_masks()
+        refresh_original_visible_ids()  # Ray recorded them at import, through its own managers
 
 
 try:

@@ -206,22 +206,14 @@ def check_ray_version() -> str:
 _installed: dict[str, type] = {}
 
 
-def install(specs: Sequence[BridgeSpec]) -> list[Any]:
+def install(specs: Sequence[BridgeSpec]) -> None:
     """Put our managers in Ray's registry in this process. Idempotent."""
     check_ray_version()
     try:
-        managers = [make_manager(s) for s in specs]
-        _installed.update((m.get_resource_name(), m) for m in managers)
+        _installed.update((s.resource_name, make_manager(s)) for s in specs)
         accelerators.put_managers(_installed)
     except RayApiMissing as e:
         raise BridgeUnsupported(f"{e}: the bridge is not installed") from None
-    return managers
-
-
-def refresh_worker_masks() -> None:
-    """In a worker, Ray recorded the inherited masks at import, with its own
-    managers; record them again through ours."""
-    accelerators.refresh_original_visible_ids()
 
 
 def unit_resources_env(specs: Sequence[BridgeSpec], current: str | None) -> str | None:

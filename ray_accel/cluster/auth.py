@@ -127,16 +127,12 @@ def decide(environ: Mapping[str, str], state_dir: Path, create: bool, home: Path
         path = state_dir / STATE_TOKEN_FILE
         return Auth("token", str(path), f"{TOKEN_ENV} (copied to {path})", make=COPY)
     named = environ.get(TOKEN_PATH_ENV)
-    if named:
-        path = Path(named).expanduser().absolute()
-        if _readable_token(path):
-            return Auth("token", str(path), TOKEN_PATH_ENV, _loose_mode_warning(path))
-        if path.exists() or not create:
-            raise AuthError(f"{TOKEN_PATH_ENV}={named!r}: no readable, non-empty token file there")
-        return Auth("token", str(path), f"generated at {TOKEN_PATH_ENV}", make=NEW)
-    path = default_token_path(home)
+    path = Path(named).expanduser().absolute() if named else default_token_path(home)
+    source = TOKEN_PATH_ENV if named else str(path)
     if _readable_token(path):
-        return Auth("token", str(path), str(path), _loose_mode_warning(path))
+        return Auth("token", str(path), source, _loose_mode_warning(path))
+    if named and (path.exists() or not create):
+        raise AuthError(f"{TOKEN_PATH_ENV}={named!r}: no readable, non-empty token file there")
     if path.exists():
         raise AuthError(f"{path} exists but holds no readable token: fix or remove it")
     if not create:
@@ -144,7 +140,7 @@ def decide(environ: Mapping[str, str], state_dir: Path, create: bool, home: Path
             f"no Ray cluster token on this host: set {TOKEN_PATH_ENV} to a copy of the head's token file "
             f"(or {TOKEN_ENV}), or place it at {path}; or set {MODE_ENV}=disabled if the cluster has auth off"
         )
-    return Auth("token", str(path), f"generated at {path}", make=NEW)
+    return Auth("token", str(path), f"generated at {source}", make=NEW)
 
 
 def provide(auth: Auth, environ: Mapping[str, str]) -> Auth:

@@ -48,12 +48,6 @@ def _on_disk(record: HostRecord, keep: bool = True) -> HostRecord | None:
     return current if current is not None and current.created == record.created else None
 
 
-def _ours_now(record: HostRecord) -> bool:
-    """Whether the record on disk is still this start's and not being stopped."""
-    current = _on_disk(record)
-    return current is not None and not current.stopping
-
-
 def _stop_all(record: HostRecord, grace_s: float, progress: Progress) -> None:
     """Stop the partitions with `stop`'s own code, waiting while another
     command (a `ray-accel stop` already at work) holds the lock."""
@@ -118,9 +112,8 @@ def _watch(record: HostRecord, progress: Progress, grace_s: float, wake: threadi
         for p in current.raylets():
             if p.held:
                 # Drained, stopped or being restarted by the health decider, on purpose.
-                if alive.get(p.name) is not None:
+                if alive.pop(p.name, None) is not None:
                     progress(f"{p.name}: {p.health.state.value} by the health decider")
-                alive.pop(p.name, None)
                 continue
             # A partition lives while its raylet does (and, on the head, the GCS).
             vital = p.of_kind("raylet", "gcs_server")
@@ -142,7 +135,7 @@ def _watch(record: HostRecord, progress: Progress, grace_s: float, wake: threadi
                 registered[p.name] = reg
         dead = [name for name, ok in alive.items() if not ok]
         if dead:
-            if not _ours_now(record):
+            if (latest := _on_disk(record)) is None or latest.stopping:
                 continue  # a stop is at work: the next round says so
             progress(f"partition {dead[0]} died: stopping every partition")
             _stop_all(record, grace_s, progress)

@@ -16,7 +16,6 @@ from ray_accel.bridge.managers import (
     BridgeUnsupported,
     install,
     raylet_env,
-    refresh_worker_masks,
 )
 from ray_accel.core import ray_resources
 from ray_accel.core.errors import InputError
@@ -25,6 +24,7 @@ from ray_accel.partition.inherited import InheritedMask, inherited_mask
 from ray_accel.partition.plan import Partition, group_type, models_of
 from ray_accel.plugins.inventory import discover
 from ray_accel.rayapi import address as rayapi_address
+from ray_accel.rayapi.accelerators import refresh_original_visible_ids
 from ray_accel.rayapi.feature import RayApiMissing
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,8 @@ def _apply_recorded_auth(address: str | None) -> None:
         return
     from ray_accel.cluster import auth, state
 
-    record = state.load()
+    place = state.locate().place
+    record = None if place is None else state.load(place)
     if record is None:
         return
     if address != "auto" and address.removeprefix("ray://") != record.gcs_address:
@@ -178,5 +179,5 @@ def init(partition: PartitionArg = None, backend: str | None = None, **ray_init_
     os.environ.update(raylet_env([spec], dict(os.environ)))
     if ids is not None:
         os.environ[spec.visible_ids_env] = format_visible_ids(ids)
-    refresh_worker_masks()
+    refresh_original_visible_ids()
     return ray.init(**ray_init_kwargs)

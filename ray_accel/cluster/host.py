@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 
 from ray_accel.cluster.startargs import HOST_FLAGS
 from ray_accel.core.errors import InputError
-from ray_accel.core.numa import NumaTopology, read_topology
+from ray_accel.core.numa import read_topology
 from ray_accel.core.validate import HEAD
 from ray_accel.partition.plan import Plan
 from ray_accel.partition.share import Division, HostResources, Share, divide
@@ -71,14 +71,14 @@ def allowed_cpus() -> frozenset[int]:
         return frozenset(range(os.cpu_count() or 1))
 
 
-def divide_host(plan: Plan, host: HostResources, topology: NumaTopology | None = None) -> Division:
+def divide_host(plan: Plan, host: HostResources) -> Division:
     """Each partition of `plan` gets host amounts in proportion to its units."""
     return divide(
         [p.name for p in plan],
         [len(p.core_ids) for p in plan],
         [q.numa_nodes for q in plan.quality],
         host,
-        topology if topology is not None else read_topology(),
+        read_topology(),
         allowed_cpus(),
         OBJECT_STORE_MINIMUM,
     )

@@ -108,7 +108,7 @@ class Launch:
 
     def _read_result(self, why: str | None) -> LaunchReport:
         processes: tuple[RayProcess, ...] = ()
-        node: list[str | None] = [None] * 4  # node_id, gcs_address, node_ip, dashboard_url
+        said: list[str | None] = [None] * 4  # node_id, gcs_address, node_ip, dashboard_url
         try:
             raw = read_bytes(self.result_path, RESULT_LIMIT, follow=False)
             obj = Node(parse_json(raw, str(self.result_path)))
@@ -122,16 +122,15 @@ class Launch:
             error = why or said_error or (None if ok else "the launcher reported a failure")
             if ok and not all(said[:3]):
                 ok, error = False, "the launcher's result names no node"
-            node = said
         except FileNotFoundError:
             ok, error = False, why or "the launcher exited without a result"
         except (OSError, InputError) as e:
             ok, error = False, why or f"unreadable launcher result {self.result_path}: {e}"
         if not ok:
             error = f"{error}; log {self.log_path}: " + " | ".join(tail_lines(self.log_path, 3))
-        node_id, gcs_address, node_ip, dashboard_url = node
+        node_id, gcs_address, node_ip, dashboard_url = said
         return LaunchReport(
-            ok, error, 0.0, None, processes, node_id, gcs_address, node_ip, dashboard_url, self.name, str(self.log_path)
+            ok, error, processes, node_id, gcs_address, node_ip, dashboard_url, self.name, str(self.log_path)
         )
 
 

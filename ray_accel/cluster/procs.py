@@ -210,16 +210,18 @@ def terminate(records: Iterable[ProcessRecord], grace_s: float = 5.0) -> list[in
                 targets.setdefault(pid, child)
     never = never_signal()
     signalled = [pid for pid, r in targets.items() if pid not in never and r.alive() and send(pid, signal.SIGTERM)]
-    deadline = time.monotonic() + max(0.0, grace_s)
-    while time.monotonic() < deadline and any(targets[p].alive() for p in signalled):
-        time.sleep(0.05)
+    _wait_gone([targets[p] for p in signalled], grace_s)
     left = [p for p in signalled if targets[p].alive()]
     for pid in left:
         send(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and any(targets[p].alive() for p in left):
-        time.sleep(0.05)
+    _wait_gone([targets[p] for p in left], 5)
     return sorted(signalled)
+
+
+def _wait_gone(records: Sequence[ProcessRecord], seconds: float) -> None:
+    deadline = time.monotonic() + max(0.0, seconds)
+    while time.monotonic() < deadline and any(r.alive() for r in records):
+        time.sleep(0.05)
 
 
 def group_members(pgid: int, not_before_ticks: int) -> list[ProcessRecord]:

@@ -15,7 +15,6 @@ import dataclasses
 import json
 import os
 import sys
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -39,8 +38,6 @@ class LaunchReport:
 
     ok: bool
     error: str | None
-    seconds: float = 0.0
-    cpu_set: str | None = None
     processes: tuple[RayProcess, ...] = ()
     node_id: str | None = None
     gcs_address: str | None = None
@@ -50,17 +47,13 @@ class LaunchReport:
     log: str | None = field(default=None, metadata=LOCAL)
 
 
-def _pin() -> str | None:
+def _pin() -> None:
     """Pin this process to the partition's CPUs before `ray start`: the
     raylet, its agents and its workers inherit the affinity."""
     from ray_accel.core.numa import parse_cpulist
 
-    text = os.environ.get(CPU_SET_ENV)
-    if not text:
-        return None
-    cpus = parse_cpulist(text)
-    os.sched_setaffinity(0, cpus)
-    return text
+    if text := os.environ.get(CPU_SET_ENV):
+        os.sched_setaffinity(0, parse_cpulist(text))
 
 
 def _processes(node: Any) -> tuple[RayProcess, ...]:
@@ -106,7 +99,7 @@ def main(argv: list[str]) -> int:
         except BridgeUnsupported as e:
             print(f"ray-accel: bridge not installed, explicit resources and masks only: {e}", file=sys.stderr)
     try:
-        pinned = _pin()
+        _pin()
     except (OSError, ValueError) as e:  # a CPU set this process may not use: report it, start nothing
         return _report(
             result_path, LaunchReport(False, f"cannot pin to {CPU_SET_ENV}={os.environ.get(CPU_SET_ENV)}: {e}")
@@ -119,7 +112,6 @@ def main(argv: list[str]) -> int:
     # one's file).
     tag = f"{os.environ.get(PARTITION_ENV, 'partition')}.{os.getpid()}"
     error: str | None = None
-    started = time.time()
     captured: list[Any] = []
     try:
         with rayapi_node.capture_nodes(tag) as captured:
@@ -143,7 +135,7 @@ def main(argv: list[str]) -> int:
             rayapi_node.kill_node(node)
     elif error is None:
         error = "ray start created no node"
-    report = LaunchReport(error is None, error, time.time() - started, pinned, processes)
+    report = LaunchReport(error is None, error, processes)
     if facts is not None:
         url = facts.webui_url and (facts.webui_url if "://" in facts.webui_url else f"http://{facts.webui_url}")
         report = dataclasses.replace(

@@ -34,6 +34,7 @@ them; a second command exits 2 naming the lock instead of waiting.
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 import re
 import socket
@@ -58,8 +59,6 @@ LOCK_FILE = "lock"
 DEFAULT_ROOT = ".ray-accel"
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
 
-_warned: set[str] = set()
-
 
 class StateError(InputError):
     """The state directory or file cannot be used."""
@@ -69,11 +68,10 @@ class LockError(InputError):
     """Another ray-accel command holds this host's lock."""
 
 
+@functools.cache
 def warn(message: str) -> None:
     """A warning on stderr, once per process."""
-    if message not in _warned:
-        _warned.add(message)
-        print(f"ray-accel: warning: {message}", file=sys.stderr, flush=True)
+    print(f"ray-accel: warning: {message}", file=sys.stderr, flush=True)
 
 
 def host_name() -> str:
@@ -133,12 +131,9 @@ def place_for(ip: str | None) -> Place:
     earlier version's record, by name alone). An IP's directory is named as
     the host label writes the IP (`ip_text`: one text per address, and a safe
     file name)."""
-    explicit = os.environ.get(STATE_ENV)
-    name = STATE_FILE if ip is not None else LEGACY_FILE
-    if explicit:
-        return Place(Path(explicit), Path(explicit) / name, True)
-    directory = home_root() if ip is None else home_root() / ip_text(ip)
-    return Place(directory, directory / name, False)
+    explicit = bool(os.environ.get(STATE_ENV))
+    directory = search_root() if explicit or ip is None else home_root() / ip_text(ip)
+    return Place(directory, directory / (STATE_FILE if ip is not None else LEGACY_FILE), explicit)
 
 
 def place_of(record: HostRecord) -> Place:
@@ -168,7 +163,7 @@ def _exists(path: Path) -> bool:
     return True
 
 
-def candidates(addresses: Collection[str] | None = None) -> tuple[list[Place], tuple[Path, ...]]:
+def candidates() -> tuple[list[Place], tuple[Path, ...]]:
     """The places holding a record of this host (this version's first), and
     the record files under its name for addresses it does not have."""
     explicit = os.environ.get(STATE_ENV)
@@ -185,18 +180,18 @@ def candidates(addresses: Collection[str] | None = None) -> tuple[list[Place], t
         recorded = []
     except OSError as e:
         raise StateError(f"cannot read state directory {root}: {e}") from None
-    mine, others = choose(recorded, {ip_text(a) for a in (local_addresses() if addresses is None else addresses)})
+    mine, others = choose(recorded, {ip_text(a) for a in local_addresses()})
     places = [Place(root / d, root / d / STATE_FILE, False) for d in mine]
     if _exists(root / LEGACY_FILE):
         places.append(Place(root, root / LEGACY_FILE, False))
     return places, tuple(root / d / STATE_FILE for d in others)
 
 
-def locate(addresses: Collection[str] | None = None) -> Found:
-    """This host's record, if any (see the module doc); `addresses` are this
-    host's IP addresses (default: its interfaces' now). Records for two of
-    this host's addresses is a `StateError` naming them."""
-    places, elsewhere = candidates(addresses)
+def locate() -> Found:
+    """This host's record, if any (see the module doc: by the addresses its
+    interfaces have now). Records for two of this host's addresses is a
+    `StateError` naming them."""
+    places, elsewhere = candidates()
     current = [p for p in places if not p.legacy]
     if len(current) > 1:
         names = ", ".join(str(p.file) for p in current)
@@ -241,13 +236,9 @@ def ensure_dir(place: Place) -> Path:
     return path
 
 
-def load(place: Place | None = None) -> HostRecord | None:
-    """The record at `place` (default: this host's, `locate`), None if there
-    is none, or `RecordError` (exit 2) naming the file when it cannot be used."""
-    if place is None:
-        place = locate().place
-        if place is None:
-            return None
+def load(place: Place) -> HostRecord | None:
+    """The record at `place`, None if there is none, or `RecordError` (exit
+    2) naming the file when it cannot be used."""
     _check_dir(place.directory)
     path = place.file
     try:

@@ -33,11 +33,6 @@ class UnreadableFile(OSError):
     """
 
 
-def kind_of(mode: int) -> str:
-    """'a FIFO', 'a directory', ... for a `st_mode`; 'a regular file' otherwise."""
-    return _KINDS.get(stat.S_IFMT(mode), "a regular file" if stat.S_ISREG(mode) else "not a regular file")
-
-
 def describe(error: OSError) -> str:
     """A short reason for a failed read, for warnings: 'permission denied', 'absent', ..."""
     if isinstance(error, UnreadableFile):
@@ -53,7 +48,7 @@ def _regular(shown: str, mode: int) -> None:
     if stat.S_ISLNK(mode):
         raise UnreadableFile(f"{shown} is a symbolic link; refusing to follow it")
     if not stat.S_ISREG(mode):
-        raise UnreadableFile(f"{shown} is {kind_of(mode)}, not a regular file")
+        raise UnreadableFile(f"{shown} is {_KINDS.get(stat.S_IFMT(mode), 'not a regular file')}, not a regular file")
 
 
 def read_bytes(path: str | os.PathLike[str], max_bytes: int = DEFAULT_MAX_BYTES, follow: bool = True) -> bytes:

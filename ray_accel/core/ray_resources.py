@@ -39,10 +39,8 @@ def with_count(resource: str, count: int, init_kwargs: dict[str, Any]) -> None:
     """Give `ray.init` `count` of `resource` unless the caller gave an amount."""
     if is_ray_gpu(resource):
         init_kwargs.setdefault("num_gpus", count)
-        return
-    resources = dict(init_kwargs.pop("resources", None) or {})
-    resources.setdefault(resource, count)
-    init_kwargs["resources"] = resources
+    else:
+        init_kwargs["resources"] = {resource: count, **(init_kwargs.get("resources") or {})}
 
 
 def start_args(resource: str, count: int, others: Mapping[str, float]) -> list[str]:

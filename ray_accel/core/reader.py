@@ -213,11 +213,9 @@ class Node:
                 self._child(key, key if key.isprintable() else show(key))._refuse(message, "unknown key {value}")
         return self
 
-    def at(self, key: str | builtins.int, default: object = _MISSING) -> Node:
-        """The value under `key` (an index into a list); `default` where absent,
-        else a refusal naming the key as missing."""
-        if isinstance(key, int):
-            return self._child(typing.cast(list[object], self.data)[key], key)
+    def at(self, key: str, default: object = _MISSING) -> Node:
+        """The value under `key`; `default` where absent, else a refusal
+        naming the key as missing."""
         data = self.mapping()
         if key in data or default is not _MISSING:
             return self._child(data.get(key, default), key)
@@ -340,14 +338,6 @@ def _load(kind: Any, node: Node) -> Any:
         return tuple(_load(a, item) for a, item in zip(args, items, strict=True))
     if origin is Mapping:
         return {k: _load(args[1], v) for k, v in node.items()}
-    if origin is typing.Literal:
-        if node.data not in args or type(node.data) is not type(args[args.index(node.data)]):
-            node.fail(f"{show(node.data)} is not one of {', '.join(map(str, args))}")
-        return node.data
-    if kind is type(None):
-        if node.data is not None:
-            node.fail(f"{show(node.data)} is not null")
-        return None
     if isinstance(kind, type) and issubclass(kind, enum.Enum):
         return node.enum(kind)
     if dataclasses.is_dataclass(kind) and isinstance(kind, type):
@@ -370,8 +360,7 @@ def _load_object(cls: type[T], node: Node) -> T:
     hints = typing.get_type_hints(cls)
     values = {}
     for f in fields:
-        has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
-        if f.name in node.mapping() or not has_default:
+        if f.name in node.mapping() or f.default is f.default_factory is dataclasses.MISSING:
             values[f.name] = _load(hints[f.name], node.at(f.name))
     try:
         return cls(**values)
@@ -383,8 +372,8 @@ def _load_object(cls: type[T], node: Node) -> T:
 
 def load(cls: type[T], data: object, where: str = "") -> T:
     """The frozen dataclass `cls` from JSON-able `data` (as `dump` writes it),
-    read by its annotations: int, float, str, bool, None, unions with None,
-    tuple[X, ...] and fixed tuples, Mapping[str, X], Enum, Literal and nested dataclasses.
+    read by its annotations: int, float, str, bool, unions with None,
+    tuple[X, ...] and fixed tuples, Mapping[str, X], Enum and nested dataclasses.
     Absent fields take their defaults; an unknown key, a missing field or a
     value of the wrong kind is a `ReadError` naming its path under `where`."""
     return typing.cast(T, _load(cls, Node(data, where)))

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from ray_accel.core.devices import Device, all_core_ids
 from ray_accel.core.errors import InputError
 from ray_accel.core.visibility import VisibilityError, format_visible_ids
-from ray_accel.partition.plan import MaskView, Mode, PartitionError, Plan, plan_partitions
+from ray_accel.partition.plan import MaskView, PartitionError, Plan, plan_partitions
 from ray_accel.plugins.interface import DevicePlugin
 from ray_accel.plugins.traits import DeviceTraits
 
@@ -30,20 +30,17 @@ class InheritedMask:
     ids: tuple[int, ...]  # the schedulable ids it shows, in the host's numbering
     resource_name: str
 
-    def describe(self, devices: Sequence[Device]) -> str:
-        shown = set(self.ids)
-        whole = sum(1 for d in devices if set(d.core_ids) <= shown)
-        partly = sum(1 for d in devices if shown & set(d.core_ids) and not set(d.core_ids) <= shown)
-        total = len(all_core_ids(devices))
-        extra = f", {partly} partly" if partly else ""
-        return (
-            f"inherited mask {self.env}={self.value}: planning over {len(self.ids)} of {total} "
+    def view(self, devices: Sequence[Device]) -> MaskView:
+        """The mask as `plan` shows it, among the host's `devices` (each has a core)."""
+        ids = set(self.ids)
+        shown = tuple(d.id for d in devices if ids & set(d.core_ids))
+        whole = sum(1 for d in devices if set(d.core_ids) <= ids)
+        extra = f", {len(shown) - whole} partly" if len(shown) > whole else ""
+        told = (
+            f"inherited mask {self.env}={self.value}: planning over {len(self.ids)} of {len(all_core_ids(devices))} "
             f"{self.resource_name} ({whole} of {len(devices)} devices{extra})"
         )
-
-    def view(self, devices: Sequence[Device]) -> MaskView:
-        shown = tuple(d.id for d in devices if set(self.ids) & set(d.core_ids))
-        return MaskView(self.env, self.value, self.ids, shown, self.describe(devices))
+        return MaskView(self.env, self.value, self.ids, shown, told)
 
 
 def inherited_mask(plugin: DevicePlugin, environ: Mapping[str, str]) -> InheritedMask | None:
@@ -74,9 +71,9 @@ def restrict(devices: Sequence[Device], mask: InheritedMask) -> list[Device]:
 
 def plan_within_mask(
     devices: Sequence[Device],
-    mode: str | Mode,
+    mode: str,
     partitions: int | None = None,
-    manual: str | Mapping[str, str | Sequence[str]] | None = None,
+    manual: str | None = None,
     mask: InheritedMask | None = None,
     default_type: str | None = None,
     *,

@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import itertools
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,15 +46,14 @@ class PartitionError(InputError):
     """A plan that cannot be made: overlap, unknown id, impossible split."""
 
 
-class Mode(enum.Enum):
+class Mode(enum.StrEnum):
     SHARED = "shared"
     AUTO_SPLIT = "auto-split"
     MANUAL = "manual"
 
     @classmethod
-    def parse(cls, value: str | Mode) -> Mode:
-        if isinstance(value, Mode):
-            return value
+    def parse(cls, value: str) -> Mode:
+        """A mode as the user writes it (any case, `_` for `-`), or a `Mode`."""
         try:
             return cls(value.strip().lower().replace("_", "-"))
         except ValueError:
@@ -137,12 +136,6 @@ class Plan:
 
     def __iter__(self) -> Iterator[Partition]:
         return iter(self.partitions)
-
-    def __len__(self) -> int:
-        return len(self.partitions)
-
-    def __getitem__(self, i: int) -> Partition:
-        return self.partitions[i]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -243,8 +236,7 @@ def _auto_split(devices: Sequence[Device], count: int, split: SplitOrder) -> lis
     blocks = [order[i : i + size] for i in range(0, len(order), size)]
     if not any(d.peers for d in devices) or all(_linked(b) for b in blocks):
         return blocks
-    grown = _grow(order, size)
-    return grown if grown is not None else blocks
+    return _grow(order, size) or blocks
 
 
 def _by_model(devices: Sequence[Device]) -> list[list[Device]]:
@@ -307,16 +299,9 @@ def _type_warnings(parts: Sequence[Partition]) -> list[str]:
     return out
 
 
-def _manual_groups(
-    devices: Sequence[Device], manual: str | Mapping[str, str | Sequence[str]]
-) -> list[tuple[str, list[Device]]]:
-    if isinstance(manual, str):
-        entries: list[tuple[str, str | Sequence[str]]] = []
-        for n, chunk in enumerate(c for c in manual.split(";") if c.strip()):
-            name, sep, ids = chunk.partition("=")
-            entries.append((name.strip(), ids) if sep else (f"p{n}", name))
-    else:
-        entries = list(manual.items())
+def _manual_groups(devices: Sequence[Device], manual: str) -> list[tuple[str, list[Device]]]:
+    chunks = [c.partition("=") for c in manual.split(";") if c.strip()]
+    entries = [(name.strip(), ids) if sep else (f"p{n}", name) for n, (name, sep, ids) in enumerate(chunks)]
     if not entries:
         raise PartitionError(f"manual spec {manual!r} names no partitions")
     by_index = {d.index: d for d in devices}
@@ -330,7 +315,7 @@ def _manual_groups(
             raise PartitionError(f"manual spec: {e}") from None
         if any(a == name for a, _ in groups):
             raise PartitionError(f"partition {name!r} appears twice in manual spec")
-        tokens = [t.strip() for t in (spec.split(",") if isinstance(spec, str) else spec)]
+        tokens = [t.strip() for t in spec.split(",")]
         if not any(tokens):
             raise PartitionError(f"partition {name!r} has no devices")
         group: list[Device] = []
@@ -359,9 +344,9 @@ def _manual_groups(
 
 def plan_partitions(
     devices: Sequence[Device],
-    mode: str | Mode,
+    mode: str,
     partitions: int | None = None,
-    manual: str | Mapping[str, str | Sequence[str]] | None = None,
+    manual: str | None = None,
     default_type: str | None = None,
     *,
     traits: DeviceTraits,

@@ -74,12 +74,6 @@ class Division:
     warnings: tuple[str, ...] = ()
 
 
-def _weights(weights: Sequence[int]) -> list[int]:
-    if any(w < 0 for w in weights):
-        raise ShareError(f"negative weight in {list(weights)}")
-    return list(weights) if sum(weights) > 0 else [1] * len(weights)
-
-
 def split_whole(
     total: int, weights: Sequence[int], at_least_one: bool = True, floors: Sequence[int] | None = None
 ) -> list[int]:
@@ -93,7 +87,9 @@ def split_whole(
         raise ShareError(f"cannot divide a negative amount {total}")
     if not weights:
         return []
-    ws = _weights(weights)
+    if any(w < 0 for w in weights):
+        raise ShareError(f"negative weight in {list(weights)}")
+    ws = list(weights) if sum(weights) > 0 else [1] * len(weights)
     n, whole = len(ws), sum(ws)
     quota = [Fraction(total * w, whole) for w in ws]
     parts = [math.floor(q) for q in quota]

@@ -54,7 +54,7 @@ def _inactive(name: str, reason: str, error: BaseException | None = None) -> Plu
     return PluginStatus(name=name, active=False, reason=reason, error=error)
 
 
-def _construct(name: str, factory: object) -> DevicePlugin:
+def _construct(factory: object) -> DevicePlugin:
     """The plugin an entry point's object makes; `BackendUnavailable` naming
     why not. Nothing is probed."""
     try:
@@ -68,7 +68,7 @@ def _construct(name: str, factory: object) -> DevicePlugin:
 
 def _activate(name: str, factory: object) -> PluginStatus:
     try:
-        plugin = _construct(name, factory)
+        plugin = _construct(factory)
     except BackendUnavailable as e:
         return _inactive(name, str(e), e.__cause__)
     try:
@@ -80,13 +80,13 @@ def _activate(name: str, factory: object) -> PluginStatus:
     return PluginStatus(name, True, None, plugin) if devices else _inactive(name, "no devices found")
 
 
-def discover_plugins(only: str | None = None, env: Mapping[str, str] | None = None) -> list[PluginStatus]:
+def discover_plugins(only: str | None = None) -> list[PluginStatus]:
     """Load every registered backend and say which ones are active.
 
     With RAYACCEL_MOCK set only the mock backend may be active: the others are
     not even probed, so a test on a GPU machine never touches the real GPU.
     """
-    mock_on = bool((os.environ if env is None else env).get(MOCK_ENV))
+    mock_on = bool(os.environ.get(MOCK_ENV))
     statuses: list[PluginStatus] = []
     for ep in _entry_points():
         if only is not None and ep.name != only:
@@ -128,7 +128,7 @@ def load_plugin(name: str) -> DevicePlugin:
     except Exception as e:
         raise BackendUnavailable(f"backend {name!r} failed to load {ep.value}: {type(e).__name__}: {e}") from e
     try:
-        return _construct(name, factory)
+        return _construct(factory)
     except BackendUnavailable as e:
         raise BackendUnavailable(f"backend {name!r}: {e}") from e.__cause__
 

@@ -32,7 +32,6 @@ def check_registry() -> None:
 def put_managers(ours: Mapping[str, type]) -> None:
     """Make Ray's registry answer with `ours` (resource name -> manager class)
     in this process, in place of its own manager for those names; idempotent."""
-    check_registry()
     registry = module(REGISTRY)
     current = registry.get_all_accelerator_managers
     original = getattr(current, "__wrapped_ray_accel__", current)

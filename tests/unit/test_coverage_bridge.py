@@ -7,7 +7,8 @@ import importlib.metadata
 
 import pytest
 
-from ray_accel.bridge.managers import BridgeUnsupported, check_ray_version, install, refresh_worker_masks
+from ray_accel.bridge import autoinstall, managers
+from ray_accel.bridge.managers import SPEC_ENV, BridgeUnsupported, check_ray_version, install
 from ray_accel.rayapi import accelerators
 from ray_accel.rayapi.feature import FAKE_RAY_VERSION_ENV, RayApiMissing, ray_version
 from tests.unit.test_init_checks import NEURON
@@ -50,6 +51,8 @@ def test_a_registry_that_refuses_our_managers_leaves_the_bridge_uninstalled(monk
 
 def test_a_workers_masks_are_recorded_again_through_rays_accelerators(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
+    monkeypatch.setenv(SPEC_ENV, NEURON.to_env())
+    monkeypatch.setattr(managers, "install", lambda specs: calls.append("install"))
     monkeypatch.setattr(accelerators, "refresh_original_visible_ids", lambda: calls.append("refresh"))
-    refresh_worker_masks()
-    assert calls == ["refresh"]
+    autoinstall._autoinstall()
+    assert calls == ["install", "refresh"]

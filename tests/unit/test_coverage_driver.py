@@ -49,7 +49,8 @@ def test_a_partition_is_its_core_ids_a_mask_or_ids_within_the_host_and_the_inher
 def applied(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """A recorded cluster at 10.0.0.1:6379; the auths a driver applied."""
     recorded = SimpleNamespace(gcs_address="10.0.0.1:6379", auth=SimpleNamespace(token_path="/state/auth_token"))
-    monkeypatch.setattr(state, "load", lambda: recorded)
+    monkeypatch.setattr(state, "locate", lambda: state.Found(state.place_for("10.0.0.1")))
+    monkeypatch.setattr(state, "load", lambda place: recorded)
     made: list[Any] = []
     monkeypatch.setattr(auth, "apply", made.append)
     monkeypatch.delenv(auth.TOKEN_ENV, raising=False)
@@ -73,7 +74,7 @@ def test_the_users_own_token_wins_over_the_recorded_one(applied: list[Any], monk
     monkeypatch.setenv(auth.TOKEN_PATH_ENV, "/etc/ray/my_token")
     driver._apply_recorded_auth("auto")
     assert applied == []
-    monkeypatch.setattr(state, "load", lambda: None)
+    monkeypatch.setattr(state, "load", lambda place: None)
     monkeypatch.delenv(auth.TOKEN_PATH_ENV)
     driver._apply_recorded_auth("auto")
     assert applied == [], "no record, nothing to take"
@@ -99,7 +100,7 @@ def mock_host(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
 
     monkeypatch.setattr(ray, "init", fake_init)
     monkeypatch.setattr(driver, "install", seen["installed"].append)
-    monkeypatch.setattr(driver, "refresh_worker_masks", refresh)
+    monkeypatch.setattr(driver, "refresh_original_visible_ids", refresh)
     monkeypatch.setattr(driver, "_starts_a_local_cluster", lambda address, temp_dir: False)
     with environment({**os.environ, "RAYACCEL_MOCK": "trn1.32xlarge"}):
         yield seen

@@ -75,7 +75,7 @@ def test_manual_partition_over_mixed_models_advertises_no_type() -> None:
 def test_models_of_one_type_keep_the_type() -> None:
     host = build_mixed_gpus("a100s", [(A100, "A100", 40 * GIB, 1), ("NVIDIA A100-SXM4-80GB", "A100", 80 * GIB, 1)])
     plan = plan_for(host.devices, "manual", manual="both=0-1")
-    assert plan[0].accelerator_type == "A100"
+    assert plan.partitions[0].accelerator_type == "A100"
     assert any("all of accelerator type A100" in w for w in plan.warnings)
     assert [p.accelerator_type for p in plan_for(host.devices, "auto-split")] == ["A100", "A100"]
 
@@ -107,7 +107,7 @@ def mixed_hosts(draw: st.DrawFn) -> tuple[tuple[Device, ...], int]:
 def test_auto_split_never_mixes_models_and_types_each_partition(case: tuple[tuple[Device, ...], int]) -> None:
     devices, partitions = case
     plan = plan_for(devices, "auto-split", partitions)
-    assert len(plan) == partitions
+    assert len(plan.partitions) == partitions
     by_id = {d.id: d for d in devices}
     assert sorted(i for p in plan for i in p.device_ids) == sorted(by_id)
     for p in plan:
@@ -131,12 +131,12 @@ def test_a_partitions_spec_carries_its_own_type_to_rays_manager() -> None:
         # What Ray's resource and label code asks (resource_and_label_spec.py):
         assert make_manager(spec).get_current_node_accelerator_type() == kind
     shared = plan_for(mixed(), "shared", 2)
-    assert make_manager(spec_all.for_partition(shared[0])).get_current_node_accelerator_type() is None
+    assert make_manager(spec_all.for_partition(shared.partitions[0])).get_current_node_accelerator_type() is None
 
 
 def test_partition_env_leaves_the_spec_alone_when_the_bridge_is_off() -> None:
     spec_all = BridgeSpec("GPU", "CUDA_VISIBLE_DEVICES", "gpu", None, (0, 1, 2), "cuda", CUDA_TRAITS)
-    part = plan_for(mixed(), "auto-split")[0]
+    part = plan_for(mixed(), "auto-split").partitions[0]
     assert SPEC_ENV not in partition_env({}, spec_all.for_partition(part), part)
 
 
@@ -185,7 +185,7 @@ def test_partition_env_carries_the_process_env_with_or_without_the_bridge() -> N
         CUDA_TRAITS,
         (("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),),
     )
-    part = plan_for(mixed(), "auto-split")[1]
+    part = plan_for(mixed(), "auto-split").partitions[1]
     for base in ({}, raylet_env([spec_all], {})):
         env = partition_env(base, spec_all.for_partition(part), part)
         assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID" and env["CUDA_VISIBLE_DEVICES"] == "1,2"

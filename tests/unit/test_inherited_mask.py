@@ -108,7 +108,7 @@ def test_plans_never_leave_the_mask(data: st.DataObject) -> None:
     plan = plan_within_mask(p.list_devices(), "auto-split", count, mask=mask, traits=p.traits)
     planned = sorted(c for x in plan for c in x.core_ids)
     assert planned == cores
-    assert len(plan) == count
+    assert len(plan.partitions) == count
 
 
 def test_no_mask_is_the_plain_plan() -> None:

@@ -192,7 +192,7 @@ def test_an_old_record_in_the_old_default_place_is_pointed_at(
     monkeypatch.setenv("HOME", str(tmp_path))
     (tmp_path / ".ray-accel").mkdir()
     (tmp_path / ".ray-accel" / "node.json").write_text("{}")
-    assert state.load() is None
+    assert state.locate().place is None
     assert "record of an older ray-accel" in capsys.readouterr().err
 
 

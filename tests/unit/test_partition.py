@@ -17,7 +17,7 @@ from tests.strategies import host_and_partition_count, hosts
 def test_auto_split_is_disjoint_and_covers_the_host(case: tuple[tuple[Device, ...], int]) -> None:
     devices, count = case
     plan = plan_for(devices, "auto-split", count)
-    assert len(plan) == count
+    assert len(plan.partitions) == count
     seen = [d for p in plan for d in p.device_ids]
     assert sorted(seen) == sorted(d.id for d in devices)
     assert len(set(seen)) == len(seen)
@@ -58,7 +58,7 @@ def test_auto_split_keeps_linked_groups_when_the_topology_allows(case: tuple[tup
 @given(hosts(family="gpu"), st.integers(1, 4))
 def test_shared_gives_every_partition_every_gpu(devices: tuple[Device, ...], count: int) -> None:
     plan = plan_for(devices, Mode.SHARED, count)
-    assert len(plan) == count
+    assert len(plan.partitions) == count
     assert all(set(p.device_ids) == {d.id for d in devices} for p in plan)
 
 
@@ -159,7 +159,7 @@ def test_plan_errors_name_the_offending_value(kwargs: dict[str, object], message
 
 def test_manual_reports_unassigned_and_accepts_ids() -> None:
     devices = load_spec("trn1.32xlarge").devices
-    plan = plan_for(devices, "manual", manual={"x": ["neuron:0", "neuron:1"], "y": "2-3"})
+    plan = plan_for(devices, "manual", manual="x=neuron:0,neuron:1;y=2-3")
     assert [p.core_ids for p in plan] == [(0, 1, 2, 3), (4, 5, 6, 7)]
     assert len(plan.unassigned) == 12
     assert any("in no partition" in w for w in plan.warnings)

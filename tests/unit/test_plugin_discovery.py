@@ -41,8 +41,9 @@ def test_failing_plugins_are_inactive_with_reason_and_others_still_load(plugin_p
     assert plugins["faketpu"]["active"] is True
 
 
-def test_mock_env_makes_mock_the_only_active_backend(plugin_path: Path) -> None:
-    statuses = {s.name: s for s in discover_plugins(env={"RAYACCEL_MOCK": "trn1.2xlarge"})}
+def test_mock_env_makes_mock_the_only_active_backend(plugin_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAYACCEL_MOCK", "trn1.2xlarge")
+    statuses = {s.name: s for s in discover_plugins()}
     assert not statuses["faketpu"].active, "real backends are not even probed under the mock"
     out = cli_json("devices", env={**_pythonpath(plugin_path), "RAYACCEL_MOCK": "trn1.2xlarge"})
     active = [p["name"] for p in out["plugins"] if p["active"]]

@@ -8,7 +8,7 @@ import enum
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -34,7 +34,7 @@ class Inner:
 @dataclass(frozen=True)
 class Outer:
     colour: Colour
-    side: Literal["left", "right"]
+    side: str
     on: bool
     inner: Inner
     items: tuple[Inner, ...] = ()
