@@ -63,6 +63,8 @@ def read_bytes(path: str | os.PathLike[str], max_bytes: int = DEFAULT_MAX_BYTES,
     if max_bytes < 0:
         raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
     shown = os.fspath(path)
+    if "\0" in shown:  # os.stat would raise ValueError, which no caller of a read expects
+        raise UnreadableFile(f"{shown!r} holds a NUL byte, which no path may")
     _regular(shown, os.stat(path, follow_symlinks=follow).st_mode)
     # O_NONBLOCK: should the path become a FIFO after the stat, the open
     # returns at once instead of waiting for a writer.

@@ -704,3 +704,10 @@ def test_the_readme_example_loads(tmp_path: Path) -> None:
         ("neuron:0", (0, 1), ("neuron:1",)),
         ("neuron:1", (2, 3), ("neuron:0",)),
     ]
+
+
+def test_a_path_with_a_nul_byte_is_a_spec_error_naming_it() -> None:
+    # Found by the property above: os.stat raises ValueError, not OSError, on a NUL.
+    with pytest.raises(SpecError, match=r"holds a NUL byte") as e:
+        load_spec("/\x00")
+    assert "\n" not in str(e.value)
