@@ -338,6 +338,10 @@ def _load(kind: Any, node: Node) -> Any:
         return tuple(_load(a, item) for a, item in zip(args, items, strict=True))
     if origin is Mapping:
         return {k: _load(args[1], v) for k, v in node.items()}
+    if origin is typing.Literal:
+        if node.data not in args or type(node.data) is not type(args[args.index(node.data)]):
+            node.fail(f"{show(node.data)} is not one of {', '.join(map(str, args))}")
+        return node.data
     if isinstance(kind, type) and issubclass(kind, enum.Enum):
         return node.enum(kind)
     if dataclasses.is_dataclass(kind) and isinstance(kind, type):
@@ -373,7 +377,7 @@ def _load_object(cls: type[T], node: Node) -> T:
 def load(cls: type[T], data: object, where: str = "") -> T:
     """The frozen dataclass `cls` from JSON-able `data` (as `dump` writes it),
     read by its annotations: int, float, str, bool, unions with None,
-    tuple[X, ...] and fixed tuples, Mapping[str, X], Enum and nested dataclasses.
+    tuple[X, ...] and fixed tuples, Mapping[str, X], Enum, Literal and nested dataclasses.
     Absent fields take their defaults; an unknown key, a missing field or a
     value of the wrong kind is a `ReadError` naming its path under `where`."""
     return typing.cast(T, _load(cls, Node(data, where)))

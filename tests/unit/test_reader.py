@@ -8,7 +8,7 @@ import enum
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from hypothesis import given
@@ -34,7 +34,7 @@ class Inner:
 @dataclass(frozen=True)
 class Outer:
     colour: Colour
-    side: str
+    side: Literal["left", "right"]
     on: bool
     inner: Inner
     items: tuple[Inner, ...] = ()
