@@ -259,6 +259,7 @@ class PartitionExporter:
         self._last: Snapshot | None = None
         self._health: tuple[HostHealth | None, str | None] = (None, None)
         self._adopted: tuple[DeviceReading, ...] | None = None  # the host-level exporter's: see `snapshot`
+        self._failed: str | None = None  # why the last sample failed: the snapshot shown is older
         self._lock = threading.Lock()
         self.sample()
         threading.Thread(target=self._loop, daemon=True, name="ray-accel-metrics").start()
@@ -268,12 +269,21 @@ class PartitionExporter:
 
         while not leaves(self._health[0], self.where.node_id):
             time.sleep(self.interval_s)
-            try:
-                self.sample()
-            except Exception:
-                log.exception("ray-accel metrics sample failed")
+            self.resample()
         log.info("partition %s is drained: its exporter leaves its raylet", self.where.partition)
         ray.get_runtime_context().current_actor.leave.remote()
+
+    def resample(self) -> None:
+        """`sample`; if it fails, the snapshot says so (the one shown is older)
+        and the next one reads `/proc` afresh."""
+        try:
+            self.sample()
+        except Exception as e:
+            log.exception("ray-accel metrics sample failed")
+            # A table left half-updated by the failure would fail every later read: start it again.
+            self.table = ProcessTable()
+            with self._lock:
+                self._failed = f"sample failed: {type(e).__name__}: {e}"
 
     def leave(self) -> None:
         """Exit, so the drained raylet can end once its work has moved."""
@@ -325,7 +335,7 @@ class PartitionExporter:
         for key, value, tags in values:
             self.g[key].set(value, tags)
         with self._lock:
-            self._last, self._health, self._adopted = snap, (health, problem), others
+            self._last, self._health, self._adopted, self._failed = snap, (health, problem), others, None
 
     def snapshot(self) -> dict[str, Any]:
         """The latest snapshot as `top` and `status` print it (JSON)."""
@@ -339,6 +349,8 @@ class PartitionExporter:
                 gone = [p.partition for p in health.partitions if not p.state.exporting]
                 out["others"] = {name: partition_health(health, name) for name in gone}
                 out["devices"] += [d._asdict() for d in self._adopted]
+            if self._failed is not None:
+                out["errors"] = [*out["errors"], f"{self._failed} (this snapshot is from the last good sample)"]
             return out if problem is None else {**out, "health_error": problem}
 
 

@@ -313,8 +313,10 @@ def test_orphan_in_status_top_and_the_scrape_with_pid_and_command(
     want = {"pid": pid, "device_id": orphan_proc["device_id"], "partition": "p0", "host": host}
 
     def in_top() -> list[dict[str, Any]]:
-        found = [o for o in top(cluster)["orphans"] if o["pid"] == pid]
-        assert [{k: o[k] for k in want} for o in found] == [want]
+        view = top(cluster)
+        found = [o for o in view["orphans"] if o["pid"] == pid]
+        # What top says of each exporter and the orphans it saw, should it fail.
+        assert [{k: o[k] for k in want} for o in found] == [want], (view["errors"], view["partitions"], view["orphans"])
         return found
 
     (seen,) = wait_for(in_top)

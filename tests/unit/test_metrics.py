@@ -616,6 +616,44 @@ def test_an_exporter_runs_no_discovery_and_probes_only_its_spec_backend(monkeypa
         inventory.process_backend.cache_clear()
 
 
+def test_a_failed_sample_is_in_the_snapshot_until_one_succeeds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sample that raises leaves the last snapshot standing, so it says so
+    (never an older view shown as current), and the next sample reads `/proc`
+    with a new table."""
+    import ray
+    import ray.util.metrics
+
+    from ray_accel.core.processes import ProcessTable
+    from ray_accel.metrics.export import ExporterEntry, PartitionExporter
+    from ray_accel.plugins import inventory
+
+    monkeypatch.setenv("RAYACCEL_MOCK", "trn1.2xlarge")
+    monkeypatch.setenv(inventory.SPEC_ENV, '[{"backend": "mock"}]')
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: type("Context", (), {"get_node_id": lambda _: "node-a"})())
+    monkeypatch.setattr(ray.util, "get_node_ip_address", lambda: "10.0.0.1")
+    monkeypatch.setattr(ray.util.metrics, "Gauge", _Gauge)
+    inventory.process_backend.cache_clear()
+    try:
+        exporter = PartitionExporter(ExporterEntry("p0", "node-a", ("neuron:0",)), True, 3600.0, None)
+    finally:
+        inventory.process_backend.cache_clear()
+    first = exporter.snapshot()
+
+    class Broken(ProcessTable):
+        def read(self, root: int | None = None) -> ProcessTable:
+            raise KeyError(root)
+
+    exporter.table = Broken()
+    exporter.resample()
+    failed = exporter.snapshot()
+    assert failed["taken_at"] == first["taken_at"], "the last good sample still stands"
+    assert failed["errors"][-1].startswith(f"sample failed: KeyError: {os.getppid()}"), failed["errors"]
+    assert type(exporter.table) is ProcessTable, "the next sample reads with a new table"
+    exporter.resample()
+    again = exporter.snapshot()
+    assert again["taken_at"] > first["taken_at"] and not any("sample failed" in e for e in again["errors"])
+
+
 def test_a_bad_spec_or_entry_is_an_input_error(capsys: pytest.CaptureFixture[str]) -> None:
     from ray_accel.cluster.helpers import read_inputs
     from ray_accel.core.errors import InputError
