@@ -37,6 +37,10 @@ def cli_env(state: Path, tag: dict[str, str]) -> dict[str, str]:
     }
 
 
+# Background commands of the running test: the `cleanup` fixture ends any still running.
+RUNNING: list[subprocess.Popen[str]] = []
+
+
 class Background:
     """A `ray-accel` command running in the background, its output collected as it comes."""
 
@@ -51,6 +55,7 @@ class Background:
             text=True,
             preexec_fn=sigint_as_default,
         )
+        RUNNING.append(self.proc)
         self.out: list[str] = []
         self.err: list[str] = []
         for stream, sink in ((self.proc.stdout, self.out), (self.proc.stderr, self.err)):
@@ -87,9 +92,20 @@ class Background:
 
 @pytest.fixture
 def cleanup() -> Iterator[list[dict[str, str]]]:
-    """Environments to `ray-accel stop` at the end, whatever happened."""
+    """Environments to `ray-accel stop` at the end, whatever happened (an
+    interrupted run too): first each background command still running gets
+    SIGTERM, on which a start stops what it began, even mid-launch."""
     envs: list[dict[str, str]] = []
     yield envs
+    while RUNNING:
+        proc = RUNNING.pop()
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
     for env in envs:
         run_cli("stop", "--grace", "2", env=env)
 
