@@ -110,8 +110,7 @@ def recover(progress: Progress, timeout_s: float = 180.0, after: helpers.After |
                 # The raylet's leftovers (Ray's agents, workers) go first: they hold its ports.
                 terminate_raylet(p, checks)
                 new = relaunch(record, p, p.serving, dict(p.labels), base_env, launches, progress)
-                record = record.with_partitions([new if q.name == p.name else q for q in record.partitions])
-                state.save(record)
+                record = state.save(record.replacing(new))
             restarted = [q for q in record.partitions if q.name in {p.name for p in dead}]
             wait_registered(record.gcs_address, [q.node_id for q in restarted if q.node_id], timeout_s, progress)
         except BaseException:

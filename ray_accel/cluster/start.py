@@ -335,8 +335,7 @@ def launch(
         # outright (SIGKILL) still leaves `stop` what it needs.
         state.save(record)
     results = launches.run_all([job(i, gcs) for i in range(first, len(raylets))])
-    record = record.with_partitions([entry(first + i, r) for i, r in enumerate(results)])
-    state.save(record)
+    record = state.save(record.with_partitions([entry(first + i, r) for i, r in enumerate(results)]))
     failed = [r for r in results if not r.ok]
     if failed:
         raise RayAccelError(f"partition {failed[0].name} failed: {failed[0].error}")

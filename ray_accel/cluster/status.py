@@ -330,11 +330,7 @@ def cluster_view(gcs_address: str, nodes: Mapping[str, GcsNode]) -> ClusterView:
     on_host = {p.host: [q for q in kept if q.host == p.host] for p in kept}
     hosts = tuple(
         ClusterHost(
-            host,
-            ps[0].host_name,
-            tuple(dict.fromkeys(p.ip for p in ps if p.ip)),
-            len(ps),
-            sum(p.alive for p in ps),
+            host, ps[0].host_name, tuple(dict.fromkeys(p.ip for p in ps if p.ip)), len(ps), sum(p.alive for p in ps)
         )
         for host, ps in on_host.items()
     )

@@ -103,7 +103,7 @@ def save_state(host: Host, name: str, held: PartitionState) -> HostRecord:
     """The record with partition `name` in state `held`."""
     with _locked(host, f"saving the state of {name}"):
         record, p, _ = _current(host, name)
-        return _save_entry(record, replace(p, health=held))
+        return state.save(record.replacing(replace(p, health=held)))
 
 
 def stop_partition(host: Host, name: str, held: PartitionState, progress: Progress) -> HostRecord:
@@ -114,18 +114,12 @@ def stop_partition(host: Host, name: str, held: PartitionState, progress: Progre
         raylet = p.raylet()
         progress(f"{name}: stopping raylet {raylet.pid if raylet is not None else '-'}")
         terminate_raylet(p, checks)
-        return _save_entry(record, _stopped(p, held))
+        return state.save(record.replacing(_stopped(p, held)))
 
 
 def _stopped(p: PartitionEntry, held: PartitionState) -> PartitionEntry:
     """`p` with nothing of its raylet left, every device out."""
     return replace(p, processes=(), out=p.device_ids, out_core_ids=p.core_ids, health=held, node_id=None)
-
-
-def _save_entry(record: HostRecord, new: PartitionEntry) -> HostRecord:
-    record = record.with_partitions([new if q.name == new.name else q for q in record.partitions])
-    state.save(record)
-    return record
 
 
 def relabel(p: PartitionEntry, part: Partition, devices: Sequence[Device], record: HostRecord) -> dict[str, str]:
@@ -158,7 +152,7 @@ def restart_partition(
         try:
             new = relaunch(record, p, part, labels, relaunch_env(record), launches, progress)
             new = replace(new, out=out, out_core_ids=tuple(c for c in p.core_ids if c not in cores), health=held)
-            record = _save_entry(record, new)
+            record = state.save(record.replacing(new))
             ids = [new.node_id] if new.node_id else []
             wait_registered(record.gcs_address, ids, host.timeout_s, progress)
         except BaseException as e:
@@ -168,7 +162,7 @@ def restart_partition(
                 progress(f"{name}: restart {why}: stopped the {len(stopped)} processes it had started")
                 # Nothing of it runs now: the record says so (the decider tries a failed restart again later).
                 held = PartitionState(PartState.STOPPED, time.time(), f"restart {why}: {e or type(e).__name__}"[:1000])
-                record = _save_entry(record, _stopped(p, held))
+                record = state.save(record.replacing(_stopped(p, held)))
             raise
         return record
 

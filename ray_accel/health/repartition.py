@@ -144,11 +144,6 @@ def new_entries(record: HostRecord, plan: Resplit, devices: Sequence[Device]) ->
     ]
 
 
-def _save(record: HostRecord) -> HostRecord:
-    state.save(record)
-    return record
-
-
 def _wait_ended(parts: Sequence[PartitionEntry], deadline: float, progress: Progress) -> None:
     """Until Ray has ended the raylets of `parts`, or `deadline`."""
     raylets = [r for p in parts if (r := p.raylet()) is not None]
@@ -234,7 +229,7 @@ def _run(place: state.Place, record: HostRecord, inputs: Inputs, progress: Progr
     now = procs.check_record(replace(record, repartition=None))
     for p in old.values():
         terminate_raylet(p, now)
-    record = _save(record.with_partitions([_stopped(p) if p.name in touched else p for p in record.partitions]))
+    record = state.save(record.with_partitions([_stopped(p) if p.name in touched else p for p in record.partitions]))
     base_env = relaunch_env(record)
     launched: list[Launches] = []  # one per new partition, so a failed one is stopped alone
     before, failed = record, []
@@ -253,9 +248,9 @@ def _run(place: state.Place, record: HostRecord, inputs: Inputs, progress: Progr
                 launches.undo()
                 progress(f"{new.name}: did not start ({e}); devices {','.join(new.device_ids)} are unassigned")
                 failed.append(f"{new.name}: {e}")
-                record = _save(record.with_partitions([p for p in record.partitions if p.name not in gone]))
+                record = state.save(record.with_partitions([p for p in record.partitions if p.name not in gone]))
                 continue
-            record = _save(record.with_partitions(_replacing(record.partitions, gone, entry)))
+            record = state.save(record.with_partitions(_replacing(record.partitions, gone, entry)))
         new_names = {c.partition for c in plan.of(Action.RESTARTED, Action.ADDED)}
         started = [p.node_id for p in record.partitions if p.name in new_names and p.node_id]
         wait_registered(record.gcs_address, started, inputs.timeout_s, progress)
@@ -268,7 +263,7 @@ def _run(place: state.Place, record: HostRecord, inputs: Inputs, progress: Progr
         raise
     # A removed partition whose devices no new one took leaves the record too.
     left = [p for p in record.partitions if p.name not in touched or p.raylet() is not None]
-    record = _save(replace(record.with_partitions(left), mode=plan.mode.value))
+    record = state.save(replace(record.with_partitions(left), mode=plan.mode.value))
     actions.redeploy_exporters(record, sorted(new_names), progress)
     if failed:
         raise RayAccelError(f"partition(s) did not start: {'; '.join(failed)}")
