@@ -23,7 +23,7 @@ from ray_accel.cluster.exporters import deployment
 from ray_accel.cluster.gcs import GcsError, Progress, answer_within, wait_registered
 from ray_accel.cluster.launcher import Launches
 from ray_accel.cluster.record import HostRecord, PartitionEntry, RayProcess
-from ray_accel.cluster.recover import relaunch, relaunch_env, terminate_raylet
+from ray_accel.cluster.recover import relaunch, terminate_raylet
 from ray_accel.cluster.signals import shielded
 from ray_accel.core.devices import Device
 from ray_accel.core.errors import RayAccelError
@@ -150,7 +150,7 @@ def restart_partition(
         launches = Launches(state.ensure_dir(host.place), host.timeout_s)
         out = tuple(d for d in p.device_ids if d not in serve_ids)
         try:
-            new = relaunch(record, p, part, labels, relaunch_env(record), launches, progress)
+            new = relaunch(record, p, part, labels, launches, progress)
             new = replace(new, out=out, out_core_ids=tuple(c for c in p.core_ids if c not in cores), health=held)
             record = state.save(record.replacing(new))
             ids = [new.node_id] if new.node_id else []

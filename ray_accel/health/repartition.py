@@ -43,7 +43,7 @@ from ray_accel.cluster.launcher import Launches
 from ray_accel.cluster.ports import plan_ports, worker_ports
 from ray_accel.cluster.raylet import Split
 from ray_accel.cluster.record import REPARTITION_KIND, HostRecord, PartitionEntry
-from ray_accel.cluster.recover import recorded_share, relaunch, relaunch_env, terminate_raylet
+from ray_accel.cluster.recover import recorded_share, relaunch, terminate_raylet
 from ray_accel.cluster.resplit import Action, Change, Changes, Resplit, out_of_service, resplit
 from ray_accel.cluster.signals import interruptible, shielded
 from ray_accel.core import reader
@@ -230,7 +230,6 @@ def _run(place: state.Place, record: HostRecord, inputs: Inputs, progress: Progr
     for p in old.values():
         terminate_raylet(p, now)
     record = state.save(record.with_partitions([_stopped(p) if p.name in touched else p for p in record.partitions]))
-    base_env = relaunch_env(record)
     launched: list[Launches] = []  # one per new partition, so a failed one is stopped alone
     before, failed = record, []
     try:
@@ -243,7 +242,7 @@ def _run(place: state.Place, record: HostRecord, inputs: Inputs, progress: Progr
                 if p.name in touched and (p.name == new.name or set(p.device_ids) & set(new.device_ids))
             }
             try:
-                entry = relaunch(record, new, new.partition, dict(new.labels), base_env, launches, progress)
+                entry = relaunch(record, new, new.partition, dict(new.labels), launches, progress)
             except RayAccelError as e:
                 launches.undo()
                 progress(f"{new.name}: did not start ({e}); devices {','.join(new.device_ids)} are unassigned")
