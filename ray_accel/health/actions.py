@@ -79,38 +79,35 @@ def drain(record: HostRecord, node_id: str, message: str, deadline: float | None
 
 
 @contextmanager
-def _locked(host: Host, doing: str) -> Iterator[None]:
-    """The host's lock for `doing`, or `Busy` while another command holds it."""
+def _current(
+    host: Host, name: str, doing: str
+) -> Iterator[tuple[HostRecord, PartitionEntry, dict[RayProcess, procs.Check]]]:
+    """Under the host's lock for `doing` (`Busy` while another command holds
+    it): the record, partition `name`'s entry, and the checks of the
+    partitions' processes (the decider, this process, is never one to
+    signal), or `RecordError` when one is not ours."""
     try:
         with state.host_lock(f"health decider {doing}", host.place):
-            yield
+            record = state.load(host.place)
+            if record is None or record.stopping:
+                raise RayAccelError("the host record is gone or being stopped")
+            p = entry(record, name)
+            checks = procs.require_trusted(replace(record, decider=None), str(host.place.file), "the health decider")
+            yield record, p, checks
     except state.LockError as e:
         raise Busy(str(e)) from None
 
 
-def _current(host: Host, name: str) -> tuple[HostRecord, PartitionEntry, dict[RayProcess, procs.Check]]:
-    """The record, partition `name`'s entry, and the checks of the partitions'
-    processes (the decider, this process, is never one to signal), or
-    `RecordError` when one is not ours."""
-    record = state.load(host.place)
-    if record is None or record.stopping:
-        raise RayAccelError("the host record is gone or being stopped")
-    p = entry(record, name)
-    return record, p, procs.require_trusted(replace(record, decider=None), str(host.place.file), "the health decider")
-
-
 def save_state(host: Host, name: str, held: PartitionState) -> HostRecord:
     """The record with partition `name` in state `held`."""
-    with _locked(host, f"saving the state of {name}"):
-        record, p, _ = _current(host, name)
+    with _current(host, name, f"saving the state of {name}") as (record, p, _):
         return state.save(record.replacing(replace(p, health=held)))
 
 
 def stop_partition(host: Host, name: str, held: PartitionState, progress: Progress) -> HostRecord:
     """Stop partition `name`'s raylet (and what Ray started for it) by PID;
     the record has it in state `held` (stopped), every device out."""
-    with _locked(host, f"stopping {name}"):
-        record, p, checks = _current(host, name)
+    with _current(host, name, f"stopping {name}") as (record, p, checks):
         raylet = p.raylet()
         progress(f"{name}: stopping raylet {raylet.pid if raylet is not None else '-'}")
         terminate_raylet(p, checks)
@@ -140,8 +137,7 @@ def restart_partition(
     with its share, the mask and resources of `serve`, the same name and
     labels (topology labels of what it serves); then it is in state `held`.
     Under the host's lock; a restart that fails leaves it stopped, saying why."""
-    with _locked(host, f"restarting {name}"):
-        record, p, checks = _current(host, name)
+    with _current(host, name, f"restarting {name}") as (record, p, checks):
         terminate_raylet(p, checks)
         serve_ids = tuple(d for d in p.device_ids if d in set(serve))
         cores = tuple(sorted(c for d in host.devices if d.id in serve_ids for c in d.core_ids))
