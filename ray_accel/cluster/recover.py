@@ -118,7 +118,9 @@ def recover(progress: Progress, timeout_s: float = 180.0, after: helpers.After |
             with shielded():
                 launches.undo()
                 # What was restarted is gone again: the record says what still runs.
-                state.save(record.with_partitions([_without_new(q, launches) for q in record.partitions]))
+                gone = set(launches.processes())
+                left = [replace(q, processes=tuple(r for r in q.processes if r not in gone)) for q in record.partitions]
+                state.save(record.with_partitions(left))
             raise
         if record.metrics:
             record = exporters.deploy(record, restarted, progress)
@@ -142,8 +144,3 @@ def recorded_share(p: PartitionEntry, record: HostRecord) -> Share:
     weights = [len(q.core_ids) for q in plan]
     index = [q.name for q in record.partitions].index(p.name)
     return divide([q.name for q in plan], weights, [() for _ in plan], host, read_topology(), ()).shares[index]
-
-
-def _without_new(part: PartitionEntry, launches: Launches) -> PartitionEntry:
-    new = set(launches.processes())
-    return replace(part, processes=tuple(r for r in part.processes if r not in new))

@@ -134,9 +134,8 @@ def describe(record: HostRecord, place: state.Place) -> HostStatus:
         )
     else:
         checks = procs.check_record(record)
-    for c in checks.values():
-        if c.verdict is procs.Verdict.FOREIGN:
-            warnings.append(f"state file {place.file} names {c.describe()}; it is not counted as ours")
+    foreign = [c for c in checks.values() if c.verdict is procs.Verdict.FOREIGN]
+    warnings += [f"state file {place.file} names {c.describe()}; it is not counted as ours" for c in foreign]
     if record.stopping:
         warnings.append("a `ray-accel stop` is stopping these partitions")
 

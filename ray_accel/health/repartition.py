@@ -156,11 +156,6 @@ def _wait_ended(parts: Sequence[PartitionEntry], deadline: float, progress: Prog
     progress(f"{names}: drain deadline reached; stopping their raylets")
 
 
-def _stopped(p: PartitionEntry) -> PartitionEntry:
-    """`p` with nothing of it running."""
-    return replace(p, processes=(), node_id=None)
-
-
 def _replacing(parts: Sequence[PartitionEntry], gone: set[str], entry: PartitionEntry) -> list[PartitionEntry]:
     """`parts` with `entry` in the place of the first of `gone`, the others of them out."""
     out: list[PartitionEntry] = []
@@ -229,7 +224,9 @@ def _run(place: state.Place, record: HostRecord, inputs: Inputs, progress: Progr
     now = procs.check_record(replace(record, repartition=None))
     for p in old.values():
         terminate_raylet(p, now)
-    record = state.save(record.with_partitions([_stopped(p) if p.name in touched else p for p in record.partitions]))
+    # The record keeps the touched partitions, nothing of them running.
+    stopped = [replace(p, processes=(), node_id=None) if p.name in touched else p for p in record.partitions]
+    record = state.save(record.with_partitions(stopped))
     launched: list[Launches] = []  # one per new partition, so a failed one is stopped alone
     before, failed = record, []
     try:
