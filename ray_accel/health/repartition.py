@@ -38,7 +38,7 @@ from pathlib import Path
 from ray_accel.cluster import auth, helpers, procs, state
 from ray_accel.cluster.files import write_atomic
 from ray_accel.cluster.gcs import Progress, wait_registered
-from ray_accel.cluster.host import OBJECT_STORE_MINIMUM, allowed_cpus
+from ray_accel.cluster.host import divide_host
 from ray_accel.cluster.launcher import Launches
 from ray_accel.cluster.ports import plan_ports, worker_ports
 from ray_accel.cluster.raylet import Split
@@ -51,10 +51,9 @@ from ray_accel.core.devices import Device
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.health_kept import read_kept
 from ray_accel.core.hosts import HostId
-from ray_accel.core.numa import read_topology
 from ray_accel.health import actions, driver_ops
 from ray_accel.partition.labels import topology_labels
-from ray_accel.partition.share import HostResources, divide
+from ray_accel.partition.share import HostResources
 from ray_accel.plugins.inventory import discover
 
 LOG_FILE = "repartition.log"
@@ -114,15 +113,7 @@ def new_entries(record: HostRecord, plan: Resplit, devices: Sequence[Device]) ->
         {k: sum(s.resources.get(k, 0.0) for s in freed) for s in freed for k in s.resources},
     )
     numa = [{d.numa_node for d in devices if d.id in p.device_ids} for p in parts]
-    shares = divide(
-        [p.name for p in parts],
-        [len(p.core_ids) for p in parts],
-        numa,
-        pool,
-        read_topology(),
-        allowed_cpus(),
-        OBJECT_STORE_MINIMUM,
-    ).shares
+    shares = divide_host(parts, numa, pool).shares
     added = [p for p in parts if p.name not in old]
     blocks = iter(plan_ports(worker_ports([len(p.core_ids) for p in added], None, None), None))
     host = HostId(record.host, record.host_ip or "0.0.0.0")
