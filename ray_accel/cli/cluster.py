@@ -8,7 +8,7 @@ import ray_accel.health  # noqa: F401  (registers the host's decider: stop and s
 from ray_accel.cli import render
 from ray_accel.cli.host import json_option
 from ray_accel.cli.output import emit, progress
-from ray_accel.cli.params import HOST_PORT, MAX_WORKERS, PORT, grouped, seconds, split_options
+from ray_accel.cli.params import HOST_PORT, MAX_WORKERS, PORT, drain_deadline_option, grouped, seconds, split_options
 from ray_accel.cluster.raylet import Join, Offer, Services, Split, StartRequest
 from ray_accel.core import validate
 from ray_accel.core.errors import InputError
@@ -82,13 +82,7 @@ RECOVER_OPTIONS = ("head", "address", "recover", "timeout", "as_json")
         "once the device is healthy again",
     ),
     seconds("--health-interval", 0.1, 3600, 5.0, "seconds between the health decider's polls"),
-    seconds(
-        "--drain-deadline",
-        0,
-        7 * 24 * 3600,
-        120.0,
-        "seconds a drained partition's work gets to move before its raylet is stopped",
-    ),
+    drain_deadline_option("seconds a drained partition's work gets to move before its raylet is stopped"),
 )
 @json_option
 @click.pass_context

@@ -57,7 +57,7 @@ def plan(split: Split, as_json: bool) -> int:
     for note in notes:
         click.echo(note, err=True)
     host = read_host({})
-    division = divide_host(result, host)
+    division = divide_host(result.partitions, [q.numa_nodes for q in result.quality], host)
     payload = result.to_json()
     for part, share in zip(payload["partitions"], division.shares, strict=True):
         part.update(

@@ -52,6 +52,11 @@ def seconds(flag: str, lo: float, hi: float, default: float, help: str) -> Calla
     return click.option(flag, type=number, default=default, show_default=True, help=help)
 
 
+def drain_deadline_option(help: str) -> Callable[[F], F]:
+    """`--drain-deadline`: seconds, up to a week, 120 by default."""
+    return seconds("--drain-deadline", 0, 7 * 24 * 3600, 120.0, help)
+
+
 def grouped(name: str, build: Callable[..., Any], *options: Callable[[F], F]) -> Callable[[F], F]:
     """`options` given to the command as one typed value, its parameter `name`:
     what `build` makes of theirs (its parameters are the options' names)."""

@@ -7,7 +7,7 @@ import click
 
 from ray_accel.cli.host import json_option
 from ray_accel.cli.output import emit, progress
-from ray_accel.cli.params import PARTITION_COUNT, seconds
+from ray_accel.cli.params import PARTITION_COUNT, drain_deadline_option, seconds
 from ray_accel.cluster.raylet import Split
 from ray_accel.cluster.resplit import Changes
 
@@ -23,13 +23,7 @@ def changes_text(payload: Changes) -> str:
 @click.option("--mode", default=None, help="auto-split or manual (shared where the backend allows it)")
 @click.option("--manual", metavar="SPEC", help="devices per partition, e.g. 'a=0-3;b=4-7' (implies --mode manual)")
 @click.option("--dry-run", is_flag=True, help="print what would happen and change nothing")
-@seconds(
-    "--drain-deadline",
-    0,
-    7 * 24 * 3600,
-    120.0,
-    "seconds a touched partition's work gets to move before its raylet is stopped",
-)
+@drain_deadline_option("seconds a touched partition's work gets to move before its raylet is stopped")
 @seconds("--timeout", 1, 3600, 180.0, "seconds to wait for the new raylets")
 @json_option
 def repartition(

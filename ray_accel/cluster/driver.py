@@ -10,13 +10,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from ray_accel.bridge.managers import (
-    LOST_WITHOUT_BRIDGE,
-    BridgeSpec,
-    BridgeUnsupported,
-    install,
-    raylet_env,
-)
+from ray_accel.bridge.managers import LOST_WITHOUT_BRIDGE, BridgeSpec, BridgeUnsupported, install, raylet_env
 from ray_accel.core import ray_resources
 from ray_accel.core.errors import InputError
 from ray_accel.core.visibility import format_visible_ids

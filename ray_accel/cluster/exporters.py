@@ -37,5 +37,4 @@ def deploy(record: HostRecord, parts: Sequence[PartitionEntry], progress: Progre
     except Exception as e:
         progress(f"warning: metrics exporters not started: {type(e).__name__}: {e}")
         record = replace(record, metrics=False)
-    state.save(record)
-    return record
+    return state.save(record)

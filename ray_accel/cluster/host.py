@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from ray_accel.cluster.startargs import HOST_FLAGS
 from ray_accel.core.errors import InputError
 from ray_accel.core.numa import read_topology
 from ray_accel.core.validate import HEAD
-from ray_accel.partition.plan import Plan
+from ray_accel.partition.plan import Partition
 from ray_accel.partition.share import Division, HostResources, Share, divide
 from ray_accel.rayapi import node as rayapi_node
 from ray_accel.rayapi.feature import RayApiMissing
@@ -71,14 +71,8 @@ def allowed_cpus() -> frozenset[int]:
         return frozenset(range(os.cpu_count() or 1))
 
 
-def divide_host(plan: Plan, host: HostResources) -> Division:
-    """Each partition of `plan` gets host amounts in proportion to its units."""
-    return divide(
-        [p.name for p in plan],
-        [len(p.core_ids) for p in plan],
-        [q.numa_nodes for q in plan.quality],
-        host,
-        read_topology(),
-        allowed_cpus(),
-        OBJECT_STORE_MINIMUM,
-    )
+def divide_host(parts: Sequence[Partition], numa: Sequence[Collection[int]], host: HostResources) -> Division:
+    """Each of `parts` (its devices on the NUMA nodes `numa[i]`) gets amounts
+    of `host` in proportion to its units, placed on the CPUs this process may use."""
+    names, units = [p.name for p in parts], [len(p.core_ids) for p in parts]
+    return divide(names, units, numa, host, read_topology(), allowed_cpus(), OBJECT_STORE_MINIMUM)

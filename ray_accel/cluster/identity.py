@@ -73,12 +73,7 @@ def local_addresses() -> frozenset[str]:
     """The IP addresses of this host's interfaces now (in its network namespace), canonical."""
     import psutil
 
-    out = set()
-    for addrs in psutil.net_if_addrs().values():
-        for a in addrs:
-            if a.family in (socket.AF_INET, socket.AF_INET6):
-                canonical = canonical_ip(a.address)
-                if canonical is not None:
-                    out.add(canonical)
-                    out.add(canonical.split("%", 1)[0])
-    return frozenset(out)
+    families = (socket.AF_INET, socket.AF_INET6)
+    found = [canonical_ip(a.address) for addrs in psutil.net_if_addrs().values() for a in addrs if a.family in families]
+    # An IPv6 link-local address also without its zone (`fe80::1%eth0`).
+    return frozenset(x for ip in found if ip is not None for x in (ip, ip.split("%", 1)[0]))

@@ -195,6 +195,10 @@ class HostRecord:
     def with_partitions(self, parts: Sequence[PartitionEntry]) -> HostRecord:
         return replace(self, partitions=tuple(parts))
 
+    def replacing(self, new: PartitionEntry) -> HostRecord:
+        """This record with `new` in the place of the partition of its name."""
+        return self.with_partitions([new if q.name == new.name else q for q in self.partitions])
+
     def state_of(self, p: PartitionEntry) -> PartitionState:
         """`p`'s state by the decider: one the decider never moved serves since the start."""
         return p.health if p.health.since else replace(p.health, since=self.created)

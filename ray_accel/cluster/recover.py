@@ -39,22 +39,24 @@ def relaunch(
     p: PartitionEntry,
     part: Partition,
     extra_labels: Mapping[str, str],
-    base_env: dict[str, str],
     launches: Launches,
     progress: Progress,
 ) -> PartitionEntry:
     """Start partition `p`'s raylet again, serving `part` (all of its devices,
     or some), on its recorded ports and share, with ray-accel's labels
-    `extra_labels` (the user's come from the record); the new entry, with the
-    new raylet's processes. The old raylet and its leftovers must be gone (its
-    ports are checked)."""
+    `extra_labels` (the user's come from the record), from this process's
+    environment with the cluster's auth and the bridge; the new entry, with
+    the new raylet's processes. The old raylet and its leftovers must be gone
+    (its ports are checked)."""
     check_free([p.ports.named["node_manager_port"], p.ports.named["object_manager_port"]], f"restarting {p.name}")
     own = record.spec.for_partition(part)
     share = recorded_share(p, record)
     labels = {**dict(record.labels), **extra_labels}
     args = ray_start_args(part, p.ports, own, share, RayOptions.read(record.ray_args), labels, record.gcs_address)
+    base_env = raylet_base_env(record.auth)
+    env = {**base_env, **raylet_env([record.spec], base_env)}
     progress(f"restarting {part.name}: {record.spec.visible_ids_env}={part.visible_ids}")
-    (result,) = launches.run_all([(part.name, args, partition_env(base_env, own, part, share))])
+    (result,) = launches.run_all([(part.name, args, partition_env(env, own, part, share))])
     if not result.ok:
         raise RayAccelError(f"partition {part.name} did not restart: {result.error}")
     return replace(
@@ -103,36 +105,28 @@ def recover(progress: Progress, timeout_s: float = 180.0, after: helpers.After |
         token = record.auth.token_path
         if token is not None and not Path(token).is_file():
             raise InputError(f"the cluster's token file {token} is gone; cannot restart raylets")
-        base_env = relaunch_env(record)
         launches = Launches(state.ensure_dir(place), timeout_s)
         try:
             for p in dead:
                 # The raylet's leftovers (Ray's agents, workers) go first: they hold its ports.
                 terminate_raylet(p, checks)
-                new = relaunch(record, p, p.serving, dict(p.labels), base_env, launches, progress)
-                record = record.with_partitions([new if q.name == p.name else q for q in record.partitions])
-                state.save(record)
+                new = relaunch(record, p, p.serving, dict(p.labels), launches, progress)
+                record = state.save(record.replacing(new))
             restarted = [q for q in record.partitions if q.name in {p.name for p in dead}]
             wait_registered(record.gcs_address, [q.node_id for q in restarted if q.node_id], timeout_s, progress)
         except BaseException:
             with shielded():
                 launches.undo()
                 # What was restarted is gone again: the record says what still runs.
-                state.save(record.with_partitions([_without_new(q, launches) for q in record.partitions]))
+                gone = set(launches.processes())
+                left = [replace(q, processes=tuple(r for r in q.processes if r not in gone)) for q in record.partitions]
+                state.save(record.with_partitions(left))
             raise
         if record.metrics:
             record = exporters.deploy(record, restarted, progress)
         if after is not None:
             record = after(record, progress)
     return record
-
-
-def relaunch_env(record: HostRecord) -> dict[str, str]:
-    """The environment a relaunched raylet of `record` starts from: the
-    cluster's auth and the bridge."""
-    env = raylet_base_env(record.auth)
-    env.update(raylet_env([record.spec], env))
-    return env
 
 
 def terminate_raylet(p: PartitionEntry, checks: Mapping[RayProcess, procs.Check]) -> None:
@@ -150,8 +144,3 @@ def recorded_share(p: PartitionEntry, record: HostRecord) -> Share:
     weights = [len(q.core_ids) for q in plan]
     index = [q.name for q in record.partitions].index(p.name)
     return divide([q.name for q in plan], weights, [() for _ in plan], host, read_topology(), ()).shares[index]
-
-
-def _without_new(part: PartitionEntry, launches: Launches) -> PartitionEntry:
-    new = set(launches.processes())
-    return replace(part, processes=tuple(r for r in part.processes if r not in new))

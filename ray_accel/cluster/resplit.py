@@ -85,12 +85,7 @@ def resplit(record: HostRecord, devices: Sequence[Device], split: Split, out: Co
         devices = [d for d in devices if d.id in record.inherited_mask.devices]
     usable = devices if mode is Mode.MANUAL else [d for d in devices if d.id not in out]
     plan = plan_partitions(
-        usable,
-        mode,
-        split.partitions,
-        split.manual,
-        record.spec.accelerator_type,
-        traits=record.spec.traits,
+        usable, mode, split.partitions, split.manual, record.spec.accelerator_type, traits=record.spec.traits
     )
     for p in plan:
         bad = next((d for d in p.device_ids if d in out), None)

@@ -188,7 +188,7 @@ def plan_launch(req: StartRequest, ip: str, state_dir: Path) -> LaunchPlan:
     gone, units = {o.device for o in out}, {c for o in out for c in o.units}
     served = tuple(p.less(gone, units) for p in plan)
     host = read_host(req.ray.figures, req.offer.resources)
-    division = divide_host(plan, host)
+    division = divide_host(plan.partitions, [q.numa_nodes for q in plan.quality], host)
     gcs_port = req.join.port or DEFAULT_GCS_PORT
     if req.join.head:
         check_free([gcs_port], "--port")
@@ -335,8 +335,7 @@ def launch(
         # outright (SIGKILL) still leaves `stop` what it needs.
         state.save(record)
     results = launches.run_all([job(i, gcs) for i in range(first, len(raylets))])
-    record = record.with_partitions([entry(first + i, r) for i, r in enumerate(results)])
-    state.save(record)
+    record = state.save(record.with_partitions([entry(first + i, r) for i, r in enumerate(results)]))
     failed = [r for r in results if not r.ok]
     if failed:
         raise RayAccelError(f"partition {failed[0].name} failed: {failed[0].error}")

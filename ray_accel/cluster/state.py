@@ -289,10 +289,12 @@ def check_host(record: HostRecord, place: Place, action: str) -> list[str]:
     return []
 
 
-def save(record: HostRecord) -> Path:
+def save(record: HostRecord) -> HostRecord:
+    """Write `record` to its place; the record, for a caller that goes on with it."""
     place = place_of(record)
     ensure_dir(place)
-    return write_atomic(place.file, dumps(record))
+    write_atomic(place.file, dumps(record))
+    return record
 
 
 def clear(place: Place) -> None:

@@ -134,9 +134,8 @@ def describe(record: HostRecord, place: state.Place) -> HostStatus:
         )
     else:
         checks = procs.check_record(record)
-    for c in checks.values():
-        if c.verdict is procs.Verdict.FOREIGN:
-            warnings.append(f"state file {place.file} names {c.describe()}; it is not counted as ours")
+    foreign = [c for c in checks.values() if c.verdict is procs.Verdict.FOREIGN]
+    warnings += [f"state file {place.file} names {c.describe()}; it is not counted as ours" for c in foreign]
     if record.stopping:
         warnings.append("a `ray-accel stop` is stopping these partitions")
 
@@ -330,11 +329,7 @@ def cluster_view(gcs_address: str, nodes: Mapping[str, GcsNode]) -> ClusterView:
     on_host = {p.host: [q for q in kept if q.host == p.host] for p in kept}
     hosts = tuple(
         ClusterHost(
-            host,
-            ps[0].host_name,
-            tuple(dict.fromkeys(p.ip for p in ps if p.ip)),
-            len(ps),
-            sum(p.alive for p in ps),
+            host, ps[0].host_name, tuple(dict.fromkeys(p.ip for p in ps if p.ip)), len(ps), sum(p.alive for p in ps)
         )
         for host, ps in on_host.items()
     )

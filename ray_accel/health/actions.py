@@ -23,7 +23,7 @@ from ray_accel.cluster.exporters import deployment
 from ray_accel.cluster.gcs import GcsError, Progress, answer_within, wait_registered
 from ray_accel.cluster.launcher import Launches
 from ray_accel.cluster.record import HostRecord, PartitionEntry, RayProcess
-from ray_accel.cluster.recover import relaunch, relaunch_env, terminate_raylet
+from ray_accel.cluster.recover import relaunch, terminate_raylet
 from ray_accel.cluster.signals import shielded
 from ray_accel.core.devices import Device
 from ray_accel.core.errors import RayAccelError
@@ -79,53 +79,44 @@ def drain(record: HostRecord, node_id: str, message: str, deadline: float | None
 
 
 @contextmanager
-def _locked(host: Host, doing: str) -> Iterator[None]:
-    """The host's lock for `doing`, or `Busy` while another command holds it."""
+def _current(
+    host: Host, name: str, doing: str
+) -> Iterator[tuple[HostRecord, PartitionEntry, dict[RayProcess, procs.Check]]]:
+    """Under the host's lock for `doing` (`Busy` while another command holds
+    it): the record, partition `name`'s entry, and the checks of the
+    partitions' processes (the decider, this process, is never one to
+    signal), or `RecordError` when one is not ours."""
     try:
         with state.host_lock(f"health decider {doing}", host.place):
-            yield
+            record = state.load(host.place)
+            if record is None or record.stopping:
+                raise RayAccelError("the host record is gone or being stopped")
+            p = entry(record, name)
+            checks = procs.require_trusted(replace(record, decider=None), str(host.place.file), "the health decider")
+            yield record, p, checks
     except state.LockError as e:
         raise Busy(str(e)) from None
 
 
-def _current(host: Host, name: str) -> tuple[HostRecord, PartitionEntry, dict[RayProcess, procs.Check]]:
-    """The record, partition `name`'s entry, and the checks of the partitions'
-    processes (the decider, this process, is never one to signal), or
-    `RecordError` when one is not ours."""
-    record = state.load(host.place)
-    if record is None or record.stopping:
-        raise RayAccelError("the host record is gone or being stopped")
-    p = entry(record, name)
-    return record, p, procs.require_trusted(replace(record, decider=None), str(host.place.file), "the health decider")
-
-
 def save_state(host: Host, name: str, held: PartitionState) -> HostRecord:
     """The record with partition `name` in state `held`."""
-    with _locked(host, f"saving the state of {name}"):
-        record, p, _ = _current(host, name)
-        return _save_entry(record, replace(p, health=held))
+    with _current(host, name, f"saving the state of {name}") as (record, p, _):
+        return state.save(record.replacing(replace(p, health=held)))
 
 
 def stop_partition(host: Host, name: str, held: PartitionState, progress: Progress) -> HostRecord:
     """Stop partition `name`'s raylet (and what Ray started for it) by PID;
     the record has it in state `held` (stopped), every device out."""
-    with _locked(host, f"stopping {name}"):
-        record, p, checks = _current(host, name)
+    with _current(host, name, f"stopping {name}") as (record, p, checks):
         raylet = p.raylet()
         progress(f"{name}: stopping raylet {raylet.pid if raylet is not None else '-'}")
         terminate_raylet(p, checks)
-        return _save_entry(record, _stopped(p, held))
+        return state.save(record.replacing(_stopped(p, held)))
 
 
 def _stopped(p: PartitionEntry, held: PartitionState) -> PartitionEntry:
     """`p` with nothing of its raylet left, every device out."""
     return replace(p, processes=(), out=p.device_ids, out_core_ids=p.core_ids, health=held, node_id=None)
-
-
-def _save_entry(record: HostRecord, new: PartitionEntry) -> HostRecord:
-    record = record.with_partitions([new if q.name == new.name else q for q in record.partitions])
-    state.save(record)
-    return record
 
 
 def relabel(p: PartitionEntry, part: Partition, devices: Sequence[Device], record: HostRecord) -> dict[str, str]:
@@ -146,8 +137,7 @@ def restart_partition(
     with its share, the mask and resources of `serve`, the same name and
     labels (topology labels of what it serves); then it is in state `held`.
     Under the host's lock; a restart that fails leaves it stopped, saying why."""
-    with _locked(host, f"restarting {name}"):
-        record, p, checks = _current(host, name)
+    with _current(host, name, f"restarting {name}") as (record, p, checks):
         terminate_raylet(p, checks)
         serve_ids = tuple(d for d in p.device_ids if d in set(serve))
         cores = tuple(sorted(c for d in host.devices if d.id in serve_ids for c in d.core_ids))
@@ -156,9 +146,9 @@ def restart_partition(
         launches = Launches(state.ensure_dir(host.place), host.timeout_s)
         out = tuple(d for d in p.device_ids if d not in serve_ids)
         try:
-            new = relaunch(record, p, part, labels, relaunch_env(record), launches, progress)
+            new = relaunch(record, p, part, labels, launches, progress)
             new = replace(new, out=out, out_core_ids=tuple(c for c in p.core_ids if c not in cores), health=held)
-            record = _save_entry(record, new)
+            record = state.save(record.replacing(new))
             ids = [new.node_id] if new.node_id else []
             wait_registered(record.gcs_address, ids, host.timeout_s, progress)
         except BaseException as e:
@@ -168,7 +158,7 @@ def restart_partition(
                 progress(f"{name}: restart {why}: stopped the {len(stopped)} processes it had started")
                 # Nothing of it runs now: the record says so (the decider tries a failed restart again later).
                 held = PartitionState(PartState.STOPPED, time.time(), f"restart {why}: {e or type(e).__name__}"[:1000])
-                record = _save_entry(record, _stopped(p, held))
+                record = state.save(record.replacing(_stopped(p, held)))
             raise
         return record
 

@@ -32,8 +32,7 @@ def start_decider(record: HostRecord, progress: Progress) -> HostRecord:
     inputs = helpers.HelperInputs(str(place.directory), record.created, place.explicit)
     # Its backend is the one the raylets' spec names (`process_backend`).
     decider, proc = helpers.spawn(DECIDER_KIND, WHAT, inputs, log, record.spec.to_env())
-    record = replace(record, decider=decider)
-    state.save(record)
+    record = state.save(replace(record, decider=decider))
     progress(f"health decider {proc.pid}: --on-unhealthy {settings.action.value}, log {log}")
     try:
         _wait_first_poll(place, started, proc, log)

@@ -38,12 +38,12 @@ from pathlib import Path
 from ray_accel.cluster import auth, helpers, procs, state
 from ray_accel.cluster.files import write_atomic
 from ray_accel.cluster.gcs import Progress, wait_registered
-from ray_accel.cluster.host import OBJECT_STORE_MINIMUM, allowed_cpus
+from ray_accel.cluster.host import divide_host
 from ray_accel.cluster.launcher import Launches
 from ray_accel.cluster.ports import plan_ports, worker_ports
 from ray_accel.cluster.raylet import Split
 from ray_accel.cluster.record import REPARTITION_KIND, HostRecord, PartitionEntry
-from ray_accel.cluster.recover import recorded_share, relaunch, relaunch_env, terminate_raylet
+from ray_accel.cluster.recover import recorded_share, relaunch, terminate_raylet
 from ray_accel.cluster.resplit import Action, Change, Changes, Resplit, out_of_service, resplit
 from ray_accel.cluster.signals import interruptible, shielded
 from ray_accel.core import reader
@@ -51,10 +51,9 @@ from ray_accel.core.devices import Device
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.health_kept import read_kept
 from ray_accel.core.hosts import HostId
-from ray_accel.core.numa import read_topology
 from ray_accel.health import actions, driver_ops
 from ray_accel.partition.labels import topology_labels
-from ray_accel.partition.share import HostResources, divide
+from ray_accel.partition.share import HostResources
 from ray_accel.plugins.inventory import discover
 
 LOG_FILE = "repartition.log"
@@ -114,15 +113,7 @@ def new_entries(record: HostRecord, plan: Resplit, devices: Sequence[Device]) ->
         {k: sum(s.resources.get(k, 0.0) for s in freed) for s in freed for k in s.resources},
     )
     numa = [{d.numa_node for d in devices if d.id in p.device_ids} for p in parts]
-    shares = divide(
-        [p.name for p in parts],
-        [len(p.core_ids) for p in parts],
-        numa,
-        pool,
-        read_topology(),
-        allowed_cpus(),
-        OBJECT_STORE_MINIMUM,
-    ).shares
+    shares = divide_host(parts, numa, pool).shares
     added = [p for p in parts if p.name not in old]
     blocks = iter(plan_ports(worker_ports([len(p.core_ids) for p in added], None, None), None))
     host = HostId(record.host, record.host_ip or "0.0.0.0")
@@ -144,11 +135,6 @@ def new_entries(record: HostRecord, plan: Resplit, devices: Sequence[Device]) ->
     ]
 
 
-def _save(record: HostRecord) -> HostRecord:
-    state.save(record)
-    return record
-
-
 def _wait_ended(parts: Sequence[PartitionEntry], deadline: float, progress: Progress) -> None:
     """Until Ray has ended the raylets of `parts`, or `deadline`."""
     raylets = [r for p in parts if (r := p.raylet()) is not None]
@@ -159,11 +145,6 @@ def _wait_ended(parts: Sequence[PartitionEntry], deadline: float, progress: Prog
             return
         time.sleep(POLL_S)
     progress(f"{names}: drain deadline reached; stopping their raylets")
-
-
-def _stopped(p: PartitionEntry) -> PartitionEntry:
-    """`p` with nothing of it running."""
-    return replace(p, processes=(), node_id=None)
 
 
 def _replacing(parts: Sequence[PartitionEntry], gone: set[str], entry: PartitionEntry) -> list[PartitionEntry]:
@@ -234,8 +215,9 @@ def _run(place: state.Place, record: HostRecord, inputs: Inputs, progress: Progr
     now = procs.check_record(replace(record, repartition=None))
     for p in old.values():
         terminate_raylet(p, now)
-    record = _save(record.with_partitions([_stopped(p) if p.name in touched else p for p in record.partitions]))
-    base_env = relaunch_env(record)
+    # The record keeps the touched partitions, nothing of them running.
+    stopped = [replace(p, processes=(), node_id=None) if p.name in touched else p for p in record.partitions]
+    record = state.save(record.with_partitions(stopped))
     launched: list[Launches] = []  # one per new partition, so a failed one is stopped alone
     before, failed = record, []
     try:
@@ -248,14 +230,14 @@ def _run(place: state.Place, record: HostRecord, inputs: Inputs, progress: Progr
                 if p.name in touched and (p.name == new.name or set(p.device_ids) & set(new.device_ids))
             }
             try:
-                entry = relaunch(record, new, new.partition, dict(new.labels), base_env, launches, progress)
+                entry = relaunch(record, new, new.partition, dict(new.labels), launches, progress)
             except RayAccelError as e:
                 launches.undo()
                 progress(f"{new.name}: did not start ({e}); devices {','.join(new.device_ids)} are unassigned")
                 failed.append(f"{new.name}: {e}")
-                record = _save(record.with_partitions([p for p in record.partitions if p.name not in gone]))
+                record = state.save(record.with_partitions([p for p in record.partitions if p.name not in gone]))
                 continue
-            record = _save(record.with_partitions(_replacing(record.partitions, gone, entry)))
+            record = state.save(record.with_partitions(_replacing(record.partitions, gone, entry)))
         new_names = {c.partition for c in plan.of(Action.RESTARTED, Action.ADDED)}
         started = [p.node_id for p in record.partitions if p.name in new_names and p.node_id]
         wait_registered(record.gcs_address, started, inputs.timeout_s, progress)
@@ -268,7 +250,7 @@ def _run(place: state.Place, record: HostRecord, inputs: Inputs, progress: Progr
         raise
     # A removed partition whose devices no new one took leaves the record too.
     left = [p for p in record.partitions if p.name not in touched or p.raylet() is not None]
-    record = _save(replace(record.with_partitions(left), mode=plan.mode.value))
+    record = state.save(replace(record.with_partitions(left), mode=plan.mode.value))
     actions.redeploy_exporters(record, sorted(new_names), progress)
     if failed:
         raise RayAccelError(f"partition(s) did not start: {'; '.join(failed)}")

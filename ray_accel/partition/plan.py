@@ -37,7 +37,7 @@ from typing import Any
 from ray_accel.core import validate
 from ray_accel.core.devices import Device, DeviceId
 from ray_accel.core.errors import InputError
-from ray_accel.core.reader import dump
+from ray_accel.core.reader import dump, dump_fields
 from ray_accel.core.visibility import VisibilityError, format_visible_ids, parse_visible_ids
 from ray_accel.plugins.traits import DeviceTraits, SplitOrder
 
@@ -101,14 +101,8 @@ class Partition:
         return format_visible_ids(self.core_ids)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "partition": self.name,
-            "device_ids": list(self.device_ids),
-            "core_ids": list(self.core_ids),
-            "visible_ids": self.visible_ids,
-            "accelerator_type": self.accelerator_type,
-            "models": list(self.models),
-        }
+        fields = dump_fields(self, visible_ids=self.visible_ids)
+        return {"partition": fields.pop("name"), **fields}
 
 
 @dataclass(frozen=True)

@@ -224,12 +224,9 @@ def mark_held(partitions: Sequence[FreePartition], assignment: Assignment) -> tu
 
 def partitions_connected(parts: Sequence[FreePartition]) -> bool:
     """One host, each partition's devices linked, and the partitions linked to each other."""
-    if not parts or len({p.host for p in parts}) != 1:
+    if not parts or len({p.host for p in parts}) != 1 or any(p.connected is not True for p in parts):
         return False
-    if any(p.connected is not True for p in parts):
-        return False
-    seen = {0}
-    stack = [0]
+    seen, stack = {0}, [0]
     while stack:
         i = stack.pop()
         for j, q in enumerate(parts):

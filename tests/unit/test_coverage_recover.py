@@ -38,6 +38,8 @@ class Launches:
 def checked(monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[int], str]]:
     asked: list[tuple[list[int], str]] = []
     monkeypatch.setattr(recover, "check_free", lambda ports, what: asked.append((list(ports), what)))
+    # The environment a restart starts from, without applying the record's auth to this process.
+    monkeypatch.setattr(recover, "raylet_base_env", lambda auth: {"A": "1"})
     return asked
 
 
@@ -48,7 +50,7 @@ def test_a_partition_restarts_on_its_recorded_ports(  # the first too: the GCS i
     head = replace(record.partitions[0], share=Share("p0", 3, 4_000_000_000, 1_000_000_000))
     said: list[str] = []
     launches = Launches()
-    new = recover.relaunch(record, head, head.serving, {"ray-accel/x": "1"}, {"A": "1"}, launches, said.append)
+    new = recover.relaunch(record, head, head.serving, {"ray-accel/x": "1"}, launches, said.append)
     named = head.ports.named
     assert checked == [([named["node_manager_port"], named["object_manager_port"]], "restarting p0")]
     ((name, args, env),) = launches.asked
@@ -62,7 +64,7 @@ def test_a_raylet_that_does_not_come_back_is_an_error_naming_why(checked: list[t
     record = valid_record()
     p1 = replace(record.partitions[1], share=Share("p1", 3, 4_000_000_000, 1_000_000_000))
     with pytest.raises(RayAccelError, match=r"^partition p1 did not restart: raylet exited with 1"):
-        recover.relaunch(record, p1, p1.serving, {}, {}, Launches(ok=False), lambda _: None)
+        recover.relaunch(record, p1, p1.serving, {}, Launches(ok=False), lambda _: None)
 
 
 def test_only_the_raylets_own_processes_that_are_ours_are_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
