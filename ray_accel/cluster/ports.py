@@ -33,9 +33,15 @@ from dataclasses import dataclass
 from ray_accel.core.errors import InputError
 
 NAMED = (
-    "node_manager_port", "object_manager_port", "dashboard_agent_listen_port", "dashboard_agent_grpc_port",
-    "runtime_env_agent_port", "metrics_export_port", "dashboard_port", "ray_client_server_port",
-)  # fmt: skip
+    "node_manager_port",
+    "object_manager_port",
+    "dashboard_agent_listen_port",
+    "dashboard_agent_grpc_port",
+    "runtime_env_agent_port",
+    "metrics_export_port",
+    "dashboard_port",
+    "ray_client_server_port",
+)
 # Ports only a head binds; a raylet joining a cluster is never given them.
 HEAD_ONLY = ("dashboard_port", "ray_client_server_port")
 FIRST_WORKER_OFFSET = 16

@@ -8,7 +8,24 @@ from ray_accel.placement.policies import POLICIES, Pack, Policy, Spread, Topolog
 from ray_accel.placement.scaling import new_job, place, scaling_config, scaling_configs, to_scaling_config
 
 __all__ = [
-    "POLICIES", "Assignment", "FreePartition", "Job", "LiveView", "Pack", "Placement", "PlacementError", "Policy",
-    "Slot", "Spread", "Topology", "get_policy", "new_job", "place", "read_view", "scaling_config", "scaling_configs",
-    "to_scaling_config", "view_from_nodes"
-]  # fmt: skip
+    "POLICIES",
+    "Assignment",
+    "FreePartition",
+    "Job",
+    "LiveView",
+    "Pack",
+    "Placement",
+    "PlacementError",
+    "Policy",
+    "Slot",
+    "Spread",
+    "Topology",
+    "get_policy",
+    "new_job",
+    "place",
+    "read_view",
+    "scaling_config",
+    "scaling_configs",
+    "to_scaling_config",
+    "view_from_nodes",
+]
