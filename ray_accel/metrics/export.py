@@ -71,6 +71,8 @@ ORPHAN_TAGS = ("host", "partition", "device_id", "pid", "command")
 PARTITION_STATE_TAGS = ("host", "partition", "state")
 DEVICE_STATE_TAGS = ("host", "partition", "device_id", "state")
 EVENT_TAGS = ("host", "partition", "device_id", "kind", "code")
+# The device gauges a reading sets where it has the value, in `gauge_values`' order.
+DEVICE_VALUES = ("util", "used", "total", "power", "temp")
 COMMAND_MAX = 200  # an orphan's command line is a label value: keep it bounded
 
 
@@ -146,21 +148,13 @@ def gauge_values(
     verdict = {d.device_id: d.state for d in health.devices} if health is not None else {}
     for d in snap.devices:
         tags = dict(zip(DEVICE_TAGS, (d.host, d.partition, d.id, d.family, d.accelerator_type or ""), strict=True))
-        for key, value in (
-            ("util", d.utilization),
-            ("used", d.memory_used_bytes),
-            ("total", d.memory_total_bytes),
-            ("power", d.power_watts),
-            ("temp", d.temperature_c),
-        ):
-            if value is not None:
-                out.append((key, float(value), tags))
+        read = (d.utilization, d.memory_used_bytes, d.memory_total_bytes, d.power_watts, d.temperature_c)
+        out += [(key, float(v), tags) for key, v in zip(DEVICE_VALUES, read, strict=True) if v is not None]
         if (state := verdict.get(d.id)) in (Health.HEALTHY, Health.UNHEALTHY):
             out.append(("healthy", float(state is Health.HEALTHY), tags))
     for w in snap.workloads:
         wt = {"host": w.host, "partition": w.partition, "workload": w.workload}
-        out.append(("w_rss", float(w.rss_bytes), wt))
-        out.append(("w_cpu", w.cpu_seconds, wt))
+        out += [("w_rss", float(w.rss_bytes), wt), ("w_cpu", w.cpu_seconds, wt)]
         for dev, nbytes in sorted(w.device_memory_bytes.items()):
             out.append(("w_dev", float(nbytes), {**wt, "device_id": dev}))
     for o in snap.orphans:
@@ -168,8 +162,7 @@ def gauge_values(
         out.append(("orphan", 1.0, dict(zip(ORPHAN_TAGS, values, strict=True))))
     if host is not None:
         ht = {"host": host.host, "family": host.family, "accelerator_type": host.accelerator_type}
-        out.append(("n_devices", float(host.devices), ht))
-        out.append(("n_mem", float(host.memory_used_bytes), ht))
+        out += [("n_devices", float(host.devices), ht), ("n_mem", float(host.memory_used_bytes), ht)]
     return out
 
 
@@ -197,10 +190,7 @@ def health_values(health: HostHealth, host: str) -> list[tuple[str, float, dict[
 def partition_health(health: HostHealth | None, partition: str) -> dict[str, Any] | None:
     """One partition's health for its exporter's snapshot (`top`'s JSON): its
     state, since when, why, and its devices' states."""
-    if health is None:
-        return None
-    p = health.partition(partition)
-    if p is None:
+    if health is None or (p := health.partition(partition)) is None:
         return None
     mine = (*p.devices, *p.out)
     return reader.dump_fields(p, devices={d.device_id: d.state.value for d in health.devices if d.device_id in mine})
