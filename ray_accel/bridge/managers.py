@@ -160,11 +160,8 @@ def make_manager(spec: BridgeSpec) -> Any:
 
     def validate(quantity: float) -> tuple[bool, str | None]:
         if spec.whole_units_only and isinstance(quantity, float) and not quantity.is_integer():
-            return (
-                False,
-                f"{spec.resource_name} resource quantity must be whole numbers: a core belongs to one process. "
-                f"The specified quantity {quantity} is invalid.",
-            )
+            why = f"{spec.resource_name} resource quantity must be whole numbers: a core belongs to one process. "
+            return False, f"{why}The specified quantity {quantity} is invalid."
         return True, None
 
     name = f"RayAccel{spec.resource_name.title().replace('_', '')}Manager"

@@ -19,7 +19,7 @@ import importlib.metadata
 import logging
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ray_accel.core.devices import validate_inventory
@@ -101,10 +101,6 @@ def discover_plugins(only: str | None = None) -> list[PluginStatus]:
             continue
         statuses.append(_activate(ep.name, factory))
     return statuses
-
-
-def active_plugins(statuses: Sequence[PluginStatus]) -> list[DevicePlugin]:
-    return [s.plugin for s in statuses if s.active and s.plugin is not None]
 
 
 def _entry_points() -> list[importlib.metadata.EntryPoint]:
