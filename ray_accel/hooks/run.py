@@ -54,8 +54,7 @@ class HookRun:
         a retry request still gets its post_terminate, so the counts always
         match.
         """
-        if protected is None:
-            protected = protected_env()
+        protected = protected_env() if protected is None else protected
         open_entry(self.run_id, self.workload, self.factories)
         # Key -> (the hook that set it, its value).
         merged_env: dict[str, tuple[str, str]] = {}
@@ -66,8 +65,7 @@ class HookRun:
                     config = hook.pre_create()
                 except (WorkloadDenied, WorkloadRetry) as e:
                     denied = isinstance(e, WorkloadDenied)
-                    said = "denied workload" if denied else "asked to retry"
-                    kind = WorkloadDenied if denied else WorkloadRetry
+                    kind, said = (WorkloadDenied, "denied workload") if denied else (WorkloadRetry, "asked to retry")
                     raise kind(f"hook {hook_name(factory)} {said} {self.workload.workload_id}: {e}") from e
                 except HookConfigError as e:
                     # Raised while the hook builds its WorkloadConfig (e.g. a
