@@ -221,9 +221,7 @@ def unit_resources_env(specs: Sequence[BridgeSpec], current: str | None) -> str 
     """
     names = [n.strip() for n in (current or ",".join(RAY_DEFAULT_UNIT_RESOURCES)).split(",") if n.strip()]
     missing = [s.resource_name for s in specs if s.resource_name not in {*names, *PREDEFINED_UNIT_RESOURCES}]
-    if not missing:
-        return None
-    return ",".join(names + missing)
+    return ",".join(names + missing) if missing else None
 
 
 def raylet_env(specs: Sequence[BridgeSpec], base: Mapping[str, str]) -> dict[str, str]:

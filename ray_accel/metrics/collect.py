@@ -181,9 +181,7 @@ def cmdline(pid: int) -> str:
     """The process's command line as one string ('' if it is gone); Ray's
     workers retitle themselves here (`ray::TrainWorker.train`)."""
     raw = read_small(f"/proc/{pid}/cmdline")
-    if raw is None:
-        return ""
-    return raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()
+    return "" if raw is None else raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()
 
 
 def workload_readings(

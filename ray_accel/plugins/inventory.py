@@ -26,10 +26,8 @@ class NoActiveBackend(RayAccelError):
 
     def __init__(self, statuses: Sequence[PluginStatus]) -> None:
         inactive = ", ".join(f"{s.name} ({s.reason})" for s in statuses)
-        super().__init__(
-            "no active accelerator backend on this host; "
-            + (f"inactive: {inactive}" if inactive else "no backend is installed")
-        )
+        why = f"inactive: {inactive}" if inactive else "no backend is installed"
+        super().__init__(f"no active accelerator backend on this host; {why}")
         self.details = {"backends": [s.to_json() for s in statuses]}
 
 

@@ -122,11 +122,7 @@ def drain_node(
     gcs = attr(module(RAYLET), "GcsClient", RAYLET)(address=address) if client is None else client
     drain = method(gcs, "drain_node", f"{RAYLET}.GcsClient")
     require_params(drain, DRAIN_PARAMS, f"{RAYLET}.GcsClient.drain_node")
-    accepted, rejection = drain(
-        node_id=node_id,
-        reason=reason,
-        reason_message=reason_message,
-        deadline_timestamp_ms=deadline_ms,
-        timeout=timeout_s,
-    )
+    # The parameters just checked, by name.
+    values = (node_id, reason, reason_message, deadline_ms, timeout_s)
+    accepted, rejection = drain(**dict(zip(DRAIN_PARAMS, values, strict=True)))
     return DrainReply(bool(accepted), str(rejection or ""))
