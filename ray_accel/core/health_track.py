@@ -100,11 +100,9 @@ def start(device_ids: Iterable[str], now: float) -> tuple[Tracked, ...]:
 
 
 def _put(faults: list[Fault], fault: Fault) -> None:
-    for i, f in enumerate(faults):
-        if f.kind == fault.kind:
-            faults[i] = fault
-            return
-    faults.append(fault)
+    """`fault` in place of the first of its kind, else after the others."""
+    i = next((i for i, f in enumerate(faults) if f.kind == fault.kind), len(faults))
+    faults[i : i + 1] = [fault]
 
 
 def advance(prev: Tracked, findings: Findings, now: float, k: int) -> tuple[Tracked, tuple[HealthEvent, ...]]:

@@ -38,9 +38,7 @@ class HookRun:
     """The hooks of one workload in this process, in order."""
 
     def __init__(self, run_id: str, workload: Workload, factories: Sequence[HookFactory]) -> None:
-        self.run_id = run_id
-        self.workload = workload
-        self.factories = list(factories)
+        self.run_id, self.workload, self.factories = run_id, workload, list(factories)
         self.hooks = [f(workload) for f in self.factories]
         self._entry = entry_path(run_id, workload.workload_id)
         self.resource_file: Path | None = None

@@ -234,13 +234,11 @@ class PartitionExporter:
         why = "no accelerator backend" if plugin is None else plugin.probe()
         if plugin is None or why is not None:
             raise RuntimeError(f"the metrics exporter's backend is not usable here: {why}")
-        self.plugin = plugin
-        self.telemetry = plugin.telemetry
+        self.plugin, self.telemetry = plugin, plugin.telemetry
         self.host_devices = plugin.list_devices()
         self.devices = [d for d in self.host_devices if d.id in entry.device_ids]
         self.accelerator_type = plugin.host_info().accelerator_type
-        self.host_level = host_level
-        self.interval_s = interval_s
+        self.host_level, self.interval_s = host_level, interval_s
         self.state_dir = Path(state_dir) if state_dir else None
         self.raylet_pid = os.getppid()
         self.table = ProcessTable()  # kept between samples: each reads again only what may have changed
