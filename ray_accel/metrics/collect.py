@@ -163,8 +163,7 @@ def device_readings(
     except Exception as e:
         reason = f"metric source failed: {type(e).__name__}: {e}"
         return [unknown(d, reason) for d in devices], [reason]
-    out = []
-    errors = []
+    out, errors = [], []
     for d in devices:
         s = samples.get(d.id)
         if s is None:

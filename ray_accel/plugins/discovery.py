@@ -88,9 +88,7 @@ def discover_plugins(only: str | None = None) -> list[PluginStatus]:
     """
     mock_on = bool(os.environ.get(MOCK_ENV))
     statuses: list[PluginStatus] = []
-    for ep in _entry_points():
-        if only is not None and ep.name != only:
-            continue
+    for ep in [e for e in _entry_points() if only is None or e.name == only]:
         if mock_on and ep.name != MOCK_PLUGIN:
             statuses.append(_inactive(ep.name, f"{MOCK_ENV} is set: only the mock backend is active"))
             continue
