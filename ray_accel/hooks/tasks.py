@@ -90,11 +90,8 @@ def _wrap_actor(cls: type, factories: tuple[HookFactory, ...], run_id: str, time
     def ray_accel_terminate(self: Any) -> None:
         _terminate(self._ray_accel_hooks, timeout)
 
-    return type(
-        cls.__name__,
-        (cls,),
-        {"__init__": __init__, "ray_accel_terminate": ray_accel_terminate, "__module__": cls.__module__},
-    )
+    attrs = {"__init__": __init__, "ray_accel_terminate": ray_accel_terminate, "__module__": cls.__module__}
+    return type(cls.__name__, (cls,), attrs)
 
 
 def _terminate(hooks: HookRun, timeout: float) -> None:
