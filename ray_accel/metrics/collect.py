@@ -201,13 +201,12 @@ def workload_readings(
     memory = {pid: h if h.keys() <= mine else {k: v for k, v in h.items() if k in mine} for pid, h in held.items() if h}
     ticks, out = CLOCK_TICKS, []
     for root, title in titles.items():
-        readings = []
-        for pid in (root, *descendants(root, kids)):
-            if (s := stats.get(pid)) is not None:  # else it ended during the read, or its line is malformed
-                # tuple.__new__: the NamedTuple's own __new__ is a Python call, per process.
-                readings.append(
-                    _new_tuple(ProcessReading, (pid, s.name, s.cpu_ticks / ticks, s.rss_bytes, memory.get(pid, _NONE)))
-                )
+        # tuple.__new__: the NamedTuple's own __new__ is a Python call, per process.
+        readings = [
+            _new_tuple(ProcessReading, (pid, s.name, s.cpu_ticks / ticks, s.rss_bytes, memory.get(pid, _NONE)))
+            for pid in (root, *descendants(root, kids))
+            if (s := stats.get(pid)) is not None  # else it ended during the read, or its line is malformed
+        ]
         if readings and readings[0][0] == root:
             name = title.partition(" ")[0] or readings[0][1]
             out.append(_new_tuple(WorkloadReading, (f"{name}[{root}]", at.host, at.partition, root, tuple(readings))))

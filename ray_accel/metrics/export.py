@@ -157,9 +157,8 @@ def gauge_values(
         out += [("w_rss", float(w.rss_bytes), wt), ("w_cpu", w.cpu_seconds, wt)]
         for dev, nbytes in sorted(w.device_memory_bytes.items()):
             out.append(("w_dev", float(nbytes), {**wt, "device_id": dev}))
-    for o in snap.orphans:
-        values = (o.host, o.partition, o.device_id, str(o.pid), o.command[:COMMAND_MAX])
-        out.append(("orphan", 1.0, dict(zip(ORPHAN_TAGS, values, strict=True))))
+    orphans = ((o.host, o.partition, o.device_id, str(o.pid), o.command[:COMMAND_MAX]) for o in snap.orphans)
+    out += [("orphan", 1.0, dict(zip(ORPHAN_TAGS, values, strict=True))) for values in orphans]
     if host is not None:
         ht = {"host": host.host, "family": host.family, "accelerator_type": host.accelerator_type}
         out += [("n_devices", float(host.devices), ht), ("n_mem", float(host.memory_used_bytes), ht)]
@@ -177,8 +176,7 @@ def health_values(health: HostHealth, host: str) -> list[tuple[str, float, dict[
     owner = {d: p.partition for p in health.partitions for d in (*p.devices, *p.out)}
     for d in health.devices:
         tags = {"host": host, "partition": owner.get(d.device_id, ""), "device_id": d.device_id}
-        for h in Health:
-            out.append(("d_state", 1.0 if d.state is h else 0.0, {**tags, "state": h.value}))
+        out += [("d_state", float(d.state is h), {**tags, "state": h.value}) for h in Health]
     for device, counts in sorted(health.counters.items()):
         for key, n in sorted(counts.items()):
             kind, _, code = key.partition(":")
