@@ -230,8 +230,7 @@ def raylet_env(specs: Sequence[BridgeSpec], base: Mapping[str, str]) -> dict[str
     worker of that raylet, whatever it runs)."""
     units = unit_resources_env(specs, base.get(UNIT_RESOURCES_ENV))
     env: dict[str, str] = {} if units is None else {UNIT_RESOURCES_ENV: units}
-    for s in specs:
-        env.update(dict(s.process_env))
+    env.update(pair for s in specs for pair in s.process_env)
     preload = [m for m in base.get(PRELOAD_ENV, "").split(",") if m]
     if AUTOINSTALL_MODULE not in preload:
         preload.append(AUTOINSTALL_MODULE)

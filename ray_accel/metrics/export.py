@@ -297,14 +297,9 @@ class PartitionExporter:
     def sample(self) -> None:
         if self.telemetry is not None:  # the host-wide sources the decider owns, never one per exporter
             self.telemetry.use_host_readings(*read_readings(self.state_dir, time.time()))
+        table = self.table.read(self.raylet_pid)
         snap = collect(
-            self.telemetry,
-            self.devices,
-            self.accelerator_type,
-            self.raylet_pid,
-            (os.getpid(),),
-            self.table.read(self.raylet_pid),
-            self.where,
+            self.telemetry, self.devices, self.accelerator_type, self.raylet_pid, (os.getpid(),), table, self.where
         )
         health, problem = self._read_health()
         level = self.host_level if health is None else host_level_of(health) == self.where.partition
