@@ -358,19 +358,15 @@ def deploy(d: Deployment, interval_s: float | None = None) -> list[str]:
     host_level = d.host_level or (d.entries[0].partition if d.entries else None)
     remote_cls = ray.remote(num_cpus=0, max_restarts=0)(PartitionExporter)
     connect(d.address)
+    detached = {"namespace": NAMESPACE, "lifetime": "detached"}
     try:
         handles = []
         for e in d.entries:
             kill(e.node_id)
-            handles.append(
-                remote_cls.options(
-                    name=actor_name(e.node_id),
-                    namespace=NAMESPACE,
-                    lifetime="detached",
-                    # The raylet itself, not a label: labels repeat on every host.
-                    scheduling_strategy=NodeAffinitySchedulingStrategy(e.node_id, soft=False),
-                ).remote(e, e.partition == host_level, interval, d.state_dir)
-            )
+            # The raylet itself, not a label: labels repeat on every host.
+            on = NodeAffinitySchedulingStrategy(e.node_id, soft=False)
+            actor = remote_cls.options(name=actor_name(e.node_id), scheduling_strategy=on, **detached)
+            handles.append(actor.remote(e, e.partition == host_level, interval, d.state_dir))
         ray.get([h.snapshot.remote() for h in handles], timeout=120)
         return [actor_name(e.node_id) for e in d.entries]
     finally:
