@@ -160,11 +160,8 @@ def make_manager(spec: BridgeSpec) -> Any:
 
     def validate(quantity: float) -> tuple[bool, str | None]:
         if spec.whole_units_only and isinstance(quantity, float) and not quantity.is_integer():
-            return (
-                False,
-                f"{spec.resource_name} resource quantity must be whole numbers: a core belongs to one process. "
-                f"The specified quantity {quantity} is invalid.",
-            )
+            why = f"{spec.resource_name} resource quantity must be whole numbers: a core belongs to one process. "
+            return False, f"{why}The specified quantity {quantity} is invalid."
         return True, None
 
     name = f"RayAccel{spec.resource_name.title().replace('_', '')}Manager"
@@ -224,9 +221,7 @@ def unit_resources_env(specs: Sequence[BridgeSpec], current: str | None) -> str 
     """
     names = [n.strip() for n in (current or ",".join(RAY_DEFAULT_UNIT_RESOURCES)).split(",") if n.strip()]
     missing = [s.resource_name for s in specs if s.resource_name not in {*names, *PREDEFINED_UNIT_RESOURCES}]
-    if not missing:
-        return None
-    return ",".join(names + missing)
+    return ",".join(names + missing) if missing else None
 
 
 def raylet_env(specs: Sequence[BridgeSpec], base: Mapping[str, str]) -> dict[str, str]:
@@ -235,8 +230,7 @@ def raylet_env(specs: Sequence[BridgeSpec], base: Mapping[str, str]) -> dict[str
     worker of that raylet, whatever it runs)."""
     units = unit_resources_env(specs, base.get(UNIT_RESOURCES_ENV))
     env: dict[str, str] = {} if units is None else {UNIT_RESOURCES_ENV: units}
-    for s in specs:
-        env.update(dict(s.process_env))
+    env.update(pair for s in specs for pair in s.process_env)
     preload = [m for m in base.get(PRELOAD_ENV, "").split(",") if m]
     if AUTOINSTALL_MODULE not in preload:
         preload.append(AUTOINSTALL_MODULE)

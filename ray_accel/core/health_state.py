@@ -192,8 +192,7 @@ def _health(obj: Node) -> HostHealth:
     devices = tuple(load(DeviceHealth, d.data, d.path) for d in obj.at("devices", None).list())
     parts = tuple(load(PartitionHealth, p.data, p.path) for p in obj.at("partitions", None).list())
     for key, names in (("devices", [d.device_id for d in devices]), ("partitions", [p.partition for p in parts])):
-        dup = next((n for n in names if names.count(n) > 1), None)
-        if dup is not None:
+        if (dup := next((n for n in names if names.count(n) > 1), None)) is not None:
             raise ReadError(f"{dup!r} appears twice", key)
     events = tuple(load(HealthEvent, e.data, e.path) for e in obj.at("events", []).list())
     counters = {

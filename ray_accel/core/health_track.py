@@ -100,11 +100,9 @@ def start(device_ids: Iterable[str], now: float) -> tuple[Tracked, ...]:
 
 
 def _put(faults: list[Fault], fault: Fault) -> None:
-    for i, f in enumerate(faults):
-        if f.kind == fault.kind:
-            faults[i] = fault
-            return
-    faults.append(fault)
+    """`fault` in place of the first of its kind, else after the others."""
+    i = next((i for i, f in enumerate(faults) if f.kind == fault.kind), len(faults))
+    faults[i : i + 1] = [fault]
 
 
 def advance(prev: Tracked, findings: Findings, now: float, k: int) -> tuple[Tracked, tuple[HealthEvent, ...]]:
@@ -128,12 +126,8 @@ def advance(prev: Tracked, findings: Findings, now: float, k: int) -> tuple[Trac
                 faults.remove(open_)
             else:
                 _put(faults, replace(open_, clean=open_.clean + 1))
-    if faults:
-        state = Health.UNHEALTHY
-    elif prev.doubt or findings.unread or not findings.vouched:
-        state = Health.UNKNOWN
-    else:
-        state = Health.HEALTHY
+    unknown = prev.doubt or findings.unread or not findings.vouched
+    state = Health.UNHEALTHY if faults else Health.UNKNOWN if unknown else Health.HEALTHY
     since, last = (prev.since if state is prev.state else now), (new[-1] if new else prev.last_event)
     after = replace(prev, state=state, since=since, last_event=last, faults=tuple(faults), unread=findings.unread)
     return after, tuple(new)

@@ -69,13 +69,9 @@ def read_records(directory: str) -> dict[int, tuple[str, int]]:
         names = os.listdir(directory)
     except OSError:
         return {}
-    out = {}
-    for name in names:
-        if name.isdigit() and (raw := read_small(f"{directory}/{name}")) is not None:
-            record = parse_record(raw)
-            if record is not None:
-                out[int(name)] = record
-    return out
+    raw = {int(name): read_small(f"{directory}/{name}") for name in names if name.isdigit()}
+    records = {pid: parse_record(r) for pid, r in raw.items() if r is not None}
+    return {pid: r for pid, r in records.items() if r is not None}
 
 
 # Kernel file timestamps come from a clock that advances once per tick (at

@@ -58,14 +58,10 @@ class NumaTopology:
         return {n: c for n, c in self.nodes.items() if c}
 
 
-def numa_root() -> str:
-    return os.environ.get(NUMA_ROOT_ENV) or DEFAULT_ROOT
-
-
 def read_topology(root: str | None = None) -> NumaTopology:
-    """Read the node tree at `root` (default: `numa_root()`). Never raises: an
+    """Read the node tree at `root` (default: `RAYACCEL_NUMA_ROOT`, else the kernel's). Never raises: an
     unreadable or malformed tree is a topology with `error` set."""
-    base = Path(root or numa_root())
+    base = Path(root or os.environ.get(NUMA_ROOT_ENV) or DEFAULT_ROOT)
     try:
         names = sorted(os.listdir(base))
     except OSError as e:

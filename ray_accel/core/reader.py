@@ -83,15 +83,15 @@ def _no_constant(name: str) -> float:
     raise ValueError(f"{name} is not a number JSON allows")
 
 
-def _depth_ok(data: object, limit: int) -> bool:
+def _check_depth(data: object) -> None:
+    """`RecursionError` where `data` nests more than MAX_DEPTH levels."""
     stack = [(data, 0)]
     while stack:
         value, depth = stack.pop()
         if isinstance(value, dict | list):
-            if depth >= limit:
-                return False
+            if depth >= MAX_DEPTH:
+                raise RecursionError
             stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
-    return True
 
 
 def _decode(raw: bytes | str) -> str:
@@ -108,8 +108,7 @@ def parse_json(
     most MAX_DEPTH levels, or `ReadError` worded by `bad` naming `source`."""
     try:
         data = json.loads(_decode(raw), object_pairs_hook=_no_duplicates, parse_constant=float if nan else _no_constant)
-        if not _depth_ok(data, MAX_DEPTH):
-            raise RecursionError
+        _check_depth(data)
     except RecursionError:
         raise ReadError(bad.format(source=source, error=f"nested too deeply (more than {MAX_DEPTH} levels)")) from None
     except ValueError as e:  # JSONDecodeError, a duplicate, NaN, UTF-8, int()'s digit limit
@@ -121,8 +120,7 @@ def parse_toml(raw: bytes | str, source: str, bad: str = "malformed TOML in {sou
     """A TOML document, with the checks of `parse_json`."""
     try:
         data = tomllib.loads(_decode(raw))
-        if not _depth_ok(data, MAX_DEPTH):
-            raise RecursionError
+        _check_depth(data)
     except RecursionError:
         raise ReadError(bad.format(source=source, error="arrays or tables nested too deeply")) from None
     except tomllib.TOMLDecodeError as e:

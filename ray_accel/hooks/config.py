@@ -84,8 +84,7 @@ class WorkloadConfig:
             if not _ENV_NAME.match(key) or "\n" in str(value):
                 raise HookConfigError(f"bad resource_data entry {key!r}")
         for name in NOT_APPLICABLE:
-            value = getattr(self, name)
-            if value:
+            if value := getattr(self, name):
                 raise HookConfigError(
                     f"{name}={value!r} cannot be applied to a Ray worker: it is a process the raylet "
                     "started before its hooks ran, not a container ray-accel creates (leave it empty)"

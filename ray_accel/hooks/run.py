@@ -38,9 +38,7 @@ class HookRun:
     """The hooks of one workload in this process, in order."""
 
     def __init__(self, run_id: str, workload: Workload, factories: Sequence[HookFactory]) -> None:
-        self.run_id = run_id
-        self.workload = workload
-        self.factories = list(factories)
+        self.run_id, self.workload, self.factories = run_id, workload, list(factories)
         self.hooks = [f(workload) for f in self.factories]
         self._entry = entry_path(run_id, workload.workload_id)
         self.resource_file: Path | None = None
@@ -54,8 +52,7 @@ class HookRun:
         a retry request still gets its post_terminate, so the counts always
         match.
         """
-        if protected is None:
-            protected = protected_env()
+        protected = protected_env() if protected is None else protected
         open_entry(self.run_id, self.workload, self.factories)
         # Key -> (the hook that set it, its value).
         merged_env: dict[str, tuple[str, str]] = {}
@@ -66,8 +63,7 @@ class HookRun:
                     config = hook.pre_create()
                 except (WorkloadDenied, WorkloadRetry) as e:
                     denied = isinstance(e, WorkloadDenied)
-                    said = "denied workload" if denied else "asked to retry"
-                    kind = WorkloadDenied if denied else WorkloadRetry
+                    kind, said = (WorkloadDenied, "denied workload") if denied else (WorkloadRetry, "asked to retry")
                     raise kind(f"hook {hook_name(factory)} {said} {self.workload.workload_id}: {e}") from e
                 except HookConfigError as e:
                     # Raised while the hook builds its WorkloadConfig (e.g. a

@@ -34,14 +34,8 @@ def _workload(kind: str) -> Workload:
     ctx = ray.get_runtime_context()
     ident = ctx.get_actor_id() if kind == "actor" else ctx.get_task_id()
     labels = ctx.get_node_labels() or {}
-    accel = ctx.get_accelerator_ids()
-    ids = tuple(int(i) for ids in accel.values() for i in ids if str(i).isdigit())
-    return Workload(
-        workload_id=f"{kind}-{ident}",
-        partition=labels.get(PARTITION_LABEL, ctx.get_node_id()[:12]),
-        visible_ids=ids,
-        pid=os.getpid(),
-    )
+    ids = tuple(int(i) for ids in ctx.get_accelerator_ids().values() for i in ids if str(i).isdigit())
+    return Workload(f"{kind}-{ident}", labels.get(PARTITION_LABEL, ctx.get_node_id()[:12]), ids, os.getpid())
 
 
 def with_hooks(
@@ -56,9 +50,8 @@ def with_hooks(
 
     def wrap(obj: T) -> T:
         rid = run_id or f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', type(obj).__name__)}"
-        if isinstance(obj, type):
-            return cast(T, _wrap_actor(obj, factories, rid, pre_terminate_timeout_s))
-        return cast(T, _wrap_function(obj, factories, rid, pre_terminate_timeout_s))  # type: ignore[arg-type]
+        wrapper: Callable[..., Any] = _wrap_actor if isinstance(obj, type) else _wrap_function
+        return cast(T, wrapper(obj, factories, rid, pre_terminate_timeout_s))
 
     return wrap
 
@@ -97,11 +90,8 @@ def _wrap_actor(cls: type, factories: tuple[HookFactory, ...], run_id: str, time
     def ray_accel_terminate(self: Any) -> None:
         _terminate(self._ray_accel_hooks, timeout)
 
-    return type(
-        cls.__name__,
-        (cls,),
-        {"__init__": __init__, "ray_accel_terminate": ray_accel_terminate, "__module__": cls.__module__},
-    )
+    attrs = {"__init__": __init__, "ray_accel_terminate": ray_accel_terminate, "__module__": cls.__module__}
+    return type(cls.__name__, (cls,), attrs)
 
 
 def _terminate(hooks: HookRun, timeout: float) -> None:

@@ -33,12 +33,7 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from ray_accel.core.devices import Device
-from ray_accel.core.processes import (
-    CLOCK_TICKS,
-    ProcessTable,
-    descendants,
-    read_small,
-)
+from ray_accel.core.processes import CLOCK_TICKS, ProcessTable, descendants, read_small
 from ray_accel.core.reader import dump_fields
 from ray_accel.plugins.interface import Telemetry
 
@@ -152,11 +147,7 @@ class Snapshot:
 
 
 def device_readings(
-    telemetry: Telemetry | None,
-    devices: Sequence[Device],
-    partition: str,
-    accelerator_type: str | None,
-    host: str = "",
+    telemetry: Telemetry | None, devices: Sequence[Device], partition: str, accelerator_type: str | None, host: str = ""
 ) -> tuple[list[DeviceReading], list[str]]:
     """This partition's devices only; each one exactly once, tagged with its
     own accelerator type where it has one (a host may hold several models)."""
@@ -172,8 +163,7 @@ def device_readings(
     except Exception as e:
         reason = f"metric source failed: {type(e).__name__}: {e}"
         return [unknown(d, reason) for d in devices], [reason]
-    out = []
-    errors = []
+    out, errors = [], []
     for d in devices:
         s = samples.get(d.id)
         if s is None:
@@ -190,9 +180,7 @@ def cmdline(pid: int) -> str:
     """The process's command line as one string ('' if it is gone); Ray's
     workers retitle themselves here (`ray::TrainWorker.train`)."""
     raw = read_small(f"/proc/{pid}/cmdline")
-    if raw is None:
-        return ""
-    return raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()
+    return "" if raw is None else raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()
 
 
 def workload_readings(
@@ -213,13 +201,12 @@ def workload_readings(
     memory = {pid: h if h.keys() <= mine else {k: v for k, v in h.items() if k in mine} for pid, h in held.items() if h}
     ticks, out = CLOCK_TICKS, []
     for root, title in titles.items():
-        readings = []
-        for pid in (root, *descendants(root, kids)):
-            if (s := stats.get(pid)) is not None:  # else it ended during the read, or its line is malformed
-                # tuple.__new__: the NamedTuple's own __new__ is a Python call, per process.
-                readings.append(
-                    _new_tuple(ProcessReading, (pid, s.name, s.cpu_ticks / ticks, s.rss_bytes, memory.get(pid, _NONE)))
-                )
+        # tuple.__new__: the NamedTuple's own __new__ is a Python call, per process.
+        readings = [
+            _new_tuple(ProcessReading, (pid, s.name, s.cpu_ticks / ticks, s.rss_bytes, memory.get(pid, _NONE)))
+            for pid in (root, *descendants(root, kids))
+            if (s := stats.get(pid)) is not None  # else it ended during the read, or its line is malformed
+        ]
         if readings and readings[0][0] == root:
             name = title.partition(" ")[0] or readings[0][1]
             out.append(_new_tuple(WorkloadReading, (f"{name}[{root}]", at.host, at.partition, root, tuple(readings))))
@@ -323,17 +310,9 @@ def collect(
     workloads, workload_errors = workload_readings(telemetry, titles, table, mine, at)
     errors += orphan_errors + workload_errors
     _log_new(at.partition, errors)
-    return Snapshot(
-        at.host,
-        at.node_id,
-        at.partition,
-        time.time(),
-        time.perf_counter() - start,
-        tuple(readings),
-        tuple(workloads),
-        tuple(orphans),
-        tuple(errors),
-    )
+    taken_at, took = time.time(), time.perf_counter() - start
+    readings_found = tuple(readings), tuple(workloads), tuple(orphans), tuple(errors)
+    return Snapshot(at.host, at.node_id, at.partition, taken_at, took, *readings_found)
 
 
 # The errors last logged per partition: a source that keeps failing is logged

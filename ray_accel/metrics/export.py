@@ -71,6 +71,8 @@ ORPHAN_TAGS = ("host", "partition", "device_id", "pid", "command")
 PARTITION_STATE_TAGS = ("host", "partition", "state")
 DEVICE_STATE_TAGS = ("host", "partition", "device_id", "state")
 EVENT_TAGS = ("host", "partition", "device_id", "kind", "code")
+# The device gauges a reading sets where it has the value, in `gauge_values`' order.
+DEVICE_VALUES = ("util", "used", "total", "power", "temp")
 COMMAND_MAX = 200  # an orphan's command line is a label value: keep it bounded
 
 
@@ -146,30 +148,20 @@ def gauge_values(
     verdict = {d.device_id: d.state for d in health.devices} if health is not None else {}
     for d in snap.devices:
         tags = dict(zip(DEVICE_TAGS, (d.host, d.partition, d.id, d.family, d.accelerator_type or ""), strict=True))
-        for key, value in (
-            ("util", d.utilization),
-            ("used", d.memory_used_bytes),
-            ("total", d.memory_total_bytes),
-            ("power", d.power_watts),
-            ("temp", d.temperature_c),
-        ):
-            if value is not None:
-                out.append((key, float(value), tags))
+        read = (d.utilization, d.memory_used_bytes, d.memory_total_bytes, d.power_watts, d.temperature_c)
+        out += [(key, float(v), tags) for key, v in zip(DEVICE_VALUES, read, strict=True) if v is not None]
         if (state := verdict.get(d.id)) in (Health.HEALTHY, Health.UNHEALTHY):
             out.append(("healthy", float(state is Health.HEALTHY), tags))
     for w in snap.workloads:
         wt = {"host": w.host, "partition": w.partition, "workload": w.workload}
-        out.append(("w_rss", float(w.rss_bytes), wt))
-        out.append(("w_cpu", w.cpu_seconds, wt))
+        out += [("w_rss", float(w.rss_bytes), wt), ("w_cpu", w.cpu_seconds, wt)]
         for dev, nbytes in sorted(w.device_memory_bytes.items()):
             out.append(("w_dev", float(nbytes), {**wt, "device_id": dev}))
-    for o in snap.orphans:
-        values = (o.host, o.partition, o.device_id, str(o.pid), o.command[:COMMAND_MAX])
-        out.append(("orphan", 1.0, dict(zip(ORPHAN_TAGS, values, strict=True))))
+    orphans = ((o.host, o.partition, o.device_id, str(o.pid), o.command[:COMMAND_MAX]) for o in snap.orphans)
+    out += [("orphan", 1.0, dict(zip(ORPHAN_TAGS, values, strict=True))) for values in orphans]
     if host is not None:
         ht = {"host": host.host, "family": host.family, "accelerator_type": host.accelerator_type}
-        out.append(("n_devices", float(host.devices), ht))
-        out.append(("n_mem", float(host.memory_used_bytes), ht))
+        out += [("n_devices", float(host.devices), ht), ("n_mem", float(host.memory_used_bytes), ht)]
     return out
 
 
@@ -184,8 +176,7 @@ def health_values(health: HostHealth, host: str) -> list[tuple[str, float, dict[
     owner = {d: p.partition for p in health.partitions for d in (*p.devices, *p.out)}
     for d in health.devices:
         tags = {"host": host, "partition": owner.get(d.device_id, ""), "device_id": d.device_id}
-        for h in Health:
-            out.append(("d_state", 1.0 if d.state is h else 0.0, {**tags, "state": h.value}))
+        out += [("d_state", float(d.state is h), {**tags, "state": h.value}) for h in Health]
     for device, counts in sorted(health.counters.items()):
         for key, n in sorted(counts.items()):
             kind, _, code = key.partition(":")
@@ -197,10 +188,7 @@ def health_values(health: HostHealth, host: str) -> list[tuple[str, float, dict[
 def partition_health(health: HostHealth | None, partition: str) -> dict[str, Any] | None:
     """One partition's health for its exporter's snapshot (`top`'s JSON): its
     state, since when, why, and its devices' states."""
-    if health is None:
-        return None
-    p = health.partition(partition)
-    if p is None:
+    if health is None or (p := health.partition(partition)) is None:
         return None
     mine = (*p.devices, *p.out)
     return reader.dump_fields(p, devices={d.device_id: d.state.value for d in health.devices if d.device_id in mine})
@@ -244,13 +232,11 @@ class PartitionExporter:
         why = "no accelerator backend" if plugin is None else plugin.probe()
         if plugin is None or why is not None:
             raise RuntimeError(f"the metrics exporter's backend is not usable here: {why}")
-        self.plugin = plugin
-        self.telemetry = plugin.telemetry
+        self.plugin, self.telemetry = plugin, plugin.telemetry
         self.host_devices = plugin.list_devices()
         self.devices = [d for d in self.host_devices if d.id in entry.device_ids]
         self.accelerator_type = plugin.host_info().accelerator_type
-        self.host_level = host_level
-        self.interval_s = interval_s
+        self.host_level, self.interval_s = host_level, interval_s
         self.state_dir = Path(state_dir) if state_dir else None
         self.raylet_pid = os.getppid()
         self.table = ProcessTable()  # kept between samples: each reads again only what may have changed
@@ -311,14 +297,9 @@ class PartitionExporter:
     def sample(self) -> None:
         if self.telemetry is not None:  # the host-wide sources the decider owns, never one per exporter
             self.telemetry.use_host_readings(*read_readings(self.state_dir, time.time()))
+        table = self.table.read(self.raylet_pid)
         snap = collect(
-            self.telemetry,
-            self.devices,
-            self.accelerator_type,
-            self.raylet_pid,
-            (os.getpid(),),
-            self.table.read(self.raylet_pid),
-            self.where,
+            self.telemetry, self.devices, self.accelerator_type, self.raylet_pid, (os.getpid(),), table, self.where
         )
         health, problem = self._read_health()
         level = self.host_level if health is None else host_level_of(health) == self.where.partition
@@ -377,19 +358,15 @@ def deploy(d: Deployment, interval_s: float | None = None) -> list[str]:
     host_level = d.host_level or (d.entries[0].partition if d.entries else None)
     remote_cls = ray.remote(num_cpus=0, max_restarts=0)(PartitionExporter)
     connect(d.address)
+    detached = {"namespace": NAMESPACE, "lifetime": "detached"}
     try:
         handles = []
         for e in d.entries:
             kill(e.node_id)
-            handles.append(
-                remote_cls.options(
-                    name=actor_name(e.node_id),
-                    namespace=NAMESPACE,
-                    lifetime="detached",
-                    # The raylet itself, not a label: labels repeat on every host.
-                    scheduling_strategy=NodeAffinitySchedulingStrategy(e.node_id, soft=False),
-                ).remote(e, e.partition == host_level, interval, d.state_dir)
-            )
+            # The raylet itself, not a label: labels repeat on every host.
+            on = NodeAffinitySchedulingStrategy(e.node_id, soft=False)
+            actor = remote_cls.options(name=actor_name(e.node_id), scheduling_strategy=on, **detached)
+            handles.append(actor.remote(e, e.partition == host_level, interval, d.state_dir))
         ray.get([h.snapshot.remote() for h in handles], timeout=120)
         return [actor_name(e.node_id) for e in d.entries]
     finally:

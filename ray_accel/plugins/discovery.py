@@ -19,7 +19,7 @@ import importlib.metadata
 import logging
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ray_accel.core.devices import validate_inventory
@@ -88,9 +88,7 @@ def discover_plugins(only: str | None = None) -> list[PluginStatus]:
     """
     mock_on = bool(os.environ.get(MOCK_ENV))
     statuses: list[PluginStatus] = []
-    for ep in _entry_points():
-        if only is not None and ep.name != only:
-            continue
+    for ep in [e for e in _entry_points() if only is None or e.name == only]:
         if mock_on and ep.name != MOCK_PLUGIN:
             statuses.append(_inactive(ep.name, f"{MOCK_ENV} is set: only the mock backend is active"))
             continue
@@ -101,10 +99,6 @@ def discover_plugins(only: str | None = None) -> list[PluginStatus]:
             continue
         statuses.append(_activate(ep.name, factory))
     return statuses
-
-
-def active_plugins(statuses: Sequence[PluginStatus]) -> list[DevicePlugin]:
-    return [s.plugin for s in statuses if s.active and s.plugin is not None]
 
 
 def _entry_points() -> list[importlib.metadata.EntryPoint]:

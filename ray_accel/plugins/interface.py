@@ -115,8 +115,7 @@ class GlooRuntime(Runtime):
 
     def worker_env(self, worker: WorkerSlot, job: Sequence[WorkerSlot], collective: str) -> dict[str, str]:
         check_collective(collective, (GLOO,), "a worker without an accelerator runtime")
-        env = self._visible_ids_env
-        return rank_env(worker) if env is None else own_ids_env(env, worker)
+        return rank_env(worker) if self._visible_ids_env is None else own_ids_env(self._visible_ids_env, worker)
 
 
 class Telemetry(ABC):

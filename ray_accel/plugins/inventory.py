@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from ray_accel.core.devices import Device
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.reader import Node, ReadError, dump, dump_fields, parse_json
-from ray_accel.plugins.discovery import PluginStatus, active_plugins, discover_plugins, load_plugin
+from ray_accel.plugins.discovery import PluginStatus, discover_plugins, load_plugin
 from ray_accel.plugins.interface import DevicePlugin
 
 # The bridge spec a raylet ray-accel started carries to every process it
@@ -26,10 +26,8 @@ class NoActiveBackend(RayAccelError):
 
     def __init__(self, statuses: Sequence[PluginStatus]) -> None:
         inactive = ", ".join(f"{s.name} ({s.reason})" for s in statuses)
-        super().__init__(
-            "no active accelerator backend on this host; "
-            + (f"inactive: {inactive}" if inactive else "no backend is installed")
-        )
+        why = f"inactive: {inactive}" if inactive else "no backend is installed"
+        super().__init__(f"no active accelerator backend on this host; {why}")
         self.details = {"backends": [s.to_json() for s in statuses]}
 
 
@@ -39,7 +37,7 @@ class Inventory:
 
     @property
     def plugins(self) -> list[DevicePlugin]:
-        return active_plugins(self.statuses)
+        return [s.plugin for s in self.statuses if s.active and s.plugin is not None]
 
     @property
     def primary(self) -> DevicePlugin | None:

@@ -57,9 +57,7 @@ def put_managers(ours: Mapping[str, type]) -> None:
 def refresh_original_visible_ids() -> None:
     """Ray records a worker's inherited masks once, at import, with the
     managers it had then; record them again through the registry as it is now."""
-    utils = module("ray._private.utils")
-    worker = module("ray._private.worker")
-    read = attr(utils, "get_visible_accelerator_ids", "ray._private.utils")
-    global_worker = attr(worker, "global_worker", "ray._private.worker")
+    read = attr(module("ray._private.utils"), "get_visible_accelerator_ids", "ray._private.utils")
+    global_worker = attr(module("ray._private.worker"), "global_worker", "ray._private.worker")
     attr(global_worker, "original_visible_accelerator_ids", "ray._private.worker.global_worker")
     global_worker.original_visible_accelerator_ids = read()

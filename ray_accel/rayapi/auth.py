@@ -20,9 +20,8 @@ def reload_token_config() -> None:
     config reads the mode once and its token loader caches (Ray's own
     `_enable_token_auth` refreshes both the same way)."""
     raylet = module(RAYLET)
-    config = attr(raylet, "Config", RAYLET)
+    initialize = attr(attr(raylet, "Config", RAYLET), "initialize", f"{RAYLET}.Config")
     loader = attr(raylet, "AuthenticationTokenLoader", RAYLET)
-    initialize = attr(config, "initialize", f"{RAYLET}.Config")
     instance = attr(loader, "instance", f"{RAYLET}.AuthenticationTokenLoader")()
     reset = method(instance, "reset_cache", f"{RAYLET}.AuthenticationTokenLoader")
     initialize("")

@@ -20,6 +20,7 @@ RAYLET = "ray._raylet"
 # What `ray drain-node --reason DRAIN_NODE_REASON_PREEMPTION` sends: a
 # request the raylet may not reject (InnerGcsClient.drain_node's docstring).
 DRAIN_REASON_PREEMPTION = "DRAIN_NODE_REASON_PREEMPTION"
+CREATE_PARAMS = ("gcs_address", "cluster_id_hex", "allow_cluster_id_nil", "fetch_cluster_id_if_nil")
 DRAIN_PARAMS = ("node_id", "reason", "reason_message", "deadline_timestamp_ms", "timeout")
 
 
@@ -49,11 +50,7 @@ class DrainReply:
 
 def _global_state(address: str) -> Any:
     create = attr(attr(module(RAYLET), "GcsClientOptions", RAYLET), "create", f"{RAYLET}.GcsClientOptions")
-    require_params(
-        create,
-        ("gcs_address", "cluster_id_hex", "allow_cluster_id_nil", "fetch_cluster_id_if_nil"),
-        f"{RAYLET}.GcsClientOptions.create",
-    )
+    require_params(create, CREATE_PARAMS, f"{RAYLET}.GcsClientOptions.create")
     gs = attr(module(STATE), "GlobalState", STATE)()
     init = attr(gs, "_initialize_global_state", f"{STATE}.GlobalState")
     init(create(address, None, allow_cluster_id_nil=True, fetch_cluster_id_if_nil=False))
@@ -65,9 +62,8 @@ def read_nodes(address: str) -> tuple[GcsNode, ...]:
     and available resources and its labels."""
     gs = _global_state(address)
     where = f"{STATE}.GlobalState"
-    total = method(gs, "total_resources_per_node", where)()
-    avail = method(gs, "available_resources_per_node", where)()
-    table = method(gs, "node_table", where)()
+    calls = ("total_resources_per_node", "available_resources_per_node", "node_table")
+    total, avail, table = (method(gs, name, where)() for name in calls)
     reasons = _death_reasons()
     return tuple(
         GcsNode(
@@ -122,11 +118,7 @@ def drain_node(
     gcs = attr(module(RAYLET), "GcsClient", RAYLET)(address=address) if client is None else client
     drain = method(gcs, "drain_node", f"{RAYLET}.GcsClient")
     require_params(drain, DRAIN_PARAMS, f"{RAYLET}.GcsClient.drain_node")
-    accepted, rejection = drain(
-        node_id=node_id,
-        reason=reason,
-        reason_message=reason_message,
-        deadline_timestamp_ms=deadline_ms,
-        timeout=timeout_s,
-    )
+    # The parameters just checked, by name.
+    values = (node_id, reason, reason_message, deadline_ms, timeout_s)
+    accepted, rejection = drain(**dict(zip(DRAIN_PARAMS, values, strict=True)))
     return DrainReply(bool(accepted), str(rejection or ""))
