@@ -33,7 +33,12 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from ray_accel.core.devices import Device
-from ray_accel.core.processes import CLOCK_TICKS, ProcessTable, descendants, read_small
+from ray_accel.core.processes import (
+    CLOCK_TICKS,
+    ProcessTable,
+    descendants,
+    read_small,
+)
 from ray_accel.core.reader import dump_fields
 from ray_accel.plugins.interface import Telemetry
 
@@ -147,7 +152,11 @@ class Snapshot:
 
 
 def device_readings(
-    telemetry: Telemetry | None, devices: Sequence[Device], partition: str, accelerator_type: str | None, host: str = ""
+    telemetry: Telemetry | None,
+    devices: Sequence[Device],
+    partition: str,
+    accelerator_type: str | None,
+    host: str = "",
 ) -> tuple[list[DeviceReading], list[str]]:
     """This partition's devices only; each one exactly once, tagged with its
     own accelerator type where it has one (a host may hold several models)."""
@@ -310,9 +319,17 @@ def collect(
     workloads, workload_errors = workload_readings(telemetry, titles, table, mine, at)
     errors += orphan_errors + workload_errors
     _log_new(at.partition, errors)
-    taken_at, took = time.time(), time.perf_counter() - start
-    readings_found = tuple(readings), tuple(workloads), tuple(orphans), tuple(errors)
-    return Snapshot(at.host, at.node_id, at.partition, taken_at, took, *readings_found)
+    return Snapshot(
+        at.host,
+        at.node_id,
+        at.partition,
+        time.time(),
+        time.perf_counter() - start,
+        tuple(readings),
+        tuple(workloads),
+        tuple(orphans),
+        tuple(errors),
+    )
 
 
 # The errors last logged per partition: a source that keeps failing is logged
