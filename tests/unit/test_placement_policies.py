@@ -234,6 +234,27 @@ def test_topology_takes_linked_partitions_of_one_host() -> None:
     assert {s.partition for s in three.workers} == {"p0", "p2", "p3"} and three.connected, "linked through p3"
 
 
+def test_topology_spans_the_fewest_hosts_roomiest_first_when_no_host_holds_the_job() -> None:
+    """Hosts a (two linked partitions of 8 free cores), b (one of 8) and c
+    (one of 4): 6 workers of 2 cores fit no partition but host a, and b and
+    c, too small, are passed over; 10 workers fit no host alone, so they
+    fill a, then the roomiest host left, b, and never need c."""
+
+    def part(host: str, i: int, free: int, links: frozenset[int] = frozenset()) -> FreePartition:
+        cores, devices = tuple(range(8 * i, 8 * i + 8)), tuple(range(4 * i, 4 * i + 4))
+        name = f"p{i}"
+        return FreePartition(
+            host, name, f"{host}-{name}", "neuron", "neuron_cores", 8, free, cores, devices, links, connected=True
+        )
+
+    parts = (part("a", 0, 8, frozenset(range(4, 8))), part("a", 1, 8, frozenset(range(4))), part("b", 0, 8))
+    parts += (part("c", 0, 4),)
+    one_host = Topology().allocate(job(6, 2), parts)
+    assert {s.host for s in one_host.workers} == {"a"} and one_host.connected
+    two_hosts = Topology().allocate(job(10, 2), parts)
+    assert Counter(s.host for s in two_hosts.workers) == {"a": 8, "b": 2}, two_hosts.workers
+
+
 def test_spread_puts_workers_on_different_hosts() -> None:
     parts = [FreePartition(h, "p0", f"{h}-0", "neuron", "neuron_cores", 8, 8) for h in ("a", "b", "c")]
     a = Spread().allocate(job(3, 2), parts)

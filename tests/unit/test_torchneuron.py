@@ -8,10 +8,13 @@ them, run in subprocesses: tests/unit/test_fake_torchneuron.py."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from ray_accel_mock import MockPlugin, load_spec
+from ray_accel_neuron import xla
 from ray_accel_neuron.runtime import EFA_ENV, NeuronRuntime
 from ray_accel_neuron.stacks import Stacks, choose
 from ray_accel_neuron.torchneuron import GENERATIONS, NEURON, UNSUPPORTED, stack_problem
@@ -174,6 +177,12 @@ def test_backend_xla_without_torch_xla_is_refused_naming_what_is_missing() -> No
     slots = trn2_job()
     with pytest.raises(InputError, match=r"backend 'xla' cannot be made in this training worker: torch-xla is not"):
         runtime(TORCHNEURON).worker_env(slots[0], slots, XLA)
+    # The probe itself, in this process: without torch-xla it names the release that last shipped it.
+    found = xla.problem_here()
+    if importlib.util.find_spec("torch_xla") is None:
+        assert found is not None and found.startswith("torch-xla is not installed (PyTorch/XLA: torch-neuronx")
+    else:
+        assert found is None
 
 
 @badinput("unnamed")
