@@ -225,7 +225,9 @@ def apply_event(job: JobRecord | None, event: Event) -> JobRecord:
     d = d if isinstance(d, Started) else Started()
     attempt = job.attempts + 1
     phase = None if job.terminal or job.phase is Phase.RESTARTING else Phase.STARTING
-    start = (Transition(Phase.STARTING, event.at, "on_start"),)
+    start: tuple[Transition, ...] = (Transition(Phase.STARTING, event.at, "on_start"),)
+    if job.phase is Phase.RESTARTING:  # a restart's replicas stay restarting until it runs
+        start += (Transition(Phase.RESTARTING, event.at, "on_start"),)
     replicas = tuple(dataclasses.replace(r, attempt=attempt, transitions=start) for r in d.replicas)
     retired = (*job.retired, *job.replicas)[-RETIRED_MAX:]
     job = dataclasses.replace(
@@ -236,11 +238,7 @@ def apply_event(job: JobRecord | None, event: Event) -> JobRecord:
         collective=d.collective,
         collective_reason=d.collective_reason,
     )
-    job = _move(job, phase, event.at, "on_start")
-    if job.phase is Phase.RESTARTING:
-        t = Transition(Phase.RESTARTING, event.at, "on_start")
-        replicas = tuple(dataclasses.replace(r, transitions=(*r.transitions, t)) for r in replicas)
-    return dataclasses.replace(job, replicas=replicas)
+    return dataclasses.replace(_move(job, phase, event.at, "on_start"), replicas=replicas)
 
 
 def replica_json(r: Replica) -> object:

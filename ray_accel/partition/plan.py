@@ -222,13 +222,11 @@ def _auto_split(devices: Sequence[Device], count: int, split: SplitOrder) -> lis
             f"use --partitions {', '.join(map(str, _divisors(len(devices))))}, or --mode manual"
         )
     size = len(devices) // count
-    if split is SplitOrder.INDEX_BLOCKS:
-        order = sorted(devices, key=lambda d: d.index)
-        return [order[i : i + size] for i in range(0, len(order), size)]
     island = _islands(devices)
-    order = sorted(devices, key=lambda d: (d.numa_node, island[d.id], d.index))
+    by_index = split is SplitOrder.INDEX_BLOCKS
+    order = sorted(devices, key=lambda d: (d.index,) if by_index else (d.numa_node, island[d.id], d.index))
     blocks = [order[i : i + size] for i in range(0, len(order), size)]
-    if not any(d.peers for d in devices) or all(_linked(b) for b in blocks):
+    if by_index or not any(d.peers for d in devices) or all(_linked(b) for b in blocks):
         return blocks
     return _grow(order, size) or blocks
 

@@ -127,10 +127,8 @@ def split_amount(total: float, weights: Sequence[int]) -> list[float]:
     is whole, else in Ray's units of 1/10000. No minimum per part."""
     if not math.isfinite(total) or total < 0:
         raise ShareError(f"cannot divide {total!r}")
-    if float(total).is_integer():
-        return [float(p) for p in split_whole(int(total), weights, at_least_one=False)]
-    units = round(Fraction(total) / RESOURCE_UNIT)
-    return [float(p * RESOURCE_UNIT) for p in split_whole(units, weights, at_least_one=False)]
+    unit = Fraction(1) if float(total).is_integer() else RESOURCE_UNIT
+    return [float(p * unit) for p in split_whole(round(Fraction(total) / unit), weights, at_least_one=False)]
 
 
 def place_cpus(

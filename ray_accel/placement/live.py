@@ -117,10 +117,9 @@ def view_from_nodes(nodes: Sequence[Mapping[str, Any]], available: Mapping[str, 
             # Two live raylets claim one host and name: only Ray's node id tells them apart.
             part = replace(part, host=f"{part.host}#{part.node_id[:8]}")
         selector = {PARTITION_LABEL: part.name}
-        if names[part.name] > 1 and labels.get(HOST_LABEL) == part.host:
-            selector[HOST_LABEL] = part.host
-        elif names[part.name] > 1:
-            selector[NODE_ID_LABEL] = part.node_id
+        if names[part.name] > 1:
+            own = labels.get(HOST_LABEL) == part.host
+            selector.update({HOST_LABEL: part.host} if own else {NODE_ID_LABEL: part.node_id})
         selectors[part.key] = selector
         parts.append(part)
     return LiveView(tuple(parts), selectors, tuple(ignored))

@@ -156,12 +156,10 @@ class Pack(Policy):
     def _choose(self, job: Job, parts: Sequence[FreePartition]) -> Choice:
         by_host = _by_host(parts)
         host_free = {h: sum(p.free for p in ps) for h, ps in by_host.items()}
-        if any(capacity(job, p) >= job.workers for p in parts):
-            return _pack_into(job, parts, host_free)
         hosts = [h for h, ps in by_host.items() if largest_fit(job, ps) >= job.workers]
-        if hosts:
+        if hosts and not any(capacity(job, p) >= job.workers for p in parts):
             best = min(hosts, key=lambda h: (len(_pack_into(job, by_host[h], host_free)), host_free[h] - job.size, h))
-            return _pack_into(job, by_host[best], host_free)
+            parts = by_host[best]
         return _pack_into(job, parts, host_free)
 
 
