@@ -66,17 +66,26 @@ class Seen(enum.Enum):
 
 # State x what a poll sees -> the effect, and the state once it has succeeded.
 # A serving partition sees its devices turn bad or come back; a drained one,
-# its drain end; a stopped one, its devices healthy again. Every state holds
-# while nothing is seen; a stopped one with no device to serve stays stopped.
+# its drain end; a stopped one, its devices healthy again.
 _SERVING = (PartState.SERVING, PartState.SHRUNK)
-_ENDED = (PartState.DRAINING, PartState.RESTORING, PartState.STOPPED)
 TABLE: Mapping[tuple[PartState, Seen], tuple[Effect, PartState]] = {
-    **{(s, Seen.STEADY): (Effect.NONE, s) for s in PartState},
-    **{(s, Seen.UNHEALTHY): (Effect.DRAIN, PartState.DRAINING) for s in _SERVING},
-    **{(s, Seen.BACK): (Effect.DRAIN, PartState.RESTORING) for s in _SERVING},
-    **{(s, Seen.FULL): (Effect.RESTART, PartState.SERVING) for s in _ENDED},
-    **{(s, Seen.PART): (Effect.RESTART, PartState.SHRUNK) for s in _ENDED},
-    **{(s, Seen.NOTHING): (Effect.STOP, PartState.STOPPED) for s in _ENDED if s is not PartState.STOPPED},
+    (PartState.SERVING, Seen.STEADY): (Effect.NONE, PartState.SERVING),
+    (PartState.SERVING, Seen.UNHEALTHY): (Effect.DRAIN, PartState.DRAINING),
+    (PartState.SERVING, Seen.BACK): (Effect.DRAIN, PartState.RESTORING),
+    (PartState.SHRUNK, Seen.STEADY): (Effect.NONE, PartState.SHRUNK),
+    (PartState.SHRUNK, Seen.UNHEALTHY): (Effect.DRAIN, PartState.DRAINING),
+    (PartState.SHRUNK, Seen.BACK): (Effect.DRAIN, PartState.RESTORING),
+    (PartState.DRAINING, Seen.STEADY): (Effect.NONE, PartState.DRAINING),
+    (PartState.DRAINING, Seen.FULL): (Effect.RESTART, PartState.SERVING),
+    (PartState.DRAINING, Seen.PART): (Effect.RESTART, PartState.SHRUNK),
+    (PartState.DRAINING, Seen.NOTHING): (Effect.STOP, PartState.STOPPED),
+    (PartState.RESTORING, Seen.STEADY): (Effect.NONE, PartState.RESTORING),
+    (PartState.RESTORING, Seen.FULL): (Effect.RESTART, PartState.SERVING),
+    (PartState.RESTORING, Seen.PART): (Effect.RESTART, PartState.SHRUNK),
+    (PartState.RESTORING, Seen.NOTHING): (Effect.STOP, PartState.STOPPED),
+    (PartState.STOPPED, Seen.STEADY): (Effect.NONE, PartState.STOPPED),
+    (PartState.STOPPED, Seen.FULL): (Effect.RESTART, PartState.SERVING),
+    (PartState.STOPPED, Seen.PART): (Effect.RESTART, PartState.SHRUNK),
     (PartState.STOPPED, Seen.NOTHING): (Effect.NONE, PartState.STOPPED),
 }
 
