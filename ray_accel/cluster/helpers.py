@@ -90,12 +90,6 @@ class HelperInputs:
         return state.Place(directory, directory / state.STATE_FILE, self.explicit)
 
 
-def of(record: HostRecord) -> list[RayProcess]:
-    """The helpers `record` names: its processes that are no raylet's."""
-    own = {r for p in record.raylets() for r in p.processes}
-    return [r for r in record.processes() if r not in own]
-
-
 def stop(place: state.Place, grace_s: float = 10.0) -> list[int]:
     """Stop the helpers the record at `place` names that are ours (a failed
     start, and `stop` before anything else); the PIDs signalled."""
@@ -103,5 +97,5 @@ def stop(place: state.Place, grace_s: float = 10.0) -> list[int]:
         record = state.load(place)
     except RayAccelError:
         return []
-    ours = [r.record for r in of(record) if procs.check(r).ours] if record is not None else []
+    ours = [r.record for r in record.helpers() if procs.check(r).ours] if record is not None else []
     return procs.terminate(ours, grace_s)

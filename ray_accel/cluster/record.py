@@ -184,8 +184,11 @@ class HostRecord:
 
     def processes(self) -> list[RayProcess]:
         """Every recorded process: the raylets', and the helpers'."""
-        own = [r for p in self.raylets() for r in p.processes]
-        return [*own, *(h for h in (self.decider, self.repartition) if h is not None)]
+        return [r for p in self.raylets() for r in p.processes] + self.helpers()
+
+    def helpers(self) -> list[RayProcess]:
+        """The host's helper processes it names: its processes that are no raylet's."""
+        return [h for h in (self.decider, self.repartition) if h is not None]
 
     @property
     def legacy(self) -> bool:

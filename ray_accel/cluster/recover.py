@@ -139,8 +139,7 @@ def recorded_share(p: PartitionEntry, record: HostRecord) -> Share:
     were kept gets its part of the host by its units, as `start` divides it."""
     if p.share is not None:
         return p.share
-    plan = [q.partition for q in record.partitions]
+    names = [q.name for q in record.partitions]
+    weights = [len(q.core_ids) for q in record.partitions]
     host = read_host(user_figures(record.ray_args))
-    weights = [len(q.core_ids) for q in plan]
-    index = [q.name for q in record.partitions].index(p.name)
-    return divide([q.name for q in plan], weights, [() for _ in plan], host, read_topology(), ()).shares[index]
+    return divide(names, weights, [() for _ in names], host, read_topology(), ()).shares[names.index(p.name)]

@@ -78,7 +78,7 @@ def _stop_helpers_first(place: state.Place, grace_s: float) -> list[int]:
     """Stop the record's helpers, after the same checks as the rest: a record
     naming a process that is not ours signals nothing (exit 2)."""
     record = state.load(place)
-    if record is None or not helpers.of(record):
+    if record is None or not record.helpers():
         return []
     state.check_host(record, place, "stop")
     procs.require_trusted(record, str(place.file), "stop")
