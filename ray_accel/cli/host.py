@@ -11,7 +11,7 @@ from ray_accel.cli.output import emit
 from ray_accel.cli.params import split_options
 from ray_accel.cluster.raylet import Split
 from ray_accel.core.reader import dump
-from ray_accel.partition.inherited import inherited_mask
+from ray_accel.partition.inherited import inherited_mask, plan_within_mask
 from ray_accel.plugins.inventory import discover
 
 json_option = click.option("--json", "as_json", is_flag=True, help="machine-readable output")
@@ -45,10 +45,15 @@ def plan(split: Split, as_json: bool) -> int:
     """Show how this host would be split into partitions, one raylet each, and
     each one's share of the host's CPUs and memory (as `start` would give them)."""
     from ray_accel.cluster.host import divide_host, read_host
-    from ray_accel.cluster.start import kept_dir, plan_split
+    from ray_accel.cluster.start import kept_dir, kept_out
 
     plugin = discover(split.backend).require_primary()
-    _, result, out, notes = plan_split(plugin, split, kept_dir())
+    mask = inherited_mask(plugin, os.environ)
+    host_type = plugin.host_info().accelerator_type
+    result = plan_within_mask(
+        plugin.list_devices(), split.mode, split.partitions, split.manual, mask, host_type, traits=plugin.traits
+    )
+    out, notes = kept_out(kept_dir(), result, plugin.list_devices())
     for note in notes:
         click.echo(note, err=True)
     host = read_host({})

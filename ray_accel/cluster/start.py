@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
@@ -33,7 +33,7 @@ from ray_accel.cluster.gcs import Progress, wait_registered
 from ray_accel.cluster.host import HEAD_SHARE, divide_host, read_host
 from ray_accel.cluster.launcher import Launches
 from ray_accel.cluster.ports import MIN_WORKER_PORTS, RayletPorts, check_free, plan_ports, worker_ports
-from ray_accel.cluster.raylet import DEFAULT_GCS_PORT, Split, StartRequest, partition_env
+from ray_accel.cluster.raylet import DEFAULT_GCS_PORT, StartRequest, partition_env
 from ray_accel.cluster.raylet_launch import LaunchReport
 from ray_accel.cluster.record import HostRecord, PartitionEntry
 from ray_accel.cluster.signals import interruptible, shielded
@@ -48,7 +48,6 @@ from ray_accel.partition.inherited import inherited_mask, plan_within_mask
 from ray_accel.partition.labels import HOST_LABEL, check_user_keys, topology_labels
 from ray_accel.partition.plan import Partition, Plan
 from ray_accel.partition.share import Division, Share
-from ray_accel.plugins.interface import DevicePlugin
 from ray_accel.plugins.inventory import discover
 
 
@@ -110,20 +109,14 @@ def last_out(directory: Path) -> list[str]:
     return [d for p in health.partitions for d in p.out] if health is not None else []
 
 
-def plan_split(
-    plugin: DevicePlugin, split: Split, state_dir: Path | None
-) -> tuple[tuple[Device, ...], Plan, tuple[OutOfService, ...], list[str]]:
-    """`plugin`'s devices and `split`'s plan of them, within the mask set in
-    the environment (`plan` and `start` plan alike); the planned devices the
-    kept device health in `state_dir` has out of service, and what to say of
-    them; every device of a partition out is an `InputError` (a raylet serves
-    at least one)."""
-    devices = plugin.list_devices()
-    mask = inherited_mask(plugin, os.environ)
-    host_type = plugin.host_info().accelerator_type
-    plan = plan_within_mask(devices, split.mode, split.partitions, split.manual, mask, host_type, traits=plugin.traits)
+def kept_out(
+    state_dir: Path | None, plan: Plan, devices: Sequence[Device]
+) -> tuple[tuple[OutOfService, ...], list[str]]:
+    """The planned devices the kept device health has out of service, and
+    what to say of them; every device of a partition out is an `InputError`
+    (a raylet serves at least one)."""
     if state_dir is None:
-        return devices, plan, (), []
+        return (), []
     kept = read_kept(state_dir)
     if not kept.found:
         kept = Kept()  # nothing was ever kept here: every device starts in service, unwarned
@@ -148,7 +141,7 @@ def plan_split(
                 f"{d} is out of service ({why[d]}): {part.name} starts without it; "
                 f"`ray-accel health clear {d}` returns it"
             )
-    return devices, plan, tuple(out), notes
+    return tuple(out), notes
 
 
 def refuse_running(action: str, place: state.Place) -> list[state.Place]:
@@ -185,7 +178,13 @@ def plan_launch(req: StartRequest, ip: str, state_dir: Path) -> LaunchPlan:
     the host, never writes (a refused start leaves nothing behind)."""
     plugin = discover(req.split.backend).require_primary()
     spec = BridgeSpec.from_plugin(plugin)
-    devices, plan, out, out_notes = plan_split(plugin, req.split, state_dir)
+    devices = plugin.list_devices()
+    mask = inherited_mask(plugin, os.environ)
+    split = req.split
+    plan = plan_within_mask(
+        devices, split.mode, split.partitions, split.manual, mask, spec.accelerator_type, traits=spec.traits
+    )
+    out, out_notes = kept_out(state_dir, plan, devices)
     gone, units = {o.device for o in out}, {c for o in out for c in o.units}
     served = tuple(p.less(gone, units) for p in plan)
     host = read_host(req.ray.figures, req.offer.resources)
