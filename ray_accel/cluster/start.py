@@ -242,7 +242,8 @@ def start(req: StartRequest, progress: Progress, after: helpers.After | None = N
             # The token file the plan's auth needs, made under the lock; this
             # process talks to the cluster with that auth from here on.
             cluster_auth = auth.provide(lp.auth, os.environ)
-            record = launch(lp, cluster_auth, launches, progress)
+            base_env = auth.raylet_base_env(cluster_auth)
+            record = launch(lp, cluster_auth, base_env, launches, progress)
             if req.services.metrics:
                 record = exporters.deploy(record, record.partitions, progress)
             if after is not None:
@@ -257,12 +258,13 @@ def start(req: StartRequest, progress: Progress, after: helpers.After | None = N
     return record
 
 
-def launch(lp: LaunchPlan, cluster_auth: auth.Auth, launches: Launches, progress: Progress) -> HostRecord:
-    """Start the raylets of `lp` (the head's first, alone) from this process's
-    environment with `cluster_auth` (its token file made), recording each
+def launch(
+    lp: LaunchPlan, cluster_auth: auth.Auth, base_env: Mapping[str, str], launches: Launches, progress: Progress
+) -> HostRecord:
+    """Start the raylets of `lp` (the head's first, alone) from `base_env`
+    (this process's, with `cluster_auth`, its token file made), recording each
     as it is up, and wait until the GCS has every one."""
     req, plan, head, raylets = lp.request, lp.plan, lp.request.join.head, lp.raylets
-    base_env = auth.raylet_base_env(cluster_auth)
     try:
         check_ray_version()
         env = {**base_env, **raylet_env([lp.spec], base_env)}
