@@ -577,13 +577,22 @@ class _Gauge:
         self.values.append((value, tags))
 
 
+def as_exporter_worker(monkeypatch: pytest.MonkeyPatch, node_id: str) -> None:
+    """This process as the Ray worker an exporter runs in: on raylet `node_id`
+    at 10.0.0.1, its gauges recorded by `_Gauge`."""
+    import ray
+    import ray.util.metrics
+
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: type("Context", (), {"get_node_id": lambda _: node_id})())
+    monkeypatch.setattr(ray.util, "get_node_ip_address", lambda: "10.0.0.1")
+    monkeypatch.setattr(ray.util.metrics, "Gauge", _Gauge)
+
+
 def test_an_exporter_runs_no_discovery_and_probes_only_its_spec_backend(monkeypatch: pytest.MonkeyPatch) -> None:
     """The exporter's backend is the one its raylet's bridge spec names,
     loaded by name: discovery never runs (it would probe every installed
     backend), and the only probe is that backend's own, to find the hardware
     it samples."""
-    import ray
-    import ray.util.metrics
     from ray_accel_mock import MockPlugin
 
     from ray_accel.cluster.helpers import read_inputs
@@ -599,9 +608,7 @@ def test_an_exporter_runs_no_discovery_and_probes_only_its_spec_backend(monkeypa
     monkeypatch.setattr(MockPlugin, "probe", lambda self: probes.append(self.name))
     monkeypatch.setenv("RAYACCEL_MOCK", "trn1.2xlarge")
     monkeypatch.setenv(inventory.SPEC_ENV, '[{"backend": "mock"}]')
-    monkeypatch.setattr(ray, "get_runtime_context", lambda: type("Context", (), {"get_node_id": lambda _: "node-a"})())
-    monkeypatch.setattr(ray.util, "get_node_ip_address", lambda: "10.0.0.1")
-    monkeypatch.setattr(ray.util.metrics, "Gauge", _Gauge)
+    as_exporter_worker(monkeypatch, "node-a")
     inventory.process_backend.cache_clear()
     try:
         entry = ExporterEntry("p0", "node-a", ("neuron:0",))
@@ -620,8 +627,6 @@ def test_a_failed_sample_is_in_the_snapshot_until_one_succeeds(monkeypatch: pyte
     """A sample that raises leaves the last snapshot standing, so it says so
     (never an older view shown as current), and the next sample reads `/proc`
     with a new table."""
-    import ray
-    import ray.util.metrics
 
     from ray_accel.core.processes import ProcessTable
     from ray_accel.metrics.export import ExporterEntry, PartitionExporter
@@ -629,9 +634,7 @@ def test_a_failed_sample_is_in_the_snapshot_until_one_succeeds(monkeypatch: pyte
 
     monkeypatch.setenv("RAYACCEL_MOCK", "trn1.2xlarge")
     monkeypatch.setenv(inventory.SPEC_ENV, '[{"backend": "mock"}]')
-    monkeypatch.setattr(ray, "get_runtime_context", lambda: type("Context", (), {"get_node_id": lambda _: "node-a"})())
-    monkeypatch.setattr(ray.util, "get_node_ip_address", lambda: "10.0.0.1")
-    monkeypatch.setattr(ray.util.metrics, "Gauge", _Gauge)
+    as_exporter_worker(monkeypatch, "node-a")
     inventory.process_backend.cache_clear()
     try:
         exporter = PartitionExporter(ExporterEntry("p0", "node-a", ("neuron:0",)), True, 3600.0, None)
@@ -685,8 +688,6 @@ def test_a_drained_partitions_exporter_leaves_and_its_devices_move_to_the_host_l
     series come from the first partition whose exporter runs; a drained head
     keeps its exporter (it is held, never ends); a restarted partition's new
     raylet is not the drained one."""
-    import ray
-    import ray.util.metrics
 
     from ray_accel.core.health_state import HealthSettings, HostHealth, PartitionHealth, PartState, dumps
     from ray_accel.metrics.export import ExporterEntry, PartitionExporter, adopted, host_level_of, leaves
@@ -694,9 +695,7 @@ def test_a_drained_partitions_exporter_leaves_and_its_devices_move_to_the_host_l
 
     monkeypatch.setenv("RAYACCEL_MOCK", "trn1.32xlarge")
     monkeypatch.setenv(inventory.SPEC_ENV, '[{"backend": "mock"}]')
-    monkeypatch.setattr(ray, "get_runtime_context", lambda: type("Context", (), {"get_node_id": lambda _: "node-b"})())
-    monkeypatch.setattr(ray.util, "get_node_ip_address", lambda: "10.0.0.1")
-    monkeypatch.setattr(ray.util.metrics, "Gauge", _Gauge)
+    as_exporter_worker(monkeypatch, "node-b")
     p0 = tuple(f"neuron:{i}" for i in range(8))
     p1 = tuple(f"neuron:{i}" for i in range(8, 16))
 

@@ -232,12 +232,10 @@ def test_an_exporter_samples_the_deciders_readings_and_starts_no_neuron_monitor(
     """The real exporter on the Neuron backend: with a neuron-monitor it
     could start, it starts none; its samples take the decider's readings,
     and without them say the counters are unknown, never zero."""
-    import ray
-    import ray.util.metrics
 
     from ray_accel.metrics.export import ExporterEntry, PartitionExporter
     from ray_accel.plugins import inventory
-    from tests.unit.test_metrics import _Gauge
+    from tests.unit.test_metrics import as_exporter_worker
 
     pidfile = tmp_path / "monitor.pid"
     env = ls_only(
@@ -250,9 +248,7 @@ def test_an_exporter_samples_the_deciders_readings_and_starts_no_neuron_monitor(
     )
     for k, v in env.items():
         monkeypatch.setenv(k, v)
-    monkeypatch.setattr(ray, "get_runtime_context", lambda: type("Context", (), {"get_node_id": lambda _: "node-a"})())
-    monkeypatch.setattr(ray.util, "get_node_ip_address", lambda: "10.0.0.1")
-    monkeypatch.setattr(ray.util.metrics, "Gauge", _Gauge)
+    as_exporter_worker(monkeypatch, "node-a")
     inventory.process_backend.cache_clear()
     try:
         exporter = PartitionExporter(ExporterEntry("p0", "node-a", ("neuron:0",)), False, 3600.0, str(tmp_path))
