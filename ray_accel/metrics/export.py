@@ -73,6 +73,7 @@ DEVICE_STATE_TAGS = ("host", "partition", "device_id", "state")
 EVENT_TAGS = ("host", "partition", "device_id", "kind", "code")
 # The device gauges a reading sets where it has the value, in `gauge_values`' order.
 DEVICE_VALUES = ("util", "used", "total", "power", "temp")
+STALE_S = 30.0  # a snapshot older than this (and three intervals) says so: its sampling is stuck
 COMMAND_MAX = 200  # an orphan's command line is a label value: keep it bounded
 
 
@@ -332,6 +333,9 @@ class PartitionExporter:
                 out["devices"] += [d._asdict() for d in self._adopted]
             if self._failed is not None:
                 out["errors"] = [*out["errors"], f"{self._failed} (this snapshot is from the last good sample)"]
+            elif (age := time.time() - self._last.taken_at) > max(STALE_S, 3 * self.interval_s):
+                # A sample that hangs (a read of /proc blocked on its process) raises nothing.
+                out["errors"] = [*out["errors"], f"no sample for {age:.0f}s: this snapshot is from the last one"]
             return out if problem is None else {**out, "health_error": problem}
 
 

@@ -626,7 +626,8 @@ def test_an_exporter_runs_no_discovery_and_probes_only_its_spec_backend(monkeypa
 def test_a_failed_sample_is_in_the_snapshot_until_one_succeeds(monkeypatch: pytest.MonkeyPatch) -> None:
     """A sample that raises leaves the last snapshot standing, so it says so
     (never an older view shown as current), and the next sample reads `/proc`
-    with a new table."""
+    with a new table; a snapshot left standing by a sample that hangs says
+    how old it is."""
 
     from ray_accel.core.processes import ProcessTable
     from ray_accel.metrics.export import ExporterEntry, PartitionExporter
@@ -655,6 +656,10 @@ def test_a_failed_sample_is_in_the_snapshot_until_one_succeeds(monkeypatch: pyte
     exporter.resample()
     again = exporter.snapshot()
     assert again["taken_at"] > first["taken_at"] and not any("sample failed" in e for e in again["errors"])
+    # A sample that hangs raises nothing: a snapshot three intervals old says it is one.
+    monkeypatch.setattr(time, "time", lambda: again["taken_at"] + 3 * 3600.0 + 1)
+    (stale,) = [e for e in exporter.snapshot()["errors"] if e.startswith("no sample for")]
+    assert stale == "no sample for 10801s: this snapshot is from the last one"
 
 
 def test_a_bad_spec_or_entry_is_an_input_error(capsys: pytest.CaptureFixture[str]) -> None:
