@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import replace
@@ -377,6 +378,40 @@ def test_collect_names_holders_outside_the_raylets_tree_as_orphans(
             p.wait()
         os.killpg(raylet.pid, signal.SIGKILL)
         raylet.wait()
+
+
+def test_a_record_whose_pid_is_now_another_processs_thread_holds_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once PIDs wrap, a dead writer's number may go to a thread of another
+    process; pidfd_open then fails with ENOENT (Linux 6.9 and later). That
+    record holds nothing, and the holders and memory of the others are still
+    read: before, the error failed both sources for the whole partition."""
+    monkeypatch.setenv(masks.MASK_DIR_ENV, str(tmp_path))
+    telemetry = MockTelemetry(load_spec("trn1.32xlarge"))
+    started, done = threading.Event(), threading.Event()
+    tids: list[int] = []
+
+    def thread() -> None:
+        tids.append(threading.get_native_id())
+        started.set()
+        done.wait(60)
+
+    worker = threading.Thread(target=thread)
+    worker.start()
+    outsider = subprocess.Popen(["sleep", "600"])
+    try:
+        started.wait(10)
+        (tid,) = tids
+        Path(tmp_path, str(tid)).write_text("0,1\n12345\n")  # neuron:0, by a writer long gone
+        _publish(outsider.pid, "2")  # neuron:1, a live writer
+        assert telemetry.device_holders() == {"neuron:1": (outsider.pid,)}
+        assert telemetry.process_device_memory([tid, outsider.pid]) == {outsider.pid: {"neuron:1": 64 * 1024**2}}
+    finally:
+        done.set()
+        worker.join()
+        outsider.kill()
+        outsider.wait()
 
 
 class BrokenHolders(MockTelemetry):

@@ -12,6 +12,7 @@ on a backend whose vendor tool names the holders.
 
 from __future__ import annotations
 
+import errno
 import os
 import select
 import weakref
@@ -58,14 +59,22 @@ class _Holdings:
         return cls(starts, memory, {d: tuple(p) for d, p in sorted(holders.items())})
 
 
+# pidfd_open(2) of a PID that names no process: ESRCH, none has it; ENOENT
+# (Linux 6.9 and later; EINVAL before), a thread of another process has it,
+# the writer having ended and its number been reused (seen on 6.18, once PIDs wrapped).
+NO_PROCESS = (errno.ESRCH, errno.ENOENT, errno.EINVAL)
+
+
 def _watch(pid: int, start_ticks: int) -> int:
     """A pidfd of the process that started at `start_ticks` as `pid`, or -1
     if it ended (or the PID was reused). Opened before the check: a process
     that passes it is the one the pidfd names."""
     try:
         fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return -1
+    except OSError as e:
+        if e.errno in NO_PROCESS:
+            return -1
+        raise
     if current(pid, start_ticks) is None:
         os.close(fd)
         return -1
