@@ -30,7 +30,7 @@ from ray_accel.cluster.status import status as host_status  # noqa: E402
 from ray_accel.cluster.stop import stop  # noqa: E402
 from ray_accel.core.errors import RayAccelError  # noqa: E402
 from ray_accel.core.visibility import format_visible_ids  # noqa: E402
-from ray_accel.plugins.inventory import discover  # noqa: E402
+from ray_accel.plugins.discovery import discover  # noqa: E402
 
 
 def say(msg: str) -> None:

@@ -41,8 +41,8 @@ from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.reader import Node, ReadError, dump, load, parse_json
 from ray_accel.core.visibility import VisibilityError, format_mask, parse_visible_ids
 from ray_accel.partition.plan import Partition
+from ray_accel.plugins.discovery import SPEC_ENV as SPEC_ENV
 from ray_accel.plugins.interface import NOSET_PREFIX, DevicePlugin
-from ray_accel.plugins.inventory import SPEC_ENV as SPEC_ENV
 from ray_accel.plugins.traits import DeviceTraits
 from ray_accel.rayapi import accelerators
 from ray_accel.rayapi.feature import SUPPORTED_RAY, RayApiMissing, ray_version

@@ -12,7 +12,7 @@ from ray_accel.cli.params import split_options
 from ray_accel.cluster.raylet import Split
 from ray_accel.core.reader import dump
 from ray_accel.partition.inherited import inherited_mask, plan_within_mask
-from ray_accel.plugins.inventory import discover
+from ray_accel.plugins.discovery import discover
 
 json_option = click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 

@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # the status module is imported only by the commands that sho
     from ray_accel.metrics.collect import OrphanReading
     from ray_accel.partition.plan import Plan
     from ray_accel.partition.share import Division
-    from ray_accel.plugins.inventory import Inventory
+    from ray_accel.plugins.discovery import Inventory
 
 T = TypeVar("T")
 

@@ -16,7 +16,7 @@ from ray_accel.core.errors import InputError
 from ray_accel.core.visibility import format_visible_ids
 from ray_accel.partition.inherited import InheritedMask, inherited_mask
 from ray_accel.partition.plan import Partition, group_type, models_of
-from ray_accel.plugins.inventory import discover
+from ray_accel.plugins.discovery import discover
 from ray_accel.rayapi import address as rayapi_address
 from ray_accel.rayapi.accelerators import refresh_original_visible_ids
 from ray_accel.rayapi.feature import RayApiMissing

@@ -26,7 +26,7 @@ from ray_accel.cluster.record import HostRecord, RayProcess
 from ray_accel.core import reader
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.processes import ProcessRecord
-from ray_accel.plugins.inventory import SPEC_ENV
+from ray_accel.plugins.discovery import SPEC_ENV
 
 # What the CLI runs once every partition is up, at the end of a start (inside
 # its undo) or a recover, under the lock: the health layer starts its helper

@@ -48,7 +48,7 @@ from ray_accel.partition.inherited import inherited_mask, plan_within_mask
 from ray_accel.partition.labels import HOST_LABEL, check_user_keys, topology_labels
 from ray_accel.partition.plan import Partition, Plan
 from ray_accel.partition.share import Division, Share
-from ray_accel.plugins.inventory import discover
+from ray_accel.plugins.discovery import discover
 
 
 @dataclass(frozen=True)

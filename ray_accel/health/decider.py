@@ -41,9 +41,9 @@ from ray_accel.core.health_kept import dumps as dump_kept
 from ray_accel.core.health_state import HEALTH_FILE, MAX_EVENTS, HealthSettings, HostHealth, count_events, dumps
 from ray_accel.health import actions, rules
 from ray_accel.health.requests import take_requests
+from ray_accel.plugins.discovery import process_backend
 from ray_accel.plugins.host_readings import READINGS_FILE, readings_json
 from ray_accel.plugins.interface import HealthMonitor
-from ray_accel.plugins.inventory import process_backend
 
 log = logging.getLogger("ray_accel.health.decider")
 

@@ -54,7 +54,7 @@ from ray_accel.core.hosts import HostId
 from ray_accel.health import actions, driver_ops
 from ray_accel.partition.labels import topology_labels
 from ray_accel.partition.share import HostResources
-from ray_accel.plugins.inventory import discover
+from ray_accel.plugins.discovery import discover
 
 LOG_FILE = "repartition.log"
 RESULT_FILE = "repartition.json"

@@ -57,8 +57,8 @@ from ray_accel.core.health_state import HostHealth, PartState, read_health
 from ray_accel.core.hosts import HostId, this_host_name
 from ray_accel.core.processes import ProcessTable
 from ray_accel.metrics.collect import DeviceReading, Snapshot, Where, collect, device_readings
+from ray_accel.plugins.discovery import process_backend
 from ray_accel.plugins.host_readings import read_readings
-from ray_accel.plugins.inventory import process_backend
 
 log = logging.getLogger(__name__)
 

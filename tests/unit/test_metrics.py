@@ -634,28 +634,28 @@ def test_an_exporter_runs_no_discovery_and_probes_only_its_spec_backend(monkeypa
     from ray_accel.core.reader import dump
     from ray_accel.health.driver_ops import MODULE, DriverOp
     from ray_accel.metrics.export import Deployment, ExporterEntry, PartitionExporter
-    from ray_accel.plugins import discovery, inventory
+    from ray_accel.plugins import discovery
 
     discoveries: list[object] = []
     probes: list[str] = []
-    monkeypatch.setattr(inventory, "discover_plugins", lambda *a, **k: discoveries.append(a) or [])
+    monkeypatch.setattr(discovery, "discover_plugins", lambda *a, **k: discoveries.append(a) or [])
     monkeypatch.setattr(discovery, "_activate", lambda *a: discoveries.append(a))
     monkeypatch.setattr(MockPlugin, "probe", lambda self: probes.append(self.name))
     monkeypatch.setenv("RAYACCEL_MOCK", "trn1.2xlarge")
-    monkeypatch.setenv(inventory.SPEC_ENV, '[{"backend": "mock"}]')
+    monkeypatch.setenv(discovery.SPEC_ENV, '[{"backend": "mock"}]')
     as_exporter_worker(monkeypatch, "node-a")
-    inventory.process_backend.cache_clear()
+    discovery.process_backend.cache_clear()
     try:
         entry = ExporterEntry("p0", "node-a", ("neuron:0",))
         op = DriverOp("exporters", "10.0.0.1:6379", Deployment("10.0.0.1:6379", (entry,), "p0"))
         assert read_inputs(DriverOp, [json.dumps(dump(op))], MODULE) == op, "as the decider hands it on"
         exporter = PartitionExporter(entry, True, 3600.0, None)
         assert discoveries == [] and probes == ["mock"]
-        assert inventory.process_backend() is exporter.plugin, "found once per process"
+        assert discovery.process_backend() is exporter.plugin, "found once per process"
         snap = exporter.snapshot()
         assert [d["id"] for d in snap["devices"]] == ["neuron:0"] and snap["partition"] == "p0"
     finally:
-        inventory.process_backend.cache_clear()
+        discovery.process_backend.cache_clear()
 
 
 def test_a_failed_sample_is_in_the_snapshot_until_one_succeeds(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -666,16 +666,16 @@ def test_a_failed_sample_is_in_the_snapshot_until_one_succeeds(monkeypatch: pyte
 
     from ray_accel.core.processes import ProcessTable
     from ray_accel.metrics.export import ExporterEntry, PartitionExporter
-    from ray_accel.plugins import inventory
+    from ray_accel.plugins import discovery
 
     monkeypatch.setenv("RAYACCEL_MOCK", "trn1.2xlarge")
-    monkeypatch.setenv(inventory.SPEC_ENV, '[{"backend": "mock"}]')
+    monkeypatch.setenv(discovery.SPEC_ENV, '[{"backend": "mock"}]')
     as_exporter_worker(monkeypatch, "node-a")
-    inventory.process_backend.cache_clear()
+    discovery.process_backend.cache_clear()
     try:
         exporter = PartitionExporter(ExporterEntry("p0", "node-a", ("neuron:0",)), True, 3600.0, None)
     finally:
-        inventory.process_backend.cache_clear()
+        discovery.process_backend.cache_clear()
     first = exporter.snapshot()
 
     class Broken(ProcessTable):
@@ -701,7 +701,7 @@ def test_a_bad_spec_or_entry_is_an_input_error(capsys: pytest.CaptureFixture[str
     from ray_accel.cluster.helpers import read_inputs
     from ray_accel.core.errors import InputError
     from ray_accel.health.driver_ops import MODULE, DriverOp
-    from ray_accel.plugins.inventory import spec_backend
+    from ray_accel.plugins.discovery import spec_backend
 
     assert spec_backend(None) is None and spec_backend('[{"backend": "cuda"}]') == "cuda"
     for bad in ("{", "[{}]", '[{"backend": 3}]'):
@@ -731,10 +731,10 @@ def test_a_drained_partitions_exporter_leaves_and_its_devices_move_to_the_host_l
 
     from ray_accel.core.health_state import HealthSettings, HostHealth, PartitionHealth, PartState, dumps
     from ray_accel.metrics.export import ExporterEntry, PartitionExporter, adopted, host_level_of, leaves
-    from ray_accel.plugins import inventory
+    from ray_accel.plugins import discovery
 
     monkeypatch.setenv("RAYACCEL_MOCK", "trn1.32xlarge")
-    monkeypatch.setenv(inventory.SPEC_ENV, '[{"backend": "mock"}]')
+    monkeypatch.setenv(discovery.SPEC_ENV, '[{"backend": "mock"}]')
     as_exporter_worker(monkeypatch, "node-b")
     p0 = tuple(f"neuron:{i}" for i in range(8))
     p1 = tuple(f"neuron:{i}" for i in range(8, 16))
@@ -758,11 +758,11 @@ def test_a_drained_partitions_exporter_leaves_and_its_devices_move_to_the_host_l
 
     # p0 drains: p1's exporter, started without the host-level values, takes them and p0's devices.
     (tmp_path / "health.json").write_text(dumps(host(PartState.DRAINING, PartState.SERVING, "node-b")))
-    inventory.process_backend.cache_clear()
+    discovery.process_backend.cache_clear()
     try:
         exporter = PartitionExporter(ExporterEntry("p1", "node-b", p1), False, 3600.0, str(tmp_path))
     finally:
-        inventory.process_backend.cache_clear()
+        discovery.process_backend.cache_clear()
     util = exporter.g["util"].values
     assert sorted(tags["device_id"] for _, tags in util) == sorted((*p0, *p1))
     assert {tags["partition"] for _, tags in util if tags["device_id"] in p0} == {"p0"}

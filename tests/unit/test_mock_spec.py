@@ -45,7 +45,7 @@ from ray_accel.cli import main
 from ray_accel.core.devices import validate_inventory
 from ray_accel.core.errors import InputError
 from ray_accel.core.validate import PARTITION_NAME
-from ray_accel.plugins.inventory import discover
+from ray_accel.plugins.discovery import discover
 from tests.badinput import badinput
 from tests.conftest import run_cli
 

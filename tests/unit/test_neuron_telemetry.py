@@ -234,7 +234,7 @@ def test_an_exporter_samples_the_deciders_readings_and_starts_no_neuron_monitor(
     and without them say the counters are unknown, never zero."""
 
     from ray_accel.metrics.export import ExporterEntry, PartitionExporter
-    from ray_accel.plugins import inventory
+    from ray_accel.plugins import discovery
     from tests.unit.test_metrics import as_exporter_worker
 
     pidfile = tmp_path / "monitor.pid"
@@ -244,12 +244,12 @@ def test_an_exporter_samples_the_deciders_readings_and_starts_no_neuron_monitor(
         "trn1.32xlarge.json",
         RAYACCEL_NEURON_MONITOR=str(monitor_stub),
         STUB_MONITOR_PIDFILE=str(pidfile),
-        **{inventory.SPEC_ENV: '[{"backend": "neuron"}]'},
+        **{discovery.SPEC_ENV: '[{"backend": "neuron"}]'},
     )
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     as_exporter_worker(monkeypatch, "node-a")
-    inventory.process_backend.cache_clear()
+    discovery.process_backend.cache_clear()
     try:
         exporter = PartitionExporter(ExporterEntry("p0", "node-a", ("neuron:0",)), False, 3600.0, str(tmp_path))
         (dev,) = exporter.snapshot()["devices"]
@@ -262,4 +262,4 @@ def test_an_exporter_samples_the_deciders_readings_and_starts_no_neuron_monitor(
         assert dev["recent_events"] == 1 and dev["utilization"] > 0
         assert not pidfile.exists(), "an exporter starts no neuron-monitor of its own"
     finally:
-        inventory.process_backend.cache_clear()
+        discovery.process_backend.cache_clear()

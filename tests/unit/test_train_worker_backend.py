@@ -18,7 +18,7 @@ from ray_accel_mock import MockPlugin, load_spec
 from ray_accel_neuron.runtime import NeuronRuntime
 
 from ray_accel.bridge.managers import SPEC_ENV, BridgeSpec
-from ray_accel.plugins import inventory
+from ray_accel.plugins import discovery
 from ray_accel.plugins.interface import GlooRuntime
 from ray_accel.train import worker
 from tests.badinput import badinput
@@ -29,7 +29,7 @@ from tests.plugins import install_test_plugins
 def fresh_worker(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(worker, "_state", worker._WorkerState())
     monkeypatch.delenv(SPEC_ENV, raising=False)
-    inventory.process_backend.cache_clear()
+    discovery.process_backend.cache_clear()
 
 
 def spec_naming(backend: str) -> str:
@@ -41,7 +41,7 @@ def no_discovery(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("a worker whose spec names its backend runs no discovery")
 
-    monkeypatch.setattr(inventory, "discover", refuse)
+    monkeypatch.setattr(discovery, "discover", refuse)
 
 
 @badinput("unnamed")
@@ -94,7 +94,7 @@ def test_a_backend_without_a_runtime_trains_on_gloo_with_its_own_ids(
 def test_a_worker_without_a_spec_asks_discovery_and_with_nothing_found_trains_on_gloo(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(inventory, "discover", lambda: inventory.Inventory(()))
+    monkeypatch.setattr(discovery, "discover", lambda: discovery.Inventory(()))
     assert worker.describe_backend() == {"backend": None, "collective": "gloo", "reason": ""}
     assert isinstance(worker.runtime(), GlooRuntime)
 
