@@ -36,7 +36,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ray_accel.cluster import auth, helpers, procs, state
-from ray_accel.cluster.files import write_atomic
 from ray_accel.cluster.gcs import Progress, wait_registered
 from ray_accel.cluster.host import divide_host
 from ray_accel.cluster.launcher import Launches
@@ -46,6 +45,7 @@ from ray_accel.cluster.record import REPARTITION_KIND, HostRecord, PartitionEntr
 from ray_accel.cluster.recover import recorded_share, relaunch, terminate_raylet
 from ray_accel.cluster.resplit import Action, Change, Changes, Resplit, out_of_service, resplit
 from ray_accel.cluster.signals import interruptible, shielded
+from ray_accel.cluster.state import write_atomic
 from ray_accel.core import reader
 from ray_accel.core.devices import Device
 from ray_accel.core.errors import InputError, RayAccelError

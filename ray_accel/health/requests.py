@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ray_accel.cluster import procs, state
-from ray_accel.cluster.files import write_atomic
+from ray_accel.cluster.state import write_atomic
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.files import UnreadableFile, read_bytes
 from ray_accel.core.health_kept import KEPT_FILE, cleared, doubted, dumps, read_kept

@@ -18,7 +18,7 @@ from ray_accel_mock.health import MockHealthMonitor
 from ray_accel_mock.spec import load_spec
 
 from ray_accel.cluster import state
-from ray_accel.cluster.files import write_atomic
+from ray_accel.cluster.state import write_atomic
 from ray_accel.core.health import DeviceHealth, Health, HealthEvent, HealthReport
 from ray_accel.core.health_kept import (
     KEPT_FILE,
