@@ -21,7 +21,7 @@ from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.jobs.model import JobRecord, job_json, job_notes
 
 if TYPE_CHECKING:
-    from ray_accel.cluster.record import HostRecord
+    from ray_accel.cluster.state import HostRecord
 
 Waiting = Mapping[str, str] | None  # why each waiting job waits, by id (None: nothing known here)
 

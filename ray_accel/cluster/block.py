@@ -26,8 +26,8 @@ from types import FrameType
 
 from ray_accel.cluster import procs, state
 from ray_accel.cluster.gcs import Progress, poll_nodes
-from ray_accel.cluster.record import HostRecord
 from ray_accel.cluster.signals import handled
+from ray_accel.cluster.state import HostRecord
 from ray_accel.cluster.stop import stop
 from ray_accel.core.errors import RayAccelError
 

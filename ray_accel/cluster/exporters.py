@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from ray_accel.cluster import state
 from ray_accel.cluster.gcs import Progress
-from ray_accel.cluster.record import HostRecord, PartitionEntry
+from ray_accel.cluster.state import HostRecord, PartitionEntry
 from ray_accel.metrics.export import Deployment, ExporterEntry
 
 

@@ -21,8 +21,7 @@ from typing import TypeVar
 
 from ray_accel.cluster import procs, state
 from ray_accel.cluster.gcs import Progress
-from ray_accel.cluster.record import HostRecord, RayProcess
-from ray_accel.cluster.state import open_for_write
+from ray_accel.cluster.state import HostRecord, RayProcess, open_for_write
 from ray_accel.core import reader
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.processes import ProcessRecord

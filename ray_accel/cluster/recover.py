@@ -25,9 +25,9 @@ from ray_accel.cluster.identity import local_addresses
 from ray_accel.cluster.launcher import Launches
 from ray_accel.cluster.ports import check_free
 from ray_accel.cluster.raylet import partition_env
-from ray_accel.cluster.record import HostRecord, PartitionEntry, RayProcess
 from ray_accel.cluster.signals import interruptible, shielded
 from ray_accel.cluster.startargs import RayOptions, ray_start_args, user_figures
+from ray_accel.cluster.state import HostRecord, PartitionEntry, RayProcess
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.numa import read_topology
 from ray_accel.partition.plan import Partition

@@ -16,7 +16,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from ray_accel.cluster.raylet import Split
-from ray_accel.cluster.record import HostRecord, PartitionEntry
+from ray_accel.cluster.state import HostRecord, PartitionEntry
 from ray_accel.core.devices import Device
 from ray_accel.core.reader import LOCAL
 from ray_accel.partition.plan import Mode, Partition, PartitionError, plan_partitions

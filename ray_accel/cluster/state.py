@@ -8,7 +8,7 @@ directory; a warning says when others can write to it), else
 ``~/.ray-accel/<host name>/<node IP>``, created 0700: a home on NFS is shared
 by many hosts, and one host must never read another's PIDs as its own dead
 processes. The record is ``host.json``, written atomically, mode 0600, and
-read back as untrusted input (`ray_accel.cluster.record`). Nothing here
+read back as untrusted input (`ray_accel.cluster.state`). Nothing here
 creates a directory for a command that only reads (`status`, `top`).
 
 `start` knows its node IP (`identity.node_ip`) and writes there. The commands
@@ -35,28 +35,491 @@ astray: a FIFO or device where a file should be would block a plain `open`
 forever, a symbolic link would redirect a write, a huge file would be read
 whole. Every read (`ray_accel.core.files.read_bytes`) is non-blocking, of a regular
 file only, and bounded.
+
+The state record: what `ray-accel start` started on this host, as a typed,
+frozen value.
+
+The file is input like any other: it may be truncated, hand-edited, copied
+from another host, or written by another version. `parse_record` checks every
+field before anything acts on it and raises `RecordError` (exit 2) naming the
+file and the field; nothing else escapes it, whatever the bytes. A PID from
+the record is only a claim: `ray_accel.cluster.procs` decides whether the
+process it names is still the one recorded.
 """
 
 from __future__ import annotations
 
 import fcntl
 import functools
+import json
 import os
 import re
 import socket
 import stat
 import sys
 import tempfile
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TypeVar
 
+from ray_accel.bridge.managers import BridgeSpec
+from ray_accel.cluster.auth import Auth
 from ray_accel.cluster.identity import local_addresses
-from ray_accel.cluster.record import MAX_BYTES, HostRecord, RecordError, dumps, parse_record
+from ray_accel.cluster.ports import NAMED, RayletPorts
+from ray_accel.cluster.startargs import validate_ray_args
+from ray_accel.core import reader, validate
 from ray_accel.core.errors import InputError
 from ray_accel.core.files import UnreadableFile, describe, read_bytes
-from ray_accel.core.hosts import ip_text
+from ray_accel.core.health_state import HealthSettings, PartitionState, PartState
+from ray_accel.core.hosts import canonical_ip, ip_text
+from ray_accel.core.processes import ProcessRecord
+from ray_accel.core.reader import Node, ReadError, dump_fields, parse_document, show
+from ray_accel.core.validate import HEAD
+from ray_accel.core.visibility import format_visible_ids
+from ray_accel.partition.plan import MaskView, Mode, Partition
+from ray_accel.partition.share import Share
+from ray_accel.plugins.traits import DeviceTraits
+
+# 4 (read without them too): the health decider's settings and process, and
+# per partition its devices out of service and its state by the decider
+# (`health`; an earlier 4 wrote `decider_state` instead: see `_held`).
+# 4: the host's node IP beside its name (`host_ip`), in `host.json`; the
+# spec names its backend and carries its traits.
+# 3 (`node.json`, an earlier ray-accel's): processes as {kind, pid,
+# start_ticks, identity}, the host's name, ports per partition; read so that
+# `stop` can stop what it names (2 had [pid, start ticks] pairs; 1 had
+# wall-clock start times). Its spec names no backend and no traits: read as
+# LEGACY_BACKEND with default traits, and written back without them.
+VERSION = 4
+LEGACY_VERSION = 3
+LEGACY_BACKEND = "unknown"
+MAX_BYTES = 4 * 1024 * 1024
+MAX_PARTITIONS = 1024
+MAX_PROCESSES = 256
+MAX_UNITS = 1 << 17
+MAX_TEXT = 4096
+# Linux's largest PID (PID_MAX_LIMIT, include/linux/threads.h).
+PID_MAX = 1 << 22
+_KIND = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
+# An entry-point name (the backend's), as the packaging spec's entry-points
+# page allows it: letters, digits, '.', '-', '_' (no '=', no spaces).
+_BACKEND = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_RESOURCE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,127}$")
+_HEX_ID = re.compile(r"^[0-9a-f]{1,128}$")
+# The kind of the host's health decider among the recorded processes.
+DECIDER_KIND = "health_decider"
+# The kind of a running `ray-accel repartition`'s helper.
+REPARTITION_KIND = "repartition"
+# An earlier 4's `decider_state`: a partition whose raylet the decider
+# stopped on purpose, or was restarting under the host's lock.
+DECIDER_STATES = ("stopped", "restarting")
+
+T = TypeVar("T")
+
+
+class RecordError(InputError):
+    """The state record cannot be trusted: it does not fit the schema, names
+    a process that is not the one recorded, or belongs to another host."""
+
+
+@dataclass(frozen=True)
+class RayProcess:
+    """One process Ray started for a raylet, as recorded when it started:
+    its kind (Ray's process type), PID, kernel start time and identity (what
+    its command line said it runs: see `procs.identity`)."""
+
+    kind: str
+    pid: int
+    start_ticks: int
+    identity: str
+
+    @property
+    def record(self) -> ProcessRecord:
+        return ProcessRecord(self.pid, self.start_ticks)
+
+
+@dataclass(frozen=True)
+class PartitionEntry:
+    name: str
+    device_ids: tuple[str, ...]
+    core_ids: tuple[int, ...]
+    head: bool
+    ports: RayletPorts
+    processes: tuple[RayProcess, ...]
+    node_id: str | None = None
+    node_ip: str | None = None
+    log: str | None = None
+    accelerator_type: str | None = None  # the one type its raylet advertises, if any
+    models: tuple[str, ...] = ()
+    share: Share | None = None  # its part of the host, as started (None: a record from before)
+    labels: tuple[tuple[str, str], ...] = ()  # ray-accel's own labels beyond the partition's name
+    # Its devices (and their units) the health decider took out of service:
+    # its raylet serves the others (`serving`); `device_ids`/`core_ids` stay
+    # the partition as planned, to which it returns.
+    out: tuple[str, ...] = ()
+    out_core_ids: tuple[int, ...] = ()
+    health: PartitionState = field(default_factory=PartitionState)  # its state by the health decider
+
+    @property
+    def partition(self) -> Partition:
+        """The partition as planned, every device in it."""
+        return Partition(self.name, self.device_ids, self.core_ids, self.accelerator_type, self.models)
+
+    @property
+    def serving(self) -> Partition:
+        """The partition as its raylet serves it: without the devices out of service."""
+        return self.partition.less(self.out, self.out_core_ids)
+
+    @property
+    def visible_ids(self) -> str:
+        return format_visible_ids(self.serving.core_ids)
+
+    @property
+    def held(self) -> bool:
+        """The decider drains, stops or restarts it on purpose: its raylet's
+        end is not a failure, and only the decider brings it back."""
+        return self.health.state in (PartState.DRAINING, PartState.RESTORING, PartState.STOPPED)
+
+    def of_kind(self, *kinds: str) -> list[RayProcess]:
+        return [p for p in self.processes if p.kind in kinds]
+
+    def raylet(self) -> RayProcess | None:
+        found = self.of_kind("raylet")
+        return found[0] if found else None
+
+    def to_json(self) -> dict[str, object]:
+        fields = dump_fields(self, labels=dict(self.labels))
+        del fields["name"]  # the planned part first, as `plan --json` writes it: `partition`
+        return {**self.partition.to_json(), **fields}
+
+
+@dataclass(frozen=True)
+class HostRecord:
+    """What `start` started on one host. The host is its name (as a file
+    name: `state.host_name`) and the node IP its raylets use; `host_ip` is
+    None only in a record of an earlier version, which had the name alone."""
+
+    host: str
+    host_ip: str | None
+    created: float
+    head: bool
+    mode: str
+    spec: BridgeSpec
+    ray_args: tuple[str, ...]
+    gcs_address: str
+    gcs_port: int | None
+    auth: Auth
+    partitions: tuple[PartitionEntry, ...]
+    metrics: bool | None = None
+    labels: tuple[tuple[str, str], ...] = ()  # the user's --labels, on every partition
+    dashboard_url: str | None = None
+    cpu_pinning: str | None = None  # "on", or "off: <why>"
+    inherited_mask: MaskView | None = None  # the mask set before start, as plan shows it
+    # Set by `stop` before its first signal, so a `start --block` watching
+    # these partitions knows their end was asked for.
+    stopping: bool = False
+    health: HealthSettings | None = None  # the decider's settings (None: a record from before)
+    decider: RayProcess | None = None  # the host's health decider, while it runs
+    repartition: RayProcess | None = None  # a running repartition's helper
+    # A head's own raylet (GCS, dashboard, drivers): no devices, named HEAD.
+    head_raylet: PartitionEntry | None = None
+
+    def raylets(self) -> list[PartitionEntry]:
+        """Every raylet of this host: the partitions', then the head's."""
+        return [*self.partitions, *([self.head_raylet] if self.head_raylet else [])]
+
+    def processes(self) -> list[RayProcess]:
+        """Every recorded process: the raylets', and the helpers'."""
+        return [r for p in self.raylets() for r in p.processes] + self.helpers()
+
+    def helpers(self) -> list[RayProcess]:
+        """The host's helper processes it names: its processes that are no raylet's."""
+        return [h for h in (self.decider, self.repartition) if h is not None]
+
+    @property
+    def legacy(self) -> bool:
+        """A record of an earlier version (no node IP)."""
+        return self.host_ip is None
+
+    def with_partitions(self, parts: Sequence[PartitionEntry]) -> HostRecord:
+        return replace(self, partitions=tuple(parts))
+
+    def replacing(self, new: PartitionEntry) -> HostRecord:
+        """This record with `new` in the place of the partition of its name."""
+        return self.with_partitions([new if q.name == new.name else q for q in self.partitions])
+
+    def state_of(self, p: PartitionEntry) -> PartitionState:
+        """`p`'s state by the decider: one the decider never moved serves since the start."""
+        return p.health if p.health.since else replace(p.health, since=self.created)
+
+
+def dumps(record: HostRecord) -> str:
+    # A record read from an earlier version's file is written back in its
+    # own version (`stop` marks it stopping), which that version can read.
+    spec = dump_fields(record.spec)
+    data = {
+        "version": LEGACY_VERSION if record.legacy else VERSION,
+        **dump_fields(
+            record,
+            spec={k: v for k, v in spec.items() if k not in ("backend", "traits")} if record.legacy else spec,
+            labels=dict(record.labels),
+            partitions=[p.to_json() for p in record.partitions],
+            head_raylet=record.head_raylet and record.head_raylet.to_json(),
+        ),
+    }
+    if record.legacy:
+        del data["host_ip"]
+    return json.dumps(data, indent=2, allow_nan=False)
+
+
+# ---------------------------------------------------------------- parsing
+
+
+def parse_record(raw: bytes | str, source: str) -> HostRecord:
+    """The record in `raw` (the bytes of the state file `source`), or
+    `RecordError` naming `source` and what does not fit."""
+    return parse_document(raw, f"state file {source}", _record, RecordError, "does not fit the state record")
+
+
+def _checked(node: Node, check: Callable[..., T], *args: object) -> T:
+    """`check(*args)`, its `InputError` named at `node`."""
+    try:
+        return check(*args)
+    except InputError as e:
+        node.fail(str(e))
+
+
+def _record(obj: Node) -> HostRecord:
+    version = obj.mapping().get("version")
+    if version not in (VERSION, LEGACY_VERSION) or isinstance(version, bool):
+        raise ReadError(
+            f"{show(version)}; this ray-accel reads versions {LEGACY_VERSION} and {VERSION} (stop that version's "
+            "processes with the ray-accel that wrote it, or by hand, then remove the file)",
+            "version",
+        )
+    spec = _spec(obj.at("spec"), legacy=version == LEGACY_VERSION)
+    head = obj.at("head").bool()
+    listed = obj.at("partitions")
+    parts = tuple(_partition(p, spec) for p in listed.list(MAX_PARTITIONS))
+    if not parts and not head:
+        listed.fail("empty: a record names at least one partition")
+    names = [p.name for p in parts]
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup is not None:
+        listed.fail(f"partition {dup!r} appears twice")
+    mode = obj.at("mode").one_of([m.value for m in Mode], "{value} is not a partition mode")
+    cores = [c for p in parts for c in p.core_ids]
+    shared = next((c for i, c in enumerate(cores) if c in cores[:i]), None)
+    # SHARED gives every partition every device on purpose; any other mode never shares a unit.
+    if shared is not None and mode != "shared":
+        listed.fail(f"core {shared} belongs to two partitions")
+    # A record from before the head raylet may have its head partition first.
+    if [i for i, p in enumerate(parts) if p.head] not in ([[], [0]] if head else [[]]):
+        listed.fail("the head partition must be the first, and only in a record of a head")
+    auth_node, args_node, address = obj.at("auth"), obj.at("ray_args"), obj.at("gcs_address")
+    auth = _checked(auth_node, lambda: Auth.from_json(auth_node.mapping()))
+    ray_args = args_node.texts(MAX_TEXT, 256)
+    # Checked as `start` checks them: `--recover` passes them to `ray start` again.
+    _checked(args_node, validate_ray_args, ray_args)
+    gcs_host, gcs_port = _checked(address, validate.host_port, address.text(300), address.path)
+    if auth.token_path is not None:
+        Node(auth.token_path, "auth.token_path").text(MAX_TEXT)
+    return HostRecord(
+        host=obj.at("host").text(255),
+        host_ip=None if version == LEGACY_VERSION else _ip(obj.at("host_ip")),
+        created=obj.at("created").number(0.0, 1e12),
+        head=head,
+        mode=mode,
+        spec=spec,
+        ray_args=ray_args,
+        gcs_address=f"{gcs_host}:{gcs_port}",
+        gcs_port=_opt(obj.at("gcs_port", None), lambda n: n.int(1, 65535)),
+        auth=auth,
+        partitions=parts,
+        metrics=_opt(obj.at("metrics", None), lambda n: n.bool("{value} is not true, false or null")),
+        labels=_labels(obj.at("labels", None)),
+        dashboard_url=_opt(obj.at("dashboard_url", None), lambda n: n.text(512)),
+        cpu_pinning=_opt(obj.at("cpu_pinning", None), lambda n: n.text(MAX_TEXT)),
+        inherited_mask=_opt(obj.at("inherited_mask", None), lambda n: reader.load(MaskView, n.data, n.path)),
+        stopping=obj.at("stopping", False).bool(),
+        health=_opt(obj.at("health", None), lambda n: HealthSettings.from_json(n.data, n.path)),
+        decider=_opt(obj.at("decider", None), lambda n: _helper(n, DECIDER_KIND)),
+        repartition=_opt(obj.at("repartition", None), lambda n: _helper(n, REPARTITION_KIND)),
+        head_raylet=_opt(obj.at("head_raylet", None), lambda n: _partition(n, spec, head=True)),
+    )
+
+
+def _opt(node: Node, read: Callable[[Node], T]) -> T | None:
+    return None if node.data is None else read(node)
+
+
+def _helper(node: Node, kind: str) -> RayProcess:
+    proc = _process(node)
+    if proc.kind != kind:
+        node.at("kind").fail(f"{proc.kind!r}: the {node.path.rsplit('.', 1)[-1]}'s kind is {kind!r}")
+    return proc
+
+
+def _labels(node: Node) -> tuple[tuple[str, str], ...]:
+    labels = Node(node.data or {}, node.path)
+    for key, value in labels.items(256):
+        try:
+            validate.label_key(key, labels.path)
+            validate.label_value(value.text(63), key, labels.path)
+        except InputError as e:
+            labels.fail(str(e))
+    return tuple((str(k), str(v)) for k, v in labels.mapping().items())
+
+
+def _share(obj: Node) -> Share:
+    cpu_set = obj.at("cpu_set", None).optional()
+    return Share(
+        partition=obj.at("partition").text(63),
+        cpus=obj.at("cpus").int(0, 1 << 20),
+        memory=obj.at("memory").int(0, 1 << 62),
+        object_store_memory=obj.at("object_store_memory").int(0, 1 << 62),
+        resources={
+            Node(k, f"{obj.path}.resources").text(128): v.number(0.0, 1e15)
+            for k, v in Node(obj.at("resources", None).data or {}, f"{obj.path}.resources").items(256)
+        },
+        cpu_set=None if cpu_set is None else tuple(c.int(0, 1 << 16) for c in cpu_set.list(1 << 16)),
+        pin_reason=_opt(obj.at("pin_reason", None), lambda n: n.text(MAX_TEXT)),
+    )
+
+
+def _units(node: Node) -> tuple[int, ...]:
+    return tuple(c.int(0, MAX_UNITS) for c in node.list(MAX_UNITS))
+
+
+def _partition(obj: Node, spec: BridgeSpec, head: bool = False) -> PartitionEntry:
+    """A partition's entry, or with `head` the head raylet's (named HEAD, no devices)."""
+    named = obj.at("partition")
+    name = named.one_of([HEAD]) if head else _checked(named, validate.partition_name, named.text(63))
+    device_ids = obj.at("device_ids").texts(256, 0 if head else MAX_UNITS)
+    listed = obj.at("core_ids")
+    core_ids = _units(listed)
+    if not core_ids and not head:
+        listed.fail("empty: a partition has at least one unit")
+    unknown = sorted(set(core_ids) - set(spec.unit_ids))
+    if unknown:
+        listed.fail(f"unit {unknown[0]} is not one of the host's units")
+    if len(set(core_ids)) != len(core_ids):
+        listed.fail("a unit appears twice")
+    out = obj.at("out", []).texts(256, MAX_UNITS)
+    if set(out) - set(device_ids):
+        obj.at("out").fail(f"device {sorted(set(out) - set(device_ids))[0]!r} is not one of the partition's")
+    out_cores = _units(obj.at("out_core_ids", []))
+    if set(out_cores) - set(core_ids):
+        obj.at("out_core_ids").fail(f"unit {sorted(set(out_cores) - set(core_ids))[0]} is not one of the partition's")
+    return PartitionEntry(
+        name=name,
+        device_ids=device_ids,
+        core_ids=core_ids,
+        head=obj.at("head").bool(),
+        ports=_ports(obj.at("ports")),
+        processes=tuple(_process(p) for p in obj.at("processes").list(MAX_PROCESSES)),
+        node_id=_opt(obj.at("node_id", None), lambda n: _matching(n, _HEX_ID, 128, "{value} is not a hex node id")),
+        node_ip=_opt(obj.at("node_ip", None), lambda n: n.text(255)),
+        log=_opt(obj.at("log", None), lambda n: n.text(MAX_TEXT)),
+        # A record from before types per partition: the host's type, as then.
+        accelerator_type=_opt(obj.at("accelerator_type", spec.accelerator_type), lambda n: n.text(128)),
+        share=_opt(obj.at("share", None), _share),
+        labels=_labels(obj.at("labels", None)),
+        models=obj.at("models", []).texts(128, MAX_UNITS),
+        out=out,
+        out_core_ids=out_cores,
+        health=_held(obj),
+    )
+
+
+def _held(obj: Node) -> PartitionState:
+    """The partition's state by the decider. An earlier record kept only
+    `decider_state`: "stopped" is STOPPED; "restarting" (a decider that died
+    mid-restart, its raylet perhaps gone) is read as STOPPED too, so neither
+    `--recover` nor the decider takes it for serving: the decider restarts it
+    once its devices are healthy."""
+    if "health" in obj.mapping():
+        return reader.load(PartitionState, obj.at("health").data, obj.at("health").path)
+    old = _opt(
+        obj.at("decider_state", None),
+        lambda n: n.one_of(DECIDER_STATES, f"{{value}} is not one of {', '.join(DECIDER_STATES)} or null"),
+    )
+    return PartitionState() if old is None else PartitionState(PartState.STOPPED, detail=f"{old} by an earlier decider")
+
+
+def parse_processes(data: object, where: str) -> tuple[RayProcess, ...]:
+    """A list of recorded processes, or `ReadError` naming `where`."""
+    return tuple(_process(p) for p in Node(data, where).list(MAX_PROCESSES))
+
+
+def _process(obj: Node) -> RayProcess:
+    return RayProcess(
+        kind=_matching(obj.at("kind"), _KIND, 48, "{value} is not a process kind"),
+        # PID 0 and negative PIDs name process groups to kill(2): never a process.
+        pid=obj.at("pid").int(1, PID_MAX),
+        start_ticks=obj.at("start_ticks").int(0, (1 << 63) - 1),
+        identity=obj.at("identity").text(MAX_TEXT),
+    )
+
+
+def _matching(node: Node, pattern: re.Pattern[str], limit: int, message: str) -> str:
+    text = node.text(limit)
+    if not pattern.match(text):
+        node.fail(message.format(value=show(text)))
+    return text
+
+
+def _ports(obj: Node) -> RayletPorts:
+    named_node = obj.at("named")
+    named = {key: value.int(1024, 65535) for key, value in named_node.only(NAMED).items()}
+    for key in ("node_manager_port", "object_manager_port"):
+        if key not in named:
+            named_node.fail(f"no {key}")
+    lo = obj.at("min_worker_port").int(1024, 65535)
+    hi = obj.at("max_worker_port").int(lo, 65535)
+    return RayletPorts(obj.at("base").int(1024, 65535), named, lo, hi)
+
+
+def _spec(obj: Node, legacy: bool = False) -> BridgeSpec:
+    resource = _matching(obj.at("resource_name"), _RESOURCE, 128, "{value} is not a resource name")
+    env = _matching(obj.at("visible_ids_env"), _ENV_NAME, 128, "{value} is not an environment variable name")
+    family = _matching(obj.at("family"), _KIND, 64, "{value} is not a family name")
+    if legacy:
+        backend, traits = LEGACY_BACKEND, DeviceTraits()
+    else:
+        backend = _matching(obj.at("backend"), _BACKEND, 64, "{value} is not a backend name")
+        traits_node = obj.at("traits")
+        traits = _checked(obj, lambda: DeviceTraits.from_json(traits_node.mapping()))
+    return BridgeSpec(
+        backend=backend,
+        traits=traits,
+        resource_name=resource,
+        visible_ids_env=env,
+        family=family,
+        accelerator_type=_opt(obj.at("accelerator_type", None), lambda n: n.text(128)),
+        unit_ids=_units(obj.at("unit_ids")),
+        process_env=_process_env(obj.at("process_env", [])),
+    )
+
+
+def _process_env(node: Node) -> tuple[tuple[str, str], ...]:
+    out = []
+    for row in node.list(64):
+        pair = row.list(2)
+        if len(pair) != 2:
+            row.fail("a [name, value] pair")
+        out.append((_matching(pair[0], _ENV_NAME, 128, "{value} is not an environment variable name"), pair[1].text()))
+    return tuple(out)
+
+
+def _ip(node: Node) -> str:
+    canonical = canonical_ip(node.text(64))
+    if canonical is None:
+        node.fail(f"{show(node.data)} is not an IP address")
+    return canonical
 
 
 def open_for_write(path: Path, mode: int = 0o600) -> int:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from ray_accel.cluster import procs, state
 from ray_accel.cluster.auth import Auth
 from ray_accel.cluster.gcs import GcsError, gcs_nodes
-from ray_accel.cluster.record import HostRecord, PartitionEntry, RayProcess, RecordError
+from ray_accel.cluster.state import HostRecord, PartitionEntry, RayProcess, RecordError
 from ray_accel.core.errors import RayAccelError
 from ray_accel.core.health import DeviceHealth, Health
 from ray_accel.core.health_state import Action, PartitionState, read_health

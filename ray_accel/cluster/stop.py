@@ -20,8 +20,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ray_accel.cluster import helpers, procs, state
-from ray_accel.cluster.record import HostRecord
 from ray_accel.cluster.startargs import flag_value
+from ray_accel.cluster.state import HostRecord
 from ray_accel.core.files import read_bytes
 from ray_accel.rayapi import address as rayapi_address
 from ray_accel.rayapi.feature import RayApiMissing

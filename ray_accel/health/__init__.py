@@ -12,7 +12,7 @@ short-lived Ray drivers it runs for what needs one (metrics exporters);
 """
 
 from ray_accel.cluster import helpers
-from ray_accel.cluster.record import DECIDER_KIND, REPARTITION_KIND
+from ray_accel.cluster.state import DECIDER_KIND, REPARTITION_KIND
 
 # The decider is one of the host's helper processes: `stop` stops it first,
 # and every record check knows what it runs.

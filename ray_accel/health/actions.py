@@ -22,9 +22,9 @@ from ray_accel.cluster import auth, procs, state
 from ray_accel.cluster.exporters import deployment
 from ray_accel.cluster.gcs import GcsError, Progress, answer_within, wait_registered
 from ray_accel.cluster.launcher import Launches
-from ray_accel.cluster.record import HostRecord, PartitionEntry, RayProcess
 from ray_accel.cluster.recover import relaunch, terminate_raylet
 from ray_accel.cluster.signals import shielded
+from ray_accel.cluster.state import HostRecord, PartitionEntry, RayProcess
 from ray_accel.core.devices import Device
 from ray_accel.core.errors import RayAccelError
 from ray_accel.core.health_state import PartitionState, PartState

@@ -30,9 +30,8 @@ from pathlib import Path
 
 from ray_accel.cluster import helpers, procs, state
 from ray_accel.cluster.exporters import host_level_partition
-from ray_accel.cluster.record import HostRecord, RayProcess
 from ray_accel.cluster.signals import interruptible
-from ray_accel.cluster.state import write_atomic
+from ray_accel.cluster.state import HostRecord, RayProcess, write_atomic
 from ray_accel.core.devices import Device
 from ray_accel.core.errors import RayAccelError
 from ray_accel.core.health import DeviceHealth, Health, HealthReport

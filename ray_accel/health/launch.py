@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from ray_accel.cluster import helpers, procs, state
 from ray_accel.cluster.gcs import Progress
-from ray_accel.cluster.record import DECIDER_KIND, HostRecord
+from ray_accel.cluster.state import DECIDER_KIND, HostRecord
 from ray_accel.core.errors import RayAccelError
 from ray_accel.core.health_state import HealthFileError, read_health
 

@@ -41,11 +41,10 @@ from ray_accel.cluster.host import divide_host
 from ray_accel.cluster.launcher import Launches
 from ray_accel.cluster.ports import plan_ports, worker_ports
 from ray_accel.cluster.raylet import Split
-from ray_accel.cluster.record import REPARTITION_KIND, HostRecord, PartitionEntry
 from ray_accel.cluster.recover import recorded_share, relaunch, terminate_raylet
 from ray_accel.cluster.resplit import Action, Change, Changes, Resplit, out_of_service, resplit
 from ray_accel.cluster.signals import interruptible, shielded
-from ray_accel.cluster.state import write_atomic
+from ray_accel.cluster.state import REPARTITION_KIND, HostRecord, PartitionEntry, write_atomic
 from ray_accel.core import reader
 from ray_accel.core.devices import Device
 from ray_accel.core.errors import InputError, RayAccelError

@@ -24,7 +24,7 @@ from ray_accel.cluster import state
 from ray_accel.cluster.auth import Auth
 from ray_accel.cluster.ports import port_blocks
 from ray_accel.cluster.procs import identity
-from ray_accel.cluster.record import HostRecord, PartitionEntry, RayProcess, dumps
+from ray_accel.cluster.state import HostRecord, PartitionEntry, RayProcess, dumps
 from tests.badinput import badinput
 from tests.clirun import run_cli_here
 from tests.conftest import run_cli

@@ -33,7 +33,7 @@ from ray_accel.cluster import state
 from ray_accel.cluster.auth import Auth
 from ray_accel.cluster.ports import port_blocks
 from ray_accel.cluster.procs import Verdict, check, identity
-from ray_accel.cluster.record import HostRecord, PartitionEntry, RayProcess, dumps
+from ray_accel.cluster.state import HostRecord, PartitionEntry, RayProcess, dumps
 from ray_accel.core.errors import InputError
 from ray_accel.core.hosts import ip_text
 from ray_accel.core.processes import ProcessRecord, read_cmdline

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from ray_accel.cluster import procs, recover
-from ray_accel.cluster.record import RayProcess
+from ray_accel.cluster.state import RayProcess
 from ray_accel.core.errors import RayAccelError
 from ray_accel.partition.share import Share
 from tests.unit.test_record import RAY, valid_record

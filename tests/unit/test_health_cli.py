@@ -23,7 +23,7 @@ from ray_accel.bridge.managers import BridgeSpec
 from ray_accel.cluster import procs, state
 from ray_accel.cluster.auth import Auth
 from ray_accel.cluster.ports import port_blocks
-from ray_accel.cluster.record import (
+from ray_accel.cluster.state import (
     DECIDER_KIND,
     HostRecord,
     PartitionEntry,
