@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from ray_accel.cli.render import gib, render  # noqa: E402
-from ray_accel.cluster.ports import free_port  # noqa: E402
+from ray_accel.cluster.host import free_port  # noqa: E402
 from ray_accel.cluster.raylet import Join, Split, StartRequest  # noqa: E402
 from ray_accel.cluster.start import start  # noqa: E402
 from ray_accel.cluster.startargs import RayOptions  # noqa: E402

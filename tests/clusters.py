@@ -30,7 +30,7 @@ from typing import Any
 
 import psutil
 
-from ray_accel.cluster.ports import free_port
+from ray_accel.cluster.host import free_port
 from tests.conftest import repo_pythonpath, run_cli
 
 

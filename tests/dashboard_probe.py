@@ -76,7 +76,7 @@ def cluster_env(tmp: Path, preset: str) -> dict[str, str]:
 @contextlib.contextmanager
 def metrics_cluster(tmp: Path, preset: str = "trn1.32xlarge", partitions: int = 2) -> Iterator[Cluster]:
     """A partitioned mock head with the dashboard on (Ray's SD file needs it); stopped on exit."""
-    from ray_accel.cluster.ports import free_port
+    from ray_accel.cluster.host import free_port
 
     env = cluster_env(tmp, preset)
     # The dashboard is on by default.

@@ -130,7 +130,7 @@ def top_jobs(record: HostRecord) -> tuple[list[JobRecord], Waiting]:
     host it ran on is not serving; None where the record has no node IP or
     its host's `health.json` cannot be read."""
     from ray_accel.cluster import state
-    from ray_accel.cluster.identity import this_host
+    from ray_accel.cluster.host import this_host
     from ray_accel.core.health_state import read_health
     from ray_accel.jobs.store import read_jobs
 

@@ -12,10 +12,10 @@ from ray_accel.partition.labels import PARTITION_LABEL
 
 if TYPE_CHECKING:  # the status module is imported only by the commands that show it
     from ray_accel.cli.connect import Orphans
+    from ray_accel.cluster.host import Division
     from ray_accel.cluster.status import ClusterPartition, ClusterView, HostStatus
     from ray_accel.metrics.collect import OrphanReading
     from ray_accel.partition.plan import Plan
-    from ray_accel.partition.share import Division
     from ray_accel.plugins.discovery import Inventory
 
 T = TypeVar("T")

@@ -9,12 +9,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ray_accel.bridge.managers import SPEC_ENV, BridgeSpec
+from ray_accel.cluster.host import Share
 from ray_accel.cluster.raylet_launch import CPU_SET_ENV, PARTITION_ENV
 from ray_accel.cluster.startargs import RayOptions
 from ray_accel.core.health_state import HealthSettings
 from ray_accel.core.numa import format_cpulist
 from ray_accel.partition.plan import Partition
-from ray_accel.partition.share import Share
 
 DEFAULT_GCS_PORT = 6379
 

@@ -20,10 +20,8 @@ from ray_accel.bridge.managers import raylet_env
 from ray_accel.cluster import exporters, helpers, procs, state
 from ray_accel.cluster.auth import raylet_base_env
 from ray_accel.cluster.gcs import Progress, wait_registered
-from ray_accel.cluster.host import read_host
-from ray_accel.cluster.identity import local_addresses
+from ray_accel.cluster.host import Share, check_free, divide, local_addresses, read_host
 from ray_accel.cluster.launcher import Launches
-from ray_accel.cluster.ports import check_free
 from ray_accel.cluster.raylet import partition_env
 from ray_accel.cluster.signals import interruptible, shielded
 from ray_accel.cluster.startargs import RayOptions, ray_start_args, user_figures
@@ -31,7 +29,6 @@ from ray_accel.cluster.state import HostRecord, PartitionEntry, RayProcess
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.numa import read_topology
 from ray_accel.partition.plan import Partition
-from ray_accel.partition.share import Share, divide
 
 
 def relaunch(

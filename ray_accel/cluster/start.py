@@ -28,11 +28,23 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from ray_accel.bridge.managers import LOST_WITHOUT_BRIDGE, BridgeSpec, BridgeUnsupported, check_ray_version, raylet_env
-from ray_accel.cluster import auth, exporters, helpers, identity, procs, state
+from ray_accel.cluster import auth, exporters, helpers, procs, state
 from ray_accel.cluster.gcs import Progress, wait_registered
-from ray_accel.cluster.host import HEAD_SHARE, divide_host, read_host
+from ray_accel.cluster.host import (
+    HEAD_SHARE,
+    MIN_WORKER_PORTS,
+    Division,
+    RayletPorts,
+    Share,
+    check_free,
+    divide_host,
+    node_ip,
+    plan_ports,
+    read_host,
+    this_host,
+    worker_ports,
+)
 from ray_accel.cluster.launcher import Launches
-from ray_accel.cluster.ports import MIN_WORKER_PORTS, RayletPorts, check_free, plan_ports, worker_ports
 from ray_accel.cluster.raylet import DEFAULT_GCS_PORT, StartRequest, partition_env
 from ray_accel.cluster.raylet_launch import LaunchReport
 from ray_accel.cluster.signals import interruptible, shielded
@@ -47,7 +59,6 @@ from ray_accel.core.validate import HEAD
 from ray_accel.partition.inherited import inherited_mask, plan_within_mask
 from ray_accel.partition.labels import HOST_LABEL, check_user_keys, topology_labels
 from ray_accel.partition.plan import Partition, Plan
-from ray_accel.partition.share import Division, Share
 from ray_accel.plugins.discovery import discover
 
 
@@ -197,7 +208,7 @@ def plan_launch(req: StartRequest, ip: str, state_dir: Path) -> LaunchPlan:
     ports = plan_ports(workers, req.join.port_base, req.join.head and client_server_available())
     if req.join.head and any(gcs_port in p.all() for p in ports):
         raise InputError(f"--port {gcs_port} falls inside the partitions' port blocks; choose another --port-base")
-    this = identity.this_host(ip)
+    this = this_host(ip)
     check_user_keys(req.offer.labels, req.offer.resources, spec.resource_name)
     # What a placement policy on any host needs to know of each partition.
     labels = {HEAD: {HOST_LABEL: this.key}, **topology_labels(served, devices, this, spec.family, spec.resource_name)}
@@ -229,7 +240,7 @@ def start(req: StartRequest, progress: Progress, after: helpers.After | None = N
         raise InputError("--no-dashboard contradicts `-- --include-dashboard true`: give one of them")
     # The address every raylet of this host uses, given to each of them (so the
     # host label, the record and Ray agree, and `--recover` keeps it).
-    ip = identity.node_ip(req.ray.node_ip, req.join.address)
+    ip = node_ip(req.ray.node_ip, req.join.address)
     place = state.place_for(ip)
     lp = plan_launch(req, ip, place.directory)
     for note in lp.notes:

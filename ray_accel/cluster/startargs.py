@@ -19,12 +19,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ray_accel.bridge.managers import BridgeSpec
-from ray_accel.cluster.ports import HEAD_ONLY, RayletPorts
+from ray_accel.cluster.host import HEAD_ONLY, HOST_FLAGS, NODE_IP_FLAG, RayletPorts, Share
 from ray_accel.core import ray_resources
 from ray_accel.core.errors import InputError
 from ray_accel.partition.labels import PARTITION_LABEL, TYPE_LABEL
 from ray_accel.partition.plan import Partition
-from ray_accel.partition.share import Share
 
 # Ray 2.60 `ray start` options that take no value (click flags and counts,
 # and click's own --help); every other option of it takes one (`VALUE`).
@@ -62,9 +61,6 @@ OUR_OPTION = {
 }
 # Ray refuses these on a raylet that joins a cluster.
 HEAD_ONLY_FLAGS = {"--include-dashboard", "--redis-shard-ports"}
-# `ray start` flags whose values are the host's figures, divided per partition.
-HOST_FLAGS = {"--num-cpus": "cpus", "--memory": "memory", "--object-store-memory": "object_store_memory"}
-NODE_IP_FLAG = "--node-ip-address"
 
 # The launcher's command line: RESULT_JSON -- start ARGS...
 LAUNCH_SEPARATOR = "--"

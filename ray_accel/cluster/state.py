@@ -66,8 +66,7 @@ from typing import TypeVar
 
 from ray_accel.bridge.managers import BridgeSpec
 from ray_accel.cluster.auth import Auth
-from ray_accel.cluster.identity import local_addresses
-from ray_accel.cluster.ports import NAMED, RayletPorts
+from ray_accel.cluster.host import NAMED, RayletPorts, Share, local_addresses
 from ray_accel.cluster.startargs import validate_ray_args
 from ray_accel.core import reader, validate
 from ray_accel.core.errors import InputError
@@ -79,7 +78,6 @@ from ray_accel.core.reader import Node, ReadError, dump_fields, parse_document, 
 from ray_accel.core.validate import HEAD
 from ray_accel.core.visibility import format_visible_ids
 from ray_accel.partition.plan import MaskView, Mode, Partition
-from ray_accel.partition.share import Share
 from ray_accel.plugins.traits import DeviceTraits
 
 # 4 (read without them too): the health decider's settings and process, and

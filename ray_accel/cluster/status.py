@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from ray_accel.cluster import procs, state
 from ray_accel.cluster.auth import Auth
 from ray_accel.cluster.gcs import GcsError, gcs_nodes
+from ray_accel.cluster.host import Share
 from ray_accel.cluster.state import HostRecord, PartitionEntry, RayProcess, RecordError
 from ray_accel.core.errors import RayAccelError
 from ray_accel.core.health import DeviceHealth, Health
@@ -35,7 +36,6 @@ from ray_accel.partition.labels import (
     node_host,
 )
 from ray_accel.partition.plan import MaskView
-from ray_accel.partition.share import Share
 from ray_accel.rayapi.gcs import GcsNode
 
 

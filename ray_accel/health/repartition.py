@@ -37,9 +37,8 @@ from pathlib import Path
 
 from ray_accel.cluster import auth, helpers, procs, state
 from ray_accel.cluster.gcs import Progress, wait_registered
-from ray_accel.cluster.host import divide_host
+from ray_accel.cluster.host import HostResources, divide_host, plan_ports, worker_ports
 from ray_accel.cluster.launcher import Launches
-from ray_accel.cluster.ports import plan_ports, worker_ports
 from ray_accel.cluster.raylet import Split
 from ray_accel.cluster.recover import recorded_share, relaunch, terminate_raylet
 from ray_accel.cluster.resplit import Action, Change, Changes, Resplit, out_of_service, resplit
@@ -52,7 +51,6 @@ from ray_accel.core.health_kept import read_kept
 from ray_accel.core.hosts import HostId
 from ray_accel.health import actions, driver_ops
 from ray_accel.partition.labels import topology_labels
-from ray_accel.partition.share import HostResources
 from ray_accel.plugins.discovery import discover
 
 LOG_FILE = "repartition.log"

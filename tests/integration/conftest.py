@@ -5,7 +5,7 @@ import os
 import psutil
 import pytest
 
-from ray_accel.cluster.ports import free_port
+from ray_accel.cluster.host import free_port
 from tests.clusters import TRN1, TRN1_X4, Cluster, ClusterSpec, SharedClusters, last_json, start_cluster
 from tests.multihost.hosts import pids_in_netns
 

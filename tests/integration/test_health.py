@@ -36,7 +36,7 @@ from pathlib import Path
 
 import pytest
 
-from ray_accel.cluster.ports import free_port
+from ray_accel.cluster.host import free_port
 from ray_accel.core.health import Health
 from ray_accel.core.health_state import PartState
 from tests.conftest import repo_pythonpath, run_cli

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ray_accel.cluster.ports import free_port
+from ray_accel.cluster.host import free_port
 from ray_accel.core.health import Health
 from ray_accel.core.health_kept import KEPT_FILE
 from ray_accel.core.health_state import PartState

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ray_accel.cluster.ports import free_port
+from ray_accel.cluster.host import free_port
 from tests.conftest import repo_pythonpath, run_cli
 from tests.integration.conftest import Cluster
 

@@ -31,7 +31,7 @@ from ray_accel_neuron.runtime import TRAITS as NEURON_TRAITS
 from ray_accel.bridge.managers import BridgeSpec
 from ray_accel.cluster import state
 from ray_accel.cluster.auth import Auth
-from ray_accel.cluster.ports import port_blocks
+from ray_accel.cluster.host import port_blocks
 from ray_accel.cluster.procs import Verdict, check, identity
 from ray_accel.cluster.state import HostRecord, PartitionEntry, RayProcess, dumps
 from ray_accel.core.errors import InputError

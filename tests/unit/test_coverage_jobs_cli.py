@@ -11,7 +11,7 @@ import click
 import pytest
 
 from ray_accel.cli.jobs import find_job, job_text, top_jobs
-from ray_accel.cluster.identity import this_host
+from ray_accel.cluster.host import this_host
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.health_state import HealthSettings, HostHealth, PartitionHealth, PartState
 from ray_accel.jobs.model import JobRecord, Phase, Replica, Transition

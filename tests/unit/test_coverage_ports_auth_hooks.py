@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from examples.hooks import Recording
-from ray_accel.cluster import auth, ports
+from ray_accel.cluster import auth
+from ray_accel.cluster import host as host_mod
 from ray_accel.cluster.auth import Auth, AuthError, decide
-from ray_accel.cluster.ports import PortError, check_free, plan_ports, port_blocks
+from ray_accel.cluster.host import PortError, check_free, plan_ports, port_blocks
 from ray_accel.hooks.config import LifecycleHook, Workload
 from ray_accel.hooks.run import HookRun
 from ray_accel.rayapi import auth as rayapi_auth
@@ -34,9 +35,9 @@ def test_a_port_outside_the_range_or_taken_is_refused_naming_it() -> None:
 def test_a_given_base_is_used_when_free_and_without_any_free_block_the_user_is_told(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(ports, "is_free", lambda port, host="": True)
+    monkeypatch.setattr(host_mod, "is_free", lambda port, host="": True)
     assert plan_ports([2, 3], 30000) == port_blocks(30000, [2, 3], False)
-    monkeypatch.setattr(ports, "is_free", lambda port, host="": False)
+    monkeypatch.setattr(host_mod, "is_free", lambda port, host="": False)
     with pytest.raises(PortError, match=r"no free block of \d+ ports found between 21000 and 65535; pass --port-base"):
         plan_ports([2], None)
 

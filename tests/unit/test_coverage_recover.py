@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from ray_accel.cluster import procs, recover
+from ray_accel.cluster.host import Share
 from ray_accel.cluster.state import RayProcess
 from ray_accel.core.errors import RayAccelError
-from ray_accel.partition.share import Share
 from tests.unit.test_record import RAY, valid_record
 
 NEW_RAYLET = RayProcess("raylet", 5000, 2000, f"{RAY}/core/src/ray/raylet/raylet")

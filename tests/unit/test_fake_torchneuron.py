@@ -24,7 +24,7 @@ from ray_accel_neuron.runtime import NeuronRuntime
 from ray_accel_neuron.stacks import Stacks
 from ray_accel_neuron.torchneuron import NEURON
 
-from ray_accel.cluster.ports import free_port
+from ray_accel.cluster.host import free_port
 from ray_accel.plugins.runtime import Rank, WorkerSlot
 from tests.conftest import repo_pythonpath
 from tests.fakes import torch_neuronx_fake as fake

@@ -3,7 +3,7 @@ uses (`ray_accel.core.hosts.host_key`), the host of a raylet read back from
 Ray (`labels.node_host`), the state directory of one address
 (`ip_text`), the choice of this host's record among those under its
 name (`state.choose`), and the node IP `start` gives its raylets
-(`identity.node_ip`). Keys are held to Ray 2.60's own label validation."""
+(`host.node_ip`). Keys are held to Ray 2.60's own label validation."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from ray._private.label_utils import validate_label_value
 
-from ray_accel.cluster import identity, state
+from ray_accel.cluster import host, state
 from ray_accel.cluster.startargs import RayOptions
 from ray_accel.core.errors import InputError
 from ray_accel.core.hosts import HostId, canonical_ip, host_key, ip_text
@@ -114,7 +114,7 @@ def test_this_hosts_records_are_those_of_its_addresses(recorded_ips: list[str], 
 )
 def test_a_given_node_ip_is_the_hosts(args: list[str], expected: str) -> None:
     options = RayOptions.read(args)
-    assert identity.node_ip(options.node_ip, None) == expected
+    assert host.node_ip(options.node_ip, None) == expected
     assert options.naming(expected).args == tuple(args), "a given address is passed on as given"
 
 
@@ -125,11 +125,11 @@ def test_localhost_and_no_address_are_what_ray_detects(monkeypatch: pytest.Monke
         asked.append(gcs)
         return "10.9.8.7"
 
-    monkeypatch.setattr(identity, "detected_ip", detected)
+    monkeypatch.setattr(host, "detected_ip", detected)
     for loopback in ("localhost", "127.0.0.1", "::1"):
-        assert identity.node_ip(loopback, "10.0.0.1:6379") == "10.9.8.7"
-    assert identity.node_ip(None, "10.0.0.1:6379") == "10.9.8.7"
-    assert identity.node_ip(None, None) == "10.9.8.7"
+        assert host.node_ip(loopback, "10.0.0.1:6379") == "10.9.8.7"
+    assert host.node_ip(None, "10.0.0.1:6379") == "10.9.8.7"
+    assert host.node_ip(None, None) == "10.9.8.7"
     # Ray: `resolve_ip_for_localhost` detects without the GCS; a joining raylet detects toward it.
     assert asked == [None, None, None, "10.0.0.1:6379", None]
     given = RayOptions.read(["--num-cpus", "2"]).naming("10.9.8.7")
@@ -140,12 +140,12 @@ def test_localhost_and_no_address_are_what_ray_detects(monkeypatch: pytest.Monke
 @pytest.mark.parametrize("value", ["my-host", "10.0.0", "10.0.0.1:6379", " "])
 def test_a_node_ip_that_is_no_address_is_refused_naming_it(value: str) -> None:
     with pytest.raises(InputError, match="is not an IP address") as e:
-        identity.node_ip(value, None)
+        host.node_ip(value, None)
     assert repr(value) in str(e.value)
 
 
 def test_the_detected_address_is_rays_own() -> None:
     import ray.util
 
-    assert identity.detected_ip(None) == ray.util.get_node_ip_address()
-    assert canonical_ip(identity.node_ip(None, None)) is not None
+    assert host.detected_ip(None) == ray.util.get_node_ip_address()
+    assert canonical_ip(host.node_ip(None, None)) is not None

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from ray_accel.cluster import state
+from ray_accel.cluster.host import MIN_WORKER_PORTS, plan_ports, raylet_ports, worker_port_count, worker_ports
 from ray_accel.cluster.launcher import Launch
-from ray_accel.cluster.ports import MIN_WORKER_PORTS, plan_ports, raylet_ports, worker_port_count, worker_ports
 from ray_accel.cluster.procs import identity, is_ray_process
 from ray_accel.cluster.signals import Interrupted, interruptible
 from ray_accel.cluster.startargs import port_args

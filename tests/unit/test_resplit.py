@@ -13,7 +13,7 @@ from ray_accel_mock.spec import load_spec
 
 from ray_accel.bridge.managers import BridgeSpec
 from ray_accel.cluster.auth import Auth
-from ray_accel.cluster.ports import port_blocks
+from ray_accel.cluster.host import port_blocks
 from ray_accel.cluster.raylet import Split
 from ray_accel.cluster.resplit import Action, out_of_service, resplit
 from ray_accel.cluster.state import HostRecord, PartitionEntry

@@ -10,9 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ray_accel.core.numa import CpuListError, NumaTopology, format_cpulist, parse_cpulist, read_topology
-from ray_accel.core.reader import load
-from ray_accel.partition.share import (
+from ray_accel.cluster.host import (
     HostResources,
     Share,
     ShareError,
@@ -22,6 +20,8 @@ from ray_accel.partition.share import (
     split_cpus,
     split_whole,
 )
+from ray_accel.core.numa import CpuListError, NumaTopology, format_cpulist, parse_cpulist, read_topology
+from ray_accel.core.reader import load
 from tests.badinput import badinput
 
 weights_st = st.lists(st.integers(0, 64), min_size=1, max_size=16)

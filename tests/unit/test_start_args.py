@@ -13,8 +13,7 @@ from ray_accel_cuda.runtime import TRAITS as CUDA_TRAITS
 from ray_accel_neuron.runtime import TRAITS as NEURON_TRAITS
 
 from ray_accel.bridge.managers import BridgeSpec, BridgeUnsupported, check_ray_version
-from ray_accel.cluster.host import HEAD_SHARE, read_host
-from ray_accel.cluster.ports import RayletPorts, raylet_ports
+from ray_accel.cluster.host import HEAD_SHARE, RayletPorts, Share, raylet_ports, read_host
 from ray_accel.cluster.raylet import Join, Offer, Services, StartRequest, partition_env
 from ray_accel.cluster.raylet_launch import CPU_SET_ENV
 from ray_accel.cluster.startargs import RayOptions, ray_start_args, user_figures, validate_ray_args
@@ -22,7 +21,6 @@ from ray_accel.core import validate
 from ray_accel.core.errors import InputError
 from ray_accel.partition.labels import check_user_keys
 from ray_accel.partition.plan import Partition
-from ray_accel.partition.share import Share
 from ray_accel.rayapi.feature import FAKE_RAY_VERSION_ENV
 from tests.badinput import badinput
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ray_accel.cluster.ports import free_port
+from ray_accel.cluster.host import free_port
 from tests.badinput import badinput
 from tests.clirun import run_cli_here
 from tests.conftest import repo_pythonpath
