@@ -23,9 +23,13 @@ sys.path.insert(0, str(ROOT))
 
 from ray_accel.cli.render import gib, render  # noqa: E402
 from ray_accel.cluster.host import free_port  # noqa: E402
-from ray_accel.cluster.raylet import Join, Split, StartRequest  # noqa: E402
+from ray_accel.cluster.raylet import (  # noqa: E402
+    Join,
+    RayOptions,
+    Split,
+    StartRequest,
+)
 from ray_accel.cluster.start import start  # noqa: E402
-from ray_accel.cluster.startargs import RayOptions  # noqa: E402
 from ray_accel.cluster.status import status as host_status  # noqa: E402
 from ray_accel.cluster.stop import stop  # noqa: E402
 from ray_accel.core.errors import RayAccelError  # noqa: E402

@@ -100,9 +100,9 @@ def start(
 ) -> int:
     """Start one raylet per partition of this host."""
     from ray_accel.cluster.block import supervise
+    from ray_accel.cluster.raylet import RayOptions, flag_names
     from ray_accel.cluster.recover import recover as recover_partitions
     from ray_accel.cluster.start import start as start_partitions
-    from ray_accel.cluster.startargs import RayOptions, flag_names
     from ray_accel.cluster.status import status
     from ray_accel.health.launch import ensure_decider, start_decider
 

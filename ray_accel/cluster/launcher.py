@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ray_accel.cluster import procs
+from ray_accel.cluster.raylet import launch_argv
 from ray_accel.cluster.raylet_launch import LaunchReport
-from ray_accel.cluster.startargs import launch_argv
 from ray_accel.cluster.state import RayProcess, open_for_write, parse_processes, tail_lines
 from ray_accel.core.errors import InputError
 from ray_accel.core.files import read_bytes

@@ -25,11 +25,6 @@ from ray_accel.rayapi.feature import RayApiMissing
 if TYPE_CHECKING:  # the record's module is imported only once Ray has started something
     from ray_accel.cluster.state import RayProcess
 
-PARTITION_ENV = "RAYACCEL_PARTITION"
-# The CPUs (kernel list format) this raylet, and so every process it starts,
-# runs on; unset: not pinned.
-CPU_SET_ENV = "RAYACCEL_CPU_SET"
-
 
 @dataclass(frozen=True)
 class LaunchReport:
@@ -50,6 +45,7 @@ class LaunchReport:
 def _pin() -> None:
     """Pin this process to the partition's CPUs before `ray start`: the
     raylet, its agents and its workers inherit the affinity."""
+    from ray_accel.cluster.raylet import CPU_SET_ENV
     from ray_accel.core.numa import parse_cpulist
 
     if text := os.environ.get(CPU_SET_ENV):
@@ -82,7 +78,7 @@ def _report(path: str, report: LaunchReport) -> int:
 
 
 def main(argv: list[str]) -> int:
-    from ray_accel.cluster.startargs import parse_launch_argv
+    from ray_accel.cluster.raylet import CPU_SET_ENV, PARTITION_ENV, parse_launch_argv
     from ray_accel.core.errors import InputError
 
     try:

@@ -22,9 +22,8 @@ from ray_accel.cluster.auth import raylet_base_env
 from ray_accel.cluster.gcs import Progress, wait_registered
 from ray_accel.cluster.host import Share, check_free, divide, local_addresses, read_host
 from ray_accel.cluster.launcher import Launches
-from ray_accel.cluster.raylet import partition_env
+from ray_accel.cluster.raylet import RayOptions, partition_env, ray_start_args, user_figures
 from ray_accel.cluster.signals import interruptible, shielded
-from ray_accel.cluster.startargs import RayOptions, ray_start_args, user_figures
 from ray_accel.cluster.state import HostRecord, PartitionEntry, RayProcess
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.numa import read_topology

@@ -45,10 +45,9 @@ from ray_accel.cluster.host import (
     worker_ports,
 )
 from ray_accel.cluster.launcher import Launches
-from ray_accel.cluster.raylet import DEFAULT_GCS_PORT, StartRequest, partition_env
+from ray_accel.cluster.raylet import DEFAULT_GCS_PORT, StartRequest, partition_env, ray_start_args
 from ray_accel.cluster.raylet_launch import LaunchReport
 from ray_accel.cluster.signals import interruptible, shielded
-from ray_accel.cluster.startargs import ray_start_args
 from ray_accel.cluster.state import HostRecord, PartitionEntry
 from ray_accel.core.devices import Device
 from ray_accel.core.errors import InputError, RayAccelError

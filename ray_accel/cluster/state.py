@@ -67,7 +67,7 @@ from typing import TypeVar
 from ray_accel.bridge.managers import BridgeSpec
 from ray_accel.cluster.auth import Auth
 from ray_accel.cluster.host import NAMED, RayletPorts, Share, local_addresses
-from ray_accel.cluster.startargs import validate_ray_args
+from ray_accel.cluster.raylet import validate_ray_args
 from ray_accel.core import reader, validate
 from ray_accel.core.errors import InputError
 from ray_accel.core.files import UnreadableFile, describe, read_bytes

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ray_accel.cluster import helpers, procs, state
-from ray_accel.cluster.startargs import flag_value
+from ray_accel.cluster.raylet import flag_value
 from ray_accel.cluster.state import HostRecord
 from ray_accel.core.files import read_bytes
 from ray_accel.rayapi import address as rayapi_address

@@ -29,7 +29,7 @@ from ray_accel.bridge.managers import (
 )
 from ray_accel.cluster import procs
 from ray_accel.cluster.host import PortError, plan_ports, port_blocks
-from ray_accel.cluster.startargs import validate_ray_args, without
+from ray_accel.cluster.raylet import validate_ray_args, without
 from ray_accel.core import masks
 from ray_accel.core.errors import InputError
 from ray_accel.core.processes import ProcessRecord

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from ray._private.label_utils import validate_label_value
 
 from ray_accel.cluster import host, state
-from ray_accel.cluster.startargs import RayOptions
+from ray_accel.cluster.raylet import RayOptions
 from ray_accel.core.errors import InputError
 from ray_accel.core.hosts import HostId, canonical_ip, host_key, ip_text
 from ray_accel.partition.labels import HOST_LABEL, LABEL_VALUE, node_host

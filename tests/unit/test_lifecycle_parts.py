@@ -17,8 +17,8 @@ from ray_accel.cluster import state
 from ray_accel.cluster.host import MIN_WORKER_PORTS, plan_ports, raylet_ports, worker_port_count, worker_ports
 from ray_accel.cluster.launcher import Launch
 from ray_accel.cluster.procs import identity, is_ray_process
+from ray_accel.cluster.raylet import port_args
 from ray_accel.cluster.signals import Interrupted, interruptible
-from ray_accel.cluster.startargs import port_args
 from tests.conftest import run_cli
 from tests.planning import plan_for
 from tests.tagged import new_tag, tagged

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from ray_accel.cluster import auth as cluster_auth
-from ray_accel.cluster import driver, host
+from ray_accel.cluster import driver, host, raylet
 from ray_accel.rayapi import accelerators, address, gcs, node, state, train
 from ray_accel.rayapi import auth as rayapi_auth
 from ray_accel.rayapi.feature import FAKE_RAY_VERSION_ENV, RayApiMissing, attr, module, ray_version, require_params
@@ -268,7 +268,7 @@ def test_a_started_node_that_cannot_be_recorded_is_killed_and_named(
     def no_facts(n: Any) -> Any:
         raise RayApiMissing("Ray 9.0.0: ray._private.node.Node has no node_id")
 
-    monkeypatch.delenv(raylet_launch.CPU_SET_ENV, raising=False)
+    monkeypatch.delenv(raylet.CPU_SET_ENV, raising=False)
     monkeypatch.delenv("RAYACCEL_BRIDGE_SPEC", raising=False)
     monkeypatch.setattr(rayapi_node, "capture_nodes", capture)
     monkeypatch.setattr(rayapi_node, "run_ray_cli", lambda args: None)

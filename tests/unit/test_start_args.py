@@ -14,9 +14,18 @@ from ray_accel_neuron.runtime import TRAITS as NEURON_TRAITS
 
 from ray_accel.bridge.managers import BridgeSpec, BridgeUnsupported, check_ray_version
 from ray_accel.cluster.host import HEAD_SHARE, RayletPorts, Share, raylet_ports, read_host
-from ray_accel.cluster.raylet import Join, Offer, Services, StartRequest, partition_env
-from ray_accel.cluster.raylet_launch import CPU_SET_ENV
-from ray_accel.cluster.startargs import RayOptions, ray_start_args, user_figures, validate_ray_args
+from ray_accel.cluster.raylet import (
+    CPU_SET_ENV,
+    Join,
+    Offer,
+    RayOptions,
+    Services,
+    StartRequest,
+    partition_env,
+    ray_start_args,
+    user_figures,
+    validate_ray_args,
+)
 from ray_accel.core import validate
 from ray_accel.core.errors import InputError
 from ray_accel.partition.labels import check_user_keys

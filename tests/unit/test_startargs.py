@@ -1,4 +1,4 @@
-"""What a `ray start` argument list means (`ray_accel.cluster.startargs`):
+"""What a `ray start` argument list means (`ray_accel.cluster.raylet`):
 the parser against Ray's own `ray start` command, and properties of parsing,
 reading, filtering and building argument lists."""
 
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ray_accel.cluster import startargs
-from ray_accel.cluster.startargs import (
+from ray_accel.cluster import raylet
+from ray_accel.cluster.raylet import (
     HOST_FLAGS,
     NO_VALUE,
     VALUE,
@@ -145,9 +145,9 @@ def test_every_interpretation_lives_here() -> None:
     import ast
     from pathlib import Path
 
-    root = Path(startargs.__file__).parent
+    root = Path(raylet.__file__).parent
     for path in root.glob("*.py"):
-        if path.name == "startargs.py":
+        if path.name == "raylet.py":
             continue
         defined = {n.name for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.FunctionDef)}
         assert not defined & {"flag_names", "has_flag", "flag_value", "without", "validate_ray_args"}, path.name
