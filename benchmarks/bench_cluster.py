@@ -80,8 +80,7 @@ from ray_accel.cluster.status import ClusterView, cluster_view
 from ray_accel.core.hosts import HostId
 from ray_accel.core.reader import dump
 from ray_accel.metrics.collect import OrphanReading, ProcessReading, Snapshot, WorkloadReading, device_readings
-from ray_accel.partition.labels import PARTITION_LABEL, topology_labels
-from ray_accel.partition.plan import plan_partitions
+from ray_accel.partition.plan import PARTITION_LABEL, plan_partitions, topology_labels
 from ray_accel.placement.live import NODE_ID_LABEL, view_from_nodes
 from ray_accel.placement.model import Job
 from ray_accel.placement.policies import POLICIES, Policy, get_policy

@@ -64,8 +64,7 @@ from benchmarks.harness import run_main
 from ray_accel.cli.render import render
 from ray_accel.core.devices import Device
 from ray_accel.core.hosts import HostId
-from ray_accel.partition.labels import PARTITION_LABEL, topology_labels
-from ray_accel.partition.plan import plan_partitions
+from ray_accel.partition.plan import PARTITION_LABEL, plan_partitions, topology_labels
 from ray_accel.placement.live import view_from_nodes
 from ray_accel.placement.model import Assignment, Job
 from ray_accel.placement.policies import POLICIES, get_policy

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ray_accel.core.numa import format_cpulist
 from ray_accel.core.visibility import format_visible_ids
-from ray_accel.partition.labels import PARTITION_LABEL
+from ray_accel.partition.plan import PARTITION_LABEL
 
 if TYPE_CHECKING:  # the status module is imported only by the commands that show it
     from ray_accel.cli.connect import Orphans

@@ -1,7 +1,7 @@
 """One partition's raylet: the start request and its environment (its `ray
 start` arguments: `ray_accel.cluster.raylet`; the subprocess that runs it:
 `ray_accel.cluster.launcher`; the user's keys it refuses:
-`ray_accel.partition.labels.check_user_keys`).
+`ray_accel.partition.plan.check_user_keys`).
 
 What a `ray start` argument list means, in one place: parsing it into
 options and values, the flags ray-accel sets itself or reads as the host's
@@ -29,8 +29,7 @@ from ray_accel.core import ray_resources
 from ray_accel.core.errors import InputError
 from ray_accel.core.health_state import HealthSettings
 from ray_accel.core.numa import format_cpulist
-from ray_accel.partition.labels import PARTITION_LABEL, TYPE_LABEL
-from ray_accel.partition.plan import Partition
+from ray_accel.partition.plan import PARTITION_LABEL, TYPE_LABEL, Partition
 
 # Ray 2.60 `ray start` options that take no value (click flags and counts,
 # and click's own --help); every other option of it takes one (`VALUE`).

@@ -56,8 +56,7 @@ from ray_accel.core.health_state import HealthFileError, read_health
 from ray_accel.core.numa import format_cpulist
 from ray_accel.core.validate import HEAD
 from ray_accel.partition.inherited import inherited_mask, plan_within_mask
-from ray_accel.partition.labels import HOST_LABEL, check_user_keys, topology_labels
-from ray_accel.partition.plan import Partition, Plan
+from ray_accel.partition.plan import HOST_LABEL, Partition, Plan, check_user_keys, topology_labels
 from ray_accel.plugins.discovery import discover
 
 

@@ -25,17 +25,17 @@ from ray_accel.core.errors import RayAccelError
 from ray_accel.core.health import DeviceHealth, Health
 from ray_accel.core.health_state import Action, PartitionState, read_health
 from ray_accel.core.visibility import format_visible_ids
-from ray_accel.partition.labels import (
+from ray_accel.partition.plan import (
     CORES_LABEL,
     DEVICES_LABEL,
     PARTITION_LABEL,
     RESOURCE_LABEL,
     TYPE_LABEL,
     LabelError,
+    MaskView,
     decode_ids,
     node_host,
 )
-from ray_accel.partition.plan import MaskView
 from ray_accel.rayapi.gcs import GcsNode
 
 

@@ -30,8 +30,14 @@ from ray_accel.core.errors import RayAccelError
 from ray_accel.core.health_state import PartitionState, PartState
 from ray_accel.core.hosts import HostId
 from ray_accel.health import driver_ops
-from ray_accel.partition.labels import CONNECTED_LABEL, CORES_LABEL, DEVICES_LABEL, LINKS_LABEL, topology_labels
-from ray_accel.partition.plan import Partition
+from ray_accel.partition.plan import (
+    CONNECTED_LABEL,
+    CORES_LABEL,
+    DEVICES_LABEL,
+    LINKS_LABEL,
+    Partition,
+    topology_labels,
+)
 from ray_accel.rayapi import gcs as rayapi_gcs
 from ray_accel.rayapi.feature import RayApiMissing
 

@@ -50,7 +50,7 @@ from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.health_kept import read_kept
 from ray_accel.core.hosts import HostId
 from ray_accel.health import actions, driver_ops
-from ray_accel.partition.labels import topology_labels
+from ray_accel.partition.plan import topology_labels
 from ray_accel.plugins.discovery import discover
 
 LOG_FILE = "repartition.log"

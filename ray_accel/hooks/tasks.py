@@ -23,7 +23,7 @@ from typing import Any, TypeVar, cast
 from ray_accel.hooks.config import Workload
 from ray_accel.hooks.ledger import HookFactory, reconcile
 from ray_accel.hooks.run import HookRun
-from ray_accel.partition.labels import PARTITION_LABEL
+from ray_accel.partition.plan import PARTITION_LABEL
 
 T = TypeVar("T")
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ray_accel.core.errors import InputError
-from ray_accel.partition.labels import (
+from ray_accel.partition.plan import (
     CONNECTED_LABEL,
     CORES_LABEL,
     DEVICES_LABEL,

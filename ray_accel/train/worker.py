@@ -16,7 +16,7 @@ from ray_accel.core.visibility import VisibilityError, parse_visible_ids
 from ray_accel.hooks.config import Workload, WorkloadDenied, WorkloadRetry
 from ray_accel.hooks.ledger import HookFactory, reconcile
 from ray_accel.hooks.run import HookRun, protected_env
-from ray_accel.partition.labels import PARTITION_LABEL
+from ray_accel.partition.plan import PARTITION_LABEL
 from ray_accel.plugins.discovery import BackendUnavailable, process_backend
 from ray_accel.plugins.interface import DevicePlugin, GlooRuntime, Runtime, visibility_protected
 from ray_accel.plugins.runtime import GLOO, WorkerSlot

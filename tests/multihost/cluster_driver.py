@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ray_accel.partition.labels import HOST_LABEL, PARTITION_LABEL
+from ray_accel.partition.plan import HOST_LABEL, PARTITION_LABEL
 
 RESOURCE = "neuron_cores"
 MASK_ENV = "NEURON_RT_VISIBLE_CORES"

@@ -21,7 +21,7 @@ from ray_accel.core.errors import RayAccelError
 from ray_accel.core.hosts import host_key, ip_text
 from ray_accel.core.reader import dump
 from ray_accel.core.visibility import parse_visible_ids
-from ray_accel.partition.labels import (
+from ray_accel.partition.plan import (
     CORES_LABEL,
     DEVICES_LABEL,
     HOST_LABEL,

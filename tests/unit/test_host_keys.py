@@ -19,7 +19,7 @@ from ray_accel.cluster import host, state
 from ray_accel.cluster.raylet import RayOptions
 from ray_accel.core.errors import InputError
 from ray_accel.core.hosts import HostId, canonical_ip, host_key, ip_text
-from ray_accel.partition.labels import HOST_LABEL, LABEL_VALUE, node_host
+from ray_accel.partition.plan import HOST_LABEL, LABEL_VALUE, node_host
 from tests.badinput import badinput
 
 ips = st.ip_addresses().map(str)

@@ -52,7 +52,7 @@ from ray_accel.metrics.export import (
     gauge_values,
     partition_health,
 )
-from ray_accel.partition.labels import CORES_LABEL, PARTITION_LABEL
+from ray_accel.partition.plan import CORES_LABEL, PARTITION_LABEL
 from ray_accel.rayapi.gcs import GcsNode
 from tests.dashboard_queries import METRICS
 

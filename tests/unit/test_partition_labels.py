@@ -14,7 +14,7 @@ from ray_accel_mock.spec import load_spec
 from ray_accel.core.devices import Device
 from ray_accel.core.hosts import HostId
 from ray_accel.core.visibility import format_visible_ids
-from ray_accel.partition.labels import (
+from ray_accel.partition.plan import (
     CONNECTED_LABEL,
     CORES_LABEL,
     DEVICES_LABEL,

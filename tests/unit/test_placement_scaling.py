@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from ray.train import ScalingConfig
 
-from ray_accel.partition.labels import FAMILY_LABEL, HOST_LABEL, PARTITION_LABEL, RESOURCE_LABEL
+from ray_accel.partition.plan import FAMILY_LABEL, HOST_LABEL, PARTITION_LABEL, RESOURCE_LABEL
 from ray_accel.placement.live import NODE_ID_LABEL, view_from_nodes
 from ray_accel.placement.model import Job, PlacementError
 from ray_accel.placement.scaling import new_job, place, scaling_config, scaling_configs, to_scaling_config

@@ -28,8 +28,7 @@ from ray_accel.cluster.raylet import (
 )
 from ray_accel.core import validate
 from ray_accel.core.errors import InputError
-from ray_accel.partition.labels import check_user_keys
-from ray_accel.partition.plan import Partition
+from ray_accel.partition.plan import Partition, check_user_keys
 from ray_accel.rayapi.feature import FAKE_RAY_VERSION_ENV
 from tests.badinput import badinput
 
