@@ -53,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.harness import BIN, CliCluster, StartFailed, run_main, say, shielded, stop_popen
 from ray_accel.cli.render import render
 from ray_accel.cluster import auth
-from ray_accel.cluster.gcs import gcs_nodes
+from ray_accel.rayapi.gcs import gcs_nodes
 
 PRESET = "trn1.32xlarge"
 PARTITIONS = 4
@@ -190,8 +190,9 @@ def run_hand_written(label: str, parts: int) -> tuple[float, int]:
                 )
             )
             deadline = time.monotonic() + REGISTER_TIMEOUT_S
+            auth.apply(cluster_auth)
             while True:  # this command is "done" once its node is registered
-                nodes = gcs_nodes(address, 2.0, cluster_auth) or {}
+                nodes = gcs_nodes(address, 2.0) or {}
                 if sum(1 for n in nodes.values() if n.alive) >= i + 1:
                     break
                 if procs[-1].poll() is not None:

@@ -24,12 +24,12 @@ import threading
 import time
 from types import FrameType
 
-from ray_accel.cluster import procs, state
-from ray_accel.cluster.gcs import Progress, poll_nodes
+from ray_accel.cluster import auth, procs, state
 from ray_accel.cluster.signals import handled
 from ray_accel.cluster.state import HostRecord
 from ray_accel.cluster.stop import stop
 from ray_accel.core.errors import RayAccelError
+from ray_accel.rayapi.gcs import Progress, poll_nodes
 
 POLL_S = 0.5
 GCS_EVERY_S = 10.0
@@ -127,7 +127,8 @@ def _watch(record: HostRecord, progress: Progress, grace_s: float, wake: threadi
         if time.monotonic() >= next_gcs:
             next_gcs = time.monotonic() + GCS_EVERY_S
             # An error is said once per change; asked again next round.
-            nodes, gcs_error = poll_nodes(record.gcs_address, gcs_error, progress, 3.0, record.auth)
+            auth.apply(record.auth)
+            nodes, gcs_error = poll_nodes(record.gcs_address, gcs_error, progress, 3.0)
             for p in current.raylets():
                 reg = None if nodes is None else p.node_id in nodes and nodes[p.node_id].alive
                 if registered.get(p.name, True) != reg:

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from ray_accel.cluster import state
-from ray_accel.cluster.gcs import Progress
 from ray_accel.cluster.state import HostRecord, PartitionEntry
 from ray_accel.metrics.export import Deployment, ExporterEntry
+from ray_accel.rayapi.gcs import Progress
 
 
 def host_level_partition(record: HostRecord) -> str | None:

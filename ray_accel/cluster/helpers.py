@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import TypeVar
 
 from ray_accel.cluster import procs, state
-from ray_accel.cluster.gcs import Progress
 from ray_accel.cluster.state import HostRecord, RayProcess, open_for_write
 from ray_accel.core import reader
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.processes import ProcessRecord
 from ray_accel.plugins.discovery import SPEC_ENV
+from ray_accel.rayapi.gcs import Progress
 
 # What the CLI runs once every partition is up, at the end of a start (inside
 # its undo) or a recover, under the lock: the health layer starts its helper

@@ -19,7 +19,6 @@ from pathlib import Path
 from ray_accel.bridge.managers import raylet_env
 from ray_accel.cluster import exporters, helpers, procs, state
 from ray_accel.cluster.auth import raylet_base_env
-from ray_accel.cluster.gcs import Progress, wait_registered
 from ray_accel.cluster.host import Share, check_free, divide, local_addresses, read_host
 from ray_accel.cluster.launcher import Launches
 from ray_accel.cluster.raylet import RayOptions, partition_env, ray_start_args, user_figures
@@ -28,6 +27,7 @@ from ray_accel.cluster.state import HostRecord, PartitionEntry, RayProcess
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.numa import read_topology
 from ray_accel.partition.plan import Partition
+from ray_accel.rayapi.gcs import Progress, wait_registered
 
 
 def relaunch(

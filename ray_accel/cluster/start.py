@@ -29,7 +29,6 @@ from pathlib import Path
 
 from ray_accel.bridge.managers import LOST_WITHOUT_BRIDGE, BridgeSpec, BridgeUnsupported, check_ray_version, raylet_env
 from ray_accel.cluster import auth, exporters, helpers, procs, state
-from ray_accel.cluster.gcs import Progress, wait_registered
 from ray_accel.cluster.host import (
     HEAD_SHARE,
     MIN_WORKER_PORTS,
@@ -58,6 +57,7 @@ from ray_accel.core.validate import HEAD
 from ray_accel.partition.inherited import inherited_mask, plan_within_mask
 from ray_accel.partition.plan import HOST_LABEL, Partition, Plan, check_user_keys, topology_labels
 from ray_accel.plugins.discovery import discover
+from ray_accel.rayapi.gcs import Progress, wait_registered
 
 
 @dataclass(frozen=True)

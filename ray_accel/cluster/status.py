@@ -16,9 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ray_accel.cluster import procs, state
+from ray_accel.cluster import auth, procs, state
 from ray_accel.cluster.auth import Auth
-from ray_accel.cluster.gcs import GcsError, gcs_nodes
 from ray_accel.cluster.host import Share
 from ray_accel.cluster.state import HostRecord, PartitionEntry, RayProcess, RecordError
 from ray_accel.core.errors import RayAccelError
@@ -36,7 +35,7 @@ from ray_accel.partition.plan import (
     decode_ids,
     node_host,
 )
-from ray_accel.rayapi.gcs import GcsNode
+from ray_accel.rayapi.gcs import GcsError, GcsNode, gcs_nodes
 
 
 @dataclass(frozen=True)
@@ -145,7 +144,8 @@ def describe(record: HostRecord, place: state.Place) -> HostStatus:
     gcs = [r for p in record.raylets() for r in p.of_kind("gcs_server")]
     gcs_up = not gcs or any(r in checks and checks[r].ours for r in gcs)
     try:
-        nodes = gcs_nodes(record.gcs_address, 3.0, record.auth) if gcs_up else None
+        auth.apply(record.auth)
+        nodes = gcs_nodes(record.gcs_address, 3.0) if gcs_up else None
     except GcsError as e:  # the local view stands without it; say why it lacks registrations
         nodes = None
         warnings.append(str(e))
@@ -354,7 +354,8 @@ def cluster_nodes(timeout_s: float = 5.0) -> tuple[HostRecord, dict[str, GcsNode
     """This host's record and the node table of the GCS it names; "no
     cluster" (exit 1) when none is recorded or its GCS does not answer."""
     record, place = recorded()
-    nodes = gcs_nodes(record.gcs_address, timeout_s, record.auth)
+    auth.apply(record.auth)
+    nodes = gcs_nodes(record.gcs_address, timeout_s)
     if nodes is None:
         raise RayAccelError(
             f"no cluster: the GCS at {record.gcs_address} recorded in {place.file} did not answer within {timeout_s:g}s"

@@ -20,7 +20,6 @@ from dataclasses import dataclass, replace
 
 from ray_accel.cluster import auth, procs, state
 from ray_accel.cluster.exporters import deployment
-from ray_accel.cluster.gcs import GcsError, Progress, answer_within, wait_registered
 from ray_accel.cluster.launcher import Launches
 from ray_accel.cluster.recover import relaunch, terminate_raylet
 from ray_accel.cluster.signals import shielded
@@ -40,6 +39,7 @@ from ray_accel.partition.plan import (
 )
 from ray_accel.rayapi import gcs as rayapi_gcs
 from ray_accel.rayapi.feature import RayApiMissing
+from ray_accel.rayapi.gcs import GcsError, Progress, answer_within, wait_registered
 
 GCS_TIMEOUT_S = 15.0
 TOPOLOGY_KEYS = (DEVICES_LABEL, CORES_LABEL, LINKS_LABEL, CONNECTED_LABEL)

@@ -11,10 +11,10 @@ import time
 from dataclasses import replace
 
 from ray_accel.cluster import helpers, procs, state
-from ray_accel.cluster.gcs import Progress
 from ray_accel.cluster.state import DECIDER_KIND, HostRecord
 from ray_accel.core.errors import RayAccelError
 from ray_accel.core.health_state import HealthFileError, read_health
+from ray_accel.rayapi.gcs import Progress
 
 LOG_FILE = "decider.log"
 FIRST_POLL_S = 90.0

@@ -36,7 +36,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ray_accel.cluster import auth, helpers, procs, state
-from ray_accel.cluster.gcs import Progress, wait_registered
 from ray_accel.cluster.host import HostResources, divide_host, plan_ports, worker_ports
 from ray_accel.cluster.launcher import Launches
 from ray_accel.cluster.raylet import Split
@@ -52,6 +51,7 @@ from ray_accel.core.hosts import HostId
 from ray_accel.health import actions, driver_ops
 from ray_accel.partition.plan import topology_labels
 from ray_accel.plugins.discovery import discover
+from ray_accel.rayapi.gcs import Progress, wait_registered
 
 LOG_FILE = "repartition.log"
 RESULT_FILE = "repartition.json"

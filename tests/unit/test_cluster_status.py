@@ -194,6 +194,7 @@ def test_gcs_not_answering_is_no_cluster(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(state, "locate", lambda: state.Found(place))
     monkeypatch.setattr(state, "load", lambda where: record)
     monkeypatch.setattr(status_mod, "gcs_nodes", lambda *a: None)
+    monkeypatch.setattr(status_mod.auth, "apply", lambda a: None)
     with pytest.raises(RayAccelError, match=r"no cluster: the GCS at 10\.0\.0\.1:6379 .* did not answer within 2s"):
         cluster_status(2.0)
 

@@ -11,9 +11,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from ray_accel.cluster import gcs, state
+from ray_accel.cluster import state
 from ray_accel.cluster import status as status_mod
 from ray_accel.core.errors import RayAccelError
+from ray_accel.rayapi import gcs
 from ray_accel.rayapi.feature import RayApiMissing
 from ray_accel.rayapi.gcs import GcsNode
 
@@ -34,7 +35,7 @@ def test_an_error_answer_raises_with_its_cause(monkeypatch: pytest.MonkeyPatch) 
     def answer(address: str) -> tuple[GcsNode, ...]:
         raise cause
 
-    monkeypatch.setattr(gcs.rayapi_gcs, "read_nodes", answer)
+    monkeypatch.setattr(gcs, "read_nodes", answer)
     with pytest.raises(gcs.GcsError) as err:
         gcs.gcs_nodes(ADDRESS, timeout_s=5.0)
     assert str(err.value) == f"the GCS at {ADDRESS} answered with an error: PermissionError: token rejected"
@@ -46,7 +47,7 @@ def test_no_answer_in_time_is_none_not_an_error(monkeypatch: pytest.MonkeyPatch,
         release.wait(30)
         return ()
 
-    monkeypatch.setattr(gcs.rayapi_gcs, "read_nodes", silent)
+    monkeypatch.setattr(gcs, "read_nodes", silent)
     assert gcs.gcs_nodes(ADDRESS, timeout_s=0.2) is None
 
 
@@ -54,14 +55,14 @@ def test_a_missing_seam_is_not_taken_for_an_answer(monkeypatch: pytest.MonkeyPat
     def missing(address: str) -> tuple[GcsNode, ...]:
         raise RayApiMissing("Ray 9.0.0: ray._private.state.GlobalState has no node_table")
 
-    monkeypatch.setattr(gcs.rayapi_gcs, "read_nodes", missing)
+    monkeypatch.setattr(gcs, "read_nodes", missing)
     with pytest.raises(RayApiMissing, match="GlobalState has no node_table"):
         gcs.gcs_nodes(ADDRESS)
 
 
 def test_an_answer_is_the_node_table(monkeypatch: pytest.MonkeyPatch) -> None:
     node = GcsNode("ab12", True, {"CPU": 2.0}, {"CPU": 1.0}, {"ray-accel.io/partition": "p0"}, "10.0.0.2", "h")
-    monkeypatch.setattr(gcs.rayapi_gcs, "read_nodes", lambda address: (node,))
+    monkeypatch.setattr(gcs, "read_nodes", lambda address: (node,))
     assert gcs.gcs_nodes(ADDRESS) == {"ab12": node}
 
 
@@ -69,8 +70,7 @@ def test_waiting_for_raylets_reports_the_error_once_and_names_it_at_the_end(monk
     def refused(address: str) -> tuple[GcsNode, ...]:
         raise PermissionError("token rejected")
 
-    monkeypatch.setattr(gcs.rayapi_gcs, "read_nodes", refused)
-    monkeypatch.setattr(gcs.auth, "apply", lambda a: None)
+    monkeypatch.setattr(gcs, "read_nodes", refused)
     said: list[str] = []
     with pytest.raises(RayAccelError) as err:
         gcs.wait_registered(ADDRESS, ["n1", "n2"], 1.0, said.append)
@@ -84,10 +84,11 @@ def test_cluster_status_names_the_error_apart_from_no_answer(monkeypatch: pytest
     place = state.Place(Path("/s"), Path("/s/host.json"), True)
     monkeypatch.setattr(state, "locate", lambda: state.Found(place))
     monkeypatch.setattr(state, "load", lambda where: record)
+    monkeypatch.setattr(status_mod.auth, "apply", lambda a: None)
 
     def refused(address: str) -> tuple[GcsNode, ...]:
         raise PermissionError("token rejected")
 
-    monkeypatch.setattr(gcs.rayapi_gcs, "read_nodes", refused)
+    monkeypatch.setattr(gcs, "read_nodes", refused)
     with pytest.raises(gcs.GcsError, match="answered with an error: PermissionError: token rejected"):
         status_mod.cluster_status(2.0)
