@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ray_accel.core import masks, ray_resources
-from ray_accel.core.devices import all_core_ids
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.reader import Node, ReadError, dump, load, parse_json
 from ray_accel.core.visibility import VisibilityError, format_mask, parse_visible_ids
@@ -91,7 +90,7 @@ class BridgeSpec:
             visible_ids_env=plugin.visible_ids_env,
             family=plugin.family,
             accelerator_type=plugin.host_info().accelerator_type,
-            unit_ids=tuple(all_core_ids(plugin.list_devices())),
+            unit_ids=tuple(sorted(c for d in plugin.list_devices() for c in d.core_ids)),
             backend=plugin.name,
             traits=plugin.traits,
             process_env=tuple(sorted(plugin.process_env().items())),

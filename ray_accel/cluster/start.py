@@ -75,6 +75,7 @@ class LaunchPlan:
     gcs_port: int
     node_ip: str
     spec: BridgeSpec
+    bridge_env: Mapping[str, str]  # the bridge's variables for every raylet; none where Ray cannot take it
     auth: auth.Auth
     notes: tuple[str, ...]  # said before the first raylet starts
     out: tuple[OutOfService, ...]
@@ -187,15 +188,26 @@ def plan_launch(req: StartRequest, ip: str, state_dir: Path) -> LaunchPlan:
     the host, never writes (a refused start leaves nothing behind)."""
     plugin = discover(req.split.backend).require_primary()
     spec = BridgeSpec.from_plugin(plugin)
+    notes = []
+    try:  # what every raylet's environment needs for the bridge: the base environment's variables it extends
+        check_ray_version()
+        bridge_env = raylet_env([spec], os.environ)
+    except BridgeUnsupported as e:
+        bridge_env = {}
+        notes.append(f"warning: {e}; raylets start with explicit resources and masks. {LOST_WITHOUT_BRIDGE}")
     devices = plugin.list_devices()
     mask = inherited_mask(plugin, os.environ)
     split = req.split
     plan = plan_within_mask(
         devices, split.mode, split.partitions, split.manual, mask, spec.accelerator_type, traits=spec.traits
     )
+    check_user_keys(req.offer.labels, req.offer.resources, spec.resource_name)
     out, out_notes = kept_out(state_dir, plan, devices)
     gone, units = {o.device for o in out}, {c for o in out for c in o.units}
     served = tuple(p.less(gone, units) for p in plan)
+    # What a placement policy on any host needs to know of each partition.
+    this = this_host(ip)
+    labels = {HEAD: {HOST_LABEL: this.key}, **topology_labels(served, devices, this, spec.family, spec.resource_name)}
     host = read_host(req.ray.figures, req.offer.resources)
     division = divide_host(plan.partitions, [q.numa_nodes for q in plan.quality], host)
     gcs_port = req.join.port or DEFAULT_GCS_PORT
@@ -206,13 +218,9 @@ def plan_launch(req: StartRequest, ip: str, state_dir: Path) -> LaunchPlan:
     ports = plan_ports(workers, req.join.port_base, req.join.head and client_server_available())
     if req.join.head and any(gcs_port in p.all() for p in ports):
         raise InputError(f"--port {gcs_port} falls inside the partitions' port blocks; choose another --port-base")
-    this = this_host(ip)
-    check_user_keys(req.offer.labels, req.offer.resources, spec.resource_name)
-    # What a placement policy on any host needs to know of each partition.
-    labels = {HEAD: {HOST_LABEL: this.key}, **topology_labels(served, devices, this, spec.family, spec.resource_name)}
     # A head makes a token if there is none; a joining raylet must be given one.
     cluster_auth = auth.decide(os.environ, state_dir, create=req.join.head)
-    notes = [f"warning: {w}" for w in (*plan.warnings, *division.warnings)]
+    notes += [f"warning: {w}" for w in (*plan.warnings, *division.warnings)]
     notes += [] if plan.mask is None else [plan.mask.description]
     notes += [] if cluster_auth.warning is None else [f"warning: {cluster_auth.warning}"]
     return LaunchPlan(
@@ -224,6 +232,7 @@ def plan_launch(req: StartRequest, ip: str, state_dir: Path) -> LaunchPlan:
         gcs_port=gcs_port,
         node_ip=ip,
         spec=spec,
+        bridge_env=bridge_env,
         auth=cluster_auth,
         notes=(*notes, *out_notes),
         out=out,
@@ -274,12 +283,7 @@ def launch(
     (this process's, with `cluster_auth`, its token file made), recording each
     as it is up, and wait until the GCS has every one."""
     req, plan, head, raylets = lp.request, lp.plan, lp.request.join.head, lp.raylets
-    try:
-        check_ray_version()
-        env = {**base_env, **raylet_env([lp.spec], base_env)}
-    except BridgeUnsupported as e:
-        env = {**base_env}
-        progress(f"warning: {e}; raylets start with explicit resources and masks. {LOST_WITHOUT_BRIDGE}")
+    env = {**base_env, **lp.bridge_env}
 
     user = req.ray.naming(lp.node_ip)
 

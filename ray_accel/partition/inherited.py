@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ray_accel.core.devices import Device, all_core_ids
+from ray_accel.core.devices import Device
 from ray_accel.core.errors import InputError
 from ray_accel.core.visibility import VisibilityError, format_visible_ids
 from ray_accel.partition.plan import MaskView, PartitionError, Plan, plan_partitions
@@ -36,8 +36,9 @@ class InheritedMask:
         shown = tuple(d.id for d in devices if ids & set(d.core_ids))
         whole = sum(1 for d in devices if set(d.core_ids) <= ids)
         extra = f", {len(shown) - whole} partly" if len(shown) > whole else ""
+        units = sum(len(d.core_ids) for d in devices)
         told = (
-            f"inherited mask {self.env}={self.value}: planning over {len(self.ids)} of {len(all_core_ids(devices))} "
+            f"inherited mask {self.env}={self.value}: planning over {len(self.ids)} of {units} "
             f"{self.resource_name} ({whole} of {len(devices)} devices{extra})"
         )
         return MaskView(self.env, self.value, self.ids, shown, told)
@@ -55,7 +56,7 @@ def inherited_mask(plugin: DevicePlugin, environ: Mapping[str, str]) -> Inherite
         ids = plugin.parse_visible(value)
     except VisibilityError as e:
         raise InputError(f"{env}={value!r} set in the environment cannot be read: {e}") from None
-    known = set(all_core_ids(plugin.list_devices()))
+    known = {c for d in plugin.list_devices() for c in d.core_ids}
     unknown = [i for i in ids or [] if i not in known]
     if unknown:
         raise InputError(f"{env}={value!r} set in the environment names {unknown[0]}, which this host does not have")
