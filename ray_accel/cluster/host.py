@@ -1,38 +1,47 @@
-"""This host's amounts as plain `ray start` would claim them, and each
-partition's share of them (the division itself is `ray_accel.cluster.host`).
+"""This host: the node IP Ray uses for its raylets, its amounts as plain `ray
+start` would claim them, and each partition's share of them and of its
+ports.
 
-The user's `--num-cpus`, `--memory` and `--object-store-memory` (after `--`,
-`startargs.user_figures`) are read as the host's figures, in place of what Ray would detect. Detection
+The node IP is decided the way `ray start` decides it (Ray 2.60,
+`ray/scripts/scripts.py` `start` and `ray/_private/services.py`): the
+`--node-ip-address` given after `--`, where `localhost`, `127.0.0.1` and `::1`
+stand for the address Ray detects (`resolve_ip_for_localhost`); without one,
+the address Ray detects, from the GCS's perspective on a joining host
+(`get_node_ip_address(bootstrap_address)`) and from a public address's on a
+head. `ray.util.get_node_ip_address` is that detection; it falls back to
+resolving the host name, then to loopback, where there is no route out.
+`start` then passes the address to every raylet, so the labels, the record
+and Ray agree, and `--recover` restarts raylets on the same address. A host is
+its name and that address (`ray_accel.core.hosts`).
+
+The host's amounts. The user's `--num-cpus`, `--memory` and
+`--object-store-memory` (after `--`, `ray_accel.cluster.raylet.user_figures`)
+are read as the host's figures, in place of what Ray would detect. Detection
 uses Ray's own functions, so a share is what Ray would size for that part of
 the host: `memory` = available memory less the object store, the object store
 = Ray's default proportion of available memory, capped by /dev/shm and Ray's
 maximum (`ray._private.utils.resolve_object_store_memory`, Ray 2.60).
 
-Dividing one host's CPUs, memory, object store and custom resources between
-its partitions, and placing each partition's raylet on CPUs.
-
-Plain `ray start` claims the whole host for its one raylet. With N raylets on a
-host each would claim it again (N times the host in the cluster's totals), so
-every amount is read as the host's and divided in proportion to each
-partition's accelerator units (its devices; NeuronCores on Neuron). The sums
-over a host's partitions equal the host's amounts exactly.
-
+Each partition's share. Plain `ray start` claims the whole host for its one
+raylet. With N raylets on a host each would claim it again (N times the host
+in the cluster's totals), so every amount is read as the host's and divided in
+proportion to each partition's accelerator units (its devices; NeuronCores on
+Neuron). The sums over a host's partitions equal the host's amounts exactly.
 Whole amounts (CPUs, bytes, whole custom resources) are divided by largest
-remainder. Every partition gets at least one CPU when the host has as many
-CPUs as partitions; with fewer CPUs than partitions the sum still equals the
-host's, so some partitions get none (named in a warning): a task there must
-ask for ``num_cpus=0``, or the user passes a larger host figure (``-- --num-cpus
-N``) to count CPUs more than once on purpose.
+remainder (`divide`, a pure function). Every partition gets at least one CPU
+when the host has as many CPUs as partitions; with fewer CPUs than partitions
+the sum still equals the host's, so some partitions get none (named in a
+warning): a task there must ask for ``num_cpus=0``, or the user passes a
+larger host figure (``-- --num-cpus N``) to count CPUs more than once on
+purpose.
 
 CPU placement: where the host has several NUMA nodes and all of a partition's
 devices sit on one of them, its raylet runs on that NUMA node's CPUs (those this
 process may use); otherwise it is not pinned, and the reason is kept.
 
-Distinct, checked ports for several raylets on one host.
-
-Each raylet gets a block of consecutive ports: a few named ones, then its
-worker-port range, sized for the workers it may run. Every port is checked by
-binding before any raylet starts, so a taken port is a clear error, not a
+Ports. Each raylet gets a block of consecutive ports: a few named ones, then
+its worker-port range, sized for the workers it may run. Every port is checked
+by binding before any raylet starts, so a taken port is a clear error, not a
 half-started raylet.
 
 Worker ports: every worker process of a raylet (task workers, actors, drivers
@@ -50,20 +59,6 @@ client dependencies import (``scripts.py``: no port given and
 one host would collide there. A head gets a port from its own block instead;
 without the dependencies Ray refuses any port (``RayParams._check_usage``) and
 starts no client server, so none is given.
-
-Which host this is: its name and the node IP Ray uses for its raylets
-(`ray_accel.core.hosts`), and the addresses it has now.
-
-The node IP is decided the way `ray start` decides it (Ray 2.60,
-`ray/scripts/scripts.py` `start` and `ray/_private/services.py`): the
-`--node-ip-address` given after `--`, where `localhost`, `127.0.0.1` and `::1`
-stand for the address Ray detects (`resolve_ip_for_localhost`); without one,
-the address Ray detects, from the GCS's perspective on a joining host
-(`get_node_ip_address(bootstrap_address)`) and from a public address's on a
-head. `ray.util.get_node_ip_address` is that detection; it falls back to
-resolving the host name, then to loopback, where there is no route out.
-`start` then passes the address to every raylet, so the labels, the record
-and Ray agree, and `--recover` restarts raylets on the same address.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
-"""One partition's raylet: the start request and its environment (its `ray
-start` arguments: `ray_accel.cluster.raylet`; the subprocess that runs it:
-`ray_accel.cluster.launcher`; the user's keys it refuses:
-`ray_accel.partition.plan.check_user_keys`).
+"""One partition's raylet: the start request, its `ray start` arguments and its
+environment (the subprocess that runs it: `ray_accel.cluster.launcher`; the
+user's keys it refuses: `ray_accel.partition.plan.check_user_keys`).
 
 What a `ray start` argument list means, in one place: parsing it into
 options and values, the flags ray-accel sets itself or reads as the host's

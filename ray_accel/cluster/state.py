@@ -1,5 +1,13 @@
-"""Where this host's state record lives, reading and writing it, and the
-host's lock.
+"""The host's state: the record of what `ray-accel start` started on this host
+(a typed, frozen `HostRecord`), where it lives, reading and writing it, and
+the host's lock.
+
+The record is input like any other: it may be truncated, hand-edited, copied
+from another host, or written by another version. `parse_record` checks every
+field before anything acts on it and raises `RecordError` (exit 2) naming the
+file and the field; nothing else escapes it, whatever the bytes. A PID from
+the record is only a claim: `ray_accel.cluster.procs` decides whether the
+process it names is still the one recorded.
 
 A host is its name and the node IP its raylets use (`ray_accel.core.hosts`):
 two hosts may share a name. The directory is ``RAYACCEL_STATE_DIR`` if set,
@@ -8,17 +16,17 @@ directory; a warning says when others can write to it), else
 ``~/.ray-accel/<host name>/<node IP>``, created 0700: a home on NFS is shared
 by many hosts, and one host must never read another's PIDs as its own dead
 processes. The record is ``host.json``, written atomically, mode 0600, and
-read back as untrusted input (`ray_accel.cluster.state`). Nothing here
-creates a directory for a command that only reads (`status`, `top`).
+read back as untrusted input. Nothing here creates a directory for a command
+that only reads (`status`, `top`).
 
-`start` knows its node IP (`identity.node_ip`) and writes there. The commands
-that act on a record without starting raylets (`stop`, `status`, `start
---recover`, `top`, `jobs`) find it (`locate`): the record under this host's
-name whose IP is one of this host's addresses now. A record for an address
-this host does not have is another host of the same name sharing the home,
-or this host before its address changed: it is never acted on, and the
-commands name it (`RAYACCEL_STATE_DIR=<its directory>` acts on it, with a
-warning, for the second case).
+`start` knows its node IP (`ray_accel.cluster.host.node_ip`) and writes
+there. The commands that act on a record without starting raylets (`stop`,
+`status`, `start --recover`, `top`, `jobs`) find it (`locate`): the record
+under this host's name whose IP is one of this host's addresses now. A record
+for an address this host does not have is another host of the same name
+sharing the home, or this host before its address changed: it is never acted
+on, and the commands name it (`RAYACCEL_STATE_DIR=<its directory>` acts on
+it, with a warning, for the second case).
 
 An earlier ray-accel wrote ``node.json`` in ``~/.ray-accel/<host name>`` (or
 in ``RAYACCEL_STATE_DIR``), without the IP. Where this host has no record of
@@ -30,21 +38,11 @@ partitions (and removes it when they are all gone), `start --recover` refuses.
 a file in it) while they start or stop processes, never while waiting for
 them; a second command exits 2 naming the lock instead of waiting.
 
-Reading and writing the small files of the state directory without being led
-astray: a FIFO or device where a file should be would block a plain `open`
-forever, a symbolic link would redirect a write, a huge file would be read
-whole. Every read (`ray_accel.core.files.read_bytes`) is non-blocking, of a regular
-file only, and bounded.
-
-The state record: what `ray-accel start` started on this host, as a typed,
-frozen value.
-
-The file is input like any other: it may be truncated, hand-edited, copied
-from another host, or written by another version. `parse_record` checks every
-field before anything acts on it and raises `RecordError` (exit 2) naming the
-file and the field; nothing else escapes it, whatever the bytes. A PID from
-the record is only a claim: `ray_accel.cluster.procs` decides whether the
-process it names is still the one recorded.
+The small files of the state directory are read and written without being
+led astray: a FIFO or device where a file should be would block a plain
+`open` forever, a symbolic link would redirect a write, a huge file would be
+read whole. Every read (`ray_accel.core.files.read_bytes`) is non-blocking, of
+a regular file only, and bounded.
 """
 
 from __future__ import annotations

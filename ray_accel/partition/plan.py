@@ -1,4 +1,5 @@
-"""Splitting one host's devices into partitions, one raylet each.
+"""Splitting one host's devices into partitions, one raylet each, and the
+node labels each partition's raylet carries.
 
 Modes:
 - SHARED: every partition sees every device. Only for families whose backend
@@ -24,8 +25,8 @@ devices are of several types (SHARED or MANUAL over a mixed host) has none, so
 its raylet advertises no `accelerator_type:<T>`, and the plan warns, naming
 the models.
 
-The node labels a partition's raylet carries, so work can target it and a
-placement policy can see what it holds.
+The labels: work can target a partition, and a placement policy can see what
+it holds.
 
 `label_selector={PARTITION_LABEL: "p0"}` picks partition p0 on any host;
 adding `HOST_LABEL` picks it on one host. The host label's value is the host's

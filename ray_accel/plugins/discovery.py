@@ -1,4 +1,6 @@
-"""Finding backends: the entry-point group ``ray_accel.backends``.
+"""Finding backends (the entry-point group ``ray_accel.backends``), and the
+host as the active ones see it (`Inventory`: one call for the CLI and the
+bridge).
 
 Discovery never raises for what the machine reports: a plugin that cannot
 load, finds no hardware, or reports data that contradicts itself (a driver
@@ -8,11 +10,8 @@ bad mask in the environment) is an error for the user to fix.
 
 Besides discovery: what every installed backend declares on its class (its
 collectives, the variables it protects), read without constructing it or
-probing hardware, and one backend loaded by name (a training worker's, named
-by its raylet's bridge spec).
-
-The host as the active plugins see it: one call for the CLI and the
-bridge; and this process's own backend (`process_backend`).
+probing hardware; one backend loaded by name (a training worker's, named by
+its raylet's bridge spec); and this process's own backend (`process_backend`).
 """
 
 from __future__ import annotations

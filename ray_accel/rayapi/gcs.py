@@ -1,17 +1,15 @@
 """Asking the GCS directly, without a driver (Ray 2.60:
 `ray._private.state.GlobalState` over `ray._raylet.GcsClientOptions`, and
 `ray._raylet.GcsClient` for a drain, as `ray drain-node` does,
-ray/scripts/scripts.py `drain_node`).
+ray/scripts/scripts.py `drain_node`): which raylets are registered and alive,
+and a drain.
 
-Every call here blocks until the GCS answers (Ray's client waits for an
-absent GCS); callers that must not hang bound them (`ray_accel.rayapi.gcs`).
-
-Asking the GCS directly (no driver) which raylets are registered and alive.
-
-A GCS that does not answer in time (`None`) stays distinct from one that
-answers with an error (`GcsError`, its cause attached: an auth failure, a
-refused request): the first may still be starting, the second will not
-change by waiting.
+Ray's client waits for an absent GCS, so every query here that must not hang
+is bounded (`answer_within`). A GCS that does not answer in time (`None`)
+stays distinct from one that answers with an error (`GcsError`, its cause
+attached: an auth failure, a refused request): the first may still be
+starting, the second will not change by waiting. Queries use the auth this
+process was given (`ray_accel.cluster.auth.apply`, by the caller).
 """
 
 from __future__ import annotations
