@@ -134,16 +134,14 @@ def _pack_into(job: Job, parts: Sequence[FreePartition], host_free: Mapping[str,
     choice: Choice = []
     while left:
         chosen = [c for c, _ in choice]
+        # The rest in one partition where one holds it, else the most one can hold.
         whole = [p for p in pool if capacity(job, p) >= left]
-        if whole:
-            p = min(whole, key=lambda q: _fit_key(job, q, left, host_free, chosen))
-            choice.append((p, left))
-            return choice
-        most = max(capacity(job, q) for q in pool)
-        p = min((q for q in pool if capacity(job, q) == most), key=lambda q: _fit_key(job, q, most, host_free, chosen))
-        choice.append((p, most))
+        n = left if whole else max(capacity(job, q) for q in pool)
+        fits = whole or [q for q in pool if capacity(job, q) == n]
+        p = min(fits, key=lambda q: _fit_key(job, q, n, host_free, chosen))
+        choice.append((p, n))
         pool.remove(p)
-        left -= most
+        left -= n
     return choice
 
 
