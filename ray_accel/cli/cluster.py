@@ -131,11 +131,7 @@ def start(
     record = start_partitions(request, say, after=start_decider)
     out = [{"device": d, "partition": p.name} for p in record.partitions for d in p.out]
     payload = status()
-    emit(
-        as_json,
-        dump_fields(payload, out_of_service=out) if as_json else payload,
-        lambda _: render.started_text(payload),
-    )
+    emit(as_json, dump_fields(payload, out_of_service=out), lambda _: render.started_text(payload))
     return supervise(record, say) if block else 0
 
 
