@@ -171,10 +171,8 @@ def refusal(outcomes: Sequence[Alignment], shared: Mapping[str, int], ray_versio
     still PENDING when training starts (its Train context never held this
     job's ranks). An exception Ray raised is named as such, apart from a
     seam this Ray does not have."""
-    if not shared:
-        return None
     bad = [o for o in outcomes if o.status in REFUSING or (at_start and o.status == PENDING)]
-    if not bad:
+    if not shared or not bad:
         return None
     ip, n = next(iter(sorted(shared.items())))
     wrong = (
@@ -182,8 +180,7 @@ def refusal(outcomes: Sequence[Alignment], shared: Mapping[str, int], ray_versio
         f"partitions (raylets), so ray.train.get_context() would report wrong local ranks, local world "
         "size and node rank"
     )
-    failed = [o for o in bad if o.status == FAILED]
-    if failed:
+    if failed := [o for o in bad if o.status == FAILED]:
         return (
             f"{wrong}; ray-accel's correction failed: {failed[0].reason}. Refusing to train with wrong "
             "ranks: this is an error inside Ray Train's context, not a Ray version without the seam."
