@@ -70,8 +70,7 @@ def align_ray_context(
     outcomes: list[raycontext.Alignment] = ray.get(
         [worker_group.execute_single_async(i, raycontext.align_in_worker, e) for i, e in enumerate(expected)]
     )
-    message = raycontext.refusal(outcomes, shared, ray_version(), at_start)
-    if message:
+    if message := raycontext.refusal(outcomes, shared, ray_version(), at_start):
         raise raycontext.RankSeamMissing(message)
     for o in outcomes:
         if o.status in raycontext.REFUSING:  # not refused: no two of the job's raylets share an IP
@@ -101,7 +100,7 @@ class AcceleratorBackend(Backend):
         shared = raycontext.shared_ips([f.ip for f in facts], [f.node_id for f in facts])
         # The job shows the attempt's replicas and the collective chosen for them.
         collective, reason = resolve_collective(backend_config.backend, facts)
-        jobs.on_start(backend_config, jobs.replicas(ranks, facts), collective, reason)
+        jobs.on_start(backend_config.run_id, ranks, facts, collective, reason)
         aligned = align_ray_context(worker_group, expected, shared, at_start=False)
         if any(o.status == raycontext.PENDING for o in aligned):
             self._recheck[id(worker_group)] = (expected, shared)
@@ -129,8 +128,7 @@ class AcceleratorBackend(Backend):
         worker_group.execute(worker.post_create)
 
     def on_training_start(self, worker_group: Any, backend_config: Any) -> None:
-        recheck = self._recheck.pop(id(worker_group), None)
-        if recheck is not None:
+        if (recheck := self._recheck.pop(id(worker_group), None)) is not None:
             align_ray_context(worker_group, *recheck, at_start=True)
 
     def on_shutdown(self, worker_group: Any, backend_config: Any) -> None:

@@ -58,16 +58,13 @@ def allowed_workers(num_workers: Any) -> tuple[int, int]:
     return int(num_workers), int(num_workers)
 
 
-def replicas(ranks: Sequence[Rank], facts: Sequence[WorkerFacts]) -> tuple[model.Replica, ...]:
-    """One per worker (world-rank order) for the store's STARTING event."""
-    return tuple(
+def on_start(run_id: str, ranks: Sequence[Rank], facts: Sequence[WorkerFacts], collective: str, reason: str) -> None:
+    """A new attempt: its replicas (one per worker, world-rank order), its
+    collective and why "auto" chose it."""
+    replicas = tuple(
         model.Replica(
             **dataclasses.asdict(r), host=f.host, partition=f.partition, node_id=f.node_id, devices=f.own_ids, pid=f.pid
         )
         for r, f in zip(ranks, facts, strict=True)
     )
-
-
-def on_start(backend_config: Any, replicas: tuple[model.Replica, ...], collective: str, reason: str) -> None:
-    """A new attempt: its replicas, its collective and why "auto" chose it."""
-    store.send(model.STARTING, backend_config.run_id, model.Started(replicas, collective, reason))
+    store.send(model.STARTING, run_id, model.Started(replicas, collective, reason))
