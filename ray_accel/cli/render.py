@@ -201,11 +201,8 @@ def status_with_orphans_text(payload: HostStatus, orphans: Orphans | None) -> st
 
 
 def top_text(payload: dict[str, Any]) -> str:
-    def pct(v: float | None) -> str:
-        return "-" if v is None else f"{v:.0%}"
-
-    def num(v: float | None, unit: str) -> str:
-        return "-" if v is None else f"{v:.0f} {unit}"
+    def num(v: float | None, template: str) -> str:
+        return "-" if v is None else template.format(v)
 
     def health(d: dict[str, Any]) -> str:
         """The device's family rule's verdict (the host's decider), and why it has no sample."""
@@ -226,10 +223,10 @@ def top_text(payload: dict[str, Any]) -> str:
         ("DEVICE", lambda d: d["id"]),
         ("HOST", lambda d: d["host"]),
         ("PARTITION", lambda d: d["partition"]),
-        ("UTIL", lambda d: pct(d["utilization"])),
+        ("UTIL", lambda d: num(d["utilization"], "{:.0%}")),
         ("MEMORY", lambda d: f"{gib(d['memory_used_bytes'])} / {gib(d['memory_total_bytes'])}"),
-        ("POWER", lambda d: num(d.get("power_watts"), "W")),
-        ("TEMP", lambda d: num(d.get("temperature_c"), "C")),
+        ("POWER", lambda d: num(d.get("power_watts"), "{:.0f} W")),
+        ("TEMP", lambda d: num(d.get("temperature_c"), "{:.0f} C")),
         ("HEALTH", health),
     )
     work = table(
