@@ -229,12 +229,11 @@ def apply_event(job: JobRecord | None, event: Event) -> JobRecord:
     if job.phase is Phase.RESTARTING:  # a restart's replicas stay restarting until it runs
         start += (Transition(Phase.RESTARTING, event.at, "on_start"),)
     replicas = tuple(dataclasses.replace(r, attempt=attempt, transitions=start) for r in d.replicas)
-    retired = (*job.retired, *job.replicas)[-RETIRED_MAX:]
     job = dataclasses.replace(
         job,
         attempts=attempt,
         replicas=(),
-        retired=retired,
+        retired=(*job.retired, *job.replicas)[-RETIRED_MAX:],
         collective=d.collective,
         collective_reason=d.collective_reason,
     )
