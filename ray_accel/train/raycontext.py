@@ -151,10 +151,8 @@ def set_controller_view(worker_group: Any, expected: Sequence[Mapping[str, int]]
         return Alignment(MISSING, None, f"the seam is not there ({e})")
     except Exception as e:
         return Alignment(FAILED, None, _raised("reading Ray Train's controller view", e))
-    if len(current) != len(expected) or any(
-        c["world_rank"] != e["world_rank"] for c, e in zip(current, expected, strict=False)
-    ):
-        held = [c["world_rank"] for c in current]
+    held = [c["world_rank"] for c in current]
+    if held != [e["world_rank"] for e in expected]:
         return Alignment(UNFIXABLE, None, f"the controller holds world ranks {held} for {len(expected)} workers")
     try:
         rayapi_train.replace_controller_ranks(worker_group, [{k: e[k] for k in LOCAL_FIELDS} for e in expected])
