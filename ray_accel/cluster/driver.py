@@ -58,14 +58,11 @@ def _apply_recorded_auth(address: str | None) -> None:
 
     place = state.locate().place
     record = None if place is None else state.load(place)
-    if record is None:
+    if record is None or (address != "auto" and address.removeprefix("ray://") != record.gcs_address):
         return
-    if address != "auto" and address.removeprefix("ray://") != record.gcs_address:
-        return
-    recorded = record.auth
-    if auth.TOKEN_ENV in os.environ or (auth.TOKEN_PATH_ENV in os.environ and recorded.token_path is not None):
+    if auth.TOKEN_ENV in os.environ or (auth.TOKEN_PATH_ENV in os.environ and record.auth.token_path is not None):
         return  # the user's own token wins, as it does for Ray itself
-    auth.apply(recorded)
+    auth.apply(record.auth)
 
 
 def _starts_a_local_cluster(address: str | None, temp_dir: str | None) -> bool:
