@@ -146,13 +146,8 @@ def _wait_ended(parts: Sequence[PartitionEntry], deadline: float, progress: Prog
 
 def _replacing(parts: Sequence[PartitionEntry], gone: set[str], entry: PartitionEntry) -> list[PartitionEntry]:
     """`parts` with `entry` in the place of the first of `gone`, the others of them out."""
-    out: list[PartitionEntry] = []
-    for p in parts:
-        if p.name not in gone:
-            out.append(p)
-        elif entry not in out:
-            out.append(entry)
-    return out if entry in out else [*out, entry]
+    first = next((i for i, p in enumerate(parts) if p.name in gone), len(parts))
+    return [*parts[:first], entry, *(p for p in parts[first:] if p.name not in gone)]
 
 
 def _lock(place: state.Place) -> ExitStack:
