@@ -43,14 +43,12 @@ def read_small(path: str, limit: int = 4096) -> bytes | None:
     generated whole by the read, so one read sees one consistent version."""
     try:
         fd = os.open(path, os.O_RDONLY)
+        try:
+            return os.read(fd, limit)
+        finally:
+            os.close(fd)
     except OSError:
         return None
-    try:
-        return os.read(fd, limit)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 # Decoded comms and states, by their bytes: a host's processes share a few
