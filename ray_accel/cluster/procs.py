@@ -88,12 +88,11 @@ def identity(argv: Sequence[str]) -> str:
         return ""
     if not _PYTHON.match(os.path.basename(argv[0])):
         return argv[0]
-    rest = list(argv[1:])
-    i = 0
-    while i < len(rest):
-        arg = rest[i]
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
         if arg == "-m":
-            return f"-m {rest[i + 1]}" if i + 1 < len(rest) else argv[0]
+            return f"-m {argv[i + 1]}" if i + 1 < len(argv) else argv[0]
         if arg.startswith("-m") and len(arg) > 2:
             return f"-m {arg[2:]}"
         if arg == "-c" or not arg.startswith("-"):
