@@ -130,9 +130,8 @@ def relabel(p: PartitionEntry, part: Partition, devices: Sequence[Device], recor
     topology labels (devices, cores, links) of what it serves now."""
     host = HostId(record.host, record.host_ip or "0.0.0.0")
     fresh = topology_labels([part], devices, host, record.spec.family, record.spec.resource_name)[part.name]
-    labels = {k: v for k, v in p.labels if k not in TOPOLOGY_KEYS}
-    labels.update({k: v for k, v in fresh.items() if k in TOPOLOGY_KEYS})
-    return labels
+    kept = {k: v for k, v in p.labels if k not in TOPOLOGY_KEYS}
+    return kept | {k: v for k, v in fresh.items() if k in TOPOLOGY_KEYS}
 
 
 def restart_partition(
