@@ -95,14 +95,12 @@ def resplit(record: HostRecord, devices: Sequence[Device], split: Split, out: Co
                 "healthy again, or cleared with `ray-accel health clear`)"
             )
     new = {p.name: p for p in plan}
-    changes = []
-    for old in record.partitions:
-        part = new.get(old.name)
-        if part is None:
-            changes.append(Change(old.name, Action.REMOVED, old.serving.device_ids, None))
-        else:
-            action = Action.KEPT if _kept(old, part) else Action.RESTARTED
-            changes.append(Change(old.name, action, part.device_ids, part))
+    changes = [
+        Change(old.name, Action.REMOVED, old.serving.device_ids)
+        if (part := new.get(old.name)) is None
+        else Change(old.name, Action.KEPT if _kept(old, part) else Action.RESTARTED, part.device_ids, part)
+        for old in record.partitions
+    ]
     known = {p.name for p in record.partitions}
     changes += [Change(p.name, Action.ADDED, p.device_ids, p) for p in plan if p.name not in known]
     return Resplit(mode, tuple(changes), plan.warnings)
