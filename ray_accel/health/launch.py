@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+from contextlib import suppress
 from dataclasses import replace
 
 from ray_accel.cluster import helpers, procs, state
@@ -45,12 +46,10 @@ def start_decider(record: HostRecord, progress: Progress) -> HostRecord:
 def _wait_first_poll(place: state.Place, started: float, proc: subprocess.Popen[bytes], log: object) -> None:
     deadline = time.monotonic() + FIRST_POLL_S
     while time.monotonic() < deadline:
-        try:
+        with suppress(HealthFileError):  # unreadable: not its first poll yet
             health = read_health(place.directory)
-        except HealthFileError:
-            health = None
-        if health is not None and health.at >= started and health.polls >= 1:
-            return
+            if health is not None and health.at >= started and health.polls >= 1:
+                return
         if proc.poll() is not None:
             raise RayAccelError(f"{WHAT} exited ({proc.returncode}) before its first poll; see {log}")
         time.sleep(0.2)
