@@ -50,12 +50,11 @@ def health_payload(found: Recorded) -> dict[str, Any]:
     last event and what makes it healthy again; every partition's state; the
     event counts and the last events."""
     record, health = found.record, found.health
-    settings = record.health
     out: dict[str, Any] = {
         "host": record.host,
         "host_ip": record.host_ip,
         "state_file": str(found.place.file),
-        "action": None if settings is None else settings.action.value,
+        "action": None if record.health is None else record.health.action.value,
         "decider": {"pid": None if record.decider is None else record.decider.pid, "alive": found.decider_alive},
         "head": head_view(record),
     }
