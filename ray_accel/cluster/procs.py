@@ -149,13 +149,12 @@ def check(proc: RayProcess, protected: set[int] | None = None) -> Check:
     argv = read_cmdline(proc.pid)
     if argv is None:
         return Check(proc, Verdict.GONE, "exited")
-    live = identity(argv)
     if not is_ray_process(proc.kind, proc.identity):
         whose = "ray-accel's" if proc.kind in OWN_PROCESSES else "Ray's"
         return Check(
             proc, Verdict.FOREIGN, f"the record says it runs {proc.identity!r}, which is not {whose} {proc.kind}"
         )
-    if live != proc.identity:
+    if identity(argv) != proc.identity:
         shown = " ".join(argv)[:200] or f"[{stat.name}]"
         return Check(proc, Verdict.FOREIGN, f"its command line is {shown!r}, not the recorded {proc.identity!r}")
     uid = owner(proc.pid)
@@ -204,8 +203,7 @@ def terminate(records: Iterable[ProcessRecord], grace_s: float = 5.0) -> list[in
     for r in live:
         targets[r.pid] = r
         for pid in descendants(r.pid, kids):
-            child = ProcessRecord.of(pid)
-            if child is not None:
+            if (child := ProcessRecord.of(pid)) is not None:
                 targets.setdefault(pid, child)
     never = never_signal()
     signalled = [pid for pid, r in targets.items() if pid not in never and r.alive() and send(pid, signal.SIGTERM)]
