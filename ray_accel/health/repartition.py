@@ -99,8 +99,7 @@ def new_entries(record: HostRecord, plan: Resplit, devices: Sequence[Device]) ->
     """The entries of the partitions to start, not yet running: a restarted
     one on its ports, an added one on a free block; the shares of the
     stopped partitions divided between them by units."""
-    starting = plan.of(Action.RESTARTED, Action.ADDED)
-    parts = [c.part for c in starting if c.part is not None]
+    parts = [c.part for c in plan.of(Action.RESTARTED, Action.ADDED) if c.part is not None]
     old = {p.name: p for p in record.partitions}
     freed = [recorded_share(old[c.partition], record) for c in plan.of(Action.RESTARTED, Action.REMOVED)]
     pool = HostResources(
