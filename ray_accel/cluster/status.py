@@ -138,9 +138,6 @@ def describe(record: HostRecord, place: state.Place) -> HostStatus:
     if record.stopping:
         warnings.append("a `ray-accel stop` is stopping these partitions")
 
-    def ours(p: PartitionEntry, *kinds: str) -> list[bool]:
-        return [checks[r].ours for r in p.of_kind(*kinds) if r in checks]
-
     gcs = [r for p in record.raylets() for r in p.of_kind("gcs_server")]
     gcs_up = not gcs or any(r in checks and checks[r].ours for r in gcs)
     try:
@@ -158,7 +155,8 @@ def describe(record: HostRecord, place: state.Place) -> HostStatus:
 
     def row(p: PartitionEntry) -> PartitionStatus:
         raylet = p.raylet()
-        alive = bool(ours(p, "raylet")) and all(ours(p, "raylet"))
+        raylets = [checks[r].ours for r in p.of_kind("raylet") if r in checks]
+        alive = bool(raylets) and all(raylets)
         node = (nodes or {}).get(p.node_id or "")
         total = node.total if node else {}
         avail = node.available if node else {}
