@@ -154,8 +154,7 @@ def restart_partition(
             new = relaunch(record, p, part, labels, launches, progress)
             new = replace(new, out=out, out_core_ids=tuple(c for c in p.core_ids if c not in cores), health=held)
             record = state.save(record.replacing(new))
-            ids = [new.node_id] if new.node_id else []
-            wait_registered(record.gcs_address, ids, host.timeout_s, progress)
+            wait_registered(record.gcs_address, [new.node_id] if new.node_id else [], host.timeout_s, progress)
         except BaseException as e:
             with shielded():
                 stopped = launches.undo()
