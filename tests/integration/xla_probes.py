@@ -115,7 +115,7 @@ def sync_xla() -> dict[str, Any]:
     import torch_xla.runtime as xr
     from ray_accel_neuron.plugin import NeuronPlugin
     from ray_accel_neuron.runtime import NeuronRuntime
-    from ray_accel_neuron.xla import init_xla_group
+    from ray_accel_neuron.xla import init_xla_group, xla_device
 
     from ray_accel.bridge.managers import SPEC_ENV, BridgeSpec
     from ray_accel.train import sync_gradients, worker
@@ -140,7 +140,7 @@ def sync_xla() -> dict[str, Any]:
     os.environ[SPEC_ENV] = spec.to_env()
     assert isinstance(worker.runtime(), NeuronRuntime), "the backend the spec names, loaded by name"
     init_xla_group(0, 1, 30)
-    device = torch_xla.device()
+    device = xla_device()  # the runtime's device for the `xla` collective
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 1).to(device)
     (model(torch.randn(8, 4).to(device)) ** 2).mean().backward()
@@ -151,6 +151,7 @@ def sync_xla() -> dict[str, Any]:
     result = {
         "error": None,
         "group": dist.get_backend(),
+        "device": device.type,
         "xr_world_size": xr.world_size(),
         "calls": calls,
         "params_with_grad": len(before),

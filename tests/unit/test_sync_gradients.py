@@ -84,6 +84,7 @@ def test_xla_group_path_reduces_the_xla_gradients_with_the_xla_reduce(tmp_path: 
     pytest.importorskip("torch_xla", reason="the XLA lane runs in .venv-xla (make test-xla)")
     r = sync_xla(tmp_path, **({"XLA_ALWAYS_ALLREDUCE": "1"} if always else {}))
     assert r["group"] == "xla" and r["xr_world_size"] == 1, "init_xla_group set the replication"
+    assert r["device"] == "xla", "the model is on the device the runtime chose for the xla collective"
     assert len(r["calls"]) == 1, r["calls"]
     (call,) = r["calls"]
     assert call["reduce"] == "sum" and call["devices"] == ["xla"], call
