@@ -92,6 +92,7 @@ def _watch(record: HostRecord, progress: Progress, grace_s: float, wake: threadi
     registered: dict[str, bool | None] = {}
     gcs_error: str | None = None
     next_gcs = 0.0
+    auth.apply(record.auth)  # the GCS is asked with the record's auth, once set for every poll
     while True:
         if asked:
             progress(f"{asked[0]}: stopping every partition")
@@ -127,7 +128,6 @@ def _watch(record: HostRecord, progress: Progress, grace_s: float, wake: threadi
         if time.monotonic() >= next_gcs:
             next_gcs = time.monotonic() + GCS_EVERY_S
             # An error is said once per change; asked again next round.
-            auth.apply(record.auth)
             nodes, gcs_error = poll_nodes(record.gcs_address, gcs_error, progress, 3.0)
             for p in current.raylets():
                 reg = None if nodes is None else p.node_id in nodes and nodes[p.node_id].alive
