@@ -101,10 +101,10 @@ def start(
     """Start one raylet per partition of this host."""
     from ray_accel.cluster.block import supervise
     from ray_accel.cluster.raylet import RayOptions, flag_names
-    from ray_accel.cluster.recover import recover as recover_partitions
     from ray_accel.cluster.start import start as start_partitions
     from ray_accel.cluster.status import status
     from ray_accel.health.launch import ensure_decider, start_decider
+    from ray_accel.hostops.recover import recover as recover_partitions
 
     ray_args: list[str] = ctx.obj["ray_args"] if ctx.obj else []
     if sum((join.head, join.address is not None, recover)) != 1:

@@ -147,6 +147,15 @@ def status_text(payload: HostStatus) -> str:
     if payload.dashboard_address:
         extra.append(f"dashboard: {payload.dashboard_address}")
     extra += health_lines(payload)
+    if change := payload.change:
+        if change.running:
+            extra.append(f"{change.kind} under way (PID {change.pid}): step {change.step}")
+        else:
+            extra.append(f"{change.kind} interrupted at step {change.step}: `ray-accel start --recover` finishes it")
+        if change.starting:
+            extra.append(f"  to start: {', '.join(change.starting)}")
+    for spare in payload.unassigned:
+        extra.append(f"unassigned: {','.join(spare.device_ids)} ({spare.reason})")
     return "\n".join([shown, *extra, *warnings])
 
 

@@ -38,13 +38,16 @@ def repartition(
     """Split this host's devices anew, as `start` splits them: partitions whose
     devices stay as they are keep running; the others are drained through Ray,
     stopped, and started with their new devices."""
-    from ray_accel.health.repartition import begin, follow, planned
+    from ray_accel.hostops.repartition import begin, follow, planned
 
     if partitions is None and mode is None and manual is None:
         raise click.UsageError("give the new split: --partitions N, --mode MODE or --manual SPEC")
     split = Split.given(mode, partitions, manual, None)
     place, _, plan = planned(split)
-    if dry_run or not plan.changed:
+    say = progress()
+    for warning in plan.warnings:
+        say(f"warning: {warning}")
+    if dry_run or not plan.resplit.changed:
         return emit(as_json, plan.view(), changes_text)
-    proc, log = begin(place, split, drain_deadline, timeout)
-    return emit(as_json, follow(proc, log, progress()), changes_text)
+    proc, log, plan = begin(place, split, drain_deadline, timeout)
+    return emit(as_json, follow(proc, log, plan, say), changes_text)

@@ -105,8 +105,8 @@ def _watch(record: HostRecord, progress: Progress, grace_s: float, wake: threadi
             progress("stopped by `ray-accel stop`")
             return 0
         checks = procs.check_record(current)
-        if current.repartition is not None and checks[current.repartition].ours:
-            # A repartition stops and starts partitions on purpose: watched again once it ends.
+        if current.change is not None:
+            # A host change stops and starts partitions on purpose: watched again once it ends.
             alive.clear()
             wake.wait(POLL_S)
             continue

@@ -4,8 +4,8 @@ shell that started it never reaches it), recorded in the host record beside
 the partitions' processes and checked and stopped as they are, by PID.
 
 This layer starts, records and stops them by kind without knowing what they
-do; the layer above that owns a kind registers it with the module it runs
-(the health package registers its own)."""
+do: one explicit table (`procs.OWN_PROCESSES`) names the module each kind
+runs, and refuses a kind it does not hold."""
 
 from __future__ import annotations
 
@@ -34,15 +34,19 @@ After = Callable[[HostRecord, Progress], HostRecord]
 T = TypeVar("T")
 
 
-def register(kind: str, module: str) -> None:
-    """Processes of `kind` run `python -m module` (and nothing else is ours)."""
-    procs.OWN_PROCESSES[kind] = (f"-m {module}",)
+def identity_of(kind: str) -> str:
+    """What a helper of `kind` runs (`-m MODULE`); `RayAccelError` for a kind the table does not hold."""
+    if kind not in procs.OWN_PROCESSES:
+        known = ", ".join(sorted(procs.OWN_PROCESSES))
+        raise RayAccelError(f"no helper of kind {kind!r}: the helper kinds are {known}")
+    (identity,) = procs.OWN_PROCESSES[kind]
+    return identity
 
 
 def spawn(
     kind: str, what: str, inputs: object, log: Path, spec: str | None = None
 ) -> tuple[RayProcess, subprocess.Popen[bytes]]:
-    """Start a helper of a registered `kind` (`what` it is, in messages) with
+    """Start a helper of a known `kind` (`what` it is, in messages) with
     `inputs` (a frozen value, on its command line: `read_inputs`), its output
     to `log`, the raylets' bridge `spec` in its environment (so that its
     backend is theirs); its record (PID, start time, identity) and its
@@ -51,7 +55,7 @@ def spawn(
         fd = open_for_write(log)
     except OSError as e:
         raise RayAccelError(f"cannot write {what}'s log {log}: {e}") from None
-    (identity,) = procs.OWN_PROCESSES[kind]
+    identity = identity_of(kind)
     argv = [sys.executable, *identity.split(" ", 1), json.dumps(reader.dump(inputs))]
     proc = procs.spawn(argv, {**os.environ, SPEC_ENV: spec} if spec else os.environ, fd)
     # Not yet waited for, so its PID is not reused; its identity is what it

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ray_accel.cluster import procs
-from ray_accel.cluster.raylet import launch_argv
+from ray_accel.cluster.raylet import launch_argv, leader_path
 from ray_accel.cluster.raylet_launch import LaunchReport
 from ray_accel.cluster.state import RayProcess, open_for_write, parse_processes, tail_lines
 from ray_accel.core.errors import InputError
@@ -62,6 +62,7 @@ class Launch:
         cmd = [sys.executable, "-m", "ray_accel.cluster.raylet_launch", *launch_argv(str(self.result_path), self.args)]
         try:
             self.result_path.unlink(missing_ok=True)
+            Path(leader_path(str(self.result_path))).unlink(missing_ok=True)
             log = open_for_write(self.log_path)
         except OSError as e:
             raise InputError(f"cannot write the launch files of {self.name} in {self.log_dir}: {e}") from None
@@ -186,3 +187,31 @@ class Launches:
         recorded = [p.record for p in self.processes() if procs.check(p, protected).ours]
         leftovers = [m for launch in launches for m in launch.members()]
         return procs.terminate([*recorded, *leftovers], grace_s)
+
+
+def leftovers(log_dir: Path, name: str) -> list[ProcessRecord]:
+    """What the last launch of partition `name` in `log_dir` left running,
+    ours only: its launcher's group (its leader wrote itself down before it
+    started anything) and the processes its result names. For a launch whose
+    asker died before recording what it started."""
+    result = log_dir / f"{name}.result.json"
+    found: list[ProcessRecord] = []
+    try:
+        leader = Node(parse_json(read_bytes(Path(leader_path(str(result))), RESULT_LIMIT, follow=False), name))
+        found += procs.group_members(leader.at("pid").int(1, 1 << 22), leader.at("start_ticks").int(0, (1 << 63) - 1))
+    except (OSError, InputError):
+        pass  # no leader file: that launch never started (or it is another version's)
+    try:
+        named = parse_processes(
+            Node(parse_json(read_bytes(result, RESULT_LIMIT, follow=False), name)).at("processes", []).data, "processes"
+        )
+    except (OSError, InputError):
+        named = ()
+    protected = procs.never_signal()
+    found += [p.record for p in named if procs.check(p, protected).ours]
+    return list(dict.fromkeys(found))
+
+
+def stop_leftovers(log_dir: Path, names: Sequence[str], grace_s: float = 2.0) -> list[int]:
+    """Stop what the last launches of partitions `names` left running; the PIDs signalled."""
+    return procs.terminate([r for name in names for r in leftovers(log_dir, name)], grace_s)

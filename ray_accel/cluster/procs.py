@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.util import find_spec
 
-from ray_accel.cluster.state import HostRecord, RayProcess, RecordError
+from ray_accel.cluster.state import DECIDER_KIND, REPARTITION_KIND, HostRecord, RayProcess, RecordError
 from ray_accel.core.processes import (
     ProcessRecord,
     children_map,
@@ -56,8 +56,13 @@ RAY_PROCESSES = {
     "runtime_env_agent": ("/ray/_private/runtime_env/agent/main.py",),
 }
 # ray-accel's own long-lived helper processes, by kind: what each runs
-# (`-m MODULE`). The layer that owns a kind registers it (`helpers.register`).
-OWN_PROCESSES: dict[str, tuple[str, ...]] = {}
+# (`-m MODULE`). One explicit table, so that `stop` and `status` know every
+# helper with nothing but their own imports; a kind not in it is refused
+# (`helpers.identity_of`).
+OWN_PROCESSES: Mapping[str, tuple[str, ...]] = {
+    DECIDER_KIND: ("-m ray_accel.health.decider",),
+    REPARTITION_KIND: ("-m ray_accel.hostops.repartition",),
+}
 
 
 class Verdict(enum.Enum):

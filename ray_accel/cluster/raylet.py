@@ -256,6 +256,14 @@ def launch_argv(result_path: str, args: Sequence[str]) -> list[str]:
     return [result_path, LAUNCH_SEPARATOR, *args]
 
 
+def leader_path(result_path: str) -> str:
+    """Where a launcher writes, before it starts anything, its own PID and
+    start time: the leader of the process group every process of its raylet
+    stays in, so that what a launch started is found even when the process
+    that asked for it died before it could record anything."""
+    return result_path.removesuffix(".result.json") + ".leader.json"
+
+
 def parse_launch_argv(argv: Sequence[str]) -> tuple[str, list[str]]:
     """(result path, `ray` arguments) from the launcher's arguments, or
     `InputError` with its usage line."""

@@ -77,8 +77,19 @@ def _report(path: str, report: LaunchReport) -> int:
     return 0 if report.ok else 1
 
 
+def _lead(path: str) -> None:
+    """Write this launcher's PID and start time to `path` (see `raylet.leader_path`)."""
+    from ray_accel.core.processes import ProcessRecord
+
+    me = ProcessRecord.of(os.getpid())
+    if me is not None:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"pid": me.pid, "start_ticks": me.start_ticks}, f)
+
+
 def main(argv: list[str]) -> int:
-    from ray_accel.cluster.raylet import CPU_SET_ENV, PARTITION_ENV, parse_launch_argv
+    from ray_accel.cluster.raylet import CPU_SET_ENV, PARTITION_ENV, leader_path, parse_launch_argv
     from ray_accel.core.errors import InputError
 
     try:
@@ -86,6 +97,7 @@ def main(argv: list[str]) -> int:
     except InputError as e:
         print(e, file=sys.stderr)
         return 2
+    _lead(leader_path(result_path))
     from ray_accel.bridge.managers import SPEC_ENV, BridgeUnsupported, install, specs_from_env
 
     specs = specs_from_env(os.environ.get(SPEC_ENV))

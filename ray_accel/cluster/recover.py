@@ -1,33 +1,24 @@
-"""`ray-accel start --recover`: restart dead partitions with their recorded masks
-and ports, under the host's lock. A record that names a live process that is
-not ours is refused before anything is signalled or started; a restart that
-fails or is interrupted stops what it started.
-
-A partition restarts serving what its record says it serves (without the
-devices the health decider took out); one the decider stopped on purpose is
-left to it (`after`, given by the CLI, starts the decider again where it is
-gone). `relaunch` is the one restart of one partition, shared with the
-decider's shrink and return.
-"""
+"""The restart of one partition's raylet (`relaunch`): on its recorded ports
+and share, serving what its record says it serves (without the devices the
+health decider took out), the one restart shared by `start --recover`, the
+decider's shrink and return and a repartition (`ray_accel.hostops`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from pathlib import Path
 
 from ray_accel.bridge.managers import raylet_env
-from ray_accel.cluster import exporters, helpers, procs, state
+from ray_accel.cluster import procs
 from ray_accel.cluster.auth import raylet_base_env
-from ray_accel.cluster.host import Share, check_free, divide, local_addresses, read_host
+from ray_accel.cluster.host import Share, check_free, divide, read_host
 from ray_accel.cluster.launcher import Launches
 from ray_accel.cluster.raylet import RayOptions, partition_env, ray_start_args, user_figures
-from ray_accel.cluster.signals import interruptible, shielded
 from ray_accel.cluster.state import HostRecord, PartitionEntry, RayProcess
-from ray_accel.core.errors import InputError, RayAccelError
+from ray_accel.core.errors import RayAccelError
 from ray_accel.core.numa import read_topology
 from ray_accel.partition.plan import Partition
-from ray_accel.rayapi.gcs import Progress, wait_registered
+from ray_accel.rayapi.gcs import Progress
 
 
 def relaunch(
@@ -63,66 +54,6 @@ def relaunch(
         log=result.log,
         labels=tuple(extra_labels.items()),
     )
-
-
-def recover(progress: Progress, timeout_s: float = 180.0, after: helpers.After | None = None) -> HostRecord:
-    found = state.locate()
-    place, note = found.place, found.note()
-    nothing = "nothing to recover: no partitions recorded (use `ray-accel start`)"
-    if place is None:
-        raise InputError(nothing + (f"; {note}" if note else ""))
-    with state.host_lock("start --recover", place), interruptible():
-        record = state.load(place)
-        if record is None:
-            raise InputError(nothing)
-        state.check_host(record, place, "start --recover")
-        if record.legacy:
-            raise InputError(
-                f"state file {place.file} is an earlier ray-accel's record: start --recover restarts partitions "
-                "from a record of this version; run `ray-accel stop`, then `ray-accel start`"
-            )
-        if record.host_ip not in local_addresses():
-            raise InputError(
-                f"state file {place.file} was written for node IP {record.host_ip}, which is not an address of "
-                "this host now: its raylets cannot be restarted there; run `ray-accel stop`, then `ray-accel start`"
-            )
-        checks = procs.require_trusted(record, str(place.file), "start --recover")
-        gcs = [checks[r] for p in record.raylets() for r in p.of_kind("gcs_server")]
-        if gcs and not any(c.ours for c in gcs):
-            raise RayAccelError(
-                "the head's GCS is dead, so the cluster is gone: run `ray-accel stop`, then `ray-accel start`"
-            )
-
-        # A partition the decider drains or stopped stays as it is: the decider brings it back.
-        dead = [p for p in record.partitions if not any(checks[r].ours for r in p.of_kind("raylet")) and not p.held]
-        if not dead:
-            progress("every partition is alive: nothing to recover")
-            return after(record, progress) if after is not None else record
-        token = record.auth.token_path
-        if token is not None and not Path(token).is_file():
-            raise InputError(f"the cluster's token file {token} is gone; cannot restart raylets")
-        launches = Launches(state.ensure_dir(place), timeout_s)
-        try:
-            for p in dead:
-                # The raylet's leftovers (Ray's agents, workers) go first: they hold its ports.
-                terminate_raylet(p, checks)
-                new = relaunch(record, p, p.serving, dict(p.labels), launches, progress)
-                record = state.save(record.replacing(new))
-            restarted = [q for q in record.partitions if q.name in {p.name for p in dead}]
-            wait_registered(record.gcs_address, [q.node_id for q in restarted if q.node_id], timeout_s, progress)
-        except BaseException:
-            with shielded():
-                launches.undo()
-                # What was restarted is gone again: the record says what still runs.
-                gone = set(launches.processes())
-                left = [replace(q, processes=tuple(r for r in q.processes if r not in gone)) for q in record.partitions]
-                state.save(record.with_partitions(left))
-            raise
-        if record.metrics:
-            record = exporters.deploy(record, restarted, progress)
-        if after is not None:
-            record = after(record, progress)
-    return record
 
 
 def terminate_raylet(p: PartitionEntry, checks: Mapping[RayProcess, procs.Check]) -> None:

@@ -15,10 +15,12 @@ import enum
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
+from ray_accel.cluster.host import RayletPorts, Share
 from ray_accel.cluster.raylet import Split
 from ray_accel.cluster.state import HostRecord, PartitionEntry
 from ray_accel.core.devices import Device
 from ray_accel.core.reader import LOCAL
+from ray_accel.partition.inherited import InheritedMask, restrict
 from ray_accel.partition.plan import Mode, Partition, PartitionError, plan_partitions
 
 
@@ -32,12 +34,16 @@ class Action(enum.Enum):
 @dataclass(frozen=True)
 class Change:
     """What happens to one partition: `devices` it serves after (a removed
-    one: those it served), `part` as planned (None when removed; not in its JSON)."""
+    one: those it served), `part` as planned (None when removed; not in its
+    JSON); for one that starts (restarted, added), its `share` of the host and
+    its `ports`, once the change is planned whole."""
 
     partition: str
     action: Action
     devices: tuple[str, ...]
     part: Partition | None = field(default=None, metadata=LOCAL)
+    share: Share | None = None
+    ports: RayletPorts | None = None
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,7 @@ class Changes:
 
     changes: bool
     partitions: tuple[Change, ...]
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -81,8 +88,9 @@ def resplit(record: HostRecord, devices: Sequence[Device], split: Split, out: Co
     host's, as its backend lists them), none of `out` in service;
     `PartitionError` (exit 2) naming the value that cannot be planned."""
     mode = Mode.parse(split.mode)
-    if record.inherited_mask is not None:
-        devices = [d for d in devices if d.id in record.inherited_mask.devices]
+    mask = record.inherited_mask
+    if mask is not None:  # by core, as `start` planned within it: a device may be partly inside
+        devices = restrict(devices, InheritedMask(mask.env, mask.value, mask.visible_ids, record.spec.resource_name))
     usable = devices if mode is Mode.MANUAL else [d for d in devices if d.id not in out]
     plan = plan_partitions(
         usable, mode, split.partitions, split.manual, record.spec.accelerator_type, traits=record.spec.traits

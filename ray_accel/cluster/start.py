@@ -50,8 +50,8 @@ from ray_accel.cluster.signals import interruptible, shielded
 from ray_accel.cluster.state import HostRecord, PartitionEntry
 from ray_accel.core.devices import Device
 from ray_accel.core.errors import InputError, RayAccelError
-from ray_accel.core.health_kept import KEPT_FILE, Kept, doubted, read_kept
-from ray_accel.core.health_state import HealthFileError, read_health
+from ray_accel.core.health_kept import KEPT_FILE, out_of_service
+from ray_accel.core.health_state import HEALTH_FILE
 from ray_accel.core.numa import format_cpulist
 from ray_accel.core.validate import HEAD
 from ray_accel.partition.inherited import inherited_mask, plan_within_mask
@@ -107,35 +107,18 @@ def kept_dir() -> Path | None:
     root = state.search_root()
     if os.environ.get(state.STATE_ENV) or not root.is_dir():
         return root
-    return next((p for p in sorted(root.iterdir()) if (p / KEPT_FILE).is_file()), None)
-
-
-def last_out(directory: Path) -> list[str]:
-    """The devices the last `health.json` had out of service (none where it cannot be read)."""
-    try:
-        health = read_health(directory)
-    except HealthFileError:
-        return []
-    return [d for p in health.partitions for d in p.out] if health is not None else []
+    return next((p for p in sorted(root.iterdir()) if (p / KEPT_FILE).is_file() or (p / HEALTH_FILE).is_file()), None)
 
 
 def kept_out(
     state_dir: Path | None, plan: Plan, devices: Sequence[Device]
 ) -> tuple[tuple[OutOfService, ...], list[str]]:
-    """The planned devices the kept device health has out of service, and
-    what to say of them; every device of a partition out is an `InputError`
-    (a raylet serves at least one)."""
-    if state_dir is None:
-        return (), []
-    kept = read_kept(state_dir)
-    if not kept.found:
-        kept = Kept()  # nothing was ever kept here: every device starts in service, unwarned
-    notes = []
-    # Never healthy for want of a file: what the last health report had out stays out, in doubt.
-    why = Kept(doubted(kept, last_out(state_dir) if kept.unknown else (), time.time())).out()
-    if kept.unknown:
-        stays = "what the last health report had out stays out" if why else "every device starts in service"
-        notes.append(f"warning: {kept.unknown}: {stays}")
+    """The planned devices device health has out of service
+    (`health_kept.out_of_service`), and what to say of them; every device of
+    a partition out is an `InputError` (a raylet serves at least one)."""
+    found = out_of_service(state_dir, now=time.time())
+    why = found.devices
+    notes = [f"warning: {found.note}"] if found.note else []
     units = {d.id: d.core_ids for d in devices}
     out = []
     for part in plan.partitions:
@@ -342,6 +325,9 @@ def launch(
         inherited_mask=plan.mask,
         health=req.health,
         head_raylet=entry(0, heads[0]) if heads else None,
+        port_base=req.join.port_base,
+        max_workers=req.offer.max_workers,
+        resources=tuple(req.offer.resources.items()),
     )
     if heads:
         # Written as soon as there is something to stop: a start killed

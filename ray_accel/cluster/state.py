@@ -88,7 +88,12 @@ from ray_accel.plugins.traits import DeviceTraits
 # `stop` can stop what it names (2 had [pid, start ticks] pairs; 1 had
 # wall-clock start times). Its spec names no backend and no traits: read as
 # LEGACY_BACKEND with default traits, and written back without them.
-VERSION = 4
+# 5: the start's terms a host change plans with (`port_base`, `max_workers`,
+# the user's host `resources`), a host change under way (`change`) and the
+# devices no partition serves since a change could not start theirs
+# (`unassigned`); a 4 is read with none of them.
+VERSION = 5
+READS = (3, 4, 5)
 LEGACY_VERSION = 3
 LEGACY_BACKEND = "unknown"
 MAX_BYTES = 4 * 1024 * 1024
@@ -192,6 +197,46 @@ class PartitionEntry:
         return {**self.partition.to_json(), **fields}
 
 
+@dataclass(frozen=True, kw_only=True)
+class Spare:
+    """Devices no partition serves because a host change could not start the
+    partition planned for them (`status` lists them unassigned), with the
+    share of the host that partition had: the next repartition may plan them
+    and divides that share again."""
+
+    device_ids: tuple[str, ...]
+    core_ids: tuple[int, ...]
+    share: Share
+    reason: str
+
+
+# The kinds of host change (`HostChange.kind`).
+CHANGE_KINDS = ("repartition", "shrink", "return")
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostChange:
+    """A change of the host's raylets under way, written to the record before
+    each of its steps is taken (`ray_accel.hostops.steps`), so that a crash
+    at any step leaves a record from which `start --recover` finishes it.
+
+    `touched`: the partitions it drains and stops (still in `partitions`
+    until the partition that takes their devices enters). `target`: the
+    partitions it starts, planned whole (devices, share, ports, labels); each
+    leaves `target` as it enters `partitions`. `owner`: the process running
+    it (a repartition's helper, or the decider): while it lives nobody else
+    finishes the change."""
+
+    kind: str
+    step: str  # the step written last: taken, or about to be
+    since: float
+    owner: RayProcess | None = None
+    touched: tuple[str, ...] = ()
+    target: tuple[PartitionEntry, ...] = ()
+    deadline: float | None = None  # when a drained partition's raylet is stopped, at the latest
+    mode: str | None = None  # the host's mode once it is done
+
+
 @dataclass(frozen=True)
 class HostRecord:
     """What `start` started on one host. The host is its name (as a file
@@ -222,6 +267,14 @@ class HostRecord:
     repartition: RayProcess | None = None  # a running repartition's helper
     # A head's own raylet (GCS, dashboard, drivers): no devices, named HEAD.
     head_raylet: PartitionEntry | None = None
+    # The start's terms a host change plans with, beside `ray_args`, `labels`,
+    # `inherited_mask` and `health`: the user's --port-base, --max-workers and
+    # the host's custom --resources (divided between partitions).
+    port_base: int | None = None
+    max_workers: int | None = None
+    resources: tuple[tuple[str, float], ...] = ()
+    change: HostChange | None = None
+    unassigned: tuple[Spare, ...] = ()
 
     def raylets(self) -> list[PartitionEntry]:
         """Every raylet of this host: the partitions', then the head's."""
@@ -234,6 +287,14 @@ class HostRecord:
     def helpers(self) -> list[RayProcess]:
         """The host's helper processes it names: its processes that are no raylet's."""
         return [h for h in (self.decider, self.repartition) if h is not None]
+
+    def partition(self, name: str) -> PartitionEntry | None:
+        return next((p for p in self.partitions if p.name == name), None)
+
+    def in_change(self, name: str) -> bool:
+        """Whether a host change under way drains, stops or starts partition `name`."""
+        change = self.change
+        return change is not None and (name in change.touched or any(t.name == name for t in change.target))
 
     @property
     def legacy(self) -> bool:
@@ -256,6 +317,7 @@ def dumps(record: HostRecord) -> str:
     # A record read from an earlier version's file is written back in its
     # own version (`stop` marks it stopping), which that version can read.
     spec = dump_fields(record.spec)
+    change = record.change
     data = {
         "version": LEGACY_VERSION if record.legacy else VERSION,
         **dump_fields(
@@ -264,10 +326,13 @@ def dumps(record: HostRecord) -> str:
             labels=dict(record.labels),
             partitions=[p.to_json() for p in record.partitions],
             head_raylet=record.head_raylet and record.head_raylet.to_json(),
+            resources=dict(record.resources),
+            change=None if change is None else dump_fields(change, target=[t.to_json() for t in change.target]),
         ),
     }
     if record.legacy:
-        del data["host_ip"]
+        for key in ("host_ip", "port_base", "max_workers", "resources", "change", "unassigned"):
+            del data[key]
     return json.dumps(data, indent=2, allow_nan=False)
 
 
@@ -290,10 +355,12 @@ def _checked(node: Node, check: Callable[..., T], *args: object) -> T:
 
 def _record(obj: Node) -> HostRecord:
     version = obj.mapping().get("version")
-    if version not in (VERSION, LEGACY_VERSION) or isinstance(version, bool):
+    if version not in READS or isinstance(version, bool):
+        newer = isinstance(version, int) and version > VERSION
         raise ReadError(
-            f"{show(version)}; this ray-accel reads versions {LEGACY_VERSION} and {VERSION} (stop that version's "
-            "processes with the ray-accel that wrote it, or by hand, then remove the file)",
+            f"{show(version)}; this ray-accel reads versions {READS[0]} to {VERSION}"
+            + (" (a newer ray-accel wrote it: use that version)" if newer else "")
+            + " (stop that version's processes with the ray-accel that wrote it, or by hand, then remove the file)",
             "version",
         )
     spec = _spec(obj.at("spec"), legacy=version == LEGACY_VERSION)
@@ -345,6 +412,38 @@ def _record(obj: Node) -> HostRecord:
         decider=_opt(obj.at("decider", None), lambda n: _helper(n, DECIDER_KIND)),
         repartition=_opt(obj.at("repartition", None), lambda n: _helper(n, REPARTITION_KIND)),
         head_raylet=_opt(obj.at("head_raylet", None), lambda n: _partition(n, spec, head=True)),
+        port_base=_opt(obj.at("port_base", None), lambda n: n.int(1024, 65535)),
+        max_workers=_opt(obj.at("max_workers", None), lambda n: n.int(1, 1 << 20)),
+        resources=_amounts(obj.at("resources", None)),
+        change=_opt(obj.at("change", None), lambda n: _change(n, spec)),
+        unassigned=tuple(_spare(n) for n in obj.at("unassigned", []).list(MAX_PARTITIONS)),
+    )
+
+
+def _amounts(node: Node) -> tuple[tuple[str, float], ...]:
+    amounts = Node(node.data or {}, node.path)
+    return tuple((k, v.number(0.0, 1e15)) for k, v in amounts.items(256))
+
+
+def _change(obj: Node, spec: BridgeSpec) -> HostChange:
+    return HostChange(
+        kind=obj.at("kind").one_of(CHANGE_KINDS),
+        step=obj.at("step").text(128),
+        since=obj.at("since").number(0.0, 1e12),
+        owner=_opt(obj.at("owner", None), _process),
+        touched=obj.at("touched", []).texts(63, MAX_PARTITIONS),
+        target=tuple(_partition(t, spec) for t in obj.at("target", []).list(MAX_PARTITIONS)),
+        deadline=_opt(obj.at("deadline", None), lambda n: n.number(0.0, 1e12)),
+        mode=_opt(obj.at("mode", None), lambda n: n.one_of([m.value for m in Mode])),
+    )
+
+
+def _spare(obj: Node) -> Spare:
+    return Spare(
+        device_ids=obj.at("device_ids").texts(256, MAX_UNITS),
+        core_ids=_units(obj.at("core_ids")),
+        share=_share(obj.at("share")),
+        reason=obj.at("reason").text(MAX_TEXT),
     )
 
 

@@ -108,6 +108,30 @@ class HostStatus:
     partitions: tuple[PartitionStatus, ...] = ()
     health: HealthSummary | None = None  # None: no decider recorded
     head: PartitionStatus | None = None  # a head's own raylet (no devices), apart from the partitions
+    change: ChangeStatus | None = None  # a host change under way, or interrupted
+    unassigned: tuple[UnassignedStatus, ...] = ()  # devices no partition serves since a change could not start theirs
+
+
+@dataclass(frozen=True)
+class ChangeStatus:
+    """A host change in the record; the fields are its `status --json` keys."""
+
+    kind: str
+    step: str  # the step written last: under way, or where it was interrupted
+    since: float
+    running: bool  # its process still runs; False: interrupted, `start --recover` finishes it
+    pid: int | None
+    touched: tuple[str, ...]
+    starting: tuple[str, ...]  # the partitions it has still to start
+
+
+@dataclass(frozen=True)
+class UnassignedStatus:
+    """Devices no partition serves; the fields are its `status --json` keys."""
+
+    device_ids: tuple[str, ...]
+    core_ids: tuple[int, ...]
+    reason: str
 
 
 def status() -> HostStatus:
@@ -217,6 +241,25 @@ def describe(record: HostRecord, place: state.Place) -> HostStatus:
         tuple(out),
         summary,
         head,
+        _change(record, checks),
+        tuple(UnassignedStatus(u.device_ids, u.core_ids, u.reason) for u in record.unassigned),
+    )
+
+
+def _change(record: HostRecord, checks: Mapping[RayProcess, procs.Check]) -> ChangeStatus | None:
+    change = record.change
+    if change is None:
+        return None
+    owner = change.owner
+    running = owner is not None and owner in checks and checks[owner].ours
+    return ChangeStatus(
+        kind=change.kind,
+        step=change.step,
+        since=change.since,
+        running=running,
+        pid=None if owner is None else owner.pid,
+        touched=change.touched,
+        starting=tuple(t.name for t in change.target),
     )
 
 

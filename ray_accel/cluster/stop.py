@@ -19,7 +19,7 @@ from contextlib import suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ray_accel.cluster import helpers, procs, state
+from ray_accel.cluster import helpers, launcher, procs, state
 from ray_accel.cluster.raylet import flag_value
 from ray_accel.cluster.state import HostRecord
 from ray_accel.core.files import read_bytes
@@ -61,6 +61,8 @@ def stop(grace_s: float = 5.0, place: state.Place | None = None) -> Stopped:
         signalled: list[int] = []
         for p in ordered:
             signalled += procs.terminate([r.record for r in p.processes if checks[r].ours], grace_s)
+        if record.change is not None:  # what a change's launches left that the record does not name yet
+            signalled += launcher.stop_leftovers(place.directory, [t.name for t in record.change.target], grace_s)
         if record.head:
             forget_cluster_address(record)
         state.clear(place)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ray_accel.core.health import Health
+from ray_accel.core.health_state import HealthFileError, read_health
 from ray_accel.core.health_track import Fault, Tracked
 from ray_accel.core.reader import Node, ReadError, dump, load, parse_json, read_file
 
@@ -133,3 +134,38 @@ def cleared(devices: Sequence[KeptDevice], device_id: str) -> tuple[KeptDevice, 
         replace(d, faults=tuple(f for f in d.faults if not f.sticky), doubt="") if d.device_id == device_id else d
         for d in devices
     )
+
+
+@dataclass(frozen=True)
+class OutOfService:
+    """Which devices are out of service, with why, and what to say when part
+    of that answer could not be read."""
+
+    devices: Mapping[str, str] = field(default_factory=dict)
+    note: str | None = None
+
+
+def out_of_service(directory: Path | None, recorded: Iterable[str] = (), now: float | None = None) -> OutOfService:
+    """The one answer to "which devices are out of service", for `start`,
+    `plan`, `repartition`, the decider and `health clear`: what the kept
+    device health (`devices.json` in `directory`) has out. A device is never
+    back in service for want of a file: where that file is missing or cannot
+    be read, the devices `recorded` out (the host record's) and those the
+    last health report (`health.json`) had out stay out, in doubt, and `note`
+    says why."""
+    if directory is None:
+        return OutOfService()
+    kept = read_kept(directory)
+    if not kept.unknown:
+        return OutOfService(kept.out())
+    try:
+        health = read_health(directory)
+    except HealthFileError:
+        health = None
+    last = [d for p in health.partitions for d in p.out] if health is not None else []
+    was_out = [*recorded, *last]
+    if not kept.found and not was_out:
+        return OutOfService()  # nothing was ever kept here, and nothing was out: every device in service
+    doubt = Kept(doubted(kept, was_out, now if now is not None else 0.0)).out()
+    stays = "what the last health report had out stays out" if doubt else "every device starts in service"
+    return OutOfService(doubt, f"{kept.unknown}: {stays}")

@@ -25,7 +25,7 @@ import logging
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ray_accel.cluster import helpers, procs, state
@@ -38,8 +38,10 @@ from ray_accel.core.health import DeviceHealth, Health, HealthReport
 from ray_accel.core.health_kept import KEPT_FILE, doubted, read_kept
 from ray_accel.core.health_kept import dumps as dump_kept
 from ray_accel.core.health_state import HEALTH_FILE, MAX_EVENTS, HealthSettings, HostHealth, count_events, dumps
-from ray_accel.health import actions, rules
+from ray_accel.health import rules
 from ray_accel.health.requests import take_requests
+from ray_accel.hostops import actions, steps
+from ray_accel.hostops.drain import drain
 from ray_accel.plugins.discovery import process_backend
 from ray_accel.plugins.host_readings import READINGS_FILE, readings_json
 from ray_accel.plugins.interface import HealthMonitor
@@ -86,6 +88,7 @@ class Decider:
     health: HostHealth
     timeout_s: float = 180.0
     pending: tuple[str, ...] = ()  # errors said at the first poll (why the kept health is unknown)
+    drained: set[str] = field(default_factory=set)  # the partitions whose drain this process asked Ray for
 
     @property
     def host(self) -> actions.Host:
@@ -143,6 +146,8 @@ class Decider:
         """Partition `name`'s step: its effect on Ray, then its new state in
         the record (a failed effect leaves it as it was: tried again next poll)."""
         p = actions.entry(record, name)
+        if record.in_change(name):  # a host change under way owns it until it ends
+            return None
         raylet = p.raylet()
         alive = raylet is not None and raylet in checks and checks[raylet].ours
         facts = rules.Facts(full=p.device_ids, raylet_alive=alive, health=by_id)
@@ -155,8 +160,22 @@ class Decider:
             if step.effect is rules.Effect.DRAIN:
                 if p.node_id is None:
                     raise RayAccelError(f"partition {name} has no node id to drain")
-                actions.drain(record, p.node_id, step.message, step.view.deadline)
-            elif step.effect is not rules.Effect.NONE:
+                # Saved before Ray is asked: a decider killed in between asks again when it starts (`drained`).
+                saved = actions.save_state(self.host, name, held)
+                steps.announce(steps.DRAIN, f"draining node {p.node_id[:12]} of {name}", say, name)
+                try:
+                    drain(saved, p.node_id, step.message, step.view.deadline)
+                except RayAccelError:
+                    actions.save_state(self.host, name, record.state_of(p))  # not drained: tried again next poll
+                    raise
+                self.drained.add(name)
+                return saved
+            if alive and p.held and name not in self.drained and p.node_id is not None and view.deadline:
+                # Held by a decider before this one, which may have died before asking Ray: asked again
+                # (a draining raylet keeps the first request).
+                drain(record, p.node_id, p.health.detail or f"ray-accel: partition {name} is drained", view.deadline)
+                self.drained.add(name)
+            if step.effect is not rules.Effect.NONE:
                 level = host_level_partition(record)
                 if step.effect is rules.Effect.STOP:
                     record = actions.stop_partition(self.host, name, held, say)

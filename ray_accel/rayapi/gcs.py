@@ -185,22 +185,35 @@ def poll_nodes(
         return None, str(e)
 
 
+def registered_within(
+    address: str, node_ids: Sequence[str], timeout_s: float, progress: Progress
+) -> tuple[frozenset[str], str | None]:
+    """Which of `node_ids` are registered and alive once all are, or after
+    `timeout_s`; and the GCS's last error, if its last answer was one."""
+    deadline = time.monotonic() + timeout_s
+    wanted = set(node_ids)
+    seen = -1
+    last_error: str | None = None
+    up: frozenset[str] = frozenset()
+    while True:
+        nodes, last_error = poll_nodes(address, last_error, progress)
+        up = frozenset(n for n in wanted if nodes and n in nodes and nodes[n].alive)
+        if len(up) != seen:
+            progress(f"registered {len(up)}/{len(wanted)} raylets")
+            seen = len(up)
+        if up == wanted or time.monotonic() >= deadline:
+            return up, last_error
+        time.sleep(0.3)
+
+
 def wait_registered(address: str, node_ids: Sequence[str], timeout_s: float, progress: Progress) -> None:
     """Wait until every one of `node_ids` is registered and alive, asking
     with the auth this process was given for its raylets (`auth.apply`). A
     GCS error is reported through `progress` each time it changes (the GCS
     may come up later) and named in the timeout's error."""
-    deadline = time.monotonic() + timeout_s
-    seen = -1
-    last_error: str | None = None
-    while time.monotonic() < deadline:
-        nodes, last_error = poll_nodes(address, last_error, progress)
-        up = sum(1 for n in node_ids if nodes and n in nodes and nodes[n].alive)
-        if up != seen:
-            progress(f"registered {up}/{len(node_ids)} raylets")
-            seen = up
-        if up == len(node_ids):
-            return
-        time.sleep(0.3)
+    up, last_error = registered_within(address, node_ids, timeout_s, progress)
+    if len(up) == len(set(node_ids)):
+        return
+    seen = len(up)
     cause = f"; the last query: {last_error}" if last_error else ""
     raise RayAccelError(f"only {seen}/{len(node_ids)} raylets registered with {address} within {timeout_s:g}s{cause}")

@@ -19,6 +19,7 @@ LAYERS = (
     "metrics",
     "bridge",
     "cluster",
+    "hostops",
     "health",
     "placement",
     "jobs",

@@ -632,7 +632,7 @@ def test_an_exporter_runs_no_discovery_and_probes_only_its_spec_backend(monkeypa
 
     from ray_accel.cluster.helpers import read_inputs
     from ray_accel.core.reader import dump
-    from ray_accel.health.driver_ops import MODULE, DriverOp
+    from ray_accel.hostops.driver_ops import MODULE, DriverOp
     from ray_accel.metrics.export import Deployment, ExporterEntry, PartitionExporter
     from ray_accel.plugins import discovery
 
@@ -700,7 +700,7 @@ def test_a_failed_sample_is_in_the_snapshot_until_one_succeeds(monkeypatch: pyte
 def test_a_bad_spec_or_entry_is_an_input_error(capsys: pytest.CaptureFixture[str]) -> None:
     from ray_accel.cluster.helpers import read_inputs
     from ray_accel.core.errors import InputError
-    from ray_accel.health.driver_ops import MODULE, DriverOp
+    from ray_accel.hostops.driver_ops import MODULE, DriverOp
     from ray_accel.plugins.discovery import spec_backend
 
     assert spec_backend(None) is None and spec_backend('[{"backend": "cuda"}]') == "cuda"

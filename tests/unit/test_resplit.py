@@ -57,13 +57,17 @@ def test_merging_two_partitions_keeps_the_others() -> None:
     }  # fmt: skip
     assert plan.changed
     cd = dump(plan.view())["partitions"][-1]  # type: ignore[index,call-overload]
-    assert cd == {"partition": "cd", "action": "added", "devices": [f"neuron:{i}" for i in range(8, 16)]}
+    # The share and ports of a partition that starts come with the change's whole plan (`plan_change`).
+    assert cd == {
+        "partition": "cd", "action": "added", "devices": [f"neuron:{i}" for i in range(8, 16)], "share": None,
+        "ports": None,
+    }  # fmt: skip
 
 
 def test_the_same_split_changes_nothing() -> None:
     plan = resplit(started(FOUR), TRN1, Split("manual", manual=FOUR), frozenset())
     assert not plan.changed
-    assert dump(plan.view()) == {"changes": False, "partitions": [dump(c) for c in plan.changes]}
+    assert dump(plan.view()) == {"changes": False, "partitions": [dump(c) for c in plan.changes], "warnings": []}
 
 
 def test_same_name_other_devices_restarts() -> None:

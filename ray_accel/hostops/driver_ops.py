@@ -23,7 +23,7 @@ from ray_accel.core.errors import RayAccelError
 from ray_accel.metrics.export import Deployment, connect, deploy, kill
 
 TIMEOUT_S = 180.0
-MODULE = "ray_accel.health.driver_ops"
+MODULE = "ray_accel.hostops.driver_ops"
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,14 @@
-"""What the decider does to a partition's raylet: drain it through Ray, stop
-it by PID, restart it serving some of its devices (the launcher code `start
---recover` uses).
+"""What the decider does to a partition's raylet: save its state, stop it by
+PID, restart it serving some of its devices (its drain: `drain`).
 
 Stopping, restarting and saving a partition's state happen under the host's
 lock, as `start`, `stop` and `--recover` do: a command that holds it makes
 the decider try again next poll. A partition the decider signals is already
 held in the host record (draining, restoring or stopped), so `start --block`
-does not take the raylet's end for a failure; a restart that fails or is
-interrupted (SIGTERM from `stop`) stops every process it launched and saves
-the record as it stands: the partition stopped, nothing of it running.
+does not take the raylet's end for a failure. A restart is a host change
+(`change`): recorded before each of its steps, so a decider killed at any
+step leaves a record that `start --recover` finishes; one that fails leaves
+the partition stopped, nothing of it running.
 """
 
 from __future__ import annotations
@@ -20,15 +20,13 @@ from dataclasses import dataclass, replace
 
 from ray_accel.cluster import auth, procs, state
 from ray_accel.cluster.exporters import deployment
-from ray_accel.cluster.launcher import Launches
-from ray_accel.cluster.recover import relaunch, terminate_raylet
-from ray_accel.cluster.signals import shielded
-from ray_accel.cluster.state import HostRecord, PartitionEntry, RayProcess
+from ray_accel.cluster.recover import terminate_raylet
+from ray_accel.cluster.state import HostChange, HostRecord, PartitionEntry, RayProcess
 from ray_accel.core.devices import Device
 from ray_accel.core.errors import RayAccelError
-from ray_accel.core.health_state import PartitionState, PartState
+from ray_accel.core.health_state import PartitionState
 from ray_accel.core.hosts import HostId
-from ray_accel.health import driver_ops
+from ray_accel.hostops import change, driver_ops, steps
 from ray_accel.partition.plan import (
     CONNECTED_LABEL,
     CORES_LABEL,
@@ -37,11 +35,8 @@ from ray_accel.partition.plan import (
     Partition,
     topology_labels,
 )
-from ray_accel.rayapi import gcs as rayapi_gcs
-from ray_accel.rayapi.feature import RayApiMissing
-from ray_accel.rayapi.gcs import GcsError, Progress, answer_within, wait_registered
+from ray_accel.rayapi.gcs import Progress
 
-GCS_TIMEOUT_S = 15.0
 TOPOLOGY_KEYS = (DEVICES_LABEL, CORES_LABEL, LINKS_LABEL, CONNECTED_LABEL)
 
 
@@ -63,25 +58,6 @@ def entry(record: HostRecord, name: str) -> PartitionEntry:
     if found is None:
         raise RayAccelError(f"partition {name} is no longer in the host record")
     return found
-
-
-def drain(record: HostRecord, node_id: str, message: str, deadline: float | None) -> None:
-    """Ask the GCS to drain `node_id` for preemption with `message`, the way
-    `ray drain-node` does; `RayAccelError` when it is not accepted."""
-    auth.apply(record.auth)
-    deadline_ms = 0 if deadline is None else int(deadline * 1000)
-    try:
-        reply = answer_within(
-            lambda: rayapi_gcs.drain_node(record.gcs_address, node_id, message[:1000], deadline_ms, GCS_TIMEOUT_S),
-            GCS_TIMEOUT_S + 5,
-            f"the GCS at {record.gcs_address}",
-        )
-    except (GcsError, RayApiMissing) as e:
-        raise RayAccelError(f"drain of {node_id[:12]} failed: {e}") from None
-    if reply is None:
-        raise RayAccelError(f"drain of {node_id[:12]}: the GCS at {record.gcs_address} did not answer")
-    if not reply.accepted:
-        raise RayAccelError(f"drain of {node_id[:12]} was rejected: {reply.rejection}")
 
 
 @contextmanager
@@ -112,10 +88,13 @@ def save_state(host: Host, name: str, held: PartitionState) -> HostRecord:
 
 def stop_partition(host: Host, name: str, held: PartitionState, progress: Progress) -> HostRecord:
     """Stop partition `name`'s raylet (and what Ray started for it) by PID;
-    the record has it in state `held` (stopped), every device out."""
+    the record has it in state `held` (stopped), every device out: saved so
+    before the first signal, then saved with nothing of it running."""
     with _current(host, name, f"stopping {name}") as (record, p, checks):
         raylet = p.raylet()
-        progress(f"{name}: stopping raylet {raylet.pid if raylet is not None else '-'}")
+        record = state.save(record.replacing(replace(p, health=held)))
+        pid = raylet.pid if raylet is not None else "-"
+        steps.announce(steps.STOP, f"stopping raylet {pid} of {name}", progress, name)
         terminate_raylet(p, checks)
         return state.save(record.replacing(_stopped(p, held)))
 
@@ -138,33 +117,40 @@ def restart_partition(
     host: Host, name: str, serve: Sequence[str], held: PartitionState, progress: Progress
 ) -> HostRecord:
     """Restart partition `name` serving the devices `serve` (its own ids, in
-    its order): stop what is left of its raylet, start a new one on its ports
-    with its share, the mask and resources of `serve`, the same name and
-    labels (topology labels of what it serves); then it is in state `held`.
-    Under the host's lock; a restart that fails leaves it stopped, saying why."""
-    with _current(host, name, f"restarting {name}") as (record, p, checks):
-        terminate_raylet(p, checks)
+    its order): a host change of its own (`change`, kind shrink or return),
+    recorded before its first step: what is left of its raylet stopped, a new
+    one on its ports with its share, the mask and resources of `serve`, the
+    same name and labels (topology labels of what it serves); then it is in
+    state `held`. Under the host's lock; a restart that fails leaves it
+    stopped, saying why (`RayAccelError`)."""
+    with _current(host, name, f"restarting {name}") as (record, p, _):
         serve_ids = tuple(d for d in p.device_ids if d in set(serve))
         cores = tuple(sorted(c for d in host.devices if d.id in serve_ids for c in d.core_ids))
         part = Partition(name, serve_ids, cores, p.accelerator_type, p.models)
-        labels = relabel(p, part, host.devices, record)
-        launches = Launches(state.ensure_dir(host.place), host.timeout_s)
         out = tuple(d for d in p.device_ids if d not in serve_ids)
-        try:
-            new = relaunch(record, p, part, labels, launches, progress)
-            new = replace(new, out=out, out_core_ids=tuple(c for c in p.core_ids if c not in cores), health=held)
-            record = state.save(record.replacing(new))
-            wait_registered(record.gcs_address, [new.node_id] if new.node_id else [], host.timeout_s, progress)
-        except BaseException as e:
-            with shielded():
-                stopped = launches.undo()
-                why = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
-                progress(f"{name}: restart {why}: stopped the {len(stopped)} processes it had started")
-                # Nothing of it runs now: the record says so (the decider tries a failed restart again later).
-                held = PartitionState(PartState.STOPPED, time.time(), f"restart {why}: {e or type(e).__name__}"[:1000])
-                record = state.save(record.replacing(_stopped(p, held)))
-            raise
-        return record
+        target = replace(
+            p,
+            processes=(),
+            node_id=None,
+            labels=tuple(relabel(p, part, host.devices, record).items()),
+            out=out,
+            out_core_ids=tuple(c for c in p.core_ids if c not in cores),
+            health=held,
+        )
+        recorded = HostChange(
+            kind="shrink" if out else "return",
+            step=steps.PLANNED,
+            since=time.time(),
+            owner=record.decider,
+            touched=(name,),
+            target=(target,),
+            deadline=p.health.deadline,
+        )
+        record = change.begin(record, recorded, progress)
+        outcome = change.advance(host.place, record, progress, host.timeout_s)
+        if outcome.failed:
+            raise RayAccelError(f"restart failed: {outcome.failed[0]}")
+        return outcome.record
 
 
 def redeploy_exporters(record: HostRecord, names: Sequence[str], progress: Progress) -> None:
