@@ -250,6 +250,43 @@ def ray_start_args(
     return args + passed
 
 
+@dataclass(frozen=True, kw_only=True)
+class RayletLaunch:
+    """Everything one raylet's `ray start` is given: the one place a raylet's
+    arguments and environment are made, for `start`, `start --recover`, the
+    decider's shrink and return and a repartition alike. `part` is the
+    partition as its raylet serves it (the head raylet: no devices), `spec`
+    the bridge's spec of its own devices, `labels` all of its labels (the
+    user's, then ray-accel's), `gcs` the GCS it joins (None: it is the head
+    raylet, its GCS on `gcs_port`)."""
+
+    part: Partition
+    ports: RayletPorts
+    spec: BridgeSpec
+    share: Share
+    user: RayOptions
+    labels: Mapping[str, str]
+    gcs: str | None
+    gcs_port: int = 0
+    dashboard: bool = True
+
+    def job(self, base_env: dict[str, str]) -> tuple[str, list[str], dict[str, str]]:
+        """The launcher's job: the raylet's name, its `ray start` arguments and
+        its environment made from `base_env`."""
+        args = ray_start_args(
+            self.part,
+            self.ports,
+            self.spec,
+            self.share,
+            self.user,
+            self.labels,
+            self.gcs,
+            self.gcs_port,
+            self.dashboard,
+        )
+        return self.part.name, args, partition_env(base_env, self.spec, self.part, self.share)
+
+
 def launch_argv(result_path: str, args: Sequence[str]) -> list[str]:
     """The launcher module's arguments: where to write its result, then the
     `ray` command line (`start ...`)."""

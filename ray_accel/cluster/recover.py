@@ -13,7 +13,7 @@ from ray_accel.cluster import procs
 from ray_accel.cluster.auth import raylet_base_env
 from ray_accel.cluster.host import Share, check_free, divide, read_host
 from ray_accel.cluster.launcher import Launches
-from ray_accel.cluster.raylet import RayOptions, partition_env, ray_start_args, user_figures
+from ray_accel.cluster.raylet import RayletLaunch, RayOptions, user_figures
 from ray_accel.cluster.state import HostRecord, PartitionEntry, RayProcess
 from ray_accel.core.errors import RayAccelError
 from ray_accel.core.numa import read_topology
@@ -37,13 +37,19 @@ def relaunch(
     (its ports are checked)."""
     check_free([p.ports.named["node_manager_port"], p.ports.named["object_manager_port"]], f"restarting {p.name}")
     own = record.spec.for_partition(part)
-    share = recorded_share(p, record)
-    labels = {**dict(record.labels), **extra_labels}
-    args = ray_start_args(part, p.ports, own, share, RayOptions.read(record.ray_args), labels, record.gcs_address)
+    launch = RayletLaunch(
+        part=part,
+        ports=p.ports,
+        spec=own,
+        share=recorded_share(p, record),
+        user=RayOptions.read(record.ray_args),
+        labels={**dict(record.labels), **extra_labels},
+        gcs=record.gcs_address,
+    )
     base_env = raylet_base_env(record.auth)
     env = {**base_env, **raylet_env([record.spec], base_env)}
     progress(f"restarting {part.name}: {record.spec.visible_ids_env}={part.visible_ids}")
-    (result,) = launches.run_all([(part.name, args, partition_env(env, own, part, share))])
+    (result,) = launches.run_all([launch.job(env)])
     if not result.ok:
         raise RayAccelError(f"partition {part.name} did not restart: {result.error}")
     return replace(

@@ -44,7 +44,7 @@ from ray_accel.cluster.host import (
     worker_ports,
 )
 from ray_accel.cluster.launcher import Launches
-from ray_accel.cluster.raylet import DEFAULT_GCS_PORT, StartRequest, partition_env, ray_start_args
+from ray_accel.cluster.raylet import DEFAULT_GCS_PORT, RayletLaunch, StartRequest
 from ray_accel.cluster.raylet_launch import LaunchReport
 from ray_accel.cluster.signals import interruptible, shielded
 from ray_accel.cluster.state import HostRecord, PartitionEntry
@@ -82,13 +82,26 @@ class LaunchPlan:
     served: tuple[Partition, ...]  # each partition as its raylet serves it: less its devices `out`
 
     @property
-    def raylets(self) -> list[tuple[Partition, Partition, Share, RayletPorts]]:
-        """Each raylet's partition as planned and as served, share and port
-        block: a head's own first (no devices)."""
+    def raylets(self) -> list[PlannedRaylet]:
+        """Each raylet this start launches: a head's own first (no devices)."""
         none = Partition(HEAD, (), ())
         head = [(none, none, HEAD_SHARE)] if self.request.join.head else []
         own = [*head, *zip(self.plan.partitions, self.served, self.division.shares, strict=True)]
-        return [(*p, ports) for p, ports in zip(own, self.ports, strict=True)]
+        return [
+            PlannedRaylet(planned=planned, served=served, share=share, ports=ports)
+            for (planned, served, share), ports in zip(own, self.ports, strict=True)
+        ]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlannedRaylet:
+    """One raylet of a start: its partition as planned and as its raylet
+    serves it (less its devices out of service), its share and its port block."""
+
+    planned: Partition
+    served: Partition
+    share: Share
+    ports: RayletPorts
 
 
 @dataclass(frozen=True)
@@ -271,29 +284,39 @@ def launch(
     user = req.ray.naming(lp.node_ip)
 
     def job(i: int, gcs: str | None) -> tuple[str, list[str], dict[str, str]]:
-        _, part, share, ports = raylets[i]
-        own = lp.spec.for_partition(part)  # its raylet advertises its own devices' type
-        labels = {**req.offer.labels, **lp.labels[part.name]}
-        args = ray_start_args(part, ports, own, share, user, labels, gcs, lp.gcs_port, req.services.dashboard)
+        raylet = raylets[i]
+        part, share = raylet.served, raylet.share
+        launch = RayletLaunch(
+            part=part,
+            ports=raylet.ports,
+            spec=lp.spec.for_partition(part),  # its raylet advertises its own devices' type
+            share=share,
+            user=user,
+            labels={**req.offer.labels, **lp.labels[part.name]},
+            gcs=gcs,
+            gcs_port=lp.gcs_port,
+            dashboard=req.services.dashboard,
+        )
         pinned = f", CPUs {format_cpulist(share.cpu_set)}" if share.cpu_set is not None else ""
         progress(f"starting {part.name}: {lp.spec.visible_ids_env}={part.visible_ids}{pinned}")
-        return part.name, args, partition_env(env, own, part, share)
+        return launch.job(env)
 
     def entry(i: int, result: LaunchReport) -> PartitionEntry:
-        part, _, share, ports = raylets[i]
+        raylet = raylets[i]
+        part = raylet.planned
         return PartitionEntry(
             name=part.name,
             device_ids=tuple(part.device_ids),
             core_ids=tuple(part.core_ids),
             head=head and i == 0,
-            ports=ports,
+            ports=raylet.ports,
             processes=result.processes,
             node_id=result.node_id,
             node_ip=result.node_ip,
             log=result.log,
             accelerator_type=part.accelerator_type,
             models=tuple(part.models),
-            share=share,
+            share=raylet.share,
             labels=tuple(lp.labels[part.name].items()),
             out=tuple(o.device for o in lp.out if o.partition == part.name),
             out_core_ids=tuple(c for o in lp.out if o.partition == part.name for c in o.units),
