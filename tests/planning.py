@@ -81,7 +81,7 @@ def started_record(
             processes=(),
             node_id="ab" * 28,
             share=share,
-        )  # fmt: skip
+        )
         for i, (p, share) in enumerate(zip(parts, shares, strict=True))
     )
     head = PartitionEntry(name=HEAD, device_ids=(), core_ids=(), head=True, ports=blocks[0], processes=())
