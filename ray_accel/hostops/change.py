@@ -66,9 +66,7 @@ def begin(record: HostRecord, change: HostChange, progress: Progress) -> HostRec
     """`record` with `change` under way, saved: the first step, taken before anything else."""
     if record.change is not None:
         raise RayAccelError(f"a {record.change.kind} is already under way on this host (step {record.change.step})")
-    record = state.save(replace(record, change=change))
-    steps.announce(steps.PLANNED, f"{change.kind} recorded", progress)
-    return record
+    return state.save(replace(record, change=change))
 
 
 def _at(record: HostRecord, step: str) -> HostRecord:
@@ -98,6 +96,8 @@ def advance(place: state.Place, record: HostRecord, progress: Progress, timeout_
     change = record.change
     if change is None:
         return Outcome(record)
+    if change.step == steps.PLANNED:
+        steps.announce(steps.PLANNED, f"{change.kind} recorded", progress)
     touched = [p for p in record.partitions if p.name in change.touched]
     drained: list[str] = []
     for p in touched:

@@ -5,6 +5,7 @@ through ray-accel's seam, the host record read as `stop` reads it."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -196,3 +197,18 @@ def waiting_fit(
             "skip_if": skip_if,
         }
     )
+
+
+def lock_is_free(state_dir: Path) -> bool:
+    lock = state_dir / "lock"
+    if not lock.exists():
+        return True
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)

@@ -27,9 +27,7 @@ change their clusters, so they never share one.
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import subprocess
 import time
 from pathlib import Path
@@ -51,6 +49,7 @@ from tests.integration.health_steps import (
     gcs_view,
     gone,
     health,
+    lock_is_free,
     part,
     ray_cli,
     record,
@@ -352,21 +351,6 @@ for name in ("first", "second"):
     rounds.append(ray.get([where.remote() for _ in range(8)], timeout=120))
 print(json.dumps(rounds))
 """
-
-
-def lock_is_free(state_dir: Path) -> bool:
-    lock = state_dir / "lock"
-    if not lock.exists():
-        return True
-    fd = os.open(lock, os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return True
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
 
 
 def nothing_left(cluster: Cluster, tag: dict[str, str]) -> None:

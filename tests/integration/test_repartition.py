@@ -29,6 +29,7 @@ from tests.integration.health_steps import (
     background_driver,
     device,
     gcs_view,
+    lock_is_free,
     record,
     result_of,
     until,
@@ -36,7 +37,6 @@ from tests.integration.health_steps import (
     waiting_fit,
     write_faults,
 )
-from tests.integration.test_health import lock_is_free
 from tests.integration.test_metrics import scrape_all, top
 
 pytestmark = pytest.mark.ray

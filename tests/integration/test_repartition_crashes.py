@@ -1,0 +1,96 @@
+"""A repartition killed at each of its named steps, then `start --recover`:
+on a mock trn1.32xlarge split a=0-3;b=4-7;c=8-11;d=12-15 with a detached
+actor on a, the repartition to a;b;cd (and back, in turn) is SIGKILLed, its
+command and its helper, at every step of `ray_accel.hostops.steps`; after
+each, `start --recover` finishes the change within 90 s and every invariant
+of the host holds (`host_invariants.check_invariants`): the actor answers,
+Ray's alive partitions hold 32 NeuronCores, and `stop` leaves no process,
+lock or record."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ray_accel.hostops import steps
+from tests.integration.conftest import ClusterSpec, raylet_pids, start_cluster
+from tests.integration.health_steps import lock_is_free, record, until
+from tests.integration.host_invariants import check_invariants, devices_of, killed_at, recovered
+
+pytestmark = pytest.mark.ray
+
+FOUR = "a=0-3;b=4-7;c=8-11;d=12-15"
+MERGED = "a=0-3;b=4-7;cd=8-15"
+DEVICES = [f"neuron:{i}" for i in range(16)]
+# Every step a repartition takes, in order (`planned` is the record before the helper's first step).
+REPARTITION_STEPS = (
+    steps.PLANNED,
+    steps.DRAIN,
+    steps.LEAVE,
+    steps.WAIT,
+    steps.STOP,
+    steps.LAUNCH,
+    steps.REGISTER,
+    steps.FINISH,
+)
+
+ACTOR = r"""
+import json, sys
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+ray.init(address=sys.argv[1], namespace="crash-test", log_to_driver=False)
+
+class Holder:
+    def where(self):
+        return ray.get_runtime_context().get_node_id()
+
+if sys.argv[2] == "create":
+    strategy = NodeAffinitySchedulingStrategy(sys.argv[3], soft=False)
+    h = ray.remote(Holder).options(name="holder", lifetime="detached", num_cpus=0, resources={"neuron_cores": 2},
+                                   scheduling_strategy=strategy).remote()
+else:
+    h = ray.get_actor("holder")
+print(json.dumps([ray.get(h.where.remote(), timeout=60)]))
+"""
+
+
+def test_the_steps_the_docs_name_are_the_steps_taken() -> None:
+    design = (Path(__file__).resolve().parents[2] / "docs" / "design.md").read_text()
+    listed = [s for s in steps.STEPS if f"`{s}`" in design.split("## Host changes", 1)[-1]]
+    assert listed == list(steps.STEPS) == list(REPARTITION_STEPS)
+
+
+def test_a_repartition_killed_at_each_step_is_finished_by_recover(tmp_path: Path) -> None:
+    spec = ClusterSpec(
+        "crash-repartition",
+        "trn1.32xlarge",
+        4,
+        start_args=("--mode", "manual", "--manual", FOUR),
+        env={"RAYACCEL_METRICS_INTERVAL_S": "1"},
+    )
+    cluster = start_cluster(tmp_path / "c", spec)
+    try:
+        a = cluster.part("a")["node_id"]
+        assert cluster.driver(ACTOR, "create", a) == [a]
+        split = FOUR
+        for i, step in enumerate(REPARTITION_STEPS):
+            split = MERGED if split == FOUR else FOUR
+            said = killed_at(
+                cluster, step, ["repartition", "--manual", split, "--drain-deadline", "30"], tmp_path / f"{i}.log"
+            )
+            status = json.loads(cluster.cli("status", "--json").stdout)
+            change = status["change"]
+            assert change is not None and change["step"] == step and not change["running"], (step, change, said)
+            took, told = recovered(cluster)
+            assert f"finishing the repartition interrupted at step {step}" in told, told[-2000:]
+            assert took < 90, f"recover after a crash at {step} took {took:.0f}s"
+            check_invariants(cluster, DEVICES, devices_of(split))
+            assert cluster.driver(ACTOR, "again") == [a], f"the actor on a answers after a crash at {step}"
+            assert record(cluster).partition("a").node_id == a, "a is never touched"  # type: ignore[union-attr]
+    finally:
+        stopped = cluster.stop()
+    assert stopped.returncode == 0, stopped.stderr
+    assert until(lambda: not raylet_pids(), 30)
+    assert not (cluster.state_dir / "host.json").exists() and lock_is_free(cluster.state_dir)
