@@ -50,9 +50,15 @@ def devices_of(split: str) -> dict[str, tuple[str, ...]]:
     return out
 
 
-def check_invariants(cluster: Cluster, all_devices: Sequence[str], split: Mapping[str, Sequence[str]]) -> None:
+def check_invariants(
+    cluster: Cluster,
+    all_devices: Sequence[str],
+    split: Mapping[str, Sequence[str]],
+    mask: frozenset[int] | None = None,
+) -> None:
     """Every invariant of a host after a change or a recovery (`split`: each
-    partition's devices as planned), or an AssertionError saying which."""
+    partition's devices as planned; `mask`: the cores the host was started
+    under), or an AssertionError saying which."""
     rec = record(cluster)
     assert rec.change is None, f"a change is still recorded: {rec.change}"
     assert {p.name: p.device_ids for p in rec.partitions} == {k: tuple(v) for k, v in split.items()}
@@ -79,6 +85,16 @@ def check_invariants(cluster: Cluster, all_devices: Sequence[str], split: Mappin
             assert {int(c) for c in cores.split(",")} <= set(p.serving.core_ids), (p.name, cores)
     cores = sum(v.total.get("neuron_cores", 0) for v in nodes.values() if v.alive)
     assert cores == sum(len(p.serving.core_ids) for p in rec.partitions if p.processes)
+    if mask is not None:
+        outside = {c for p in rec.partitions for c in p.core_ids} - mask
+        assert not outside, f"cores {sorted(outside)} outside the mask are planned"
+    # No two raylets' port blocks (their ports and worker ports) meet, and each is inside the user's range.
+    blocks = [(p.name, set(p.ports.all())) for p in rec.raylets()]
+    for i, (name, ports) in enumerate(blocks):
+        for other, theirs in blocks[i + 1 :]:
+            assert not ports & theirs, f"{name}'s and {other}'s ports meet"
+        if rec.port_base is not None:
+            assert min(ports) >= rec.port_base, f"{name}'s ports start below --port-base {rec.port_base}"
 
 
 def killed_at(cluster: Cluster, step: str, args: Sequence[str], log: Path, timeout_s: float = 120) -> str:

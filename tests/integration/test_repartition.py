@@ -6,8 +6,9 @@ devices (a, b, c, d):
   holds 2 NeuronCores: a and b keep their raylets and Ray node
   ids, c's and d's nodes end drained with the repartition's message, `top`
   and the exporters' series follow;
-- SIGKILL mid-drain then `start --recover`, SIGTERM while cd starts, `stop`
-  during the drain: each leaves a host `status` describes truthfully;
+- SIGKILL mid-drain then `start --recover` (which finishes the change),
+  SIGTERM while c starts, `stop` during the drain: each leaves a host
+  `status` describes truthfully;
 - a fit on c and d while a and b are full restarts once, on cd."""
 
 from __future__ import annotations
@@ -177,32 +178,37 @@ def test_a_repartition_killed_stopped_or_interrupted_leaves_a_truthful_host(tmp_
     cluster = start_cluster(tmp_path / "c", spec)
     log = tmp_path / "repartition.log"
     try:
-        # SIGKILL mid-drain (actors keep c and d busy), then `start --recover`.
+        # SIGKILL mid-drain (actors keep c and d busy), then `start --recover` finishes the change.
         _hold(cluster, "c", "d")
-        cli = _background(cluster, log, "--manual", MERGED, "--drain-deadline", "600")
+        cli = _background(cluster, log, "--manual", MERGED, "--drain-deadline", "20")
         until(lambda: "draining node" in log.read_text(), 120)
         os.kill(_helper_pid(cluster), signal.SIGKILL)
         assert cli.wait(60) == 1
+        interrupted = cluster.refresh()["change"]
+        assert interrupted["kind"] == "repartition" and not interrupted["running"], interrupted
         recovered = cluster.cli("start", "--recover", "--json")
         assert recovered.returncode == 0, recovered.stderr
+        assert "finishing the repartition interrupted at step" in recovered.stderr
         status = cluster.refresh()
-        assert [p["partition"] for p in status["partitions"]] == ["a", "b", "c", "d"]
+        assert [p["partition"] for p in status["partitions"]] == ["a", "b", "cd"] and status["change"] is None
         assert all(p["alive"] for p in status["partitions"])
         assert sum(p["total"].get("neuron_cores", 0) for p in status["partitions"]) == 32
 
-        # SIGTERM while cd starts: what it started is stopped, c and d stay recorded for `--recover`.
-        cli = _background(cluster, log, "--manual", MERGED, "--drain-deadline", "0")
-        until(lambda: "restarting cd" in log.read_text(), 120, every_s=0.05)
+        # SIGTERM while c starts: what it was starting is stopped; the change stays recorded for `--recover`.
+        cli = _background(cluster, log, "--manual", FOUR, "--drain-deadline", "0")
+        until(lambda: "restarting c" in log.read_text(), 120, every_s=0.05)
         os.kill(_helper_pid(cluster), signal.SIGTERM)
         assert cli.wait(120) == 1
         status = cluster.refresh()
         alive = {p["partition"]: p["alive"] for p in status["partitions"]}
-        assert alive == {"a": True, "b": True, "c": False, "d": False}, status
-        assert record(cluster).repartition is None
+        assert alive == {"a": True, "b": True, "cd": False}, status
+        assert status["change"]["starting"] == ["c", "d"] and not status["change"]["running"], status["change"]
         assert len(raylet_pids()) == 3, "the head's, a's and b's"
         recovered = cluster.cli("start", "--recover", "--json")
         assert recovered.returncode == 0, recovered.stderr
-        assert sum(p["total"].get("neuron_cores", 0) for p in cluster.refresh()["partitions"]) == 32
+        status = cluster.refresh()
+        assert [p["partition"] for p in status["partitions"]] == ["a", "b", "c", "d"]
+        assert sum(p["total"].get("neuron_cores", 0) for p in status["partitions"]) == 32
 
         # `stop` during the drain: the repartition goes first, then every process, the record and the lock.
         _hold(cluster, "c", "d")

@@ -1,11 +1,24 @@
-"""A repartition killed at each of its named steps, then `start --recover`:
-on a mock trn1.32xlarge split a=0-3;b=4-7;c=8-11;d=12-15 with a detached
-actor on a, the repartition to a;b;cd (and back, in turn) is SIGKILLed, its
-command and its helper, at every step of `ray_accel.hostops.steps`; after
-each, `start --recover` finishes the change within 90 s and every invariant
-of the host holds (`host_invariants.check_invariants`): the actor answers,
-Ray's alive partitions hold 32 NeuronCores, and `stop` leaves no process,
-lock or record."""
+"""A repartition killed at each of its named steps, then `start --recover`.
+
+On a mock trn1.32xlarge split a=0-3;b=4-7;c=8-11;d=12-15, started under a
+mask that splits a device (NEURON_RT_VISIBLE_CORES=0-30: neuron:15 has only
+core 30 inside), with `--port-base`, `--max-workers` and a host object store
+of 600 MB, and a detached actor on a:
+
+- a split whose new object stores would fall under Ray's 75 MiB exits 2
+  naming the figure, before any drain: no raylet PID changes, no drain in
+  the GCS; the same split again is "nothing to change";
+- the repartition to a;b;cd (and back, in turn) is SIGKILLed, its command
+  and its helper, at every step of `ray_accel.hostops.steps`; after each,
+  `start --recover` finishes the change within 90 s and every invariant of
+  the host holds (`host_invariants.check_invariants`: every device in one
+  serving partition, a task pinned to each, the raylets exactly Ray's alive
+  nodes, no core outside the mask, no two port blocks meeting, all from the
+  --port-base up); the actor answers;
+- new partitions that cannot start in `--timeout 1` leave their devices
+  unassigned (in `status` and `status --json`), and a following repartition
+  onto them succeeds;
+- `stop` leaves no process, lock or record."""
 
 from __future__ import annotations
 
@@ -16,7 +29,7 @@ import pytest
 
 from ray_accel.hostops import steps
 from tests.integration.conftest import ClusterSpec, raylet_pids, start_cluster
-from tests.integration.health_steps import lock_is_free, record, until
+from tests.integration.health_steps import gcs_view, lock_is_free, record, until
 from tests.integration.host_invariants import check_invariants, devices_of, killed_at, recovered
 
 pytestmark = pytest.mark.ray
@@ -24,6 +37,7 @@ pytestmark = pytest.mark.ray
 FOUR = "a=0-3;b=4-7;c=8-11;d=12-15"
 MERGED = "a=0-3;b=4-7;cd=8-15"
 DEVICES = [f"neuron:{i}" for i in range(16)]
+MASK = frozenset(range(31))
 # Every step a repartition takes, in order (`planned` is the record before the helper's first step).
 REPARTITION_STEPS = (
     steps.PLANNED,
@@ -67,13 +81,26 @@ def test_a_repartition_killed_at_each_step_is_finished_by_recover(tmp_path: Path
         "crash-repartition",
         "trn1.32xlarge",
         4,
-        start_args=("--mode", "manual", "--manual", FOUR),
-        env={"RAYACCEL_METRICS_INTERVAL_S": "1"},
+        start_args=("--mode", "manual", "--manual", FOUR, "--port-base", "30000", "--max-workers", "200"),
+        ray_args=("--object-store-memory", "600000000"),
+        env={"RAYACCEL_METRICS_INTERVAL_S": "1", "NEURON_RT_VISIBLE_CORES": "0-30"},
     )
     cluster = start_cluster(tmp_path / "c", spec)
     try:
         a = cluster.part("a")["node_id"]
         assert cluster.driver(ACTOR, "create", a) == [a]
+        check_invariants(cluster, DEVICES, devices_of(FOUR), MASK)
+
+        # Planned whole before anything is touched.
+        pids = {p["partition"]: p["pid"] for p in cluster.refresh()["partitions"]}
+        ten = cluster.cli("repartition", "--manual", "a=0-3;b=4-7;c0=8;c1=9;c2=10;c3=11;d0=12;d1=13;d2=14;d3=15")
+        assert ten.returncode == 2 and "object store would be" in ten.stderr, ten.stderr
+        assert "below Ray's minimum 78643200" in ten.stderr, ten.stderr
+        assert {p["partition"]: p["pid"] for p in cluster.refresh()["partitions"]} == pids
+        assert not gcs_view(cluster)[1], "no drain was asked"
+        same = cluster.cli("repartition", "--manual", FOUR)
+        assert same.returncode == 0 and same.stdout.strip() == "nothing to change", same.stderr
+
         split = FOUR
         for i, step in enumerate(REPARTITION_STEPS):
             split = MERGED if split == FOUR else FOUR
@@ -86,9 +113,25 @@ def test_a_repartition_killed_at_each_step_is_finished_by_recover(tmp_path: Path
             took, told = recovered(cluster)
             assert f"finishing the repartition interrupted at step {step}" in told, told[-2000:]
             assert took < 90, f"recover after a crash at {step} took {took:.0f}s"
-            check_invariants(cluster, DEVICES, devices_of(split))
+            check_invariants(cluster, DEVICES, devices_of(split), MASK)
             assert cluster.driver(ACTOR, "again") == [a], f"the actor on a answers after a crash at {step}"
             assert record(cluster).partition("a").node_id == a, "a is never touched"  # type: ignore[union-attr]
+
+        # New partitions that cannot start in time leave their devices unassigned, with their share.
+        other = MERGED if split == FOUR else FOUR
+        failed = cluster.cli("repartition", "--manual", other, "--drain-deadline", "30", "--timeout", "1")
+        assert failed.returncode == 1 and "did not start" in failed.stderr, failed.stderr[-3000:]
+        status = cluster.refresh()
+        spare = sorted(d for u in status["unassigned"] for d in u["device_ids"])
+        moved = sorted(d for name, ds in devices_of(other).items() if name not in ("a", "b") for d in ds)
+        assert spare == moved, status["unassigned"]
+        shown = cluster.cli("status")
+        assert "unassigned: " in shown.stdout, shown.stdout
+        check_invariants(cluster, DEVICES, {"a": devices_of(FOUR)["a"], "b": devices_of(FOUR)["b"]}, MASK)
+        again = cluster.cli("repartition", "--manual", other, "--drain-deadline", "30")
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert not cluster.refresh()["unassigned"]
+        check_invariants(cluster, DEVICES, devices_of(other), MASK)
     finally:
         stopped = cluster.stop()
     assert stopped.returncode == 0, stopped.stderr
