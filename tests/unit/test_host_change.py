@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import ast
 import json
+import os
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from ray_accel_mock.spec import load_spec
 
-from ray_accel.cluster import helpers, procs
+from ray_accel.cluster import helpers, procs, state
 from ray_accel.cluster.host import ShareError, raylet_ports
 from ray_accel.cluster.raylet import Split
 from ray_accel.cluster.state import (
@@ -26,8 +29,9 @@ from ray_accel.cluster.state import (
     parse_record,
 )
 from ray_accel.core.errors import RayAccelError
+from ray_accel.core.health_state import HealthSettings
 from ray_accel.hostops import steps
-from ray_accel.hostops.repartition import free_block, plan_change
+from ray_accel.hostops.repartition import Inputs, free_block, plan_change
 from ray_accel.partition.plan import MaskView
 from tests.planning import started_record
 
@@ -227,3 +231,79 @@ def test_one_function_answers_which_devices_are_out_of_service() -> None:
     callers = _calls("out_of_service")
     assert "ray_accel/cluster/start.py:kept_out" in callers and "ray_accel/hostops/repartition.py:planned" in callers
     assert not _calls("last_out"), "no caller reads the last health report's out on its own"
+
+
+STOP_ALONE = """
+import json, sys
+from ray_accel.cluster.{module} import {name}
+result = {name}()
+assert not [m for m in sys.modules if m.startswith(("ray_accel.health", "ray_accel.hostops"))], "imported"
+print(json.dumps({{"ok": True, "warnings": list(getattr(result, "warnings", ()))}}))
+"""
+
+
+def _alone(module: str, name: str, env: dict[str, str]) -> dict[str, object]:
+    proc = subprocess.run(
+        [sys.executable, "-c", STOP_ALONE.format(module=module, name=name)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_stop_and_status_know_every_helper_with_only_their_own_imports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record naming a live decider and a live repartition helper: `status()`
+    and `stop()`, each from a Python that imported nothing else of ray-accel,
+    take both for ray-accel's own and stop them."""
+    state_dir = tmp_path / "state"
+    state_dir.mkdir(mode=0o700)
+    monkeypatch.setenv("RAYACCEL_STATE_DIR", str(state_dir))
+    monkeypatch.setenv("RAYACCEL_MOCK", "trn1.32xlarge")
+    record = replace(
+        started_record(TRN1, FOUR),
+        host=state.host_name(),
+        host_ip="127.0.0.1",
+        partitions=(),
+        head_raylet=None,
+        health=HealthSettings(interval_s=0.5),
+    )
+    record = state.save(record)
+    inputs = helpers.HelperInputs(str(state_dir), record.created, True)
+    decider, _ = helpers.spawn("health_decider", "the decider", inputs, state_dir / "decider.log", record.spec.to_env())
+    # A repartition helper waiting for the lock (held by another process until it is killed).
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(state_dir)], stdout=subprocess.PIPE, text=True, env=os.environ.copy()
+    )
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    waiting = Inputs(str(state_dir), record.created, True, 10.0)
+    helper, _ = helpers.spawn("repartition", "the repartition", waiting, state_dir / "repartition.log")
+    state.save(replace(record, decider=decider, repartition=helper))
+    try:
+        env = dict(os.environ)
+        shown = _alone("status", "status", env)
+        assert not [w for w in shown["warnings"] if "not counted as ours" in w], shown  # type: ignore[union-attr]
+        holder.kill()
+        holder.wait(10)
+        _alone("stop", "stop", env)
+        assert not decider.record.alive() and not helper.record.alive()
+        assert not (state_dir / state.STATE_FILE).exists()
+    finally:
+        procs.terminate([p.record for p in (decider, helper) if p.record.alive()], 2.0)
+        holder.kill()
+
+
+HOLD_LOCK = """
+import sys, time
+from pathlib import Path
+from ray_accel.cluster import state
+d = Path(sys.argv[1])
+with state.host_lock("test", state.Place(d, d / state.STATE_FILE, True)):
+    print("held", flush=True)
+    time.sleep(120)
+"""
