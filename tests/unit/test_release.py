@@ -40,5 +40,14 @@ def test_one_version_in_the_four_packages_and_the_changelog() -> None:
         tomllib.loads((ROOT / "backends" / b / "pyproject.toml").read_text())["project"]["version"] for b in BACKENDS
     }
     assert versions == {ray_accel.__version__}
-    top = re.search(r"^## (\S+)", (ROOT / "CHANGELOG.md").read_text(), re.M)
-    assert top is not None and top.group(1) == ray_accel.__version__
+    headings = re.findall(r"^## (\S+)( \(unreleased\))?$", (ROOT / "CHANGELOG.md").read_text(), re.M)
+    released = [version for version, upcoming in headings if not upcoming]
+    assert released and released[0] == ray_accel.__version__, "the newest released section is this version"
+    # An upcoming version's section, if any, comes first and is newer than this one.
+    upcoming = [version for version, mark in headings if mark]
+    assert [version for version, _ in headings[: len(upcoming)]] == upcoming
+
+    def numbers(version: str) -> tuple[int, ...]:
+        return tuple(int(n) for n in version.split("."))
+
+    assert all(numbers(v) > numbers(ray_accel.__version__) for v in upcoming), upcoming
