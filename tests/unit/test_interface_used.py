@@ -23,7 +23,9 @@ INTERFACE = ROOT / "ray_accel" / "plugins" / "interface.py"
 # yet. `HealthMonitor.poll` and `.clear` have none either, but their names
 # are matched by unrelated calls (`Popen.poll`, `dict.clear`), which this
 # listing cannot tell apart.
-AWAITING_CALLER: frozenset[str] = frozenset()
+# The active check and the repair wait for the decider's return step and
+# `ray-accel health check`, which call them.
+AWAITING_CALLER: frozenset[str] = frozenset({"DevicePlugin.check", "DevicePlugin.repair"})
 
 
 def public_members(cls: type) -> list[str]:
