@@ -23,9 +23,9 @@ INTERFACE = ROOT / "ray_accel" / "plugins" / "interface.py"
 # yet. `HealthMonitor.poll` and `.clear` have none either, but their names
 # are matched by unrelated calls (`Popen.poll`, `dict.clear`), which this
 # listing cannot tell apart.
-# The active check and the repair wait for the decider's return step and
-# `ray-accel health check`, which call them.
-AWAITING_CALLER: frozenset[str] = frozenset({"DevicePlugin.check", "DevicePlugin.repair"})
+# The repair waits for the decider's return step, which calls it (as it
+# calls `DevicePlugin.check`, whose name unrelated `.check` calls already match).
+AWAITING_CALLER: frozenset[str] = frozenset({"DevicePlugin.repair"})
 
 
 def public_members(cls: type) -> list[str]:

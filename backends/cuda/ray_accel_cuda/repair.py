@@ -11,8 +11,8 @@ the names as docs/gpu-health.md reads them from the installed binding):
   --gpu-reset`: it requires root and no application using the GPU). It is
   run only where NVML lists no compute or graphics process on the GPU and
   its persistence mode is off (NVIDIA NVSentinel turns it off first, or the
-  reset fails "In use by another client": github.com/NVIDIA/NVSentinel
-  issues 1690 and 1692). ray-accel never changes persistence mode, a host
+  reset fails "In use by another client": NVIDIA/NVSentinel#1690 and
+  NVIDIA/NVSentinel#1692). ray-accel never changes persistence mode, a host
   setting: with it on, the repair is the operator's.
 - DRAIN_P2P: quiesce peer-to-peer traffic, then read the action again,
   "which will return one of the other actions": the caller has drained the
