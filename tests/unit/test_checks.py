@@ -139,7 +139,7 @@ def run(code: str, timeout_s: float = 30.0, **kw: object) -> CheckResult:
 
 def test_the_child_sees_the_one_device_whatever_the_caller_set(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_VISIBLE", "0,1,2,3")
-    code = f"""
+    code = """
         import json, os
         from ray_accel.core.checks import CheckOutcome, result_line
         print(result_line(CheckOutcome.PASSED, os.environ["FAKE_VISIBLE"] + "|" + os.environ["EXTRA"]))

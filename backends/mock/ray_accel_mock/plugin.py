@@ -150,8 +150,8 @@ class MockPlugin(DevicePlugin):
         detail = (
             spec.detail or f"mock check: {spec.outcome.value} ({'fault file' if listed else 'not in the fault file'})"
         )
-        # A GPU preset is masked by UUID as the CUDA check is; a Neuron one by its cores.
-        visible = format_visible_ids(device.core_ids) if self.family == neuron.FAMILY else device.id
+        # As the family's check masks it: a GPU by its UUID, a Neuron device by its cores' range.
+        visible = format_visible_ids(device.core_ids, "ranges") if self.family == neuron.FAMILY else device.id
         return run_check_child(
             device_id=device_id,
             command=child_command("ray_accel_mock.check", spec.outcome.value, repr(spec.delay_s), detail),
