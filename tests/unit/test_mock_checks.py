@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from ray_accel_mock import plugin as mock_plugin
-from ray_accel_mock.faults import FAULTS_ENV, CheckSpec, FaultFileError, parse_faults
+from ray_accel_mock.faults import FAULTS_ENV, REPAIRS_FILE, CheckSpec, FaultFileError, parse_faults, parse_resets
 from ray_accel_mock.health import MockHealthMonitor
-from ray_accel_mock.plugin import REPAIRS_FILE, MockPlugin
+from ray_accel_mock.plugin import MockPlugin
 from ray_accel_mock.spec import load_spec
 
 from ray_accel.core.checks import CheckOutcome, RepairOutcome
@@ -316,3 +316,71 @@ def test_a_neuron_device_repair_is_the_operators(neuron_host: tuple[MockPlugin, 
     result = plugin.repair("neuron:9")
     assert result.outcome is RepairOutcome.OPERATOR and "AWS publishes no command" in result.detail
     assert repairs(faults) == []
+
+
+def test_an_ok_reset_clears_the_action_as_the_driver_does(gpu_host: tuple[MockPlugin, Path, str]) -> None:
+    plugin, faults, gpu = gpu_host
+    write(faults, recovery(gpu, "GPU_RESET"))
+    monitor = MockHealthMonitor(plugin.spec, {FAULTS_ENV: str(faults), RECOVERY_POLLS_ENV: "1"})
+    by_id = {d.device_id: d for d in monitor.poll().devices}
+    assert by_id[gpu].state is Health.UNHEALTHY
+    assert plugin.repair(gpu).outcome is RepairOutcome.OK
+    monitor.poll()
+    by_id = {d.device_id: d for d in monitor.poll().devices}
+    assert by_id[gpu].state is Health.HEALTHY, "the reset GPU reads NONE"
+    again = plugin.repair(gpu)
+    assert (again.outcome, again.action, again.exit_code) == (RepairOutcome.OK, "NONE", None)
+    assert len(repairs(faults)) == 1, "nothing left to reset: no second reset"
+    (faults.parent / REPAIRS_FILE).unlink()
+    by_id = {d.device_id: d for d in monitor.poll().devices}
+    assert by_id[gpu].state is Health.UNHEALTHY, "without the record the GPU asks again"
+
+
+def test_a_failed_reset_leaves_the_action(gpu_host: tuple[MockPlugin, Path, str]) -> None:
+    plugin, faults, gpu = gpu_host
+    write(faults, recovery(gpu, "DRAIN_AND_RESET", repairs={gpu: "failed"}))
+    plugin.repair(gpu)
+    second = plugin.repair(gpu)
+    assert (second.outcome, second.action) == (RepairOutcome.FAILED, "DRAIN_AND_RESET")
+    assert [r["outcome"] for r in repairs(faults)] == ["failed", "failed"]
+
+
+RESET_LINE = st.fixed_dictionaries(
+    {},
+    optional={
+        "device": st.sampled_from(["G", "H", 3]),
+        "time": st.one_of(st.floats(-1, 2e9, allow_nan=False), st.just("now")),
+        "action": st.sampled_from([*ACTIONS, "REBOOT"]),
+        "outcome": st.sampled_from(["ok", "failed", "maybe"]),
+        "extra": st.just(1),
+    },
+)
+
+
+def _reset_fits(line: dict[str, Any]) -> bool:
+    if set(line) != {"device", "time", "action", "outcome"}:
+        return False
+    time_ok = isinstance(line["time"], float | int) and line["time"] >= 0
+    return line["device"] == "G" and time_ok and line["action"] in ACTIONS and line["outcome"] in ("ok", "failed")
+
+
+@given(st.lists(RESET_LINE, max_size=4))
+def test_repairs_jsonl_is_read_exactly_as_the_mock_writes_it(lines: list[dict[str, Any]]) -> None:
+    text = "\n".join(json.dumps(line) for line in lines)
+    fits = all(_reset_fits(line) for line in lines)
+    try:
+        got = parse_resets(text, ["G"], "repairs.jsonl")
+    except FaultFileError as e:
+        assert not fits and str(e).startswith("repairs.jsonl: line ")
+        return
+    assert fits
+    assert got == {(line["device"], line["action"]) for line in lines if line["outcome"] == "ok"}
+
+
+@badinput("traceback")
+def test_a_bad_repairs_record_fails_the_read_naming_its_line(gpu_host: tuple[MockPlugin, Path, str]) -> None:
+    plugin, faults, gpu = gpu_host
+    write(faults, recovery(gpu, "GPU_RESET"))
+    (faults.parent / REPAIRS_FILE).write_text('{"device": "x"}\n')
+    with pytest.raises(FaultFileError, match=r"repairs.jsonl: line 1: device: 'x' is not a device of this mock host"):
+        plugin.repair(gpu)

@@ -84,16 +84,23 @@ Top level (every key optional; no other key):
 - `repairs` (GPU presets only): the outcome of a reset of a device
   (`MockPlugin.repair`), `{DEVICE: "ok" | "failed"}`; a device not listed
   resets `ok`. Each reset made is appended to `repairs.jsonl` beside the
-  fault file. A Neuron preset has no reset to make (AWS publishes none for
+  fault file (`{"device", "time", "action", "outcome"}` per line), and, as
+  the driver clears the action once the GPU was reset, a `recovery` entry
+  whose reset (GPU_RESET, DRAIN_AND_RESET) `repairs.jsonl` records as `ok`
+  reads NONE from then on (remove the line, or the file, to make the GPU
+  ask again). A Neuron preset has no reset to make (AWS publishes none for
   one device: the repair is the operator's), so `repairs` there is refused.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ray_accel_cuda import health_rule as cuda_rule
+from ray_accel_cuda.repair import RESET_ACTIONS
 from ray_accel_cuda.runtime import FAMILY as GPU_FAMILY
 from ray_accel_neuron import limits as neuron_limits
 from ray_accel_neuron import sysfs as neuron_sysfs
@@ -104,6 +111,8 @@ from ray_accel.core.errors import InputError
 from ray_accel.core.reader import Node, ReadError, parse_json, read_file, show
 
 FAULTS_ENV = "RAYACCEL_MOCK_FAULTS"
+REPAIRS_FILE = "repairs.jsonl"  # beside the fault file: one JSON line per reset the mock made
+REPAIR_KEYS = ("device", "time", "action", "outcome")
 MAX_BYTES = 1024 * 1024
 MAX_COUNT = (1 << 32) - 1  # the driver's counters are "%u"
 TOP_KEYS = ("lost", "fail", "counters", "events", "checks", "repairs")
@@ -174,6 +183,17 @@ class Faults:
     counters: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (device, counter) -> value
     checks: Mapping[str, CheckSpec] = field(default_factory=dict)  # a device not listed passes
     repairs: Mapping[str, RepairOutcome] = field(default_factory=dict)  # a device not listed resets ok
+    resets: frozenset[tuple[str, str]] = frozenset()  # (device, action) reset ok, from repairs.jsonl
+
+    def recovery_of(self, device_id: str) -> str | None:
+        """The GPU's recovery action now: its `recovery` entry's, NONE once
+        that action's reset was made (the driver clears it); None: no entry."""
+        codes = [e.code for e in self.events if e.kind == "recovery" and e.device == device_id]
+        if not codes:
+            return None
+        if codes[0] in RESET_ACTIONS and (device_id, codes[0]) in self.resets:
+            return "NONE"
+        return codes[0]
 
     def check_of(self, device_id: str) -> CheckSpec:
         return self.checks.get(device_id, CheckSpec())
@@ -305,13 +325,39 @@ def parse_faults(text: str, devices: Collection[str], family: str, where: str = 
     return Faults(lost=frozenset(lost), fail=fail, events=events, counters=counters, checks=checks, repairs=repairs)
 
 
+def parse_resets(text: str, devices: Collection[str], where: str = REPAIRS_FILE) -> frozenset[tuple[str, str]]:
+    """The (device, action) pairs `repairs.jsonl` records as reset `ok`; a
+    `FaultFileError` naming the line and field that does not fit."""
+    done = set()
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = Node(parse_json(line, REPAIRS_FILE, "not JSON ({error})")).only(REPAIR_KEYS)
+            device = _device(obj.at("device"), devices)
+            obj.at("time").number(0)
+            action = obj.at("action").one_of(RECOVERY_ACTIONS)
+            outcome = obj.at("outcome").one_of(REPAIR_OUTCOMES)
+        except ReadError as e:
+            raise FaultFileError(f"{where}: line {number}: {e}") from None
+        if outcome == RepairOutcome.OK.value:
+            done.add((device, action))
+    return frozenset(done)
+
+
 def load_faults(path: str | None, devices: Collection[str], family: str) -> Faults:
-    """The faults in `path` now; none when no path is set, or the file does not exist yet or is empty."""
+    """The faults in `path` now, with the resets recorded beside it; none
+    when no path is set, or the file does not exist yet or is empty."""
     if not path:
         return Faults()
     try:
         raw = read_file(path, f"fault file {path}", MAX_BYTES, follow=True)
+        log = Path(path).parent / REPAIRS_FILE
+        made = read_file(log, str(log), MAX_BYTES, follow=True) if family == GPU_FAMILY else None
     except ReadError as e:
         raise FaultFileError(str(e)) from None
     text = "" if raw is None else raw.decode("utf-8", "replace")
-    return parse_faults(text, devices, family, f"fault file {path}")
+    faults = parse_faults(text, devices, family, f"fault file {path}")
+    if made is None:
+        return faults
+    return dataclasses.replace(faults, resets=parse_resets(made.decode("utf-8", "replace"), devices, str(log)))

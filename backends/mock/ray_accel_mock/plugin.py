@@ -22,14 +22,12 @@ from ray_accel.plugins.discovery import MOCK_ENV
 from ray_accel.plugins.interface import DevicePlugin, Runtime
 from ray_accel.plugins.runtime import GLOO
 from ray_accel.plugins.traits import DeviceTraits
-from ray_accel_mock.faults import FAULTS_ENV, Faults, load_faults
+from ray_accel_mock.faults import FAULTS_ENV, REPAIRS_FILE, Faults, load_faults
 from ray_accel_mock.health import MockHealthMonitor
 from ray_accel_mock.spec import HostSpec, load_spec
 from ray_accel_mock.telemetry import MockTelemetry
 
 __all__ = ["FAULTS_ENV", "MockHealthMonitor", "MockPlugin"]
-
-REPAIRS_FILE = "repairs.jsonl"  # beside the fault file: one JSON line per reset made
 
 # What each family it impersonates is to Ray: its resource name and visibility variable.
 RESOURCES = {neuron.FAMILY: ("neuron_cores", neuron.VISIBLE_ENV)}
@@ -174,15 +172,15 @@ class MockPlugin(DevicePlugin):
 
         def read() -> GpuState:
             _, faults = self._faults()
-            actions = [e.code for e in faults.events if e.kind == "recovery" and e.device == device_id]
-            if not actions:
+            action = faults.recovery_of(device_id)
+            if action is None:
                 return GpuState(None, "the mock GPU has no recovery action in the fault file", (), False)
-            return GpuState(actions[0], f"NVML recovery action {actions[0]} (mock fault file)", (), False)
+            return GpuState(action, f"NVML recovery action {action} (mock fault file)", (), False)
 
         def reset(gpu: str) -> tuple[int | None, str]:
             _, faults = self._faults()
             outcome = faults.repair_of(gpu)
-            action = next(e.code for e in faults.events if e.kind == "recovery" and e.device == gpu)
+            action = faults.recovery_of(gpu)
             record = {"device": gpu, "time": time.time(), "action": action, "outcome": outcome.value}
             # The read above saw a recovery action, so the fault file is set.
             log = Path(str(faults_path)).parent / REPAIRS_FILE
