@@ -40,5 +40,11 @@ def test_one_version_in_the_four_packages_and_the_changelog() -> None:
         tomllib.loads((ROOT / "backends" / b / "pyproject.toml").read_text())["project"]["version"] for b in BACKENDS
     }
     assert versions == {ray_accel.__version__}
-    top = re.search(r"^## (\S+)", (ROOT / "CHANGELOG.md").read_text(), re.M)
-    assert top is not None and top.group(1) == ray_accel.__version__
+    headings = re.findall(r"^## (\S+)( \(unreleased\))?", (ROOT / "CHANGELOG.md").read_text(), re.M)
+    # What the next release will bring may sit above, once, as "## X.Y.Z (unreleased)".
+    if headings and headings[0][1]:
+        upcoming = headings.pop(0)[0]
+        numbers = [tuple(int(part) for part in v.split(".")) for v in (upcoming, ray_accel.__version__)]
+        assert numbers[0] > numbers[1], f"the unreleased {upcoming} is not after {ray_accel.__version__}"
+    assert headings and headings[0] == (ray_accel.__version__, "")
+    assert all(not unreleased for _, unreleased in headings), "only the top heading may be unreleased"
