@@ -13,7 +13,7 @@ from ray_accel_neuron import NeuronPlugin
 from ray_accel_neuron import plugin as neuron_plugin
 from ray_accel_neuron.check import MATMUL_RTOL, products
 
-from ray_accel.core.checks import CheckOutcome, RepairOutcome
+from ray_accel.core.checks import CheckOutcome, CheckResult, RepairOutcome
 from ray_accel.core.errors import InputError
 from ray_accel.plugins.check_runner import child_command, run_check_child
 from tests.fakes.neuron_env import tree_only
@@ -43,16 +43,16 @@ def test_without_a_neuron_framework_the_check_is_unavailable_naming_both(plugin:
 def test_the_child_sees_the_devices_cores_as_one_range(plugin: NeuronPlugin, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[dict[str, Any]] = []
 
-    def spy(**kw: Any) -> Any:
+    def spy(**kw: Any) -> CheckResult:
         calls.append(kw)
-        return run_check_child(**{**kw, "command": child_command("ray_accel.core.checks")})
+        return CheckResult(kw["device_id"], CheckOutcome.PASSED, "not run", 0.0, 0.0)
 
     monkeypatch.setattr(neuron_plugin, "run_check_child", spy)
-    plugin.check("neuron:3", 120)
+    assert plugin.check("neuron:3", 120).detail == "not run"
     device = next(d for d in plugin.list_devices() if d.id == "neuron:3")
     want = f"{device.core_ids[0]}-{device.core_ids[-1]}"
     assert (calls[0]["visible_env"], calls[0]["visible_value"]) == ("NEURON_RT_VISIBLE_CORES", want)
-    assert calls[0]["command"][-1] == "ray_accel_neuron.check"
+    assert calls[0]["command"][-2:] == ["-m", "ray_accel_neuron.check"] and calls[0]["timeout_s"] == 120
 
 
 def test_with_torchneuron_the_check_runs_on_the_neuron_device(tmp_path: Path) -> None:

@@ -160,9 +160,13 @@ def cuda_check(uuid: str, nvml: Nvml) -> tuple[CheckOutcome, str]:
     nbytes = min(int(free * SHARE), MAX_PATTERN_BYTES) // 4 * 4
     torch.backends.cuda.matmul.allow_tf32 = False
     device = torch.device("cuda", 0)
-    problems = [p for p in (pattern_check(torch, device, nbytes),) if p]
+    problems = []
+    written = pattern_check(torch, device, nbytes)
+    if written is not None:
+        problems.append(written)
     product, error = matmul_check(torch, device, MATMUL_N, MATMUL_RTOL)
-    problems += [product] if product else []
+    if product is not None:
+        problems.append(product)
     torch.cuda.synchronize()
     summary = unwatched if watch is None else ""
     if watch is not None and before is not None:
