@@ -4,6 +4,7 @@ runner of a check child (`ray_accel.plugins.check_runner`)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import sys
@@ -222,3 +223,19 @@ def test_the_check_child_runs_in_a_session_of_its_own() -> None:
         + "print(result_line(CheckOutcome.PASSED, str(os.getsid(0) == os.getpid())))"
     )
     assert result.detail == "True" and os.getsid(0) != 0
+
+
+@given(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-5, 10**6), st.booleans(), st.text()))
+def test_a_time_limit_is_taken_exactly_when_it_is_a_number_in_range(value: object) -> None:
+    fits = (
+        not isinstance(value, bool)
+        and isinstance(value, int | float)
+        and math.isfinite(value)
+        and 0 < value <= 24 * 3600
+    )
+    try:
+        got = check_timeout(value)  # type: ignore[arg-type]
+    except InputError as e:
+        assert not fits and repr(value)[:20] in str(e)
+    else:
+        assert fits and got == float(value)  # type: ignore[arg-type]

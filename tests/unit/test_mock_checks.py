@@ -384,3 +384,11 @@ def test_a_bad_repairs_record_fails_the_read_naming_its_line(gpu_host: tuple[Moc
     (faults.parent / REPAIRS_FILE).write_text('{"device": "x"}\n')
     with pytest.raises(FaultFileError, match=r"repairs.jsonl: line 1: device: 'x' is not a device of this mock host"):
         plugin.repair(gpu)
+
+
+def test_without_a_fault_file_every_check_passes_and_no_gpu_has_an_action(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(FAULTS_ENV, raising=False)
+    neuron = MockPlugin(load_spec("trn1.2xlarge"))
+    assert neuron.check("neuron:0", 30).outcome is CheckOutcome.PASSED
+    gpu = MockPlugin(load_spec("p4d.24xlarge"))
+    assert gpu.repair(gpu.list_devices()[0].id).outcome is RepairOutcome.OPERATOR
