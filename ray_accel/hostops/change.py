@@ -42,7 +42,7 @@ from dataclasses import dataclass, replace
 from ray_accel.cluster import auth, launcher, procs, state
 from ray_accel.cluster.host import Share, check_free
 from ray_accel.cluster.launcher import Launches
-from ray_accel.cluster.recover import relaunch
+from ray_accel.cluster.recover import recorded_share, relaunch
 from ray_accel.cluster.signals import shielded
 from ray_accel.cluster.state import HostChange, HostRecord, PartitionEntry, RayProcess, Spare
 from ray_accel.core.errors import InputError, RayAccelError
@@ -271,13 +271,27 @@ def _finish(record: HostRecord) -> HostRecord:
     change = record.change
     assert change is not None
     parts = list(record.partitions)
+    unassigned = record.unassigned
     if change.kind == "repartition":
-        parts = [p for p in parts if p.name not in change.touched or p.processes]
+        # A touched partition no target replaced: its devices are unassigned, with its share.
+        left = [p for p in parts if p.name in change.touched and not p.processes]
+        unassigned += tuple(
+            Spare(
+                device_ids=p.device_ids, core_ids=p.core_ids, share=_recorded(record, p), reason="not in the new split"
+            )
+            for p in left
+        )
+        parts = [p for p in parts if p not in left]
     return state.save(
         replace(
             record.with_partitions(parts),
             change=None,
             mode=change.mode or record.mode,
             repartition=None if change.kind == "repartition" else record.repartition,
+            unassigned=unassigned,
         )
     )
+
+
+def _recorded(record: HostRecord, p: PartitionEntry) -> Share:
+    return recorded_share(p, record)
