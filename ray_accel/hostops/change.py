@@ -62,7 +62,7 @@ class Outcome:
     failed: tuple[str, ...] = ()  # "<partition>: <why>", one per target that did not start
 
 
-def begin(record: HostRecord, change: HostChange, progress: Progress) -> HostRecord:
+def begin(record: HostRecord, change: HostChange) -> HostRecord:
     """`record` with `change` under way, saved: the first step, taken before anything else."""
     if record.change is not None:
         raise RayAccelError(f"a {record.change.kind} is already under way on this host (step {record.change.step})")
