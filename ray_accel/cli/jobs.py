@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ray_accel.cli.host import json_option
-from ray_accel.cli.output import ago, emit
+from ray_accel.cli.output import ago, emit, json_option
 from ray_accel.cli.render import table
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.jobs.model import JobRecord, job_json, job_notes

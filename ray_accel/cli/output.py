@@ -8,9 +8,13 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+import click
+
 from ray_accel.core.reader import dump
 
 P = TypeVar("P")
+
+json_option = click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 
 
 def emit(as_json: bool, payload: P, text: Callable[[P], str]) -> int:

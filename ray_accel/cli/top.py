@@ -15,9 +15,8 @@ import click
 
 from ray_accel.cli import render
 from ray_accel.cli.connect import connect_to_recorded_cluster
-from ray_accel.cli.host import json_option
 from ray_accel.cli.jobs import jobs_text, top_jobs
-from ray_accel.cli.output import emit
+from ray_accel.cli.output import emit, json_option
 from ray_accel.cli.params import seconds
 from ray_accel.core.reader import dump_fields, load
 from ray_accel.jobs.model import job_json
