@@ -25,6 +25,7 @@ def json_text(payload: object) -> str:
     """`payload` as JSON (what `reader.dump` makes of it: a typed view's
     fields are its keys): one top-level key a line, a list under it one
     item a line, each key's value or item on one line."""
+    top: object
     if type(payload) is dict or type(payload) is list:
         top = payload
     elif dataclasses.is_dataclass(payload) or isinstance(payload, Mapping | tuple):
