@@ -94,12 +94,12 @@ def head_of(nodes: Iterable[GcsNode]) -> dict[str, str] | None:
 def top(once: bool, interval: float, as_json: bool) -> int:
     """Live view of every host's partitions, devices, workloads and orphans."""
     from ray_accel.cluster.status import cluster_view
-    from ray_accel.metrics import export
+    from ray_accel.metrics import snapshots
 
     while True:
         record, nodes = connect_to_recorded_cluster()  # connects once: a driver stays connected
         parts = cluster_view(record.gcs_address, nodes).partitions  # every host's partition raylets
-        payload = top_payload(parts, export.snapshots([p.node_id for p in parts if p.alive]))
+        payload = top_payload(parts, snapshots.snapshots([p.node_id for p in parts if p.alive]))
         payload["head"] = head_of(nodes.values())
         listed, waiting = top_jobs(record)
         payload["jobs"] = [job_json(j, waiting=waiting) for j in listed]

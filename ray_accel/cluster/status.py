@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from ray_accel.cluster import auth, procs, state
+from ray_accel.cluster import auth, state
 from ray_accel.cluster.auth import Auth
 from ray_accel.cluster.host import Share
 from ray_accel.cluster.state import HostRecord, PartitionEntry, RayProcess, RecordError
@@ -36,6 +37,9 @@ from ray_accel.partition.plan import (
     node_host,
 )
 from ray_accel.rayapi.gcs import GcsError, GcsNode, gcs_nodes
+
+if TYPE_CHECKING:  # the process checks are this host's view only: `status --cluster` does without them
+    from ray_accel.cluster import procs
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,8 @@ def status() -> HostStatus:
 
 
 def describe(record: HostRecord, place: state.Place) -> HostStatus:
+    from ray_accel.cluster import procs
+
     warnings: list[str] = []
     checks: dict[RayProcess, procs.Check] = {}
     try:
