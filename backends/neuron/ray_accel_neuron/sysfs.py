@@ -83,7 +83,7 @@ class Reading:
 
 def read(path: str) -> Reading:
     try:
-        return Reading(path, files.read_text(path, ATTR_MAX_BYTES))
+        return Reading(path, files.read_attribute(path, ATTR_MAX_BYTES))
     except files.UnreadableFile as e:
         return Reading(path, None, files.describe(e), refused=True)
     except OSError as e:
@@ -235,9 +235,10 @@ class PciFunction:
 
 def pci_function(sys_root: str, bdf: str) -> PciFunction | None:
     base = os.path.join(sys_root, PCI_DEVICES_DIR, bdf)
-    if not os.path.isdir(base):
+    dev = read(os.path.join(base, "device"))
+    if dev.absent and not os.path.isdir(base):  # asked only then: one call less per function
         return None
-    dev, numa, cpus = (read(os.path.join(base, n)) for n in ("device", "numa_node", "local_cpulist"))
+    numa, cpus = (read(os.path.join(base, n)) for n in ("numa_node", "local_cpulist"))
     device_id = parse_hex(dev.text, dev.path) if dev.text is not None else None
     numa_node = parse_numa(numa.text, numa.path) if numa.text is not None else None
     return PciFunction(bdf, device_id, numa_node, (cpus.text or "").strip() or None)
