@@ -276,16 +276,18 @@ def dev_nodes(dev_root: str) -> tuple[DevNode, ...]:
     """The /dev/neuronN entries and whether this process may open them for
     reading and writing (it never opens them: opening a device can act)."""
     try:
-        names = os.listdir(dev_root)
+        # scandir: an entry's kind comes with the listing, not from a stat of each
+        with os.scandir(dev_root) as listing:
+            entries = list(listing)
     except OSError:
         return ()
     out = []
-    for name in names:
-        m = _DEV.match(name)
+    for entry in entries:
+        m = _DEV.match(entry.name)
         if not m or len(m.group(1)) > 9:
             continue
-        path = os.path.join(dev_root, name)
-        if os.path.isdir(path):
+        path = entry.path
+        if entry.is_dir():
             out.append(DevNode(int(m.group(1)), path, False, "a directory, not a device"))
         elif not os.access(path, os.R_OK | os.W_OK):
             out.append(DevNode(int(m.group(1)), path, False, "no read/write permission"))
