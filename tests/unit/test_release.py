@@ -40,5 +40,7 @@ def test_one_version_in_the_four_packages_and_the_changelog() -> None:
         tomllib.loads((ROOT / "backends" / b / "pyproject.toml").read_text())["project"]["version"] for b in BACKENDS
     }
     assert versions == {ray_accel.__version__}
-    top = re.search(r"^## (\S+)", (ROOT / "CHANGELOG.md").read_text(), re.M)
-    assert top is not None and top.group(1) == ray_accel.__version__
+    # The newest released section names the version; an upcoming one ("## 0.4.0 (unreleased)") may sit above it.
+    headings = re.findall(r"^## (\S+)( \(unreleased\))?$", (ROOT / "CHANGELOG.md").read_text(), re.M)
+    released = [version for version, upcoming in headings if not upcoming]
+    assert released and released[0] == ray_accel.__version__
