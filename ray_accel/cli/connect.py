@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -35,6 +36,17 @@ def connect_to_recorded_cluster() -> tuple[HostRecord, dict[str, GcsNode]]:
     return record, nodes
 
 
+def leave_cluster() -> None:
+    """Disconnect this command's driver now. Left to Ray's exit hook, the
+    disconnect would first wait half a second for log lines to print (Ray
+    2.60, `ray._private.worker.shutdown` with `_exiting_interpreter`), which a
+    CLI driver (`log_to_driver=False`) never prints. Without Ray imported
+    there is nothing to leave (and no import to pay for)."""
+    ray = sys.modules.get("ray")
+    if ray is not None:
+        ray.shutdown()
+
+
 @dataclass(frozen=True)
 class Orphans:
     """What `status` adds from this host's exporters; the fields are its JSON keys."""
@@ -46,8 +58,6 @@ class Orphans:
 def host_orphans(status: HostStatus) -> Orphans:
     """The orphans of this host's live partitions, from their exporters
     (connects as a driver, and leaves); a failure to ask is reported, not raised."""
-    import ray
-
     from ray_accel.metrics import snapshots
     from ray_accel.metrics.collect import OrphanReading
 
@@ -64,5 +74,5 @@ def host_orphans(status: HostStatus) -> Orphans:
     except Exception as e:
         return Orphans((), (f"metrics exporters not reachable: {type(e).__name__}: {e}",))
     finally:
-        ray.shutdown()
+        leave_cluster()
     return Orphans(tuple(orphans), tuple(errors))

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ray_accel.cli import render
-from ray_accel.cli.connect import connect_to_recorded_cluster
+from ray_accel.cli.connect import connect_to_recorded_cluster, leave_cluster
 from ray_accel.cli.jobs import jobs_text, top_jobs
 from ray_accel.cli.output import emit, json_option
 from ray_accel.cli.params import seconds
@@ -96,17 +96,20 @@ def top(once: bool, interval: float, as_json: bool) -> int:
     from ray_accel.cluster.status import cluster_view
     from ray_accel.metrics import snapshots
 
-    while True:
-        record, nodes = connect_to_recorded_cluster()  # connects once: a driver stays connected
-        parts = cluster_view(record.gcs_address, nodes).partitions  # every host's partition raylets
-        payload = top_payload(parts, snapshots.snapshots([p.node_id for p in parts if p.alive]))
-        payload["head"] = head_of(nodes.values())
-        listed, waiting = top_jobs(record)
-        payload["jobs"] = [job_json(j, waiting=waiting) for j in listed]
-        if not as_json and not once:
-            print("\033[2J\033[H", end="")
-        # emit calls the text view at once, inside this iteration.
-        emit(as_json, payload, lambda p: f"{render.top_text(p)}\n\n{jobs_text(listed, waiting)}")  # noqa: B023
-        if once:
-            return 0
-        time.sleep(interval)
+    try:
+        while True:
+            record, nodes = connect_to_recorded_cluster()  # connects once: a driver stays connected
+            parts = cluster_view(record.gcs_address, nodes).partitions  # every host's partition raylets
+            payload = top_payload(parts, snapshots.snapshots([p.node_id for p in parts if p.alive]))
+            payload["head"] = head_of(nodes.values())
+            listed, waiting = top_jobs(record)
+            payload["jobs"] = [job_json(j, waiting=waiting) for j in listed]
+            if not as_json and not once:
+                print("\033[2J\033[H", end="")
+            # emit calls the text view at once, inside this iteration.
+            emit(as_json, payload, lambda p: f"{render.top_text(p)}\n\n{jobs_text(listed, waiting)}")  # noqa: B023
+            if once:
+                return 0
+            time.sleep(interval)
+    finally:
+        leave_cluster()

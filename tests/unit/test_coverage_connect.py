@@ -96,3 +96,27 @@ def test_a_cluster_that_cannot_be_asked_is_reported_not_raised(
         "metrics exporters not reachable: RayAccelError: no cluster: no ray-accel partitions recorded on this host",
     )
     assert calls == [("shutdown", None)]
+
+
+def test_jobs_leave_the_cluster_even_when_reading_fails(
+    monkeypatch: pytest.MonkeyPatch, calls: list[tuple[str, object]]
+) -> None:
+    from ray_accel.cli import jobs
+
+    def broken(record: object) -> None:
+        raise RayAccelError("the job store did not answer")
+
+    monkeypatch.setattr(jobs, "top_jobs", broken)
+    with pytest.raises(RayAccelError, match="did not answer"):
+        jobs.read_recorded_jobs()
+    assert calls[-1] == ("shutdown", None), "the driver leaves before the interpreter's exit"
+
+
+def test_leaving_without_ray_imported_imports_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from ray_accel.cli.connect import leave_cluster
+
+    monkeypatch.delitem(sys.modules, "ray")
+    leave_cluster()
+    assert "ray" not in sys.modules
