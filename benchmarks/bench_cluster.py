@@ -18,10 +18,10 @@ device) and, on every 64th partition, an orphan. Timed per call, each the
 pure part of a CLI command or of a placement:
 
 - `status --cluster --json`: the GCS node table turned into what
-  `gcs_nodes` returns, `cluster_view`, `json.dumps` (as the CLI prints it);
+  `gcs_nodes` returns, `cluster_view`, `json_text` (as the CLI prints it);
   `status --cluster` (text): `cluster_view` and its table;
 - `top --once --json`: `cluster_view` over the GCS's node table, `top_payload`
-  with every partition's snapshot, `json.dumps`; `top --once` (text): the
+  with every partition's snapshot, `json_text`; `top --once` (text): the
   same payload rendered (without the jobs table: the job store is live state);
 - placement: `view_from_nodes` (the live free model) alone, then that view and
   `allocate` of one job of 4 workers x 4 cores (one host's linked
@@ -74,11 +74,11 @@ from ray_accel_mock import MockPlugin
 from ray_accel_mock.spec import load_spec
 
 from benchmarks.harness import CliCluster, StartFailed, median_of, run_main, say, timed
+from ray_accel.cli.output import json_text
 from ray_accel.cli.render import cluster_status_text, render, top_text
 from ray_accel.cli.top import top_payload
 from ray_accel.cluster.status import ClusterView, cluster_view
 from ray_accel.core.hosts import HostId
-from ray_accel.core.reader import dump
 from ray_accel.metrics.collect import OrphanReading, ProcessReading, Snapshot, WorkloadReading, device_readings
 from ray_accel.partition.plan import PARTITION_LABEL, plan_partitions, topology_labels
 from ray_accel.placement.live import NODE_ID_LABEL, view_from_nodes
@@ -239,9 +239,9 @@ def queue(n: int = 16, seed: int = 1) -> list[Job]:
 def calls(c: Synthetic) -> list[tuple[str, Callable[[], object]]]:
     pending = queue()
     out: list[tuple[str, Callable[[], object]]] = [
-        ("status --cluster --json", lambda: json.dumps(dump(status_cluster(c)), indent=2)),
+        ("status --cluster --json", lambda: json_text(status_cluster(c))),
         ("status --cluster (text)", lambda: cluster_status_text(status_cluster(c))),
-        ("top --once --json", lambda: json.dumps(dump(top(c)), indent=2)),
+        ("top --once --json", lambda: json_text(top(c))),
         ("top --once (text)", lambda: top_text(top(c))),
         ("placement: live view", lambda: view_from_nodes(c.nodes, c.available)),
     ]

@@ -5,7 +5,9 @@ Ray runs `/opt/aws/neuron/bin/neuron-ls --json-output` and sums `nc_count`.
 Here that path is redirected to a stub that only `cat`s the same inventory
 JSON (a real neuron-ls also talks to the driver, so Ray's real cost is
 higher: the ratio is conservative). Our rows build the full inventory (ids,
-cores, topology, type), not just a count. Medians of many runs.
+cores, topology, type), not just a count. Medians of many runs, the three
+paths interleaved (one call of each in turn), so a change in the machine's
+load weighs on each alike.
 
     python benchmarks/bench_discovery.py [--preset trn1.32xlarge] [--runs 200] [--quick] [--json]
 
@@ -22,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -39,15 +41,18 @@ from tests.fakes.neuron_sysfs import build_tree
 RAY_NEURON_DIR = "/opt/aws/neuron/bin/"
 
 
-def timed(fn: Callable[[], Any], runs: int) -> tuple[float, Any]:
-    fn()  # warm caches, imports
-    samples = []
-    result = None
+def timed(fns: Sequence[Callable[[], Any]], runs: int) -> list[tuple[float, Any]]:
+    """The median time of each of `fns` and its result, the calls interleaved
+    (one of each in turn, `runs` times): a machine whose load changes during
+    the run weighs on every path alike."""
+    results = [fn() for fn in fns]  # warm caches, imports
+    samples: list[list[float]] = [[] for _ in fns]
     for _ in range(runs):
-        start = time.perf_counter()
-        result = fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples), result
+        for i, fn in enumerate(fns):
+            start = time.perf_counter()
+            results[i] = fn()
+            samples[i].append(time.perf_counter() - start)
+    return [(statistics.median(s), r) for s, r in zip(samples, results, strict=True)]
 
 
 def main() -> None:
@@ -108,14 +113,16 @@ def main() -> None:
             ):
                 return int(NeuronAcceleratorManager.get_current_node_num_accelerators())
 
-        rows = []
-        for name, fn, what in (
+        paths = (
             ("ray-accel sysfs", ours_sysfs, "full inventory"),
             ("ray-accel neuron-ls (stub)", ours_neuron_ls, "full inventory"),
             ("Ray 2.60 NeuronAcceleratorManager (stub)", ray_path, "core count only"),
-        ):
-            median, cores = timed(fn, args.runs)
-            rows.append({"path": name, "median_ms": median * 1000, "cores": cores, "returns": what})
+        )
+        measured = timed([fn for _, fn, _ in paths], args.runs)
+        rows = [
+            {"path": name, "median_ms": median * 1000, "cores": cores, "returns": what}
+            for (name, _, what), (median, cores) in zip(paths, measured, strict=True)
+        ]
 
     base = rows[2]["median_ms"]
     for r in rows:

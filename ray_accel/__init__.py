@@ -1,15 +1,21 @@
 """ray-accel: accelerator discovery, partitioning and training for Ray.
 
 The public names live here; importing the package stays light (no Ray, no
-torch) so the CLI starts fast, and names that need Ray load on first use.
+torch, no plugin or cluster module) so the CLI starts fast: every name but the
+errors and the version loads on first use.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from ray_accel.core.errors import InputError, RayAccelError
-from ray_accel.hooks.config import LifecycleHook, Workload, WorkloadConfig, WorkloadDenied, WorkloadRetry
+
+if TYPE_CHECKING:
+    from ray_accel.cluster.driver import init
+    from ray_accel.hooks.config import LifecycleHook, Workload, WorkloadConfig, WorkloadDenied, WorkloadRetry
+    from ray_accel.hooks.tasks import with_hooks
 
 __version__ = "0.3.0"
 
@@ -27,13 +33,19 @@ __all__ = [
 ]
 
 
+# Public name -> the module that defines it, imported on first use.
+LAZY = {
+    "LifecycleHook": "ray_accel.hooks.config",
+    "Workload": "ray_accel.hooks.config",
+    "WorkloadConfig": "ray_accel.hooks.config",
+    "WorkloadDenied": "ray_accel.hooks.config",
+    "WorkloadRetry": "ray_accel.hooks.config",
+    "init": "ray_accel.cluster.driver",
+    "with_hooks": "ray_accel.hooks.tasks",
+}
+
+
 def __getattr__(name: str) -> Any:
-    if name == "init":
-        from ray_accel.cluster.driver import init
-
-        return init
-    if name == "with_hooks":
-        from ray_accel.hooks.tasks import with_hooks
-
-        return with_hooks
-    raise AttributeError(f"module 'ray_accel' has no attribute {name!r}")
+    if name not in LAZY:
+        raise AttributeError(f"module 'ray_accel' has no attribute {name!r}")
+    return getattr(importlib.import_module(LAZY[name]), name)

@@ -13,30 +13,97 @@ mistyped ray-accel flag is an error, not a `ray start` option.
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import click
 
 from ray_accel import __version__
-from ray_accel.cli.cluster import start, status_command, stop
-from ray_accel.cli.health import health
-from ray_accel.cli.host import devices, plan
-from ray_accel.cli.jobs import jobs
-from ray_accel.cli.repartition import repartition
-from ray_accel.cli.top import top
 from ray_accel.core.errors import InputError, RayAccelError
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@dataclass(frozen=True)
+class Entry:
+    """Where a command lives, and the line `ray-accel --help` shows for it."""
+
+    module: str
+    attribute: str
+    summary: str  # the command's docstring summary (a unit test holds them equal)
+
+
+# Each command's module is imported only when that command runs (or its own
+# --help is asked for): `--version` and `--help` import none of them, and a
+# command pays for its own path only.
+COMMANDS: dict[str, Entry] = {
+    "devices": Entry("ray_accel.cli.host", "devices", "List the accelerators of this host and every backend's state."),
+    "plan": Entry(
+        "ray_accel.cli.host",
+        "plan",
+        "Show how this host would be split into partitions, one raylet each, and each one's share of the host's "
+        "CPUs and memory (as `start` would give them).",
+    ),
+    "start": Entry("ray_accel.cli.cluster", "start", "Start one raylet per partition of this host."),
+    "status": Entry(
+        "ray_accel.cli.status",
+        "status_command",
+        "Show this host's partitions: masks, raylet PIDs, alive or dead, what is in use, and processes that hold "
+        "their devices without being their workers.",
+    ),
+    "stop": Entry("ray_accel.cli.cluster", "stop", "Stop exactly the processes `start` started on this host, by PID."),
+    "repartition": Entry(
+        "ray_accel.cli.repartition",
+        "repartition",
+        "Split this host's devices anew, as `start` splits them: partitions whose devices stay as they are keep "
+        "running; the others are drained through Ray, stopped, and started with their new devices.",
+    ),
+    "top": Entry("ray_accel.cli.top", "top", "Live view of every host's partitions, devices, workloads and orphans."),
+    "jobs": Entry(
+        "ray_accel.cli.jobs", "jobs", "Training jobs (every fit() with AcceleratorTorchConfig) and their phases."
+    ),
+    "health": Entry(
+        "ray_accel.cli.health", "health", "Every device's health by its family's rule, and every partition's state."
+    ),
+}
+
+
+def load_command(name: str) -> click.Command:
+    """The click command `name`, its module imported now."""
+    entry = COMMANDS[name]
+    command = getattr(importlib.import_module(entry.module), entry.attribute)
+    if not isinstance(command, click.Command):
+        raise TypeError(f"{entry.module}.{entry.attribute} is not a click command")
+    return command
+
+
+def short_help(name: str, limit: int) -> str:
+    """What click shows of command `name`'s help in its group's list, from its summary alone."""
+    return click.Command(name, help=COMMANDS[name].summary).get_short_help_str(limit)
+
+
+class LazyGroup(click.Group):
+    """A group whose commands are imported on first use (`COMMANDS`)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return load_command(cmd_name) if cmd_name in COMMANDS else None
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # click's own asks every command for its short help, importing them all.
+        limit = formatter.width - 6 - max(len(name) for name in COMMANDS)
+        rows = [(name, short_help(name, limit)) for name in sorted(COMMANDS)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="ray-accel")
 def cli() -> None:
     """Accelerator partitions for Ray."""
-
-
-for command in (devices, plan, start, status_command, stop, repartition, top, jobs, health):
-    cli.add_command(command)
 
 
 def _fail(message: str, kind: str, code: int, as_json: bool, warnings: Sequence[str] = (), **details: object) -> int:

@@ -1,13 +1,12 @@
-"""`ray-accel start | stop | status`: the raylets of this host's partitions."""
+"""`ray-accel start | stop`: the raylets of this host's partitions (`status` is `cli.status`)."""
 
 from __future__ import annotations
 
 import click
 
-import ray_accel.health  # noqa: F401  (registers the host's decider: stop and status check it by kind)
+import ray_accel.health  # noqa: F401  (registers the host's decider: stop checks it by kind)
 from ray_accel.cli import render
-from ray_accel.cli.host import json_option
-from ray_accel.cli.output import emit, progress
+from ray_accel.cli.output import emit, json_option, progress
 from ray_accel.cli.params import HOST_PORT, MAX_WORKERS, PORT, drain_deadline_option, grouped, seconds, split_options
 from ray_accel.cluster.raylet import Join, Offer, Services, Split, StartRequest
 from ray_accel.core import validate
@@ -137,31 +136,6 @@ def start(
     payload = status()
     emit(as_json, dump_fields(payload, out_of_service=out), lambda _: render.started_text(payload))
     return supervise(record, say) if block else 0
-
-
-@click.command("status")
-@click.option(
-    "--cluster",
-    is_flag=True,
-    help="every host's partitions, from the GCS of the cluster this host joined (host, node, IP, mask, resources)",
-)
-@json_option
-def status_command(cluster: bool, as_json: bool) -> int:
-    """Show this host's partitions: masks, raylet PIDs, alive or dead, what is
-    in use, and processes that hold their devices without being their workers."""
-    from ray_accel.cli.connect import host_orphans
-    from ray_accel.cluster.status import cluster_status, status
-
-    if cluster:
-        return emit(as_json, cluster_status(), render.cluster_status_text)
-
-    payload = status()
-    # Only a GCS that answered is asked through a driver: ray.init on a dead
-    # or foreign address waits for minutes (Ray's own GCS connect timeout).
-    answered = any(p.registered is not None for p in payload.partitions)
-    orphans = host_orphans(payload) if payload.running and payload.gcs_alive and answered else None
-    shown = payload if orphans is None else dump_fields(payload, **dump_fields(orphans))
-    return emit(as_json, shown, lambda _: render.status_with_orphans_text(payload, orphans))
 
 
 @click.command()

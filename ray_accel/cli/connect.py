@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -22,15 +23,28 @@ def connect_to_recorded_cluster() -> tuple[HostRecord, dict[str, GcsNode]]:
     never `ray.init()` without an address, which would start one."""
     from ray_accel.cluster import auth
     from ray_accel.cluster.status import cluster_nodes
-    from ray_accel.metrics import export
-    from ray_accel.rayapi.driver import pushed_messages_to_stderr
+    from ray_accel.metrics import snapshots
+    from ray_accel.rayapi.driver import pushed_messages_to_stderr, without_arrow_serializers
 
     record, nodes = cluster_nodes()
     auth.apply(record.auth)
     # This command's stdout is its result: what Ray pushes to drivers goes to stderr.
     pushed_messages_to_stderr()
-    export.connect(record.gcs_address)
+    # It reads snapshots (dicts): Ray Data's serializers would only cost their imports.
+    without_arrow_serializers()
+    snapshots.connect(record.gcs_address)
     return record, nodes
+
+
+def leave_cluster() -> None:
+    """Disconnect this command's driver now. Left to Ray's exit hook, the
+    disconnect would first wait half a second for log lines to print (Ray
+    2.60, `ray._private.worker.shutdown` with `_exiting_interpreter`), which a
+    CLI driver (`log_to_driver=False`) never prints. Without Ray imported
+    there is nothing to leave (and no import to pay for)."""
+    ray = sys.modules.get("ray")
+    if ray is not None:
+        ray.shutdown()
 
 
 @dataclass(frozen=True)
@@ -44,9 +58,7 @@ class Orphans:
 def host_orphans(status: HostStatus) -> Orphans:
     """The orphans of this host's live partitions, from their exporters
     (connects as a driver, and leaves); a failure to ask is reported, not raised."""
-    import ray
-
-    from ray_accel.metrics import export
+    from ray_accel.metrics import snapshots
     from ray_accel.metrics.collect import OrphanReading
 
     live = {p.node_id: p.partition for p in status.partitions if p.alive and p.node_id}
@@ -54,7 +66,7 @@ def host_orphans(status: HostStatus) -> Orphans:
     errors: list[str] = []
     try:
         connect_to_recorded_cluster()
-        for node_id, snap in export.snapshots(live, timeout_s=5.0).items():
+        for node_id, snap in snapshots.snapshots(live, timeout_s=5.0).items():
             if isinstance(snap, str) or not snap:
                 errors.append(f"{live[node_id]}: {snap or 'no sample yet'}")
             else:
@@ -62,5 +74,5 @@ def host_orphans(status: HostStatus) -> Orphans:
     except Exception as e:
         return Orphans((), (f"metrics exporters not reachable: {type(e).__name__}: {e}",))
     finally:
-        ray.shutdown()
+        leave_cluster()
     return Orphans(tuple(orphans), tuple(errors))

@@ -17,8 +17,7 @@ from typing import Any
 
 import click
 
-from ray_accel.cli.host import json_option
-from ray_accel.cli.output import ago, emit
+from ray_accel.cli.output import ago, emit, json_option
 from ray_accel.cli.render import decider_line, table
 from ray_accel.core.files import describe
 

@@ -7,14 +7,12 @@ import os
 import click
 
 from ray_accel.cli import render
-from ray_accel.cli.output import emit
+from ray_accel.cli.output import emit, json_option
 from ray_accel.cli.params import split_options
 from ray_accel.cluster.raylet import Split
 from ray_accel.core.reader import dump
 from ray_accel.partition.inherited import inherited_mask, plan_within_mask
 from ray_accel.plugins.discovery import discover
-
-json_option = click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 
 
 @click.command()

@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ray_accel.cli.host import json_option
-from ray_accel.cli.output import ago, emit
+from ray_accel.cli.output import ago, emit, json_option
 from ray_accel.cli.render import table
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.jobs.model import JobRecord, job_json, job_notes
@@ -30,10 +29,13 @@ def read_recorded_jobs() -> tuple[list[JobRecord], Waiting]:
     """Every job of the cluster this host's record names (connects as a
     driver), with why it waits where a partition of this host it ran on is
     not serving (from the host's health decider)."""
-    from ray_accel.cli.connect import connect_to_recorded_cluster
+    from ray_accel.cli.connect import connect_to_recorded_cluster, leave_cluster
 
     record, _ = connect_to_recorded_cluster()
-    return top_jobs(record)
+    try:
+        return top_jobs(record)
+    finally:
+        leave_cluster()
 
 
 def find_job(jobs: Sequence[JobRecord], job_id: str) -> JobRecord:

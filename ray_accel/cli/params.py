@@ -6,14 +6,16 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from ray_accel.cli.output import warn
-from ray_accel.cluster.raylet import Split
 from ray_accel.core import validate
 from ray_accel.core.errors import InputError
+
+if TYPE_CHECKING:
+    from ray_accel.cluster.raylet import Split
 
 T = TypeVar("T")
 
@@ -87,12 +89,19 @@ def _old_partitions(ctx: click.Context, param: click.Parameter, value: str | Non
     return count
 
 
+def _split(
+    mode: str | None, partitions: int | None, agents: int | None, manual: str | None, backend: str | None
+) -> Split:
+    """The `Split` the options give (imported here: `cluster.raylet` is the start path's, not every command's)."""
+    from ray_accel.cluster.raylet import Split
+
+    return Split.given(mode, partitions if agents is None else agents, manual, backend)
+
+
 def split_options(partitions_help: str, manual_help: str, backend_help: str) -> Callable[[F], F]:
     return grouped(
         "split",
-        lambda mode, partitions, agents, manual, backend: Split.given(
-            mode, partitions if agents is None else agents, manual, backend
-        ),
+        _split,
         click.option("--mode", default=None, show_default="auto-split", help="shared, auto-split or manual"),
         click.option("--partitions", type=PARTITION_COUNT, help=partitions_help),
         click.option("--agents", hidden=True, callback=_old_partitions),

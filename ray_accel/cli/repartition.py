@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import click
 
-from ray_accel.cli.host import json_option
-from ray_accel.cli.output import emit, progress
+from ray_accel.cli.output import emit, json_option, progress
 from ray_accel.cli.params import PARTITION_COUNT, drain_deadline_option, seconds
 from ray_accel.cluster.raylet import Split
 from ray_accel.cluster.resplit import Changes

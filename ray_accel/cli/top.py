@@ -14,10 +14,9 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ray_accel.cli import render
-from ray_accel.cli.connect import connect_to_recorded_cluster
-from ray_accel.cli.host import json_option
+from ray_accel.cli.connect import connect_to_recorded_cluster, leave_cluster
 from ray_accel.cli.jobs import jobs_text, top_jobs
-from ray_accel.cli.output import emit
+from ray_accel.cli.output import emit, json_option
 from ray_accel.cli.params import seconds
 from ray_accel.core.reader import dump_fields, load
 from ray_accel.jobs.model import job_json
@@ -95,19 +94,22 @@ def head_of(nodes: Iterable[GcsNode]) -> dict[str, str] | None:
 def top(once: bool, interval: float, as_json: bool) -> int:
     """Live view of every host's partitions, devices, workloads and orphans."""
     from ray_accel.cluster.status import cluster_view
-    from ray_accel.metrics import export
+    from ray_accel.metrics import snapshots
 
-    while True:
-        record, nodes = connect_to_recorded_cluster()  # connects once: a driver stays connected
-        parts = cluster_view(record.gcs_address, nodes).partitions  # every host's partition raylets
-        payload = top_payload(parts, export.snapshots([p.node_id for p in parts if p.alive]))
-        payload["head"] = head_of(nodes.values())
-        listed, waiting = top_jobs(record)
-        payload["jobs"] = [job_json(j, waiting=waiting) for j in listed]
-        if not as_json and not once:
-            print("\033[2J\033[H", end="")
-        # emit calls the text view at once, inside this iteration.
-        emit(as_json, payload, lambda p: f"{render.top_text(p)}\n\n{jobs_text(listed, waiting)}")  # noqa: B023
-        if once:
-            return 0
-        time.sleep(interval)
+    try:
+        while True:
+            record, nodes = connect_to_recorded_cluster()  # connects once: a driver stays connected
+            parts = cluster_view(record.gcs_address, nodes).partitions  # every host's partition raylets
+            payload = top_payload(parts, snapshots.snapshots([p.node_id for p in parts if p.alive]))
+            payload["head"] = head_of(nodes.values())
+            listed, waiting = top_jobs(record)
+            payload["jobs"] = [job_json(j, waiting=waiting) for j in listed]
+            if not as_json and not once:
+                print("\033[2J\033[H", end="")
+            # emit calls the text view at once, inside this iteration.
+            emit(as_json, payload, lambda p: f"{render.top_text(p)}\n\n{jobs_text(listed, waiting)}")  # noqa: B023
+            if once:
+                return 0
+            time.sleep(interval)
+    finally:
+        leave_cluster()

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from ray_accel.cluster import auth, procs, state
+from ray_accel.cluster import auth, state
 from ray_accel.cluster.auth import Auth
 from ray_accel.cluster.host import Share
 from ray_accel.cluster.state import HostRecord, PartitionEntry, RayProcess, RecordError
@@ -36,6 +37,9 @@ from ray_accel.partition.plan import (
     node_host,
 )
 from ray_accel.rayapi.gcs import GcsError, GcsNode, gcs_nodes
+
+if TYPE_CHECKING:  # the process checks are this host's view only: `status --cluster` does without them
+    from ray_accel.cluster import procs
 
 
 @dataclass(frozen=True)
@@ -146,6 +150,8 @@ def status() -> HostStatus:
 
 
 def describe(record: HostRecord, place: state.Place) -> HostStatus:
+    from ray_accel.cluster import procs
+
     warnings: list[str] = []
     checks: dict[RayProcess, procs.Check] = {}
     try:
@@ -263,16 +269,25 @@ def _change(record: HostRecord, checks: Mapping[RayProcess, procs.Check]) -> Cha
     )
 
 
-def _id_label(labels: Mapping[str, str], key: str, where: str, warnings: list[str]) -> list[int] | None:
-    """The ids a label names; None (with a warning naming it) when missing or unreadable."""
+def _id_label(
+    labels: Mapping[str, str], key: str, where: str, warnings: list[str], decoded: dict[str, tuple[int, ...] | str]
+) -> list[int] | None:
+    """The ids a label names; None (with a warning naming it) when missing or
+    unreadable. `decoded`: each label text read so far, its ids or why it is
+    unreadable (every host's partitions carry the same few texts)."""
     text = labels.get(key)
     if text is None:
         return None
-    try:
-        return list(decode_ids(text))
-    except LabelError as e:
-        warnings.append(f"{where}: {e}")
+    if text not in decoded:
+        try:
+            decoded[text] = decode_ids(text)
+        except LabelError as e:
+            decoded[text] = str(e)
+    ids = decoded[text]
+    if isinstance(ids, str):
+        warnings.append(f"{where}: {ids}")
         return None
+    return list(ids)
 
 
 def _resources(amounts: Mapping[str, float]) -> dict[str, float]:
@@ -329,14 +344,25 @@ def cluster_view(gcs_address: str, nodes: Mapping[str, GcsNode]) -> ClusterView:
     warnings: list[str] = []
     parts: list[ClusterPartition] = []
     others = 0
+    # Worked out once per host and per label text, not once per partition.
+    host_keys: dict[tuple[str, str], str] = {}
+    decoded: dict[str, tuple[int, ...] | str] = {}
+    masks: dict[tuple[int, ...], str] = {}
     for node_id, n in nodes.items():
         labels = n.labels
         if PARTITION_LABEL not in labels:
             others += 1
             continue
-        host = node_host(n.hostname, n.ip, labels)
+        if n.hostname and n.ip:
+            if (n.hostname, n.ip) not in host_keys:
+                host_keys[n.hostname, n.ip] = node_host(n.hostname, n.ip, labels)
+            host = host_keys[n.hostname, n.ip]
+        else:  # the label names the host: nothing to share
+            host = node_host(n.hostname, n.ip, labels)
         where = f"{host}/{labels[PARTITION_LABEL]} ({node_id[:12]})"
-        cores = _id_label(labels, CORES_LABEL, where, warnings)
+        cores = _id_label(labels, CORES_LABEL, where, warnings, decoded)
+        if cores is not None and tuple(cores) not in masks:
+            masks[tuple(cores)] = format_visible_ids(cores, "ranges")
         parts.append(
             ClusterPartition(
                 host=host,
@@ -348,8 +374,8 @@ def cluster_view(gcs_address: str, nodes: Mapping[str, GcsNode]) -> ClusterView:
                 resource=labels.get(RESOURCE_LABEL),
                 accelerator_type=labels.get(TYPE_LABEL),
                 core_ids=cores,
-                mask=None if cores is None else format_visible_ids(cores, "ranges"),
-                device_indexes=_id_label(labels, DEVICES_LABEL, where, warnings),
+                mask=None if cores is None else masks[tuple(cores)],
+                device_indexes=_id_label(labels, DEVICES_LABEL, where, warnings, decoded),
                 total=_resources(n.total),
                 available=_resources(n.available),
             )
@@ -366,7 +392,9 @@ def cluster_view(gcs_address: str, nodes: Mapping[str, GcsNode]) -> ClusterView:
         (p for p in parts if p.alive or not claims(p) & taken),
         key=lambda p: (p.host, p.partition, not p.alive, p.node_id),
     )
-    on_host = {p.host: [q for q in kept if q.host == p.host] for p in kept}
+    on_host: dict[str, list[ClusterPartition]] = {}
+    for p in kept:
+        on_host.setdefault(p.host, []).append(p)
     hosts = tuple(
         ClusterHost(
             host, ps[0].host_name, tuple(dict.fromkeys(p.ip for p in ps if p.ip)), len(ps), sum(p.alive for p in ps)

@@ -90,6 +90,35 @@ def read_bytes(path: str | os.PathLike[str], max_bytes: int = DEFAULT_MAX_BYTES,
     return data
 
 
+def read_attribute(path: str, max_bytes: int) -> str:
+    """A sysfs attribute's text, as `read_text` reads a file, in fewer calls
+    to the kernel (a discovery reads a hundred of them): no device node lives
+    in sysfs, so there is no `stat` before the open (which never blocks:
+    O_NONBLOCK), the descriptor is checked as `read_bytes` checks it, and a
+    read that returns less than it asked for is the whole file (sysfs hands
+    an attribute over in one read; so does a regular file on a local disk)."""
+    if "\0" in path:
+        raise UnreadableFile(f"{path!r} holds a NUL byte, which no path may")
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        _regular(path, os.fstat(fd).st_mode)
+        chunks: list[bytes] = []
+        left = max_bytes + 1  # one byte more tells "exactly the limit" from "over it"
+        while left > 0:
+            want = min(left, 65536)
+            chunk = os.read(fd, want)
+            chunks.append(chunk)
+            left -= len(chunk)
+            if len(chunk) < want:
+                break  # less than asked for: the end of the file
+        data = b"".join(chunks)
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:
+        raise UnreadableFile(f"{path} holds more than {max_bytes} bytes")
+    return data.decode("utf-8", "replace")
+
+
 def read_text(path: str | os.PathLike[str], max_bytes: int = DEFAULT_MAX_BYTES) -> str:
     """`read_bytes` decoded as UTF-8 (undecodable bytes replaced, never raised)."""
     return read_bytes(path, max_bytes).decode("utf-8", "replace")

@@ -386,12 +386,37 @@ def load(cls: type[T], data: object, where: str = "") -> T:
 LOCAL: Mapping[str, bool] = types.MappingProxyType({"local": True})
 
 
+# Values `dump` returns as they are, by exact type (an enum that is also a str is not one).
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _dumped_fields(cls: type) -> tuple[str, ...]:
+    """The fields `dump` writes of dataclass `cls`, in order (read once per class)."""
+    if cls not in _FIELDS:
+        _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls) if not f.metadata.get("local"))
+    return _FIELDS[cls]
+
+
 def dump(value: object) -> object:
     """`value` as JSON-able data: a dataclass as an object of its fields (but
     those marked `LOCAL`), an enum as its value, a tuple as a list. `load`
     reads it back."""
+    # Views of hundreds of partitions are mostly plain values, lists and
+    # dicts: those are told apart by their exact type first, and a scalar
+    # inside a container is kept without a call.
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if kind is list or kind is tuple:
+        return [v if type(v) in _SCALARS else dump(v) for v in typing.cast(list[object], value)]
+    if kind is dict:
+        items = typing.cast(dict[object, object], value).items()
+        return {str(k): v if type(v) in _SCALARS else dump(v) for k, v in items}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: dump(getattr(value, f.name)) for f in dataclasses.fields(value) if not f.metadata.get("local")}
+        return {name: dump(getattr(value, name)) for name in _dumped_fields(kind)}
     if isinstance(value, enum.Enum):
         return value.value
     if isinstance(value, tuple | list):
@@ -399,6 +424,22 @@ def dump(value: object) -> object:
     if isinstance(value, Mapping):
         return {str(k): dump(v) for k, v in value.items()}
     return value
+
+
+def dump_one_level(value: object) -> object:
+    """`dump` of `value` itself, what it holds left as it is: what `json`
+    is given for a value it cannot write (its `default`), so that it writes
+    what `dump` would. The rest (str, numbers, None, lists, tuples, dicts with
+    str keys, and enums that are str or int) it writes itself, as `dump` would."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {name: getattr(value, name) for name in _dumped_fields(type(value))}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, Mapping):
+        return {str(k): v for k, v in value.items()}
+    if isinstance(value, tuple | list):
+        return list(value)
+    raise TypeError(f"a {type(value).__name__} is not JSON-able: {value!r}")
 
 
 def dump_fields(value: object, **extra: object) -> dict[str, object]:

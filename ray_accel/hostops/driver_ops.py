@@ -20,7 +20,8 @@ from typing import Literal
 from ray_accel.cluster.helpers import read_inputs
 from ray_accel.core import reader
 from ray_accel.core.errors import RayAccelError
-from ray_accel.metrics.export import Deployment, connect, deploy, kill
+from ray_accel.metrics.export import Deployment, deploy, kill
+from ray_accel.metrics.snapshots import connect
 
 TIMEOUT_S = 180.0
 MODULE = "ray_accel.hostops.driver_ops"

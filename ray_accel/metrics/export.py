@@ -44,7 +44,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -57,12 +57,14 @@ from ray_accel.core.health_state import HostHealth, PartState, read_health
 from ray_accel.core.hosts import HostId, this_host_name
 from ray_accel.core.processes import ProcessTable
 from ray_accel.metrics.collect import DeviceReading, Snapshot, Where, collect, device_readings
+
+# The exporters' names and a reader's connection live with the readers (`top`, `status`).
+from ray_accel.metrics.snapshots import NAMESPACE, actor_name, connect
 from ray_accel.plugins.discovery import process_backend
 from ray_accel.plugins.host_readings import read_readings
 
 log = logging.getLogger(__name__)
 
-NAMESPACE = "ray-accel"
 INTERVAL_ENV = "RAYACCEL_METRICS_INTERVAL_S"
 DEVICE_TAGS = ("host", "partition", "device_id", "family", "accelerator_type")
 WORKLOAD_TAGS = ("host", "partition", "workload")
@@ -132,11 +134,6 @@ class HostValues:
     accelerator_type: str
     devices: int
     memory_used_bytes: int
-
-
-def actor_name(node_id: str) -> str:
-    """The exporter of the raylet with this node id (unique across hosts)."""
-    return f"exporter-{node_id}"
 
 
 def gauge_values(
@@ -385,29 +382,3 @@ def kill(node_id: str) -> None:
         ray.kill(ray.get_actor(actor_name(node_id), namespace=NAMESPACE))
     except ValueError:
         pass  # none runs there
-
-
-def connect(address: str) -> None:
-    import ray
-
-    if not ray.is_initialized():
-        ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level=logging.WARNING)
-
-
-def snapshots(node_ids: Iterable[str], timeout_s: float = 10.0) -> dict[str, dict[str, Any] | str]:
-    """Each raylet's exporter's latest snapshot, or the reason there is none (connected driver)."""
-    import ray
-
-    refs = {}
-    out: dict[str, dict[str, Any] | str] = {}
-    for node_id in node_ids:
-        try:
-            refs[node_id] = ray.get_actor(actor_name(node_id), namespace=NAMESPACE).snapshot.remote()
-        except Exception as e:
-            out[node_id] = f"no metrics exporter: {e}"
-    for node_id, ref in refs.items():
-        try:
-            out[node_id] = ray.get(ref, timeout=timeout_s)
-        except Exception as e:
-            out[node_id] = f"{type(e).__name__}: {e}"
-    return out

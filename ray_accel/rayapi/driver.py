@@ -1,4 +1,5 @@
-"""Where a connected driver prints what its raylets push to it.
+"""Where a connected driver prints what its raylets push to it, and what
+a CLI driver leaves out of its serializers.
 
 Ray 2.60's driver prints every error message the cluster pushes to it (a
 raylet's "N PYTHON worker processes have been started ..." among them) to
@@ -11,10 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ray_accel.rayapi.feature import attr, module
+from ray_accel.rayapi.feature import RayApiMissing, attr, module
 
 WORKER = "ray._private.worker"
 _ROUTED = "_ray_accel_to_stderr"
+ARROW = "ray._private.arrow_serialization"
+ARROW_HOOK = "_register_custom_datasets_serializers"
 
 
 def pushed_messages_to_stderr() -> None:
@@ -30,3 +33,23 @@ def pushed_messages_to_stderr() -> None:
 
     setattr(to_stderr, _ROUTED, True)
     worker.print_to_stdstream = to_stderr  # type: ignore[attr-defined]
+
+
+def without_arrow_serializers() -> None:
+    """This process's driver registers no Arrow serializers. Ray 2.60
+    registers them on a driver's first call to an actor or task whenever
+    pyarrow is installed (`ray.util.serialization_addons.apply` calls
+    `ray._private.arrow_serialization._register_custom_datasets_serializers`,
+    which imports pyarrow, and numpy with it): half a second on a small
+    host, for Ray Data's tables, which a CLI driver reading snapshots never
+    sends. Where this Ray has no such hook, nothing changes."""
+    try:
+        arrow = module(ARROW)
+        attr(arrow, ARROW_HOOK, ARROW)
+    except RayApiMissing:
+        return
+
+    def none(context: object) -> None:
+        return None
+
+    setattr(arrow, ARROW_HOOK, none)

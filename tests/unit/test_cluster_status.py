@@ -268,3 +268,18 @@ def test_status_of_a_state_folder_it_may_not_read_names_it(
     assert proc.returncode == 2, proc
     assert f"cannot read state directory {folder}: permission denied" in proc.stderr
     assert "No ray-accel partitions" not in proc.stdout + proc.stderr
+
+
+def test_a_bad_label_on_many_raylets_is_reported_for_each() -> None:
+    # Label texts are decoded once per view: each raylet carrying a bad one still gets its warning.
+    nodes = {"n8": node("ha", "p0", "10.0.0.8", cores="3-1"), "n9": node("hb", "p0", "10.0.0.9", cores="3-1")}
+    view = dump(cluster_view("a:1", nodes))
+    assert [p["core_ids"] for p in view["partitions"]] == [None, None]
+    assert len(view["warnings"]) == 2 and "(n8)" in view["warnings"][0] and "(n9)" in view["warnings"][1]
+
+
+def test_partitions_sharing_a_label_get_their_own_lists() -> None:
+    view = cluster_view("a:1", {"n1": node("ha", "p0", "10.0.0.1"), "n2": node("hb", "p0", "10.0.0.2")})
+    first, second = view.partitions
+    assert first.core_ids == second.core_ids and first.core_ids is not second.core_ids
+    assert first.mask == second.mask == "0-15"

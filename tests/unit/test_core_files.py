@@ -104,3 +104,33 @@ def test_symlinks_to_regular_files_are_followed(tmp_path: Path) -> None:
     (tmp_path / "real").write_text("12, 3, 4, 1\n")
     (tmp_path / "link").symlink_to(tmp_path / "real")
     assert files.read_text(tmp_path / "link") == "12, 3, 4, 1\n"
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.binary(max_size=140_000), limit=st.integers(0, 140_000))
+def test_an_attribute_reads_as_read_text_reads_it(data: bytes, limit: int) -> None:
+    # Sizes past one 64 KiB read too: a full read is never taken for the end.
+    with tempfile.TemporaryDirectory() as tmp:
+        path = str(Path(tmp) / "f")
+        Path(path).write_bytes(data)
+        if len(data) <= limit:
+            assert files.read_attribute(path, limit) == files.read_text(path, limit)
+        else:
+            with pytest.raises(files.UnreadableFile, match=f"more than {limit} bytes"):
+                files.read_attribute(path, limit)
+
+
+@badinput("dangerous")
+def test_an_attribute_that_is_a_fifo_or_a_directory_is_refused_at_once(tmp_path: Path) -> None:
+    fifo = tmp_path / "core_count"
+    os.mkfifo(fifo)
+    start = time.monotonic()
+    with pytest.raises(files.UnreadableFile, match="is a FIFO, not a regular file"):
+        files.read_attribute(str(fifo), 64)
+    assert time.monotonic() - start < 2
+    with pytest.raises(files.UnreadableFile, match="is a directory, not a regular file"):
+        files.read_attribute(str(tmp_path), 64)
+    with pytest.raises(FileNotFoundError):
+        files.read_attribute(str(tmp_path / "absent"), 64)
+    with pytest.raises(files.UnreadableFile, match="NUL byte"):
+        files.read_attribute("a\0b", 64)

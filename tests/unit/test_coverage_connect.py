@@ -26,7 +26,7 @@ def recorded(**over: Any) -> Any:
 @pytest.fixture
 def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, object]]:
     from ray_accel.cluster import auth, status
-    from ray_accel.metrics import export
+    from ray_accel.metrics import snapshots
     from ray_accel.rayapi import driver
 
     made: list[tuple[str, object]] = []
@@ -34,7 +34,8 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, object]]:
     monkeypatch.setattr(status, "cluster_nodes", lambda timeout_s=5.0: (record, {"n0": "node"}))
     monkeypatch.setattr(auth, "apply", lambda a: made.append(("auth", a)))
     monkeypatch.setattr(driver, "pushed_messages_to_stderr", lambda: made.append(("stderr", None)))
-    monkeypatch.setattr(export, "connect", lambda address: made.append(("connect", address)))
+    monkeypatch.setattr(driver, "without_arrow_serializers", lambda: made.append(("no arrow", None)))
+    monkeypatch.setattr(snapshots, "connect", lambda address: made.append(("connect", address)))
     monkeypatch.setattr(ray, "shutdown", lambda: made.append(("shutdown", None)))
     return made
 
@@ -57,13 +58,13 @@ def test_a_driver_takes_the_recorded_auth_and_prints_pushed_messages_to_stderr(
     calls: list[tuple[str, object]],
 ) -> None:
     assert connect_to_recorded_cluster()[1] == {"n0": "node"}
-    assert calls == [("auth", "the auth"), ("stderr", None), ("connect", "10.0.0.1:6379")]
+    assert calls == [("auth", "the auth"), ("stderr", None), ("no arrow", None), ("connect", "10.0.0.1:6379")]
 
 
 def test_orphans_come_from_each_live_partitions_exporter_and_a_silent_one_is_named(
     monkeypatch: pytest.MonkeyPatch, calls: list[tuple[str, object]]
 ) -> None:
-    from ray_accel.metrics import export
+    from ray_accel.metrics import snapshots as export
 
     orphan = {"device_id": "mock:0", "host": "h", "partition": "p0", "pid": 42, "command": "python x.py"}
     asked: list[dict[str, str]] = []
@@ -95,3 +96,27 @@ def test_a_cluster_that_cannot_be_asked_is_reported_not_raised(
         "metrics exporters not reachable: RayAccelError: no cluster: no ray-accel partitions recorded on this host",
     )
     assert calls == [("shutdown", None)]
+
+
+def test_jobs_leave_the_cluster_even_when_reading_fails(
+    monkeypatch: pytest.MonkeyPatch, calls: list[tuple[str, object]]
+) -> None:
+    from ray_accel.cli import jobs
+
+    def broken(record: object) -> None:
+        raise RayAccelError("the job store did not answer")
+
+    monkeypatch.setattr(jobs, "top_jobs", broken)
+    with pytest.raises(RayAccelError, match="did not answer"):
+        jobs.read_recorded_jobs()
+    assert calls[-1] == ("shutdown", None), "the driver leaves before the interpreter's exit"
+
+
+def test_leaving_without_ray_imported_imports_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from ray_accel.cli.connect import leave_cluster
+
+    monkeypatch.delitem(sys.modules, "ray")
+    leave_cluster()
+    assert "ray" not in sys.modules

@@ -33,6 +33,9 @@ ROOT = Path(__file__).resolve().parents[2]
 # Method name -> who calls it on a class ray-accel defines.
 CALLED_BY_FRAMEWORKS: dict[str, str] = {
     "convert": "click, on a ParamType (cli/params.py)",
+    "list_commands": "click, on a Group (the lazy group of cli/__init__.py)",
+    "get_command": "click, on a Group (the lazy group of cli/__init__.py)",
+    "format_commands": "click, on a Group, for its --help (cli/__init__.py)",
     "on_training_start": "Ray Train, on a Backend (train/backend.py)",
     "on_shutdown": "Ray Train, on a Backend (train/backend.py)",
     "backend_cls": "Ray Train, on a BackendConfig (train/config.py)",

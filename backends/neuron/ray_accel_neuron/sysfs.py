@@ -83,7 +83,7 @@ class Reading:
 
 def read(path: str) -> Reading:
     try:
-        return Reading(path, files.read_text(path, ATTR_MAX_BYTES))
+        return Reading(path, files.read_attribute(path, ATTR_MAX_BYTES))
     except files.UnreadableFile as e:
         return Reading(path, None, files.describe(e), refused=True)
     except OSError as e:
@@ -235,9 +235,10 @@ class PciFunction:
 
 def pci_function(sys_root: str, bdf: str) -> PciFunction | None:
     base = os.path.join(sys_root, PCI_DEVICES_DIR, bdf)
-    if not os.path.isdir(base):
+    dev = read(os.path.join(base, "device"))
+    if dev.absent and not os.path.isdir(base):  # asked only then: one call less per function
         return None
-    dev, numa, cpus = (read(os.path.join(base, n)) for n in ("device", "numa_node", "local_cpulist"))
+    numa, cpus = (read(os.path.join(base, n)) for n in ("numa_node", "local_cpulist"))
     device_id = parse_hex(dev.text, dev.path) if dev.text is not None else None
     numa_node = parse_numa(numa.text, numa.path) if numa.text is not None else None
     return PciFunction(bdf, device_id, numa_node, (cpus.text or "").strip() or None)
@@ -277,21 +278,23 @@ def dev_nodes(dev_root: str) -> tuple[DevNode, ...]:
     `BadData` when two entries name one device (neuron1, neuron01), as
     `list_device_dirs` refuses the sysfs pair."""
     try:
-        names = os.listdir(dev_root)
+        # scandir: an entry's kind comes with the listing, not from a stat of each
+        with os.scandir(dev_root) as listing:
+            entries = list(listing)
     except OSError:
         return ()
     out = []
     seen: dict[int, str] = {}
-    for name in sorted(names):
-        m = _DEV.match(name)
+    for entry in sorted(entries, key=lambda e: e.name):
+        m = _DEV.match(entry.name)
         if not m or len(m.group(1)) > 9:
             continue
-        path = os.path.join(dev_root, name)
+        path = entry.path
         index = int(m.group(1))
         if index in seen:  # which of the two nodes is the device cannot be told
             raise limits.BadData(f"{seen[index]} and {path} both name Neuron device {index}")
         seen[index] = path
-        if os.path.isdir(path):
+        if entry.is_dir():
             out.append(DevNode(index, path, False, "a directory, not a device"))
         elif not os.access(path, os.R_OK | os.W_OK):
             out.append(DevNode(index, path, False, "no read/write permission"))
