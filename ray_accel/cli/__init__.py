@@ -43,7 +43,7 @@ COMMANDS: dict[str, Entry] = {
         "ray_accel.cli.host",
         "plan",
         "Show how this host would be split into partitions, one raylet each, and each one's share of the host's "
-        "CPUs and memory (as `start` would give them).",
+        "CPUs and memory (as `start --head` would give them: the head raylet's share first, out of the host's).",
     ),
     "start": Entry("ray_accel.cli.cluster", "start", "Start one raylet per partition of this host."),
     "status": Entry(
