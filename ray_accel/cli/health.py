@@ -77,7 +77,7 @@ def clear(device_id: str, as_json: bool) -> int:
     returns to service with it (drained again and restarted with its full mask).
     Where no decider runs (or no cluster, after `stop`), the kept device
     health is edited instead."""
-    from ray_accel.cluster import state
+    from ray_accel.cluster import statedir
     from ray_accel.cluster.start import kept_dir
     from ray_accel.core.errors import RayAccelError
     from ray_accel.core.health_kept import KEPT_FILE
@@ -90,7 +90,7 @@ def clear(device_id: str, as_json: bool) -> int:
         directory = kept_dir()
         if directory is None or not (directory / KEPT_FILE).is_file():
             raise
-        place, out = state.Place(directory, directory / state.STATE_FILE, False), []
+        place, out = statedir.Place(directory, directory / statedir.STATE_FILE, False), []
     else:
         check_clear(found, device_id)
         if found.decider_alive:

@@ -23,7 +23,7 @@ from ray_accel.rayapi import node as rayapi_node
 from ray_accel.rayapi.feature import RayApiMissing
 
 if TYPE_CHECKING:  # the record's module is imported only once Ray has started something
-    from ray_accel.cluster.state import RayProcess
+    from ray_accel.cluster.record import RayProcess
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ def _processes(node: Any) -> tuple[RayProcess, ...]:
     """Every process Ray's node started, with what identifies it later: its
     kernel start time and what its command line runs."""
     from ray_accel.cluster.procs import identity
-    from ray_accel.cluster.state import RayProcess
+    from ray_accel.cluster.record import RayProcess
     from ray_accel.core.processes import ProcessRecord, read_cmdline
 
     out = []

@@ -39,12 +39,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ray_accel.cluster import auth, launcher, procs, state
+from ray_accel.cluster import auth, launcher, procs
+from ray_accel.cluster import statedir as state
 from ray_accel.cluster.host import Share, check_free
 from ray_accel.cluster.launcher import Launches
+from ray_accel.cluster.record import HostChange, HostRecord, PartitionEntry, RayProcess, Spare
 from ray_accel.cluster.recover import relaunch
 from ray_accel.cluster.signals import shielded
-from ray_accel.cluster.state import HostChange, HostRecord, PartitionEntry, RayProcess, Spare
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.health_state import PartitionState, PartState
 from ray_accel.hostops import driver_ops, steps
@@ -123,7 +124,7 @@ def advance(place: state.Place, record: HostRecord, progress: Progress, timeout_
             driver_ops.run(leave, auth.raylet_base_env(record.auth))
         except RayAccelError as e:
             progress(f"warning: metrics exporters of the drained partitions not stopped: {e}")
-    if any(_raylet_runs(p) for p in touched):
+    if touched:  # taken even when Ray has ended them all already: the same steps every time
         record = _at(record, steps.WAIT)
         steps.announce(steps.WAIT, f"until Ray ends {', '.join(p.name for p in touched)}", progress)
         _wait_ended(touched, change.deadline, progress)

@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 
 from ray_accel.cluster.host import allowed_cpus, read_host
-from ray_accel.cluster.state import open_for_write, tail_lines, write_atomic
 from ray_accel.core.errors import InputError
-from ray_accel.core.files import UnreadableFile
+from ray_accel.core.files import UnreadableFile, open_for_write, tail_lines, write_atomic
 
 
 def open_fds() -> int:
