@@ -18,6 +18,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ray_accel.core.files import open_for_write
 from ray_accel.core.reader import LOCAL, dump
 from ray_accel.rayapi import node as rayapi_node
 from ray_accel.rayapi.feature import RayApiMissing
@@ -71,7 +72,7 @@ def _processes(node: Any) -> tuple[RayProcess, ...]:
 def _report(path: str, report: LaunchReport) -> int:
     # A new file, never through a link someone placed there (the state
     # directory may be shared): `start` removed any earlier result.
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    fd = open_for_write(path, new=True)
     with os.fdopen(fd, "w") as f:
         json.dump(dump(report), f)
     return 0 if report.ok else 1
@@ -83,7 +84,7 @@ def _lead(path: str) -> None:
 
     me = ProcessRecord.of(os.getpid())
     if me is not None:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        fd = open_for_write(path, new=True)
         with os.fdopen(fd, "w") as f:
             json.dump({"pid": me.pid, "start_ticks": me.start_ticks}, f)
 

@@ -98,11 +98,15 @@ def read_text(path: str | os.PathLike[str], max_bytes: int = DEFAULT_MAX_BYTES) 
     return read_bytes(path, max_bytes).decode("utf-8", "replace")
 
 
-def open_for_write(path: Path, mode: int = 0o600) -> int:
+def open_for_write(path: str | os.PathLike[str], mode: int = 0o600, new: bool = False) -> int:
     """A fresh, truncated regular file at `path` opened for writing: never
     through a symbolic link (a world-writable state directory could hold one
-    pointing anywhere), never a FIFO."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    pointing anywhere), never a FIFO. `new`: the file must not exist yet
+    (`FileExistsError` otherwise, a link there included): for a file whose
+    reader takes its presence as a sign, or that another user must not have
+    placed beforehand."""
+    how = os.O_EXCL if new else os.O_TRUNC
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | how | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise UnreadableFile(f"{path} is not a regular file")
