@@ -1,6 +1,7 @@
-"""The state directory: where a host's record lives, its lock, and reading
-and writing the record there. The record's values, schema and parser are
-`ray_accel.cluster.record`'s.
+"""The state directory: where a host's record lives, its lock, reading and
+writing the record there, and the table of every file the directory holds
+(`FILES`: each with the module that owns it and its format). The record's
+values, schema and parser are `ray_accel.cluster.record`'s.
 
 A host is its name and the node IP its raylets use (`ray_accel.core.hosts`):
 two hosts may share a name. The directory is ``RAYACCEL_STATE_DIR`` if set,
@@ -48,10 +49,11 @@ import re
 import socket
 import stat
 import sys
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
 from ray_accel.cluster.host import local_addresses
 from ray_accel.cluster.record import MAX_BYTES, HostRecord, RecordError, dumps, parse_record
@@ -65,6 +67,115 @@ LEGACY_FILE = "node.json"  # an earlier ray-accel's record (no node IP)
 LOCK_FILE = "lock"
 DEFAULT_ROOT = ".ray-accel"
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
+# Where a name in `FILES` holds this, each partition (the head raylet's
+# included, as "head") has its own file.
+PARTITION = "<partition>"
+
+
+@dataclass(frozen=True)
+class StateFile:
+    """One kind of file in a host's state directory: its name (with
+    `PARTITION` where there is one per partition), the module that owns it
+    (names it; it writes it too unless `format` names the writer) and what
+    it holds."""
+
+    name: str
+    owner: str
+    format: str
+
+
+# Every file a host's state directory holds. The owners below `cluster`
+# (`core`) and above it (`health`, `hostops`) define their names themselves,
+# as the layers require; tests/unit/test_statedir.py holds each name here to
+# the owner's. Writes go through `ray_accel.core.files`: `write_atomic`
+# (whole or not at all, via a temporary `.<name>.<random>.tmp` beside the
+# file, mode 0600) or `open_for_write` (never through a link, never a FIFO).
+FILES: Mapping[str, StateFile] = MappingProxyType(
+    {
+        f.name: f
+        for f in (
+            StateFile(
+                name=STATE_FILE,
+                owner="ray_accel.cluster.statedir",
+                format="JSON: the host record, current version (`ray_accel.cluster.record`); written atomically",
+            ),
+            StateFile(
+                name=LEGACY_FILE,
+                owner="ray_accel.cluster.statedir",
+                format="JSON: an earlier ray-accel's record, version 3, without the node IP; read, marked "
+                "stopping in its own version by `stop`, then removed",
+            ),
+            StateFile(
+                name=LOCK_FILE,
+                owner="ray_accel.cluster.statedir",
+                format="flock(2) lock of `start`, `stop` and `start --recover`; its text names the holder "
+                "(`<action>, pid <pid>`)",
+            ),
+            StateFile(
+                name="auth_token",
+                owner="ray_accel.cluster.auth",
+                format="text: the cluster token given by value (RAY_AUTH_TOKEN), copied there so raylets and "
+                "drivers get a path; mode 0600, created new; never printed",
+            ),
+            StateFile(
+                name="devices.json",
+                owner="ray_accel.core.health_kept",
+                format="JSON: the devices out of service and in doubt, kept across restarts; written atomically "
+                "by the decider and `health clear`",
+            ),
+            StateFile(
+                name="health.json",
+                owner="ray_accel.core.health_state",
+                format="JSON: the health decider's view of the host (devices, partitions, polls); written "
+                "atomically by the decider",
+            ),
+            StateFile(
+                name="readings.json",
+                owner="ray_accel.plugins.host_readings",
+                format="JSON: the host-level readings the decider took last, for the metrics exporter; written "
+                "atomically by the decider",
+            ),
+            StateFile(
+                name="health-requests",
+                owner="ray_accel.health.requests",
+                format="folder of `clear-<ns>-<hex>.json` requests (JSON) of `health clear` to the decider, "
+                "each written atomically, removed when taken",
+            ),
+            StateFile(
+                name="decider.log",
+                owner="ray_accel.health.launch",
+                format="text: the health decider's stdout and stderr",
+            ),
+            StateFile(
+                name="repartition.log",
+                owner="ray_accel.hostops.repartition",
+                format="text: a repartition helper's stdout and stderr",
+            ),
+            StateFile(
+                name="repartition.json",
+                owner="ray_accel.hostops.repartition",
+                format='JSON: `{"ok": true}` once a repartition helper finished its change; written atomically',
+            ),
+            StateFile(
+                name=f"{PARTITION}.log",
+                owner="ray_accel.cluster.launcher",
+                format="text: the output of the launch of the partition's raylet (`ray start`)",
+            ),
+            StateFile(
+                name=f"{PARTITION}.result.json",
+                owner="ray_accel.cluster.launcher",
+                format="JSON: the launch's report (ok, error, the processes Ray started), created new by the "
+                "launcher process (`ray_accel.cluster.raylet_launch`)",
+            ),
+            StateFile(
+                name=f"{PARTITION}.leader.json",
+                owner="ray_accel.cluster.raylet",
+                format="JSON: the launcher's pid and start ticks (the leader of the raylet's process group), "
+                "created new by the launcher process (`ray_accel.cluster.raylet_launch`)",
+            ),
+        )
+    }
+)
 
 
 class StateError(InputError):
