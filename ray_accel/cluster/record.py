@@ -10,14 +10,23 @@ field before anything acts on it and raises `RecordError` (exit 2) naming the
 file and the field; nothing else escapes it, whatever the bytes. A PID from
 the record is only a claim: `ray_accel.cluster.procs` decides whether the
 process it names is still the one recorded.
+
+Each version's change of shape has a number (`VERSION` is the one written),
+and each older shape one named upgrade (`UPGRADES`), applied to the raw JSON
+before the one parser of the current shape reads it: a version-3 record
+(`node.json`, an earlier ray-accel's) goes through `_v3_node_json_to_v4`,
+then, as every version-4 record, through the upgrades of the version-4
+shapes the decider, the device-less head raylet and the host changes came
+after, and `_v4_to_v5`. A record of a newer version is refused, naming it.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import TypeVar
 
 from ray_accel.bridge.managers import BridgeSpec
@@ -29,15 +38,18 @@ from ray_accel.core.errors import InputError
 from ray_accel.core.health_state import HealthSettings, PartitionState, PartState
 from ray_accel.core.hosts import canonical_ip
 from ray_accel.core.processes import ProcessRecord
-from ray_accel.core.reader import Node, ReadError, dump_fields, parse_document, show
+from ray_accel.core.reader import Node, ReadError, dump, dump_fields, parse_document, show
 from ray_accel.core.validate import HEAD
 from ray_accel.core.visibility import format_visible_ids
 from ray_accel.partition.plan import MaskView, Mode, Partition
 from ray_accel.plugins.traits import DeviceTraits
 
+# The versions, and what each changed; each older shape is read through its
+# named upgrade (`UPGRADES`, below), never by a fallback in the parser.
 # 4 (read without them too): the health decider's settings and process, and
 # per partition its devices out of service and its state by the decider
-# (`health`; an earlier 4 wrote `decider_state` instead: see `_held`).
+# (`health`; an earlier 4 wrote `decider_state` instead:
+# `_v4_decider_state_to_health`).
 # 4: the host's node IP beside its name (`host_ip`), in `host.json`; the
 # spec names its backend and carries its traits.
 # 3 (`node.json`, an earlier ray-accel's): processes as {kind, pid,
@@ -197,7 +209,7 @@ class HostChange:
 @dataclass(frozen=True)
 class HostRecord:
     """What `start` started on one host. The host is its name (as a file
-    name: `state.host_name`) and the node IP its raylets use; `host_ip` is
+    name: `statedir.host_name`) and the node IP its raylets use; `host_ip` is
     None only in a record of an earlier version, which had the name alone."""
 
     host: str
@@ -293,13 +305,199 @@ def dumps(record: HostRecord) -> str:
     return json.dumps(data, indent=2, allow_nan=False)
 
 
+# ---------------------------------------------------------------- upgrades
+
+# One older shape of the record: the raw record (its JSON object) to the
+# record one shape on, or None where the record is not of its shape. An
+# upgrade checks only what it reads (an earlier `decider_state`); whatever
+# does not fit is left as it is, for the parser to refuse naming it.
+Upgrade = Callable[[Node], dict[str, object] | None]
+
+
+@dataclass(frozen=True)
+class Upgraded:
+    """A record in the current shape (`data`, raw JSON for the one parser),
+    whether it came from a version-3 record (`legacy`: `dumps` writes it
+    back as 3), and the names of the upgrades that changed it, in order."""
+
+    data: Mapping[str, object]
+    legacy: bool
+    applied: tuple[str, ...]
+
+
+def upgrade(obj: Node) -> Upgraded:
+    """The record at `obj` brought to the current shape by the upgrades of
+    its version and of every version after it (`UPGRADES`); a version this
+    ray-accel does not read is a `ReadError` naming it."""
+    version = obj.mapping().get("version")
+    if version not in READS or isinstance(version, bool):
+        newer = isinstance(version, int) and version > VERSION
+        raise ReadError(
+            f"{show(version)}; this ray-accel reads versions {READS[0]} to {VERSION}"
+            + (" (a newer ray-accel wrote it: use that version)" if newer else "")
+            + " (stop that version's processes with the ray-accel that wrote it, or by hand, then remove the file)",
+            "version",
+        )
+    current, applied = obj, []
+    for older in range(version, VERSION):
+        for step in UPGRADES[older]:
+            changed = step(current)
+            if changed is not None:
+                current = Node(changed, obj.path, obj.style)
+                applied.append(step.__name__)
+    return Upgraded(current.mapping(), version == LEGACY_VERSION, tuple(applied))
+
+
+def _each_entry(obj: Node, change: Callable[[Node], dict[str, object] | None]) -> dict[str, object] | None:
+    """The record with `change` applied to each partition entry that is an
+    object, and to its head raylet's (an upgrade of a partition's shape
+    applies to both); None where it changed none."""
+    data = dict(obj.mapping())
+    changed = False
+    listed = obj.at("partitions", None)
+    if isinstance(listed.data, list):
+        partitions: list[object] = []
+        for entry in listed.list(MAX_PARTITIONS):
+            new = change(entry) if isinstance(entry.data, dict) else None
+            partitions.append(entry.data if new is None else new)
+            changed = changed or new is not None
+        data["partitions"] = partitions
+    head = obj.at("head_raylet", None)
+    if isinstance(head.data, dict):
+        new = change(head)
+        if new is not None:
+            data["head_raylet"] = new
+            changed = True
+    return data if changed else None
+
+
+def _missing(obj: Node, defaults: Mapping[str, object]) -> dict[str, object] | None:
+    """The object at `obj` with each key of `defaults` it lacks set to its
+    default; None where it lacks none."""
+    data = obj.mapping()
+    absent = {key: value for key, value in defaults.items() if key not in data}
+    return {**data, **absent} if absent else None
+
+
+def _v3_node_json_to_v4(obj: Node) -> dict[str, object] | None:
+    """Version 3 (`node.json`, an earlier ray-accel's: no node IP, read as
+    `legacy`): its spec names no backend and carries no traits; read as
+    LEGACY_BACKEND with default traits (and written back without them)."""
+    spec = obj.at("spec").data
+    if not isinstance(spec, dict):
+        return None
+    return {**obj.mapping(), "version": 4, "spec": {**spec, "backend": LEGACY_BACKEND, "traits": dump(DeviceTraits())}}
+
+
+def _v4_decider_state_to_health(obj: Node) -> dict[str, object] | None:
+    """The decider as first written kept a partition's `decider_state`, not
+    its `health`: "stopped" is STOPPED; "restarting" (a decider that died
+    mid-restart, its raylet perhaps gone) is read as STOPPED too, so neither
+    `--recover` nor the decider takes it for serving: the decider restarts
+    it once its devices are healthy. A null one is serving."""
+
+    def to_health(entry: Node) -> dict[str, object] | None:
+        data = entry.mapping()
+        if "decider_state" not in data or "health" in data:
+            return None
+        old = _opt(
+            entry.at("decider_state"),
+            lambda n: n.one_of(DECIDER_STATES, f"{{value}} is not one of {', '.join(DECIDER_STATES)} or null"),
+        )
+        state = (
+            PartitionState()
+            if old is None
+            else PartitionState(PartState.STOPPED, detail=f"{old} by an earlier decider")
+        )
+        return {**{k: v for k, v in data.items() if k != "decider_state"}, "health": dump(state)}
+
+    return _each_entry(obj, to_health)
+
+
+def _v4_before_decider(obj: Node) -> dict[str, object] | None:
+    """A record from before the health decider: no decider settings or
+    process, and partitions with no devices out of service, serving."""
+    entries = _each_entry(
+        obj, lambda entry: _missing(entry, {"out": [], "out_core_ids": [], "health": dump(PartitionState())})
+    )
+    record = Node(entries, obj.path, obj.style) if entries is not None else obj
+    top = _missing(record, {"health": None, "decider": None})
+    return top if top is not None else entries
+
+
+def _v4_before_repartition(obj: Node) -> dict[str, object] | None:
+    """A record from before `ray-accel repartition`: no repartition helper."""
+    return _missing(obj, {"repartition": None})
+
+
+def _v4_before_head_raylet(obj: Node) -> dict[str, object] | None:
+    """A record from before the device-less head raylet: none, and on a
+    head host its head partition (GCS and all) first in `partitions`, where
+    it stays (`_record` reads it there)."""
+    return _missing(obj, {"head_raylet": None})
+
+
+def _v4_partition_without_share(obj: Node) -> dict[str, object] | None:
+    """Partitions from before shares, labels, models and types per
+    partition: no share recorded, no labels or models of their own, and the
+    host's accelerator type (as then)."""
+    spec = obj.at("spec", None).data
+    if not isinstance(spec, dict):
+        return None
+    defaults: dict[str, object] = {
+        "share": None,
+        "labels": {},
+        "models": [],
+        "accelerator_type": spec.get("accelerator_type"),
+    }
+    return _each_entry(obj, lambda entry: _missing(entry, defaults))
+
+
+def _v4_to_v5(obj: Node) -> dict[str, object] | None:
+    """Version 5 records the start's terms a host change plans with (none
+    known for a 4), a host change under way (none) and the devices a change
+    left unassigned (none)."""
+    added: dict[str, object] = {
+        "port_base": None,
+        "max_workers": None,
+        "resources": {},
+        "change": None,
+        "unassigned": [],
+    }
+    return {**(_missing(obj, added) or obj.mapping()), "version": 5}
+
+
+# The upgrades of each older version, in the order they apply: a version-3
+# record goes through 3's, then 4's.
+UPGRADES: Mapping[int, tuple[Upgrade, ...]] = MappingProxyType(
+    {
+        3: (_v3_node_json_to_v4,),
+        4: (
+            _v4_decider_state_to_health,
+            _v4_before_decider,
+            _v4_before_repartition,
+            _v4_before_head_raylet,
+            _v4_partition_without_share,
+            _v4_to_v5,
+        ),
+    }
+)
+
+
 # ---------------------------------------------------------------- parsing
 
 
 def parse_record(raw: bytes | str, source: str) -> HostRecord:
     """The record in `raw` (the bytes of the state file `source`), or
-    `RecordError` naming `source` and what does not fit."""
-    return parse_document(raw, f"state file {source}", _record, RecordError, "does not fit the state record")
+    `RecordError` naming `source` and what does not fit: a record of an
+    older version through its upgrades (`upgrade`), then the one parser of
+    the current shape."""
+    return parse_document(raw, f"state file {source}", _upgraded_record, RecordError, "does not fit the state record")
+
+
+def _upgraded_record(obj: Node) -> HostRecord:
+    upgraded = upgrade(obj)
+    return _record(Node(upgraded.data, obj.path, obj.style), upgraded.legacy)
 
 
 def _checked(node: Node, check: Callable[..., T], *args: object) -> T:
@@ -310,17 +508,10 @@ def _checked(node: Node, check: Callable[..., T], *args: object) -> T:
         node.fail(str(e))
 
 
-def _record(obj: Node) -> HostRecord:
-    version = obj.mapping().get("version")
-    if version not in READS or isinstance(version, bool):
-        newer = isinstance(version, int) and version > VERSION
-        raise ReadError(
-            f"{show(version)}; this ray-accel reads versions {READS[0]} to {VERSION}"
-            + (" (a newer ray-accel wrote it: use that version)" if newer else "")
-            + " (stop that version's processes with the ray-accel that wrote it, or by hand, then remove the file)",
-            "version",
-        )
-    spec = _spec(obj.at("spec"), legacy=version == LEGACY_VERSION)
+def _record(obj: Node, legacy: bool) -> HostRecord:
+    """The record in the current shape (`legacy`: read from a version-3
+    record, which names no node IP and no backend)."""
+    spec = _spec(obj.at("spec"), legacy)
     head = obj.at("head").bool()
     listed = obj.at("partitions")
     parts = tuple(_partition(p, spec) for p in listed.list(MAX_PARTITIONS))
@@ -336,7 +527,9 @@ def _record(obj: Node) -> HostRecord:
     # SHARED gives every partition every device on purpose; any other mode never shares a unit.
     if shared is not None and mode != "shared":
         listed.fail(f"core {shared} belongs to two partitions")
-    # A record from before the head raylet may have its head partition first.
+    # A record from before the head raylet may have its head partition first:
+    # read so in a version 4, and kept so in the version 5 that `stop` or
+    # `start --recover` writes back from it.
     if [i for i, p in enumerate(parts) if p.head] not in ([[], [0]] if head else [[]]):
         listed.fail("the head partition must be the first, and only in a record of a head")
     auth_node, args_node, address = obj.at("auth"), obj.at("ray_args"), obj.at("gcs_address")
@@ -349,7 +542,7 @@ def _record(obj: Node) -> HostRecord:
         Node(auth.token_path, "auth.token_path").text(MAX_TEXT)
     return HostRecord(
         host=obj.at("host").text(255),
-        host_ip=None if version == LEGACY_VERSION else _ip(obj.at("host_ip")),
+        host_ip=None if legacy else _ip(obj.at("host_ip")),
         created=obj.at("created").number(0.0, 1e12),
         head=head,
         mode=mode,
@@ -365,15 +558,15 @@ def _record(obj: Node) -> HostRecord:
         cpu_pinning=_opt(obj.at("cpu_pinning", None), lambda n: n.text(MAX_TEXT)),
         inherited_mask=_opt(obj.at("inherited_mask", None), lambda n: reader.load(MaskView, n.data, n.path)),
         stopping=obj.at("stopping", False).bool(),
-        health=_opt(obj.at("health", None), lambda n: HealthSettings.from_json(n.data, n.path)),
-        decider=_opt(obj.at("decider", None), lambda n: _helper(n, DECIDER_KIND)),
-        repartition=_opt(obj.at("repartition", None), lambda n: _helper(n, REPARTITION_KIND)),
-        head_raylet=_opt(obj.at("head_raylet", None), lambda n: _partition(n, spec, head=True)),
-        port_base=_opt(obj.at("port_base", None), lambda n: n.int(1024, 65535)),
-        max_workers=_opt(obj.at("max_workers", None), lambda n: n.int(1, 1 << 20)),
-        resources=_amounts(obj.at("resources", None)),
-        change=_opt(obj.at("change", None), lambda n: _change(n, spec)),
-        unassigned=tuple(_spare(n) for n in obj.at("unassigned", []).list(MAX_PARTITIONS)),
+        health=_opt(obj.at("health"), lambda n: HealthSettings.from_json(n.data, n.path)),
+        decider=_opt(obj.at("decider"), lambda n: _helper(n, DECIDER_KIND)),
+        repartition=_opt(obj.at("repartition"), lambda n: _helper(n, REPARTITION_KIND)),
+        head_raylet=_opt(obj.at("head_raylet"), lambda n: _partition(n, spec, head=True)),
+        port_base=_opt(obj.at("port_base"), lambda n: n.int(1024, 65535)),
+        max_workers=_opt(obj.at("max_workers"), lambda n: n.int(1, 1 << 20)),
+        resources=_amounts(obj.at("resources")),
+        change=_opt(obj.at("change"), lambda n: _change(n, spec)),
+        unassigned=tuple(_spare(n) for n in obj.at("unassigned").list(MAX_PARTITIONS)),
     )
 
 
@@ -460,10 +653,10 @@ def _partition(obj: Node, spec: BridgeSpec, head: bool = False) -> PartitionEntr
         listed.fail(f"unit {unknown[0]} is not one of the host's units")
     if len(set(core_ids)) != len(core_ids):
         listed.fail("a unit appears twice")
-    out = obj.at("out", []).texts(256, MAX_UNITS)
+    out = obj.at("out").texts(256, MAX_UNITS)
     if set(out) - set(device_ids):
         obj.at("out").fail(f"device {sorted(set(out) - set(device_ids))[0]!r} is not one of the partition's")
-    out_cores = _units(obj.at("out_core_ids", []))
+    out_cores = _units(obj.at("out_core_ids"))
     if set(out_cores) - set(core_ids):
         obj.at("out_core_ids").fail(f"unit {sorted(set(out_cores) - set(core_ids))[0]} is not one of the partition's")
     return PartitionEntry(
@@ -476,30 +669,14 @@ def _partition(obj: Node, spec: BridgeSpec, head: bool = False) -> PartitionEntr
         node_id=_opt(obj.at("node_id", None), lambda n: _matching(n, _HEX_ID, 128, "{value} is not a hex node id")),
         node_ip=_opt(obj.at("node_ip", None), lambda n: n.text(255)),
         log=_opt(obj.at("log", None), lambda n: n.text(MAX_TEXT)),
-        # A record from before types per partition: the host's type, as then.
-        accelerator_type=_opt(obj.at("accelerator_type", spec.accelerator_type), lambda n: n.text(128)),
-        share=_opt(obj.at("share", None), _share),
-        labels=_labels(obj.at("labels", None)),
-        models=obj.at("models", []).texts(128, MAX_UNITS),
+        accelerator_type=_opt(obj.at("accelerator_type"), lambda n: n.text(128)),
+        share=_opt(obj.at("share"), _share),
+        labels=_labels(obj.at("labels")),
+        models=obj.at("models").texts(128, MAX_UNITS),
         out=out,
         out_core_ids=out_cores,
-        health=_held(obj),
+        health=reader.load(PartitionState, obj.at("health").data, obj.at("health").path),
     )
-
-
-def _held(obj: Node) -> PartitionState:
-    """The partition's state by the decider. An earlier record kept only
-    `decider_state`: "stopped" is STOPPED; "restarting" (a decider that died
-    mid-restart, its raylet perhaps gone) is read as STOPPED too, so neither
-    `--recover` nor the decider takes it for serving: the decider restarts it
-    once its devices are healthy."""
-    if "health" in obj.mapping():
-        return reader.load(PartitionState, obj.at("health").data, obj.at("health").path)
-    old = _opt(
-        obj.at("decider_state", None),
-        lambda n: n.one_of(DECIDER_STATES, f"{{value}} is not one of {', '.join(DECIDER_STATES)} or null"),
-    )
-    return PartitionState() if old is None else PartitionState(PartState.STOPPED, detail=f"{old} by an earlier decider")
 
 
 def parse_processes(data: object, where: str) -> tuple[RayProcess, ...]:
