@@ -511,7 +511,7 @@ def _checked(node: Node, check: Callable[..., T], *args: object) -> T:
 def _record(obj: Node, legacy: bool) -> HostRecord:
     """The record in the current shape (`legacy`: read from a version-3
     record, which names no node IP and no backend)."""
-    spec = _spec(obj.at("spec"), legacy)
+    spec = _spec(obj.at("spec"))
     head = obj.at("head").bool()
     listed = obj.at("partitions")
     parts = tuple(_partition(p, spec) for p in listed.list(MAX_PARTITIONS))
@@ -712,16 +712,13 @@ def _ports(obj: Node) -> RayletPorts:
     return RayletPorts(obj.at("base").int(1024, 65535), named, lo, hi)
 
 
-def _spec(obj: Node, legacy: bool = False) -> BridgeSpec:
+def _spec(obj: Node) -> BridgeSpec:
     resource = _matching(obj.at("resource_name"), _RESOURCE, 128, "{value} is not a resource name")
     env = _matching(obj.at("visible_ids_env"), _ENV_NAME, 128, "{value} is not an environment variable name")
     family = _matching(obj.at("family"), _KIND, 64, "{value} is not a family name")
-    if legacy:
-        backend, traits = LEGACY_BACKEND, DeviceTraits()
-    else:
-        backend = _matching(obj.at("backend"), _BACKEND, 64, "{value} is not a backend name")
-        traits_node = obj.at("traits")
-        traits = _checked(obj, lambda: DeviceTraits.from_json(traits_node.mapping()))
+    backend = _matching(obj.at("backend"), _BACKEND, 64, "{value} is not a backend name")
+    traits_node = obj.at("traits")
+    traits = _checked(obj, lambda: DeviceTraits.from_json(traits_node.mapping()))
     return BridgeSpec(
         backend=backend,
         traits=traits,
