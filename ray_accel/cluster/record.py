@@ -307,20 +307,21 @@ def dumps(record: HostRecord) -> str:
 
 # ---------------------------------------------------------------- upgrades
 
-# One older shape of the record: the raw record (its JSON object) to the
-# record one shape on, or None where the record is not of its shape. An
-# upgrade checks only what it reads (an earlier `decider_state`); whatever
-# does not fit is left as it is, for the parser to refuse naming it.
-Upgrade = Callable[[Node], dict[str, object] | None]
+# One older shape of the record: the raw record (its JSON object, at a
+# `Node`) to the record one shape on, or None where the record is not of its
+# shape. An upgrade checks only what it reads (an earlier `decider_state`);
+# whatever does not fit is left as it is, for the parser to refuse naming it.
+Upgrade = Callable[[Node], Node | None]
 
 
 @dataclass(frozen=True)
 class Upgraded:
-    """A record in the current shape (`data`, raw JSON for the one parser),
-    whether it came from a version-3 record (`legacy`: `dumps` writes it
-    back as 3), and the names of the upgrades that changed it, in order."""
+    """A record in the current shape (`record`, raw JSON for the one
+    parser), whether it came from a version-3 record (`legacy`: `dumps`
+    writes it back as 3), and the names of the upgrades that changed it, in
+    order."""
 
-    data: Mapping[str, object]
+    record: Node
     legacy: bool
     applied: tuple[str, ...]
 
@@ -343,12 +344,17 @@ def upgrade(obj: Node) -> Upgraded:
         for step in UPGRADES[older]:
             changed = step(current)
             if changed is not None:
-                current = Node(changed, obj.path, obj.style)
+                current = changed
                 applied.append(step.__name__)
-    return Upgraded(current.mapping(), version == LEGACY_VERSION, tuple(applied))
+    return Upgraded(current, version == LEGACY_VERSION, tuple(applied))
 
 
-def _each_entry(obj: Node, change: Callable[[Node], dict[str, object] | None]) -> dict[str, object] | None:
+def _like(obj: Node, data: object) -> Node:
+    """`data` where `obj` was: a refusal names the same path."""
+    return Node(data, obj.path, obj.style)
+
+
+def _each_entry(obj: Node, change: Callable[[Node], Node | None]) -> Node | None:
     """The record with `change` applied to each partition entry that is an
     object, and to its head raylet's (an upgrade of a partition's shape
     applies to both); None where it changed none."""
@@ -359,44 +365,45 @@ def _each_entry(obj: Node, change: Callable[[Node], dict[str, object] | None]) -
         partitions: list[object] = []
         for entry in listed.list(MAX_PARTITIONS):
             new = change(entry) if isinstance(entry.data, dict) else None
-            partitions.append(entry.data if new is None else new)
+            partitions.append(entry.data if new is None else new.data)
             changed = changed or new is not None
         data["partitions"] = partitions
     head = obj.at("head_raylet", None)
     if isinstance(head.data, dict):
         new = change(head)
         if new is not None:
-            data["head_raylet"] = new
+            data["head_raylet"] = new.data
             changed = True
-    return data if changed else None
+    return _like(obj, data) if changed else None
 
 
-def _missing(obj: Node, defaults: Mapping[str, object]) -> dict[str, object] | None:
+def _missing(obj: Node, defaults: Mapping[str, object]) -> Node | None:
     """The object at `obj` with each key of `defaults` it lacks set to its
     default; None where it lacks none."""
     data = obj.mapping()
     absent = {key: value for key, value in defaults.items() if key not in data}
-    return {**data, **absent} if absent else None
+    return _like(obj, {**data, **absent}) if absent else None
 
 
-def _v3_node_json_to_v4(obj: Node) -> dict[str, object] | None:
+def _v3_node_json_to_v4(obj: Node) -> Node | None:
     """Version 3 (`node.json`, an earlier ray-accel's: no node IP, read as
     `legacy`): its spec names no backend and carries no traits; read as
     LEGACY_BACKEND with default traits (and written back without them)."""
     spec = obj.at("spec").data
     if not isinstance(spec, dict):
         return None
-    return {**obj.mapping(), "version": 4, "spec": {**spec, "backend": LEGACY_BACKEND, "traits": dump(DeviceTraits())}}
+    legacy_spec = {**spec, "backend": LEGACY_BACKEND, "traits": dump(DeviceTraits())}
+    return _like(obj, {**obj.mapping(), "version": 4, "spec": legacy_spec})
 
 
-def _v4_decider_state_to_health(obj: Node) -> dict[str, object] | None:
+def _v4_decider_state_to_health(obj: Node) -> Node | None:
     """The decider as first written kept a partition's `decider_state`, not
     its `health`: "stopped" is STOPPED; "restarting" (a decider that died
     mid-restart, its raylet perhaps gone) is read as STOPPED too, so neither
     `--recover` nor the decider takes it for serving: the decider restarts
     it once its devices are healthy. A null one is serving."""
 
-    def to_health(entry: Node) -> dict[str, object] | None:
+    def to_health(entry: Node) -> Node | None:
         data = entry.mapping()
         if "decider_state" not in data or "health" in data:
             return None
@@ -404,67 +411,59 @@ def _v4_decider_state_to_health(obj: Node) -> dict[str, object] | None:
             entry.at("decider_state"),
             lambda n: n.one_of(DECIDER_STATES, f"{{value}} is not one of {', '.join(DECIDER_STATES)} or null"),
         )
-        state = (
-            PartitionState()
-            if old is None
-            else PartitionState(PartState.STOPPED, detail=f"{old} by an earlier decider")
-        )
-        return {**{k: v for k, v in data.items() if k != "decider_state"}, "health": dump(state)}
+        state = PartitionState()
+        if old is not None:
+            state = PartitionState(PartState.STOPPED, detail=f"{old} by an earlier decider")
+        kept = {key: value for key, value in data.items() if key != "decider_state"}
+        return _like(entry, {**kept, "health": dump(state)})
 
     return _each_entry(obj, to_health)
 
 
-def _v4_before_decider(obj: Node) -> dict[str, object] | None:
+def _v4_before_decider(obj: Node) -> Node | None:
     """A record from before the health decider: no decider settings or
     process, and partitions with no devices out of service, serving."""
     entries = _each_entry(
         obj, lambda entry: _missing(entry, {"out": [], "out_core_ids": [], "health": dump(PartitionState())})
     )
-    record = Node(entries, obj.path, obj.style) if entries is not None else obj
+    record = obj if entries is None else entries
     top = _missing(record, {"health": None, "decider": None})
-    return top if top is not None else entries
+    return entries if top is None else top
 
 
-def _v4_before_repartition(obj: Node) -> dict[str, object] | None:
+def _v4_before_repartition(obj: Node) -> Node | None:
     """A record from before `ray-accel repartition`: no repartition helper."""
     return _missing(obj, {"repartition": None})
 
 
-def _v4_before_head_raylet(obj: Node) -> dict[str, object] | None:
+def _v4_before_head_raylet(obj: Node) -> Node | None:
     """A record from before the device-less head raylet: none, and on a
     head host its head partition (GCS and all) first in `partitions`, where
     it stays (`_record` reads it there)."""
     return _missing(obj, {"head_raylet": None})
 
 
-def _v4_partition_without_share(obj: Node) -> dict[str, object] | None:
+def _v4_partition_without_share(obj: Node) -> Node | None:
     """Partitions from before shares, labels, models and types per
     partition: no share recorded, no labels or models of their own, and the
     host's accelerator type (as then)."""
     spec = obj.at("spec", None).data
     if not isinstance(spec, dict):
         return None
-    defaults: dict[str, object] = {
-        "share": None,
-        "labels": {},
-        "models": [],
-        "accelerator_type": spec.get("accelerator_type"),
-    }
-    return _each_entry(obj, lambda entry: _missing(entry, defaults))
+    host_type = spec.get("accelerator_type")
+    return _each_entry(
+        obj,
+        lambda entry: _missing(entry, {"share": None, "labels": {}, "models": [], "accelerator_type": host_type}),
+    )
 
 
-def _v4_to_v5(obj: Node) -> dict[str, object] | None:
+def _v4_to_v5(obj: Node) -> Node | None:
     """Version 5 records the start's terms a host change plans with (none
     known for a 4), a host change under way (none) and the devices a change
     left unassigned (none)."""
-    added: dict[str, object] = {
-        "port_base": None,
-        "max_workers": None,
-        "resources": {},
-        "change": None,
-        "unassigned": [],
-    }
-    return {**(_missing(obj, added) or obj.mapping()), "version": 5}
+    added = _missing(obj, {"port_base": None, "max_workers": None, "resources": {}, "change": None, "unassigned": []})
+    record = obj if added is None else added
+    return _like(obj, {**record.mapping(), "version": 5})
 
 
 # The upgrades of each older version, in the order they apply: a version-3
@@ -497,7 +496,7 @@ def parse_record(raw: bytes | str, source: str) -> HostRecord:
 
 def _upgraded_record(obj: Node) -> HostRecord:
     upgraded = upgrade(obj)
-    return _record(Node(upgraded.data, obj.path, obj.style), upgraded.legacy)
+    return _record(upgraded.record, upgraded.legacy)
 
 
 def _checked(node: Node, check: Callable[..., T], *args: object) -> T:

@@ -74,9 +74,9 @@ def test_each_old_shape_goes_through_its_named_upgrades(name: str) -> None:
     upgraded = upgrade(Node(data))
     assert upgraded.applied == APPLIED[name]
     assert upgraded.legacy == (data["version"] == 3)
-    assert upgraded.data["version"] == VERSION
+    assert upgraded.record.mapping()["version"] == VERSION
     assert data == raw(name), "an upgrade changes a copy, never the record it reads"
-    assert "decider_state" not in json.dumps(upgraded.data)
+    assert "decider_state" not in json.dumps(upgraded.record.data)
 
 
 def test_a_current_record_goes_through_none() -> None:
