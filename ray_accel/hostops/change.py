@@ -124,7 +124,7 @@ def advance(place: state.Place, record: HostRecord, progress: Progress, timeout_
             driver_ops.run(leave, auth.raylet_base_env(record.auth))
         except RayAccelError as e:
             progress(f"warning: metrics exporters of the drained partitions not stopped: {e}")
-    if touched:  # taken even when Ray has ended them all already: the same steps every time
+    if any(_raylet_runs(p) for p in touched):
         record = _at(record, steps.WAIT)
         steps.announce(steps.WAIT, f"until Ray ends {', '.join(p.name for p in touched)}", progress)
         _wait_ended(touched, change.deadline, progress)
