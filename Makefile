@@ -1,5 +1,8 @@
 # Two entry points for a fresh machine: `make demo` and `make test`.
 PYTHON ?= python3.11
+# The other Pythons `make lanes` installs the wheels on, each where the machine
+# has it (TorchNeuron's wheels are 3.12 to 3.14); one it lacks is skipped, said.
+OTHER_PYTHONS ?= 3.12 3.13 3.14
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
@@ -74,9 +77,10 @@ dist: $(STAMP)
 	rm -rf build $(addsuffix /build,$(BACKENDS))
 
 # The wheels installed (not editable) into new venvs, on Ray $(RAY) and on
-# the oldest Ray the `ray` extra declares (.ci/wheel-lanes says what each runs).
+# the oldest Ray the `ray` extra declares, and on each of $(OTHER_PYTHONS)
+# the machine has (.ci/wheel-lanes says what each runs).
 lanes: dist | $(VENV)/bin/uv
-	.ci/wheel-lanes $(VENV)/bin/uv $(PYTHON) $(RAY) $(OLDEST_RAY) "$(TORCH_PIN)" $(TEST_PINS)
+	.ci/wheel-lanes $(VENV)/bin/uv $(PYTHON) "$(OTHER_PYTHONS)" $(RAY) $(OLDEST_RAY) "$(TORCH_PIN)" $(TEST_PINS)
 
 clean:
 	rm -rf $(VENV) $(XLA_VENV) dist .mypy_cache .ruff_cache .pytest_cache .hypothesis

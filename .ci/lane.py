@@ -2,7 +2,7 @@
 (never the checkout: `.ci/wheel-lanes` makes the venv, runs this from outside
 the checkout and without PYTHONPATH).
 
-    python lane.py STATE_DIR [--fit-and-drain]
+    python lane.py STATE_DIR [--fit] [--drain]
 
 1. `ray-accel devices --json` lists every backend (cuda, mock, neuron).
 2. `ray-accel start --head --partitions 2` on the mock trn1.32xlarge, inside
@@ -11,10 +11,11 @@ the checkout and without PYTHONPATH).
 3. A task per partition holding all its NeuronCores sees the mask ray-accel's
    manager writes: the partition's cores as `ray-accel status` computes them,
    sorted as numbers (Ray's own manager sorts them as text: 10 before 4).
-4. With --fit-and-drain: a two-worker TorchTrainer fit with
-   AcceleratorTorchConfig (gloo, CPU) in one partition, then a drain of the
-   other through ray-accel's seam to Ray's GCS, which must record it.
-5. `ray-accel stop`, always: on an error, Ctrl-C or SIGTERM too.
+4. With --fit: a two-worker TorchTrainer fit with AcceleratorTorchConfig
+   (gloo, CPU) in one partition (the venv needs torch).
+5. With --drain: a drain of the other partition through ray-accel's seam to
+   Ray's GCS, which must record it (no torch needed).
+6. `ray-accel stop`, always: on an error, Ctrl-C or SIGTERM too.
 
 Prints one line per step; any failed check exits 1.
 """
@@ -242,7 +243,8 @@ def stop() -> bool:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("state_dir", type=Path)
-    ap.add_argument("--fit-and-drain", action="store_true")
+    ap.add_argument("--fit", action="store_true", help="a TorchTrainer fit in the first partition (needs torch)")
+    ap.add_argument("--drain", action="store_true", help="a drain of the second partition, recorded by the GCS")
     args = ap.parse_args()
     # SIGTERM takes Ctrl-C's path, so the finally below stops the cluster.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
@@ -258,8 +260,9 @@ def main() -> int:
 
         ray.init(address=status["gcs_address"], log_to_driver=False)
         tasks(status)
-        if args.fit_and_drain:
+        if args.fit:
             fit(status, args.state_dir / "fit")
+        if args.drain:
             drain(status)
     finally:
         if "ray" in sys.modules:

@@ -23,7 +23,11 @@ RECOVER_OPTIONS = ("head", "address", "recover", "timeout", "as_json")
 @grouped(
     "join",
     Join,
-    click.option("--head", is_flag=True, help="start a new cluster; the first partition is its head"),
+    click.option(
+        "--head",
+        is_flag=True,
+        help="start a new cluster: its head is a raylet of its own, with no devices, before the partitions",
+    ),
     click.option("--address", type=HOST_PORT, help="join the cluster whose GCS is at HOST:PORT"),
     click.option("--port", type=PORT, help="GCS port of the head (default 6379)"),
     click.option("--port-base", type=PORT, help="first port of the raylets' port blocks (default: first free)"),

@@ -9,8 +9,10 @@ host is "no cluster", exit 1; an unknown DEVICE for `clear` is exit 2.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import click
@@ -18,6 +20,7 @@ import click
 from ray_accel.cli.host import json_option
 from ray_accel.cli.output import ago, emit
 from ray_accel.cli.render import decider_line, table
+from ray_accel.core.files import describe
 
 
 def health_text(payload: Mapping[str, Any], now: float | None = None) -> str:
@@ -69,6 +72,31 @@ def health(ctx: click.Context, as_json: bool) -> int:
     return emit(as_json, health_payload(locate_health()), health_text)
 
 
+def kept_dir_readable() -> Path | None:
+    """Where the kept device health is (`start.kept_dir`), or a `StateError`
+    (exit 2) naming the state folder when it may not be read."""
+    from ray_accel.cluster.start import kept_dir
+    from ray_accel.cluster.statedir import STATE_ENV, StateError, search_root
+
+    try:
+        return kept_dir()
+    except OSError as e:
+        shown = os.environ.get(STATE_ENV) or search_root()
+        raise StateError(f"cannot read state directory {shown}: {describe(e)}") from None
+
+
+def kept_file_present(path: Path) -> bool:
+    """Whether the kept device health file is there; a `StateError` (exit 2)
+    naming its folder when that may not be read (permission denied, a name
+    too long), never a traceback."""
+    from ray_accel.cluster.statedir import StateError
+
+    try:
+        return path.is_file()
+    except OSError as e:
+        raise StateError(f"cannot read state directory {path.parent}: {describe(e)}") from None
+
+
 @health.command()
 @click.argument("device_id", metavar="DEVICE")
 @json_option
@@ -78,7 +106,6 @@ def clear(device_id: str, as_json: bool) -> int:
     Where no decider runs (or no cluster, after `stop`), the kept device
     health is edited instead."""
     from ray_accel.cluster import statedir
-    from ray_accel.cluster.start import kept_dir
     from ray_accel.core.errors import RayAccelError
     from ray_accel.core.health_kept import KEPT_FILE
     from ray_accel.health.requests import ask_clear, clear_kept
@@ -87,8 +114,8 @@ def clear(device_id: str, as_json: bool) -> int:
     try:
         found = locate_health()
     except RayAccelError:
-        directory = kept_dir()
-        if directory is None or not (directory / KEPT_FILE).is_file():
+        directory = kept_dir_readable()
+        if directory is None or not kept_file_present(directory / KEPT_FILE):
             raise
         place, out = statedir.Place(directory, directory / statedir.STATE_FILE, False), []
     else:

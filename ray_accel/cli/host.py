@@ -43,8 +43,9 @@ def devices(backend: str | None, as_json: bool) -> int:
 @json_option
 def plan(split: Split, as_json: bool) -> int:
     """Show how this host would be split into partitions, one raylet each, and
-    each one's share of the host's CPUs and memory (as `start` would give them)."""
-    from ray_accel.cluster.host import divide_host, read_host
+    each one's share of the host's CPUs and memory (as `start --head` would
+    give them: the head raylet's share first, out of the host's)."""
+    from ray_accel.cluster.host import HEAD_SHARE, divide_host, partitions_host, read_host
     from ray_accel.cluster.start import kept_dir, kept_out
 
     plugin = discover(split.backend).require_primary()
@@ -57,7 +58,8 @@ def plan(split: Split, as_json: bool) -> int:
     for note in notes:
         click.echo(note, err=True)
     host = read_host({})
-    division = divide_host(result.partitions, [q.numa_nodes for q in result.quality], host)
+    left = partitions_host(host, HEAD_SHARE)
+    division = divide_host(result.partitions, [q.numa_nodes for q in result.quality], left)
     payload = result.to_json()
     for part, share in zip(payload["partitions"], division.shares, strict=True):
         part.update(
@@ -69,6 +71,8 @@ def plan(split: Split, as_json: bool) -> int:
         )
     payload["cpu_pinning"] = division.pinning
     payload["host"] = dump(host)
+    # The partitions' shares and the head's add up to `host`: the one key that says where the rest went.
+    payload["head"] = dump(HEAD_SHARE)
     payload["host_warnings"] = list(division.warnings)
     payload["out_of_service"] = [{"device": o.device, "partition": o.partition, "reason": o.reason} for o in out]
-    return emit(as_json, payload, lambda _: render.plan_text(result, division))
+    return emit(as_json, payload, lambda _: render.plan_text(result, division, HEAD_SHARE))

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 import click
 
+from ray_accel.cli.output import warn
 from ray_accel.cluster.raylet import Split
 from ray_accel.core import validate
 from ray_accel.core.errors import InputError
@@ -78,11 +79,11 @@ def grouped(name: str, build: Callable[..., Any], *options: Callable[[F], F]) ->
 def _old_partitions(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
     """`--agents N`, the earlier spelling of `--partitions N`: still parsed, never
     shown; a bad value is refused naming `--partitions`, and a good one warned
-    of on stderr (never inside --json)."""
+    of (on stderr, or with --json inside the JSON document: `output.warn`)."""
     if value is None:
         return None
     count = PARTITION_COUNT.convert(value, next(p for p in ctx.command.params if p.name == "partitions"), ctx)
-    click.echo("warning: --agents is deprecated: use --partitions", err=True)
+    warn("--agents is deprecated: use --partitions")
     return count
 
 

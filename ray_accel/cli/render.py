@@ -12,7 +12,7 @@ from ray_accel.partition.plan import PARTITION_LABEL
 
 if TYPE_CHECKING:  # the status module is imported only by the commands that show it
     from ray_accel.cli.connect import Orphans
-    from ray_accel.cluster.host import Division
+    from ray_accel.cluster.host import Division, Share
     from ray_accel.cluster.status import ClusterPartition, ClusterView, HostStatus
     from ray_accel.metrics.collect import OrphanReading
     from ray_accel.partition.plan import Plan
@@ -90,7 +90,7 @@ def cpu_set_text(cpu_set: Sequence[int] | None) -> str:
     return "-" if cpu_set is None else format_cpulist(cpu_set)
 
 
-def plan_text(plan: Plan, division: Division) -> str:
+def plan_text(plan: Plan, division: Division, head: Share | None = None) -> str:
     rows = [
         [
             p.name,
@@ -111,6 +111,12 @@ def plan_text(plan: Plan, division: Division) -> str:
         lines.append(plan.mask.description)
     headers = ["PARTITION", "DEVICES", "CORES", "VISIBLE", "TYPE", "CPUS", "CPU SET", "MEMORY", "OBJ STORE", "QUALITY"]
     lines.append(render(headers, rows))
+    if head is not None:
+        lines.append(
+            f"head raylet (start --head): {head.cpus} CPUs, {head.memory / 2**20:.0f} MiB memory, "
+            f"{head.object_store_memory / 2**20:.0f} MiB object store, taken from the host's figures "
+            "before the partitions divide them"
+        )
     if division.pinning:
         lines.append(f"CPU pinning: {division.pinning}")
     if plan.unassigned:

@@ -26,9 +26,12 @@ Each partition's share. Plain `ray start` claims the whole host for its one
 raylet. With N raylets on a host each would claim it again (N times the host
 in the cluster's totals), so every amount is read as the host's and divided in
 proportion to each partition's accelerator units (its devices; NeuronCores on
-Neuron). The sums over a host's partitions equal the host's amounts exactly.
+Neuron). The sums over a host's raylets equal the host's amounts exactly.
 Whole amounts (CPUs, bytes, whole custom resources) are divided by largest
-remainder (`divide`, a pure function). Every partition gets at least one CPU
+remainder (`divide`, a pure function). On a head host the head's own raylet
+takes its share (`HEAD_SHARE`: Ray's smallest object store, no CPUs, no
+`memory`) first, and the partitions divide what is left (`partitions_host`),
+so the host's raylets, the head's included, claim the host's amounts once. Every partition gets at least one CPU
 when the host has as many CPUs as partitions; with fewer CPUs than partitions
 the sum still equals the host's, so some partitions get none (named in a
 warning): a task there must ask for ``num_cpus=0``, or the user passes a
@@ -381,9 +384,32 @@ NODE_IP_FLAG = "--node-ip-address"
 # Ray 2.60's ray_constants.OBJECT_STORE_MINIMUM_MEMORY_BYTES: a raylet refuses less.
 OBJECT_STORE_MINIMUM = 75 * 1024 * 1024
 # A head's own raylet (docs/design.md): no CPUs, devices or memory to
-# schedule on, beside the partitions' shares of the host; Ray's smallest
-# object store.
+# schedule on; Ray's smallest object store. It comes out of the host's
+# figures before the partitions divide them (`partitions_host`).
 HEAD_SHARE = Share(HEAD, 0, 0, OBJECT_STORE_MINIMUM)
+
+
+def partitions_host(host: HostResources, head: Share | None) -> HostResources:
+    """What the partitions divide: `host` less the share of the head's own
+    raylet (`head`; None on a host that joins a cluster and so runs none), so
+    that the host's raylets together, the head's included, claim exactly the
+    figures ray-accel divides (the machine's or the user's), never more.
+    Custom resources are the partitions' alone: the head gets none."""
+    if head is None:
+        return host
+    left = HostResources(
+        cpus=host.cpus - head.cpus,
+        memory=host.memory - head.memory,
+        object_store_memory=host.object_store_memory - head.object_store_memory,
+        resources=host.resources,
+        sources=host.sources,
+    )
+    if left.object_store_memory < 0:
+        raise ShareError(
+            f"the host's object store of {host.object_store_memory} bytes cannot hold the head raylet's "
+            f"{head.object_store_memory} (Ray's minimum): give a larger host figure with -- --object-store-memory"
+        )
+    return left
 
 
 def _ray_detected() -> tuple[int, int, Callable[[int], int]]:

@@ -28,7 +28,7 @@ from ray_accel.core import ray_resources
 from ray_accel.core.errors import InputError
 from ray_accel.core.health_state import HealthSettings
 from ray_accel.core.numa import format_cpulist
-from ray_accel.partition.plan import PARTITION_LABEL, TYPE_LABEL, Partition
+from ray_accel.partition.plan import PARTITION_LABEL, TYPE_LABEL, Mode, Partition
 
 # Ray 2.60 `ray start` options that take no value (click flags and counts,
 # and click's own --help); every other option of it takes one (`VALUE`).
@@ -342,7 +342,13 @@ class Split:
 
     @classmethod
     def given(cls, mode: str | None, partitions: int | None, manual: str | None, backend: str | None) -> Split:
-        return cls(mode or ("manual" if manual is not None else "auto-split"), partitions, manual, backend)
+        """The split as given: a mode left out takes the default; a mode given
+        is checked here, at the edge, so an empty one (`--mode ''`) is refused
+        by name before anything is read or touched, never taken as the default."""
+        if mode is not None:
+            Mode.parse(mode)
+            return cls(mode, partitions, manual, backend)
+        return cls("manual" if manual is not None else "auto-split", partitions, manual, backend)
 
 
 @dataclass(frozen=True)

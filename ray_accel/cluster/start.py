@@ -39,6 +39,7 @@ from ray_accel.cluster.host import (
     check_free,
     divide_host,
     node_ip,
+    partitions_host,
     plan_ports,
     read_host,
     this_host,
@@ -206,7 +207,9 @@ def plan_launch(req: StartRequest, ip: str, state_dir: Path) -> LaunchPlan:
     this = this_host(ip)
     labels = {HEAD: {HOST_LABEL: this.key}, **topology_labels(served, devices, this, spec.family, spec.resource_name)}
     host = read_host(req.ray.figures, req.offer.resources)
-    division = divide_host(plan.partitions, [q.numa_nodes for q in plan.quality], host)
+    # A head's own raylet takes its share out of the host's figures first; the partitions divide what is left.
+    left = partitions_host(host, HEAD_SHARE if req.join.head else None)
+    division = divide_host(plan.partitions, [q.numa_nodes for q in plan.quality], left)
     gcs_port = req.join.port or DEFAULT_GCS_PORT
     if req.join.head:
         check_free([gcs_port], "--port")

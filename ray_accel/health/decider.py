@@ -41,7 +41,7 @@ from ray_accel.core.health_kept import KEPT_FILE, doubted, read_kept
 from ray_accel.core.health_kept import dumps as dump_kept
 from ray_accel.core.health_state import HEALTH_FILE, MAX_EVENTS, HealthSettings, HostHealth, count_events, dumps
 from ray_accel.health import rules
-from ray_accel.health.requests import take_requests
+from ray_accel.health.requests import pending_requests
 from ray_accel.hostops import actions, steps
 from ray_accel.hostops.drain import drain
 from ray_accel.plugins.discovery import process_backend
@@ -109,9 +109,9 @@ class Decider:
         record = self.current()
         if record is None:
             return None
-        clears, errors = take_requests(self.place.directory)
-        errors, self.pending = [*self.pending, *errors], ()
-        for c in clears:
+        asked = pending_requests(self.place.directory)
+        errors, self.pending = [*self.pending, *asked.errors], ()
+        for c in asked.requests:
             say(f"clear asked for {c.device_id}")
             if self.monitor is not None:
                 try:
@@ -140,6 +140,7 @@ class Decider:
         write_health(self.place.directory, self.health)
         if self.monitor is not None:
             write_atomic(self.place.directory / KEPT_FILE, dump_kept(self.monitor.kept(), now))
+        asked.done()  # a clear is kept on disk now: its request may go
         return record
 
     def step(

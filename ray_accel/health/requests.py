@@ -54,27 +54,44 @@ def ask_clear(state_dir: Path, device_id: str) -> ClearRequest:
     return request
 
 
-def take_requests(state_dir: Path) -> tuple[list[ClearRequest], list[str]]:
-    """Every pending request, oldest first, each removed once read; and what
-    could not be read (each named)."""
+@dataclass(frozen=True)
+class Pending:
+    """The clear requests waiting, oldest first; what could not be read (each
+    named, its file already removed: it can never be acted on); and the files
+    of those read, which `done` removes once what they asked is kept on disk."""
+
+    requests: tuple[ClearRequest, ...]
+    errors: tuple[str, ...]
+    files: tuple[Path, ...]
+
+    def done(self) -> None:
+        """The requests are acted on and kept (`devices.json` written): they leave."""
+        for path in self.files:
+            path.unlink(missing_ok=True)
+
+
+def pending_requests(state_dir: Path) -> Pending:
+    """Every pending request. A request file stays until `Pending.done`: a
+    decider killed before it kept what a request asked finds it again."""
     folder = state_dir / REQUESTS_DIR
     try:
         names = sorted(n for n in os.listdir(folder) if n.startswith("clear-") and n.endswith(".json"))
     except FileNotFoundError:
-        return [], []
+        return Pending((), (), ())
     except OSError as e:
-        return [], [f"requests folder {folder}: {e}"]
+        return Pending((), (f"requests folder {folder}: {e}",), ())
     found: list[ClearRequest] = []
     errors: list[str] = []
+    files: list[Path] = []
     for name in names:
         path = folder / name
         try:
             found.append(parse_request(read_bytes(path, MAX_BYTES, follow=False), str(path)))
+            files.append(path)
         except (UnreadableFile, OSError, InputError) as e:
             errors.append(str(e))
-        finally:
             path.unlink(missing_ok=True)
-    return found, errors
+    return Pending(tuple(found), tuple(errors), tuple(files))
 
 
 def clear_kept(place: state.Place, out: Collection[str], device_id: str) -> Path:

@@ -147,7 +147,7 @@ def restart_partition(
             target=(target,),
             deadline=p.health.deadline,
         )
-        record = change.begin(record, recorded, progress)
+        record = change.begin(record, recorded)
         outcome = change.advance(host.place, record, progress, host.timeout_s)
         if outcome.failed:
             raise RayAccelError(f"restart failed: {outcome.failed[0]}")

@@ -44,7 +44,7 @@ from ray_accel.cluster import statedir as state
 from ray_accel.cluster.host import Share, check_free
 from ray_accel.cluster.launcher import Launches
 from ray_accel.cluster.record import HostChange, HostRecord, PartitionEntry, RayProcess, Spare
-from ray_accel.cluster.recover import relaunch
+from ray_accel.cluster.recover import recorded_share, relaunch
 from ray_accel.cluster.signals import shielded
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.health_state import PartitionState, PartState
@@ -63,7 +63,7 @@ class Outcome:
     failed: tuple[str, ...] = ()  # "<partition>: <why>", one per target that did not start
 
 
-def begin(record: HostRecord, change: HostChange, progress: Progress) -> HostRecord:
+def begin(record: HostRecord, change: HostChange) -> HostRecord:
     """`record` with `change` under way, saved: the first step, taken before anything else."""
     if record.change is not None:
         raise RayAccelError(f"a {record.change.kind} is already under way on this host (step {record.change.step})")
@@ -124,7 +124,7 @@ def advance(place: state.Place, record: HostRecord, progress: Progress, timeout_
             driver_ops.run(leave, auth.raylet_base_env(record.auth))
         except RayAccelError as e:
             progress(f"warning: metrics exporters of the drained partitions not stopped: {e}")
-    if any(_raylet_runs(p) for p in touched):
+    if touched:  # taken even when Ray has ended them all already: the same steps every time
         record = _at(record, steps.WAIT)
         steps.announce(steps.WAIT, f"until Ray ends {', '.join(p.name for p in touched)}", progress)
         _wait_ended(touched, change.deadline, progress)
@@ -272,13 +272,27 @@ def _finish(record: HostRecord) -> HostRecord:
     change = record.change
     assert change is not None
     parts = list(record.partitions)
+    unassigned = record.unassigned
     if change.kind == "repartition":
-        parts = [p for p in parts if p.name not in change.touched or p.processes]
+        # A touched partition no target replaced: its devices are unassigned, with its share.
+        left = [p for p in parts if p.name in change.touched and not p.processes]
+        unassigned += tuple(
+            Spare(
+                device_ids=p.device_ids, core_ids=p.core_ids, share=_recorded(record, p), reason="not in the new split"
+            )
+            for p in left
+        )
+        parts = [p for p in parts if p not in left]
     return state.save(
         replace(
             record.with_partitions(parts),
             change=None,
             mode=change.mode or record.mode,
             repartition=None if change.kind == "repartition" else record.repartition,
+            unassigned=unassigned,
         )
     )
+
+
+def _recorded(record: HostRecord, p: PartitionEntry) -> Share:
+    return recorded_share(p, record)

@@ -45,7 +45,7 @@ from ray_accel.cluster.host import (
     worker_port_count,
 )
 from ray_accel.cluster.raylet import Split
-from ray_accel.cluster.record import REPARTITION_KIND, HostChange, HostRecord, PartitionEntry
+from ray_accel.cluster.record import REPARTITION_KIND, HostChange, HostRecord, PartitionEntry, Spare
 from ray_accel.cluster.recover import recorded_share
 from ray_accel.cluster.resplit import Action, Changes, Resplit, resplit
 from ray_accel.cluster.signals import interruptible, shielded
@@ -81,6 +81,8 @@ class Planned:
     resplit: Resplit
     target: tuple[PartitionEntry, ...]
     warnings: tuple[str, ...] = ()
+    # The unassigned devices (with their shares) the partitions it starts take.
+    spares_taken: tuple[Spare, ...] = ()
 
     def view(self) -> Changes:
         """What `repartition --json` prints: each change, with the share and ports of one that starts."""
@@ -124,8 +126,12 @@ def plan_change(
     if not parts:
         return Planned(plan, (), plan.warnings)
     old = {p.name: p for p in record.partitions}
-    freed = [recorded_share(old[c.partition], record) for c in plan.of(Action.RESTARTED, Action.REMOVED)]
-    freed += [s.share for s in record.unassigned]
+    starting = {d for p in parts for d in p.device_ids}
+    # A stopped partition's share goes to the new ones where they take its devices; one whose
+    # devices no new partition takes keeps its share, with its devices left unassigned (`change`).
+    stopping = [c for c in plan.of(Action.RESTARTED, Action.REMOVED) if set(old[c.partition].device_ids) & starting]
+    spares = tuple(s for s in record.unassigned if set(s.device_ids) <= starting)
+    freed = [recorded_share(old[c.partition], record) for c in stopping] + [s.share for s in spares]
     pool = HostResources(
         cpus=sum(s.cpus for s in freed),
         memory=sum(s.memory for s in freed),
@@ -160,7 +166,7 @@ def plan_change(
         )
         for p, share in zip(parts, division.shares, strict=True)
     )
-    return Planned(plan, target, (*plan.warnings, *division.warnings))
+    return Planned(plan, target, (*plan.warnings, *division.warnings), spares)
 
 
 def free_block(
@@ -256,7 +262,8 @@ def begin(
             deadline=time.time() + drain_deadline_s,
             mode=plan.resplit.mode.value,
         )
-        state.save(replace(record, repartition=helper, change=recorded))
+        unassigned = tuple(s for s in record.unassigned if s not in plan.spares_taken)
+        state.save(replace(record, repartition=helper, change=recorded, unassigned=unassigned))
     return proc, log, plan
 
 

@@ -76,7 +76,10 @@ class Mode(enum.StrEnum):
 
     @classmethod
     def parse(cls, value: str) -> Mode:
-        """A mode as the user writes it (any case, `_` for `-`), or a `Mode`."""
+        """A mode as the user writes it (any case, `_` for `-`), or a `Mode`.
+        An empty one is refused, never read as the default."""
+        if not value.strip():
+            raise PartitionError(f"empty mode {value!r}: use shared, auto-split or manual")
         try:
             return cls(value.strip().lower().replace("_", "-"))
         except ValueError:

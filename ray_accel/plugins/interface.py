@@ -14,6 +14,11 @@ only the ones it has:
   is fatal, what makes a device healthy again), with its state kept between
   polls.
 
+And a backend may offer an active check of one device (`DevicePlugin.check`,
+run in a child process that sees that device alone:
+`ray_accel.plugins.check_runner`) and a repair of one device
+(`DevicePlugin.repair`); one that offers none answers `NOT_SUPPORTED`.
+
 What ray-accel must know of a backend without probing its hardware is
 declared on its class (`collectives`, `protected_env`): ray-accel reads it
 from every installed backend's entry point. Vendor knowledge (variable
@@ -31,6 +36,7 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, ClassVar
 
+from ray_accel.core.checks import NOT_SUPPORTED, CheckResult, NotSupported, RepairResult
 from ray_accel.core.devices import Device, HostInfo, all_core_ids
 from ray_accel.core.health import HealthReport
 from ray_accel.core.health_kept import KeptDevice
@@ -257,3 +263,20 @@ class DevicePlugin(ABC):
         """The family's health monitor, one per plugin (it keeps state between
         polls); None: no health source, every device's health is unknown."""
         return None
+
+    def check(self, device_id: str, timeout_s: float) -> CheckResult | NotSupported:
+        """An active check of one device that no partition serves: a short
+        workload on it alone, in a child process, within `timeout_s` seconds
+        (a timeout is the outcome `timeout`, the child killed). Blocks until
+        it ends. A device this backend does not know, or a bad `timeout_s`,
+        is an `InputError` naming it. `NOT_SUPPORTED`: this backend has no
+        check (nothing was checked)."""
+        return NOT_SUPPORTED
+
+    def repair(self, device_id: str) -> RepairResult | NotSupported:
+        """Repair one device that no partition serves and no process holds,
+        as its driver asks (a GPU reset), at most once per call; the caller
+        checks it before it takes work again. A device this backend does not
+        know is an `InputError` naming it. `NOT_SUPPORTED`: this backend has
+        no repair (it is the operator's)."""
+        return NOT_SUPPORTED

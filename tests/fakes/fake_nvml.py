@@ -101,6 +101,9 @@ class FakeGpu:
     # The driver's recommended recovery action, by the binding's name less
     # NVML_GPU_RECOVERY_ACTION_ ("DRAIN_AND_RESET"), or a raw value (RecoveryNvml only).
     recovery_action: str | int = "NONE"
+    # nvmlDeviceGetPersistenceMode (nvml.h): NVML_FEATURE_ENABLED (1) or NVML_FEATURE_DISABLED (0).
+    persistence: int = 0
+    graphics_processes: list[tuple[int, int | None]] = field(default_factory=list)
 
     @property
     def uuid(self) -> str:
@@ -261,6 +264,13 @@ class FakeNvml:
     def nvmlDeviceGetComputeRunningProcesses(self, h: FakeHandle) -> list[SimpleNamespace]:
         g = self._gpu(h, "nvmlDeviceGetComputeRunningProcesses")
         return [SimpleNamespace(pid=p, usedGpuMemory=m) for p, m in g.processes]
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, h: FakeHandle) -> list[SimpleNamespace]:
+        g = self._gpu(h, "nvmlDeviceGetGraphicsRunningProcesses")
+        return [SimpleNamespace(pid=p, usedGpuMemory=m) for p, m in g.graphics_processes]
+
+    def nvmlDeviceGetPersistenceMode(self, h: FakeHandle) -> int:
+        return self._gpu(h, "nvmlDeviceGetPersistenceMode").persistence
 
     def nvmlEventSetCreate(self) -> int:
         self._count("nvmlEventSetCreate")

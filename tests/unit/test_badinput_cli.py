@@ -83,6 +83,10 @@ CASES: list[tuple[str, list[str], dict[str, str], int, str, str, str]] = [
     ("plan --partitions 1e3", ["plan", "--partitions", "1e3"], {}, 2, "'1e3'", "exit-code", ""),
     ("plan --partitions -1", ["plan", "--partitions", "-1"], {}, 2, "'-1'", "exit-code", ""),
     ("plan --mode sideways", ["plan", "--mode", "sideways"], {}, 2, "'sideways'", "exit-code", ""),
+    ("plan --mode empty", ["plan", "--mode", ""], {}, 2, "empty mode ''", "exit-code", ""),
+    ("plan --mode blank", ["plan", "--mode", " "], {}, 2, "empty mode ' '", "exit-code", ""),
+    ("start --mode empty", ["start", "--head", "--mode", ""], {}, 2, "empty mode ''", "launcher", ""),
+    ("repartition --mode empty", ["repartition", "--mode", ""], {}, 2, "empty mode ''", "exit-code", ""),
     (
         "plan --manual with another mode",
         ["plan", "--mode", "auto-split", "--manual", "a=0-3"],
@@ -180,6 +184,8 @@ CASES: list[tuple[str, list[str], dict[str, str], int, str, str, str]] = [
     ("stale: --port 0", ["start", "--head", "--port", "0"], {}, 2, "'0'", "state", "stale"),
     ("stale: --timeout nan", ["start", "--head", "--timeout", "nan"], {}, 2, "'nan'", "state", "stale"),
     ("stale: --address garbage", ["start", "--address", "garbage"], {}, 2, "'garbage'", "state", "stale"),
+    ("stale: --mode empty", ["start", "--head", "--mode", ""], {}, 2, "empty mode ''", "state", "stale"),
+    ("stale: repartition --mode empty", ["repartition", "--mode", ""], {}, 2, "empty mode ''", "state", "stale"),
     (
         "stale: manual ../x",
         ["start", "--head", "--mode", "manual", "--manual", "../x=0-15"],

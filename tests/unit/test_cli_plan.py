@@ -9,7 +9,7 @@ from ray_accel.cli import main
 from tests.badinput import badinput
 from tests.clirun import cli_json_here as cli_json
 from tests.clirun import run_cli_here
-from tests.conftest import CliRunner
+from tests.conftest import CliRunner, run_cli
 from tests.fakes.neuron_env import tree_only
 from tests.fakes.neuron_sysfs import build_tree
 
@@ -139,7 +139,8 @@ def test_no_active_backend_names_each_backend_and_why(
 @pytest.mark.parametrize("command", [["plan"], ["start", "--head"]])
 def test_agents_is_a_hidden_old_name_of_partitions(command: list[str]) -> None:
     """`--agents N` still means `--partitions N`, with a deprecation warning
-    on stderr (never in --json); help and usage errors show only `--partitions`."""
+    (a line on stderr; with --json inside the JSON document); help and usage
+    errors show only `--partitions`."""
     helped = run_cli_here(*command[:1], "--help", env=TRN1)
     assert helped.returncode == 0 and "--partitions" in helped.stdout
     assert "--agents" not in helped.stdout
@@ -148,9 +149,45 @@ def test_agents_is_a_hidden_old_name_of_partitions(command: list[str]) -> None:
     if command == ["plan"]:
         old, new = (cli_json("plan", flag, "2", env=TRN1)["partitions"] for flag in ("--agents", "--partitions"))
         assert [p["core_ids"] for p in old] == [p["core_ids"] for p in new] == [list(range(16)), list(range(16, 32))]
-        warned = run_cli_here("plan", "--agents", "2", "--json", env=TRN1)
-        assert "--agents is deprecated: use --partitions" in warned.stderr
-        assert len(json.loads(warned.stdout)["partitions"]) == 2, "the warning never enters --json"
+        warned = run_cli_here("plan", "--agents", "2", env=TRN1)
+        assert warned.returncode == 0
+        assert "warning: --agents is deprecated: use --partitions\n" in warned.stderr
+        assert "--agents" not in warned.stdout
+
+
+AGENTS_WARNING = "--agents is deprecated: use --partitions"
+
+
+def test_with_json_the_deprecation_warning_is_inside_the_json_result() -> None:
+    """stdout is one JSON document whose `warnings` list carries the warning
+    (before the plan's own); no plain warning line on stderr."""
+    warned = run_cli_here("plan", "--agents", "2", "--json", env=TRN1)
+    assert warned.returncode == 0, warned.stderr
+    out = json.loads(warned.stdout)
+    assert len(out["partitions"]) == 2
+    assert out["warnings"][0] == AGENTS_WARNING
+    assert out["warnings"][1:] == cli_json("plan", "--partitions", "2", env=TRN1)["warnings"]
+    assert AGENTS_WARNING not in warned.stderr, warned.stderr
+    # The new spelling adds no warning.
+    assert AGENTS_WARNING not in json.dumps(cli_json("plan", "--partitions", "2", env=TRN1))
+
+
+@pytest.mark.parametrize("as_subprocess", [False, True])
+def test_with_json_the_deprecation_warning_is_inside_the_json_error(as_subprocess: bool) -> None:
+    """`plan --agents 3 --json` on a trn1.32xlarge (3 does not divide its 16
+    devices): stderr is exactly one JSON object, the warning in its `warnings`."""
+    argv = ("plan", "--agents", "3", "--json")
+    refused = run_cli(*argv, env=TRN1, timeout=60) if as_subprocess else run_cli_here(*argv, env=TRN1)
+    assert refused.returncode == 2 and refused.stdout == ""
+    error = json.loads(refused.stderr)  # the whole of stderr: one object, nothing before or after it
+    assert error["exit_code"] == 2 and error["kind"] == "input" and "3 partitions" in error["error"], error
+    assert error["warnings"] == [AGENTS_WARNING]
+    # Without the old spelling the error has no `warnings` key (its schema unchanged).
+    plain = run_cli_here("plan", "--partitions", "3", "--json", env=TRN1)
+    assert plain.returncode == 2 and "warnings" not in json.loads(plain.stderr)
+    # Without --json the warning stays a line of its own, before the error's.
+    lines = run_cli_here("plan", "--agents", "3", env=TRN1).stderr.splitlines()
+    assert lines[0] == f"warning: {AGENTS_WARNING}" and lines[1].startswith("ray-accel: error: "), lines
 
 
 def test_a_manual_spec_alone_means_manual_mode() -> None:

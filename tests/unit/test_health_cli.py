@@ -117,6 +117,51 @@ def test_no_cluster_is_exit_1_and_an_unknown_device_exit_2(env: dict[str, str]) 
     assert proc.returncode == 1 and "no cluster" in proc.stderr
 
 
+def _unreadable_state_dir(tmp_path: Path, kind: str) -> Path:
+    """A state folder that cannot be read, as each way makes one: a name too
+    long for the file system and a path through a regular file fail for root
+    too; a folder of mode 0000 fails for any other user."""
+    if kind == "name too long":
+        return tmp_path / ("x" * 300)
+    if kind == "through a file":
+        (tmp_path / "file").write_text("")
+        return tmp_path / "file" / "sub"
+    folder = tmp_path / "locked"
+    folder.mkdir(mode=0o000)
+    return folder
+
+
+@badinput("traceback")
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "name too long",
+        "through a file",
+        pytest.param(
+            "mode 0000",
+            marks=pytest.mark.skipif(os.geteuid() == 0, reason="root reads a folder of mode 0000"),
+        ),
+    ],
+)
+@pytest.mark.parametrize("as_json", [False, True])
+def test_health_clear_on_a_state_folder_it_may_not_read_is_exit_2_naming_it(
+    env: dict[str, str], tmp_path: Path, kind: str, as_json: bool
+) -> None:
+    directory = _unreadable_state_dir(tmp_path, kind)
+    unreadable = {**env, "RAYACCEL_STATE_DIR": str(directory)}
+    flags = ["--json"] if as_json else []
+    try:
+        for command in (["health", "clear", "neuron:0"], ["health"], ["status"]):
+            proc = run_cli_here(*command, *flags, env=unreadable)
+            assert proc.returncode == 2, (command, proc.returncode, proc.stderr)
+            assert "Traceback" not in proc.stderr and proc.stdout == ""
+            message = json.loads(proc.stderr)["error"] if as_json else proc.stderr
+            assert str(directory) in message, (command, message)
+    finally:
+        if kind == "mode 0000":
+            directory.chmod(0o700)
+
+
 @badinput("exit-code")
 def test_the_decider_polls_reports_clears_and_is_stopped_first(env: dict[str, str], spawn: Spawn) -> None:
     raylet = spawn()

@@ -255,6 +255,26 @@ def test_plan_on_unreadable_kept_health_leaves_what_the_last_health_report_had_o
     assert json.loads(proc.stdout)["out_of_service"] == [] and "every device starts in service" in proc.stderr
 
 
+def test_plan_without_kept_health_leaves_what_the_last_health_report_had_out_out(tmp_path: Path) -> None:
+    """devices.json removed, health.json naming a device out: `plan` keeps it out and says why
+    (it was put back in service silently)."""
+    environ = {"RAYACCEL_MOCK": "trn1.32xlarge", "RAYACCEL_STATE_DIR": str(tmp_path)}
+    p1 = tuple(f"neuron:{i}" for i in range(8, 16))
+    shrunk = PartitionHealth("p1", PartState.SHRUNK, 1.0, tuple(d for d in p1 if d != D), (D,), "n", f"without {D}")
+    write_atomic(tmp_path / HEALTH_FILE, health_dumps(HostHealth(1.0, HealthSettings(Action.SHRINK), (), (shrunk,))))
+    assert not (tmp_path / KEPT_FILE).exists()
+    proc = run_cli_here("plan", "--partitions", "2", "--json", env=environ)
+    assert proc.returncode == 0, proc.stderr
+    (out,) = json.loads(proc.stdout)["out_of_service"]
+    assert (out["device"], out["partition"]) == (D, "p1")
+    assert f"no {tmp_path / KEPT_FILE}" in out["reason"] and out["reason"].endswith("; it was out of service")
+    assert "what the last health report had out stays out" in proc.stderr
+    # Nothing ever kept and nothing out: every device in service, and nothing said.
+    (tmp_path / HEALTH_FILE).unlink()
+    proc = run_cli_here("plan", "--partitions", "2", "--json", env=environ)
+    assert json.loads(proc.stdout)["out_of_service"] == [] and "device health unknown" not in proc.stderr
+
+
 def test_a_partition_with_every_device_out_is_refused(tmp_path: Path) -> None:
     environ = {"RAYACCEL_MOCK": "trn1.32xlarge", "RAYACCEL_STATE_DIR": str(tmp_path)}
     devices = [KeptDevice(f"neuron:{i}", 1.0, doubt="replaced") for i in range(8, 16)]

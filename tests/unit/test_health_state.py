@@ -28,7 +28,7 @@ from ray_accel.core.health_state import (
     read_health,
 )
 from ray_accel.health.decider import fold, unknown_report, write_health
-from ray_accel.health.requests import ask_clear, parse_request, take_requests
+from ray_accel.health.requests import Pending, ask_clear, parse_request, pending_requests
 from ray_accel.metrics.export import health_values, partition_health
 from tests.badinput import badinput
 
@@ -185,17 +185,18 @@ def test_event_keys_and_the_exported_values() -> None:
     assert partition_health(h, "p9") is None and partition_health(None, "p1") is None
 
 
-def test_clear_requests_are_taken_once(tmp_path: Path) -> None:
+def test_clear_requests_stay_until_what_they_asked_is_kept(tmp_path: Path) -> None:
     ask_clear(tmp_path, "neuron:3")
     ask_clear(tmp_path, "GPU-1234")
     (tmp_path / "health-requests" / "clear-0-bad.json").write_text("{nope")
-    found, errors = take_requests(tmp_path)
-    assert [r.device_id for r in found] == ["neuron:3", "GPU-1234"] or [r.device_id for r in found] == [
-        "GPU-1234",
-        "neuron:3",
-    ]
-    assert len(errors) == 1 and "clear-0-bad.json" in errors[0]
-    assert take_requests(tmp_path) == ([], []), "each request is acted on once"
+    asked = pending_requests(tmp_path)
+    assert sorted(r.device_id for r in asked.requests) == ["GPU-1234", "neuron:3"]
+    assert len(asked.errors) == 1 and "clear-0-bad.json" in asked.errors[0]
+    # A decider killed before it kept them finds them again; the unreadable one is gone.
+    again = pending_requests(tmp_path)
+    assert sorted(r.device_id for r in again.requests) == ["GPU-1234", "neuron:3"] and not again.errors
+    again.done()
+    assert pending_requests(tmp_path) == Pending((), (), ()), "once kept, each request is acted on once"
     assert (tmp_path / "health-requests").stat().st_mode & 0o777 == 0o700
 
 

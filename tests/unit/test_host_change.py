@@ -301,3 +301,12 @@ with statedir.host_lock("test", statedir.Place(d, d / statedir.STATE_FILE, True)
     print("held", flush=True)
     time.sleep(120)
 """
+
+
+def test_a_removed_partition_whose_devices_no_new_one_takes_keeps_its_share() -> None:
+    record = started_record(TRN1, FOUR, cpus=16, object_store=800_000_000)
+    planned = plan_change(record, TRN1, Split("manual", manual="a=0-3;b=4-7;cc=8-11"), frozenset(), always_free)
+    (cc,) = planned.target
+    old = {p.name: p.share for p in record.partitions}
+    assert cc.share is not None and old["c"] is not None
+    assert cc.share.object_store_memory == old["c"].object_store_memory, "d's share is not given to cc"

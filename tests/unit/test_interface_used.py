@@ -23,7 +23,9 @@ INTERFACE = ROOT / "ray_accel" / "plugins" / "interface.py"
 # yet. `HealthMonitor.poll` and `.clear` have none either, but their names
 # are matched by unrelated calls (`Popen.poll`, `dict.clear`), which this
 # listing cannot tell apart.
-AWAITING_CALLER: frozenset[str] = frozenset()
+# The repair waits for the decider's return step, which calls it (as it
+# calls `DevicePlugin.check`, whose name unrelated `.check` calls already match).
+AWAITING_CALLER: frozenset[str] = frozenset({"DevicePlugin.repair"})
 
 
 def public_members(cls: type) -> list[str]:

@@ -350,6 +350,7 @@ def _expected(data: dict[str, Any], family: str, ids: list[str]) -> bool:
     """Whether the schema accepts `data`: its rules, written again independently."""
     ecc_files = ["mem_ecc_uncorrected", "sram_ecc_uncorrected", "mem_ecc_repairable_uncorrected"]
     actions = ["NONE", "GPU_RESET", "NODE_REBOOT", "DRAIN_P2P", "DRAIN_AND_RESET"]
+    actions += ["RECOVER_IMEX_DOMAIN", "GPU_RESET_BUS", "BUS_RESET", "SYSTEM_REBOOT"]
     by_family: dict[str, dict[str, Any]] = {
         "gpu": {"xid": None, "ecc": ["volatile_uncorrected"], "recovery": actions},
         "neuron": {"ecc": ecc_files, "components": "components"},

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ray_accel_neuron import limits, sysfs
 
 from tests.badinput import badinput
 from tests.clirun import cli_json_here as cli_json
@@ -120,6 +121,27 @@ def test_two_sysfs_entries_of_one_device_are_named(tmp_path: Path) -> None:
     tree = build_tree(tmp_path / "t", "trn1.2xlarge", core_metrics=False)
     shutil.copytree(tree.device_dir(0), tree.device_dir(0).with_name("neuron00"), symlinks=True)
     assert "neuron0 and neuron00 both name Neuron device 0" in inactive_reason(tree_only(tree))
+
+
+@badinput("unnamed")
+def test_two_dev_nodes_of_one_device_are_named(tmp_path: Path) -> None:
+    tree = build_tree(tmp_path / "t", "trn1.2xlarge", core_metrics=False)
+    # A second name for the node (a hard link works for a character device
+    # and a plain file alike): /dev/neuron00 beside /dev/neuron0.
+    twin = tree.dev_root / "neuron00"
+    os.link(tree.dev_node(0), twin)
+    with pytest.raises(limits.BadData, match="both name Neuron device 0") as caught:
+        sysfs.dev_nodes(str(tree.dev_root))
+    assert str(tree.dev_node(0)) in str(caught.value) and str(twin) in str(caught.value)
+    reason = inactive_reason(tree_only(tree))
+    assert f"{tree.dev_node(0)} and {twin} both name Neuron device 0" in reason, reason
+
+
+def test_dev_nodes_of_distinct_devices_are_all_listed(tmp_path: Path) -> None:
+    tree = build_tree(tmp_path / "t", "trn1.2xlarge", core_metrics=False)
+    listed = sysfs.dev_nodes(str(tree.dev_root))
+    assert [n.index for n in listed] == list(tree.dev_nodes)
+    assert [n.path for n in listed] == [str(tree.dev_node(i)) for i in tree.dev_nodes]
 
 
 @badinput("unnamed")

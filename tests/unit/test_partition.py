@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from ray_accel_mock.spec import load_spec
 
+from ray_accel.cluster.raylet import Split
 from ray_accel.core.devices import Device
 from ray_accel.partition.plan import Mode, PartitionError, plan_partitions
 from ray_accel.plugins.traits import DeviceTraits, SplitOrder
@@ -163,3 +166,26 @@ def test_manual_reports_unassigned_and_accepts_ids() -> None:
     assert [p.core_ids for p in plan] == [(0, 1, 2, 3), (4, 5, 6, 7)]
     assert len(plan.unassigned) == 12
     assert any("in no partition" in w for w in plan.warnings)
+
+
+@badinput("exit-code")
+@given(st.text(alphabet=" \t\n", max_size=4))
+def test_an_empty_mode_is_refused_naming_it_never_taken_as_the_default(blank: str) -> None:
+    with pytest.raises(PartitionError, match="empty mode") as caught:
+        Mode.parse(blank)
+    assert repr(blank) in str(caught.value)
+    with pytest.raises(PartitionError, match="empty mode"):
+        Split.given(blank, None, None, None)
+
+
+@given(st.sampled_from(list(Mode)), st.sampled_from([str.upper, str.lower, str.title]), st.booleans())
+def test_a_mode_parses_in_any_case_with_either_separator(
+    mode: Mode, case: Callable[[str], str], underscore: bool
+) -> None:
+    written = case(mode.value)
+    if underscore:
+        written = written.replace("-", "_")
+    assert Mode.parse(written) is mode
+    assert Split.given(written, None, None, None).mode == written
+    assert Split.given(None, None, "a=0", None).mode == "manual"
+    assert Split.given(None, None, None, None).mode == "auto-split"

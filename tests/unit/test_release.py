@@ -1,6 +1,7 @@
 """What a release declares agrees with itself: the `ray` extra's range is the
-bridge's list of supported Ray minors, the lanes test its two ends, and the
-four packages and the CHANGELOG carry one version."""
+bridge's list of supported Ray minors, the lanes test its two ends, the four
+packages name the same Pythons, each one the lanes run, and they and the
+CHANGELOG carry one version."""
 
 from __future__ import annotations
 
@@ -40,5 +41,41 @@ def test_one_version_in_the_four_packages_and_the_changelog() -> None:
         tomllib.loads((ROOT / "backends" / b / "pyproject.toml").read_text())["project"]["version"] for b in BACKENDS
     }
     assert versions == {ray_accel.__version__}
-    top = re.search(r"^## (\S+)", (ROOT / "CHANGELOG.md").read_text(), re.M)
-    assert top is not None and top.group(1) == ray_accel.__version__
+    headings = re.findall(r"^## (\S+)( \(unreleased\))?$", (ROOT / "CHANGELOG.md").read_text(), re.M)
+    released = [version for version, upcoming in headings if not upcoming]
+    assert released and released[0] == ray_accel.__version__, "the newest released section is this version"
+    # An upcoming version's section, if any, comes first and is newer than this one.
+    upcoming = [version for version, mark in headings if mark]
+    assert [version for version, _ in headings[: len(upcoming)]] == upcoming
+
+    def numbers(version: str) -> tuple[int, ...]:
+        return tuple(int(n) for n in version.split("."))
+
+    assert all(numbers(v) > numbers(ray_accel.__version__) for v in upcoming), upcoming
+
+
+def python_classifiers(pyproject: Path) -> list[str]:
+    """The minors ("3.11") a package's classifiers name, in their order."""
+    project = tomllib.loads(pyproject.read_text())["project"]
+    minors = []
+    for classifier in project["classifiers"]:
+        match = re.fullmatch(r"Programming Language :: Python :: (3\.\d+)", classifier)
+        if match is not None:
+            minors.append(match.group(1))
+    return minors
+
+
+def test_the_packages_name_only_pythons_the_lanes_run() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    main = re.search(r"^PYTHON \?= python(3\.\d+)$", makefile, re.M)
+    others = re.search(r"^OTHER_PYTHONS \?= (.+)$", makefile, re.M)
+    assert main is not None and others is not None
+    run = {main.group(1), *others.group(1).split()}
+    pyprojects = [ROOT / "pyproject.toml", *(ROOT / "backends" / b / "pyproject.toml" for b in BACKENDS)]
+    for pyproject in pyprojects:
+        minors = python_classifiers(pyproject)
+        requires = tomllib.loads(pyproject.read_text())["project"]["requires-python"]
+        assert minors == python_classifiers(ROOT / "pyproject.toml"), pyproject
+        assert requires == f">={main.group(1)}", pyproject
+        assert minors[0] == main.group(1), pyproject
+        assert set(minors) <= run, pyproject

@@ -15,12 +15,15 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ray_accel.core.checks import CheckResult, RepairResult
 from ray_accel.core.devices import Device, HostInfo
+from ray_accel.plugins.check_runner import child_command, find_device, run_check_child
 from ray_accel.plugins.interface import DevicePlugin
 from ray_accel_cuda.enumeration import enumerate_gpus, inconsistency
 from ray_accel_cuda.health_monitor import CudaHealthMonitor
 from ray_accel_cuda.health_rule import Settings
 from ray_accel_cuda.nvml import NA, Nvml, NvmlUnavailable, text
+from ray_accel_cuda.repair import repair_with_nvml
 from ray_accel_cuda.runtime import COLLECTIVES, FAMILY, PROCESS_ENV, PROTECTED_ENV, TRAITS, CudaRuntime
 from ray_accel_cuda.telemetry import CudaTelemetry
 from ray_accel_cuda.topology import nvlink_peers, with_peers
@@ -106,6 +109,25 @@ class CudaPlugin(DevicePlugin):
                 self.nvml, self._devices, self._handles, self._health_settings, self._wall_clock
             )
         return self._health
+
+    def check(self, device_id: str, timeout_s: float) -> CheckResult:
+        """The CUDA check (`ray_accel_cuda.check`) in a child that sees this GPU
+        alone: CUDA_VISIBLE_DEVICES is its UUID, which no ordering can mistake."""
+        find_device(self._devices, device_id)
+        return run_check_child(
+            device_id=device_id,
+            command=child_command("ray_accel_cuda.check", device_id),
+            visible_env=self.visible_ids_env,
+            visible_value=device_id,
+            timeout_s=timeout_s,
+            extra_env=self.process_env(),
+        )
+
+    def repair(self, device_id: str) -> RepairResult:
+        """What the GPU's recovery action asks (`ray_accel_cuda.repair`): a reset
+        by nvidia-smi where NVML lists no process on it, else nothing run."""
+        find_device(self._devices, device_id)
+        return repair_with_nvml(self.nvml, device_id)
 
     def parse_visible(self, value: str | None) -> list[int] | None:
         """CUDA masks may name GPUs by index, by UUID (or a unique prefix), or be NoDevFiles."""

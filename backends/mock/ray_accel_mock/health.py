@@ -31,7 +31,7 @@ from ray_accel.plugins.rule_monitor import Rule, RuleMonitor
 from ray_accel_mock.faults import (
     CURRENT_KINDS,
     FAULTS_ENV,
-    RECOVERY_ACTIONS,
+    RECOVERY_VALUES,
     FaultEvent,
     FaultFileError,
     Faults,
@@ -159,11 +159,11 @@ class MockHealthMonitor(RuleMonitor[Any, Any]):
             why = failure or "mock health source failed (injected)"
             gpus = tuple(cuda_rule.GpuReading(d, None, presence_error=why) for d in self._ids)
             return cuda_rule.Observation(gpus, (), "failed", why, (), marks)
-        recovery = {
-            e.device: cuda_rule.Recovery(RECOVERY_ACTIONS.index(e.code), e.code)
-            for e in faults.events
-            if e.kind == "recovery"
-        }
+        recovery = {}
+        for d in self._ids:
+            action = faults.recovery_of(d)
+            if action is not None:
+                recovery[d] = cuda_rule.Recovery(RECOVERY_VALUES[action], action)
         xids = []
         for e in self._take(faults):
             if e.kind == "xid":

@@ -3,18 +3,26 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import time
+from pathlib import Path
 
 from ray_accel_cuda import runtime as cuda
+from ray_accel_cuda.repair import GpuState, repair_gpu
 from ray_accel_cuda.visible import parse_cuda_visible
 from ray_accel_neuron import runtime as neuron
+from ray_accel_neuron.repair import operator_repair
 
+from ray_accel.core.checks import CheckResult, RepairOutcome, RepairResult
 from ray_accel.core.devices import Device, HostInfo, all_core_ids
+from ray_accel.core.visibility import format_visible_ids
+from ray_accel.plugins.check_runner import check_timeout, child_command, find_device, run_check_child
 from ray_accel.plugins.discovery import MOCK_ENV
 from ray_accel.plugins.interface import DevicePlugin, Runtime
 from ray_accel.plugins.runtime import GLOO
 from ray_accel.plugins.traits import DeviceTraits
-from ray_accel_mock.faults import FAULTS_ENV
+from ray_accel_mock.faults import FAULTS_ENV, REPAIRS_FILE, Faults, load_faults
 from ray_accel_mock.health import MockHealthMonitor
 from ray_accel_mock.spec import HostSpec, load_spec
 from ray_accel_mock.telemetry import MockTelemetry
@@ -122,3 +130,63 @@ class MockPlugin(DevicePlugin):
         if self._health is None:
             self._health = MockHealthMonitor(self.spec)
         return self._health
+
+    def _faults(self) -> tuple[str | None, Faults]:
+        path = os.environ.get(FAULTS_ENV)
+        return path, load_faults(path, [d.id for d in self.spec.devices], self.family)
+
+    def check(self, device_id: str, timeout_s: float) -> CheckResult:
+        """The outcome the fault file's `checks` give the device (passed where
+        not listed), reported by a check child that sees the device alone and
+        takes the entry's `delay_s`. A fault file that does not fit is a
+        `FaultFileError` naming the field."""
+        device = find_device(self.spec.devices, device_id)
+        limit = check_timeout(timeout_s)
+        _, faults = self._faults()
+        spec = faults.check_of(device_id)
+        listed = device_id in faults.checks
+        detail = (
+            spec.detail or f"mock check: {spec.outcome.value} ({'fault file' if listed else 'not in the fault file'})"
+        )
+        # As the family's check masks it: a GPU by its UUID, a Neuron device by its cores' range.
+        visible = format_visible_ids(device.core_ids, "ranges") if self.family == neuron.FAMILY else device.id
+        return run_check_child(
+            device_id=device_id,
+            command=child_command("ray_accel_mock.check", spec.outcome.value, repr(spec.delay_s), detail),
+            visible_env=self.visible_ids_env,
+            visible_value=visible,
+            timeout_s=limit,
+            extra_env=self.process_env(),
+        )
+
+    def repair(self, device_id: str) -> RepairResult:
+        """As the family impersonated repairs: a Neuron preset's repair is the
+        operator's; a GPU preset follows its recovery action in the fault file
+        by the CUDA backend's plan, and a reset appends a line to
+        `repairs.jsonl` beside the fault file (device, time, action, outcome)
+        with the outcome the file's `repairs` give it (ok where not listed)."""
+        find_device(self.spec.devices, device_id)
+        if self.family == neuron.FAMILY:
+            return operator_repair(device_id)
+        faults_path = os.environ.get(FAULTS_ENV)
+
+        def read() -> GpuState:
+            _, faults = self._faults()
+            action = faults.recovery_of(device_id)
+            if action is None:
+                return GpuState(None, "the mock GPU has no recovery action in the fault file", (), False)
+            return GpuState(action, f"NVML recovery action {action} (mock fault file)", (), False)
+
+        def reset(gpu: str) -> tuple[int | None, str]:
+            _, faults = self._faults()
+            outcome = faults.repair_of(gpu)
+            action = faults.recovery_of(gpu)
+            record = {"device": gpu, "time": time.time(), "action": action, "outcome": outcome.value}
+            # The read above saw a recovery action, so the fault file is set.
+            log = Path(str(faults_path)).parent / REPAIRS_FILE
+            with open(log, "a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+            code = 0 if outcome is RepairOutcome.OK else 1
+            return code, f"mock reset of {gpu}: {outcome.value} (recorded in {log})"
+
+        return repair_gpu(device_id, read, reset)

@@ -15,11 +15,15 @@ import logging
 import os
 from collections.abc import Mapping
 
+from ray_accel.core.checks import CheckResult, RepairResult
 from ray_accel.core.devices import Device, HostInfo, all_core_ids
+from ray_accel.core.visibility import format_visible_ids
+from ray_accel.plugins.check_runner import child_command, find_device, run_check_child
 from ray_accel.plugins.interface import DevicePlugin
 from ray_accel_neuron import arch, config, health_rule, limits, merge, sysfs
 from ray_accel_neuron.health_monitor import NeuronHealthMonitor
 from ray_accel_neuron.neuron_ls import PATH_ENV, LsListing, NeuronLsError, run_listing
+from ray_accel_neuron.repair import operator_repair
 from ray_accel_neuron.runtime import COLLECTIVES, FAMILY, PROTECTED_ENV, TRAITS, VISIBLE_ENV, NeuronRuntime
 from ray_accel_neuron.sysfs import PciFunction, SysfsDevice
 from ray_accel_neuron.telemetry import NeuronTelemetry
@@ -166,6 +170,25 @@ class NeuronPlugin(DevicePlugin):
     @property
     def runtime(self) -> NeuronRuntime:
         return NeuronRuntime()
+
+    def check(self, device_id: str, timeout_s: float) -> CheckResult:
+        """A matrix product on the device's cores against the CPU's
+        (`ray_accel_neuron.check`), in a child that sees the device's cores alone."""
+        device = find_device(self.list_devices(), device_id)
+        return run_check_child(
+            device_id=device_id,
+            command=child_command("ray_accel_neuron.check"),
+            visible_env=self.visible_ids_env,
+            # The runtime reads one index or an inclusive range; a device's cores are one range.
+            visible_value=format_visible_ids(device.core_ids, "ranges"),
+            timeout_s=timeout_s,
+            extra_env=self.process_env(),
+        )
+
+    def repair(self, device_id: str) -> RepairResult:
+        """The operator's: AWS publishes no reset of one device (`ray_accel_neuron.repair`)."""
+        find_device(self.list_devices(), device_id)
+        return operator_repair(device_id)
 
     @property
     def telemetry(self) -> NeuronTelemetry:

@@ -273,23 +273,30 @@ class DevNode:
 
 def dev_nodes(dev_root: str) -> tuple[DevNode, ...]:
     """The /dev/neuronN entries and whether this process may open them for
-    reading and writing (it never opens them: opening a device can act)."""
+    reading and writing (it never opens them: opening a device can act);
+    `BadData` when two entries name one device (neuron1, neuron01), as
+    `list_device_dirs` refuses the sysfs pair."""
     try:
         names = os.listdir(dev_root)
     except OSError:
         return ()
     out = []
-    for name in names:
+    seen: dict[int, str] = {}
+    for name in sorted(names):
         m = _DEV.match(name)
         if not m or len(m.group(1)) > 9:
             continue
         path = os.path.join(dev_root, name)
+        index = int(m.group(1))
+        if index in seen:  # which of the two nodes is the device cannot be told
+            raise limits.BadData(f"{seen[index]} and {path} both name Neuron device {index}")
+        seen[index] = path
         if os.path.isdir(path):
-            out.append(DevNode(int(m.group(1)), path, False, "a directory, not a device"))
+            out.append(DevNode(index, path, False, "a directory, not a device"))
         elif not os.access(path, os.R_OK | os.W_OK):
-            out.append(DevNode(int(m.group(1)), path, False, "no read/write permission"))
+            out.append(DevNode(index, path, False, "no read/write permission"))
         else:
-            out.append(DevNode(int(m.group(1)), path, True))
+            out.append(DevNode(index, path, True))
     return tuple(sorted(out, key=lambda n: n.index))
 
 
