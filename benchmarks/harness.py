@@ -215,7 +215,7 @@ class CliCluster:
 
     def recorded_pids(self) -> list[int]:
         """Every process the state record names (the GCS, raylets, dashboard, ...)."""
-        from ray_accel.cluster.state import parse_record
+        from ray_accel.cluster.record import parse_record
 
         path = Path(self.state) / "host.json"
         return [p.pid for p in parse_record(path.read_bytes(), str(path)).processes()]

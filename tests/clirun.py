@@ -27,7 +27,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ray_accel.cli import main
-from ray_accel.cluster import state
+from ray_accel.cluster import statedir
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -57,7 +57,7 @@ def run_cli_here(*args: str, env: Mapping[str, str] | None = None) -> subprocess
     out, err = io.StringIO(), io.StringIO()
     handlers = {s: signal.getsignal(s) for s in _SIGNALS}
     # A warning is printed once per process; each call here stands for a process of its own.
-    state.warn.cache_clear()
+    statedir.warn.cache_clear()
     try:
         with environment(child_env(env)), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
@@ -71,7 +71,7 @@ def run_cli_here(*args: str, env: Mapping[str, str] | None = None) -> subprocess
     finally:
         for s, h in handlers.items():
             signal.signal(s, h)
-        state.warn.cache_clear()
+        statedir.warn.cache_clear()
     return subprocess.CompletedProcess(["ray-accel", *args], code, out.getvalue(), err.getvalue())
 
 

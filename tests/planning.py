@@ -19,7 +19,7 @@ from ray_accel.cluster.host import (
     port_blocks,
     worker_port_count,
 )
-from ray_accel.cluster.state import HostRecord, PartitionEntry
+from ray_accel.cluster.record import HostRecord, PartitionEntry
 from ray_accel.core.devices import Device
 from ray_accel.core.numa import NumaTopology
 from ray_accel.core.validate import HEAD

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from ray_accel.core.reader import load
 
 if TYPE_CHECKING:  # the status module is imported only by the commands that show it
-    from ray_accel.cluster.state import HostRecord
+    from ray_accel.cluster.record import HostRecord
     from ray_accel.cluster.status import HostStatus
     from ray_accel.metrics.collect import OrphanReading
     from ray_accel.rayapi.gcs import GcsNode

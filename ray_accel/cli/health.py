@@ -75,7 +75,7 @@ def kept_dir_readable() -> Path | None:
     """Where the kept device health is (`start.kept_dir`), or a `StateError`
     (exit 2) naming the state folder when it may not be read."""
     from ray_accel.cluster.start import kept_dir
-    from ray_accel.cluster.state import STATE_ENV, StateError, search_root
+    from ray_accel.cluster.statedir import STATE_ENV, StateError, search_root
 
     try:
         return kept_dir()
@@ -88,7 +88,7 @@ def kept_file_present(path: Path) -> bool:
     """Whether the kept device health file is there; a `StateError` (exit 2)
     naming its folder when that may not be read (permission denied, a name
     too long), never a traceback."""
-    from ray_accel.cluster.state import StateError
+    from ray_accel.cluster.statedir import StateError
 
     try:
         return path.is_file()
@@ -104,7 +104,7 @@ def clear(device_id: str, as_json: bool) -> int:
     returns to service with it (drained again and restarted with its full mask).
     Where no decider runs (or no cluster, after `stop`), the kept device
     health is edited instead."""
-    from ray_accel.cluster import state
+    from ray_accel.cluster import statedir
     from ray_accel.core.errors import RayAccelError
     from ray_accel.core.health_kept import KEPT_FILE
     from ray_accel.health.requests import ask_clear, clear_kept
@@ -116,7 +116,7 @@ def clear(device_id: str, as_json: bool) -> int:
         directory = kept_dir_readable()
         if directory is None or not kept_file_present(directory / KEPT_FILE):
             raise
-        place, out = state.Place(directory, directory / state.STATE_FILE, False), []
+        place, out = statedir.Place(directory, directory / statedir.STATE_FILE, False), []
     else:
         check_clear(found, device_id)
         if found.decider_alive:

@@ -20,7 +20,7 @@ from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.jobs.model import JobRecord, job_json, job_notes
 
 if TYPE_CHECKING:
-    from ray_accel.cluster.state import HostRecord
+    from ray_accel.cluster.record import HostRecord
 
 Waiting = Mapping[str, str] | None  # why each waiting job waits, by id (None: nothing known here)
 
@@ -131,14 +131,14 @@ def top_jobs(record: HostRecord) -> tuple[list[JobRecord], Waiting]:
     with no store) and why each that waits does, where a partition of this
     host it ran on is not serving; None where the record has no node IP or
     its host's `health.json` cannot be read."""
-    from ray_accel.cluster import state
+    from ray_accel.cluster import statedir
     from ray_accel.cluster.host import this_host
     from ray_accel.core.health_state import read_health
     from ray_accel.jobs.store import read_jobs
 
     listed = read_jobs()
     try:
-        health = read_health(state.place_of(record).directory)
+        health = read_health(statedir.place_of(record).directory)
     except RayAccelError:
         return listed, None
     return listed, None if record.host_ip is None else job_notes(listed, health, this_host(record.host_ip).key)

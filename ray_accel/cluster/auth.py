@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ray_accel.core.errors import InputError
-from ray_accel.core.files import read_bytes
+from ray_accel.core.files import open_for_write, read_bytes
 from ray_accel.core.reader import LOCAL
 from ray_accel.rayapi import auth as rayapi_auth
 from ray_accel.rayapi.feature import RayApiMissing
@@ -94,7 +94,7 @@ def _loose_mode_warning(path: Path) -> str | None:
 def write_token_file(path: Path, token: str) -> None:
     """Create `path` with mode 0600 from the first byte (never a wider window)."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    fd = open_for_write(path, new=True)
     with os.fdopen(fd, "w") as f:
         f.write(token)
 

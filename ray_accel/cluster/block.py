@@ -24,9 +24,9 @@ import threading
 import time
 from types import FrameType
 
-from ray_accel.cluster import auth, procs, state
+from ray_accel.cluster import auth, procs, statedir
+from ray_accel.cluster.record import HostRecord
 from ray_accel.cluster.signals import handled
-from ray_accel.cluster.state import HostRecord
 from ray_accel.cluster.stop import stop
 from ray_accel.core.errors import RayAccelError
 from ray_accel.rayapi.gcs import Progress, poll_nodes
@@ -42,7 +42,7 @@ def _on_disk(record: HostRecord, keep: bool = True) -> HostRecord | None:
     read, `record` as it was if `keep` (what we started is still what we
     watch), else None."""
     try:
-        current = state.load(state.place_of(record))
+        current = statedir.load(statedir.place_of(record))
     except RayAccelError:
         return record if keep else None
     return current if current is not None and current.created == record.created else None
@@ -56,10 +56,10 @@ def _stop_all(record: HostRecord, grace_s: float, progress: Progress) -> None:
         if _on_disk(record) is None:
             return  # someone else stopped them (and perhaps started anew)
         try:
-            result = stop(grace_s, state.place_of(record))
+            result = stop(grace_s, statedir.place_of(record))
             progress(result.message)
             return
-        except state.LockError:
+        except statedir.LockError:
             if time.monotonic() > deadline:
                 raise
             time.sleep(POLL_S)

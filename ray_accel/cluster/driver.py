@@ -54,10 +54,10 @@ def _apply_recorded_auth(address: str | None) -> None:
     that cluster's auth environment (mode and token path) without guesswork."""
     if address in (None, "local"):
         return
-    from ray_accel.cluster import auth, state
+    from ray_accel.cluster import auth, statedir
 
-    place = state.locate().place
-    record = None if place is None else state.load(place)
+    place = statedir.locate().place
+    record = None if place is None else statedir.load(place)
     if record is None or (address != "auto" and address.removeprefix("ray://") != record.gcs_address):
         return
     if auth.TOKEN_ENV in os.environ or (auth.TOKEN_PATH_ENV in os.environ and record.auth.token_path is not None):

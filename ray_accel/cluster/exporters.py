@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from ray_accel.cluster import state
-from ray_accel.cluster.state import HostRecord, PartitionEntry
+from ray_accel.cluster import statedir
+from ray_accel.cluster.record import HostRecord, PartitionEntry
 from ray_accel.metrics.export import Deployment, ExporterEntry
 from ray_accel.rayapi.gcs import Progress
 
@@ -23,7 +23,9 @@ def deployment(record: HostRecord, parts: Sequence[PartitionEntry]) -> Deploymen
     """The exporters of `parts`, each told the devices its raylet serves; the
     host's own values to `host_level_partition`."""
     entries = tuple(ExporterEntry(p.name, p.node_id, p.serving.device_ids) for p in parts if p.node_id)
-    return Deployment(record.gcs_address, entries, host_level_partition(record), str(state.place_of(record).directory))
+    return Deployment(
+        record.gcs_address, entries, host_level_partition(record), str(statedir.place_of(record).directory)
+    )
 
 
 def deploy(record: HostRecord, parts: Sequence[PartitionEntry], progress: Progress) -> HostRecord:
@@ -37,4 +39,4 @@ def deploy(record: HostRecord, parts: Sequence[PartitionEntry], progress: Progre
     except Exception as e:
         progress(f"warning: metrics exporters not started: {type(e).__name__}: {e}")
         record = replace(record, metrics=False)
-    return state.save(record)
+    return statedir.save(record)

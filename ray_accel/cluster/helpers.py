@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from ray_accel.cluster import procs, state
-from ray_accel.cluster.state import HostRecord, RayProcess, open_for_write
+from ray_accel.cluster import procs, statedir
+from ray_accel.cluster.record import HostRecord, RayProcess
 from ray_accel.core import reader
 from ray_accel.core.errors import InputError, RayAccelError
+from ray_accel.core.files import open_for_write
 from ray_accel.core.processes import ProcessRecord
 from ray_accel.plugins.discovery import SPEC_ENV
 from ray_accel.rayapi.gcs import Progress
@@ -88,16 +89,16 @@ class HelperInputs:
     explicit: bool
 
     @property
-    def place(self) -> state.Place:
+    def place(self) -> statedir.Place:
         directory = Path(self.state_dir)
-        return state.Place(directory, directory / state.STATE_FILE, self.explicit)
+        return statedir.Place(directory, directory / statedir.STATE_FILE, self.explicit)
 
 
-def stop(place: state.Place, grace_s: float = 10.0) -> list[int]:
+def stop(place: statedir.Place, grace_s: float = 10.0) -> list[int]:
     """Stop the helpers the record at `place` names that are ours (a failed
     start, and `stop` before anything else); the PIDs signalled."""
     try:
-        record = state.load(place)
+        record = statedir.load(place)
     except RayAccelError:
         return []
     ours = [r.record for r in record.helpers() if procs.check(r).ours] if record is not None else []

@@ -27,9 +27,9 @@ from pathlib import Path
 from ray_accel.cluster import procs
 from ray_accel.cluster.raylet import launch_argv, leader_path
 from ray_accel.cluster.raylet_launch import LaunchReport
-from ray_accel.cluster.state import RayProcess, open_for_write, parse_processes, tail_lines
+from ray_accel.cluster.record import RayProcess, parse_processes
 from ray_accel.core.errors import InputError
-from ray_accel.core.files import read_bytes
+from ray_accel.core.files import open_for_write, read_bytes, tail_lines
 from ray_accel.core.processes import ProcessRecord
 from ray_accel.core.reader import Node, parse_json
 

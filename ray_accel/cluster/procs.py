@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.util import find_spec
 
-from ray_accel.cluster.state import DECIDER_KIND, REPARTITION_KIND, HostRecord, RayProcess, RecordError
+from ray_accel.cluster.record import DECIDER_KIND, REPARTITION_KIND, HostRecord, RayProcess, RecordError
 from ray_accel.core.processes import (
     ProcessRecord,
     children_map,

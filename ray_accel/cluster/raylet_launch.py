@@ -18,12 +18,13 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ray_accel.core.files import open_for_write
 from ray_accel.core.reader import LOCAL, dump
 from ray_accel.rayapi import node as rayapi_node
 from ray_accel.rayapi.feature import RayApiMissing
 
 if TYPE_CHECKING:  # the record's module is imported only once Ray has started something
-    from ray_accel.cluster.state import RayProcess
+    from ray_accel.cluster.record import RayProcess
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ def _processes(node: Any) -> tuple[RayProcess, ...]:
     """Every process Ray's node started, with what identifies it later: its
     kernel start time and what its command line runs."""
     from ray_accel.cluster.procs import identity
-    from ray_accel.cluster.state import RayProcess
+    from ray_accel.cluster.record import RayProcess
     from ray_accel.core.processes import ProcessRecord, read_cmdline
 
     out = []
@@ -71,7 +72,7 @@ def _processes(node: Any) -> tuple[RayProcess, ...]:
 def _report(path: str, report: LaunchReport) -> int:
     # A new file, never through a link someone placed there (the state
     # directory may be shared): `start` removed any earlier result.
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    fd = open_for_write(path, new=True)
     with os.fdopen(fd, "w") as f:
         json.dump(dump(report), f)
     return 0 if report.ok else 1
@@ -83,7 +84,7 @@ def _lead(path: str) -> None:
 
     me = ProcessRecord.of(os.getpid())
     if me is not None:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        fd = open_for_write(path, new=True)
         with os.fdopen(fd, "w") as f:
             json.dump({"pid": me.pid, "start_ticks": me.start_ticks}, f)
 

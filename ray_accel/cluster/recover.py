@@ -14,7 +14,7 @@ from ray_accel.cluster.auth import raylet_base_env
 from ray_accel.cluster.host import Share, check_free, divide, read_host
 from ray_accel.cluster.launcher import Launches
 from ray_accel.cluster.raylet import RayletLaunch, RayOptions, user_figures
-from ray_accel.cluster.state import HostRecord, PartitionEntry, RayProcess
+from ray_accel.cluster.record import HostRecord, PartitionEntry, RayProcess
 from ray_accel.core.errors import RayAccelError
 from ray_accel.core.numa import read_topology
 from ray_accel.partition.plan import Partition

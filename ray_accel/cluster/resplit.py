@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from ray_accel.cluster.host import RayletPorts, Share
 from ray_accel.cluster.raylet import Split
-from ray_accel.cluster.state import HostRecord, PartitionEntry
+from ray_accel.cluster.record import HostRecord, PartitionEntry
 from ray_accel.core.devices import Device
 from ray_accel.core.reader import LOCAL
 from ray_accel.partition.inherited import InheritedMask, restrict

@@ -28,7 +28,8 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from ray_accel.bridge.managers import LOST_WITHOUT_BRIDGE, BridgeSpec, BridgeUnsupported, check_ray_version, raylet_env
-from ray_accel.cluster import auth, exporters, helpers, procs, state
+from ray_accel.cluster import auth, exporters, helpers, procs
+from ray_accel.cluster import statedir as state
 from ray_accel.cluster.host import (
     HEAD_SHARE,
     MIN_WORKER_PORTS,
@@ -47,8 +48,8 @@ from ray_accel.cluster.host import (
 from ray_accel.cluster.launcher import Launches
 from ray_accel.cluster.raylet import DEFAULT_GCS_PORT, RayletLaunch, StartRequest
 from ray_accel.cluster.raylet_launch import LaunchReport
+from ray_accel.cluster.record import HostRecord, PartitionEntry
 from ray_accel.cluster.signals import interruptible, shielded
-from ray_accel.cluster.state import HostRecord, PartitionEntry
 from ray_accel.core.devices import Device
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.health_kept import KEPT_FILE, out_of_service

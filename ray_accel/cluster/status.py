@@ -17,10 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ray_accel.cluster import auth, state
+from ray_accel.cluster import auth, statedir
 from ray_accel.cluster.auth import Auth
 from ray_accel.cluster.host import Share
-from ray_accel.cluster.state import HostRecord, PartitionEntry, RayProcess, RecordError
+from ray_accel.cluster.record import HostRecord, PartitionEntry, RayProcess, RecordError
 from ray_accel.core.errors import RayAccelError
 from ray_accel.core.health import DeviceHealth, Health
 from ray_accel.core.health_state import Action, PartitionState, read_health
@@ -139,26 +139,26 @@ class UnassignedStatus:
 
 
 def status() -> HostStatus:
-    found = state.locate()
-    record = state.load(found.place) if found.place is not None else None
+    found = statedir.locate()
+    record = statedir.load(found.place) if found.place is not None else None
     if record is None or found.place is None:
-        note, where = found.note(), str(state.search_root())
+        note, where = found.note(), str(statedir.search_root())
         return HostStatus(
-            False, state.host_name(), None, None, where, None, False, None, warnings=(note,) if note else ()
+            False, statedir.host_name(), None, None, where, None, False, None, warnings=(note,) if note else ()
         )
     return describe(record, found.place)
 
 
-def describe(record: HostRecord, place: state.Place) -> HostStatus:
+def describe(record: HostRecord, place: statedir.Place) -> HostStatus:
     from ray_accel.cluster import procs
 
     warnings: list[str] = []
     checks: dict[RayProcess, procs.Check] = {}
     try:
-        warnings += state.check_host(record, place, "status")
+        warnings += statedir.check_host(record, place, "status")
     except RecordError:
         warnings.append(
-            f"the record was written on host {record.host!r}, this is {state.host_name()!r}: "
+            f"the record was written on host {record.host!r}, this is {statedir.host_name()!r}: "
             "its processes are not this host's"
         )
     else:
@@ -404,14 +404,14 @@ def cluster_view(gcs_address: str, nodes: Mapping[str, GcsNode]) -> ClusterView:
     return ClusterView(gcs_address, hosts, tuple(kept), others, len(parts) - len(kept), tuple(warnings))
 
 
-def recorded() -> tuple[HostRecord, state.Place]:
+def recorded() -> tuple[HostRecord, statedir.Place]:
     """This host's record and where it is; "no cluster" (exit 1) when none is
     recorded, as `status --cluster`, `health`, `top` and `jobs` say it."""
-    found = state.locate()
-    record = state.load(found.place) if found.place is not None else None
+    found = statedir.locate()
+    record = statedir.load(found.place) if found.place is not None else None
     if record is None or found.place is None:
         note = found.note()
-        where = found.place.file if found.place is not None else state.search_root()
+        where = found.place.file if found.place is not None else statedir.search_root()
         raise RayAccelError(
             f"no cluster: no ray-accel partitions recorded on this host ({where}); see `ray-accel start`"
             + (f" ({note})" if note else "")

@@ -19,9 +19,9 @@ from contextlib import suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ray_accel.cluster import helpers, launcher, procs, state
+from ray_accel.cluster import helpers, launcher, procs, statedir
 from ray_accel.cluster.raylet import flag_value
-from ray_accel.cluster.state import HostRecord
+from ray_accel.cluster.record import HostRecord
 from ray_accel.core.files import read_bytes
 from ray_accel.rayapi import address as rayapi_address
 from ray_accel.rayapi.feature import RayApiMissing
@@ -38,24 +38,24 @@ class Stopped:
     message: str
 
 
-def stop(grace_s: float = 5.0, place: state.Place | None = None) -> Stopped:
+def stop(grace_s: float = 5.0, place: statedir.Place | None = None) -> Stopped:
     """Stop what this host's record names (`place`: that record, as a `start
-    --block` knows it; default: the one `state.locate` finds)."""
+    --block` knows it; default: the one `statedir.locate` finds)."""
     if place is None:
-        found = state.locate()
+        found = statedir.locate()
         if found.place is None:
             return _nothing(found.note())
         place = found.place
     helper_pids = _stop_helpers_first(place, max(grace_s, HELPER_GRACE_S))
-    with state.host_lock("stop", place):
-        record = state.load(place)
+    with statedir.host_lock("stop", place):
+        record = statedir.load(place)
         if record is None:
             return _nothing(None)
-        for warning in state.check_host(record, place, "stop"):
-            state.warn(warning)
+        for warning in statedir.check_host(record, place, "stop"):
+            statedir.warn(warning)
         checks = procs.require_trusted(record, str(place.file), "stop")
         # Tell a `start --block` watching these partitions that this is asked for.
-        state.save(replace(record, stopping=True))
+        statedir.save(replace(record, stopping=True))
         # Worker raylets first, the head (GCS) last, so no raylet sees its GCS vanish.
         ordered = record.raylets()
         signalled: list[int] = []
@@ -65,7 +65,7 @@ def stop(grace_s: float = 5.0, place: state.Place | None = None) -> Stopped:
             signalled += launcher.stop_leftovers(place.directory, [t.name for t in record.change.target], grace_s)
         if record.head:
             forget_cluster_address(record)
-        state.clear(place)
+        statedir.clear(place)
     stopped = tuple(p.name for p in ordered)
     pids = tuple(sorted({*signalled, *helper_pids}))
     return Stopped(stopped, pids, f"stopped {', '.join(stopped)} ({len(pids)} processes)")
@@ -76,20 +76,20 @@ def stop(grace_s: float = 5.0, place: state.Place | None = None) -> Stopped:
 HELPER_GRACE_S = 60.0
 
 
-def _stop_helpers_first(place: state.Place, grace_s: float) -> list[int]:
+def _stop_helpers_first(place: statedir.Place, grace_s: float) -> list[int]:
     """Stop the record's helpers, after the same checks as the rest: a record
     naming a process that is not ours signals nothing (exit 2)."""
-    record = state.load(place)
+    record = statedir.load(place)
     if record is None or not record.helpers():
         return []
-    state.check_host(record, place, "stop")
+    statedir.check_host(record, place, "stop")
     procs.require_trusted(record, str(place.file), "stop")
     return helpers.stop(place, grace_s)
 
 
 def _nothing(note: str | None) -> Stopped:
     if note is not None:
-        state.warn(note)
+        statedir.warn(note)
     return Stopped((), (), "nothing to stop: no partitions recorded on this host")
 
 

@@ -1,4 +1,5 @@
-"""Bounded reads of small files that can never block.
+"""Bounded reads of small files that can never block, and the writes of
+the state directory's files (whole or not at all, never through a link).
 
 Sysfs attributes, spec files and similar inputs are read through here, so a
 FIFO put where a file was expected (opening one for reading waits for a
@@ -13,6 +14,8 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import tempfile
+from pathlib import Path
 
 DEFAULT_MAX_BYTES = 64 * 1024
 
@@ -122,3 +125,55 @@ def read_attribute(path: str, max_bytes: int) -> str:
 def read_text(path: str | os.PathLike[str], max_bytes: int = DEFAULT_MAX_BYTES) -> str:
     """`read_bytes` decoded as UTF-8 (undecodable bytes replaced, never raised)."""
     return read_bytes(path, max_bytes).decode("utf-8", "replace")
+
+
+def open_for_write(path: str | os.PathLike[str], mode: int = 0o600, new: bool = False) -> int:
+    """A fresh, truncated regular file at `path` opened for writing: never
+    through a symbolic link (a world-writable state directory could hold one
+    pointing anywhere), never a FIFO. `new`: the file must not exist yet
+    (`FileExistsError` otherwise, a link there included): for a file whose
+    reader takes its presence as a sign, or that another user must not have
+    placed beforehand."""
+    how = os.O_EXCL if new else os.O_TRUNC
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | how | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UnreadableFile(f"{path} is not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def write_atomic(path: Path, text: str) -> Path:
+    """Write `text` to `path` whole or not at all (a temporary file in the
+    same directory, renamed over it), mode 0600."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def tail_lines(path: Path, count: int, limit: int = 16384) -> list[str]:
+    """The last `count` non-blank lines of the last `limit` bytes of a log
+    (empty if it cannot be read)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return []
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return []
+        raw = os.pread(fd, limit, max(0, st.st_size - limit))
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+    return [ln for ln in raw.decode("utf-8", "replace").splitlines() if ln.strip()][-count:]

@@ -15,7 +15,9 @@ import logging
 import os
 import tempfile
 import time
+from pathlib import Path
 
+from ray_accel.core.files import write_atomic
 from ray_accel.core.processes import ProcessRecord, read_small
 
 log = logging.getLogger(__name__)
@@ -41,10 +43,7 @@ def publish(mask: str) -> None:
     break a task's start."""
     try:
         directory, start = _home(mask_dir())
-        tmp = os.path.join(directory, f".{os.getpid()}.tmp")
-        with open(tmp, "w") as f:
-            f.write(f"{mask}\n{start}\n")
-        os.replace(tmp, os.path.join(directory, str(os.getpid())))
+        write_atomic(Path(directory) / str(os.getpid()), f"{mask}\n{start}\n")
     except Exception as e:
         log.debug("could not publish mask: %s", e)
 

@@ -28,12 +28,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ray_accel.cluster import helpers, procs, state
+from ray_accel.cluster import helpers, procs
+from ray_accel.cluster import statedir as state
 from ray_accel.cluster.exporters import host_level_partition
+from ray_accel.cluster.record import HostRecord, RayProcess
 from ray_accel.cluster.signals import interruptible
-from ray_accel.cluster.state import HostRecord, RayProcess, write_atomic
 from ray_accel.core.devices import Device
 from ray_accel.core.errors import RayAccelError
+from ray_accel.core.files import write_atomic
 from ray_accel.core.health import DeviceHealth, Health, HealthReport
 from ray_accel.core.health_kept import KEPT_FILE, doubted, read_kept
 from ray_accel.core.health_kept import dumps as dump_kept

@@ -11,8 +11,9 @@ import time
 from contextlib import suppress
 from dataclasses import replace
 
-from ray_accel.cluster import helpers, procs, state
-from ray_accel.cluster.state import DECIDER_KIND, HostRecord
+from ray_accel.cluster import helpers, procs
+from ray_accel.cluster import statedir as state
+from ray_accel.cluster.record import DECIDER_KIND, HostRecord
 from ray_accel.core.errors import RayAccelError
 from ray_accel.core.health_state import HealthFileError, read_health
 from ray_accel.rayapi.gcs import Progress

@@ -18,10 +18,10 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-from ray_accel.cluster import procs, state
-from ray_accel.cluster.state import write_atomic
+from ray_accel.cluster import procs
+from ray_accel.cluster import statedir as state
 from ray_accel.core.errors import InputError, RayAccelError
-from ray_accel.core.files import UnreadableFile, read_bytes
+from ray_accel.core.files import UnreadableFile, read_bytes, write_atomic
 from ray_accel.core.health_kept import KEPT_FILE, cleared, doubted, dumps, read_kept
 from ray_accel.core.health_state import MAX_TIME
 from ray_accel.core.reader import CONTROL, Node, parse_json

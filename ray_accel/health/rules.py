@@ -28,7 +28,7 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from ray_accel.cluster.state import HostRecord, PartitionEntry
+from ray_accel.cluster.record import HostRecord, PartitionEntry
 from ray_accel.core.health import DeviceHealth, Health
 from ray_accel.core.health_state import Action, HealthSettings, PartitionHealth, PartState
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ray_accel.cluster import procs, state
-from ray_accel.cluster.state import HostRecord
+from ray_accel.cluster import procs
+from ray_accel.cluster import statedir as state
+from ray_accel.cluster.record import HostRecord
 from ray_accel.cluster.status import recorded
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.health_state import HostHealth, read_health, to_json

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ray_accel.core import reader
+from ray_accel.core.files import write_atomic
 from ray_accel.core.hosts import HostId, this_host_name
 from ray_accel.core.processes import ProcessRecord
 from ray_accel.hooks.config import LifecycleHook, Workload
@@ -90,9 +91,7 @@ def open_entry(run_id: str, workload: Workload, factories: Sequence[HookFactory]
         raise RuntimeError("cannot read this process's own /proc entry")
     entry = Entry(workload, (me.pid, me.start_ticks), this_host(), tuple(hook_id(f) for f in factories))
     path = entry_path(run_id, workload.workload_id)
-    tmp = path.with_suffix(f".tmp.{os.getpid()}")
-    tmp.write_text(json.dumps(reader.dump(entry)))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(reader.dump(entry)))
     return path
 
 

@@ -18,10 +18,11 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
-from ray_accel.cluster import auth, procs, state
+from ray_accel.cluster import auth, procs
+from ray_accel.cluster import statedir as state
 from ray_accel.cluster.exporters import deployment
+from ray_accel.cluster.record import HostChange, HostRecord, PartitionEntry, RayProcess
 from ray_accel.cluster.recover import terminate_raylet
-from ray_accel.cluster.state import HostChange, HostRecord, PartitionEntry, RayProcess
 from ray_accel.core.devices import Device
 from ray_accel.core.errors import RayAccelError
 from ray_accel.core.health_state import PartitionState

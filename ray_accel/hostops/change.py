@@ -39,12 +39,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ray_accel.cluster import auth, launcher, procs, state
+from ray_accel.cluster import auth, launcher, procs
+from ray_accel.cluster import statedir as state
 from ray_accel.cluster.host import Share, check_free
 from ray_accel.cluster.launcher import Launches
+from ray_accel.cluster.record import HostChange, HostRecord, PartitionEntry, RayProcess, Spare
 from ray_accel.cluster.recover import recorded_share, relaunch
 from ray_accel.cluster.signals import shielded
-from ray_accel.cluster.state import HostChange, HostRecord, PartitionEntry, RayProcess, Spare
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.health_state import PartitionState, PartState
 from ray_accel.hostops import driver_ops, steps

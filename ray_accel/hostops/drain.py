@@ -6,7 +6,7 @@ sends it. Asking twice is harmless: a draining raylet keeps the first request
 from __future__ import annotations
 
 from ray_accel.cluster import auth
-from ray_accel.cluster.state import HostRecord
+from ray_accel.cluster.record import HostRecord
 from ray_accel.core.errors import RayAccelError
 from ray_accel.rayapi import gcs as rayapi_gcs
 from ray_accel.rayapi.feature import RayApiMissing

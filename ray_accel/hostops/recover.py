@@ -17,13 +17,14 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from ray_accel.cluster import exporters, helpers, procs, state
+from ray_accel.cluster import exporters, helpers, procs
+from ray_accel.cluster import statedir as state
 from ray_accel.cluster.auth import apply
 from ray_accel.cluster.host import local_addresses
 from ray_accel.cluster.launcher import Launches
+from ray_accel.cluster.record import HostRecord
 from ray_accel.cluster.recover import relaunch, terminate_raylet
 from ray_accel.cluster.signals import interruptible, shielded
-from ray_accel.cluster.state import HostRecord
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.hostops import actions, change
 from ray_accel.rayapi.gcs import Progress, wait_registered

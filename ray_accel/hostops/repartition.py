@@ -31,7 +31,8 @@ from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ray_accel.cluster import auth, helpers, procs, state
+from ray_accel.cluster import auth, helpers, procs
+from ray_accel.cluster import statedir as state
 from ray_accel.cluster.host import (
     FIRST_WORKER_OFFSET,
     LAST_PORT,
@@ -44,12 +45,13 @@ from ray_accel.cluster.host import (
     worker_port_count,
 )
 from ray_accel.cluster.raylet import Split
+from ray_accel.cluster.record import REPARTITION_KIND, HostChange, HostRecord, PartitionEntry, Spare
 from ray_accel.cluster.recover import recorded_share
 from ray_accel.cluster.resplit import Action, Changes, Resplit, resplit
 from ray_accel.cluster.signals import interruptible, shielded
-from ray_accel.cluster.state import REPARTITION_KIND, HostChange, HostRecord, PartitionEntry, Spare, write_atomic
 from ray_accel.core.devices import Device
 from ray_accel.core.errors import InputError, RayAccelError
+from ray_accel.core.files import write_atomic
 from ray_accel.core.health_kept import out_of_service
 from ray_accel.core.hosts import HostId
 from ray_accel.hostops import change, steps

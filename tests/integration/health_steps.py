@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ray_accel.cluster.auth import Auth, apply
-from ray_accel.cluster.state import HostRecord, parse_record
+from ray_accel.cluster.record import HostRecord, parse_record
 from ray_accel.core.health import DeviceHealth
 from ray_accel.core.health_state import HostHealth, PartitionHealth, read_health
 from ray_accel.core.processes import ProcessRecord

@@ -20,11 +20,11 @@ import pytest
 from ray_accel_neuron.runtime import TRAITS as NEURON_TRAITS
 
 from ray_accel.bridge.managers import BridgeSpec
-from ray_accel.cluster import state
+from ray_accel.cluster import statedir
 from ray_accel.cluster.auth import Auth
 from ray_accel.cluster.host import port_blocks
 from ray_accel.cluster.procs import identity
-from ray_accel.cluster.state import HostRecord, PartitionEntry, RayProcess, dumps
+from ray_accel.cluster.record import HostRecord, PartitionEntry, RayProcess, dumps
 from tests.badinput import badinput
 from tests.clirun import run_cli_here
 from tests.conftest import run_cli
@@ -281,7 +281,7 @@ def _stale_record(directory: Path, pid: int) -> bytes:
     proc = RayProcess(kind="raylet", pid=pid, start_ticks=1, identity=identity([a.decode() for a in argv]))
     entry = PartitionEntry("p0", ("neuron:0",), (0, 1), False, port_blocks(41000, [184])[0], (proc,))
     record = HostRecord(
-        host=state.host_name(),
+        host=statedir.host_name(),
         host_ip="127.0.0.1",
         created=1.0,
         head=False,

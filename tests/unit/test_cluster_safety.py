@@ -29,11 +29,11 @@ import pytest
 from ray_accel_neuron.runtime import TRAITS as NEURON_TRAITS
 
 from ray_accel.bridge.managers import BridgeSpec
-from ray_accel.cluster import state
+from ray_accel.cluster import statedir
 from ray_accel.cluster.auth import Auth
 from ray_accel.cluster.host import port_blocks
 from ray_accel.cluster.procs import Verdict, check, identity
-from ray_accel.cluster.state import HostRecord, PartitionEntry, RayProcess, dumps
+from ray_accel.cluster.record import HostRecord, PartitionEntry, RayProcess, dumps
 from ray_accel.core.errors import InputError
 from ray_accel.core.hosts import ip_text
 from ray_accel.core.processes import ProcessRecord, read_cmdline
@@ -133,7 +133,7 @@ def write_record(
         for i, procs in enumerate(parts)
     )
     record = HostRecord(
-        host=host or state.host_name(),
+        host=host or statedir.host_name(),
         host_ip=ip,
         created=1.0,
         head=False,
@@ -279,7 +279,7 @@ def test_a_record_from_another_host_is_never_acted_on(spawn: Spawn, env: dict[st
 def test_the_default_state_dir_is_per_host(tmp_path: Path, env: dict[str, str]) -> None:
     env = {k: v for k, v in env.items() if k != "RAYACCEL_STATE_DIR"}
     status = json.loads(run_cli_here("status", "--json", env=env).stdout)
-    assert status["state_dir"] == str(Path(env["HOME"]) / ".ray-accel" / state.host_name())
+    assert status["state_dir"] == str(Path(env["HOME"]) / ".ray-accel" / statedir.host_name())
     assert status["state_file"] is None and not status["warnings"]
     assert not (Path(env["HOME"]) / ".ray-accel").exists(), "status makes nothing"
 
@@ -287,7 +287,7 @@ def test_the_default_state_dir_is_per_host(tmp_path: Path, env: dict[str, str]) 
 def test_host_names_become_safe_directory_names(monkeypatch: pytest.MonkeyPatch) -> None:
     for raw, safe in [("node-1.example", "node-1.example"), ("../../etc", "_.._etc"), ("a/b c", "a_b_c"), ("", "")]:
         monkeypatch.setattr("socket.gethostname", lambda raw=raw: raw)
-        name = state.host_name()
+        name = statedir.host_name()
         assert "/" not in name and not name.startswith(".") and name
         if safe:
             assert name == safe
@@ -346,16 +346,16 @@ def test_a_shared_state_dir_keeps_its_mode(tmp_path: Path, env: dict[str, str]) 
 
 def test_a_new_state_dir_is_made_0700_with_its_parents(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAYACCEL_STATE_DIR", str(tmp_path / "a" / "b" / "state"))
-    path = state.ensure_dir(state.place_for("10.0.0.1"))
+    path = statedir.ensure_dir(statedir.place_for("10.0.0.1"))
     for p in (path, path.parent, path.parent.parent):
         assert stat.S_IMODE(p.stat().st_mode) == 0o700, p
     os.chmod(path, 0o755)
-    state.ensure_dir(state.place_for("10.0.0.1"))
+    statedir.ensure_dir(statedir.place_for("10.0.0.1"))
     assert stat.S_IMODE(path.stat().st_mode) == 0o755, "an existing directory is used as it is"
     monkeypatch.delenv("RAYACCEL_STATE_DIR")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    path = state.ensure_dir(state.place_for("10.0.0.1"))
-    assert path == tmp_path / "home" / ".ray-accel" / state.host_name() / "10.0.0.1"
+    path = statedir.ensure_dir(statedir.place_for("10.0.0.1"))
+    assert path == tmp_path / "home" / ".ray-accel" / statedir.host_name() / "10.0.0.1"
     for p in (path, path.parent, path.parent.parent):
         assert stat.S_IMODE(p.stat().st_mode) == 0o700, p
 
@@ -559,7 +559,7 @@ def test_the_lock_refuses_a_second_command_naming_the_lock(
     raw = write_record(env, (ray_process(raylet),))
     monkeypatch.setenv("RAYACCEL_STATE_DIR", env["RAYACCEL_STATE_DIR"])
     lock = str(Path(env["RAYACCEL_STATE_DIR"]) / "lock")
-    with state.host_lock("start", state.place_for(LOOPBACK)):
+    with statedir.host_lock("start", statedir.place_for(LOOPBACK)):
         for args in (["stop"], ["start", "--recover"], ["start", "--head", "--partitions", "2"]):
             proc = run_cli_here(*args, env=env)
             assert_clean_error(proc, 2, lock, f"start, pid {os.getpid()}")
@@ -580,7 +580,7 @@ def default_env(env: dict[str, str]) -> dict[str, str]:
 
 
 def home_record(env: dict[str, str], ip: str) -> Path:
-    return Path(env["HOME"]) / ".ray-accel" / state.host_name() / ip_text(ip) / "host.json"
+    return Path(env["HOME"]) / ".ray-accel" / statedir.host_name() / ip_text(ip) / "host.json"
 
 
 @badinput("dangerous")
@@ -645,12 +645,12 @@ def test_records_for_two_of_this_hosts_addresses_are_refused_naming_both(
     raylet = spawn()
     for ip in (LOOPBACK, "10.1.1.1"):
         write_record(env, (ray_process(raylet),), ip=ip, path=home_record(env, ip))
-    monkeypatch.setattr(state, "local_addresses", lambda: frozenset({LOOPBACK, "10.1.1.1"}))
-    with pytest.raises(state.StateError, match="several of its addresses") as e:
-        state.locate()
+    monkeypatch.setattr(statedir, "local_addresses", lambda: frozenset({LOOPBACK, "10.1.1.1"}))
+    with pytest.raises(statedir.StateError, match="several of its addresses") as e:
+        statedir.locate()
     assert str(home_record(env, LOOPBACK)) in str(e.value) and str(home_record(env, "10.1.1.1")) in str(e.value)
-    monkeypatch.setattr(state, "local_addresses", lambda: frozenset({LOOPBACK}))
-    found = state.locate()
+    monkeypatch.setattr(statedir, "local_addresses", lambda: frozenset({LOOPBACK}))
+    found = statedir.locate()
     assert found.place is not None and found.place.file == home_record(env, LOOPBACK)
     assert found.elsewhere == (home_record(env, "10.1.1.1"),)
 
@@ -663,7 +663,7 @@ def test_an_earlier_versions_node_json_is_read_with_a_warning_and_stopped(
     --recover refuses it, stop stops what it names and removes it."""
     if layout == "home":
         env = default_env(env)
-        path = Path(env["HOME"]) / ".ray-accel" / state.host_name() / "node.json"
+        path = Path(env["HOME"]) / ".ray-accel" / statedir.host_name() / "node.json"
     else:
         path = Path(env["RAYACCEL_STATE_DIR"]) / "node.json"
     raylet = spawn()
@@ -691,14 +691,14 @@ def test_start_clears_this_hosts_stale_records_of_other_addresses_and_versions(
     monkeypatch.setenv("HOME", env["HOME"])
     sleeper = spawn()
     gone = ray_process(sleeper, start_ticks=1)  # stale: that process is gone
-    legacy = Path(env["HOME"]) / ".ray-accel" / state.host_name() / "node.json"
+    legacy = Path(env["HOME"]) / ".ray-accel" / statedir.host_name() / "node.json"
     write_record(env, (gone,), ip=None, path=legacy)
     write_record(env, (gone,), ip=LOOPBACK, path=home_record(env, LOOPBACK))
     theirs = write_record(env, (ray_process(sleeper),), ip=ELSEWHERE, path=home_record(env, ELSEWHERE))
-    stale = refuse_running("start", state.place_for("10.9.9.9"))
+    stale = refuse_running("start", statedir.place_for("10.9.9.9"))
     assert sorted(p.file for p in stale) == sorted([legacy, home_record(env, LOOPBACK)])
     write_record(env, (ray_process(sleeper),), ip=LOOPBACK, path=home_record(env, LOOPBACK))
     with pytest.raises(InputError, match="already running on this host") as e:
-        refuse_running("start", state.place_for("10.9.9.9"))
+        refuse_running("start", statedir.place_for("10.9.9.9"))
     assert str(home_record(env, LOOPBACK)) in str(e.value)
     assert home_record(env, ELSEWHERE).read_bytes() == theirs, "another host's record is never looked at"

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ray_accel.cli import render
-from ray_accel.cluster import state
+from ray_accel.cluster import statedir
 from ray_accel.cluster import status as status_mod
 from ray_accel.cluster.status import cluster_status, cluster_view
 from ray_accel.core.errors import RayAccelError
@@ -190,9 +190,9 @@ def test_no_record_is_no_cluster_exit_1(cli: CliRunner, tmp_path: Path) -> None:
 
 def test_gcs_not_answering_is_no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
     record = SimpleNamespace(gcs_address="10.0.0.1:6379", auth=None)
-    place = state.Place(Path("/s"), Path("/s/host.json"), True)
-    monkeypatch.setattr(state, "locate", lambda: state.Found(place))
-    monkeypatch.setattr(state, "load", lambda where: record)
+    place = statedir.Place(Path("/s"), Path("/s/host.json"), True)
+    monkeypatch.setattr(statedir, "locate", lambda: statedir.Found(place))
+    monkeypatch.setattr(statedir, "load", lambda where: record)
     monkeypatch.setattr(status_mod, "gcs_nodes", lambda *a: None)
     monkeypatch.setattr(status_mod.auth, "apply", lambda a: None)
     with pytest.raises(RayAccelError, match=r"no cluster: the GCS at 10\.0\.0\.1:6379 .* did not answer within 2s"):
@@ -248,7 +248,7 @@ def test_status_of_a_state_folder_it_may_not_read_names_it(
     per_ip: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    folder = state.home_root() / ip_text("10.0.0.1") if per_ip else tmp_path / "state"
+    folder = statedir.home_root() / ip_text("10.0.0.1") if per_ip else tmp_path / "state"
     folder.mkdir(parents=True)
     folder.chmod(0o000)  # what a user sees; root reads it anyway, so the refusal is made here too
     real = os.lstat
@@ -259,7 +259,7 @@ def test_status_of_a_state_folder_it_may_not_read_names_it(
         return real(path, *args, **kwargs)
 
     monkeypatch.setattr(os, "lstat", lstat)
-    monkeypatch.setattr(state, "local_addresses", lambda: ["10.0.0.1"])
+    monkeypatch.setattr(statedir, "local_addresses", lambda: ["10.0.0.1"])
     env = {"HOME": str(tmp_path / "home")} if per_ip else {"RAYACCEL_STATE_DIR": str(folder)}
     try:
         proc = run_cli_here("status", env=env)

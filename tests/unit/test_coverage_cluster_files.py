@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from ray_accel.cluster.host import allowed_cpus, read_host
-from ray_accel.cluster.state import open_for_write, tail_lines, write_atomic
 from ray_accel.core.errors import InputError
-from ray_accel.core.files import UnreadableFile
+from ray_accel.core.files import UnreadableFile, open_for_write, tail_lines, write_atomic
+from tests.badinput import badinput
 
 
 def open_fds() -> int:
@@ -30,6 +30,23 @@ def test_a_fifo_is_never_opened_for_writing_and_its_descriptor_is_closed(tmp_pat
     os.write(fd, b"{}")
     os.close(fd)
     assert (tmp_path / "plain.json").read_bytes() == b"{}" and (tmp_path / "plain.json").stat().st_mode & 0o777 == 0o600
+
+
+@badinput("dangerous")
+def test_a_new_file_is_never_one_already_there_nor_a_link(tmp_path: Path) -> None:
+    """`new`: a launch's report, its leader's PID, a token file: what a
+    reader takes as written by us is never a file or link another put there."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text("kept")
+    (tmp_path / "p0.result.json").symlink_to(elsewhere)
+    (tmp_path / "auth_token").write_text("theirs")
+    for path in (tmp_path / "p0.result.json", tmp_path / "auth_token"):
+        with pytest.raises(FileExistsError):
+            open_for_write(path, new=True)
+    assert elsewhere.read_text() == "kept" and (tmp_path / "auth_token").read_text() == "theirs"
+    fd = open_for_write(tmp_path / "p0.leader.json", new=True)
+    os.close(fd)
+    assert (tmp_path / "p0.leader.json").stat().st_mode & 0o777 == 0o600
 
 
 def test_a_failed_atomic_write_leaves_the_target_and_no_temporary_file(tmp_path: Path) -> None:

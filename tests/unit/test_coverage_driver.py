@@ -15,7 +15,7 @@ import ray
 
 import ray_accel
 from ray_accel.bridge.managers import BridgeUnsupported
-from ray_accel.cluster import auth, driver, state
+from ray_accel.cluster import auth, driver, statedir
 from ray_accel.core.errors import InputError
 from ray_accel.partition.inherited import InheritedMask
 from ray_accel.partition.plan import Partition
@@ -49,8 +49,8 @@ def test_a_partition_is_its_core_ids_a_mask_or_ids_within_the_host_and_the_inher
 def applied(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """A recorded cluster at 10.0.0.1:6379; the auths a driver applied."""
     recorded = SimpleNamespace(gcs_address="10.0.0.1:6379", auth=SimpleNamespace(token_path="/state/auth_token"))
-    monkeypatch.setattr(state, "locate", lambda: state.Found(state.place_for("10.0.0.1")))
-    monkeypatch.setattr(state, "load", lambda place: recorded)
+    monkeypatch.setattr(statedir, "locate", lambda: statedir.Found(statedir.place_for("10.0.0.1")))
+    monkeypatch.setattr(statedir, "load", lambda place: recorded)
     made: list[Any] = []
     monkeypatch.setattr(auth, "apply", made.append)
     monkeypatch.delenv(auth.TOKEN_ENV, raising=False)
@@ -74,7 +74,7 @@ def test_the_users_own_token_wins_over_the_recorded_one(applied: list[Any], monk
     monkeypatch.setenv(auth.TOKEN_PATH_ENV, "/etc/ray/my_token")
     driver._apply_recorded_auth("auto")
     assert applied == []
-    monkeypatch.setattr(state, "load", lambda place: None)
+    monkeypatch.setattr(statedir, "load", lambda place: None)
     monkeypatch.delenv(auth.TOKEN_PATH_ENV)
     driver._apply_recorded_auth("auto")
     assert applied == [], "no record, nothing to take"

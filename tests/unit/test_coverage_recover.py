@@ -13,7 +13,7 @@ import pytest
 
 from ray_accel.cluster import procs, recover
 from ray_accel.cluster.host import Share
-from ray_accel.cluster.state import RayProcess
+from ray_accel.cluster.record import RayProcess
 from ray_accel.core.errors import RayAccelError
 from tests.unit.test_record import RAY, valid_record
 

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from ray_accel.cluster import state
+from ray_accel.cluster import statedir
 from ray_accel.cluster import status as status_mod
 from ray_accel.core.errors import RayAccelError
 from ray_accel.rayapi import gcs
@@ -81,9 +81,9 @@ def test_waiting_for_raylets_reports_the_error_once_and_names_it_at_the_end(monk
 
 def test_cluster_status_names_the_error_apart_from_no_answer(monkeypatch: pytest.MonkeyPatch) -> None:
     record = SimpleNamespace(gcs_address=ADDRESS, auth=None)
-    place = state.Place(Path("/s"), Path("/s/host.json"), True)
-    monkeypatch.setattr(state, "locate", lambda: state.Found(place))
-    monkeypatch.setattr(state, "load", lambda where: record)
+    place = statedir.Place(Path("/s"), Path("/s/host.json"), True)
+    monkeypatch.setattr(statedir, "locate", lambda: statedir.Found(place))
+    monkeypatch.setattr(statedir, "load", lambda where: record)
     monkeypatch.setattr(status_mod.auth, "apply", lambda a: None)
 
     def refused(address: str) -> tuple[GcsNode, ...]:

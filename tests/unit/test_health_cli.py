@@ -20,17 +20,10 @@ import pytest
 from ray_accel_neuron.runtime import TRAITS as NEURON_TRAITS
 
 from ray_accel.bridge.managers import BridgeSpec
-from ray_accel.cluster import procs, state
+from ray_accel.cluster import procs, statedir
 from ray_accel.cluster.auth import Auth
 from ray_accel.cluster.host import port_blocks
-from ray_accel.cluster.state import (
-    DECIDER_KIND,
-    HostRecord,
-    PartitionEntry,
-    RecordError,
-    dumps,
-    parse_record,
-)
+from ray_accel.cluster.record import DECIDER_KIND, HostRecord, PartitionEntry, RecordError, dumps, parse_record
 from ray_accel.core.health import DeviceHealth, Health
 from ray_accel.core.health_state import Action, HealthSettings, PartitionState, PartState, read_health
 from ray_accel.core.processes import read_cmdline
@@ -93,7 +86,7 @@ def record_of(raylet: object, health: HealthSettings | None) -> HostRecord:
     block = port_blocks(42000, [184])[0]
     part = PartitionEntry("p0", ("neuron:0",), (0, 1), False, block, (raylet,))  # type: ignore[arg-type]
     return HostRecord(
-        host=state.host_name(),
+        host=statedir.host_name(),
         host_ip=LOOPBACK,
         created=time.time(),
         head=False,
@@ -174,11 +167,11 @@ def test_the_decider_polls_reports_clears_and_is_stopped_first(env: dict[str, st
     raylet = spawn()
     settings = HealthSettings(Action.REPORT, 0.2, 5.0)
     record = record_of(ray_process(raylet), settings)
-    state.save(record)
+    statedir.save(record)
     record = start_decider(record, lambda m: None)
     assert record.decider is not None and record.decider.kind == DECIDER_KIND
     assert procs.check(record.decider).ours, "recorded by PID, start time and identity"
-    place = state.place_of(record)
+    place = statedir.place_of(record)
     health = read_health(place.directory)
     assert health is not None and health.polls >= 1
     assert [d.device_id for d in health.devices] == ["neuron:0"] and health.devices[0].state.value == "healthy"
@@ -214,22 +207,22 @@ def test_the_decider_polls_reports_clears_and_is_stopped_first(env: dict[str, st
     stopped = run_cli_here("stop", "--json", env=env)
     assert stopped.returncode == 0, stopped.stderr
     assert decider.pid in json.loads(stopped.stdout)["pids"] and raylet.pid in json.loads(stopped.stdout)["pids"]
-    assert not procs.check(decider).ours and state.load(place) is None
+    assert not procs.check(decider).ours and statedir.load(place) is None
 
 
 def test_the_decider_ends_with_its_record_and_says_so(env: dict[str, str], spawn: Spawn) -> None:
     raylet = spawn()
     record = start_decider(record_of(ray_process(raylet), HealthSettings(Action.SHRINK, 0.2, 5.0)), lambda m: None)
     assert record.decider is not None
-    place = state.place_of(record)
-    state.save(replace(record, created=record.created + 1))  # another start's record now
+    place = statedir.place_of(record)
+    statedir.save(replace(record, created=record.created + 1))  # another start's record now
     wait_for(lambda: not procs.check(record.decider).ours)  # type: ignore[arg-type]
     assert "another start's: exiting" in (place.directory / "decider.log").read_text()
 
 
 def test_a_record_without_health_settings_starts_no_decider(env: dict[str, str], spawn: Spawn) -> None:
     record = record_of(ray_process(spawn()), None)
-    state.save(record)
+    statedir.save(record)
     assert start_decider(record, lambda m: None).decider is None
     status = json.loads(run_cli_here("status", "--json", env=env).stdout)
     assert status["health"] is None
@@ -251,6 +244,8 @@ def test_a_record_with_bad_health_fields_is_refused_naming_them(
 ) -> None:
     data = json.loads(dumps(record_of(ray_process(spawn()), HealthSettings())))
     change(data["partitions"][0])  # type: ignore[operator]
+    if "decider_state" in data["partitions"][0]:
+        data["version"] = 4  # the last version that wrote `decider_state`: read by its upgrade
     with pytest.raises(RecordError, match="host.json") as e:
         parse_record(json.dumps(data), "host.json")
     assert needle in str(e.value)
@@ -290,6 +285,7 @@ def test_a_partition_state_is_kept_in_the_record_and_an_earlier_decider_state_is
     assert back.health == held and back.held
     data = json.loads(dumps(record))
     assert data["partitions"][0]["health"]["state"] == "serving" and "decider_state" not in data["partitions"][0]
+    data["version"] = 4  # a partition without `health` is a version 4's shape, read by its upgrades
     for old in ("stopped", "restarting"):
         del data["partitions"][0]["health"]
         data["partitions"][0]["decider_state"] = old

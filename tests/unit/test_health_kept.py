@@ -17,8 +17,8 @@ from ray_accel_mock.faults import FaultFileError, parse_faults
 from ray_accel_mock.health import MockHealthMonitor
 from ray_accel_mock.spec import load_spec
 
-from ray_accel.cluster import state
-from ray_accel.cluster.state import write_atomic
+from ray_accel.cluster import statedir
+from ray_accel.core.files import write_atomic
 from ray_accel.core.health import DeviceHealth, Health, HealthEvent, HealthReport
 from ray_accel.core.health_kept import (
     KEPT_FILE,
@@ -203,12 +203,12 @@ def test_the_fault_files_counters_are_checked() -> None:
 
 def test_clear_without_a_decider_edits_the_kept_file_under_the_hosts_lock(env: dict[str, str], spawn: Spawn) -> None:  # noqa: F811
     record = record_of(ray_process(spawn()), HealthSettings())
-    state.save(record)
+    statedir.save(record)
     directory = Path(env["RAYACCEL_STATE_DIR"])
     event = HealthEvent("neuron:0", "ecc", ECC, "grew", 1.0, True)
     fault = Fault("ecc", event, sticky=True)
     write_atomic(directory / KEPT_FILE, dumps([KeptDevice("neuron:0", 1.0, (fault,), {ECC: 2})], 1.0))
-    with state.host_lock("test", state.place_of(record)):
+    with statedir.host_lock("test", statedir.place_of(record)):
         proc = run_cli_here("health", "clear", "neuron:0", env=env)
     assert proc.returncode != 0 and "lock" in proc.stderr.lower(), proc.stderr
     assert read_kept(directory).devices[0].faults == (fault,)
@@ -323,8 +323,8 @@ def test_a_decider_resuming_from_an_unreadable_file_keeps_the_record_s_out_devic
         health=shrunk,
     )
     record = record.with_partitions([p0])
-    directory = state.place_of(record).directory
-    state.save(record)
+    directory = statedir.place_of(record).directory
+    statedir.save(record)
     fault = Fault("ecc", HealthEvent("neuron:1", "ecc", ECC, f"{ECC} grew from 0 to 2", 1.0, True), sticky=True)
     text = dumps([KeptDevice("neuron:1", 1.0, (fault,), {ECC: 2})], 1.0)
     if damage == "truncated":
@@ -349,6 +349,6 @@ def test_a_decider_resuming_from_an_unreadable_file_keeps_the_record_s_out_devic
     assert why in (directory / "decider.log").read_text()
     # What the decider keeps now says so too: a later restart still has it out.
     assert list(read_kept(directory).out()) == ["neuron:1"]
-    assert state.load(state.place_of(record)).partitions[0].out == ("neuron:1",)  # type: ignore[union-attr]
+    assert statedir.load(statedir.place_of(record)).partitions[0].out == ("neuron:1",)  # type: ignore[union-attr]
     stopped = run_cli_here("stop", "--json", env=env)
     assert stopped.returncode == 0, stopped.stderr

@@ -18,16 +18,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from ray_accel_mock.spec import load_spec
 
-from ray_accel.cluster import helpers, procs, state
+from ray_accel.cluster import helpers, procs, statedir
 from ray_accel.cluster.host import ShareError, raylet_ports
 from ray_accel.cluster.raylet import Split
-from ray_accel.cluster.state import (
-    HostChange,
-    RecordError,
-    Spare,
-    dumps,
-    parse_record,
-)
+from ray_accel.cluster.record import HostChange, RecordError, Spare, dumps, parse_record
 from ray_accel.core.errors import RayAccelError
 from ray_accel.core.health_state import HealthSettings
 from ray_accel.hostops import steps
@@ -267,13 +261,13 @@ def test_stop_and_status_know_every_helper_with_only_their_own_imports(
     monkeypatch.setenv("RAYACCEL_MOCK", "trn1.32xlarge")
     record = replace(
         started_record(TRN1, FOUR),
-        host=state.host_name(),
+        host=statedir.host_name(),
         host_ip="127.0.0.1",
         partitions=(),
         head_raylet=None,
         health=HealthSettings(interval_s=0.5),
     )
-    record = state.save(record)
+    record = statedir.save(record)
     inputs = helpers.HelperInputs(str(state_dir), record.created, True)
     decider, _ = helpers.spawn("health_decider", "the decider", inputs, state_dir / "decider.log", record.spec.to_env())
     # A repartition helper waiting for the lock (held by another process until it is killed).
@@ -283,7 +277,7 @@ def test_stop_and_status_know_every_helper_with_only_their_own_imports(
     assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
     waiting = Inputs(str(state_dir), record.created, True, 10.0)
     helper, _ = helpers.spawn("repartition", "the repartition", waiting, state_dir / "repartition.log")
-    state.save(replace(record, decider=decider, repartition=helper))
+    statedir.save(replace(record, decider=decider, repartition=helper))
     try:
         env = dict(os.environ)
         shown = _alone("status", "status", env)
@@ -292,7 +286,7 @@ def test_stop_and_status_know_every_helper_with_only_their_own_imports(
         holder.wait(10)
         _alone("stop", "stop", env)
         assert not decider.record.alive() and not helper.record.alive()
-        assert not (state_dir / state.STATE_FILE).exists()
+        assert not (state_dir / statedir.STATE_FILE).exists()
     finally:
         procs.terminate([p.record for p in (decider, helper) if p.record.alive()], 2.0)
         holder.kill()
@@ -301,9 +295,9 @@ def test_stop_and_status_know_every_helper_with_only_their_own_imports(
 HOLD_LOCK = """
 import sys, time
 from pathlib import Path
-from ray_accel.cluster import state
+from ray_accel.cluster import statedir
 d = Path(sys.argv[1])
-with state.host_lock("test", state.Place(d, d / state.STATE_FILE, True)):
+with statedir.host_lock("test", statedir.Place(d, d / statedir.STATE_FILE, True)):
     print("held", flush=True)
     time.sleep(120)
 """

@@ -2,7 +2,7 @@
 uses (`ray_accel.core.hosts.host_key`), the host of a raylet read back from
 Ray (`labels.node_host`), the state directory of one address
 (`ip_text`), the choice of this host's record among those under its
-name (`state.choose`), and the node IP `start` gives its raylets
+name (`statedir.choose`), and the node IP `start` gives its raylets
 (`host.node_ip`). Keys are held to Ray 2.60's own label validation."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from ray._private.label_utils import validate_label_value
 
-from ray_accel.cluster import host, state
+from ray_accel.cluster import host, statedir
 from ray_accel.cluster.raylet import RayOptions
 from ray_accel.core.errors import InputError
 from ray_accel.core.hosts import HostId, canonical_ip, host_key, ip_text
@@ -97,7 +97,7 @@ def test_one_directory_per_address(a1: str, a2: str) -> None:
 def test_this_hosts_records_are_those_of_its_addresses(recorded_ips: list[str], local_ips: list[str]) -> None:
     recorded = [ip_text(ip) for ip in recorded_ips]
     local = {ip_text(ip) for ip in local_ips}
-    mine, others = state.choose(recorded, local)
+    mine, others = statedir.choose(recorded, local)
     assert sorted(mine + others) == sorted(recorded)
     assert all(d in local for d in mine) and not any(d in local for d in others)
     assert mine == sorted(mine) and others == sorted(others)

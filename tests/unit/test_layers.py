@@ -100,7 +100,7 @@ def test_the_checker_reports_an_upward_import_even_inside_a_function(tmp_path: P
         {
             "ray_accel/core/ok.py": "from ray_accel.core import errors\n",
             "ray_accel/partition/plan.py": "import ray_accel.plugins.interface\n",
-            "ray_accel/core/bad.py": "def f():\n    from ray_accel.cluster.state import load\n",
+            "ray_accel/core/bad.py": "def f():\n    from ray_accel.cluster.statedir import load\n",
             "ray_accel/hooks/bad.py": "from ray_accel import train\n",
             "ray_accel/metrics/bad.py": "from ray_accel import init\n",
             "ray_accel/cli/ok.py": "from ray_accel import __version__\n",
@@ -108,7 +108,7 @@ def test_the_checker_reports_an_upward_import_even_inside_a_function(tmp_path: P
         },
     )
     assert violations(root) == [
-        "ray_accel/core/bad.py:2: core imports ray_accel.cluster.state (cluster)",
+        "ray_accel/core/bad.py:2: core imports ray_accel.cluster.statedir (cluster)",
         "ray_accel/hooks/bad.py:1: hooks imports ray_accel.train (train)",
         "ray_accel/metrics/bad.py:1: metrics imports ray_accel.init (cli)",
         "backends/x/ray_accel_x/plugin.py:1: a backend imports ray_accel.bridge.managers (bridge)",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ray_accel.cluster import state
+from ray_accel.cluster import statedir
 from ray_accel.cluster.host import MIN_WORKER_PORTS, plan_ports, raylet_ports, worker_port_count, worker_ports
 from ray_accel.cluster.launcher import Launch
 from ray_accel.cluster.procs import identity, is_ray_process
@@ -166,13 +166,13 @@ def test_a_fifo_where_a_launch_log_goes_stops_start_before_any_launch(tmp_path: 
 
 def test_the_lock_is_exclusive_and_released_on_any_exit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAYACCEL_STATE_DIR", str(tmp_path / "state"))
-    place = state.place_for("10.0.0.1")
-    with pytest.raises(RuntimeError), state.host_lock("stop", place):
-        with pytest.raises(state.LockError, match=r"lock .*/state/lock is held \(stop, pid"):
-            with state.host_lock("start", place):
+    place = statedir.place_for("10.0.0.1")
+    with pytest.raises(RuntimeError), statedir.host_lock("stop", place):
+        with pytest.raises(statedir.LockError, match=r"lock .*/state/lock is held \(stop, pid"):
+            with statedir.host_lock("start", place):
                 pass
         raise RuntimeError("boom")
-    with state.host_lock("start", place):  # released by the exception
+    with statedir.host_lock("start", place):  # released by the exception
         pass
     assert oct((tmp_path / "state" / "lock").stat().st_mode & 0o777) == oct(0o600)
 
@@ -192,7 +192,7 @@ def test_an_old_record_in_the_old_default_place_is_pointed_at(
     monkeypatch.setenv("HOME", str(tmp_path))
     (tmp_path / ".ray-accel").mkdir()
     (tmp_path / ".ray-accel" / "node.json").write_text("{}")
-    assert state.locate().place is None
+    assert statedir.locate().place is None
     assert "record of an older ray-accel" in capsys.readouterr().err
 
 

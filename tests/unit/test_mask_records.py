@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ray_accel.core import masks
+from ray_accel.core.files import write_atomic
 from ray_accel.core.processes import ProcessRecord, current
 
 
@@ -53,9 +54,7 @@ def _record(directory: Path, pid: int, mask: str, in_place: bool = False) -> Non
     if in_place:
         path.write_text(f"{mask}\n{record.start_ticks}\n")
     else:  # as `publish` does: a new file renamed over the old one
-        tmp = directory / f".{pid}.tmp"
-        tmp.write_text(f"{mask}\n{record.start_ticks}\n")
-        os.replace(tmp, path)
+        write_atomic(path, f"{mask}\n{record.start_ticks}\n")
 
 
 def live_masks(records: Mapping[int, tuple[str, int]], pids: Collection[int] | None = None) -> dict[int, str]:

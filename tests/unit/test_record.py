@@ -15,7 +15,7 @@ from ray_accel_neuron.runtime import TRAITS as NEURON_TRAITS
 from ray_accel.bridge.managers import BridgeSpec
 from ray_accel.cluster.auth import Auth
 from ray_accel.cluster.host import port_blocks
-from ray_accel.cluster.state import (
+from ray_accel.cluster.record import (
     LEGACY_BACKEND,
     HostRecord,
     PartitionEntry,

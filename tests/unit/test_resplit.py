@@ -15,8 +15,8 @@ from ray_accel.bridge.managers import BridgeSpec
 from ray_accel.cluster.auth import Auth
 from ray_accel.cluster.host import port_blocks
 from ray_accel.cluster.raylet import Split
+from ray_accel.cluster.record import HostRecord, PartitionEntry
 from ray_accel.cluster.resplit import Action, out_of_service, resplit
-from ray_accel.cluster.state import HostRecord, PartitionEntry
 from ray_accel.core.devices import Device
 from ray_accel.core.reader import dump
 from ray_accel.partition.plan import Partition, PartitionError

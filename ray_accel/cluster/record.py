@@ -1,6 +1,8 @@
-"""The host's state: the record of what `ray-accel start` started on this host
-(a typed, frozen `HostRecord`), where it lives, reading and writing it, and
-the host's lock.
+"""The host record: what `ray-accel start` started on this host, as typed,
+frozen values (`HostRecord`, `PartitionEntry`, `HostChange`, `Spare`,
+`RayProcess`), its schema, and its one parser and writer (`parse_record`,
+`dumps`). Where the record lives, the lock and the other files of the state
+directory are `ray_accel.cluster.statedir`'s.
 
 The record is input like any other: it may be truncated, hand-edited, copied
 from another host, or written by another version. `parse_record` checks every
@@ -9,78 +11,45 @@ file and the field; nothing else escapes it, whatever the bytes. A PID from
 the record is only a claim: `ray_accel.cluster.procs` decides whether the
 process it names is still the one recorded.
 
-A host is its name and the node IP its raylets use (`ray_accel.core.hosts`):
-two hosts may share a name. The directory is ``RAYACCEL_STATE_DIR`` if set,
-used as it is (never chmod-ed: it may be shared, e.g. a 1777 scratch
-directory; a warning says when others can write to it), else
-``~/.ray-accel/<host name>/<node IP>``, created 0700: a home on NFS is shared
-by many hosts, and one host must never read another's PIDs as its own dead
-processes. The record is ``host.json``, written atomically, mode 0600, and
-read back as untrusted input. Nothing here creates a directory for a command
-that only reads (`status`, `top`).
-
-`start` knows its node IP (`ray_accel.cluster.host.node_ip`) and writes
-there. The commands that act on a record without starting raylets (`stop`,
-`status`, `start --recover`, `top`, `jobs`) find it (`locate`): the record
-under this host's name whose IP is one of this host's addresses now. A record
-for an address this host does not have is another host of the same name
-sharing the home, or this host before its address changed: it is never acted
-on, and the commands name it (`RAYACCEL_STATE_DIR=<its directory>` acts on
-it, with a warning, for the second case).
-
-An earlier ray-accel wrote ``node.json`` in ``~/.ray-accel/<host name>`` (or
-in ``RAYACCEL_STATE_DIR``), without the IP. Where this host has no record of
-its own, that file is read, with a warning: `status` shows it, `stop` stops
-what it names and removes it, `start` refuses while it names running
-partitions (and removes it when they are all gone), `start --recover` refuses.
-
-`start`, `stop` and `start --recover` hold the directory's lock (``flock`` on
-a file in it) while they start or stop processes, never while waiting for
-them; a second command exits 2 naming the lock instead of waiting.
-
-The small files of the state directory are read and written without being
-led astray: a FIFO or device where a file should be would block a plain
-`open` forever, a symbolic link would redirect a write, a huge file would be
-read whole. Every read (`ray_accel.core.files.read_bytes`) is non-blocking, of
-a regular file only, and bounded.
+Each version's change of shape has a number (`VERSION` is the one written),
+and each older shape one named upgrade (`UPGRADES`), applied to the raw JSON
+before the one parser of the current shape reads it: a version-3 record
+(`node.json`, an earlier ray-accel's) goes through `_v3_node_json_to_v4`,
+then, as every version-4 record, through the upgrades of the version-4
+shapes the decider, the device-less head raylet and the host changes came
+after, and `_v4_to_v5`. A record of a newer version is refused, naming it.
 """
 
 from __future__ import annotations
 
-import fcntl
-import functools
 import json
-import os
 import re
-import socket
-import stat
-import sys
-import tempfile
-from collections.abc import Callable, Collection, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
+from types import MappingProxyType
 from typing import TypeVar
 
 from ray_accel.bridge.managers import BridgeSpec
 from ray_accel.cluster.auth import Auth
-from ray_accel.cluster.host import NAMED, RayletPorts, Share, local_addresses
+from ray_accel.cluster.host import NAMED, RayletPorts, Share
 from ray_accel.cluster.raylet import validate_ray_args
 from ray_accel.core import reader, validate
 from ray_accel.core.errors import InputError
-from ray_accel.core.files import UnreadableFile, describe, read_bytes
 from ray_accel.core.health_state import HealthSettings, PartitionState, PartState
-from ray_accel.core.hosts import canonical_ip, ip_text
+from ray_accel.core.hosts import canonical_ip
 from ray_accel.core.processes import ProcessRecord
-from ray_accel.core.reader import Node, ReadError, dump_fields, parse_document, show
+from ray_accel.core.reader import Node, ReadError, dump, dump_fields, parse_document, show
 from ray_accel.core.validate import HEAD
 from ray_accel.core.visibility import format_visible_ids
 from ray_accel.partition.plan import MaskView, Mode, Partition
 from ray_accel.plugins.traits import DeviceTraits
 
+# The versions, and what each changed; each older shape is read through its
+# named upgrade (`UPGRADES`, below), never by a fallback in the parser.
 # 4 (read without them too): the health decider's settings and process, and
 # per partition its devices out of service and its state by the decider
-# (`health`; an earlier 4 wrote `decider_state` instead: see `_held`).
+# (`health`; an earlier 4 wrote `decider_state` instead:
+# `_v4_decider_state_to_health`).
 # 4: the host's node IP beside its name (`host_ip`), in `host.json`; the
 # spec names its backend and carries its traits.
 # 3 (`node.json`, an earlier ray-accel's): processes as {kind, pid,
@@ -240,7 +209,7 @@ class HostChange:
 @dataclass(frozen=True)
 class HostRecord:
     """What `start` started on one host. The host is its name (as a file
-    name: `state.host_name`) and the node IP its raylets use; `host_ip` is
+    name: `statedir.host_name`) and the node IP its raylets use; `host_ip` is
     None only in a record of an earlier version, which had the name alone."""
 
     host: str
@@ -336,13 +305,198 @@ def dumps(record: HostRecord) -> str:
     return json.dumps(data, indent=2, allow_nan=False)
 
 
+# ---------------------------------------------------------------- upgrades
+
+# One older shape of the record: the raw record (its JSON object, at a
+# `Node`) to the record one shape on, or None where the record is not of its
+# shape. An upgrade checks only what it reads (an earlier `decider_state`);
+# whatever does not fit is left as it is, for the parser to refuse naming it.
+Upgrade = Callable[[Node], Node | None]
+
+
+@dataclass(frozen=True)
+class Upgraded:
+    """A record in the current shape (`record`, raw JSON for the one
+    parser), whether it came from a version-3 record (`legacy`: `dumps`
+    writes it back as 3), and the names of the upgrades that changed it, in
+    order."""
+
+    record: Node
+    legacy: bool
+    applied: tuple[str, ...]
+
+
+def upgrade(obj: Node) -> Upgraded:
+    """The record at `obj` brought to the current shape by the upgrades of
+    its version and of every version after it (`UPGRADES`); a version this
+    ray-accel does not read is a `ReadError` naming it."""
+    version = obj.mapping().get("version")
+    if version not in READS or isinstance(version, bool):
+        newer = isinstance(version, int) and version > VERSION
+        raise ReadError(
+            f"{show(version)}; this ray-accel reads versions {READS[0]} to {VERSION}"
+            + (" (a newer ray-accel wrote it: use that version)" if newer else "")
+            + " (stop that version's processes with the ray-accel that wrote it, or by hand, then remove the file)",
+            "version",
+        )
+    current, applied = obj, []
+    for older in range(version, VERSION):
+        for step in UPGRADES[older]:
+            changed = step(current)
+            if changed is not None:
+                current = changed
+                applied.append(step.__name__)
+    return Upgraded(current, version == LEGACY_VERSION, tuple(applied))
+
+
+def _like(obj: Node, data: object) -> Node:
+    """`data` where `obj` was: a refusal names the same path."""
+    return Node(data, obj.path, obj.style)
+
+
+def _each_entry(obj: Node, change: Callable[[Node], Node | None]) -> Node | None:
+    """The record with `change` applied to each partition entry that is an
+    object, and to its head raylet's (an upgrade of a partition's shape
+    applies to both); None where it changed none."""
+    data = dict(obj.mapping())
+    changed = False
+    listed = obj.at("partitions", None)
+    if isinstance(listed.data, list):
+        partitions: list[object] = []
+        for entry in listed.list(MAX_PARTITIONS):
+            new = change(entry) if isinstance(entry.data, dict) else None
+            partitions.append(entry.data if new is None else new.data)
+            changed = changed or new is not None
+        data["partitions"] = partitions
+    head = obj.at("head_raylet", None)
+    if isinstance(head.data, dict):
+        new = change(head)
+        if new is not None:
+            data["head_raylet"] = new.data
+            changed = True
+    return _like(obj, data) if changed else None
+
+
+def _missing(obj: Node, defaults: Mapping[str, object]) -> Node | None:
+    """The object at `obj` with each key of `defaults` it lacks set to its
+    default; None where it lacks none."""
+    data = obj.mapping()
+    absent = {key: value for key, value in defaults.items() if key not in data}
+    return _like(obj, {**data, **absent}) if absent else None
+
+
+def _v3_node_json_to_v4(obj: Node) -> Node | None:
+    """Version 3 (`node.json`, an earlier ray-accel's: no node IP, read as
+    `legacy`): its spec names no backend and carries no traits; read as
+    LEGACY_BACKEND with default traits (and written back without them)."""
+    spec = obj.at("spec").data
+    if not isinstance(spec, dict):
+        return None
+    legacy_spec = {**spec, "backend": LEGACY_BACKEND, "traits": dump(DeviceTraits())}
+    return _like(obj, {**obj.mapping(), "version": 4, "spec": legacy_spec})
+
+
+def _v4_decider_state_to_health(obj: Node) -> Node | None:
+    """The decider as first written kept a partition's `decider_state`, not
+    its `health`: "stopped" is STOPPED; "restarting" (a decider that died
+    mid-restart, its raylet perhaps gone) is read as STOPPED too, so neither
+    `--recover` nor the decider takes it for serving: the decider restarts
+    it once its devices are healthy. A null one is serving."""
+
+    def to_health(entry: Node) -> Node | None:
+        data = entry.mapping()
+        if "decider_state" not in data or "health" in data:
+            return None
+        old = _opt(
+            entry.at("decider_state"),
+            lambda n: n.one_of(DECIDER_STATES, f"{{value}} is not one of {', '.join(DECIDER_STATES)} or null"),
+        )
+        state = PartitionState()
+        if old is not None:
+            state = PartitionState(PartState.STOPPED, detail=f"{old} by an earlier decider")
+        kept = {key: value for key, value in data.items() if key != "decider_state"}
+        return _like(entry, {**kept, "health": dump(state)})
+
+    return _each_entry(obj, to_health)
+
+
+def _v4_before_decider(obj: Node) -> Node | None:
+    """A record from before the health decider: no decider settings or
+    process, and partitions with no devices out of service, serving."""
+    entries = _each_entry(
+        obj, lambda entry: _missing(entry, {"out": [], "out_core_ids": [], "health": dump(PartitionState())})
+    )
+    record = obj if entries is None else entries
+    top = _missing(record, {"health": None, "decider": None})
+    return entries if top is None else top
+
+
+def _v4_before_repartition(obj: Node) -> Node | None:
+    """A record from before `ray-accel repartition`: no repartition helper."""
+    return _missing(obj, {"repartition": None})
+
+
+def _v4_before_head_raylet(obj: Node) -> Node | None:
+    """A record from before the device-less head raylet: none, and on a
+    head host its head partition (GCS and all) first in `partitions`, where
+    it stays (`_record` reads it there)."""
+    return _missing(obj, {"head_raylet": None})
+
+
+def _v4_partition_without_share(obj: Node) -> Node | None:
+    """Partitions from before shares, labels, models and types per
+    partition: no share recorded, no labels or models of their own, and the
+    host's accelerator type (as then)."""
+    spec = obj.at("spec", None).data
+    if not isinstance(spec, dict):
+        return None
+    host_type = spec.get("accelerator_type")
+    return _each_entry(
+        obj,
+        lambda entry: _missing(entry, {"share": None, "labels": {}, "models": [], "accelerator_type": host_type}),
+    )
+
+
+def _v4_to_v5(obj: Node) -> Node | None:
+    """Version 5 records the start's terms a host change plans with (none
+    known for a 4), a host change under way (none) and the devices a change
+    left unassigned (none)."""
+    added = _missing(obj, {"port_base": None, "max_workers": None, "resources": {}, "change": None, "unassigned": []})
+    record = obj if added is None else added
+    return _like(obj, {**record.mapping(), "version": 5})
+
+
+# The upgrades of each older version, in the order they apply: a version-3
+# record goes through 3's, then 4's.
+UPGRADES: Mapping[int, tuple[Upgrade, ...]] = MappingProxyType(
+    {
+        3: (_v3_node_json_to_v4,),
+        4: (
+            _v4_decider_state_to_health,
+            _v4_before_decider,
+            _v4_before_repartition,
+            _v4_before_head_raylet,
+            _v4_partition_without_share,
+            _v4_to_v5,
+        ),
+    }
+)
+
+
 # ---------------------------------------------------------------- parsing
 
 
 def parse_record(raw: bytes | str, source: str) -> HostRecord:
     """The record in `raw` (the bytes of the state file `source`), or
-    `RecordError` naming `source` and what does not fit."""
-    return parse_document(raw, f"state file {source}", _record, RecordError, "does not fit the state record")
+    `RecordError` naming `source` and what does not fit: a record of an
+    older version through its upgrades (`upgrade`), then the one parser of
+    the current shape."""
+    return parse_document(raw, f"state file {source}", _upgraded_record, RecordError, "does not fit the state record")
+
+
+def _upgraded_record(obj: Node) -> HostRecord:
+    upgraded = upgrade(obj)
+    return _record(upgraded.record, upgraded.legacy)
 
 
 def _checked(node: Node, check: Callable[..., T], *args: object) -> T:
@@ -353,17 +507,10 @@ def _checked(node: Node, check: Callable[..., T], *args: object) -> T:
         node.fail(str(e))
 
 
-def _record(obj: Node) -> HostRecord:
-    version = obj.mapping().get("version")
-    if version not in READS or isinstance(version, bool):
-        newer = isinstance(version, int) and version > VERSION
-        raise ReadError(
-            f"{show(version)}; this ray-accel reads versions {READS[0]} to {VERSION}"
-            + (" (a newer ray-accel wrote it: use that version)" if newer else "")
-            + " (stop that version's processes with the ray-accel that wrote it, or by hand, then remove the file)",
-            "version",
-        )
-    spec = _spec(obj.at("spec"), legacy=version == LEGACY_VERSION)
+def _record(obj: Node, legacy: bool) -> HostRecord:
+    """The record in the current shape (`legacy`: read from a version-3
+    record, which names no node IP and no backend)."""
+    spec = _spec(obj.at("spec"))
     head = obj.at("head").bool()
     listed = obj.at("partitions")
     parts = tuple(_partition(p, spec) for p in listed.list(MAX_PARTITIONS))
@@ -379,7 +526,9 @@ def _record(obj: Node) -> HostRecord:
     # SHARED gives every partition every device on purpose; any other mode never shares a unit.
     if shared is not None and mode != "shared":
         listed.fail(f"core {shared} belongs to two partitions")
-    # A record from before the head raylet may have its head partition first.
+    # A record from before the head raylet may have its head partition first:
+    # read so in a version 4, and kept so in the version 5 that `stop` or
+    # `start --recover` writes back from it.
     if [i for i, p in enumerate(parts) if p.head] not in ([[], [0]] if head else [[]]):
         listed.fail("the head partition must be the first, and only in a record of a head")
     auth_node, args_node, address = obj.at("auth"), obj.at("ray_args"), obj.at("gcs_address")
@@ -392,7 +541,7 @@ def _record(obj: Node) -> HostRecord:
         Node(auth.token_path, "auth.token_path").text(MAX_TEXT)
     return HostRecord(
         host=obj.at("host").text(255),
-        host_ip=None if version == LEGACY_VERSION else _ip(obj.at("host_ip")),
+        host_ip=None if legacy else _ip(obj.at("host_ip")),
         created=obj.at("created").number(0.0, 1e12),
         head=head,
         mode=mode,
@@ -408,15 +557,15 @@ def _record(obj: Node) -> HostRecord:
         cpu_pinning=_opt(obj.at("cpu_pinning", None), lambda n: n.text(MAX_TEXT)),
         inherited_mask=_opt(obj.at("inherited_mask", None), lambda n: reader.load(MaskView, n.data, n.path)),
         stopping=obj.at("stopping", False).bool(),
-        health=_opt(obj.at("health", None), lambda n: HealthSettings.from_json(n.data, n.path)),
-        decider=_opt(obj.at("decider", None), lambda n: _helper(n, DECIDER_KIND)),
-        repartition=_opt(obj.at("repartition", None), lambda n: _helper(n, REPARTITION_KIND)),
-        head_raylet=_opt(obj.at("head_raylet", None), lambda n: _partition(n, spec, head=True)),
-        port_base=_opt(obj.at("port_base", None), lambda n: n.int(1024, 65535)),
-        max_workers=_opt(obj.at("max_workers", None), lambda n: n.int(1, 1 << 20)),
-        resources=_amounts(obj.at("resources", None)),
-        change=_opt(obj.at("change", None), lambda n: _change(n, spec)),
-        unassigned=tuple(_spare(n) for n in obj.at("unassigned", []).list(MAX_PARTITIONS)),
+        health=_opt(obj.at("health"), lambda n: HealthSettings.from_json(n.data, n.path)),
+        decider=_opt(obj.at("decider"), lambda n: _helper(n, DECIDER_KIND)),
+        repartition=_opt(obj.at("repartition"), lambda n: _helper(n, REPARTITION_KIND)),
+        head_raylet=_opt(obj.at("head_raylet"), lambda n: _partition(n, spec, head=True)),
+        port_base=_opt(obj.at("port_base"), lambda n: n.int(1024, 65535)),
+        max_workers=_opt(obj.at("max_workers"), lambda n: n.int(1, 1 << 20)),
+        resources=_amounts(obj.at("resources")),
+        change=_opt(obj.at("change"), lambda n: _change(n, spec)),
+        unassigned=tuple(_spare(n) for n in obj.at("unassigned").list(MAX_PARTITIONS)),
     )
 
 
@@ -503,10 +652,10 @@ def _partition(obj: Node, spec: BridgeSpec, head: bool = False) -> PartitionEntr
         listed.fail(f"unit {unknown[0]} is not one of the host's units")
     if len(set(core_ids)) != len(core_ids):
         listed.fail("a unit appears twice")
-    out = obj.at("out", []).texts(256, MAX_UNITS)
+    out = obj.at("out").texts(256, MAX_UNITS)
     if set(out) - set(device_ids):
         obj.at("out").fail(f"device {sorted(set(out) - set(device_ids))[0]!r} is not one of the partition's")
-    out_cores = _units(obj.at("out_core_ids", []))
+    out_cores = _units(obj.at("out_core_ids"))
     if set(out_cores) - set(core_ids):
         obj.at("out_core_ids").fail(f"unit {sorted(set(out_cores) - set(core_ids))[0]} is not one of the partition's")
     return PartitionEntry(
@@ -519,30 +668,14 @@ def _partition(obj: Node, spec: BridgeSpec, head: bool = False) -> PartitionEntr
         node_id=_opt(obj.at("node_id", None), lambda n: _matching(n, _HEX_ID, 128, "{value} is not a hex node id")),
         node_ip=_opt(obj.at("node_ip", None), lambda n: n.text(255)),
         log=_opt(obj.at("log", None), lambda n: n.text(MAX_TEXT)),
-        # A record from before types per partition: the host's type, as then.
-        accelerator_type=_opt(obj.at("accelerator_type", spec.accelerator_type), lambda n: n.text(128)),
-        share=_opt(obj.at("share", None), _share),
-        labels=_labels(obj.at("labels", None)),
-        models=obj.at("models", []).texts(128, MAX_UNITS),
+        accelerator_type=_opt(obj.at("accelerator_type"), lambda n: n.text(128)),
+        share=_opt(obj.at("share"), _share),
+        labels=_labels(obj.at("labels")),
+        models=obj.at("models").texts(128, MAX_UNITS),
         out=out,
         out_core_ids=out_cores,
-        health=_held(obj),
+        health=reader.load(PartitionState, obj.at("health").data, obj.at("health").path),
     )
-
-
-def _held(obj: Node) -> PartitionState:
-    """The partition's state by the decider. An earlier record kept only
-    `decider_state`: "stopped" is STOPPED; "restarting" (a decider that died
-    mid-restart, its raylet perhaps gone) is read as STOPPED too, so neither
-    `--recover` nor the decider takes it for serving: the decider restarts it
-    once its devices are healthy."""
-    if "health" in obj.mapping():
-        return reader.load(PartitionState, obj.at("health").data, obj.at("health").path)
-    old = _opt(
-        obj.at("decider_state", None),
-        lambda n: n.one_of(DECIDER_STATES, f"{{value}} is not one of {', '.join(DECIDER_STATES)} or null"),
-    )
-    return PartitionState() if old is None else PartitionState(PartState.STOPPED, detail=f"{old} by an earlier decider")
 
 
 def parse_processes(data: object, where: str) -> tuple[RayProcess, ...]:
@@ -578,16 +711,13 @@ def _ports(obj: Node) -> RayletPorts:
     return RayletPorts(obj.at("base").int(1024, 65535), named, lo, hi)
 
 
-def _spec(obj: Node, legacy: bool = False) -> BridgeSpec:
+def _spec(obj: Node) -> BridgeSpec:
     resource = _matching(obj.at("resource_name"), _RESOURCE, 128, "{value} is not a resource name")
     env = _matching(obj.at("visible_ids_env"), _ENV_NAME, 128, "{value} is not an environment variable name")
     family = _matching(obj.at("family"), _KIND, 64, "{value} is not a family name")
-    if legacy:
-        backend, traits = LEGACY_BACKEND, DeviceTraits()
-    else:
-        backend = _matching(obj.at("backend"), _BACKEND, 64, "{value} is not a backend name")
-        traits_node = obj.at("traits")
-        traits = _checked(obj, lambda: DeviceTraits.from_json(traits_node.mapping()))
+    backend = _matching(obj.at("backend"), _BACKEND, 64, "{value} is not a backend name")
+    traits_node = obj.at("traits")
+    traits = _checked(obj, lambda: DeviceTraits.from_json(traits_node.mapping()))
     return BridgeSpec(
         backend=backend,
         traits=traits,
@@ -615,334 +745,3 @@ def _ip(node: Node) -> str:
     if canonical is None:
         node.fail(f"{show(node.data)} is not an IP address")
     return canonical
-
-
-def open_for_write(path: Path, mode: int = 0o600) -> int:
-    """A fresh, truncated regular file at `path` opened for writing: never
-    through a symbolic link (a world-writable state directory could hold one
-    pointing anywhere), never a FIFO."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise UnreadableFile(f"{path} is not a regular file")
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def write_atomic(path: Path, text: str) -> Path:
-    """Write `text` to `path` whole or not at all (a temporary file in the
-    same directory, renamed over it), mode 0600."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def tail_lines(path: Path, count: int, limit: int = 16384) -> list[str]:
-    """The last `count` non-blank lines of the last `limit` bytes of a log
-    (empty if it cannot be read)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except OSError:
-        return []
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return []
-        raw = os.pread(fd, limit, max(0, st.st_size - limit))
-    except OSError:
-        return []
-    finally:
-        os.close(fd)
-    return [ln for ln in raw.decode("utf-8", "replace").splitlines() if ln.strip()][-count:]
-
-
-STATE_ENV = "RAYACCEL_STATE_DIR"
-STATE_FILE = "host.json"
-LEGACY_FILE = "node.json"  # an earlier ray-accel's record (no node IP)
-LOCK_FILE = "lock"
-DEFAULT_ROOT = ".ray-accel"
-_SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
-
-
-class StateError(InputError):
-    """The state directory or file cannot be used."""
-
-
-class LockError(InputError):
-    """Another ray-accel command holds this host's lock."""
-
-
-@functools.cache
-def warn(message: str) -> None:
-    """A warning on stderr, once per process."""
-    print(f"ray-accel: warning: {message}", file=sys.stderr, flush=True)
-
-
-def host_name() -> str:
-    """This host's name as one safe file name (a host name may hold anything)."""
-    return _SAFE_NAME.sub("_", socket.gethostname())[:255].lstrip(".") or "localhost"
-
-
-@dataclass(frozen=True)
-class Place:
-    """One host's state directory and its record file in it (`host.json`, or
-    an earlier version's `node.json`); `explicit` when RAYACCEL_STATE_DIR
-    named the directory."""
-
-    directory: Path
-    file: Path
-    explicit: bool
-
-    @property
-    def legacy(self) -> bool:
-        return self.file.name == LEGACY_FILE
-
-
-@dataclass(frozen=True)
-class Found:
-    """What `locate` found: this host's record (None: there is none), and the
-    records under this host's name for addresses it does not have."""
-
-    place: Place | None
-    elsewhere: tuple[Path, ...] = ()
-
-    def note(self) -> str | None:
-        """What to tell a user who has no record here but whose home holds
-        records of this host's name for other addresses."""
-        if self.place is not None or not self.elsewhere:
-            return None
-        files = ", ".join(str(p) for p in self.elsewhere)
-        return (
-            f"no record for this host's addresses, but {files} holds a record of host {host_name()!r} for another "
-            "address: another host of that name shares this home, or this host's address changed since `start` "
-            f"(then `{STATE_ENV}=<its directory> ray-accel stop` stops what it names)"
-        )
-
-
-def home_root() -> Path:
-    """The default layout's directory of this host's name: one directory per node IP in it."""
-    return Path.home() / DEFAULT_ROOT / host_name()
-
-
-def search_root() -> Path:
-    """Where this host's records are looked for: RAYACCEL_STATE_DIR, or its name's directory."""
-    explicit = os.environ.get(STATE_ENV)
-    return Path(explicit) if explicit else home_root()
-
-
-def place_for(ip: str | None) -> Place:
-    """Where the record of this host at node IP `ip` lives (`ip` None: an
-    earlier version's record, by name alone). An IP's directory is named as
-    the host label writes the IP (`ip_text`: one text per address, and a safe
-    file name)."""
-    explicit = bool(os.environ.get(STATE_ENV))
-    directory = search_root() if explicit or ip is None else home_root() / ip_text(ip)
-    return Place(directory, directory / (STATE_FILE if ip is not None else LEGACY_FILE), explicit)
-
-
-def place_of(record: HostRecord) -> Place:
-    """Where `record` is kept: its own IP's place (an earlier version's record: its own file)."""
-    return place_for(record.host_ip)
-
-
-def choose(recorded: Sequence[str], local: Collection[str]) -> tuple[list[str], list[str]]:
-    """The IP directories (by name) holding a record, split into this host's
-    (their IP is one of its addresses now: `local`, as `ip_text` names them) and the
-    others, each sorted."""
-    wanted = set(local)
-    mine = sorted(d for d in recorded if d in wanted)
-    return mine, sorted(d for d in recorded if d not in wanted)
-
-
-def _exists(path: Path) -> bool:
-    """Whether `path` is there (a FIFO or link is reported when read, not
-    skipped); a folder that may not be read is a `StateError` naming it, not
-    an empty one."""
-    try:
-        os.lstat(path)
-    except FileNotFoundError:
-        return False
-    except OSError as e:
-        raise StateError(f"cannot read state directory {path.parent}: {describe(e)}") from None
-    return True
-
-
-def candidates() -> tuple[list[Place], tuple[Path, ...]]:
-    """The places holding a record of this host (this version's first), and
-    the record files under its name for addresses it does not have."""
-    explicit = os.environ.get(STATE_ENV)
-    if explicit:
-        directory = Path(explicit)
-        _check_dir(directory)
-        places = [Place(directory, directory / n, True) for n in (STATE_FILE, LEGACY_FILE) if _exists(directory / n)]
-        return places, ()
-    root = home_root()
-    _check_dir(root)
-    try:
-        recorded = [d.name for d in root.iterdir() if d.is_dir() and not d.is_symlink() and _exists(d / STATE_FILE)]
-    except FileNotFoundError:
-        recorded = []
-    except OSError as e:
-        raise StateError(f"cannot read state directory {root}: {e}") from None
-    mine, others = choose(recorded, {ip_text(a) for a in local_addresses()})
-    places = [Place(root / d, root / d / STATE_FILE, False) for d in mine]
-    if _exists(root / LEGACY_FILE):
-        places.append(Place(root, root / LEGACY_FILE, False))
-    return places, tuple(root / d / STATE_FILE for d in others)
-
-
-def locate() -> Found:
-    """This host's record, if any (see the module doc: by the addresses its
-    interfaces have now). Records for two of this host's addresses is a
-    `StateError` naming them."""
-    places, elsewhere = candidates()
-    current = [p for p in places if not p.legacy]
-    if len(current) > 1:
-        names = ", ".join(str(p.file) for p in current)
-        raise StateError(
-            f"this host has records for several of its addresses ({names}); point {STATE_ENV} at the directory "
-            "of the one to act on"
-        )
-    legacy = Path.home() / DEFAULT_ROOT / LEGACY_FILE
-    if not places and legacy.exists():
-        warn(f"{legacy} is a record of an older ray-accel; records now live in {home_root()}/<node IP>")
-    return Found(places[0] if places else None, elsewhere)
-
-
-def _check_dir(path: Path) -> None:
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        return
-    except OSError as e:
-        raise StateError(f"cannot use state directory {path}: {e}") from None
-    if not stat.S_ISDIR(st.st_mode):
-        raise StateError(f"state directory {path} is not a directory")
-    mode = stat.S_IMODE(st.st_mode)
-    if mode & 0o022:
-        warn(
-            f"state directory {path} is writable by other users (mode {mode:o}); "
-            f"point {STATE_ENV} at a directory of your own"
-        )
-
-
-def ensure_dir(place: Place) -> Path:
-    """The place's directory, created 0700 (with any missing parents) if new;
-    an existing one is used as it is."""
-    path = place.directory
-    try:
-        for new in [*reversed(path.parents), path]:
-            if not new.exists():
-                new.mkdir(mode=0o700, exist_ok=True)
-    except OSError as e:
-        raise StateError(f"cannot create state directory {path}: {e}") from None
-    _check_dir(path)
-    return path
-
-
-def load(place: Place) -> HostRecord | None:
-    """The record at `place`, None if there is none, or `RecordError` (exit
-    2) naming the file when it cannot be used."""
-    _check_dir(place.directory)
-    path = place.file
-    try:
-        raw = read_bytes(path, MAX_BYTES, follow=False)
-        st = path.lstat()
-    except FileNotFoundError:
-        return None
-    except UnreadableFile as e:
-        raise RecordError(f"state file {path}: {e}") from None
-    except OSError as e:
-        raise StateError(f"cannot read state file {path}: {e}") from None
-    if st.st_uid != os.geteuid():
-        raise RecordError(f"state file {path} belongs to user {st.st_uid}, not to this user; it is not ours to act on")
-    record = parse_record(raw, str(path))
-    if record.legacy != place.legacy:
-        kind = "an earlier version's (no host_ip)" if record.legacy else "of this version"
-        raise RecordError(f"state file {path} holds a record {kind}; {place.file.name} holds the other kind")
-    if not place.explicit and record.host_ip is not None and ip_text(record.host_ip) != place.directory.name:
-        raise RecordError(
-            f"state file {path} names node IP {record.host_ip}, not the IP of its directory; "
-            "it was copied there: it is not this host's record"
-        )
-    return record
-
-
-def check_host(record: HostRecord, place: Place, action: str) -> list[str]:
-    """Refuse a record written on another host (its PIDs are that host's);
-    the warnings to give for one that is this host's with a caveat: an earlier
-    version's (name only), or, where RAYACCEL_STATE_DIR names it, one for an
-    address this host no longer has."""
-    here = host_name()
-    if record.host != here:
-        raise RecordError(
-            f"state file {place.file} was written on host {record.host!r}, this is {here!r}; "
-            f"{action} acts only on this host's record (give each host its own {STATE_ENV})"
-        )
-    if record.host_ip is None:
-        return [
-            f"state file {place.file} is an earlier ray-accel's record, which named this host by its name "
-            f"alone; {action} uses it (after `ray-accel stop`, `start` writes {STATE_FILE})"
-        ]
-    if record.host_ip not in local_addresses():
-        return [
-            f"state file {place.file} was written for node IP {record.host_ip}, which is not an address of this "
-            f"host now: its address changed since `start`, or another host named {here!r} uses {STATE_ENV} "
-            f"{place.directory} too; {action} uses it because {STATE_ENV} names its directory"
-        ]
-    return []
-
-
-def save(record: HostRecord) -> HostRecord:
-    """Write `record` to its place; the record, for a caller that goes on with it."""
-    place = place_of(record)
-    ensure_dir(place)
-    write_atomic(place.file, dumps(record))
-    return record
-
-
-def clear(place: Place) -> None:
-    try:
-        place.file.unlink(missing_ok=True)
-    except OSError as e:
-        raise StateError(f"cannot remove state file {place.file}: {e}") from None
-
-
-@contextmanager
-def host_lock(action: str, place: Place) -> Iterator[Path]:
-    """Hold the lock of `place`'s directory for `action`, or raise `LockError` at once."""
-    ensure_dir(place)
-    path = place.directory / LOCK_FILE
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
-    except OSError as e:
-        raise StateError(f"cannot open lock file {path}: {e}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise StateError(f"lock file {path} is not a regular file")
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another command"
-            raise LockError(
-                f"lock {path} is held ({holder}): another ray-accel start, stop or --recover is changing this "
-                "host's partitions; run yours when it has finished"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{action}, pid {os.getpid()}".encode(), 0)
-        try:
-            yield path
-        finally:
-            os.ftruncate(fd, 0)
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
