@@ -20,6 +20,27 @@ from tests.integration.health_steps import gcs_view, record, until
 
 SERVING = (PartState.SERVING, PartState.SHRUNK)
 
+# A detached actor holding 2 NeuronCores of the node it is pinned to ("create NODE"), or
+# asked again where it runs ("again"): what a change must leave running.
+ACTOR = r"""
+import json, sys
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+ray.init(address=sys.argv[1], namespace="holder-test", log_to_driver=False)
+
+class Holder:
+    def where(self):
+        return ray.get_runtime_context().get_node_id()
+
+if sys.argv[2] == "create":
+    strategy = NodeAffinitySchedulingStrategy(sys.argv[3], soft=False)
+    h = ray.remote(Holder).options(name="holder", lifetime="detached", num_cpus=0, resources={"neuron_cores": 2},
+                                   scheduling_strategy=strategy).remote()
+else:
+    h = ray.get_actor("holder")
+print(json.dumps([ray.get(h.where.remote(), timeout=120)]))
+"""
+
 # One task pinned to each partition (by its label), asking for one of its units.
 PINNED = r"""
 import json, os, sys

@@ -38,31 +38,13 @@ from tests.integration.health_steps import (
     waiting_fit,
     write_faults,
 )
+from tests.integration.host_invariants import ACTOR
 from tests.integration.test_metrics import scrape_all, top
 
 pytestmark = pytest.mark.ray
 
 FOUR = "a=0-3;b=4-7;c=8-11;d=12-15"
 MERGED = "a=0-3;b=4-7;cd=8-15"
-
-ACTOR = r"""
-import json, sys
-import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-ray.init(address=sys.argv[1], namespace="repartition-test", log_to_driver=False)
-
-class Holder:
-    def where(self):
-        return ray.get_runtime_context().get_node_id()
-
-if sys.argv[2] == "create":
-    strategy = NodeAffinitySchedulingStrategy(sys.argv[3], soft=False)
-    h = ray.remote(Holder).options(name="holder", lifetime="detached", num_cpus=0, resources={"neuron_cores": 2},
-                                   scheduling_strategy=strategy).remote()
-else:
-    h = ray.get_actor("holder")
-print(json.dumps([ray.get(h.where.remote(), timeout=120)]))
-"""
 
 
 def test_merging_two_partitions_leaves_the_others_running(tmp_path: Path) -> None:

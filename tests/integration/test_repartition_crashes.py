@@ -30,7 +30,7 @@ import pytest
 from ray_accel.hostops import steps
 from tests.integration.conftest import ClusterSpec, raylet_pids, start_cluster
 from tests.integration.health_steps import gcs_view, lock_is_free, record, until
-from tests.integration.host_invariants import check_invariants, devices_of, killed_at, recovered
+from tests.integration.host_invariants import ACTOR, check_invariants, devices_of, killed_at, recovered
 
 pytestmark = pytest.mark.ray
 
@@ -49,25 +49,6 @@ REPARTITION_STEPS = (
     steps.REGISTER,
     steps.FINISH,
 )
-
-ACTOR = r"""
-import json, sys
-import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-ray.init(address=sys.argv[1], namespace="crash-test", log_to_driver=False)
-
-class Holder:
-    def where(self):
-        return ray.get_runtime_context().get_node_id()
-
-if sys.argv[2] == "create":
-    strategy = NodeAffinitySchedulingStrategy(sys.argv[3], soft=False)
-    h = ray.remote(Holder).options(name="holder", lifetime="detached", num_cpus=0, resources={"neuron_cores": 2},
-                                   scheduling_strategy=strategy).remote()
-else:
-    h = ray.get_actor("holder")
-print(json.dumps([ray.get(h.where.remote(), timeout=60)]))
-"""
 
 
 def test_the_steps_the_docs_name_are_the_steps_taken() -> None:
