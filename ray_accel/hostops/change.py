@@ -47,6 +47,7 @@ from ray_accel.cluster.record import HostChange, HostRecord, PartitionEntry, Ray
 from ray_accel.cluster.recover import recorded_share, relaunch
 from ray_accel.cluster.signals import shielded
 from ray_accel.core.errors import InputError, RayAccelError
+from ray_accel.core.health import one_line
 from ray_accel.core.health_state import PartitionState, PartState
 from ray_accel.hostops import driver_ops, steps
 from ray_accel.hostops.drain import drain
@@ -87,8 +88,14 @@ def _raylet_runs(p: PartitionEntry) -> bool:
     return raylet is not None and procs.check(raylet).ours
 
 
+def line(text: str) -> str:
+    """`text` as the record keeps a reason: one line of printable characters
+    (a launcher's log tail may hold colour codes and line breaks)."""
+    return one_line("".join(c if c.isprintable() else " " for c in text), 1000)
+
+
 def _held(p: PartitionEntry, state_: PartState, detail: str, deadline: float | None = None) -> PartitionEntry:
-    return replace(p, health=PartitionState(state_, time.time(), detail[:1000], deadline))
+    return replace(p, health=PartitionState(state_, time.time(), line(detail), deadline))
 
 
 def advance(place: state.Place, record: HostRecord, progress: Progress, timeout_s: float) -> Outcome:
@@ -240,7 +247,7 @@ def _failed(record: HostRecord, target: PartitionEntry, why: str, progress: Prog
         return state.save(replace(record.replacing(stopped), change=change))
     gone = _taken_by(record, target)
     spare = Spare(
-        device_ids=target.device_ids, core_ids=target.core_ids, share=_share(record, target), reason=why[:1000]
+        device_ids=target.device_ids, core_ids=target.core_ids, share=_share(record, target), reason=line(why)
     )
     progress(f"{target.name}: did not start ({why}); devices {','.join(target.device_ids)} are unassigned")
     parts = [p for p in record.partitions if p.name not in gone]
@@ -260,7 +267,7 @@ def _unstart(record: HostRecord, p: PartitionEntry, why: str, progress: Progress
         stopped = _held(replace(p, processes=(), node_id=None), PartState.STOPPED, f"restart failed: {why}")
         progress(f"{p.name}: {why}; it stays stopped")
         return state.save(record.replacing(replace(stopped, out=p.device_ids, out_core_ids=p.core_ids)))
-    spare = Spare(device_ids=p.device_ids, core_ids=p.core_ids, share=_share(record, p), reason=why[:1000])
+    spare = Spare(device_ids=p.device_ids, core_ids=p.core_ids, share=_share(record, p), reason=line(why))
     progress(f"{p.name}: {why}; devices {','.join(p.device_ids)} are unassigned")
     parts = [q for q in record.partitions if q.name != p.name]
     return state.save(replace(record.with_partitions(parts), unassigned=(*record.unassigned, spare)))

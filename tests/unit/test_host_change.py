@@ -24,7 +24,7 @@ from ray_accel.cluster.raylet import Split
 from ray_accel.cluster.record import HostChange, RecordError, Spare, dumps, parse_record
 from ray_accel.core.errors import RayAccelError
 from ray_accel.core.health_state import HealthSettings
-from ray_accel.hostops import steps
+from ray_accel.hostops import change, steps
 from ray_accel.hostops.repartition import Inputs, free_block, plan_change
 from ray_accel.partition.plan import MaskView
 from tests.planning import started_record
@@ -310,3 +310,15 @@ def test_a_removed_partition_whose_devices_no_new_one_takes_keeps_its_share() ->
     old = {p.name: p.share for p in record.partitions}
     assert cc.share is not None and old["c"] is not None
     assert cc.share.object_store_memory == old["c"].object_store_memory, "d's share is not given to cc"
+
+
+@given(st.text(max_size=2000))
+def test_a_reason_from_a_launchers_log_is_kept_as_one_line_the_record_reads_back(said: str) -> None:
+    """A launch's error carries its log's tail: colour codes, line breaks. The
+    record keeps it as one line it reads back (it refused its own file before)."""
+    record = started_record(TRN1, "a=0-3;b=4-7")
+    share = record.partitions[1].share
+    assert share is not None
+    spare = Spare(device_ids=("neuron:15",), core_ids=(30, 31), share=share, reason=change.line(f"\x1b[37m{said}\n"))
+    read = parse_record(dumps(replace(record, unassigned=(spare,))), "host.json")
+    assert read.unassigned[0].reason == spare.reason and "\n" not in spare.reason and len(spare.reason) <= 1000
