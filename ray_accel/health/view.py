@@ -61,7 +61,18 @@ def health_payload(found: Recorded) -> dict[str, Any]:
     if health is None:
         return dict(out, at=None, polls=0, devices=[], partitions=[], events=[], counters={}, errors=[])
     owner = partition_of(record)
-    devices = [dump_fields(d, partition=owner.get(d.device_id)) for d in health.devices]
+    proofs = proofs_of(health)
+    devices = [
+        dump_fields(
+            d,
+            partition=owner.get(d.device_id),
+            check=proofs.get(d.device_id, {}).get("check"),
+            checking=proofs.get(d.device_id, {}).get("checking"),
+            repair=proofs.get(d.device_id, {}).get("repair"),
+            repair_note=proofs.get(d.device_id, {}).get("repair_note"),
+        )
+        for d in health.devices
+    ]
     return {**out, **to_json(health), "devices": devices}
 
 
@@ -76,3 +87,39 @@ def check_clear(found: Recorded, device_id: str) -> None:
         raise InputError(f"device {device_id!r} is not a device of this host's partitions (devices: {shown})")
     if found.record.health is None:
         raise RayAccelError("this host's partitions were started without a health decider; nothing to clear")
+
+
+def check_checkable(found: Recorded, device_id: str) -> None:
+    """Refuse a check by hand that may not run (exit 2, naming the device): a
+    device this host's partitions do not have, or one a raylet serves (or
+    may, while its partition drains or a host change is under way)."""
+    from ray_accel.health.rules import free_devices
+
+    owner = partition_of(found.record)
+    if device_id not in owner:
+        shown = ", ".join(list(owner)[:20]) + (", ..." if len(owner) > 20 else "")
+        raise InputError(f"device {device_id!r} is not a device of this host's partitions (devices: {shown})")
+    if device_id not in free_devices(found.record):
+        raise InputError(
+            f"device {device_id} is served by partition {owner[device_id]}: a check runs only on a device "
+            "out of service (`ray-accel health` shows which are)"
+        )
+
+
+def proofs_of(health: HostHealth | None) -> dict[str, dict[str, Any]]:
+    """Device -> its last check and repair, a check under way, and what a person must do."""
+    from ray_accel.health.proof import repair_note
+
+    if health is None:
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    for c in health.checks:
+        out.setdefault(c.device_id, {})["check"] = dump_fields(c)
+    for r in health.repairs:
+        row = out.setdefault(r.device_id, {})
+        row["repair"] = dump_fields(r)
+        if note := repair_note(r):
+            row["repair_note"] = note
+    for d, since in health.checking.items():
+        out.setdefault(d, {})["checking"] = since
+    return out
