@@ -159,7 +159,7 @@ def keep_check(place: state.Place, result: CheckResult) -> Path:
             return tell_check(place.directory, result)
         now = time.time()
         kept = read_kept(place.directory)
-        if kept.unknown:
+        if kept.unknown and kept.found:  # never overwrite a file that cannot be read
             raise RayAccelError(f"the check of {result.device_id} is not kept: {kept.unknown}")
         devices = list(kept.devices)
         if result.device_id not in {d.device_id for d in devices}:
