@@ -20,6 +20,7 @@ from ray_accel.cluster import auth, procs, state
 from ray_accel.cluster.auth import Auth
 from ray_accel.cluster.host import Share
 from ray_accel.cluster.state import HostRecord, PartitionEntry, RayProcess, RecordError
+from ray_accel.core.checks import CheckResult, RepairResult
 from ray_accel.core.errors import RayAccelError
 from ray_accel.core.health import DeviceHealth, Health
 from ray_accel.core.health_state import Action, PartitionState, read_health
@@ -84,6 +85,9 @@ class HealthSummary:
     polls: int | None
     not_healthy: tuple[DeviceHealth, ...]
     errors: tuple[str, ...]
+    # Each out device's last check and repair (the decider's proof before it returns).
+    checks: tuple[CheckResult, ...] = ()
+    repairs: tuple[RepairResult, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -214,6 +218,7 @@ def describe(record: HostRecord, place: state.Place) -> HostStatus:
     if record.health is not None:
         decider = record.decider
         alive = decider is not None and decider in checks and checks[decider].ours
+        out_ids = {d for p in record.partitions for d in p.out}
         summary = HealthSummary(
             record.health.action,
             record.health.interval_s,
@@ -223,6 +228,8 @@ def describe(record: HostRecord, place: state.Place) -> HostStatus:
             None if health is None else health.polls,
             () if health is None else tuple(d for d in health.devices if d.state is not Health.HEALTHY),
             () if health is None else health.errors,
+            checks=() if health is None else tuple(c for c in health.checks if c.device_id in out_ids),
+            repairs=() if health is None else tuple(r for r in health.repairs if r.device_id in out_ids),
         )
     return HostStatus(
         any(p.alive for p in out) or bool(head and head.alive),
