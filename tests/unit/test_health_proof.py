@@ -364,3 +364,77 @@ def test_health_check_by_hand_exit_codes(env: dict[str, str], spawn: Spawn) -> N
     Path(env["RAYACCEL_MOCK_FAULTS"]).write_text(json.dumps({"checks": {"neuron:0": "passed"}}))
     proc = run_cli_here("health", "check", "neuron:0", env=env)
     assert proc.returncode == 0 and proc.stdout.startswith("neuron:0: passed"), proc.stderr
+
+
+# ---------------------------------------------------------------- an out device stays visible
+
+
+def out_health() -> HostHealth:
+    """p1 shrunk without neuron:9 (unhealthy, its check failed, a repair made); p0 serving neuron:0."""
+    parts = (
+        PartitionHealth("p0", PartState.SERVING, 1.0, ("neuron:0",), (), "ab", ""),
+        PartitionHealth("p1", PartState.SHRUNK, 1.0, ("neuron:8",), (D,), "cd", "without neuron:9"),
+    )
+    devices = (healthy(device="neuron:0"), healthy(device="neuron:8"), unhealthy())
+    return HostHealth(
+        1.0,
+        SHRINK,
+        devices,
+        parts,
+        checks=(CheckResult(D, CheckOutcome.FAILED, "mock check: failed", 10.0, 11.0),),
+        repairs=(repaired(RepairOutcome.REBOOT_REQUIRED, 5.0),),
+        check_counts={D: {"failed": 3}},
+        repair_counts={D: {"reboot-required": 1}},
+    )
+
+
+def test_an_out_device_reads_0_healthy_and_its_checks_and_repairs_are_counted() -> None:
+    from ray_accel.metrics.export import GAUGES, HostValues, health_values, out_values
+
+    host = HostValues("h_10.0.0.1", "neuron", "Trainium", 16, 1)
+    ((key, value, tags),) = out_values(out_health(), host)
+    assert (key, value) == ("healthy", 0.0) and tags["device_id"] == D and tags["partition"] == "p1"
+    assert set(tags) == set(GAUGES["healthy"].tags)
+    values = health_values(out_health(), "h_10.0.0.1")
+    assert ("checks", 3.0, {"host": "h_10.0.0.1", "partition": "p1", "device_id": D, "outcome": "failed"}) in values
+    assert (
+        "repairs",
+        1.0,
+        {"host": "h_10.0.0.1", "partition": "p1", "device_id": D, "outcome": "reboot-required"},
+    ) in (values)
+    assert GAUGES["checks"].name == "accel_device_checks_total"
+    assert GAUGES["repairs"].name == "accel_device_repairs_total"
+
+
+def test_top_lists_an_out_device_with_its_health_check_and_repair() -> None:
+    from ray_accel.cli.render import top_text
+    from ray_accel.cli.top import top_payload
+    from ray_accel.metrics.export import out_devices
+
+    rows = out_devices(out_health(), "h_10.0.0.1")
+    assert [r["id"] for r in rows] == [D]
+    snap = {"devices": [], "workloads": [], "orphans": [], "errors": [], "took_s": 0.01, "out_of_service": rows}
+    from ray_accel.cluster.status import ClusterPartition
+
+    part = ClusterPartition(
+        host="h_10.0.0.1",
+        host_name="h",
+        partition="p0",
+        node_id="n1",
+        ip="10.0.0.1",
+        alive=True,
+        resource=None,
+        accelerator_type=None,
+        core_ids=None,
+        mask=None,
+        device_indexes=None,
+        total={},
+        available={},
+    )
+    payload = top_payload([part], {"n1": snap})
+    (row,) = payload["devices"]
+    assert row["id"] == D and row["healthy"] is False and row["health_state"] == "unhealthy"
+    assert row["check"]["outcome"] == "failed" and row["repair"]["outcome"] == "reboot-required"
+    payload["head"], payload["jobs"] = None, []
+    text = top_text(payload)
+    assert "out of service; last check failed: mock check: failed" in text
