@@ -131,8 +131,13 @@ def clear(device_id: str, as_json: bool) -> int:
     from ray_accel.cluster import state
     from ray_accel.core.errors import RayAccelError
     from ray_accel.core.health_kept import KEPT_FILE
+    from ray_accel.health.proof import checks_anything
     from ray_accel.health.requests import ask_clear, check_by_hand, clear_kept, keep_check
+    from ray_accel.health.rules import free_devices
     from ray_accel.health.view import Recorded, check_checkable, check_clear, locate_health
+
+    def out_here(found: Recorded, device_id: str) -> bool:
+        return device_id in free_devices(found.record)
 
     found: Recorded | None = None
     try:
@@ -153,7 +158,7 @@ def clear(device_id: str, as_json: bool) -> int:
             return emit(as_json, {"clear": device_id, "asked_at": request.at, "message": message}, lambda p: message)
         place, out = found.place, [d for p in found.record.partitions for d in p.out]
     settings = found.record.health if found is not None else None
-    if found is not None and settings is not None and settings.return_check and settings.action.value != "report":
+    if found is not None and settings is not None and checks_anything(settings) and out_here(found, device_id):
         # No decider to check it before it returns: the check runs here, and a clear needs it passed.
         check_checkable(found, device_id)
         result = check_by_hand(found.record, device_id, settings.check_timeout_s)

@@ -438,3 +438,28 @@ def test_top_lists_an_out_device_with_its_health_check_and_repair() -> None:
     payload["head"], payload["jobs"] = None, []
     text = top_text(payload)
     assert "out of service; last check failed: mock check: failed" in text
+
+
+def test_health_clear_with_no_decider_checks_first_and_clears_only_on_passed(
+    env: dict[str, str],  # noqa: F811
+    spawn: Spawn,  # noqa: F811
+) -> None:
+    from ray_accel.cluster.state import write_atomic
+    from ray_accel.core.health_kept import KEPT_FILE
+    from ray_accel.core.health_track import Fault
+
+    state.save(out_record(ray_process(spawn()), SHRINK, PartState.STOPPED))
+    directory = Path(env["RAYACCEL_STATE_DIR"])
+    event = HealthEvent("neuron:0", "ecc", "mem_ecc_uncorrected", "grew", 1.0, True)
+    fault = Fault("ecc", event, sticky=True)
+    write_atomic(directory / KEPT_FILE, dumps([KeptDevice("neuron:0", 1.0, (fault,))], 1.0))
+    Path(env["RAYACCEL_MOCK_FAULTS"]).write_text(json.dumps({"checks": {"neuron:0": "failed"}}))
+    proc = run_cli_here("health", "clear", "neuron:0", env=env)
+    assert proc.returncode == 1 and "not cleared" in proc.stderr and "failed" in proc.stderr, proc.stderr
+    (kept,) = read_kept(directory).devices
+    assert kept.faults == (fault,) and kept.check is not None and kept.check.outcome is CheckOutcome.FAILED
+    Path(env["RAYACCEL_MOCK_FAULTS"]).write_text(json.dumps({"checks": {"neuron:0": "passed"}}))
+    proc = run_cli_here("health", "clear", "neuron:0", env=env)
+    assert proc.returncode == 0, proc.stderr
+    (kept,) = read_kept(directory).devices
+    assert kept.faults == () and kept.check is not None and kept.check.outcome is CheckOutcome.PASSED
