@@ -49,8 +49,8 @@ def health_text(payload: Mapping[str, Any], now: float | None = None) -> str:
             lambda d: ", ".join(f"{k} x{n}" for k, n in sorted(counters.get(d["device_id"], {}).items())) or "-",
         ),
         ("HEALTHY AGAIN WHEN", lambda d: d["healthy_again"] or "-"),
-        ("LAST CHECK", lambda d: check_cell(d, now)),
-        ("LAST REPAIR", lambda d: repair_cell(d)),
+        ("LAST CHECK", lambda d: check_cell(d.get("check"), d.get("checking"), now)),
+        ("LAST REPAIR", lambda d: repair_cell(d.get("repair"), d.get("repair_note"))),
     )
     parts = table(
         payload["partitions"],
@@ -65,21 +65,22 @@ def health_text(payload: Mapping[str, Any], now: float | None = None) -> str:
     return "\n\n".join([head, devices, parts, *(["\n".join(errors)] if errors else [])])
 
 
-def check_cell(device: Mapping[str, Any], now: float) -> str:
+Kept = Mapping[str, str | float | int | None]  # a check or repair as `health --json` shows it
+
+
+def check_cell(check: Kept | None, checking: float | None, now: float) -> str:
     """A device's last check in a few words (a check under way first)."""
-    if device.get("checking"):
-        return f"checking since {ago(device['checking'], now)}"
-    check = device.get("check")
+    if checking:
+        return f"checking since {ago(checking, now)}"
     if not check:
         return "-"
-    return f"{check['outcome']} {ago(check['ended'], now)}: {check['detail']}"
+    ended = check["ended"]
+    return f"{check['outcome']} {ago(float(ended) if ended is not None else None, now)}: {check['detail']}"
 
 
-def repair_cell(device: Mapping[str, Any]) -> str:
-    repair = device.get("repair")
+def repair_cell(repair: Kept | None, note: str | None) -> str:
     if not repair:
         return "-"
-    note = device.get("repair_note")
     return f"{repair['outcome']}: {note or repair['detail']}"
 
 

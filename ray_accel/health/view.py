@@ -12,7 +12,7 @@ from ray_accel.cluster.state import HostRecord
 from ray_accel.cluster.status import recorded
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.health_state import HostHealth, read_health, to_json
-from ray_accel.core.reader import dump_fields
+from ray_accel.core.reader import dump, dump_fields
 
 
 @dataclass(frozen=True)
@@ -60,16 +60,20 @@ def health_payload(found: Recorded) -> dict[str, Any]:
     }
     if health is None:
         return dict(out, at=None, polls=0, devices=[], partitions=[], events=[], counters={}, errors=[])
+    from ray_accel.health.proof import repair_note
+
     owner = partition_of(record)
-    proofs = proofs_of(health)
+    # Each device's last check and repair, a check under way, and what a person must do.
+    checks = {c.device_id: c for c in health.checks}
+    repairs = {r.device_id: r for r in health.repairs}
     devices = [
         dump_fields(
             d,
             partition=owner.get(d.device_id),
-            check=proofs.get(d.device_id, {}).get("check"),
-            checking=proofs.get(d.device_id, {}).get("checking"),
-            repair=proofs.get(d.device_id, {}).get("repair"),
-            repair_note=proofs.get(d.device_id, {}).get("repair_note"),
+            check=dump(checks.get(d.device_id)),
+            checking=health.checking.get(d.device_id),
+            repair=dump(repairs.get(d.device_id)),
+            repair_note=repair_note(repairs.get(d.device_id)) or None,
         )
         for d in health.devices
     ]
@@ -104,22 +108,3 @@ def check_checkable(found: Recorded, device_id: str) -> None:
             f"device {device_id} is served by partition {owner[device_id]}: a check runs only on a device "
             "out of service (`ray-accel health` shows which are)"
         )
-
-
-def proofs_of(health: HostHealth | None) -> dict[str, dict[str, Any]]:
-    """Device -> its last check and repair, a check under way, and what a person must do."""
-    from ray_accel.health.proof import repair_note
-
-    if health is None:
-        return {}
-    out: dict[str, dict[str, Any]] = {}
-    for c in health.checks:
-        out.setdefault(c.device_id, {})["check"] = dump_fields(c)
-    for r in health.repairs:
-        row = out.setdefault(r.device_id, {})
-        row["repair"] = dump_fields(r)
-        if note := repair_note(r):
-            row["repair_note"] = note
-    for d, since in health.checking.items():
-        out.setdefault(d, {})["checking"] = since
-    return out

@@ -55,6 +55,7 @@ from typing import Any
 import psutil
 
 from ray_accel.core import reader
+from ray_accel.core.checks import CheckResult, RepairResult
 from ray_accel.core.health import Health
 from ray_accel.core.health_state import HostHealth, PartState, read_health
 from ray_accel.core.hosts import HostId, this_host_name
@@ -222,22 +223,36 @@ def out_values(health: HostHealth, host: HostValues) -> list[tuple[str, float, d
     return out
 
 
-def out_devices(health: HostHealth, host: str) -> list[dict[str, Any]]:
-    """`top`'s rows of the devices out of service: health, last check and repair."""
+@dataclass(frozen=True, kw_only=True)
+class OutDevice:
+    """A device out of service as `top` lists it: its health, last check and repair."""
+
+    id: str
+    host: str
+    partition: str
+    health_state: str
+    reason: str
+    check: CheckResult | None
+    checking: float | None
+    repair: RepairResult | None
+
+
+def out_devices(health: HostHealth, host: str) -> list[OutDevice]:
+    """`top`'s rows of the devices out of service, which no exporter samples."""
     owner = out_of_service(health)
-    checks = {c.device_id: reader.dump(c) for c in health.checks}
-    repairs = {r.device_id: reader.dump(r) for r in health.repairs}
+    checks = {c.device_id: c for c in health.checks}
+    repairs = {r.device_id: r for r in health.repairs}
     return [
-        {
-            "id": d.device_id,
-            "host": host,
-            "partition": owner[d.device_id],
-            "health_state": d.state.value,
-            "reason": d.last_event.reason if d.last_event is not None else d.healthy_again,
-            "check": checks.get(d.device_id),
-            "checking": health.checking.get(d.device_id),
-            "repair": repairs.get(d.device_id),
-        }
+        OutDevice(
+            id=d.device_id,
+            host=host,
+            partition=owner[d.device_id],
+            health_state=d.state.value,
+            reason=d.last_event.reason if d.last_event is not None else d.healthy_again,
+            check=checks.get(d.device_id),
+            checking=health.checking.get(d.device_id),
+            repair=repairs.get(d.device_id),
+        )
         for d in health.devices
         if d.device_id in owner
     ]
@@ -391,7 +406,7 @@ class PartitionExporter:
                 gone = [p.partition for p in health.partitions if not p.state.exporting]
                 out["others"] = {name: partition_health(health, name) for name in gone}
                 out["devices"] += [d._asdict() for d in self._adopted]
-                out["out_of_service"] = out_devices(health, self.where.host)
+                out["out_of_service"] = [reader.dump(o) for o in out_devices(health, self.where.host)]
             if self._failed is not None:
                 out["errors"] = [*out["errors"], f"{self._failed} (this snapshot is from the last good sample)"]
             elif (age := time.time() - self._last.taken_at) > max(STALE_S, 3 * self.interval_s):

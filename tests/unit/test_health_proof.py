@@ -409,10 +409,11 @@ def test_an_out_device_reads_0_healthy_and_its_checks_and_repairs_are_counted() 
 def test_top_lists_an_out_device_with_its_health_check_and_repair() -> None:
     from ray_accel.cli.render import top_text
     from ray_accel.cli.top import top_payload
+    from ray_accel.core.reader import dump
     from ray_accel.metrics.export import out_devices
 
-    rows = out_devices(out_health(), "h_10.0.0.1")
-    assert [r["id"] for r in rows] == [D]
+    rows = [dump(o) for o in out_devices(out_health(), "h_10.0.0.1")]
+    assert [o.id for o in out_devices(out_health(), "h_10.0.0.1")] == [D]
     snap = {"devices": [], "workloads": [], "orphans": [], "errors": [], "took_s": 0.01, "out_of_service": rows}
     from ray_accel.cluster.status import ClusterPartition
 
