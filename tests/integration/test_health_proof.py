@@ -51,6 +51,11 @@ def cores(cluster: Cluster, name: str) -> float:
         return -1.0
 
 
+def settled_at(cluster: Cluster, count: float) -> bool:
+    """p1 serves `count` NeuronCores in Ray's view and its restart is over (no host change in the record)."""
+    return cores(cluster, "p1") == count and record(cluster).change is None
+
+
 def shown(cluster: Cluster, device: str) -> dict[str, Any]:
     """The device as `health --json` shows it."""
     proc = cluster.cli("health", "--json")
@@ -85,7 +90,7 @@ def test_a_device_returns_only_once_its_check_passes_and_stays_visible_while_out
     cluster = trn1(tmp_path, faults)
     try:
         # 1: lost, p1 shrinks to 14 NeuronCores in Ray's view.
-        until(lambda: cores(cluster, "p1") == 14, 120)
+        until(lambda: settled_at(cluster, 14), 120)
 
         # 3: by hand, the check's outcome is the exit status; a served device is refused.
         by_hand = cluster.cli("health", "check", "neuron:9", "--json")
@@ -126,7 +131,7 @@ def test_a_device_returns_only_once_its_check_passes_and_stays_visible_while_out
 
         # 2: a sticky fault cleared by hand while its check fails stays out; then passes, returns, no clear.
         write_faults(faults, {"events": [ECC], "checks": {"neuron:9": "failed"}})
-        until(lambda: cores(cluster, "p1") == 14, 120)
+        until(lambda: settled_at(cluster, 14), 120)
         cleared = time.time()
         assert cluster.cli("health", "clear", "neuron:9").returncode == 0
         until(lambda: (shown(cluster, "neuron:9").get("check") or {}).get("started", 0) >= cleared, 60)
@@ -138,7 +143,7 @@ def test_a_device_returns_only_once_its_check_passes_and_stays_visible_while_out
         # 5: the decider SIGKILLed while a check runs (30 s): after `start --recover`, checked again, then back.
         slow = {"neuron:9": {"outcome": "passed", "delay_s": 30}}
         write_faults(faults, {"events": [ECC, {**ECC, "seq": 1}], "checks": slow})
-        until(lambda: cores(cluster, "p1") == 14, 120)
+        until(lambda: settled_at(cluster, 14), 120)
         assert cluster.cli("health", "clear", "neuron:9").returncode == 0
         kept = cluster.state_dir / "devices.json"
 
