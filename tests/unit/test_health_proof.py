@@ -464,3 +464,24 @@ def test_health_clear_with_no_decider_checks_first_and_clears_only_on_passed(
     assert proc.returncode == 0, proc.stderr
     (kept,) = read_kept(directory).devices
     assert kept.faults == () and kept.check is not None and kept.check.outcome is CheckOutcome.PASSED
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--check-timeout", "0"),
+        ("--check-timeout", "90000"),
+        ("--check-timeout", "nan"),
+        ("--check-interval", "-1"),
+        ("--repair", "reboot"),
+        ("--return-check", "maybe"),
+    ],
+)
+def test_start_refuses_a_bad_check_setting_naming_it_before_anything_starts(
+    env: dict[str, str],  # noqa: F811
+    flag: str,
+    value: str,
+) -> None:
+    proc = run_cli_here("start", "--head", "--on-unhealthy", "shrink", flag, value, env=env)
+    assert proc.returncode == 2 and flag in proc.stderr and value in proc.stderr, proc.stderr
+    assert not (Path(env["RAYACCEL_STATE_DIR"]) / "host.json").exists()
