@@ -112,7 +112,8 @@ def test_a_device_returns_only_once_its_check_passes_and_stays_visible_while_out
         with running_prometheus(sd_file(cluster)) as prom:
             prom.wait_for_targets(required=metrics_targets(cluster), timeout_s=90)
             series = prom.wait_for_series('ray_accel_device_healthy{device_id="neuron:9"}', timeout_s=60)
-            assert series and {s.value for s in series} == {0.0}, series
+            assert series and {value for _, value in series} == {0.0}, series
+            assert {labels["partition"] for labels, _ in series} == {"p1"}, series
         write_faults(faults, {"lost": ["neuron:9"], "checks": {"neuron:9": "passed"}})
         passed = cluster.cli("health", "check", "neuron:9", "--json")
         assert passed.returncode == 0 and json.loads(passed.stdout)["outcome"] == "passed", passed.stderr
