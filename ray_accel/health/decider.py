@@ -152,7 +152,7 @@ class Decider:
         checks = procs.check_record(record)
         self.prove_devices(record, by_id)
         out = [d for p in record.partitions for d in p.out]
-        proven = prove.proven(self.settings, out, by_id, self.proofs)
+        proven = prove.proven(self.settings, out, by_id, self.proofs) | rules.kept_in(record)
         for p in record.partitions:
             record = self.step(record, p.name, by_id, checks, proven) or record
         self.health = replace(

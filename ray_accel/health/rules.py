@@ -232,3 +232,10 @@ def free_devices(record: HostRecord) -> tuple[str, ...]:
         for d in p.out
         if d not in p.serving.device_ids
     )
+
+
+def kept_in(record: HostRecord) -> frozenset[str]:
+    """The devices no fault took out of service (not in their partition's `out`):
+    they need no proof. A stopped partition's rule reads every device as out,
+    so these are what `Facts.proven` holds for it without a check."""
+    return frozenset(d for p in record.partitions for d in p.device_ids if d not in p.out)

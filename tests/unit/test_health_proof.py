@@ -107,6 +107,21 @@ def test_a_stopped_partition_restarts_with_its_proven_devices_only() -> None:
     assert whole.effect is rules.Effect.RESTART and whole.view.devices == FULL
 
 
+def test_a_stopped_partition_needs_proof_only_of_the_devices_a_fault_took_out() -> None:
+    record = out_record(ray_process(1), SHRINK, PartState.STOPPED)
+    (p,) = record.partitions
+    two = replace(p, device_ids=("neuron:0", "neuron:1"), out=("neuron:0",))
+    record = replace(record, partitions=(two,))
+    assert rules.kept_in(record) == {"neuron:1"}
+    full = ("neuron:0", "neuron:1")
+    stopped = PartitionHealth("p0", PartState.STOPPED, 0.0, (), full, None, "shrink: stopped")
+    health = {d: healthy(device=d) for d in full}
+    step = rules.decide(SHRINK, stopped, rules.Facts(full, False, health, rules.kept_in(record)), 200.0)
+    assert step.effect is rules.Effect.RESTART and step.view.devices == ("neuron:1",)
+    step = rules.decide(SHRINK, stopped, rules.Facts(full, False, health, rules.kept_in(record) | {"neuron:0"}), 200.0)
+    assert step.effect is rules.Effect.RESTART and step.view.devices == full
+
+
 # ---------------------------------------------------------------- proven, and when to check
 
 
