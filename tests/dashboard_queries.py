@@ -40,6 +40,8 @@ METRICS: Mapping[str, frozenset[str]] = {
     "ray_accel_partition_state": frozenset({"host", "partition", "state"}),
     "ray_accel_device_health_state": frozenset({"host", "partition", "device_id", "state"}),
     "ray_accel_device_health_events": frozenset({"host", "partition", "device_id", "kind", "code"}),
+    "ray_accel_device_checks_total": frozenset({"host", "partition", "device_id", "outcome"}),
+    "ray_accel_device_repairs_total": frozenset({"host", "partition", "device_id", "outcome"}),
 }
 # Ray's metrics agent adds SessionName (and Component, NodeAddress, Version,
 # WorkerId) to every metric, Prometheus adds instance and job; panels may

@@ -7,11 +7,20 @@ import click
 import ray_accel.health  # noqa: F401  (registers the host's decider: stop checks it by kind)
 from ray_accel.cli import render
 from ray_accel.cli.output import emit, json_option, progress
-from ray_accel.cli.params import HOST_PORT, MAX_WORKERS, PORT, drain_deadline_option, grouped, seconds, split_options
+from ray_accel.cli.params import (
+    HOST_PORT,
+    MAX_WORKERS,
+    PORT,
+    check_timeout_option,
+    drain_deadline_option,
+    grouped,
+    seconds,
+    split_options,
+)
 from ray_accel.cluster.raylet import Join, Offer, Services, Split, StartRequest
 from ray_accel.core import validate
 from ray_accel.core.errors import InputError
-from ray_accel.core.health_state import Action, HealthSettings
+from ray_accel.core.health_state import Action, HealthSettings, Repair
 from ray_accel.core.reader import dump_fields
 
 # The options a recover takes; every other one shapes a new start.
@@ -72,8 +81,16 @@ RECOVER_OPTIONS = ("head", "address", "recover", "timeout", "as_json")
 )
 @grouped(
     "health",
-    lambda on_unhealthy, health_interval, drain_deadline: HealthSettings(
-        Action(on_unhealthy), health_interval, drain_deadline
+    lambda on_unhealthy, health_interval, drain_deadline, return_check, check_interval, check_timeout, repair: (
+        HealthSettings(
+            Action(on_unhealthy),
+            health_interval,
+            drain_deadline,
+            return_check=return_check == "on",
+            check_interval_s=check_interval,
+            check_timeout_s=check_timeout,
+            repair=Repair(repair),
+        )
     ),
     click.option(
         "--on-unhealthy",
@@ -86,6 +103,24 @@ RECOVER_OPTIONS = ("head", "address", "recover", "timeout", "as_json")
     ),
     seconds("--health-interval", 0.1, 3600, 5.0, "seconds between the health decider's polls"),
     drain_deadline_option("seconds a drained partition's work gets to move before its raylet is stopped"),
+    click.option(
+        "--return-check",
+        type=click.Choice(["on", "off"]),
+        default="on",
+        show_default=True,
+        help="a device out of service returns to its partition only once the backend's active check of it "
+        "passes (off: as soon as it is healthy again)",
+    ),
+    seconds("--check-interval", 0, 3600, 10.0, "seconds between a failed (or timed out) check and the next"),
+    check_timeout_option("seconds one active check of a device may take before it is killed (outcome timeout)"),
+    click.option(
+        "--repair",
+        type=click.Choice(["off", "reset"]),
+        default="off",
+        show_default=True,
+        help="reset: repair a device out of service as its driver asks (a GPU reset), once per fault, once "
+        "its partition no longer serves it; reboot-only and operator's repairs are shown, never run",
+    ),
 )
 @json_option
 @click.pass_context

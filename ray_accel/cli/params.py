@@ -60,6 +60,24 @@ def drain_deadline_option(help: str) -> Callable[[F], F]:
     return seconds("--drain-deadline", 0, 7 * 24 * 3600, 120.0, help)
 
 
+def _check_timeout(value: Any, flag: str) -> float:
+    from ray_accel.plugins.check_runner import check_timeout
+
+    number = validate.finite_float(value, flag, 0)
+    try:
+        return check_timeout(number)
+    except InputError as e:
+        raise InputError(f"{flag}: {e}") from None
+
+
+CHECK_TIMEOUT = Checked("number", _check_timeout)
+
+
+def check_timeout_option(help: str) -> Callable[[F], F]:
+    """`--check-timeout`: seconds above 0, at most a day (`check_runner.check_timeout`), 60 by default."""
+    return click.option("--check-timeout", type=CHECK_TIMEOUT, default=60.0, show_default=True, help=help)
+
+
 def grouped(name: str, build: Callable[..., Any], *options: Callable[[F], F]) -> Callable[[F], F]:
     """`options` given to the command as one typed value, its parameter `name`:
     what `build` makes of theirs (its parameters are the options' names)."""

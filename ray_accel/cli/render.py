@@ -185,6 +185,8 @@ def health_lines(payload: HostStatus) -> list[str]:
     for d in summary.not_healthy:
         why = f": {d.last_event.reason}" if d.last_event and d.last_event.reason else ""
         lines.append(f"  {d.device_id} {d.state.value}{why}")
+    lines += [f"  {c.device_id} last check {c.outcome.value}: {c.detail}" for c in summary.checks]
+    lines += [f"  {r.device_id} last repair {r.outcome.value}: {r.detail}" for r in summary.repairs]
     return lines
 
 
@@ -221,7 +223,15 @@ def top_text(payload: dict[str, Any]) -> str:
 
     def health(d: dict[str, Any]) -> str:
         """The device's family rule's verdict (the host's decider), and why it has no sample."""
-        return (d.get("health_state") or "-") + (f" ({d['reason']})" if d["reason"] else "")
+        text = (d.get("health_state") or "-") + (f" ({d['reason']})" if d["reason"] else "")
+        if d.get("out_of_service"):
+            # Out of service: no sample, so what proves or repairs it is shown instead.
+            check, repair = d.get("check"), d.get("repair")
+            text += "; out of service"
+            text += "; a check under way" if d.get("checking") else ""
+            text += f"; last check {check['outcome']}: {check['detail']}" if check else "; not checked"
+            text += f"; last repair {repair['outcome']}: {repair['detail']}" if repair else ""
+        return text
 
     parts = table(
         payload["partitions"],

@@ -75,6 +75,19 @@ def top_payload(partitions: Sequence[ClusterPartition], snaps: Mapping[str, dict
             for d in snap.get("devices", [])
             for rule in [by_rule.get(d.get("id"))]
         ]
+        # The devices out of service, which no exporter samples: from the host-level one.
+        devices += [
+            {
+                **{k: d.get(k) for k in DEVICE_FIELDS},
+                "healthy": VERDICT.get(d.get("health_state") or ""),
+                "health_state": d.get("health_state"),
+                "out_of_service": True,
+                "check": d.get("check"),
+                "checking": d.get("checking"),
+                "repair": d.get("repair"),
+            }
+            for d in snap.get("out_of_service", [])
+        ]
         workloads += snap.get("workloads", [])
         orphans += [load(OrphanReading, o) for o in snap.get("orphans", [])]
         errors += [f"{where}: {e}" for e in snap.get("errors", [])]

@@ -21,6 +21,7 @@ from ray_accel.cluster import auth, statedir
 from ray_accel.cluster.auth import Auth
 from ray_accel.cluster.host import Share
 from ray_accel.cluster.record import HostRecord, PartitionEntry, RayProcess, RecordError
+from ray_accel.core.checks import CheckResult, RepairResult
 from ray_accel.core.errors import RayAccelError
 from ray_accel.core.health import DeviceHealth, Health
 from ray_accel.core.health_state import Action, PartitionState, read_health
@@ -88,6 +89,9 @@ class HealthSummary:
     polls: int | None
     not_healthy: tuple[DeviceHealth, ...]
     errors: tuple[str, ...]
+    # Each out device's last check and repair (the decider's proof before it returns).
+    checks: tuple[CheckResult, ...] = ()
+    repairs: tuple[RepairResult, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -220,6 +224,7 @@ def describe(record: HostRecord, place: statedir.Place) -> HostStatus:
     if record.health is not None:
         decider = record.decider
         alive = decider is not None and decider in checks and checks[decider].ours
+        out_ids = {d for p in record.partitions for d in p.out}
         summary = HealthSummary(
             record.health.action,
             record.health.interval_s,
@@ -229,6 +234,8 @@ def describe(record: HostRecord, place: statedir.Place) -> HostStatus:
             None if health is None else health.polls,
             () if health is None else tuple(d for d in health.devices if d.state is not Health.HEALTHY),
             () if health is None else health.errors,
+            checks=() if health is None else tuple(c for c in health.checks if c.device_id in out_ids),
+            repairs=() if health is None else tuple(r for r in health.repairs if r.device_id in out_ids),
         )
     return HostStatus(
         any(p.alive for p in out) or bool(head and head.alive),

@@ -6,7 +6,9 @@ Per device: its open faults (a sticky one with the event that opened it, a
 level one with its clean readings counted so far), each counter's last
 reading (the baseline the next poll compares with, so a counter that grew
 while no decider ran is still growth), and a doubt (why its health is
-unknown until a person clears it). The decider writes it after every poll;
+unknown until a person clears it), and the decider's proof: its last
+check and repair, and a check under way (`checking`), so a decider killed
+mid-check checks again, never returns the device unchecked. The decider writes it after every poll;
 `ray-accel health clear` edits it where no decider runs.
 
 A file that is missing, unreadable, truncated or of another version is
@@ -18,9 +20,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import KW_ONLY, dataclass, field, replace
 from pathlib import Path
 
+from ray_accel.core.checks import CheckResult, RepairResult
 from ray_accel.core.health import Health
 from ray_accel.core.health_state import HealthFileError, read_health
 from ray_accel.core.health_track import Fault, Tracked
@@ -38,6 +41,11 @@ class KeptDevice:
     faults: tuple[Fault, ...] = ()
     counters: Mapping[str, int] = field(default_factory=dict)  # last reading of each counter, by name
     doubt: str = ""  # why its health is unknown until cleared by hand ("": none)
+    # The decider's proof of the device (kept by keyword: a later field never shifts these).
+    _: KW_ONLY
+    check: CheckResult | None = None  # its last check that ended
+    checking: float | None = None  # when a check under way began (None: none); one left here was cut short
+    repair: RepairResult | None = None  # its last repair (one begun and cut short: ended == started, failed)
 
     @property
     def out(self) -> bool:

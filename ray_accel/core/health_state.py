@@ -13,11 +13,12 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ray_accel.core import validate
+from ray_accel.core.checks import DEFAULT_CHECK_TIMEOUT_S, CheckResult, RepairResult
 from ray_accel.core.errors import InputError
 from ray_accel.core.health import DeviceHealth, HealthEvent
 from ray_accel.core.reader import Node, ReadError, dump_fields, load, parse_document, read_file
@@ -30,6 +31,10 @@ MIN_INTERVAL_S = 0.1
 MAX_INTERVAL_S = 3600.0
 MAX_DEADLINE_S = 7 * 24 * 3600.0
 MAX_TIME = 1e11
+DEFAULT_CHECK_INTERVAL_S = 10.0
+# As `check_runner.check_timeout` bounds it (above 0, at most a day); 60 s by default (`checks`).
+MIN_CHECK_TIMEOUT_S = 0.001
+MAX_CHECK_TIMEOUT_S = 24 * 3600.0
 
 
 class HealthFileError(ReadError):
@@ -43,6 +48,13 @@ class Action(enum.Enum):
     REPORT = "report"  # say so (health, status, top, metrics); scheduling is left as it is
     DRAIN = "drain"  # drain the partition through Ray; stop its raylet at the deadline
     SHRINK = "shrink"  # drain, then restart the partition without the device
+
+
+class Repair(enum.Enum):
+    """What the decider may do to repair a device out of service (`ray-accel start --repair`)."""
+
+    OFF = "off"  # nothing: the repair is the operator's
+    RESET = "reset"  # the backend's repair (a GPU reset) where the driver asks for one, once per fault
 
 
 class PartState(enum.Enum):
@@ -67,15 +79,39 @@ class HealthSettings:
     action: Action = Action.REPORT
     interval_s: float = 5.0
     drain_deadline_s: float = 120.0
+    # Given by keyword: what proves a device before it returns, and what repairs it.
+    _: KW_ONLY
+    return_check: bool = True  # a device out of service returns only once its check passes
+    check_interval_s: float = DEFAULT_CHECK_INTERVAL_S  # between a failed (or timed out) check and the next
+    check_timeout_s: float = DEFAULT_CHECK_TIMEOUT_S  # one check's time limit
+    repair: Repair = Repair.OFF
 
     @classmethod
     def from_json(cls, data: object, where: str = "health") -> HealthSettings:
-        obj = Node(data, where).only({"action", "interval_s", "drain_deadline_s"})
+        """The settings as kept; a record from before the checks reads with their defaults."""
+        obj = Node(data, where).only(SETTINGS_KEYS)
         return cls(
             action=obj.at("action", None).enum(Action),
             interval_s=obj.at("interval_s", None).number(MIN_INTERVAL_S, MAX_INTERVAL_S),
             drain_deadline_s=obj.at("drain_deadline_s", None).number(0.0, MAX_DEADLINE_S),
+            return_check=obj.at("return_check", True).bool(),
+            check_interval_s=obj.at("check_interval_s", DEFAULT_CHECK_INTERVAL_S).number(0.0, MAX_INTERVAL_S),
+            check_timeout_s=obj.at("check_timeout_s", DEFAULT_CHECK_TIMEOUT_S).number(
+                MIN_CHECK_TIMEOUT_S, MAX_CHECK_TIMEOUT_S
+            ),
+            repair=obj.at("repair", Repair.OFF.value).enum(Repair),
         )
+
+
+SETTINGS_KEYS = (
+    "action",
+    "interval_s",
+    "drain_deadline_s",
+    "return_check",
+    "check_interval_s",
+    "check_timeout_s",
+    "repair",
+)
 
 
 @dataclass(frozen=True)
@@ -131,6 +167,14 @@ class HostHealth:
     counters: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # device -> "kind:code" -> events
     polls: int = 0  # polls made by this decider: tests count by it, never by time
     errors: tuple[str, ...] = ()  # what the last poll could not read
+    _: KW_ONLY
+    # The decider's proofs: each device's last check and repair, the checks under way
+    # (device -> since), and how many checks and repairs it made (device -> outcome -> count).
+    checks: tuple[CheckResult, ...] = ()
+    repairs: tuple[RepairResult, ...] = ()
+    checking: Mapping[str, float] = field(default_factory=dict)
+    check_counts: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    repair_counts: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
     def partition(self, name: str) -> PartitionHealth | None:
         return next((p for p in self.partitions if p.partition == name), None)
@@ -178,17 +222,16 @@ def read_health(directory: Path) -> HostHealth | None:
     return None if raw is None else parse_health(raw, str(path))
 
 
-_TOP = {"version", "at", "action", "interval_s", "drain_deadline_s", "polls", "devices", "events", "partitions"}
+_PROOFS = ("checks", "repairs", "checking", "check_counts", "repair_counts")
+_TOP = {"version", "at", *SETTINGS_KEYS, "polls", "devices", "events", "partitions"}
 
 
 def _health(obj: Node) -> HostHealth:
-    obj.only({*_TOP, "counters", "errors"})
+    obj.only({*_TOP, "counters", "errors", *_PROOFS})
     version = obj.mapping().get("version")
     if version != VERSION or isinstance(version, bool):
         raise ReadError(f"{version!r}; this ray-accel reads version {VERSION}", "version")
-    settings = HealthSettings.from_json(
-        {k: obj.mapping().get(k) for k in ("action", "interval_s", "drain_deadline_s")}, "settings"
-    )
+    settings = HealthSettings.from_json({k: obj.mapping()[k] for k in SETTINGS_KEYS if k in obj.mapping()}, "settings")
     devices = tuple(load(DeviceHealth, d.data, d.path) for d in obj.at("devices", None).list())
     parts = tuple(load(PartitionHealth, p.data, p.path) for p in obj.at("partitions", None).list())
     for key, names in (("devices", [d.device_id for d in devices]), ("partitions", [p.partition for p in parts])):
@@ -200,4 +243,26 @@ def _health(obj: Node) -> HostHealth:
         for device, row in obj.at("counters", {}).items()
     }
     at, polls = obj.at("at", None).number(0.0, MAX_TIME), obj.at("polls", 0).int(0, 1 << 62)
-    return HostHealth(at, settings, devices, parts, events[-MAX_EVENTS:], counters, polls, obj.at("errors", []).texts())
+    return HostHealth(
+        at,
+        settings,
+        devices,
+        parts,
+        events[-MAX_EVENTS:],
+        counters,
+        polls,
+        obj.at("errors", []).texts(),
+        checks=tuple(load(CheckResult, c.data, c.path) for c in obj.at("checks", []).list()),
+        repairs=tuple(load(RepairResult, r.data, r.path) for r in obj.at("repairs", []).list()),
+        checking={Node(d, "checking").text(): t.number(0.0, MAX_TIME) for d, t in obj.at("checking", {}).items()},
+        check_counts=_counts(obj.at("check_counts", {})),
+        repair_counts=_counts(obj.at("repair_counts", {})),
+    )
+
+
+def _counts(node: Node) -> dict[str, dict[str, int]]:
+    """device -> outcome -> count."""
+    return {
+        Node(device, node.path).text(): {Node(k, row.path).text(): v.int(0, 1 << 62) for k, v in row.items()}
+        for device, row in node.items()
+    }

@@ -33,20 +33,30 @@ from ray_accel.cluster import statedir as state
 from ray_accel.cluster.exporters import host_level_partition
 from ray_accel.cluster.record import HostRecord, RayProcess
 from ray_accel.cluster.signals import interruptible
+from ray_accel.core.checks import CheckOutcome, CheckResult, NotSupported, RepairOutcome, RepairResult, short
 from ray_accel.core.devices import Device
 from ray_accel.core.errors import RayAccelError
 from ray_accel.core.files import write_atomic
 from ray_accel.core.health import DeviceHealth, Health, HealthReport
-from ray_accel.core.health_kept import KEPT_FILE, doubted, read_kept
+from ray_accel.core.health_kept import KEPT_FILE, KeptDevice, doubted, read_kept
 from ray_accel.core.health_kept import dumps as dump_kept
-from ray_accel.core.health_state import HEALTH_FILE, MAX_EVENTS, HealthSettings, HostHealth, count_events, dumps
+from ray_accel.core.health_state import (
+    HEALTH_FILE,
+    MAX_EVENTS,
+    HealthSettings,
+    HostHealth,
+    count_events,
+    dumps,
+)
+from ray_accel.health import proof as prove
 from ray_accel.health import rules
-from ray_accel.health.requests import pending_requests
+from ray_accel.health.proof import Proof
+from ray_accel.health.requests import pending_requests, take_checks
 from ray_accel.hostops import actions, steps
 from ray_accel.hostops.drain import drain
 from ray_accel.plugins.discovery import process_backend
 from ray_accel.plugins.host_readings import READINGS_FILE, readings_json
-from ray_accel.plugins.interface import HealthMonitor
+from ray_accel.plugins.interface import DevicePlugin, HealthMonitor
 
 log = logging.getLogger("ray_accel.health.decider")
 
@@ -91,6 +101,8 @@ class Decider:
     timeout_s: float = 180.0
     pending: tuple[str, ...] = ()  # errors said at the first poll (why the kept health is unknown)
     drained: set[str] = field(default_factory=set)  # the partitions whose drain this process asked Ray for
+    plugin: DevicePlugin | None = None  # the backend that checks and repairs devices
+    proofs: dict[str, Proof] = field(default_factory=dict)  # each device's checks and repairs (kept)
 
     @property
     def host(self) -> actions.Host:
@@ -110,7 +122,13 @@ class Decider:
         if record is None:
             return None
         asked = pending_requests(self.place.directory)
-        errors, self.pending = [*self.pending, *asked.errors], ()
+        by_hand, check_errors = take_checks(self.place.directory)
+        for made in by_hand:
+            say(f"check {made.device_id} by hand: {made.outcome.value}: {made.detail}")
+            self.proofs[made.device_id] = replace(self.proofs.get(made.device_id, Proof()), check=made)
+            counts = counted(self.health.check_counts, made.device_id, made.outcome.value)
+            self.health = replace(self.health, check_counts=counts)
+        errors, self.pending = [*self.pending, *asked.errors, *check_errors], ()
         for c in asked.requests:
             say(f"clear asked for {c.device_id}")
             if self.monitor is not None:
@@ -134,17 +152,104 @@ class Decider:
         self.health = fold(self.health, report, errors)
         by_id = {d.device_id: d for d in report.devices}
         checks = procs.check_record(record)
+        self.prove_devices(record, by_id)
+        out = [d for p in record.partitions for d in p.out]
+        proven = prove.proven(self.settings, out, by_id, self.proofs) | rules.kept_in(record)
         for p in record.partitions:
-            record = self.step(record, p.name, by_id, checks) or record
-        self.health = replace(self.health, partitions=tuple(rules.view_of(record, p) for p in record.partitions))
+            record = self.step(record, p.name, by_id, checks, proven) or record
+        self.health = replace(
+            self.health,
+            partitions=tuple(rules.view_of(record, p) for p in record.partitions),
+            checks=tuple(f.check for f in self.proofs.values() if f.check is not None),
+            repairs=tuple(f.repair for f in self.proofs.values() if f.repair is not None),
+            checking={d: f.checking for d, f in self.proofs.items() if f.checking is not None},
+        )
         write_health(self.place.directory, self.health)
-        if self.monitor is not None:
-            write_atomic(self.place.directory / KEPT_FILE, dump_kept(self.monitor.kept(), now))
+        self.keep(time.time())
         asked.done()  # a clear is kept on disk now: its request may go
         return record
 
+    def keep(self, now: float) -> None:
+        """The kept device health: the monitor's, with each device's checks and repairs."""
+        if self.monitor is None:
+            return
+        write_atomic(
+            self.place.directory / KEPT_FILE, dump_kept(with_proofs(self.monitor.kept(), self.proofs, now), now)
+        )
+
+    def prove_devices(self, record: HostRecord, health: Mapping[str, DeviceHealth]) -> None:
+        """Repair and check the devices out of service that no raylet serves, as due."""
+        if self.plugin is None or self.monitor is None:
+            return
+        for device in rules.free_devices(record):
+            found = health.get(device)
+            if prove.repair_due(self.settings, found, self.proofs.get(device)):
+                self.repair(device)
+            elif prove.check_due(self.settings, found, self.proofs.get(device), time.time()):
+                self.check(device)
+
+    def check(self, device: str) -> None:
+        """One check of `device`, kept before it runs (so a decider killed
+        mid-check checks again) and after."""
+        assert self.plugin is not None
+        started = time.time()
+        proof = replace(self.proofs.get(device, Proof()), checking=started)
+        self.proofs[device] = proof
+        self.keep(started)
+        steps.announce(steps.CHECK, f"checking {device} (within {self.settings.check_timeout_s:g}s)", say)
+        try:
+            found = self.plugin.check(device, self.settings.check_timeout_s)
+        except Exception as e:  # a check that cannot run is a failed check, named; never the decider's end
+            found = CheckResult(device, CheckOutcome.FAILED, short(f"{type(e).__name__}: {e}"), started, time.time())
+        if isinstance(found, NotSupported):
+            why = f"backend {type(self.plugin).__name__} has no check: nothing was checked"
+            found = CheckResult(device, CheckOutcome.UNAVAILABLE, why, started, max(started, time.time()))
+        say(f"check {device}: {found.outcome.value}: {found.detail}")
+        self.proofs[device] = replace(proof, check=found, checking=None)
+        self.health = replace(self.health, check_counts=counted(self.health.check_counts, device, found.outcome.value))
+        self.keep(time.time())
+
+    def repair(self, device: str) -> None:
+        """One repair of `device`, kept as begun before it runs (so a decider
+        killed mid-repair never repairs the same fault again) and after."""
+        assert self.plugin is not None
+        started = time.time()
+        begun = RepairResult(
+            device_id=device,
+            outcome=RepairOutcome.FAILED,
+            detail="begun; the decider ended before it did",
+            action="repair",
+            started=started,
+            ended=started,
+        )
+        self.proofs[device] = replace(self.proofs.get(device, Proof()), repair=begun)
+        self.keep(started)
+        steps.announce(steps.REPAIR, f"repairing {device}", say)
+        try:
+            found = self.plugin.repair(device)
+        except Exception as e:  # named, never the decider's end
+            found = replace(begun, detail=short(f"{type(e).__name__}: {e}"), ended=time.time())
+        if isinstance(found, NotSupported):
+            found = replace(
+                begun,
+                outcome=RepairOutcome.OPERATOR,
+                detail="the backend has no repair: the repair is the operator's",
+                ended=max(started, time.time()),
+            )
+        say(f"repair {device}: {found.outcome.value}: {found.detail}")
+        self.proofs[device] = replace(self.proofs[device], repair=found)
+        self.health = replace(
+            self.health, repair_counts=counted(self.health.repair_counts, device, found.outcome.value)
+        )
+        self.keep(time.time())
+
     def step(
-        self, record: HostRecord, name: str, by_id: Mapping[str, DeviceHealth], checks: Mapping[RayProcess, procs.Check]
+        self,
+        record: HostRecord,
+        name: str,
+        by_id: Mapping[str, DeviceHealth],
+        checks: Mapping[RayProcess, procs.Check],
+        proven: frozenset[str],
     ) -> HostRecord | None:
         """Partition `name`'s step: its effect on Ray, then its new state in
         the record (a failed effect leaves it as it was: tried again next poll)."""
@@ -153,7 +258,7 @@ class Decider:
             return None
         raylet = p.raylet()
         alive = raylet is not None and raylet in checks and checks[raylet].ours
-        facts = rules.Facts(full=p.device_ids, raylet_alive=alive, health=by_id)
+        facts = rules.Facts(full=p.device_ids, raylet_alive=alive, health=by_id, proven=proven)
         view = rules.view_of(record, p)
         step = rules.decide(self.settings, view, facts, time.time())
         held = step.view.held
@@ -222,7 +327,38 @@ def build(place: state.Place, created: float) -> Decider:
         monitor.resume(doubted(kept, (d for p in record.partitions for d in p.out), now))
     health = HostHealth(now, settings, (), tuple(rules.view_of(record, p) for p in record.partitions))
     pending = (kept.unknown,) if kept.unknown and kept.found else ()
-    return Decider(place, created, settings, tuple(devices), monitor, health, pending=pending)
+    proofs = {k.device_id: Proof(k.check, k.checking, k.repair) for k in kept.devices}
+    for device, proof in proofs.items():
+        if proof.checking is not None:
+            begun = time.strftime("%H:%M:%S", time.localtime(proof.checking))
+            say(f"{device}: a check begun at {begun} never ended: checked again")
+    usable = plugin if why is None else None
+    return Decider(
+        place, created, settings, tuple(devices), monitor, health, pending=pending, plugin=usable, proofs=proofs
+    )
+
+
+def with_proofs(kept: Sequence[KeptDevice], proofs: Mapping[str, Proof], now: float) -> tuple[KeptDevice, ...]:
+    """`kept` with each device's checks and repairs (a device the monitor keeps nothing of, added)."""
+    merged = [
+        replace(k, check=p.check, checking=p.checking, repair=p.repair) if (p := proofs.get(k.device_id)) else k
+        for k in kept
+    ]
+    known = {k.device_id for k in kept}
+    extra = [
+        KeptDevice(d, now, check=p.check, checking=p.checking, repair=p.repair)
+        for d, p in proofs.items()
+        if d not in known
+    ]
+    return (*merged, *extra)
+
+
+def counted(counts: Mapping[str, Mapping[str, int]], device: str, outcome: str) -> dict[str, dict[str, int]]:
+    """`counts` (device -> outcome -> count) with one more `outcome` of `device`."""
+    out = {d: dict(row) for d, row in counts.items()}
+    row = out.setdefault(device, {})
+    row[outcome] = row.get(outcome, 0) + 1
+    return out
 
 
 def run(place: state.Place, created: float) -> int:

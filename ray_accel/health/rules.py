@@ -25,7 +25,7 @@ The rules:
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ray_accel.cluster.record import HostRecord, PartitionEntry
@@ -51,6 +51,9 @@ class Facts:
     full: tuple[str, ...]  # its devices as planned
     raylet_alive: bool  # its recorded raylet runs (and is ours)
     health: Mapping[str, DeviceHealth]
+    # The devices out of service that may serve again once healthy: their check since
+    # they came back passed (or none can run here), or nothing is checked (`proven`).
+    proven: frozenset[str] = frozenset()
 
 
 class Seen(enum.Enum):
@@ -110,11 +113,22 @@ def why(health: Mapping[str, DeviceHealth], device: str) -> str:
     return f"{device}: {found.last_event.reason}"
 
 
-def wanted(full: Sequence[str], out: Sequence[str], health: Mapping[str, DeviceHealth]) -> tuple[str, ...]:
+def wanted(
+    full: Sequence[str], out: Sequence[str], health: Mapping[str, DeviceHealth], proven: Collection[str]
+) -> tuple[str, ...]:
     """The devices that should serve: those in service that are not
-    unhealthy, and those out of service that are healthy again."""
-    seen = {d: state_of(health, d) for d in full}
-    return tuple(d for d in full if seen[d] is Health.HEALTHY or (d not in out and seen[d] is not Health.UNHEALTHY))
+    unhealthy, and those out of service that are healthy again and proven
+    (their check passed)."""
+    return tuple(d for d in full if SERVES[d in out, state_of(health, d), d in proven])
+
+
+# Out of service? x its health x proven -> whether it should serve: the table of `wanted`.
+# A device in service needs no proof and serves unless unhealthy (unknown is never a
+# reason to take one out); one out of service returns only HEALTHY and proven.
+SERVES: Mapping[tuple[bool, Health, bool], bool] = {
+    **{(False, h, p): h is not Health.UNHEALTHY for h in Health for p in (False, True)},
+    **{(True, h, p): h is Health.HEALTHY and p for h in Health for p in (False, True)},
+}
 
 
 def _detail(health: Mapping[str, DeviceHealth], out: Sequence[str]) -> str:
@@ -144,13 +158,13 @@ def observe(settings: HealthSettings, view: PartitionHealth, facts: Facts, now: 
     drained one's drain ending, a stopped one's devices healthy again."""
     full, health = facts.full, facts.health
     if view.state in _SERVING:
-        target = wanted(full, view.out, health)
+        target = wanted(full, view.out, health, facts.proven)
         if any(d not in target for d in view.devices):
             return Seen.UNHEALTHY, target
         back = any(d not in view.devices for d in target) and settings.action is Action.SHRINK
         return (Seen.BACK if back else Seen.STEADY), target
     if view.state is PartState.STOPPED:
-        target = wanted(full, full, health)
+        target = wanted(full, full, health, facts.proven)
         if view.detail.startswith(RESTART_FAILED) and now < view.since + RETRY_S:
             return Seen.STEADY, target
         if settings.action is Action.DRAIN and target != full:
@@ -205,3 +219,23 @@ def _settled(
     return replace(
         view, state=state, since=now, devices=tuple(devices), out=out, deadline=None, target=None, detail=detail
     )
+
+
+def free_devices(record: HostRecord) -> tuple[str, ...]:
+    """The devices out of service that no raylet serves: out of a partition
+    that has shrunk or stopped (its restart done), none of a change under way."""
+    settled = (PartState.SERVING, PartState.SHRUNK, PartState.STOPPED)
+    return tuple(
+        d
+        for p in record.partitions
+        if not record.in_change(p.name) and record.state_of(p).state in settled
+        for d in p.out
+        if d not in p.serving.device_ids
+    )
+
+
+def kept_in(record: HostRecord) -> frozenset[str]:
+    """The devices no fault took out of service (not in their partition's `out`):
+    they need no proof. A stopped partition's rule reads every device as out,
+    so these are what `Facts.proven` holds for it without a check."""
+    return frozenset(d for p in record.partitions for d in p.device_ids if d not in p.out)

@@ -13,7 +13,7 @@ from ray_accel.cluster.record import HostRecord
 from ray_accel.cluster.status import recorded
 from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.health_state import HostHealth, read_health, to_json
-from ray_accel.core.reader import dump_fields
+from ray_accel.core.reader import dump, dump_fields
 
 
 @dataclass(frozen=True)
@@ -61,8 +61,23 @@ def health_payload(found: Recorded) -> dict[str, Any]:
     }
     if health is None:
         return dict(out, at=None, polls=0, devices=[], partitions=[], events=[], counters={}, errors=[])
+    from ray_accel.health.proof import repair_note
+
     owner = partition_of(record)
-    devices = [dump_fields(d, partition=owner.get(d.device_id)) for d in health.devices]
+    # Each device's last check and repair, a check under way, and what a person must do.
+    checks = {c.device_id: c for c in health.checks}
+    repairs = {r.device_id: r for r in health.repairs}
+    devices = [
+        dump_fields(
+            d,
+            partition=owner.get(d.device_id),
+            check=dump(checks.get(d.device_id)),
+            checking=health.checking.get(d.device_id),
+            repair=dump(repairs.get(d.device_id)),
+            repair_note=repair_note(repairs.get(d.device_id)) or None,
+        )
+        for d in health.devices
+    ]
     return {**out, **to_json(health), "devices": devices}
 
 
@@ -77,3 +92,20 @@ def check_clear(found: Recorded, device_id: str) -> None:
         raise InputError(f"device {device_id!r} is not a device of this host's partitions (devices: {shown})")
     if found.record.health is None:
         raise RayAccelError("this host's partitions were started without a health decider; nothing to clear")
+
+
+def check_checkable(found: Recorded, device_id: str) -> None:
+    """Refuse a check by hand that may not run (exit 2, naming the device): a
+    device this host's partitions do not have, or one a raylet serves (or
+    may, while its partition drains or a host change is under way)."""
+    from ray_accel.health.rules import free_devices
+
+    owner = partition_of(found.record)
+    if device_id not in owner:
+        shown = ", ".join(list(owner)[:20]) + (", ..." if len(owner) > 20 else "")
+        raise InputError(f"device {device_id!r} is not a device of this host's partitions (devices: {shown})")
+    if device_id not in free_devices(found.record):
+        raise InputError(
+            f"device {device_id} is served by partition {owner[device_id]}: a check runs only on a device "
+            "out of service (`ray-accel health` shows which are)"
+        )

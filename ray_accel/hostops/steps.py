@@ -33,6 +33,11 @@ REGISTER = "register"  # until the GCS has every new raylet
 FINISH = "finish"  # the change leaves the record; the new partitions' exporters start
 STEPS = (PLANNED, DRAIN, LEAVE, WAIT, STOP, LAUNCH, REGISTER, FINISH)
 
+# The health decider's own steps on a device out of service, kept in its kept
+# device health before they run (not a host change's, so not in STEPS).
+CHECK = "check"  # an active check of the device (`DevicePlugin.check`)
+REPAIR = "repair"  # a repair of the device as its driver asks (`DevicePlugin.repair`)
+
 
 def crashes_here(step: str, partition: str | None, asked: str | None) -> bool:
     """Whether the failpoint `asked` (`step` or `step@partition`) names this step."""

@@ -32,7 +32,10 @@ host-level values also sets, for every partition and device of the host,
 `accel_device_health_state` (1 for the device's state: healthy, unhealthy,
 unknown) and `accel_device_health_events` (the events seen per device, kind
 and code since the decider started: an event that does not take the device
-out of service only counts here). Each exporter's snapshot carries its own
+out of service only counts here), `accel_device_checks_total` and
+`accel_device_repairs_total` (per outcome); and for each device out of
+service, which no exporter samples, `accel_device_healthy` (its verdict,
+so a device that left its partition still reads 0). Each exporter's snapshot carries its own
 partition's state for `top`. Before each sample the backend's telemetry gets
 the decider's host-wide readings (`plugins.host_readings`): a source process
 the decider owns is never started again per exporter.
@@ -52,6 +55,7 @@ from typing import Any
 import psutil
 
 from ray_accel.core import reader
+from ray_accel.core.checks import CheckResult, RepairResult
 from ray_accel.core.health import Health
 from ray_accel.core.health_state import HostHealth, PartState, read_health
 from ray_accel.core.hosts import HostId, this_host_name
@@ -73,6 +77,7 @@ ORPHAN_TAGS = ("host", "partition", "device_id", "pid", "command")
 PARTITION_STATE_TAGS = ("host", "partition", "state")
 DEVICE_STATE_TAGS = ("host", "partition", "device_id", "state")
 EVENT_TAGS = ("host", "partition", "device_id", "kind", "code")
+OUTCOME_TAGS = ("host", "partition", "device_id", "outcome")
 # The device gauges a reading sets where it has the value, in `gauge_values`' order.
 DEVICE_VALUES = ("util", "used", "total", "power", "temp")
 STALE_S = 30.0  # a snapshot older than this (and three intervals) says so: its sampling is stuck
@@ -123,6 +128,16 @@ GAUGES: Mapping[str, GaugeSpec] = {
         "accel_device_health_events",
         "Health events seen per device, kind and code since the host's decider started (only grows)",
         EVENT_TAGS,
+    ),
+    "checks": GaugeSpec(
+        "accel_device_checks_total",
+        "Active checks of a device out of service, per outcome, since the host's decider started (only grows)",
+        OUTCOME_TAGS,
+    ),
+    "repairs": GaugeSpec(
+        "accel_device_repairs_total",
+        "Repairs of a device out of service, per outcome, since the host's decider started (only grows)",
+        OUTCOME_TAGS,
     ),
 }
 
@@ -180,7 +195,64 @@ def health_values(health: HostHealth, host: str) -> list[tuple[str, float, dict[
             kind, _, code = key.partition(":")
             tags = {"host": host, "partition": owner.get(device, ""), "device_id": device}
             out.append(("events", float(n), {**tags, "kind": kind, "code": code}))
+    for key, table in (("checks", health.check_counts), ("repairs", health.repair_counts)):
+        for device, counts in sorted(table.items()):
+            for outcome, n in sorted(counts.items()):
+                tags = {"host": host, "partition": owner.get(device, ""), "device_id": device, "outcome": outcome}
+                out.append((key, float(n), tags))
     return out
+
+
+def out_of_service(health: HostHealth) -> dict[str, str]:
+    """Each device out of service that no raylet serves -> the partition it was planned in."""
+    return {d: p.partition for p in health.partitions for d in p.out if d not in p.devices}
+
+
+def out_values(health: HostHealth, host: HostValues) -> list[tuple[str, float, dict[str, str]]]:
+    """`accel_device_healthy` of each device out of service (no exporter samples it):
+    its rule's verdict, from the host-level exporter, as the host's other values."""
+    owner = out_of_service(health)
+    out = []
+    for d in health.devices:
+        if d.device_id in owner and d.state in (Health.HEALTHY, Health.UNHEALTHY):
+            values = (host.host, owner[d.device_id], d.device_id, host.family, host.accelerator_type)
+            out.append(("healthy", float(d.state is Health.HEALTHY), dict(zip(DEVICE_TAGS, values, strict=True))))
+    return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutDevice:
+    """A device out of service as `top` lists it: its health, last check and repair."""
+
+    id: str
+    host: str
+    partition: str
+    health_state: str
+    reason: str
+    check: CheckResult | None
+    checking: float | None
+    repair: RepairResult | None
+
+
+def out_devices(health: HostHealth, host: str) -> list[OutDevice]:
+    """`top`'s rows of the devices out of service, which no exporter samples."""
+    owner = out_of_service(health)
+    checks = {c.device_id: c for c in health.checks}
+    repairs = {r.device_id: r for r in health.repairs}
+    return [
+        OutDevice(
+            id=d.device_id,
+            host=host,
+            partition=owner[d.device_id],
+            health_state=d.state.value,
+            reason=d.last_event.reason if d.last_event is not None else d.healthy_again,
+            check=checks.get(d.device_id),
+            checking=health.checking.get(d.device_id),
+            repair=repairs.get(d.device_id),
+        )
+        for d in health.devices
+        if d.device_id in owner
+    ]
 
 
 def partition_health(health: HostHealth | None, partition: str) -> dict[str, Any] | None:
@@ -310,6 +382,9 @@ class PartitionExporter:
             found, _ = device_readings(self.telemetry, devices, "", self.accelerator_type, self.where.host)
             others = tuple(r._replace(partition=owner[r.id]) for r in found)
             values += health_values(health, self.where.host)
+            host_values = self._host_values(level)
+            if host_values is not None:
+                values += out_values(health, host_values)
             values += gauge_values(replace(snap, devices=others, workloads=(), orphans=()), None, health)
         for key, value, tags in values:
             self.g[key].set(value, tags)
@@ -328,6 +403,7 @@ class PartitionExporter:
                 gone = [p.partition for p in health.partitions if not p.state.exporting]
                 out["others"] = {name: partition_health(health, name) for name in gone}
                 out["devices"] += [d._asdict() for d in self._adopted]
+                out["out_of_service"] = [reader.dump(o) for o in out_devices(health, self.where.host)]
             if self._failed is not None:
                 out["errors"] = [*out["errors"], f"{self._failed} (this snapshot is from the last good sample)"]
             elif (age := time.time() - self._last.taken_at) > max(STALE_S, 3 * self.interval_s):

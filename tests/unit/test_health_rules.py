@@ -34,8 +34,9 @@ def health(
     return out
 
 
-def facts(h: Mapping[str, DeviceHealth], alive: bool = True) -> Facts:
-    return Facts(full=FULL, raylet_alive=alive, health=h)
+def facts(h: Mapping[str, DeviceHealth], alive: bool = True, proven: Sequence[str] = FULL) -> Facts:
+    """What is true now; every device proven unless said (the cells without a check to wait for)."""
+    return Facts(full=FULL, raylet_alive=alive, health=h, proven=frozenset(proven))
 
 
 def serving() -> PartitionHealth:
@@ -135,16 +136,23 @@ STATES = st.sampled_from(list(Health))
     st.sampled_from(list(PartState)),
     st.booleans(),
     st.floats(0, 1e6),
+    st.sets(st.sampled_from(FULL)),
 )
 def test_properties_of_every_step(
-    states: list[Health], settings: HealthSettings, state: PartState, alive: bool, now: float
+    states: list[Health], settings: HealthSettings, state: PartState, alive: bool, now: float, proven: set[str]
 ) -> None:
     h = {d: DeviceHealth(d, s, 0.0, None, "") for d, s in zip(FULL, states, strict=True)}
     out = tuple(d for d, s in zip(FULL, states, strict=True) if s is not Health.HEALTHY)
     view = PartitionHealth(
         "p1", state, 0.0, tuple(d for d in FULL if d not in out), out, "ab12", "", deadline=5.0, target=FULL[:4]
     )
-    step = decide(settings, view, Facts(FULL, alive, h), now)
+    step = decide(settings, view, Facts(FULL, alive, h, frozenset(proven)), now)
+    # A device out of service comes back only proven: into a restore's target, or a stopped partition's restart.
+    back = set(step.view.target or ()) if step.view.state is PartState.RESTORING else set()
+    if view.state is PartState.STOPPED and step.effect is Effect.RESTART:
+        back = set(step.view.devices)
+    if view.state in (PartState.SERVING, PartState.SHRUNK, PartState.STOPPED):
+        assert back - set(view.devices) <= proven
     # Never restarted with a device that is unhealthy, never one that is not the partition's.
     assert set(step.view.devices) <= set(FULL) and set(step.view.out) <= set(FULL)
     if step.effect is Effect.RESTART:
@@ -160,8 +168,8 @@ def test_properties_of_every_step(
 
 def test_wanted_keeps_order_and_needs_healthy_to_return() -> None:
     h = health(bad=["neuron:9"], unknown=["neuron:10", "neuron:12"])
-    assert wanted(FULL, ("neuron:12",), h) == tuple(d for d in FULL if d not in ("neuron:9", "neuron:12"))
-    assert wanted(FULL, FULL, h) == tuple(d for d in FULL if d not in ("neuron:9", "neuron:10", "neuron:12"))
+    assert wanted(FULL, ("neuron:12",), h, FULL) == tuple(d for d in FULL if d not in ("neuron:9", "neuron:12"))
+    assert wanted(FULL, FULL, h, FULL) == tuple(d for d in FULL if d not in ("neuron:9", "neuron:10", "neuron:12"))
     assert replace(serving(), out=()).devices == FULL
 
 

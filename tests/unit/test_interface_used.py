@@ -25,7 +25,7 @@ INTERFACE = ROOT / "ray_accel" / "plugins" / "interface.py"
 # listing cannot tell apart.
 # The repair waits for the decider's return step, which calls it (as it
 # calls `DevicePlugin.check`, whose name unrelated `.check` calls already match).
-AWAITING_CALLER: frozenset[str] = frozenset({"DevicePlugin.repair"})
+AWAITING_CALLER: frozenset[str] = frozenset()
 
 
 def public_members(cls: type) -> list[str]:
