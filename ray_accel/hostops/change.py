@@ -208,7 +208,8 @@ def _launch(
         return _failed(record, target, str(e), progress), None, str(e)
     except BaseException:
         with shielded():
-            launches.undo()  # not yet recorded: nobody else could stop it
+            stopped = launches.undo()  # not yet recorded: nobody else could stop it
+            progress(f"{target.name}: restart interrupted: stopped the {len(stopped)} processes it had started")
         raise
     return _enter(record, entry), entry, ""
 
