@@ -55,7 +55,7 @@ from typing import Any
 import psutil
 
 from ray_accel.core import reader
-from ray_accel.core.checks import CheckResult, RepairResult
+from ray_accel.core.checks import CheckOutcome, CheckResult, RepairOutcome, RepairResult
 from ray_accel.core.health import Health
 from ray_accel.core.health_state import HostHealth, PartState, read_health
 from ray_accel.core.hosts import HostId, this_host_name
@@ -195,11 +195,20 @@ def health_values(health: HostHealth, host: str) -> list[tuple[str, float, dict[
             kind, _, code = key.partition(":")
             tags = {"host": host, "partition": owner.get(device, ""), "device_id": device}
             out.append(("events", float(n), {**tags, "kind": kind, "code": code}))
-    for key, table in (("checks", health.check_counts), ("repairs", health.repair_counts)):
-        for device, counts in sorted(table.items()):
-            for outcome, n in sorted(counts.items()):
+    # Every device and outcome from the start, 0 until one happens: Prometheus's instrumentation
+    # practice "Avoid missing metrics" (prometheus.io/docs/practices/instrumentation), so a rate or
+    # a panel over them has data before the first check, and an outcome never seen reads 0.
+    kinds = (
+        ("checks", health.check_counts, [o.value for o in CheckOutcome]),
+        ("repairs", health.repair_counts, [o.value for o in RepairOutcome]),
+    )
+    for key, table, outcomes in kinds:
+        devices = sorted({d.device_id for d in health.devices} | set(table))
+        for device in devices:
+            counts = table.get(device, {})
+            for outcome in sorted({*outcomes, *counts}):
                 tags = {"host": host, "partition": owner.get(device, ""), "device_id": device, "outcome": outcome}
-                out.append((key, float(n), tags))
+                out.append((key, float(counts.get(outcome, 0)), tags))
     return out
 
 
