@@ -152,8 +152,11 @@ def check_shape(q: PanelQuery, series: list[Series], owners: dict[str, str], hos
     if per_process or not series:
         return
     if all("device_id" in labels for labels, _ in series):
-        devices = Counter((labels["partition"], labels["device_id"]) for labels, _ in series)
-        assert devices == Counter((p, d) for d, p in owners.items()), f"{q.name}: each device once, in its partition"
+        # A count by outcome (checks, repairs) has each device once per outcome.
+        outcomes = {labels.get("outcome") for labels, _ in series}
+        devices = Counter((labels["partition"], labels["device_id"], labels.get("outcome")) for labels, _ in series)
+        wanted = Counter((p, d, o) for d, p in owners.items() for o in outcomes)
+        assert devices == wanted, f"{q.name}: each device once (per outcome), in its partition"
     elif all("partition" in labels for labels, _ in series):
         parts = Counter(labels["partition"] for labels, _ in series)
         assert parts == Counter(set(owners.values())), f"{q.name}: each partition once"
