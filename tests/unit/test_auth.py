@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from ray_accel.cluster import auth
+from ray_accel.cluster.auth import Auth, AuthError, decide
 from ray_accel.core.reader import dump
+from ray_accel.rayapi import auth as rayapi_auth
 from tests.badinput import badinput
 
 
@@ -130,3 +132,19 @@ def test_a_new_local_cluster_gets_its_token_file_0600_before_ray_would_write_it(
 def test_no_token_file_when_auth_is_off_or_the_token_is_given(tmp_path: Path, environ: dict[str, str]) -> None:
     assert auth.ensure_local_token(environ, home=tmp_path) is None
     assert not (tmp_path / ".ray").exists()
+
+
+def test_a_default_token_file_that_holds_nothing_is_refused_naming_it(tmp_path: Path) -> None:
+    token = tmp_path / ".ray" / "auth_token"
+    token.parent.mkdir()
+    token.write_text("  \n")
+    with pytest.raises(AuthError, match=f"^{token} exists but holds no readable token: fix or remove it$"):
+        decide({}, tmp_path / "state", create=True, home=tmp_path)
+
+
+def test_an_auth_already_in_the_environment_is_not_applied_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    wanted = Auth("token", "/etc/ray/auth_token", "test")
+    for k, v in wanted.env().items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(rayapi_auth, "reload_token_config", lambda: pytest.fail("Ray's token config reloaded"))
+    auth.apply(wanted)

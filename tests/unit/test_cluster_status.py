@@ -16,8 +16,18 @@ from hypothesis import strategies as st
 from ray_accel.cli import render
 from ray_accel.cluster import statedir
 from ray_accel.cluster import status as status_mod
-from ray_accel.cluster.status import cluster_status, cluster_view
+from ray_accel.cluster.status import (
+    ClusterView,
+    DeciderStatus,
+    HealthSummary,
+    HostStatus,
+    PartitionStatus,
+    cluster_status,
+    cluster_view,
+)
 from ray_accel.core.errors import RayAccelError
+from ray_accel.core.health import DeviceHealth, Health, HealthEvent
+from ray_accel.core.health_state import Action, PartitionState, PartState
 from ray_accel.core.hosts import host_key, ip_text
 from ray_accel.core.reader import dump
 from ray_accel.core.visibility import parse_visible_ids
@@ -28,6 +38,7 @@ from ray_accel.partition.plan import (
     PARTITION_LABEL,
     RESOURCE_LABEL,
     TYPE_LABEL,
+    MaskView,
 )
 from ray_accel.rayapi.gcs import GcsNode
 from tests.badinput import badinput
@@ -283,3 +294,62 @@ def test_partitions_sharing_a_label_get_their_own_lists() -> None:
     first, second = view.partitions
     assert first.core_ids == second.core_ids and first.core_ids is not second.core_ids
     assert first.mask == second.mask == "0-15"
+
+
+def partition(name: str, health: PartitionState | None, head: bool = False) -> PartitionStatus:
+    return PartitionStatus(
+        name, ("mock:0",), (0, 1), "0,1", (), health, "Trainium", ("Trainium",), 4242, "ab" * 16, head, True,
+        True, {"neuron_cores": 1.0}, {"neuron_cores": 2.0}, (20000, 20099), (), None, (0, 1, 2), None,
+    )  # fmt: skip
+
+
+DRAINING = PartitionState(PartState.DRAINING, 5.0, "mock:1 failed; restarts without it by 65")
+
+
+EVENT = HealthEvent("mock:1", "xid", "79", "XID 79 (GPU has fallen off the bus)", 4.0, True)
+
+
+SUMMARY = HealthSummary(
+    Action.SHRINK, 5.0, 60.0, DeciderStatus(None, False), 5.0, 3,
+    (DeviceHealth("mock:1", Health.UNHEALTHY, 4.0, EVENT, "cleared by hand"),), (),
+)  # fmt: skip
+
+
+STATUS = HostStatus(
+    True, "hostA", "10.0.0.1", "/state/host.json", "/state", "10.0.0.1:6379", True, "10.0.0.1:8265",
+    cpu_pinning="by NUMA node", inherited_mask=MaskView("NEURON_RT_VISIBLE_CORES", "0-3", (0, 1, 2, 3), (), "mask 0-3"),
+    env={"RAY_ADDRESS": "10.0.0.1:6379"}, warnings=("a warning",),
+    partitions=(partition("p0", None), partition("p1", DRAINING)), health=SUMMARY, head=partition("head", None, True),
+)  # fmt: skip
+
+
+def test_status_text_shows_the_host_the_mask_the_dashboard_and_what_is_not_healthy() -> None:
+    lines = render.status_text(STATUS).splitlines()
+    assert lines[2].split()[:2] == ["p0", "alive"] and lines[3].split()[:3] == ["p1", "alive", "draining"]
+    assert lines[4:] == [
+        "CPU pinning: by NUMA node",
+        "head: alive, raylet pid 4242, node abababababab",
+        "host: hostA, node IP 10.0.0.1",
+        "mask 0-3",
+        "dashboard: 10.0.0.1:8265",
+        "health decider: NOT RUNNING (ray-accel start --recover starts it), --on-unhealthy shrink",
+        "  p1 draining: mock:1 failed; restarts without it by 65",
+        "  mock:1 unhealthy: XID 79 (GPU has fallen off the bus)",
+        "warning: a warning",
+    ]
+    assert render.health_lines(HostStatus(True, "h", None, None, "/", None, False, None)) == []
+
+
+def test_after_start_a_user_is_told_how_to_submit_connect_and_target() -> None:
+    text = render.started_text(STATUS)
+    assert text.startswith(render.status_text(STATUS))
+    assert "submit a job: ray job submit --address 10.0.0.1:8265 -- python script.py" in text
+    assert "driver environment: export RAY_ADDRESS=10.0.0.1:6379" in text
+    assert "ray.init(address='10.0.0.1:6379')" in text and "label_selector=" in text
+
+
+def test_a_cluster_without_partitions_is_one_line_and_its_warnings() -> None:
+    view = ClusterView("10.0.0.1:6379", (), (), 1, 0, ("node n9 has a bad label",))
+    assert render.cluster_status_text(view) == (
+        "cluster 10.0.0.1:6379: 0 partitions on 0 hosts\nwarning: node n9 has a bad label"
+    )

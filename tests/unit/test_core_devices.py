@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from ray_accel.core.devices import Device, DeviceError, HostInfo, validate_inventory
@@ -32,3 +34,34 @@ def test_an_external_peer_that_is_on_the_host_is_refused(external: str) -> None:
 def test_host_warnings_are_in_the_json() -> None:
     info = HostInfo("neuron", FAMILY_NEURON, None, "neuron_cores", "NEURON_RT_VISIBLE_CORES", 1, 2, warnings=("w",))
     assert dump_fields(info)["warnings"] == ["w"]
+
+
+def plain_dev(
+    index: int, cores: tuple[int, ...] | None = None, peers: tuple[str, ...] = (), id: str = "", memory_bytes: int = 0
+) -> Device:
+    core_ids = (index,) if cores is None else cores
+    return Device(id or f"d:{index}", "f", index, "m", memory_bytes, core_ids, peers=peers)
+
+
+@pytest.mark.parametrize(
+    ("devices", "message"),
+    [
+        ([plain_dev(0), plain_dev(1, id="d:0")], "duplicate device id 'd:0'"),
+        ([plain_dev(0), plain_dev(0, id="d:9", cores=(9,))], "duplicate device index 0 (device 'd:9')"),
+        ([plain_dev(0, cores=())], "device 'd:0' has no cores"),
+        ([plain_dev(0, memory_bytes=-1)], "device 'd:0' has negative memory -1"),
+        ([plain_dev(0, cores=(-2,))], "device 'd:0' has negative core id -2"),
+        ([plain_dev(0, cores=(0, 1)), plain_dev(1)], "core 1 belongs to both 'd:0' and 'd:1'"),
+        ([plain_dev(0, peers=("d:0",))], "device 'd:0' lists itself as a peer"),
+        ([plain_dev(0, peers=("d:7",))], "device 'd:0' names unknown peer 'd:7'"),
+        ([plain_dev(0, peers=("d:1",)), plain_dev(1)], "link 'd:0' -> 'd:1' is one-sided: 'd:1' does not list 'd:0'"),
+    ],
+)
+def test_an_inventory_that_cannot_be_true_is_refused_naming_the_device(devices: list[Device], message: str) -> None:
+    with pytest.raises(DeviceError, match=f"^{re.escape(message)}$"):
+        validate_inventory(devices)
+
+
+def test_linked_devices_in_any_order_are_the_inventory_by_index() -> None:
+    got = validate_inventory([plain_dev(1, peers=("d:0",)), plain_dev(0, peers=("d:1",))])
+    assert [d.id for d in got] == ["d:0", "d:1"]

@@ -4,10 +4,12 @@ its cause (never stored and dropped)."""
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -15,7 +17,7 @@ from ray_accel.cluster import statedir
 from ray_accel.cluster import status as status_mod
 from ray_accel.core.errors import RayAccelError
 from ray_accel.rayapi import gcs
-from ray_accel.rayapi.feature import RayApiMissing
+from ray_accel.rayapi.feature import RayApiMissing, module
 from ray_accel.rayapi.gcs import GcsNode
 
 ADDRESS = "192.0.2.7:6379"
@@ -92,3 +94,21 @@ def test_cluster_status_names_the_error_apart_from_no_answer(monkeypatch: pytest
     monkeypatch.setattr(gcs, "read_nodes", refused)
     with pytest.raises(gcs.GcsError, match="answered with an error: PermissionError: token rejected"):
         status_mod.cluster_status(2.0)
+
+
+def test_without_rays_reason_names_a_dead_node_says_why_by_number(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Table:
+        def _initialize_global_state(self, options: Any) -> None: ...
+
+        def total_resources_per_node(self) -> dict[str, Any]:
+            return {}
+
+        def available_resources_per_node(self) -> dict[str, Any]:
+            return {}
+
+        def node_table(self) -> list[dict[str, Any]]:
+            return [{"NodeID": "cd", "Alive": False, "DeathReason": 3, "DeathReasonMessage": "gone"}]
+
+    monkeypatch.setattr(module("ray._private.state"), "GlobalState", Table)
+    monkeypatch.setitem(sys.modules, "ray.core.generated.common_pb2", None)
+    assert gcs.read_nodes("192.0.2.1:6379") == (gcs.GcsNode("cd", False, death_reason="3", death_message="gone"),)

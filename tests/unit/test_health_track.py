@@ -18,6 +18,7 @@ from ray_accel.core.health_track import (
     Tracked,
     advance,
     clear_device,
+    healthy_again,
     recovery_polls,
     start,
     step_all,
@@ -198,3 +199,8 @@ def test_recovery_polls_refuses_anything_but_a_count_naming_it(text: str) -> Non
     else:
         with pytest.raises(InputError, match=RECOVERY_POLLS_ENV):
             recovery_polls({RECOVERY_POLLS_ENV: text})
+
+
+def test_a_device_in_doubt_is_healthy_again_only_when_cleared_by_hand() -> None:
+    t = Tracked("d:0", Health.UNKNOWN, 1.0, doubt="its kept health could not be read")
+    assert healthy_again(t, 3) == "cleared by hand: ray-accel health clear d:0 (its kept health could not be read)"

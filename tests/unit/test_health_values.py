@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ray_accel.core.health import DeviceHealth, Health, HealthDataError, HealthEvent, HealthReport
-from ray_accel.core.reader import dump, load
+from ray_accel.core.reader import ReadError, dump, load
 from tests.badinput import badinput
 
 ONE_LINE = st.text(st.characters(exclude_characters="\r\n\x00", codec="utf-8"), min_size=1, max_size=60)
@@ -195,3 +195,9 @@ def test_a_value_that_could_not_be_read_back_is_never_made() -> None:
         HealthEvent("neuron:1", "ecc", None, "two\nlines", 1.0, True)
     with pytest.raises(HealthDataError, match="at: -5 is not a time"):
         HealthReport(-5, (), (), ())
+
+
+def test_a_verdicts_source_must_be_a_lower_case_word() -> None:
+    assert DeviceHealth("d:0", Health.HEALTHY, 1.0, None, "", source="recovery-action").source == "recovery-action"
+    with pytest.raises(ReadError, match="is not a source"):
+        DeviceHealth("d:0", Health.HEALTHY, 1.0, None, "", source="Recovery Action")

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from ray_accel_mock import MockPlugin, load_spec
 
 from ray_accel.core.errors import InputError
-from ray_accel.core.visibility import format_visible_ids
+from ray_accel.core.visibility import format_visible_ids, parse_visible_ids
 from ray_accel.partition.inherited import inherited_mask, plan_within_mask
 from ray_accel.partition.plan import PartitionError
 from tests.badinput import badinput
@@ -124,3 +124,18 @@ def test_manual_outside_raises_partition_error() -> None:
     mask = inherited_mask(p, {"CUDA_VISIBLE_DEVICES": "0,1"})
     with pytest.raises(PartitionError, match="outside the inherited mask CUDA_VISIBLE_DEVICES=0,1"):
         plan_within_mask(p.list_devices(), "manual", manual="a=0;b=2", mask=mask, traits=p.traits)
+
+
+class LooseReader(MockPlugin):
+    """A backend that reads its visibility variable without checking the ids against its devices."""
+
+    def parse_visible(self, value: str | None) -> list[int] | None:
+        return parse_visible_ids(value)
+
+
+def test_an_inherited_mask_naming_a_core_the_host_lacks_is_refused_naming_it() -> None:
+    plugin = LooseReader(load_spec("trn1.32xlarge"))
+    env = plugin.visible_ids_env
+    assert inherited_mask(plugin, {env: "0-3"}) is not None
+    with pytest.raises(InputError, match=f"^{env}='30-33' set in the environment names 32, which this host does not"):
+        inherited_mask(plugin, {env: "30-33"})

@@ -4,21 +4,27 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
+import click
 import pytest
 
-from ray_accel.cli.jobs import find_job, job_text, jobs_text
-from ray_accel.core.errors import InputError
+from ray_accel.cli.jobs import find_job, job_text, jobs_text, top_jobs
+from ray_accel.cluster.host import this_host
+from ray_accel.core.errors import InputError, RayAccelError
+from ray_accel.core.health_state import HealthSettings, HostHealth, PartitionHealth, PartState
 from ray_accel.jobs.model import (
     STARTING,
     STATE,
     SUBMITTED,
     Event,
     JobRecord,
+    Phase,
     Replica,
     Started,
     StateChange,
     Submitted,
+    Transition,
 )
 from ray_accel.train.jobs import CALLBACK_PATH, allowed_workers, register_callback
 from tests.clirun import run_cli_here
@@ -95,3 +101,116 @@ def test_without_the_callback_class_no_callback_is_named(
     assert env == {"RAY_TRAIN_CALLBACKS": "a.B"}
     assert "has no module ray.train.v2._internal.execution.callback" in caplog.text
     assert "not recorded as jobs" in caplog.text
+
+
+IP = "10.1.2.3"
+
+
+RECORD = SimpleNamespace(host_ip=IP)  # what top_jobs reads of the host record
+
+
+def _listed_job(job_id: str, name: str, phase: Phase, partition: str, detail: str = "") -> JobRecord:
+    rows = (Replica(0, 1, 0, 1, 0, this_host(IP).key, partition, "n0", ("0",), 7),)
+    return JobRecord(job_id, name, "", 5.0, 1, 1, (Transition(phase, 5.0),), replicas=rows, detail=detail)
+
+
+JOBS = [
+    _listed_job("aaa111", "train", Phase.RESTARTING, "p1", "lost a worker"),
+    _listed_job("bbb222", "train", Phase.RUNNING, "p0"),
+]
+
+
+HEALTH = HostHealth(
+    1.0,
+    HealthSettings(),
+    (),
+    (
+        PartitionHealth("p0", PartState.SERVING, 1.0, ("mock:0",), (), "n0", ""),
+        PartitionHealth("p1", PartState.DRAINING, 1.0, ("mock:1",), ("mock:1",), "n1", "mock:1: fault"),
+    ),
+)
+
+
+@pytest.fixture
+def cluster(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """A recorded cluster whose store holds JOBS and whose host health is HEALTH; what was connected to."""
+    import ray_accel.cli.connect
+    import ray_accel.core.health_state
+    import ray_accel.jobs.store
+
+    connected: list[str] = []
+
+    def connect() -> tuple[object, dict[str, object]]:
+        connected.append("connected")
+        return RECORD, {}
+
+    monkeypatch.setattr(ray_accel.cli.connect, "connect_to_recorded_cluster", connect)
+    monkeypatch.setattr(ray_accel.jobs.store, "read_jobs", lambda: list(JOBS))
+    monkeypatch.setattr(ray_accel.core.health_state, "read_health", lambda directory: HEALTH)
+    return connected
+
+
+def test_jobs_lists_the_store_and_says_why_a_waiting_job_waits(cluster: list[str]) -> None:
+    out = json.loads(run_cli_here("jobs", "--json").stdout)["jobs"]
+    assert cluster == ["connected"]
+    assert [(j["id"], j["waiting"]) for j in out] == [("aaa111", "p1 draining: mock:1: fault"), ("bbb222", None)]
+    text = run_cli_here("jobs").stdout
+    assert "aaa111 waits: p1 draining: mock:1: fault" in text and "bbb222 waits" not in text
+
+
+def test_jobs_show_prints_one_job_with_its_replicas(cluster: list[str]) -> None:
+    shown = json.loads(run_cli_here("jobs", "show", "aaa", "--json").stdout)
+    assert shown["id"] == "aaa111" and shown["waiting"] == "p1 draining: mock:1: fault"
+    assert [r["partition"] for r in shown["replicas"]] == ["p1"]
+    text = run_cli_here("jobs", "show", "bbb222").stdout
+    assert text.startswith("job bbb222 (train): Running") and "waits" not in text
+    proc = run_cli_here("jobs", "show", "train")
+    assert proc.returncode != 0 and "names 2 jobs (aaa111, bbb222): use an id" in proc.stderr
+
+
+def test_a_job_shows_its_detail_line() -> None:
+    assert "detail: lost a worker" in job_text(JOBS[0], now=6.0)
+    assert "detail:" not in job_text(JOBS[1], now=6.0)
+
+
+def test_a_name_shared_by_two_jobs_is_an_input_error_naming_both() -> None:
+    with pytest.raises(InputError, match="'train' names 2 jobs"):
+        find_job(JOBS, "train")
+
+
+def test_without_a_readable_health_file_or_a_node_ip_no_job_is_said_to_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ray_accel.core.health_state
+    import ray_accel.jobs.store
+
+    monkeypatch.setattr(ray_accel.jobs.store, "read_jobs", lambda: list(JOBS))
+
+    def unreadable(directory: object) -> None:
+        raise RayAccelError("health file h.json is not valid JSON")
+
+    monkeypatch.setattr(ray_accel.core.health_state, "read_health", unreadable)
+    assert top_jobs(RECORD) == (JOBS, None)  # type: ignore[arg-type]
+    monkeypatch.setattr(ray_accel.core.health_state, "read_health", lambda directory: HEALTH)
+    assert top_jobs(SimpleNamespace(host_ip=None)) == (JOBS, None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("raised", "code", "text"),
+    [
+        (click.ClickException("no such file"), 1, "ray-accel: failed: no such file"),
+        (KeyboardInterrupt(), 130, "ray-accel: failed: interrupted"),
+    ],
+)
+def test_a_command_that_raises_a_click_error_or_is_interrupted_exits_with_its_code(
+    raised: BaseException, code: int, text: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib
+
+    jobs = importlib.import_module("ray_accel.cli.jobs")  # the package's `jobs` is the command
+
+    def fail() -> None:
+        raise raised
+
+    monkeypatch.setattr(jobs, "read_recorded_jobs", fail)
+    proc = run_cli_here("jobs")
+    assert proc.returncode == code and proc.stderr.strip() == text
+    assert '"exit_code": ' + str(code) in run_cli_here("jobs", "--json").stderr

@@ -132,3 +132,14 @@ def test_a_pure_test_publishes_into_its_sessions_folder_not_the_host_wide_one() 
     would see this process's records as orphans (CI, seed 822218610)."""
     host_wide = os.path.join(tempfile.gettempdir(), "ray-accel-masks")
     assert os.environ.get(masks.MASK_DIR_ENV) and masks.mask_dir() != host_wide
+
+
+def test_a_mask_that_cannot_be_published_never_breaks_the_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    monkeypatch.setenv(masks.MASK_DIR_ENV, str(blocker / "masks"))
+    masks.publish("0-3")  # no exception
+    assert blocker.read_text() == ""
+    monkeypatch.setenv(masks.MASK_DIR_ENV, str(tmp_path / "masks"))
+    masks.publish("0-3")
+    assert masks.read_records(str(tmp_path / "masks"))[os.getpid()][0] == "0-3"

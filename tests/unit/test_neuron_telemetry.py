@@ -4,6 +4,7 @@ processes neuron-ls says hold each device."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from collections.abc import Mapping
@@ -263,3 +264,12 @@ def test_an_exporter_samples_the_deciders_readings_and_starts_no_neuron_monitor(
         assert not pidfile.exists(), "an exporter starts no neuron-monitor of its own"
     finally:
         discovery.process_backend.cache_clear()
+
+
+def test_a_report_that_is_not_one_is_not_used_and_says_why(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    t = telemetry(ls_only(tmp_path, executable(tmp_path / "neuron-ls", LS_STUB), "trn1.32xlarge.json"))
+    with caplog.at_level(logging.WARNING, logger="ray_accel_neuron.telemetry"):
+        t.use_host_readings({READINGS_KEY: ["not", "a", "report"], "why": None}, None)
+    assert "neuron-monitor readings not used: neuron-monitor printed a list, not a report object" in caplog.text
+    s = t.device_samples()[0]
+    assert s.utilization is None and s.memory_used_bytes is None

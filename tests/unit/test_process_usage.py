@@ -14,7 +14,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ray_accel.core.processes import PAGE_SIZE, ProcessTable, parse_stat, process_table, read_small
+from ray_accel.core.processes import PAGE_SIZE, ProcessTable, parse_stat, process_table, read_small, split_stat
 
 # proc(5): "pid (comm) state ppid ..." ; comm may hold spaces and ')'.
 comm = st.binary(min_size=0, max_size=15).filter(lambda b: b"\n" not in b)
@@ -174,3 +174,19 @@ def test_a_kept_table_lists_proc_again_once_loadavg_says_a_task_began_or_ended(t
     _process(proc, 12, 1)
     (proc / "loadavg").write_bytes(b"0.00 0.00 0.00 2/101 12\n")  # as many tasks: one ended, one began
     assert 11 not in table.read(10) and 12 in table and len(table) == 3
+
+
+def test_a_small_read_of_a_directory_or_a_missing_file_is_none(tmp_path: Path) -> None:
+    (tmp_path / "stat").write_bytes(b"1 (init) S 0")
+    assert read_small(str(tmp_path / "stat")) == b"1 (init) S 0"
+    assert read_small(str(tmp_path / "stat"), limit=3) == b"1 ("
+    assert read_small(str(tmp_path)) is None, "a directory opens but cannot be read"
+    assert read_small(str(tmp_path / "gone")) is None
+
+
+def test_a_comm_with_spaces_is_one_field_and_a_line_cut_short_after_it_is_none() -> None:
+    rest = b" ".join(b"%d" % i for i in range(3, 25))
+    fields = split_stat(b"7 (ray::a b) S " + rest)
+    assert fields is not None and fields[:4] == [b"7", b"(ray::a b)", b"S", b"3"]
+    assert split_stat(b"7 (ray::a b c d) S " + b" ".join(b"1" for _ in range(19))) is None
+    assert split_stat(b"7 (x) S 1") is None

@@ -13,6 +13,7 @@ import sys
 import types
 from typing import Any
 
+import click
 import pytest
 
 from ray_accel.cluster import auth as cluster_auth
@@ -279,3 +280,29 @@ def test_a_started_node_that_cannot_be_recorded_is_killed_and_named(
     assert raylet_launch.main([str(result), "--", "start", "--head"]) == 1
     assert json.loads(result.read_text())["error"] == "Ray 9.0.0: ray._private.node.Node has no node_id"
     assert killed == [started]
+
+
+def test_rays_own_command_runs_here_and_its_usage_errors_reach_the_caller(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(click.UsageError, match="No such command 'no-such-command'"):
+        node.run_ray_cli(["no-such-command"])
+    node.run_ray_cli(["--help"])
+    assert capsys.readouterr().out.startswith("Usage: ray ")
+
+
+def test_a_node_is_killed_at_once_without_waiting_for_its_processes() -> None:
+    calls: list[dict[str, bool]] = []
+
+    class Node:
+        def kill_all_processes(self, **kw: bool) -> None:
+            calls.append(kw)
+
+    node.kill_node(Node())
+    assert calls == [{"check_alive": False, "allow_graceful": False}]
+
+
+def test_a_drivers_free_resources_are_plain_names_and_floats(monkeypatch: pytest.MonkeyPatch) -> None:
+    answer = {"ab": {"CPU": 2, "memory": 1.5}, "cd": {}}
+    monkeypatch.setattr(module("ray._private.state"), "available_resources_per_node", lambda: answer)
+    got = state.available_resources_per_node()
+    assert got == {"ab": {"CPU": 2.0, "memory": 1.5}, "cd": {}}
+    assert isinstance(got["ab"]["CPU"], float)
