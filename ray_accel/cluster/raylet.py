@@ -12,7 +12,7 @@ Ray 2.60's `ray start` is a click command (ray/scripts/scripts.py `start`):
 an option takes its value as `--f v` or `--f=v`, and click gives an option
 that takes a value the next word whatever it looks like; a flag takes none.
 Which of Ray's options are flags is listed here (`NO_VALUE`,
-tests/unit/test_startargs.py checks the list against the installed Ray). An
+tests/unit/test_start_args.py checks the list against the installed Ray). An
 option Ray 2.60 does not have (a newer Ray's) is kept as given: it takes the
 next word as its value unless that word starts with "-".
 """
