@@ -46,7 +46,7 @@ def environment(env: Mapping[str, str]) -> Iterator[None]:
 
 
 def child_env(env: Mapping[str, str] | None) -> dict[str, str]:
-    """What `tests.conftest.run_cli` gives its subprocess."""
+    """What `tests.cli_process.run_cli` gives its subprocess."""
     full = {k: v for k, v in os.environ.items() if not k.startswith("RAYACCEL_")}
     full.update(env or {})
     return full

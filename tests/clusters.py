@@ -31,7 +31,7 @@ from typing import Any
 import psutil
 
 from ray_accel.cluster.host import free_port
-from tests.conftest import repo_pythonpath, run_cli
+from tests.cli_process import repo_pythonpath, run_cli
 
 
 def last_json(stdout: str) -> Any:

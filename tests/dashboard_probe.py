@@ -26,9 +26,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import ROOT, run_cli
+from tests.cli_process import ROOT, run_cli
 from tests.dashboard_queries import PanelQuery, load, panel_queries
-from tests.integration.conftest import Cluster
+from tests.integration.cluster_harness import Cluster
 from tests.prom import SD_FILE_NAME, Prometheus, running_prometheus, session_dir_of
 
 # One actor per partition holding 2 cores, alive until killed; prints where

@@ -22,7 +22,7 @@ from ray_accel.core.health_state import HostHealth, PartitionHealth, read_health
 from ray_accel.core.processes import ProcessRecord
 from ray_accel.rayapi import gcs
 from tests.gcs_drains import draining_nodes
-from tests.integration.conftest import Cluster
+from tests.integration.cluster_harness import Cluster
 
 
 def write_faults(path: Path, data: dict[str, Any]) -> None:

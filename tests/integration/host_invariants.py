@@ -14,8 +14,8 @@ from pathlib import Path
 
 from ray_accel.core.health_state import PartState
 from ray_accel.hostops.steps import CRASH_ENV
-from tests.conftest import CLI
-from tests.integration.conftest import Cluster, raylet_pids
+from tests.cli_process import CLI
+from tests.integration.cluster_harness import Cluster, raylet_pids
 from tests.integration.health_steps import gcs_view, record, until
 
 SERVING = (PartState.SERVING, PartState.SHRUNK)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from ray_accel.cluster.host import free_port
-from tests.conftest import repo_pythonpath, run_cli
+from tests.cli_process import repo_pythonpath, run_cli
 
 pytestmark = pytest.mark.ray
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, repo_pythonpath, sigint_as_default
-from tests.integration.conftest import ray_processes
+from tests.cli_process import ROOT, repo_pythonpath, sigint_as_default
+from tests.integration.cluster_harness import ray_processes
 from tests.tagged import new_tag, wait_none_tagged
 
 pytestmark = pytest.mark.ray

@@ -37,10 +37,10 @@ import pytest
 from ray_accel.cluster.host import free_port
 from ray_accel.core.health import Health
 from ray_accel.core.health_state import PartState
-from tests.conftest import repo_pythonpath, run_cli
+from tests.cli_process import repo_pythonpath, run_cli
 from tests.fakes.neuron_env import MONITOR_STUB, executable, tree_only
 from tests.fakes.neuron_sysfs import NeuronSysfs, build_tree
-from tests.integration.conftest import Cluster, ClusterSpec, raylet_pids, start_cluster
+from tests.integration.cluster_harness import Cluster, ClusterSpec, raylet_pids, start_cluster
 from tests.integration.health_steps import (
     WAITING_FIT,
     alive_node,
@@ -59,7 +59,7 @@ from tests.integration.health_steps import (
     waiting_fit,
     write_faults,
 )
-from tests.integration.test_metrics import scrape, scrape_all
+from tests.integration.scrapes import scrape, scrape_all
 from tests.tagged import new_tag, tagged
 
 pytestmark = pytest.mark.ray

@@ -18,8 +18,8 @@ import pytest
 from ray_accel.core.health_state import PartState
 from ray_accel.hostops import steps
 from ray_accel.hostops.steps import CRASH_ENV
-from tests.conftest import run_cli
-from tests.integration.conftest import Cluster, ClusterSpec, raylet_pids, start_cluster
+from tests.cli_process import run_cli
+from tests.integration.cluster_harness import Cluster, ClusterSpec, raylet_pids, start_cluster
 from tests.integration.health_steps import alive_node, lock_is_free, record, until, write_faults
 from tests.integration.host_invariants import check_invariants, recovered
 

@@ -21,9 +21,9 @@ from ray_accel.cluster.host import free_port
 from ray_accel.core.health import Health
 from ray_accel.core.health_kept import KEPT_FILE
 from ray_accel.core.health_state import PartState
+from tests.cli_process import run_cli
 from tests.clusters import Cluster, ClusterSpec, start_cluster
-from tests.conftest import run_cli
-from tests.integration.conftest import raylet_pids
+from tests.integration.cluster_harness import raylet_pids
 from tests.integration.health_steps import alive_node, device, health, part, record, until, until_poll, write_faults
 
 pytestmark = pytest.mark.ray

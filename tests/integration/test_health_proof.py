@@ -32,10 +32,10 @@ from typing import Any
 
 import pytest
 
+from tests.cli_process import run_cli
 from tests.clusters import Cluster, ClusterSpec, start_cluster
-from tests.conftest import run_cli
 from tests.dashboard_probe import metrics_targets, sd_file
-from tests.integration.conftest import raylet_pids
+from tests.integration.cluster_harness import raylet_pids
 from tests.integration.health_steps import alive_node, lock_is_free, record, until, write_faults
 from tests.prom import running_prometheus
 

@@ -24,7 +24,7 @@ import pytest
 
 from ray_accel.core.health_state import PartState
 from tests.dashboard_probe import metrics_targets, sd_file
-from tests.integration.conftest import Cluster, ClusterSpec, start_cluster
+from tests.integration.cluster_harness import Cluster, ClusterSpec, start_cluster
 from tests.integration.health_steps import (
     WAITING_FIT,
     background_driver,

@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 
 from ray_accel.cluster.host import free_port
-from tests.conftest import repo_pythonpath, run_cli
-from tests.integration.conftest import Cluster
+from tests.cli_process import repo_pythonpath, run_cli
+from tests.integration.cluster_harness import Cluster
 
 pytestmark = pytest.mark.ray
 

@@ -24,9 +24,9 @@ import psutil
 import pytest
 
 from ray_accel.cluster.host import HEAD_SHARE, free_port
+from tests.cli_process import repo_pythonpath, run_cli
 from tests.clirun import run_cli_here
-from tests.conftest import repo_pythonpath, run_cli
-from tests.integration.conftest import Cluster
+from tests.integration.cluster_harness import Cluster
 
 pytestmark = pytest.mark.ray
 

@@ -19,8 +19,8 @@ import pytest
 from ray_accel.core.visibility import parse_visible_ids
 from ray_accel.jobs import store
 from ray_accel.jobs.model import PHASES
-from tests.integration.conftest import Cluster
-from tests.integration.test_metrics import scrape_all
+from tests.integration.cluster_harness import Cluster
+from tests.integration.scrapes import scrape_all
 
 pytestmark = pytest.mark.ray
 

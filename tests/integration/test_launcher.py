@@ -14,10 +14,10 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.cli_process import run_cli
 from tests.clusters import ClusterSpec
-from tests.conftest import run_cli
 from tests.integration import drivers
-from tests.integration.conftest import Cluster, free_port, raylet_pids, start_cluster
+from tests.integration.cluster_harness import Cluster, free_port, raylet_pids, start_cluster
 
 pytestmark = pytest.mark.ray
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import CLI, repo_pythonpath, run_cli, sigint_as_default
-from tests.integration.conftest import free_port
+from tests.cli_process import CLI, repo_pythonpath, run_cli, sigint_as_default
+from tests.integration.cluster_harness import free_port
 from tests.tagged import new_tag, tagged, wait_none_tagged
 
 pytestmark = pytest.mark.ray

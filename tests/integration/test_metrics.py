@@ -9,12 +9,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -24,33 +22,13 @@ import pytest
 
 from ray_accel.core.hosts import host_key
 from ray_accel.jobs.store import STORE_NAME
-from tests.conftest import repo_pythonpath
+from tests.cli_process import repo_pythonpath
 from tests.dashboard_probe import orphan
 from tests.integration import drivers
-from tests.integration.conftest import Cluster, ClusterSpec, start_cluster
+from tests.integration.cluster_harness import Cluster, ClusterSpec, start_cluster
+from tests.integration.scrapes import scrape_all, top
 
 pytestmark = pytest.mark.ray
-SAMPLE = re.compile(r"^(\w+)\{(.*)\}\s+(\S+)$")
-LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-
-
-def scrape(port: int) -> list[tuple[str, dict[str, str], float]]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    out = []
-    for line in text.splitlines():
-        m = SAMPLE.match(line)
-        # As served: Ray's recorder puts `ray_` before our `accel_*` names.
-        if m and m.group(1).startswith("ray_accel_"):
-            out.append((m.group(1), dict(LABEL.findall(m.group(2))), float(m.group(3))))
-    return out
-
-
-def scrape_all(cluster: Cluster) -> list[tuple[str, dict[str, str], float]]:
-    """Every raylet's metrics endpoint: the partitions' and the head raylet's (the job store's gauge)."""
-    state = json.loads((Path(cluster.env["RAYACCEL_STATE_DIR"]) / "host.json").read_text())
-    raylets = [*state["partitions"], *([state["head_raylet"]] if state.get("head_raylet") else [])]
-    return [s for p in raylets for s in scrape(p["ports"]["named"]["metrics_export_port"])]
 
 
 def host_of(cluster: Cluster) -> str:
@@ -59,13 +37,6 @@ def host_of(cluster: Cluster) -> str:
     key = host_key(socket.gethostname(), record["host_ip"])
     assert {p["labels"]["ray-accel.io/host"] for p in record["partitions"]} == {key}, "the host label"
     return key
-
-
-def top(cluster: Cluster) -> dict[str, Any]:
-    proc = cluster.cli("top", "--once", "--json")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    result: dict[str, Any] = json.loads(proc.stdout)
-    return result
 
 
 @pytest.fixture(scope="module")

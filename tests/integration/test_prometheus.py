@@ -26,7 +26,7 @@ from ray_accel.jobs.model import PHASES
 from tests.dashboard_probe import device_owners, holders, metrics_targets, orphan, sd_file
 from tests.dashboard_queries import PanelQuery, load, metric_names, panel_queries, variable_queries
 from tests.integration import drivers
-from tests.integration.conftest import Cluster
+from tests.integration.cluster_harness import Cluster
 from tests.prom import Prometheus, Series
 from tests.prom import prometheus as prometheus  # the fixture, over ray_sd_file below
 

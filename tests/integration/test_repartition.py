@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from ray_accel.core.health import Health
-from tests.conftest import CLI
-from tests.integration.conftest import Cluster, ClusterSpec, raylet_pids, start_cluster
+from tests.cli_process import CLI
+from tests.integration.cluster_harness import Cluster, ClusterSpec, raylet_pids, start_cluster
 from tests.integration.health_steps import (
     WAITING_FIT,
     alive_node,
@@ -39,7 +39,7 @@ from tests.integration.health_steps import (
     write_faults,
 )
 from tests.integration.host_invariants import ACTOR
-from tests.integration.test_metrics import scrape_all, top
+from tests.integration.scrapes import scrape_all, top
 
 pytestmark = pytest.mark.ray
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from ray_accel.hostops import steps
-from tests.integration.conftest import ClusterSpec, raylet_pids, start_cluster
+from tests.integration.cluster_harness import ClusterSpec, raylet_pids, start_cluster
 from tests.integration.health_steps import gcs_view, lock_is_free, record, until
 from tests.integration.host_invariants import ACTOR, check_invariants, devices_of, killed_at, recovered
 

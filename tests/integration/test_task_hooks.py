@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import repo_pythonpath
+from tests.cli_process import repo_pythonpath
 from tests.integration import drivers
 
 pytestmark = pytest.mark.ray

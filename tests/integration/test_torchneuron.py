@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 
 from ray_accel.core.visibility import parse_visible_ids
-from tests.conftest import repo_pythonpath
+from tests.cli_process import repo_pythonpath
 from tests.fakes.torch_neuronx_fake import ONE_DEVICE
 from tests.fakes.torchneuron import RECORD_ENV, install, records
-from tests.integration.conftest import Cluster, ClusterSpec, start_cluster
+from tests.integration.cluster_harness import Cluster, ClusterSpec, start_cluster
 from tests.integration.torchneuron_loops import reference_weights
 
 pytestmark = pytest.mark.ray

@@ -18,7 +18,7 @@ import pytest
 
 from ray_accel.core.visibility import parse_visible_ids
 from tests.integration import drivers
-from tests.integration.conftest import Cluster
+from tests.integration.cluster_harness import Cluster
 
 pytestmark = pytest.mark.ray
 

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from tests.integration import drivers
-from tests.integration.conftest import Cluster
+from tests.integration.cluster_harness import Cluster
 
 pytestmark = pytest.mark.ray
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from ray_accel.cluster.host import free_port
-from tests.conftest import repo_pythonpath, run_cli
-from tests.integration.conftest import Cluster
+from tests.cli_process import repo_pythonpath, run_cli
+from tests.integration.cluster_harness import Cluster
 
 pytestmark = pytest.mark.ray
 

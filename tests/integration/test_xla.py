@@ -10,7 +10,7 @@ import pytest
 
 from ray_accel.core.visibility import parse_visible_ids
 from tests.integration import drivers
-from tests.integration.conftest import Cluster, ClusterSpec, start_cluster
+from tests.integration.cluster_harness import Cluster, ClusterSpec, start_cluster
 
 pytestmark = [pytest.mark.xla, pytest.mark.ray]
 

@@ -33,7 +33,7 @@ from ray_accel_neuron.runtime import NeuronRuntime
 from ray_accel.partition.plan import Mode
 from ray_accel.plugins.runtime import WorkerSlot
 from ray_accel.train.ranks import assign_ranks
-from tests.conftest import ROOT
+from tests.cli_process import ROOT
 from tests.fakes.neuron_runtime import NeuronRuntimeError, start_job
 from tests.planning import plan_for
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import sigint_as_default
+from tests.cli_process import sigint_as_default
 from tests.multihost.conftest import Hosts
 from tests.multihost.hosts import NETNS_DIR, TEST_NET, HostSet, HostSetupError, pid_alive, pids_in_netns
 

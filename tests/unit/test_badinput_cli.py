@@ -26,8 +26,8 @@ from ray_accel.cluster.host import port_blocks
 from ray_accel.cluster.procs import identity
 from ray_accel.cluster.record import HostRecord, PartitionEntry, RayProcess, dumps
 from tests.badinput import badinput
+from tests.cli_process import run_cli
 from tests.clirun import run_cli_here
-from tests.conftest import run_cli
 from tests.tagged import new_tag, tagged
 
 SPEC = BridgeSpec(

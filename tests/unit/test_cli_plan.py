@@ -7,9 +7,9 @@ import pytest
 
 from ray_accel.cli import main
 from tests.badinput import badinput
+from tests.cli_process import CliRunner, run_cli
 from tests.clirun import cli_json_here as cli_json
 from tests.clirun import run_cli_here
-from tests.conftest import CliRunner, run_cli
 from tests.fakes.neuron_env import tree_only
 from tests.fakes.neuron_sysfs import build_tree
 

@@ -32,21 +32,20 @@ from ray_accel.bridge.managers import BridgeSpec
 from ray_accel.cluster import statedir
 from ray_accel.cluster.auth import Auth
 from ray_accel.cluster.host import port_blocks
-from ray_accel.cluster.procs import Verdict, check, identity
+from ray_accel.cluster.procs import Verdict, check
 from ray_accel.cluster.record import HostRecord, PartitionEntry, RayProcess, dumps
 from ray_accel.core.errors import InputError
 from ray_accel.core.hosts import ip_text
-from ray_accel.core.processes import ProcessRecord, read_cmdline
+from ray_accel.core.processes import read_cmdline
 from tests.badinput import badinput
+from tests.cli_process import run_cli
 from tests.clirun import run_cli_here
-from tests.conftest import run_cli
+from tests.stand_ins import LOOPBACK, RAYLET_PATH, ray_process
 from tests.tagged import new_tag, tagged
 
 SPEC = BridgeSpec(
     "neuron_cores", "NEURON_RT_VISIBLE_CORES", "neuron", "Trainium", tuple(range(32)), "neuron", NEURON_TRAITS
 )
-RAYLET_PATH = "ray/core/src/ray/raylet/raylet"
-LOOPBACK = "127.0.0.1"
 
 
 @pytest.fixture
@@ -100,21 +99,6 @@ def spawn(tmp_path: Path, tag: dict[str, str]) -> Iterator[Spawn]:
         p.wait()
     for pid in tagged(tag):
         os.kill(pid, 9)  # our own tagged sleeps only
-
-
-def ray_process(proc: subprocess.Popen[bytes] | int, kind: str = "raylet", **over: object) -> RayProcess:
-    pid = proc if isinstance(proc, int) else proc.pid
-    record = ProcessRecord.of(pid)
-    assert record is not None
-    argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[:-1]
-    fields: dict[str, object] = {
-        "kind": kind,
-        "pid": pid,
-        "start_ticks": record.start_ticks,
-        "identity": identity([a.decode() for a in argv]),
-    }
-    fields.update(over)
-    return RayProcess(**fields)  # type: ignore[arg-type]
 
 
 def write_record(

@@ -20,7 +20,6 @@ from ray_accel_cuda.health import (
     action_names,
     recovery_action,
 )
-from ray_accel_cuda.health_monitor import CudaHealthMonitor
 from ray_accel_cuda.health_rule import (
     DEFAULT_IGNORED_XIDS,
     IGNORED_XIDS_ENV,
@@ -33,32 +32,13 @@ from ray_accel_cuda.health_rule import (
 from ray_accel_cuda.nvml import Nvml
 
 from ray_accel.core.errors import InputError
-from ray_accel.core.health import Health, HealthReport
+from ray_accel.core.health import Health
 from ray_accel.core.health_track import RECOVERY_POLLS_ENV
 from ray_accel.plugins.discovery import discover_plugins
 from tests.badinput import badinput
+from tests.cuda_monitors import monitor, states
 from tests.fakes import fake_nvml
 from tests.fakes.fake_nvml import GPU_IS_LOST, UNKNOWN, FakeGpu, FakeHandle, FakeNvml, RecoveryNvml
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_764_000_000.0
-
-    def __call__(self) -> float:
-        self.now += 1.0
-        return self.now
-
-
-def monitor(nv: FakeNvml, environ: dict[str, str] | None = None) -> tuple[CudaPlugin, CudaHealthMonitor]:
-    plugin = CudaPlugin(nv, environ=environ or {}, wall_clock=Clock())
-    assert plugin.probe() is None
-    nv.discovered = True
-    return plugin, plugin.health
-
-
-def states(report: HealthReport) -> list[Health]:
-    return [d.state for d in report.devices]
 
 
 def test_every_gpu_is_listed_in_index_order_and_healthy_when_all_reads() -> None:

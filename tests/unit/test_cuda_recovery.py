@@ -16,9 +16,9 @@ from ray_accel.core.health_state import Action, HealthSettings, PartitionHealth,
 from ray_accel.core.health_track import RECOVERY_POLLS_ENV
 from ray_accel.core.reader import dump, load
 from ray_accel.health.rules import Effect, Facts, decide
+from tests.cuda_monitors import monitor, states
 from tests.fakes import fake_nvml
 from tests.fakes.fake_nvml import RECOVERY_FIELD, FakeGpu, RecoveryNvml
-from tests.unit.test_cuda_health import monitor, states
 
 
 def test_drain_and_reset_with_no_xid_makes_the_gpu_unhealthy_and_its_partition_drain() -> None:

@@ -18,7 +18,7 @@ import pytest
 
 from ray_accel.cli import main
 from tests.badinput import badinput
-from tests.conftest import CliRunner
+from tests.cli_process import CliRunner
 from tests.fakes import fake_nvml
 from tests.plugins import install_test_plugins
 

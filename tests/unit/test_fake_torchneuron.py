@@ -26,7 +26,7 @@ from ray_accel_neuron.torchneuron import NEURON
 
 from ray_accel.cluster.host import free_port
 from ray_accel.plugins.runtime import Rank, WorkerSlot
-from tests.conftest import repo_pythonpath
+from tests.cli_process import repo_pythonpath
 from tests.fakes import torch_neuronx_fake as fake
 from tests.fakes.torchneuron import RECORD_ENV, install, records
 from tests.fakes.torchneuron_scenarios import MODULE as SCENARIOS

@@ -9,105 +9,22 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
-import time
-from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from ray_accel_neuron.runtime import TRAITS as NEURON_TRAITS
 
-from ray_accel.bridge.managers import BridgeSpec
 from ray_accel.cluster import procs, statedir
-from ray_accel.cluster.auth import Auth
-from ray_accel.cluster.host import port_blocks
-from ray_accel.cluster.record import DECIDER_KIND, HostRecord, PartitionEntry, RecordError, dumps, parse_record
+from ray_accel.cluster.record import DECIDER_KIND, RecordError, dumps, parse_record
 from ray_accel.core.health import DeviceHealth, Health
 from ray_accel.core.health_state import Action, HealthSettings, PartitionState, PartState, read_health
-from ray_accel.core.processes import read_cmdline
 from ray_accel.health import rules
 from ray_accel.health.launch import start_decider
 from ray_accel.jobs.model import JobRecord, Phase, Replica, Transition, job_notes
 from tests.badinput import badinput
 from tests.clirun import run_cli_here
-from tests.tagged import new_tag, tagged
-from tests.unit.test_cluster_safety import LOOPBACK, RAYLET_PATH, ray_process
-
-SPEC = BridgeSpec(
-    "neuron_cores", "NEURON_RT_VISIBLE_CORES", "neuron", "Trainium", tuple(range(4)), "mock", NEURON_TRAITS
-)
-Spawn = Callable[[], "subprocess.Popen[bytes]"]
-
-
-@pytest.fixture
-def tag() -> dict[str, str]:
-    return new_tag()
-
-
-@pytest.fixture
-def spawn(tmp_path: Path, tag: dict[str, str]) -> Iterator[Spawn]:
-    """`sleep` run under the path of Ray's raylet binary: a stand-in raylet."""
-    fake = tmp_path / "site-packages" / RAYLET_PATH
-    fake.parent.mkdir(parents=True)
-    os.symlink(shutil.which("sleep") or "/bin/sleep", fake)
-    started: list[subprocess.Popen[bytes]] = []
-
-    def run() -> subprocess.Popen[bytes]:
-        p = subprocess.Popen([str(fake), "600"], env={**os.environ, **tag})
-        started.append(p)
-        wait_for(lambda: (read_cmdline(p.pid) or [])[:1] == [str(fake)], 5)
-        return p
-
-    yield run
-    for p in started:
-        p.kill()
-        p.wait()
-
-
-@pytest.fixture
-def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tag: dict[str, str]) -> Iterator[dict[str, str]]:
-    values = {
-        "RAYACCEL_MOCK": "trn1.2xlarge",
-        "RAYACCEL_STATE_DIR": str(tmp_path / "state"),
-        "RAYACCEL_MOCK_FAULTS": str(tmp_path / "faults.json"),
-        "HOME": str(tmp_path),
-        **tag,
-    }
-    for k, v in values.items():
-        monkeypatch.setenv(k, v)
-    yield values
-    for pid in tagged(tag):
-        os.kill(pid, 9)  # what this test started and left, by PID
-
-
-def record_of(raylet: object, health: HealthSettings | None) -> HostRecord:
-    block = port_blocks(42000, [184])[0]
-    part = PartitionEntry("p0", ("neuron:0",), (0, 1), False, block, (raylet,))  # type: ignore[arg-type]
-    return HostRecord(
-        host=statedir.host_name(),
-        host_ip=LOOPBACK,
-        created=time.time(),
-        head=False,
-        mode="auto-split",
-        spec=SPEC,
-        ray_args=(),
-        gcs_address="127.0.0.1:1",
-        gcs_port=None,
-        auth=Auth("disabled", None, "test"),
-        partitions=(part,),
-        health=health,
-    )
-
-
-def wait_for(check: object, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():  # type: ignore[operator]
-            return
-        time.sleep(0.1)
-    raise AssertionError("not within the time given")
+from tests.decider_harness import Spawn, record_of, wait_for
+from tests.stand_ins import ray_process
 
 
 def test_no_cluster_is_exit_1_and_an_unknown_device_exit_2(env: dict[str, str]) -> None:

@@ -47,34 +47,14 @@ from ray_accel.core.health_state import dumps as health_dumps
 from ray_accel.core.health_track import Fault, Findings, Level, advance, start
 from ray_accel.health.launch import start_decider
 from tests.clirun import run_cli_here
-from tests.unit.test_cluster_safety import ray_process
-from tests.unit.test_health_cli import Spawn, env, record_of, spawn, tag, wait_for  # noqa: F401  (fixtures)
+from tests.decider_harness import Spawn, record_of, wait_for
+from tests.stand_ins import ray_process
+from tests.strategies import D, kept_devices
 
-D = "neuron:9"
 ECC = "mem_ecc_uncorrected"
 EVENT = HealthEvent(D, "ecc", ECC, f"{ECC} grew from 0 to 2", 100.0, True)
 FAULT = Fault("ecc", EVENT, sticky=True)
 CLEAN = Findings(D, vouched=(ECC,))
-
-words = st.text(st.characters(min_codepoint=32, max_codepoint=0x2FF), min_size=1, max_size=20)
-events = st.builds(
-    HealthEvent,
-    device_id=st.just(D),
-    kind=st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True),
-    code=st.none() | words,
-    reason=words,
-    at=st.floats(0, 1e10),
-    fatal=st.booleans(),
-)
-faults = st.builds(Fault, kind=words, event=events, sticky=st.booleans(), clean=st.integers(0, 9), clean_words=words)
-kept_devices = st.builds(
-    KeptDevice,
-    device_id=st.just(D),
-    since=st.floats(0, 1e10),
-    faults=st.lists(faults, max_size=3).map(tuple),
-    counters=st.dictionaries(words, st.integers(0, (1 << 32) - 1), max_size=3),
-    doubt=st.just("") | words,
-)
 
 
 json_values = st.recursive(
@@ -201,7 +181,7 @@ def test_the_fault_files_counters_are_checked() -> None:
 # ---------------------------------------------------------------- clear without a decider
 
 
-def test_clear_without_a_decider_edits_the_kept_file_under_the_hosts_lock(env: dict[str, str], spawn: Spawn) -> None:  # noqa: F811
+def test_clear_without_a_decider_edits_the_kept_file_under_the_hosts_lock(env: dict[str, str], spawn: Spawn) -> None:
     record = record_of(ray_process(spawn()), HealthSettings())
     statedir.save(record)
     directory = Path(env["RAYACCEL_STATE_DIR"])
@@ -283,7 +263,7 @@ def test_a_partition_with_every_device_out_is_refused(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "every device of partition p1 is out of service (replaced)" in proc.stderr
 
 
-def test_clear_after_stop_edits_the_kept_file_and_names_a_device_not_kept(env: dict[str, str]) -> None:  # noqa: F811
+def test_clear_after_stop_edits_the_kept_file_and_names_a_device_not_kept(env: dict[str, str]) -> None:
     directory = Path(env["RAYACCEL_STATE_DIR"])
     proc = run_cli_here("health", "clear", "neuron:0", env=env)
     assert proc.returncode == 1 and "no cluster" in proc.stderr, "nothing kept, nothing recorded"
@@ -302,8 +282,8 @@ def test_clear_after_stop_edits_the_kept_file_and_names_a_device_not_kept(env: d
 
 @pytest.mark.parametrize("damage", ["previous version", "truncated"])
 def test_a_decider_resuming_from_an_unreadable_file_keeps_the_record_s_out_devices_out_unknown_with_why(
-    env: dict[str, str],  # noqa: F811
-    spawn: Spawn,  # noqa: F811
+    env: dict[str, str],
+    spawn: Spawn,
     monkeypatch: pytest.MonkeyPatch,
     damage: str,
 ) -> None:

@@ -35,9 +35,9 @@ from ray_accel.health.decider import Decider, with_proofs
 from ray_accel.health.proof import AGAIN, Again, Proof, check_due, is_proven, proven, repair_due
 from ray_accel.hostops import steps
 from tests.clirun import run_cli_here
-from tests.unit.test_cluster_safety import ray_process
-from tests.unit.test_health_cli import Spawn, env, record_of, spawn, tag  # noqa: F401  (fixtures)
-from tests.unit.test_health_kept import kept_devices, words
+from tests.decider_harness import Spawn, record_of
+from tests.stand_ins import ray_process
+from tests.strategies import kept_devices, words
 
 D = "neuron:9"
 SHRINK = HealthSettings(Action.SHRINK, 1.0, 10.0)
@@ -361,7 +361,7 @@ def test_a_check_begun_and_never_ended_is_kept_so_the_next_decider_checks_again(
 # ---------------------------------------------------------------- ray-accel health check
 
 
-def test_health_check_by_hand_exit_codes(env: dict[str, str], spawn: Spawn) -> None:  # noqa: F811
+def test_health_check_by_hand_exit_codes(env: dict[str, str], spawn: Spawn) -> None:
     served = record_of(ray_process(spawn()), SHRINK)
     statedir.save(served)
     proc = run_cli_here("health", "check", "neuron:0", env=env)
@@ -458,8 +458,8 @@ def test_top_lists_an_out_device_with_its_health_check_and_repair() -> None:
 
 
 def test_health_clear_with_no_decider_checks_first_and_clears_only_on_passed(
-    env: dict[str, str],  # noqa: F811
-    spawn: Spawn,  # noqa: F811
+    env: dict[str, str],
+    spawn: Spawn,
 ) -> None:
     from ray_accel.core.files import write_atomic
     from ray_accel.core.health_kept import KEPT_FILE
@@ -494,7 +494,7 @@ def test_health_clear_with_no_decider_checks_first_and_clears_only_on_passed(
     ],
 )
 def test_start_refuses_a_bad_check_setting_naming_it_before_anything_starts(
-    env: dict[str, str],  # noqa: F811
+    env: dict[str, str],
     flag: str,
     value: str,
 ) -> None:

@@ -27,8 +27,8 @@ from ray_accel.cluster.raylet import partition_env
 from ray_accel.core.devices import Device
 from ray_accel.core.reader import dump, load
 from ray_accel.partition.plan import Mode, PartitionError
+from tests.cli_process import CliRunner
 from tests.clirun import cli_json_here as cli_json
-from tests.conftest import CliRunner
 from tests.planning import plan_for
 
 MIXED = "mixed-v100-a100"

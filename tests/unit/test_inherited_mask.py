@@ -13,8 +13,8 @@ from ray_accel.core.visibility import format_visible_ids, parse_visible_ids
 from ray_accel.partition.inherited import inherited_mask, plan_within_mask
 from ray_accel.partition.plan import PartitionError
 from tests.badinput import badinput
+from tests.cli_process import CliRunner
 from tests.clirun import cli_json_here as cli_json
-from tests.conftest import CliRunner
 
 TRN1 = {"RAYACCEL_MOCK": "trn1.32xlarge"}
 P4D = {"RAYACCEL_MOCK": "p4d.24xlarge"}

@@ -28,7 +28,7 @@ from ray_accel.jobs.model import (
 )
 from ray_accel.train.jobs import CALLBACK_PATH, allowed_workers, register_callback
 from tests.clirun import run_cli_here
-from tests.unit.test_jobs_model import apply_all
+from tests.jobs_events import apply_all
 
 
 def _job() -> JobRecord:

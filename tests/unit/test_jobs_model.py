@@ -25,7 +25,6 @@ from ray_accel.jobs.model import (
     SUBMITTED,
     TERMINAL,
     Event,
-    JobRecord,
     Phase,
     Replica,
     Started,
@@ -37,6 +36,7 @@ from ray_accel.jobs.model import (
     phase_for_state,
 )
 from ray_accel.jobs.store import JobStore
+from tests.jobs_events import apply_all
 
 
 def _replicas(n: int, partitions: list[str]) -> Started:
@@ -50,14 +50,6 @@ def _replicas(n: int, partitions: list[str]) -> Started:
 
 def _run(*steps: tuple[str, Submitted | StateChange | Started | None]) -> list[Event]:
     return [Event(kind, "j1", float(t), data) for t, (kind, data) in enumerate(steps)]
-
-
-def apply_all(events: list[Event]) -> dict[str, JobRecord]:
-    """Job id -> its record after `events`, in order."""
-    jobs: dict[str, JobRecord] = {}
-    for e in events:
-        jobs[e.job_id] = apply_event(jobs.get(e.job_id), e)
-    return jobs
 
 
 def state(name: str) -> tuple[str, StateChange]:

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from ray_accel.cli.output import json_text
 from ray_accel.cluster.status import cluster_view
 from ray_accel.core.reader import LOCAL, dump
-from tests.unit.test_cluster_status import NODES
+from tests.status_nodes import NODES
 
 
 class Color(enum.Enum):

@@ -19,7 +19,7 @@ from ray_accel.cluster.launcher import Launch
 from ray_accel.cluster.procs import identity, is_ray_process
 from ray_accel.cluster.raylet import port_args
 from ray_accel.cluster.signals import Interrupted, interruptible
-from tests.conftest import run_cli
+from tests.cli_process import run_cli
 from tests.planning import plan_for
 from tests.tagged import new_tag, tagged
 

@@ -55,6 +55,7 @@ from ray_accel.metrics.export import (
 from ray_accel.partition.plan import CORES_LABEL, PARTITION_LABEL
 from ray_accel.rayapi.gcs import GcsNode
 from tests.dashboard_queries import METRICS
+from tests.exporter_worker import as_exporter_worker
 
 
 class Flaky(MockTelemetry):
@@ -602,25 +603,6 @@ def test_top_keys_raylets_by_host_name_and_ip(rows: list[tuple[str, str, str, bo
 
 
 # ---------------------------------------------------------------- the exporter's backend
-
-
-class _Gauge:
-    def __init__(self, name: str, description: str, tag_keys: tuple[str, ...]) -> None:
-        self.values: list[tuple[float, dict[str, str]]] = []
-
-    def set(self, value: float, tags: dict[str, str]) -> None:
-        self.values.append((value, tags))
-
-
-def as_exporter_worker(monkeypatch: pytest.MonkeyPatch, node_id: str) -> None:
-    """This process as the Ray worker an exporter runs in: on raylet `node_id`
-    at 10.0.0.1, its gauges recorded by `_Gauge`."""
-    import ray
-    import ray.util.metrics
-
-    monkeypatch.setattr(ray, "get_runtime_context", lambda: type("Context", (), {"get_node_id": lambda _: node_id})())
-    monkeypatch.setattr(ray.util, "get_node_ip_address", lambda: "10.0.0.1")
-    monkeypatch.setattr(ray.util.metrics, "Gauge", _Gauge)
 
 
 def test_an_exporter_runs_no_discovery_and_probes_only_its_spec_backend(monkeypatch: pytest.MonkeyPatch) -> None:

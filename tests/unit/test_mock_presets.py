@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from ray_accel_mock.spec import GIB, PRESETS, load_spec
 
+from tests.cli_process import CliRunner
 from tests.clirun import cli_json_here as cli_json
-from tests.conftest import CliRunner
 
 # name: (family, devices, cores per device, memory per device, peers per device, numa nodes)
 SHAPES = {

@@ -47,7 +47,7 @@ from ray_accel.core.errors import InputError
 from ray_accel.core.validate import PARTITION_NAME
 from ray_accel.plugins.discovery import discover
 from tests.badinput import badinput
-from tests.conftest import run_cli
+from tests.cli_process import run_cli
 
 GPU = '[host]\nfamily = "gpu"\n'
 NEURON = '[host]\nfamily = "neuron"\n'

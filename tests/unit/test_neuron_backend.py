@@ -11,8 +11,8 @@ from ray_accel_neuron import NeuronPlugin
 from ray_accel_neuron.neuron_ls import NeuronLsError, normalize_bdf, parse_output
 from ray_accel_neuron.runtime import efa_present
 
+from tests.cli_process import CliRunner
 from tests.clirun import cli_json_here as cli_json
-from tests.conftest import CliRunner
 from tests.fakes.neuron_env import LS_STUB, executable, ls_only, no_tools, tree_only
 from tests.fakes.neuron_sysfs import build_tree
 

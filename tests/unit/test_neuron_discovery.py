@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
+from tests.cli_process import cli_json as cli_json_subprocess
+from tests.cli_process import run_cli
 from tests.clirun import cli_json_here as cli_json
 from tests.clirun import run_cli_here
-from tests.conftest import cli_json as cli_json_subprocess
-from tests.conftest import run_cli
 from tests.fakes.neuron_env import LS_STUB, executable, ls_only, tree_and_ls, tree_only
 from tests.fakes.neuron_sysfs import INSTANCES, NeuronSysfs, build_tree, denied_reads_env, driver_links
 

@@ -18,9 +18,9 @@ import pytest
 from ray_accel_neuron import limits, sysfs
 
 from tests.badinput import badinput
+from tests.cli_process import run_cli
 from tests.clirun import cli_json_here as cli_json
 from tests.clirun import run_cli_here
-from tests.conftest import run_cli
 from tests.fakes.neuron_env import LS_STUB, executable, ls_only, tree_only
 from tests.fakes.neuron_sysfs import build_tree
 from tests.tagged import new_tag, tagged

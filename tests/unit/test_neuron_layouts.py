@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from ray_accel_neuron import limits, sysfs
 
 from tests.badinput import badinput
-from tests.conftest import cli_json, run_cli
+from tests.cli_process import cli_json, run_cli
 from tests.fakes.neuron_env import LS_STUB, executable, tree_and_ls, tree_only
 from tests.fakes.neuron_sysfs import build_tree
 

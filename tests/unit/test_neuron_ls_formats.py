@@ -18,7 +18,7 @@ from ray_accel_neuron import neuron_ls
 from ray_accel_neuron.neuron_ls import FORMAT_NEW, FORMAT_OLD, NeuronLsError, parse_listing, parse_new_output
 
 from tests.badinput import badinput
-from tests.conftest import cli_json
+from tests.cli_process import cli_json
 from tests.fakes.neuron_env import LS_STUB, executable, ls_only
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "neuron" / "neuron-ls"

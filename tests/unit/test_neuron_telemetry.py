@@ -236,7 +236,7 @@ def test_an_exporter_samples_the_deciders_readings_and_starts_no_neuron_monitor(
 
     from ray_accel.metrics.export import ExporterEntry, PartitionExporter
     from ray_accel.plugins import discovery
-    from tests.unit.test_metrics import as_exporter_worker
+    from tests.exporter_worker import as_exporter_worker
 
     pidfile = tmp_path / "monitor.pid"
     env = ls_only(

@@ -13,7 +13,7 @@ import pytest
 from ray_accel_neuron import arch, identity, limits
 from ray_accel_neuron.sysfs import PciFunction, Reading
 
-from tests.conftest import cli_json, run_cli
+from tests.cli_process import cli_json, run_cli
 from tests.fakes.neuron_env import LS_STUB, executable, ls_only, tree_only
 from tests.fakes.neuron_sysfs import TRN2, build_tree, connected_devices_text, denied_reads_env, driver_links
 

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from ray_accel_neuron import arch
 
-from tests.conftest import cli_json, run_cli
+from tests.cli_process import cli_json, run_cli
 from tests.fakes.neuron_env import tree_only
 from tests.fakes.neuron_sysfs import Generation, build_tree
 

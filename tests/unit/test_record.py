@@ -18,18 +18,12 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from ray_accel_neuron.runtime import TRAITS as NEURON_TRAITS
 
-from ray_accel.bridge.managers import BridgeSpec
-from ray_accel.cluster.auth import Auth
-from ray_accel.cluster.host import port_blocks
 from ray_accel.cluster.record import (
     LEGACY_BACKEND,
     UPGRADES,
     VERSION,
     HostRecord,
-    PartitionEntry,
-    RayProcess,
     RecordError,
     dumps,
     parse_record,
@@ -39,65 +33,9 @@ from ray_accel.core.health_state import PartitionState, PartState
 from ray_accel.core.reader import Node
 from ray_accel.plugins.traits import DeviceTraits
 from tests.badinput import badinput
+from tests.records import valid_record
 
 SOURCE = "/state/host.json"
-SPEC = BridgeSpec(
-    "neuron_cores", "NEURON_RT_VISIBLE_CORES", "neuron", "Trainium", tuple(range(32)), "neuron", NEURON_TRAITS
-)
-RAY = "/venv/lib/python3.11/site-packages/ray"
-
-
-def valid_record() -> HostRecord:
-    blocks = port_blocks(21000, [184, 184, 300], client_server=True)
-    head = PartitionEntry(
-        "head",
-        (),
-        (),
-        True,
-        blocks[0],
-        (
-            RayProcess("gcs_server", 4242, 1000, f"{RAY}/core/src/ray/gcs/gcs_server"),
-            RayProcess("raylet", 4250, 1010, f"{RAY}/core/src/ray/raylet/raylet"),
-            RayProcess("ray_client_server", 4251, 1011, "-m ray.util.client.server"),
-        ),
-        "ab" * 28,
-        "10.0.0.1",
-        "/state/head.log",
-    )
-    p0 = PartitionEntry(
-        "p0",
-        tuple(f"neuron:{i}" for i in range(8)),
-        tuple(range(16)),
-        False,
-        blocks[1],
-        (RayProcess("raylet", 4260, 1020, f"{RAY}/core/src/ray/raylet/raylet"),),
-        "cd" * 28,
-        "10.0.0.1",
-        "/state/p0.log",
-    )
-    worker = PartitionEntry(
-        "p1",
-        tuple(f"neuron:{i}" for i in range(8, 16)),
-        tuple(range(16, 32)),
-        False,
-        blocks[2],
-        (RayProcess("raylet", 4300, 1100, f"{RAY}/core/src/ray/raylet/raylet"),),
-    )
-    return HostRecord(
-        host="host-a",
-        host_ip="10.0.0.1",
-        created=1700000000.5,
-        head=True,
-        mode="auto-split",
-        spec=SPEC,
-        ray_args=("--temp-dir", "/data/ray"),
-        gcs_address="10.0.0.1:6379",
-        gcs_port=6379,
-        auth=Auth("token", "/home/<user>/.ray/auth_token", "generated"),
-        partitions=(p0, worker),
-        metrics=True,
-        head_raylet=head,
-    )
 
 
 def valid_json() -> dict[str, Any]:

@@ -15,7 +15,7 @@ from ray_accel.cluster import procs, recover
 from ray_accel.cluster.host import Share
 from ray_accel.cluster.record import RayProcess
 from ray_accel.core.errors import RayAccelError
-from tests.unit.test_record import RAY, valid_record
+from tests.records import RAY, valid_record
 
 NEW_RAYLET = RayProcess("raylet", 5000, 2000, f"{RAY}/core/src/ray/raylet/raylet")
 

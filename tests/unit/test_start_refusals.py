@@ -19,8 +19,8 @@ import pytest
 
 from ray_accel.cluster.host import free_port
 from tests.badinput import badinput
+from tests.cli_process import repo_pythonpath
 from tests.clirun import run_cli_here
-from tests.conftest import repo_pythonpath
 from tests.tagged import new_tag, tagged
 
 

@@ -13,7 +13,7 @@ import pytest
 from ray_accel.cluster import statedir
 from ray_accel.cluster.launcher import Launch
 from ray_accel.cluster.raylet import leader_path
-from tests.unit.test_record import valid_record
+from tests.records import valid_record
 
 # Every constant the code names a state-directory file by: (module, name).
 CONSTANTS = [

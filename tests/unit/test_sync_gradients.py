@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from ray_accel.cluster.host import free_port
-from tests.conftest import ROOT
+from tests.cli_process import ROOT
 
 GLOO = r"""
 import json, sys
