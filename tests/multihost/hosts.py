@@ -679,3 +679,26 @@ class HostSet:
                 _live_sets.remove(self)
         if problems:
             raise HostTeardownError(f"host set {self.plan.run_id}: " + "; ".join(problems))
+
+
+class Hosts:
+    """Callable fixture value: ``hosts(n)``; ``hosts.close()`` tears down early, so a
+    test can assert on what is left (``hosts.sets[i].leftovers()``)."""
+
+    def __init__(self) -> None:
+        self.sets: list[HostSet] = []
+
+    def __call__(self, n: int, hostname: str | None = None) -> list[Host]:
+        hs = HostSet(n, ip=os.environ.get("MULTIHOST_IP", "ip"), hostname=hostname)
+        self.sets.append(hs)
+        hs.start()  # HostSetupError propagates: the test fails with the reason
+        return hs.hosts
+
+    def close(self) -> None:
+        errors = []
+        for hs in reversed(self.sets):
+            try:
+                hs.close()
+            except Exception as e:
+                errors.append(str(e))
+        assert not errors, "; ".join(errors)

@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli_process import sigint_as_default
-from tests.multihost.conftest import Hosts
-from tests.multihost.hosts import NETNS_DIR, TEST_NET, HostSet, HostSetupError, pid_alive, pids_in_netns
+from tests.multihost.hosts import NETNS_DIR, TEST_NET, Hosts, HostSet, HostSetupError, pid_alive, pids_in_netns
 
 pytestmark = pytest.mark.multihost
 
