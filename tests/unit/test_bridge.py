@@ -247,6 +247,8 @@ def test_terminate_stops_exactly_the_recorded_tree() -> None:
         bystander.wait()
 
 
+# The bridge refuses to install, naming why, where Ray is absent or lacks
+# the registry it replaces; a worker's masks are refreshed through Ray's own.
 def test_without_ray_the_bridge_is_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(FAKE_RAY_VERSION_ENV, "not installed")
     with pytest.raises(BridgeUnsupported, match="^ray is not installed$"):

@@ -257,6 +257,10 @@ def test_partitions_sharing_a_label_get_their_own_lists() -> None:
     assert first.mask == second.mask == "0-15"
 
 
+# `status` as text for a host whose record has everything `status` can
+# show: the inherited mask, the dashboard, a decider that is not running, a
+# partition drained and a device out; what `start` prints after; and an empty
+# cluster view.
 def partition(name: str, health: PartitionState | None, head: bool = False) -> PartitionStatus:
     return PartitionStatus(
         name, ("mock:0",), (0, 1), "0,1", (), health, "Trainium", ("Trainium",), 4242, "ab" * 16, head, True,

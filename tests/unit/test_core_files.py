@@ -137,6 +137,7 @@ def test_an_attribute_that_is_a_fifo_or_a_directory_is_refused_at_once(tmp_path:
         files.read_attribute("a\0b", 64)
 
 
+# The file helpers where the path is not a plain file.
 def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 

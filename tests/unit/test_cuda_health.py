@@ -284,6 +284,8 @@ def test_an_ignored_list_past_nvmls_range_is_refused() -> None:
         parse_ignored_xids(str(1 << 64))
 
 
+# The monitor's reading of a GPU when one NVML call fails, and what it
+# keeps for the next decider (the `RuleMonitor` seam's kept/resume).
 class Failing:
     """A fake driver's mixin: the named call on GPU `index` answers `code`."""
 

@@ -90,6 +90,9 @@ def test_what_plain_ray_init_would_drop_is_refused_before_anything_starts(
     assert list(tmp_path.iterdir()) == [], "no token file, nothing else"
 
 
+# `ray_accel.init` up to the `ray.init` it makes, which is stood in for:
+# the partition it may name, the recorded auth a driver takes, and the
+# environment and resources its raylet gets with the bridge and without.
 MASK = InheritedMask("NEURON_RT_VISIBLE_CORES", "0-7", tuple(range(8)), "neuron_cores")
 
 

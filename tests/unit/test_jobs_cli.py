@@ -103,6 +103,9 @@ def test_without_the_callback_class_no_callback_is_named(
     assert "not recorded as jobs" in caplog.text
 
 
+# `ray-accel jobs` and `jobs show` against a cluster that is stood in for:
+# the store, the host's record and its health are replaced where they are read.
+# Also the CLI's exit codes for a click error or an interrupt inside a command.
 IP = "10.1.2.3"
 
 

@@ -170,6 +170,9 @@ def test_recording_hook_class_is_a_factory() -> None:
     assert isinstance(Recording("/dev/null")(Workload("w", "p")), RecordingHook)
 
 
+# The hook ledger's reconcile where an entry is unreadable, claimed by
+# another worker first, or a hook fails; and an entry this process cannot
+# describe itself for.
 class FailsToTerminate(LifecycleHook):
     def post_terminate(self) -> None:
         raise RuntimeError("cleanup failed")

@@ -474,6 +474,9 @@ def test_a_huge_or_many_lined_value_is_cut_short_and_the_poll_still_reports(tmp_
     assert errors and all("\n" not in e and len(e) <= 1024 and "..." in e for e in errors)
 
 
+# A fault file bad from the start, a failed source on a GPU preset, a GPU
+# preset's kept faults across deciders, and a Neuron device the driver cannot
+# reach.
 ECC_COMPONENT = "mem_ecc_uncorrected"
 
 
@@ -522,6 +525,8 @@ def test_a_gpu_presets_sticky_fault_is_kept_for_the_next_monitor_and_cleared_by_
     assert later.poll().devices[2].state is H
 
 
+# The fault file where it is no file, or for a family the mock has no fault
+# kinds for.
 IDS = ["neuron:0"]
 
 

@@ -273,6 +273,9 @@ def test_a_baseline_read_through_neuron_monitor_outlives_the_decider() -> None:
     assert [e.reason for e in report.events] == ["neuron-monitor mem_ecc_uncorrected grew from 1 to 4"]
 
 
+# A device missing from a poll, a neuron-monitor row without the counter,
+# the recovery count from the environment, and a monitor with no
+# neuron-monitor.
 def test_a_device_missing_from_a_poll_is_unknown_not_healthy() -> None:
     state = health_rule.initial(("neuron:0", "neuron:1"), Settings(2), 0.0)
     read = DeviceReading("neuron:0", True, ecc={"mem_ecc_uncorrected": Node(0)})

@@ -176,6 +176,9 @@ def test_a_kept_table_lists_proc_again_once_loadavg_says_a_task_began_or_ended(t
     assert 11 not in table.read(10) and 12 in table and len(table) == 3
 
 
+# The `/proc` readers on input the live process table rarely gives: a
+# directory where a small file should be, a stat line whose comm holds spaces
+# and that is cut short.
 def test_a_small_read_of_a_directory_or_a_missing_file_is_none(tmp_path: Path) -> None:
     (tmp_path / "stat").write_bytes(b"1 (init) S 0")
     assert read_small(str(tmp_path / "stat")) == b"1 (init) S 0"
