@@ -20,7 +20,7 @@ from ray_accel.cli.params import (
 from ray_accel.cluster.raylet import Join, Offer, Services, Split, StartRequest
 from ray_accel.core import validate
 from ray_accel.core.errors import InputError
-from ray_accel.core.health_state import Action, HealthSettings, Repair
+from ray_accel.core.health_state import OnUnhealthy, HealthSettings, Repair
 from ray_accel.core.reader import dump_fields
 
 # The options a recover takes; every other one shapes a new start.
@@ -83,7 +83,7 @@ RECOVER_OPTIONS = ("head", "address", "recover", "timeout", "as_json")
     "health",
     lambda on_unhealthy, health_interval, drain_deadline, return_check, check_interval, check_timeout, repair: (
         HealthSettings(
-            Action(on_unhealthy),
+            OnUnhealthy(on_unhealthy),
             health_interval,
             drain_deadline,
             return_check=return_check == "on",

@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # the status module is imported only by the commands that sho
     from ray_accel.cluster.status import ClusterPartition, ClusterView, HostStatus
     from ray_accel.metrics.collect import OrphanReading
     from ray_accel.partition.plan import Plan
-    from ray_accel.plugins.discovery import Inventory
+    from ray_accel.plugins.discovery import PluginInventory
 
 T = TypeVar("T")
 
@@ -53,7 +53,7 @@ def partition_kind(accelerator_type: str | None, models: Sequence[str]) -> str |
     return accelerator_type or (f"none ({' + '.join(models)})" if len(models) > 1 else None)
 
 
-def devices_text(inventory: Inventory) -> str:
+def devices_text(inventory: PluginInventory) -> str:
     """The host (named by its one accelerator type, or every type of a mixed
     host), its devices and every backend's state."""
     infos = [p.host_info() for p in inventory.plugins]

@@ -24,7 +24,7 @@ from ray_accel.cluster.record import HostRecord, PartitionEntry, RayProcess, Rec
 from ray_accel.core.checks import CheckResult, RepairResult
 from ray_accel.core.errors import RayAccelError
 from ray_accel.core.health import DeviceHealth, Health
-from ray_accel.core.health_state import Action, PartitionState, read_health
+from ray_accel.core.health_state import OnUnhealthy, PartitionState, read_health
 from ray_accel.core.visibility import format_visible_ids
 from ray_accel.partition.plan import (
     CORES_LABEL,
@@ -81,7 +81,7 @@ class HealthSummary:
     """The decider and what it saw: its action, whether it runs, every device
     that is not healthy with its last event."""
 
-    action: Action
+    action: OnUnhealthy
     interval_s: float
     drain_deadline_s: float
     decider: DeciderStatus

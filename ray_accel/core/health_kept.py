@@ -27,7 +27,7 @@ from ray_accel.core.checks import CheckResult, RepairResult
 from ray_accel.core.health import Health
 from ray_accel.core.health_state import HealthFileError, read_health
 from ray_accel.core.health_track import Fault, Tracked
-from ray_accel.core.reader import Node, ReadError, dump, load, parse_json, read_file
+from ray_accel.core.reader import Cursor, ReadError, dump, load, parse_json, read_file
 
 KEPT_FILE = "devices.json"
 VERSION = 1
@@ -78,7 +78,7 @@ def parse_kept(raw: bytes | str, source: str) -> Kept:
     """The file's content: its devices, or unknown with why (never an error:
     any content is one or the other)."""
     try:
-        obj = Node(parse_json(raw, source), source).only({"version", "at", "devices"})
+        obj = Cursor(parse_json(raw, source), source).only({"version", "at", "devices"})
         version = obj.at("version", None).data
         if version != VERSION or isinstance(version, bool):
             raise ReadError(f"version {version!r}; this ray-accel reads version {VERSION}", source)

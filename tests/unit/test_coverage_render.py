@@ -8,7 +8,7 @@ from __future__ import annotations
 from ray_accel.cli import render
 from ray_accel.cluster.status import ClusterView, DeciderStatus, HealthSummary, HostStatus, PartitionStatus
 from ray_accel.core.health import DeviceHealth, Health, HealthEvent
-from ray_accel.core.health_state import Action, PartitionState, PartState
+from ray_accel.core.health_state import OnUnhealthy, PartitionState, PartState
 from ray_accel.partition.plan import MaskView
 
 
@@ -22,7 +22,7 @@ def partition(name: str, health: PartitionState | None, head: bool = False) -> P
 DRAINING = PartitionState(PartState.DRAINING, 5.0, "mock:1 failed; restarts without it by 65")
 EVENT = HealthEvent("mock:1", "xid", "79", "XID 79 (GPU has fallen off the bus)", 4.0, True)
 SUMMARY = HealthSummary(
-    Action.SHRINK, 5.0, 60.0, DeciderStatus(None, False), 5.0, 3,
+    OnUnhealthy.SHRINK, 5.0, 60.0, DeciderStatus(None, False), 5.0, 3,
     (DeviceHealth("mock:1", Health.UNHEALTHY, 4.0, EVENT, "cleared by hand"),), (),
 )  # fmt: skip
 STATUS = HostStatus(

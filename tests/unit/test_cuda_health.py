@@ -12,8 +12,8 @@ from ray_accel_cuda.health_rule import (
     DEFAULT_IGNORED_XIDS,
     IGNORED_XIDS_ENV,
     GpuReading,
-    Observation,
-    Settings,
+    CudaObservation,
+    CudaSettings,
     Xid,
     parse_ignored_xids,
 )
@@ -226,9 +226,9 @@ def test_the_samples_and_the_monitor_both_see_every_event() -> None:
 
 
 def test_the_rule_lets_an_event_override_fatal_and_names_strange_gpus() -> None:
-    settings_ = Settings()
+    settings_ = CudaSettings()
     state = health_rule.initial(("g0",), settings_, 0.0)
-    obs = Observation(
+    obs = CudaObservation(
         gpus=(GpuReading("g0", True, ecc=0),),
         xids=(Xid("g0", 79, fatal=False), Xid("g0", 13, fatal=True), Xid("elsewhere", 79)),
     )

@@ -25,7 +25,7 @@ from ray_accel.cluster.auth import Auth
 from ray_accel.cluster.host import port_blocks
 from ray_accel.cluster.record import DECIDER_KIND, HostRecord, PartitionEntry, RecordError, dumps, parse_record
 from ray_accel.core.health import DeviceHealth, Health
-from ray_accel.core.health_state import Action, HealthSettings, PartitionState, PartState, read_health
+from ray_accel.core.health_state import OnUnhealthy, HealthSettings, PartitionState, PartState, read_health
 from ray_accel.core.processes import read_cmdline
 from ray_accel.health import rules
 from ray_accel.health.launch import start_decider
@@ -165,7 +165,7 @@ def test_health_clear_on_a_state_folder_it_may_not_read_is_exit_2_naming_it(
 @badinput("exit-code")
 def test_the_decider_polls_reports_clears_and_is_stopped_first(env: dict[str, str], spawn: Spawn) -> None:
     raylet = spawn()
-    settings = HealthSettings(Action.REPORT, 0.2, 5.0)
+    settings = HealthSettings(OnUnhealthy.REPORT, 0.2, 5.0)
     record = record_of(ray_process(raylet), settings)
     statedir.save(record)
     record = start_decider(record, lambda m: None)
@@ -212,7 +212,7 @@ def test_the_decider_polls_reports_clears_and_is_stopped_first(env: dict[str, st
 
 def test_the_decider_ends_with_its_record_and_says_so(env: dict[str, str], spawn: Spawn) -> None:
     raylet = spawn()
-    record = start_decider(record_of(ray_process(raylet), HealthSettings(Action.SHRINK, 0.2, 5.0)), lambda m: None)
+    record = start_decider(record_of(ray_process(raylet), HealthSettings(OnUnhealthy.SHRINK, 0.2, 5.0)), lambda m: None)
     assert record.decider is not None
     place = statedir.place_of(record)
     statedir.save(replace(record, created=record.created + 1))  # another start's record now
@@ -307,7 +307,7 @@ def test_a_waiting_job_names_the_partition_it_waits_for() -> None:
 
     h = HostHealth(
         1.0,
-        HealthSettings(Action.SHRINK),
+        HealthSettings(OnUnhealthy.SHRINK),
         (),
         (
             PartitionHealth("p0", PartState.SERVING, 1.0, ("neuron:0",), (), "a", ""),
@@ -330,17 +330,17 @@ def test_a_waiting_job_names_the_partition_it_waits_for() -> None:
 
 def test_a_step_reads_back_from_the_record_as_the_rules_left_it() -> None:
     full = tuple(f"neuron:{i}" for i in range(4))
-    record = record_of(ray_process(os.getpid()), HealthSettings(Action.SHRINK, 1.0, 10.0))
+    record = record_of(ray_process(os.getpid()), HealthSettings(OnUnhealthy.SHRINK, 1.0, 10.0))
     p = replace(record.partitions[0], device_ids=full, core_ids=(0, 1, 2, 3), node_id="ab12")
     record = record.with_partitions([p])
     view = rules.view_of(record, p)
     assert (view.state, view.since, view.devices, view.out) == (PartState.SERVING, record.created, full, ())
     bad = {d: DeviceHealth(d, Health.UNHEALTHY if d == "neuron:2" else Health.HEALTHY, 1.0, None, "") for d in full}
-    drain = rules.decide(HealthSettings(Action.SHRINK, 1.0, 10.0), view, rules.Facts(full, True, bad), 5.0)
+    drain = rules.decide(HealthSettings(OnUnhealthy.SHRINK, 1.0, 10.0), view, rules.Facts(full, True, bad), 5.0)
     draining = replace(p, health=drain.view.held)
     assert drain.effect is rules.Effect.DRAIN and rules.view_of(record, draining) == drain.view
     assert drain.view.out == ("neuron:2",) and drain.view.devices == full, "it serves them all until the restart"
-    restart = rules.decide(HealthSettings(Action.SHRINK, 1.0, 10.0), drain.view, rules.Facts(full, False, bad), 6.0)
+    restart = rules.decide(HealthSettings(OnUnhealthy.SHRINK, 1.0, 10.0), drain.view, rules.Facts(full, False, bad), 6.0)
     # As the actions leave it: its raylet new, without the device.
     shrunk = replace(p, health=restart.view.held, out=("neuron:2",), out_core_ids=(2,), node_id="cd34")
     assert rules.view_of(record, shrunk) == replace(restart.view, node_id="cd34")

@@ -34,7 +34,7 @@ from ray_accel.core.health_kept import (
 )
 from ray_accel.core.health_state import (
     HEALTH_FILE,
-    Action,
+    OnUnhealthy,
     HealthSettings,
     HostHealth,
     PartitionHealth,
@@ -243,7 +243,7 @@ def test_plan_on_unreadable_kept_health_leaves_what_the_last_health_report_had_o
     (tmp_path / KEPT_FILE).write_text(text[: len(text) // 2])
     p1 = tuple(f"neuron:{i}" for i in range(8, 16))
     shrunk = PartitionHealth("p1", PartState.SHRUNK, 1.0, tuple(d for d in p1 if d != D), (D,), "n", f"without {D}")
-    write_atomic(tmp_path / HEALTH_FILE, health_dumps(HostHealth(1.0, HealthSettings(Action.SHRINK), (), (shrunk,))))
+    write_atomic(tmp_path / HEALTH_FILE, health_dumps(HostHealth(1.0, HealthSettings(OnUnhealthy.SHRINK), (), (shrunk,))))
     proc = run_cli_here("plan", "--partitions", "2", "--json", env=environ)
     assert proc.returncode == 0, proc.stderr
     (out,) = json.loads(proc.stdout)["out_of_service"]
@@ -261,7 +261,7 @@ def test_plan_without_kept_health_leaves_what_the_last_health_report_had_out_out
     environ = {"RAYACCEL_MOCK": "trn1.32xlarge", "RAYACCEL_STATE_DIR": str(tmp_path)}
     p1 = tuple(f"neuron:{i}" for i in range(8, 16))
     shrunk = PartitionHealth("p1", PartState.SHRUNK, 1.0, tuple(d for d in p1 if d != D), (D,), "n", f"without {D}")
-    write_atomic(tmp_path / HEALTH_FILE, health_dumps(HostHealth(1.0, HealthSettings(Action.SHRINK), (), (shrunk,))))
+    write_atomic(tmp_path / HEALTH_FILE, health_dumps(HostHealth(1.0, HealthSettings(OnUnhealthy.SHRINK), (), (shrunk,))))
     assert not (tmp_path / KEPT_FILE).exists()
     proc = run_cli_here("plan", "--partitions", "2", "--json", env=environ)
     assert proc.returncode == 0, proc.stderr
@@ -312,7 +312,7 @@ def test_a_decider_resuming_from_an_unreadable_file_keeps_the_record_s_out_devic
     previous version (beside that version's health.json) or cut short."""
     monkeypatch.setenv("RAYACCEL_MOCK", "trn1.32xlarge")
     env = {**env, "RAYACCEL_MOCK": "trn1.32xlarge"}
-    record = record_of(ray_process(spawn()), HealthSettings(Action.SHRINK, 0.2, 600.0))
+    record = record_of(ray_process(spawn()), HealthSettings(OnUnhealthy.SHRINK, 0.2, 600.0))
     shrunk = PartitionState(PartState.SHRUNK, record.created, "without neuron:1: mem_ecc_uncorrected grew")
     p0 = replace(
         record.partitions[0],

@@ -20,7 +20,7 @@ from ray_accel.core.checks import CheckOutcome, CheckResult, NotSupported, Repai
 from ray_accel.core.health import DeviceHealth, Health, HealthEvent
 from ray_accel.core.health_kept import Kept, KeptDevice, dumps, parse_kept, read_kept
 from ray_accel.core.health_state import (
-    Action,
+    OnUnhealthy,
     HealthSettings,
     HostHealth,
     PartitionHealth,
@@ -40,7 +40,7 @@ from tests.unit.test_health_cli import Spawn, env, record_of, spawn, tag  # noqa
 from tests.unit.test_health_kept import kept_devices, words
 
 D = "neuron:9"
-SHRINK = HealthSettings(Action.SHRINK, 1.0, 10.0)
+SHRINK = HealthSettings(OnUnhealthy.SHRINK, 1.0, 10.0)
 EVENT = HealthEvent(D, "xid", "79", "XID 79", 5.0, True)
 
 
@@ -100,7 +100,7 @@ def test_a_stopped_partition_restarts_with_its_proven_devices_only() -> None:
     step = rules.decide(SHRINK, stopped, rules.Facts(FULL, False, all_healthy(), half), 200.0)
     assert step.effect is rules.Effect.RESTART and step.view.devices == FULL[:4]
     # Under drain it comes back whole or not at all: nothing until every device is proven.
-    drain = HealthSettings(Action.DRAIN, 1.0, 10.0)
+    drain = HealthSettings(OnUnhealthy.DRAIN, 1.0, 10.0)
     assert rules.decide(drain, stopped, rules.Facts(FULL, False, all_healthy(), half), 200.0).effect is (
         rules.Effect.NONE
     )
@@ -142,7 +142,7 @@ def test_every_device_is_proven_with_the_return_check_off_or_under_report() -> N
     h = {D: healthy()}
     assert proven(SHRINK, [D], h, {}) == frozenset()
     assert proven(replace(SHRINK, return_check=False), [D], h, {}) == {D}
-    assert proven(HealthSettings(Action.REPORT), [D], h, {}) == {D}
+    assert proven(HealthSettings(OnUnhealthy.REPORT), [D], h, {}) == {D}
     assert proven(SHRINK, [D], h, {D: checked(CheckOutcome.PASSED)}) == {D}
 
 
@@ -170,7 +170,7 @@ def test_a_check_is_due_when_never_made_since_the_device_came_back_or_cut_short(
     assert not check_due(SHRINK, unhealthy(), None, 100.0)
     assert not check_due(SHRINK, None, None, 100.0)
     assert not check_due(replace(SHRINK, return_check=False), healthy(), None, 100.0)
-    assert not check_due(HealthSettings(Action.REPORT), healthy(), None, 100.0)
+    assert not check_due(HealthSettings(OnUnhealthy.REPORT), healthy(), None, 100.0)
 
 
 def test_a_repair_once_per_fault_and_only_when_asked_for() -> None:
@@ -230,7 +230,7 @@ def test_a_kept_file_from_before_the_checks_reads_with_none_kept() -> None:
 def test_the_settings_and_the_proofs_in_health_json_read_back(
     on: bool, interval: float, timeout: float, repair: Repair, made: Sequence[CheckResult]
 ) -> None:
-    s = HealthSettings(Action.SHRINK, 1.0, 10.0, return_check=on, check_interval_s=interval, check_timeout_s=timeout)
+    s = HealthSettings(OnUnhealthy.SHRINK, 1.0, 10.0, return_check=on, check_interval_s=interval, check_timeout_s=timeout)
     s = replace(s, repair=repair)
     health = HostHealth(1.0, s, (), (), checks=tuple(made[:1]), check_counts={D: {"failed": 2}}, checking={D: 3.0})
     assert parse_health(health_dumps(health), "h") == health
@@ -238,7 +238,7 @@ def test_the_settings_and_the_proofs_in_health_json_read_back(
 
 def test_settings_of_an_older_record_read_with_the_defaults() -> None:
     s = HealthSettings.from_json({"action": "shrink", "interval_s": 2.0, "drain_deadline_s": 10.0})
-    assert s == HealthSettings(Action.SHRINK, 2.0, 10.0)
+    assert s == HealthSettings(OnUnhealthy.SHRINK, 2.0, 10.0)
     assert s.return_check and s.check_interval_s == 10.0 and s.check_timeout_s == 60.0 and s.repair is Repair.OFF
 
 

@@ -10,13 +10,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ray_accel.core.health import DeviceHealth, Health, HealthEvent
-from ray_accel.core.health_state import Action, HealthSettings, PartitionHealth, PartState
+from ray_accel.core.health_state import OnUnhealthy, HealthSettings, PartitionHealth, PartState
 from ray_accel.health.rules import RESTART_FAILED, RETRY_S, TABLE, Effect, Facts, Seen, decide, observe, wanted
 
 FULL = tuple(f"neuron:{i}" for i in range(8, 16))
-SHRINK = HealthSettings(Action.SHRINK, 1.0, 10.0)
-DRAIN = HealthSettings(Action.DRAIN, 1.0, 10.0)
-REPORT = HealthSettings(Action.REPORT, 1.0, 10.0)
+SHRINK = HealthSettings(OnUnhealthy.SHRINK, 1.0, 10.0)
+DRAIN = HealthSettings(OnUnhealthy.DRAIN, 1.0, 10.0)
+REPORT = HealthSettings(OnUnhealthy.REPORT, 1.0, 10.0)
 
 
 def health(
@@ -158,7 +158,7 @@ def test_properties_of_every_step(
     if step.effect is Effect.RESTART:
         assert step.view.devices
         assert all(h[d].state is not Health.UNHEALTHY for d in step.view.devices)
-    if settings.action is Action.REPORT:
+    if settings.action is OnUnhealthy.REPORT:
         assert step.effect is Effect.NONE and step.view.state is PartState.SERVING
     # UNKNOWN alone never takes a device out.
     if all(s is not Health.UNHEALTHY for s in states) and state in (PartState.SERVING, PartState.SHRUNK):

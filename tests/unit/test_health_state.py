@@ -15,7 +15,7 @@ from ray_accel.core.errors import InputError
 from ray_accel.core.health import DeviceHealth, Health, HealthEvent, HealthReport
 from ray_accel.core.health_state import (
     MAX_EVENTS,
-    Action,
+    OnUnhealthy,
     HealthFileError,
     HealthSettings,
     HostHealth,
@@ -70,7 +70,7 @@ def host_healths(draw: st.DrawFn) -> HostHealth:
         for n in names
     )
     evs = tuple(draw(st.lists(events(), max_size=5)))
-    settings = HealthSettings(draw(st.sampled_from(list(Action))), draw(st.floats(0.1, 3600)), draw(st.floats(0, 1e5)))
+    settings = HealthSettings(draw(st.sampled_from(list(OnUnhealthy))), draw(st.floats(0.1, 3600)), draw(st.floats(0, 1e5)))
     return HostHealth(
         draw(TIMES), settings, devices, parts, evs, count_events({}, evs), draw(st.integers(0, 1 << 40)), ()
     )
@@ -98,7 +98,7 @@ BAD_VALUES = st.one_of(
     host_healths(), st.sampled_from(["version", "action", "interval_s", "devices", "partitions", "polls"]), BAD_VALUES
 )
 def test_a_field_that_does_not_fit_is_named(h: HostHealth, key: str, value: object) -> None:
-    if key == "action" and value in [a.value for a in Action]:
+    if key == "action" and value in [a.value for a in OnUnhealthy]:
         return
     data = json.loads(dumps(h))
     data[key] = value
@@ -163,7 +163,7 @@ def test_event_keys_and_the_exported_values() -> None:
     assert event_key(ev) == "xid:13" and event_key(HealthEvent("gpu-a", "lost", None, "lost", 1.0, True)) == "lost"
     h = HostHealth(
         1.0,
-        HealthSettings(Action.SHRINK),
+        HealthSettings(OnUnhealthy.SHRINK),
         (DeviceHealth("gpu-a", Health.HEALTHY, 1.0, ev, ""), DeviceHealth("gpu-b", Health.UNHEALTHY, 1.0, None, "x")),
         (PartitionHealth("p1", PartState.SHRUNK, 1.0, ("gpu-a",), ("gpu-b",), "ab", "without gpu-b"),),
         (ev,),

@@ -16,7 +16,7 @@ from ray_accel.cluster.auth import Auth
 from ray_accel.cluster.host import port_blocks
 from ray_accel.cluster.raylet import Split
 from ray_accel.cluster.record import HostRecord, PartitionEntry
-from ray_accel.cluster.resplit import Action, out_of_service, resplit
+from ray_accel.cluster.resplit import ChangeKind, out_of_service, resplit
 from ray_accel.core.devices import Device
 from ray_accel.core.reader import dump
 from ray_accel.partition.plan import Partition, PartitionError
@@ -86,7 +86,7 @@ def test_a_partition_serving_fewer_devices_than_planned_is_restarted() -> None:
 def test_auto_split_plans_without_devices_out_of_service() -> None:
     record = started(FOUR)
     plan = resplit(record, TRN1, Split("auto-split", partitions=3), frozenset({"neuron:15"}))
-    added = plan.of(Action.ADDED)
+    added = plan.of(ChangeKind.ADDED)
     assert [c.partition for c in added] == ["p0", "p1", "p2"]
     assert all(len(c.devices) == 5 for c in added)
     assert "neuron:15" not in {d for c in added for d in c.devices}
@@ -153,12 +153,12 @@ def test_every_partition_has_one_action_and_kept_means_the_same(
     by_name = {c.partition: c for c in plan.changes}
     assert len(by_name) == len(plan.changes)
     old = {p.name: p for p in record.partitions}
-    assert {n for n, c in by_name.items() if c.action is not Action.ADDED} == set(old)
-    assert {n for n, c in by_name.items() if c.action is not Action.REMOVED} == {p.name for p in new}
+    assert {n for n, c in by_name.items() if c.action is not ChangeKind.ADDED} == set(old)
+    assert {n for n, c in by_name.items() if c.action is not ChangeKind.REMOVED} == {p.name for p in new}
     for name, c in by_name.items():
-        if c.action is Action.KEPT:
+        if c.action is ChangeKind.KEPT:
             assert old[name].device_ids == c.devices and old[name].core_ids == c.part.core_ids  # type: ignore[union-attr]
-        if c.action is Action.RESTARTED:
+        if c.action is ChangeKind.RESTARTED:
             assert old[name].device_ids != c.devices
     assert plan.changed == (before != after and [(p.name, p.device_ids) for p in new] != [
         (p.name, p.device_ids) for p in record.partitions

@@ -24,7 +24,7 @@ from ray_accel.core.devices import Device
 from ray_accel.plugins.rule_monitor import RuleMonitor
 from ray_accel_cuda import health_rule
 from ray_accel_cuda.health import PollErrors, XidMonitor, action_names, ecc_uncorrected, recovery_action
-from ray_accel_cuda.health_rule import GpuReading, Observation, Settings, Xid
+from ray_accel_cuda.health_rule import GpuReading, CudaObservation, CudaSettings, Xid
 from ray_accel_cuda.nvml import NA, NOT_FOUND, GpuLost, Nvml, error_code, text
 
 log = logging.getLogger(__name__)
@@ -34,13 +34,13 @@ def _why(err: BaseException) -> str:
     return f"{type(err).__name__}: {err}"
 
 
-class CudaHealthMonitor(RuleMonitor[health_rule.State, Observation]):
+class CudaHealthMonitor(RuleMonitor[health_rule.CudaState, CudaObservation]):
     def __init__(
         self,
         nvml: Nvml,
         devices: Sequence[Device],
         handles: Mapping[str, Any],
-        settings: Settings,
+        settings: CudaSettings,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.nvml = nvml
@@ -107,7 +107,7 @@ class CudaHealthMonitor(RuleMonitor[health_rule.State, Observation]):
             why = f"nvmlDeviceGetTotalEccErrors: {_why(e)}"
             return GpuReading(device_id, True, ecc_error=why, recovery=recovery, recovery_error=recovery_error)
 
-    def observe(self) -> Observation:
+    def observe(self) -> CudaObservation:
         """What NVML says now (I/O only; the rule decides)."""
         polled = self.xids.poll()
         source: health_rule.XidSource = "read"
@@ -122,7 +122,7 @@ class CudaHealthMonitor(RuleMonitor[health_rule.State, Observation]):
             source = "failed"
         elif not polled.supported:
             source = "unsupported"
-        return Observation(
+        return CudaObservation(
             gpus=tuple(self._reading(d.id) for d in self.devices),
             xids=tuple(Xid(uuid, xid) for uuid, xid in polled.events),
             xid_source=source,
