@@ -71,7 +71,7 @@ class BridgeUnsupported(RayAccelError):
     """This Ray version is outside the range ray-accel supports."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BridgeSpec:
     resource_name: str
     visible_ids_env: str

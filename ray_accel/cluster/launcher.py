@@ -37,7 +37,7 @@ RESULT_LIMIT = 1024 * 1024
 POLL_S = 0.1
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Launch:
     """One `ray start` for partition `name` in a launcher of its own session."""
 
@@ -128,7 +128,15 @@ class Launch:
             error = f"{error}; log {self.log_path}: " + " | ".join(tail_lines(self.log_path, 3))
         node_id, gcs_address, node_ip, dashboard_url = said
         return LaunchReport(
-            ok, error, processes, node_id, gcs_address, node_ip, dashboard_url, self.name, str(self.log_path)
+            ok=ok,
+            error=error,
+            processes=processes,
+            node_id=node_id,
+            gcs_address=gcs_address,
+            node_ip=node_ip,
+            dashboard_url=dashboard_url,
+            name=self.name,
+            log=str(self.log_path),
         )
 
 
@@ -144,10 +152,10 @@ class Launches:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def run(self, name: str, args: Sequence[str], env: Mapping[str, str]) -> LaunchReport:
-        launch = Launch(name, args, env, self.log_dir, self.timeout_s)
+        launch = Launch(name=name, args=args, env=env, log_dir=self.log_dir, timeout_s=self.timeout_s)
         with self._lock:
             if self.abort.is_set():
-                return LaunchReport(False, "interrupted", name=name)
+                return LaunchReport(ok=False, error="interrupted", name=name)
             self.launches.append(launch)
             launch.begin()
         return launch.wait(self.abort)
@@ -203,7 +211,8 @@ def leftovers(log_dir: Path, name: str) -> list[ProcessRecord]:
         pass  # no leader file: that launch never started (or it is another version's)
     try:
         named = parse_processes(
-            Cursor(parse_json(read_bytes(result, RESULT_LIMIT, follow=False), name)).at("processes", []).data, "processes"
+            Cursor(parse_json(read_bytes(result, RESULT_LIMIT, follow=False), name)).at("processes", []).data,
+            "processes",
         )
     except (OSError, InputError):
         named = ()

@@ -111,7 +111,7 @@ class RayProcess:
         return ProcessRecord(self.pid, self.start_ticks)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PartitionEntry:
     name: str
     device_ids: tuple[str, ...]
@@ -206,7 +206,7 @@ class HostChange:
     mode: str | None = None  # the host's mode once it is done
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HostRecord:
     """What `start` started on one host. The host is its name (as a file
     name: `statedir.host_name`) and the node IP its raylets use; `host_ip` is

@@ -62,7 +62,7 @@ from ray_accel.plugins.discovery import discover
 from ray_accel.rayapi.gcs import Progress, wait_registered
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LaunchPlan:
     """What a start launches, made once from its request: the partitions, each
     one's share of the host, ray-accel's labels and port block for each raylet

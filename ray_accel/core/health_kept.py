@@ -34,7 +34,7 @@ VERSION = 1
 MAX_BYTES = 4 * 1024 * 1024
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class KeptDevice:
     device_id: str
     since: float  # when it entered the state it had
@@ -108,11 +108,11 @@ def doubted(kept: Kept, out: Iterable[str], now: float) -> tuple[KeptDevice, ...
     if not kept.unknown:
         return kept.devices
     doubt = f"{kept.unknown}; it was out of service"
-    return tuple(KeptDevice(d, now, doubt=doubt) for d in dict.fromkeys(out))
+    return tuple(KeptDevice(device_id=d, since=now, doubt=doubt) for d in dict.fromkeys(out))
 
 
 def keep(t: Tracked, counters: Mapping[str, int]) -> KeptDevice:
-    return KeptDevice(t.device_id, t.since, t.faults, dict(counters), t.doubt)
+    return KeptDevice(device_id=t.device_id, since=t.since, faults=t.faults, counters=dict(counters), doubt=t.doubt)
 
 
 def resume(tracked: Sequence[Tracked], kept: Sequence[KeptDevice]) -> tuple[Tracked, ...]:

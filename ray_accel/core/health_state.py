@@ -72,7 +72,7 @@ class PartState(enum.Enum):
         return self in (PartState.SERVING, PartState.SHRUNK)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HealthSettings:
     """The choices `start` made for the host's decider (kept in the host record)."""
 
@@ -127,7 +127,7 @@ class PartitionState:
     target: tuple[str, ...] | None = None  # a drain's: the devices it serves once restarted
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PartitionHealth:
     """One partition of the host, as the decider left it after a poll: its
     `PartitionState` (`held`) with what its raylet serves."""
@@ -155,7 +155,7 @@ class PartitionHealth:
         return PartitionState(self.state, self.since, self.detail, self.deadline, self.target)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HostHealth:
     """`health.json`: the host's devices and partitions after the last poll."""
 
@@ -244,14 +244,14 @@ def _health(obj: Cursor) -> HostHealth:
     }
     at, polls = obj.at("at", None).number(0.0, MAX_TIME), obj.at("polls", 0).int(0, 1 << 62)
     return HostHealth(
-        at,
-        settings,
-        devices,
-        parts,
-        events[-MAX_EVENTS:],
-        counters,
-        polls,
-        obj.at("errors", []).texts(),
+        at=at,
+        settings=settings,
+        devices=devices,
+        partitions=parts,
+        events=events[-MAX_EVENTS:],
+        counters=counters,
+        polls=polls,
+        errors=obj.at("errors", []).texts(),
         checks=tuple(load(CheckResult, c.data, c.path) for c in obj.at("checks", []).list()),
         repairs=tuple(load(RepairResult, r.data, r.path) for r in obj.at("repairs", []).list()),
         checking={Cursor(d, "checking").text(): t.number(0.0, MAX_TIME) for d, t in obj.at("checking", {}).items()},

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from ray_accel.core.checks import CheckOutcome, CheckResult, RepairOutcome, RepairResult
 from ray_accel.core.health import DeviceHealth, Health
-from ray_accel.core.health_state import OnUnhealthy, HealthSettings, Repair
+from ray_accel.core.health_state import HealthSettings, OnUnhealthy, Repair
 
 
 @dataclass(frozen=True)

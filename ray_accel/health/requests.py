@@ -164,7 +164,7 @@ def keep_check(place: state.Place, result: CheckResult) -> Path:
             raise RayAccelError(f"the check of {result.device_id} is not kept: {kept.unknown}")
         devices = list(kept.devices)
         if result.device_id not in {d.device_id for d in devices}:
-            devices.append(KeptDevice(result.device_id, now))
+            devices.append(KeptDevice(device_id=result.device_id, since=now))
         kept_now = tuple(
             replace(d, check=result, checking=None) if d.device_id == result.device_id else d for d in devices
         )

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 
 from ray_accel.cluster.record import HostRecord, PartitionEntry
 from ray_accel.core.health import DeviceHealth, Health
-from ray_accel.core.health_state import OnUnhealthy, HealthSettings, PartitionHealth, PartState
+from ray_accel.core.health_state import HealthSettings, OnUnhealthy, PartitionHealth, PartState
 
 # A restart that failed is tried again after this long, not on every poll.
 RETRY_S = 30.0
@@ -144,7 +144,16 @@ def view_of(record: HostRecord, p: PartitionEntry) -> PartitionHealth:
     out = _out(p.device_ids, p.out, held.target)
     serves = p.serving.device_ids
     return PartitionHealth(
-        p.name, held.state, held.since, serves, out, p.node_id, held.detail, held.deadline, held.target, p.head
+        partition=p.name,
+        state=held.state,
+        since=held.since,
+        devices=serves,
+        out=out,
+        node_id=p.node_id,
+        detail=held.detail,
+        deadline=held.deadline,
+        target=held.target,
+        head=p.head,
     )
 
 

@@ -129,7 +129,9 @@ def plan_change(
     starting = {d for p in parts for d in p.device_ids}
     # A stopped partition's share goes to the new ones where they take its devices; one whose
     # devices no new partition takes keeps its share, with its devices left unassigned (`change`).
-    stopping = [c for c in plan.of(ChangeKind.RESTARTED, ChangeKind.REMOVED) if set(old[c.partition].device_ids) & starting]
+    stopping = [
+        c for c in plan.of(ChangeKind.RESTARTED, ChangeKind.REMOVED) if set(old[c.partition].device_ids) & starting
+    ]
     spares = tuple(s for s in record.unassigned if set(s.device_ids) <= starting)
     freed = [recorded_share(old[c.partition], record) for c in stopping] + [s.share for s in spares]
     pool = HostResources(

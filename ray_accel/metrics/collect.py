@@ -133,7 +133,7 @@ class OrphanReading:
     command: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Snapshot:
     host: str
     node_id: str
@@ -320,15 +320,15 @@ def collect(
     errors += orphan_errors + workload_errors
     _log_new(at.partition, errors)
     return Snapshot(
-        at.host,
-        at.node_id,
-        at.partition,
-        time.time(),
-        time.perf_counter() - start,
-        tuple(readings),
-        tuple(workloads),
-        tuple(orphans),
-        tuple(errors),
+        host=at.host,
+        node_id=at.node_id,
+        partition=at.partition,
+        taken_at=time.time(),
+        took_s=time.perf_counter() - start,
+        devices=tuple(readings),
+        workloads=tuple(workloads),
+        orphans=tuple(orphans),
+        errors=tuple(errors),
     )
 
 

@@ -42,7 +42,7 @@ class Rank:
             raise InputError(f"local rank {self.local_rank} outside local world size {self.local_world_size}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WorkerSlot:
     """One training worker: its ranks, its raylet (node id), its own device
     ids and their accelerator type (as discovery named it for its raylet),

@@ -155,7 +155,9 @@ def positional_calls(source: str, module: str, wide: Mapping[str, DataclassShape
     return found
 
 
-def _called_class(func: ast.expr, bound: Mapping[str, str], wide: Mapping[str, DataclassShape], enclosing: str | None) -> str | None:
+def _called_class(
+    func: ast.expr, bound: Mapping[str, str], wide: Mapping[str, DataclassShape], enclosing: str | None
+) -> str | None:
     if isinstance(func, ast.Name) and func.id in bound:
         return bound[func.id]
     if isinstance(func, ast.Name) and func.id == "cls" and enclosing in wide:
@@ -167,7 +169,9 @@ def _called_class(func: ast.expr, bound: Mapping[str, str], wide: Mapping[str, D
 
 def class_names(source: str, module: str) -> list[tuple[str, str]]:
     """(class name, where) for every class a module defines, nested ones too."""
-    return [(node.name, f"{module}:{node.lineno}") for node in ast.walk(ast.parse(source)) if isinstance(node, ast.ClassDef)]
+    return [
+        (node.name, f"{module}:{node.lineno}") for node in ast.walk(ast.parse(source)) if isinstance(node, ast.ClassDef)
+    ]
 
 
 def shared_names(found: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
@@ -226,9 +230,9 @@ def test_scanner_finds_a_wide_dataclass_without_kw_only() -> None:
 
 
 def test_scanner_counts_inherited_fields() -> None:
-    base = "from dataclasses import dataclass\n@dataclass\nclass Base:\n    a: int\n    b: int\n    c: int\n    d: int\n"
-    child = "from dataclasses import dataclass\nfrom pkg.base import Base\n@dataclass\nclass Child(Base):\n    e: int\n    f: int\n    g: int\n"
-    assert without_kw_only(wide_dataclasses({"pkg.base": base, "pkg.child": child})) == ["pkg.child:4 Child"]
+    base = "from dataclasses import dataclass\n@dataclass\nclass Base:\n" + "".join(f"    {f}: int\n" for f in "abcd")
+    child = "from pkg.base import Base\n@dataclass\nclass Child(Base):\n" + "".join(f"    {f}: int\n" for f in "efg")
+    assert without_kw_only(wide_dataclasses({"pkg.base": base, "pkg.child": child})) == ["pkg.child:3 Child"]
 
 
 def test_scanner_finds_positional_calls_by_every_name() -> None:
@@ -247,7 +251,9 @@ WideKeyed(1, 2, 3, 4, 5, 6, 7)
     assert positional_calls(caller, "tests.x", wide) == ["tests.x:6 Wide", "tests.x:7 WideKeyed"]
     own = SEVEN_FIELDS + "\nWide(1, 2, 3, 4, 5, 6, 7)\n"
     assert positional_calls(own, "ray_accel.values", wide) == ["ray_accel.values:35 Wide"]
-    factory = "from ray_accel.values import Wide\nclass Wide:\n    @classmethod\n    def of(cls):\n        return cls(1)\n"
+    factory = (
+        "from ray_accel.values import Wide\nclass Wide:\n    @classmethod\n    def of(cls):\n        return cls(1)\n"
+    )
     assert positional_calls(factory, "tests.y", wide) == ["tests.y:5 Wide"]
 
 
@@ -268,7 +274,9 @@ def test_wide_dataclasses_are_kw_only() -> None:
 
 def test_no_wide_dataclass_is_built_by_position() -> None:
     wide = wide_dataclasses(_sources(product_files()))
-    found = [call for module, source in _sources(caller_files()).items() for call in positional_calls(source, module, wide)]
+    found = [
+        call for module, source in _sources(caller_files()).items() for call in positional_calls(source, module, wide)
+    ]
     assert found == []
 
 

@@ -13,7 +13,15 @@ import torch
 from ray_accel_cuda import CudaPlugin
 from ray_accel_cuda.check import NvmlReading, NvmlWatch, nvml_problems, nvml_summary, pattern_check
 from ray_accel_cuda.nvml import Nvml
-from ray_accel_cuda.repair import NVIDIA_SMI_ENV, GpuState, RepairStep, plan, repair_gpu, repair_with_nvml, reset_command
+from ray_accel_cuda.repair import (
+    NVIDIA_SMI_ENV,
+    GpuState,
+    RepairStep,
+    plan,
+    repair_gpu,
+    repair_with_nvml,
+    reset_command,
+)
 
 from ray_accel.core.checks import CheckOutcome, RepairOutcome, RepairResult
 from ray_accel.core.errors import InputError

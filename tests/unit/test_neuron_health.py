@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from ray_accel_neuron import NeuronPlugin, health_rule
 from ray_accel_neuron.health_monitor import NeuronHealthMonitor
-from ray_accel_neuron.health_rule import NeuronReading, Node, NeuronObservation, NeuronSettings
+from ray_accel_neuron.health_rule import NeuronObservation, NeuronReading, NeuronSettings, Node
 from ray_accel_neuron.sysfs import UnhealthyComponents
 
 from ray_accel.core.errors import InputError
@@ -186,9 +186,16 @@ def test_a_bad_recovery_count_is_the_users_error_before_any_hardware(trn3: Neuro
 def test_the_rule_alone_on_values() -> None:
     state = health_rule.initial(("neuron:0",), NeuronSettings(2), 0.0)
     readings = [
-        NeuronReading("neuron:0", True, ecc={"mem_ecc_uncorrected": Node(1)}, components=Node(UnhealthyComponents(()))),
-        NeuronReading("neuron:0", True, ecc={"mem_ecc_uncorrected": Node(1)}, components=Node(error="denied")),
-        NeuronReading("neuron:0", None, presence_error="stat failed"),
+        NeuronReading(
+            device_id="neuron:0",
+            present=True,
+            ecc={"mem_ecc_uncorrected": Node(1)},
+            components=Node(UnhealthyComponents(())),
+        ),
+        NeuronReading(
+            device_id="neuron:0", present=True, ecc={"mem_ecc_uncorrected": Node(1)}, components=Node(error="denied")
+        ),
+        NeuronReading(device_id="neuron:0", present=None, presence_error="stat failed"),
     ]
     got = []
     for n, r in enumerate(readings, 1):
@@ -205,7 +212,7 @@ def test_neuron_monitor_counters_stand_in_for_ecc_nodes_sysfs_lacks() -> None:
     got = []
     for n, mem in enumerate([0, 0, 3, 3], 1):
         counters = Node({"mem_ecc_uncorrected": mem, "sram_ecc_uncorrected": 0, "mem_ecc_corrected": 9})
-        r = NeuronReading("neuron:0", True, ecc=sysfs_only, counters=counters)
+        r = NeuronReading(device_id="neuron:0", present=True, ecc=sysfs_only, counters=counters)
         state, report = health_rule.step(state, NeuronObservation((r,)), float(n))
         got.append((report.devices[0].state, [e.reason for e in report.events]))
     assert got == [(H, []), (H, []), (U, ["neuron-monitor mem_ecc_uncorrected grew from 0 to 3"]), (U, [])]
@@ -214,13 +221,15 @@ def test_neuron_monitor_counters_stand_in_for_ecc_nodes_sysfs_lacks() -> None:
     both = {**sysfs_only, "mem_ecc_uncorrected": Node(0), "sram_ecc_uncorrected": Node(0)}
     state = health_rule.initial(("neuron:0",), NeuronSettings(2), 0.0)
     for n, mem in enumerate([0, 7], 1):
-        r = NeuronReading("neuron:0", True, ecc=both, counters=Node({"mem_ecc_uncorrected": mem}))
+        r = NeuronReading(device_id="neuron:0", present=True, ecc=both, counters=Node({"mem_ecc_uncorrected": mem}))
         state, report = health_rule.step(state, NeuronObservation((r,)), float(n))
     assert report.devices[0].state is H and report.events == ()
     assert report.devices[0].source == "sysfs"
     # A monitor without a fresh report is an unreadable source: unknown, never healthy.
     state = health_rule.initial(("neuron:0",), NeuronSettings(2), 0.0)
-    r = NeuronReading("neuron:0", True, ecc=sysfs_only, counters=Node(error="neuron-monitor: waiting"))
+    r = NeuronReading(
+        device_id="neuron:0", present=True, ecc=sysfs_only, counters=Node(error="neuron-monitor: waiting")
+    )
     _, report = health_rule.step(state, NeuronObservation((r,)), 1.0)
     assert report.devices[0].state is Q and "mem_ecc_uncorrected: neuron-monitor: waiting" in report.errors[0]
 
@@ -263,7 +272,9 @@ def test_a_baseline_read_through_neuron_monitor_outlives_the_decider() -> None:
 
     def reading(mem: int) -> NeuronObservation:
         counters = Node({"mem_ecc_uncorrected": mem, "sram_ecc_uncorrected": 0})
-        return NeuronObservation((NeuronReading("neuron:0", True, ecc=sysfs_only, counters=counters),))
+        return NeuronObservation(
+            (NeuronReading(device_id="neuron:0", present=True, ecc=sysfs_only, counters=counters),)
+        )
 
     state, _ = health_rule.step(first, reading(1), 1.0)
     resumed = health_rule.resumed(first, health_rule.kept(state))

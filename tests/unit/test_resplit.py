@@ -31,14 +31,38 @@ def record_of(devices: Sequence[Device], parts: Sequence[Partition]) -> HostReco
     """A record of `parts` started on `devices` (processes and ports do not matter to the plan)."""
     blocks = port_blocks(21000, [184] * len(parts), client_server=False)
     spec = BridgeSpec(
-        "units", "VISIBLE", devices[0].family, None, tuple(c for d in devices for c in d.core_ids), "mock",
-        traits_for(devices),
-    )  # fmt: skip
+        resource_name="units",
+        visible_ids_env="VISIBLE",
+        family=devices[0].family,
+        accelerator_type=None,
+        unit_ids=tuple(c for d in devices for c in d.core_ids),
+        backend="mock",
+        traits=traits_for(devices),
+    )
     entries = tuple(
-        PartitionEntry(p.name, p.device_ids, p.core_ids, False, blocks[i], (), "ab" * 28) for i, p in enumerate(parts)
+        PartitionEntry(
+            name=p.name,
+            device_ids=p.device_ids,
+            core_ids=p.core_ids,
+            head=False,
+            ports=blocks[i],
+            processes=(),
+            node_id="ab" * 28,
+        )
+        for i, p in enumerate(parts)
     )
     return HostRecord(
-        "host", "10.0.0.1", 1.0, True, "manual", spec, (), "10.0.0.1:6379", 6379, Auth("none", None, ""), entries
+        host="host",
+        host_ip="10.0.0.1",
+        created=1.0,
+        head=True,
+        mode="manual",
+        spec=spec,
+        ray_args=(),
+        gcs_address="10.0.0.1:6379",
+        gcs_port=6379,
+        auth=Auth("none", None, ""),
+        partitions=entries,
     )
 
 

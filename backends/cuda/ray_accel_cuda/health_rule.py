@@ -164,7 +164,7 @@ class Recovery:
         return f"NVML recovery action {self.name}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GpuReading:
     """What NVML said about one GPU in one poll."""
 
@@ -260,7 +260,7 @@ def step(previous: CudaState, obs: CudaObservation, now: float) -> tuple[CudaSta
     readings = {g.device_id: g for g in obs.gpus}
     findings: dict[str, Findings] = {}
     for d in previous.device_ids():
-        gpu = readings.get(d, GpuReading(d, None, presence_error="not read this poll"))
+        gpu = readings.get(d, GpuReading(device_id=d, present=None, presence_error="not read this poll"))
         findings[d] = _findings(gpu, tuple(by_gpu.get(d, ())), obs, previous, now)
     for f in obs.other:
         if f.device_id in findings:

@@ -92,7 +92,9 @@ class MockHealthMonitor(RuleMonitor[Any, Any]):
             self._grown = {(d, cuda_rule.ECC_CODE): 0 for d in self._ids}
             settings = cuda_rule.CudaSettings(cuda_rule.ignored_xids(env), k)
             tracked = cuda_rule.initial(self._ids, settings, now).tracked
-            state = cuda_rule.CudaState(settings, tracked, {d: start.get((d, cuda_rule.ECC_CODE), 0) for d in self._ids})
+            state = cuda_rule.CudaState(
+                settings, tracked, {d: start.get((d, cuda_rule.ECC_CODE), 0) for d in self._ids}
+            )
             rule, self._observation = cuda_rule.RULE, self._cuda_observation
         super().__init__(rule, state, clock)
 
@@ -120,15 +122,17 @@ class MockHealthMonitor(RuleMonitor[Any, Any]):
                 out.append(Findings(d.id, levels=(Level("marked", event, "not marked unhealthy in the spec"),)))
         return tuple(out)
 
-    def _neuron_observation(self, faults: Faults | None, failure: str | None, now: float) -> neuron_rule.NeuronObservation:
+    def _neuron_observation(
+        self, faults: Faults | None, failure: str | None, now: float
+    ) -> neuron_rule.NeuronObservation:
         marks = self._marks(now)
         if faults is None or faults.fail:
             why = failure or "mock health source failed (injected)"
             node: neuron_rule.Node[int] = neuron_rule.Node(error=why)
             devices = tuple(
                 neuron_rule.NeuronReading(
-                    d,
-                    None,
+                    device_id=d,
+                    present=None,
                     presence_error=why,
                     ecc=dict.fromkeys(ECC_FILES, node),
                     components=neuron_rule.Node(error=why),
@@ -141,12 +145,14 @@ class MockHealthMonitor(RuleMonitor[Any, Any]):
         readings = []
         for d in self._ids:
             if d in faults.lost:
-                readings.append(neuron_rule.NeuronReading(d, False, absent_why="lost in the mock fault file"))
+                readings.append(
+                    neuron_rule.NeuronReading(device_id=d, present=False, absent_why="lost in the mock fault file")
+                )
                 continue
             readings.append(
                 neuron_rule.NeuronReading(
-                    d,
-                    True,
+                    device_id=d,
+                    present=True,
                     ecc={name: neuron_rule.Node(self._count(faults, d, name)) for name in ECC_FILES},
                     components=neuron_rule.Node(current_components(faults.events, d)),
                 )
@@ -157,7 +163,7 @@ class MockHealthMonitor(RuleMonitor[Any, Any]):
         marks = self._marks(now)
         if faults is None or faults.fail:
             why = failure or "mock health source failed (injected)"
-            gpus = tuple(cuda_rule.GpuReading(d, None, presence_error=why) for d in self._ids)
+            gpus = tuple(cuda_rule.GpuReading(device_id=d, present=None, presence_error=why) for d in self._ids)
             return cuda_rule.CudaObservation(gpus, (), "failed", why, (), marks)
         recovery = {}
         for d in self._ids:
@@ -171,9 +177,11 @@ class MockHealthMonitor(RuleMonitor[Any, Any]):
             else:
                 self._grown[(e.device, e.code)] += e.count
         gpus = tuple(
-            cuda_rule.GpuReading(d, False, absent_why="lost in the mock fault file")
+            cuda_rule.GpuReading(device_id=d, present=False, absent_why="lost in the mock fault file")
             if d in faults.lost
-            else cuda_rule.GpuReading(d, True, ecc=self._count(faults, d, cuda_rule.ECC_CODE), recovery=recovery.get(d))
+            else cuda_rule.GpuReading(
+                device_id=d, present=True, ecc=self._count(faults, d, cuda_rule.ECC_CODE), recovery=recovery.get(d)
+            )
             for d in self._ids
         )
         return cuda_rule.CudaObservation(gpus, tuple(xids), "read", None, (), marks)

@@ -24,7 +24,7 @@ from ray_accel.core.devices import Device
 from ray_accel.plugins.rule_monitor import RuleMonitor
 from ray_accel_neuron import health_rule, limits, sysfs
 from ray_accel_neuron.config import Config
-from ray_accel_neuron.health_rule import NeuronReading, Node, NeuronObservation, NeuronSettings
+from ray_accel_neuron.health_rule import NeuronObservation, NeuronReading, NeuronSettings, Node
 from ray_accel_neuron.monitor import READINGS_KEY, MonitorStream, Report
 from ray_accel_neuron.tools import find_tool
 
@@ -93,12 +93,12 @@ class NeuronHealthMonitor(RuleMonitor[health_rule.NeuronState, NeuronObservation
         if i in self._had_node and not os.path.exists(self._dev_node(i)):
             gone.append(f"its device node {self._dev_node(i)} is gone")
         if gone:
-            return NeuronReading(d.id, False, absent_why="; ".join(gone))
+            return NeuronReading(device_id=d.id, present=False, absent_why="; ".join(gone))
         present = True if (i in self._had_dir or i in self._had_node) else None
         hw = os.path.join(self._device_dir(i), "stats", "hardware")
         return NeuronReading(
-            d.id,
-            present,
+            device_id=d.id,
+            present=present,
             ecc={name: read_count(os.path.join(hw, name)) for name in sysfs.ECC_FILES},
             components=read_components(
                 os.path.join(self._device_dir(i), sysfs.HEALTH_STATUS_DIR, "unhealthy_components")

@@ -86,7 +86,7 @@ class Node(Generic[T]):
         return self.value is None and self.error is None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NeuronReading:
     """What sysfs and /dev showed of one device in one poll."""
 

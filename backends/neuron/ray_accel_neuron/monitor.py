@@ -50,7 +50,7 @@ class MonitorError(ValueError):
     """A report that is not neuron-monitor JSON."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Report:
     core_utilization: Mapping[int, float] = field(default_factory=dict)  # global core -> percent
     core_memory: Mapping[int, int] = field(default_factory=dict)  # global core -> device bytes
@@ -142,7 +142,15 @@ def report_of(data: object) -> Report:
         lambda n: n.at("system_data", {}).at("neuron_hw_counters", {}).at("neuron_devices", []).list(), top, problems
     )
     counters = dict(filter(None, (kept(_hw, row, problems) for row in hw or ())))
-    return Report(util, mem, by_pid, counters, tuple(pids), tuple(problems), data)
+    return Report(
+        core_utilization=util,
+        core_memory=mem,
+        pid_core_memory=by_pid,
+        hw_counters=counters,
+        runtime_pids=tuple(pids),
+        problems=tuple(problems),
+        data=data,
+    )
 
 
 def config_json(period_s: int) -> str:

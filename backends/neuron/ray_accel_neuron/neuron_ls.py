@@ -67,7 +67,7 @@ class LsProcess:
     command: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LsDevice:
     index: int
     nc_count: int  # logical cores
