@@ -163,7 +163,18 @@ def device_readings(
     kind = {d.id: d.accelerator_type or accelerator_type for d in devices}
 
     def unknown(d: Device, reason: str) -> DeviceReading:
-        return DeviceReading(d.id, host, partition, d.family, kind[d.id], None, None, d.memory_bytes, None, reason)
+        return DeviceReading(
+            id=d.id,
+            host=host,
+            partition=partition,
+            family=d.family,
+            accelerator_type=kind[d.id],
+            utilization=None,
+            memory_used_bytes=None,
+            memory_total_bytes=d.memory_bytes,
+            recent_events=None,
+            reason=reason,
+        )
 
     if telemetry is None:
         return [unknown(d, "this backend takes no device samples") for d in devices], []

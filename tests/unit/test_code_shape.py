@@ -31,6 +31,9 @@ class DataclassShape:
     own_fields: int
     bases: tuple[str, ...]  # the names its bases are written with
     kw_only: bool
+    # A NamedTuple cannot be kw_only (it is a tuple: indexed, unpacked, `_replace`d), but a wide
+    # one is still built by keyword.
+    named_tuple: bool = False
 
 
 def product_files() -> list[Path]:
@@ -85,7 +88,9 @@ def dataclass_shapes(source: str, module: str) -> list[DataclassShape]:
         if not isinstance(node, ast.ClassDef):
             continue
         decorators = [d for d in node.decorator_list if _dataclass_decorator(d) is not None]
-        if not decorators:
+        bases = tuple(ast.unparse(base).rsplit(".", 1)[-1] for base in node.bases)
+        named_tuple = "NamedTuple" in bases
+        if not decorators and not named_tuple:
             continue
         shapes.append(
             DataclassShape(
@@ -93,8 +98,9 @@ def dataclass_shapes(source: str, module: str) -> list[DataclassShape]:
                 name=node.name,
                 line=node.lineno,
                 own_fields=sum(1 for statement in node.body if _is_field(statement)),
-                bases=tuple(ast.unparse(base).rsplit(".", 1)[-1] for base in node.bases),
+                bases=bases,
                 kw_only=any(_says_kw_only(d) for d in decorators),
+                named_tuple=named_tuple,
             )
         )
     return shapes
@@ -107,14 +113,14 @@ def field_count(shape: DataclassShape, by_name: Mapping[str, DataclassShape]) ->
 
 
 def wide_dataclasses(sources: Mapping[str, str]) -> dict[str, DataclassShape]:
-    """The dataclasses of more than six fields among `sources` (module name -> text), by class name."""
+    """The dataclasses and NamedTuples of more than six fields among `sources` (module name -> text), by class name."""
     shapes = [shape for module, source in sources.items() for shape in dataclass_shapes(source, module)]
     by_name = {shape.name: shape for shape in shapes}
     return {shape.name: shape for shape in shapes if field_count(shape, by_name) > MOST_POSITIONAL_FIELDS}
 
 
 def without_kw_only(wide: Mapping[str, DataclassShape]) -> list[str]:
-    return [f"{s.module}:{s.line} {s.name}" for s in wide.values() if not s.kw_only]
+    return [f"{s.module}:{s.line} {s.name}" for s in wide.values() if not s.kw_only and not s.named_tuple]
 
 
 def _bound_names(tree: ast.Module, module: str, wide: Mapping[str, DataclassShape]) -> dict[str, str]:
@@ -220,13 +226,22 @@ class Narrow:
     e: int
     f: int
     LIMIT: ClassVar[int] = 3
+
+class Row(typing.NamedTuple):
+    a: int
+    b: int
+    c: int
+    d: int
+    e: int
+    f: int
+    g: int
 """
 
 
 def test_scanner_finds_a_wide_dataclass_without_kw_only() -> None:
     wide = wide_dataclasses({"pkg.values": SEVEN_FIELDS})
-    assert sorted(wide) == ["Wide", "WideKeyed"], "six fields and a ClassVar are not wide"
-    assert without_kw_only(wide) == ["pkg.values:6 Wide"]
+    assert sorted(wide) == ["Row", "Wide", "WideKeyed"], "six fields and a ClassVar are not wide"
+    assert without_kw_only(wide) == ["pkg.values:6 Wide"], "a NamedTuple cannot be kw_only, and need not"
 
 
 def test_scanner_counts_inherited_fields() -> None:
@@ -247,10 +262,11 @@ values.WideKeyed(1, 2, 3, 4, 5, 6, 7)
 W(a=1, b=2, c=3, d=4, e=5, f=6, g=7)
 Narrow(1, 2, 3, 4, 5, 6)
 WideKeyed(1, 2, 3, 4, 5, 6, 7)
+values.Row(1, 2, 3, 4, 5, 6, g=7)
 """
-    assert positional_calls(caller, "tests.x", wide) == ["tests.x:6 Wide", "tests.x:7 WideKeyed"]
+    assert positional_calls(caller, "tests.x", wide) == ["tests.x:6 Wide", "tests.x:7 WideKeyed", "tests.x:11 Row"]
     own = SEVEN_FIELDS + "\nWide(1, 2, 3, 4, 5, 6, 7)\n"
-    assert positional_calls(own, "ray_accel.values", wide) == ["ray_accel.values:35 Wide"]
+    assert positional_calls(own, "ray_accel.values", wide) == ["ray_accel.values:44 Wide"]
     factory = (
         "from ray_accel.values import Wide\nclass Wide:\n    @classmethod\n    def of(cls):\n        return cls(1)\n"
     )
