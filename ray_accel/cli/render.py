@@ -278,12 +278,12 @@ def cluster_status_text(view: ClusterView) -> str:
     """`status --cluster`: one row per partition raylet of every host."""
     parts = view.partitions
     dead = sum(not p.alive for p in parts)
-    head = f"cluster {view.gcs_address}: {len(parts)} partitions on {len(view.hosts)} hosts" + (
+    heading = f"cluster {view.gcs_address}: {len(parts)} partitions on {len(view.hosts)} hosts" + (
         f" ({dead} dead)" if dead else ""
     )
     warnings = [f"warning: {w}" for w in view.warnings]
     if not parts:
-        return "\n".join([head, *warnings])
+        return "\n".join([heading, *warnings])
 
     def amounts(p: ClusterPartition) -> str:
         keys = [k for k in (p.resource, "CPU") if k and k in p.total]
@@ -301,4 +301,4 @@ def cluster_status_text(view: ClusterView) -> str:
         ("FREE/TOTAL", amounts),
     )
     other = [f"other nodes (no partition label): {view.other_nodes}"] if view.other_nodes else []
-    return "\n".join([head, rows, *other, *warnings])
+    return "\n".join([heading, rows, *other, *warnings])
