@@ -113,7 +113,8 @@ def jobs(ctx: click.Context, as_json: bool) -> int:
     if ctx.invoked_subcommand is not None:
         return 0
     listed, waiting = read_recorded_jobs()
-    return emit(as_json, {"jobs": [job_json(j, waiting=waiting) for j in listed]}, lambda _: jobs_text(listed, waiting))
+    payload = {"jobs": [job_json(j, waiting=waiting) for j in listed]}
+    return emit(as_json, payload, lambda _: jobs_text(listed, waiting))
 
 
 @jobs.command()

@@ -194,9 +194,14 @@ def started_text(payload: HostStatus) -> str:
     env = " ".join(f"{k}={v}" for k, v in payload.env.items())
     address, dashboard = payload.gcs_address, payload.dashboard_address
     submit = [f"submit a job: ray job submit --address {dashboard} -- python script.py"] if dashboard else []
-    lines = [status_text(payload), f"cluster address: {address}", *submit, f"driver environment: export {env}"]
-    lines.append(f"connect a driver: python -c \"import ray; ray.init(address='{address}')\"")
-    lines.append(f"target a partition: .options(label_selector={{'{PARTITION_LABEL}': '<partition>'}})")
+    lines = [
+        status_text(payload),
+        f"cluster address: {address}",
+        *submit,
+        f"driver environment: export {env}",
+        f"connect a driver: python -c \"import ray; ray.init(address='{address}')\"",
+        f"target a partition: .options(label_selector={{'{PARTITION_LABEL}': '<partition>'}})",
+    ]
     return "\n".join(lines)
 
 
@@ -214,7 +219,9 @@ def orphans_text(orphans: Sequence[OrphanReading], errors: Sequence[str] = ()) -
 
 def status_with_orphans_text(payload: HostStatus, orphans: Orphans | None) -> str:
     text = status_text(payload)
-    return text if orphans is None else f"{text}\n\n{orphans_text(orphans.orphans, orphans.orphan_errors)}"
+    if orphans is None:
+        return text
+    return text + "\n\n" + orphans_text(orphans.orphans, orphans.orphan_errors)
 
 
 def top_text(payload: dict[str, Any]) -> str:

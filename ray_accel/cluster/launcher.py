@@ -102,7 +102,9 @@ class Launch:
 
     def members(self) -> list[ProcessRecord]:
         """What is left of this launcher's process group."""
-        return [] if self.leader is None else procs.group_members(self.leader.pid, self.leader.start_ticks)
+        if self.leader is None:
+            return []
+        return procs.group_members(self.leader.pid, self.leader.start_ticks)
 
     def _read_result(self, why: str | None) -> LaunchReport:
         processes: tuple[RayProcess, ...] = ()

@@ -127,8 +127,10 @@ class HealthReport:
 
     def __post_init__(self) -> None:
         _check_time(self.at, "at")
-        ids = [d.device_id for d in self.devices]
-        if (i := next((i for i, d in enumerate(ids) if d in ids[:i]), None)) is not None:
-            raise ReadError(f"{ids[i]!r} is listed twice", f"devices[{i}].device_id")
+        seen: set[str] = set()
+        for i, dev in enumerate(self.devices):
+            if dev.device_id in seen:
+                raise ReadError(f"{dev.device_id!r} is listed twice", f"devices[{i}].device_id")
+            seen.add(dev.device_id)
         for i, error in enumerate(self.errors):
             _line(error, f"errors[{i}]", MAX_TEXT_CHARS)

@@ -121,11 +121,13 @@ def resume(tracked: Sequence[Tracked], kept: Sequence[KeptDevice]) -> tuple[Trac
     by_id = {k.device_id: k for k in kept}
     out = []
     for t in tracked:
-        if (k := by_id.get(t.device_id)) is not None:
-            last = k.faults[-1].event if k.faults else None
-            state = Health.UNHEALTHY if k.faults else Health.UNKNOWN
-            t = replace(t, state=state, since=k.since, last_event=last, faults=k.faults, doubt=k.doubt)
-        out.append(t)
+        k = by_id.get(t.device_id)
+        if k is None:
+            out.append(t)
+            continue
+        last = k.faults[-1].event if k.faults else None
+        state = Health.UNHEALTHY if k.faults else Health.UNKNOWN
+        out.append(replace(t, state=state, since=k.since, last_event=last, faults=k.faults, doubt=k.doubt))
     return tuple(out)
 
 

@@ -235,22 +235,22 @@ def _health(obj: Cursor) -> HostHealth:
     devices = tuple(load(DeviceHealth, d.data, d.path) for d in obj.at("devices", None).list())
     parts = tuple(load(PartitionHealth, p.data, p.path) for p in obj.at("partitions", None).list())
     for key, names in (("devices", [d.device_id for d in devices]), ("partitions", [p.partition for p in parts])):
-        if (dup := next((n for n in names if names.count(n) > 1), None)) is not None:
+        dup = next((n for n in names if names.count(n) > 1), None)
+        if dup is not None:
             raise ReadError(f"{dup!r} appears twice", key)
     events = tuple(load(HealthEvent, e.data, e.path) for e in obj.at("events", []).list())
     counters = {
         Cursor(device, "counters").text(): {Cursor(k, row.path).text(): v.int(0, 1 << 62) for k, v in row.items()}
         for device, row in obj.at("counters", {}).items()
     }
-    at, polls = obj.at("at", None).number(0.0, MAX_TIME), obj.at("polls", 0).int(0, 1 << 62)
     return HostHealth(
-        at=at,
+        at=obj.at("at", None).number(0.0, MAX_TIME),
         settings=settings,
         devices=devices,
         partitions=parts,
         events=events[-MAX_EVENTS:],
         counters=counters,
-        polls=polls,
+        polls=obj.at("polls", 0).int(0, 1 << 62),
         errors=obj.at("errors", []).texts(),
         checks=tuple(load(CheckResult, c.data, c.path) for c in obj.at("checks", []).list()),
         repairs=tuple(load(RepairResult, r.data, r.path) for r in obj.at("repairs", []).list()),

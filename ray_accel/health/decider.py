@@ -115,7 +115,9 @@ class Decider:
         except RayAccelError as e:
             say(f"warning: {e}")
             return None
-        return None if record is None or record.stopping or record.created != self.created else record
+        if record is None or record.stopping or record.created != self.created:
+            return None
+        return record
 
     def poll(self) -> HostRecord | None:
         record = self.current()
@@ -325,9 +327,8 @@ def build(place: state.Place, created: float) -> Decider:
         say(f"warning: {kept.unknown}: the devices the record has out of service stay out")
     if monitor is not None:
         monitor.resume(doubted(kept, (d for p in record.partitions for d in p.out), now))
-    health = HostHealth(
-        at=now, settings=settings, devices=(), partitions=tuple(rules.view_of(record, p) for p in record.partitions)
-    )
+    parts = tuple(rules.view_of(record, p) for p in record.partitions)
+    health = HostHealth(at=now, settings=settings, devices=(), partitions=parts)
     pending = (kept.unknown,) if kept.unknown and kept.found else ()
     proofs = {k.device_id: Proof(k.check, k.checking, k.repair) for k in kept.devices}
     for device, proof in proofs.items():

@@ -110,7 +110,8 @@ def clear_kept(place: state.Place, out: Collection[str], device_id: str) -> Path
         if not kept.unknown and device_id not in {d.device_id for d in kept.devices}:
             known = ", ".join(d.device_id for d in kept.devices[:20])
             raise InputError(f"device {device_id!r} is not one whose health is kept here (devices: {known})")
-        return write_atomic(place.directory / KEPT_FILE, dumps(cleared(doubted(kept, out, now), device_id), now))
+        devices = cleared(doubted(kept, out, now), device_id)
+        return write_atomic(place.directory / KEPT_FILE, dumps(devices, now))
 
 
 def tell_check(state_dir: Path, result: CheckResult) -> Path:

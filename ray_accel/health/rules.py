@@ -186,7 +186,8 @@ def observe(settings: HealthSettings, view: PartitionHealth, facts: Facts, now: 
 
 
 def decide(settings: HealthSettings, view: PartitionHealth, facts: Facts, now: float) -> Step:
-    health, full = facts.health, facts.full
+    health = facts.health
+    full = facts.full
     if settings.action is OnUnhealthy.REPORT:
         bad = [d for d in full if state_of(health, d) is Health.UNHEALTHY]
         detail = f"reported only (--on-unhealthy report): {_detail(health, bad)}" if bad else ""

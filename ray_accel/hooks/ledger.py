@@ -54,7 +54,8 @@ def hook_id(factory: HookFactory) -> str:
 
 
 def ledger_dir(run_id: str) -> Path:
-    path = Path(os.environ.get(HOOK_DIR_ENV) or Path(tempfile.gettempdir()) / "ray-accel-hooks") / _safe(run_id)
+    root = Path(os.environ.get(HOOK_DIR_ENV) or Path(tempfile.gettempdir()) / "ray-accel-hooks")
+    path = root / _safe(run_id)
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
     return path
 

@@ -48,12 +48,17 @@ PHASES = tuple(p.value for p in Phase)
 TERMINAL = frozenset({Phase.SUCCEEDED, Phase.FAILED})
 # Ray's state -> ours; None keeps the current phase.
 RAY_STATE_PHASE: Mapping[str, Phase | None] = {
-    **dict.fromkeys(("INITIALIZING", "SCHEDULING", "RESCHEDULING"), Phase.PENDING),
+    "INITIALIZING": Phase.PENDING,
+    "SCHEDULING": Phase.PENDING,
+    "RESCHEDULING": Phase.PENDING,
     "RUNNING": Phase.RUNNING,
-    **dict.fromkeys(("RESTARTING", "RESIZING", "PREEMPTING"), Phase.RESTARTING),
+    "RESTARTING": Phase.RESTARTING,
+    "RESIZING": Phase.RESTARTING,
+    "PREEMPTING": Phase.RESTARTING,
     "SHUTTING_DOWN": None,
     "FINISHED": Phase.SUCCEEDED,
-    **dict.fromkeys(("ERRORED", "ABORTED"), Phase.FAILED),
+    "ERRORED": Phase.FAILED,
+    "ABORTED": Phase.FAILED,
 }
 # Event kinds, in the order one attempt sends them.
 SUBMITTED = "submitted"  # the controller started: name, Ray's run id, allowed workers

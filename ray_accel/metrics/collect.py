@@ -147,7 +147,8 @@ class Snapshot:
 
     def to_json(self) -> dict[str, object]:
         # The readings are tuples (see `WorkloadReading`): each written as an object.
-        devices, workloads = [d._asdict() for d in self.devices], [w.to_json() for w in self.workloads]
+        devices = [d._asdict() for d in self.devices]
+        workloads = [w.to_json() for w in self.workloads]
         return dump_fields(self, devices=devices, workloads=workloads)
 
 
@@ -183,7 +184,8 @@ def device_readings(
     except Exception as e:
         reason = f"metric source failed: {type(e).__name__}: {e}"
         return [unknown(d, reason) for d in devices], [reason]
-    out, errors = [], []
+    out: list[DeviceReading] = []
+    errors: list[str] = []
     for d in devices:
         s = samples.get(d.id)
         if s is None:
@@ -200,7 +202,9 @@ def cmdline(pid: int) -> str:
     """The process's command line as one string ('' if it is gone); Ray's
     workers retitle themselves here (`ray::TrainWorker.train`)."""
     raw = read_small(f"/proc/{pid}/cmdline")
-    return "" if raw is None else raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()
+    if raw is None:
+        return ""
+    return raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()
 
 
 def workload_readings(

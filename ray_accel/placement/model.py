@@ -145,7 +145,9 @@ class PlacementError(RayAccelError):
 
     def __init__(self, message: str, job: Job, largest_workers: int, largest_worker: int) -> None:
         super().__init__(message)
-        self.job, self.largest_workers, self.largest_worker = job, largest_workers, largest_worker
+        self.job = job
+        self.largest_workers = largest_workers
+        self.largest_worker = largest_worker
 
 
 def eligible(job: Job, part: FreePartition) -> bool:

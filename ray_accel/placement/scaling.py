@@ -90,9 +90,12 @@ def to_scaling_config(assignment: Assignment, view: LiveView, **scaling: Any) ->
     if job.cpus_per_worker > 0:
         resources["CPU"] = job.cpus_per_worker
     selectors = [dict(view.selectors[s.key]) for s in assignment.workers]
-    gpu = ray_resources.is_ray_gpu(job.resource)
     return ScalingConfig(
-        num_workers=job.workers, resources_per_worker=resources, use_gpu=gpu, label_selector=selectors, **scaling
+        num_workers=job.workers,
+        resources_per_worker=resources,
+        use_gpu=ray_resources.is_ray_gpu(job.resource),
+        label_selector=selectors,
+        **scaling,
     )
 
 

@@ -81,7 +81,9 @@ def _activate(name: str, factory: object) -> PluginStatus:
         devices = validate_inventory(plugin.list_devices())
     except Exception as e:
         return _inactive(name, f"discovery failed: {type(e).__name__}: {e}", e)
-    return PluginStatus(name, True, None, plugin) if devices else _inactive(name, "no devices found")
+    if not devices:
+        return _inactive(name, "no devices found")
+    return PluginStatus(name=name, active=True, reason=None, plugin=plugin)
 
 
 def discover_plugins(only: str | None = None) -> list[PluginStatus]:
@@ -118,7 +120,8 @@ def load_plugin(name: str) -> DevicePlugin:
     whose raylet's spec names it needs its runtime, not its hardware).
     `BackendUnavailable` names the backend and why it cannot be had."""
     eps = _entry_points()
-    if (ep := next((e for e in eps if e.name == name), None)) is None:
+    ep = next((e for e in eps if e.name == name), None)
+    if ep is None:
         installed = ", ".join(e.name for e in eps) or "none"
         raise BackendUnavailable(f"backend {name!r} is not installed here (installed: {installed})")
     try:
@@ -201,7 +204,8 @@ class PluginInventory:
     @property
     def primary(self) -> DevicePlugin | None:
         """The plugin a raylet is split by: Ray resolves one family per node."""
-        return next(iter(self.plugins), None)
+        plugins = self.plugins
+        return plugins[0] if plugins else None
 
     def require_primary(self) -> DevicePlugin:
         if (plugin := self.primary) is None:

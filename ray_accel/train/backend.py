@@ -58,7 +58,9 @@ def resolve_collective(requested: str | None, facts: Sequence[WorkerFacts]) -> t
     found = {f.collective for f in facts}
     if len(found) > 1:
         raise ValueError(f"workers disagree on the collective backend ({sorted(found)}): set backend explicitly")
-    return (found.pop() if found else GLOO), "; ".join(dict.fromkeys(f.reason for f in facts if f.reason))
+    collective = found.pop() if found else GLOO
+    reasons = dict.fromkeys(f.reason for f in facts if f.reason)  # each once, in the workers' order
+    return collective, "; ".join(reasons)
 
 
 def align_ray_context(
