@@ -374,7 +374,7 @@ class Services:
     dashboard: bool = True
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StartRequest:
     """What `ray-accel start` is asked for (the CLI's options, checked)."""
 

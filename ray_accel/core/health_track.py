@@ -86,7 +86,7 @@ class Fault:
     clean_words: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Tracked:
     """One device's state between polls."""
 
@@ -101,7 +101,7 @@ class Tracked:
 
 def start(device_ids: Iterable[str], now: float) -> tuple[Tracked, ...]:
     """Before the first poll every device is UNKNOWN."""
-    return tuple(Tracked(d, Health.UNKNOWN, now) for d in device_ids)
+    return tuple(Tracked(device_id=d, state=Health.UNKNOWN, since=now) for d in device_ids)
 
 
 def _put(faults: list[Fault], fault: Fault) -> None:

@@ -90,7 +90,7 @@ def fold(health: HostHealth, report: HealthReport, extra_errors: Sequence[str]) 
     )
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Decider:
     place: state.Place
     created: float
@@ -337,7 +337,15 @@ def build(place: state.Place, created: float) -> Decider:
             say(f"{device}: a check begun at {begun} never ended: checked again")
     usable = plugin if why is None else None
     return Decider(
-        place, created, settings, tuple(devices), monitor, health, pending=pending, plugin=usable, proofs=proofs
+        place=place,
+        created=created,
+        settings=settings,
+        devices=tuple(devices),
+        monitor=monitor,
+        health=health,
+        pending=pending,
+        plugin=usable,
+        proofs=proofs,
     )
 
 
@@ -349,7 +357,7 @@ def with_proofs(kept: Sequence[KeptDevice], proofs: Mapping[str, Proof], now: fl
     ]
     known = {k.device_id for k in kept}
     extra = [
-        KeptDevice(d, now, check=p.check, checking=p.checking, repair=p.repair)
+        KeptDevice(device_id=d, since=now, check=p.check, checking=p.checking, repair=p.repair)
         for d, p in proofs.items()
         if d not in known
     ]

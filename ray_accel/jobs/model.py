@@ -75,7 +75,7 @@ class Transition:
     reason: str = ""  # the Ray state or event that caused it
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Replica(Rank):
     """One training worker of one attempt: its ranks (per raylet) and where it runs."""
 
@@ -129,7 +129,7 @@ class Event:
     data: EventData = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class JobRecord:
     id: str  # AcceleratorTorchConfig.run_id: the same over restarts of one fit()
     name: str
@@ -198,7 +198,14 @@ def _move(job: JobRecord, phase: Phase | None, at: float, reason: str) -> JobRec
 
 def new_job(event: Event) -> JobRecord:
     d = event.data if isinstance(event.data, Submitted) else Submitted()
-    job = JobRecord(event.job_id, d.name or event.job_id, d.ray_run_id, event.at, d.min_workers, d.max_workers)
+    job = JobRecord(
+        id=event.job_id,
+        name=d.name or event.job_id,
+        ray_run_id=d.ray_run_id,
+        submitted_at=event.at,
+        min_workers=d.min_workers,
+        max_workers=d.max_workers,
+    )
     return _move(job, Phase.PENDING, event.at, "submitted")
 
 

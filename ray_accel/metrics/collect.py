@@ -133,7 +133,7 @@ class OrphanReading:
     command: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Snapshot:
     host: str
     node_id: str
@@ -164,7 +164,18 @@ def device_readings(
     kind = {d.id: d.accelerator_type or accelerator_type for d in devices}
 
     def unknown(d: Device, reason: str) -> DeviceReading:
-        return DeviceReading(d.id, host, partition, d.family, kind[d.id], None, None, d.memory_bytes, None, reason)
+        return DeviceReading(
+            id=d.id,
+            host=host,
+            partition=partition,
+            family=d.family,
+            accelerator_type=kind[d.id],
+            utilization=None,
+            memory_used_bytes=None,
+            memory_total_bytes=d.memory_bytes,
+            recent_events=None,
+            reason=reason,
+        )
 
     if telemetry is None:
         return [unknown(d, "this backend takes no device samples") for d in devices], []
@@ -324,15 +335,15 @@ def collect(
     errors += orphan_errors + workload_errors
     _log_new(at.partition, errors)
     return Snapshot(
-        at.host,
-        at.node_id,
-        at.partition,
-        time.time(),
-        time.perf_counter() - start,
-        tuple(readings),
-        tuple(workloads),
-        tuple(orphans),
-        tuple(errors),
+        host=at.host,
+        node_id=at.node_id,
+        partition=at.partition,
+        taken_at=time.time(),
+        took_s=time.perf_counter() - start,
+        devices=tuple(readings),
+        workloads=tuple(workloads),
+        orphans=tuple(orphans),
+        errors=tuple(errors),
     )
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from ray_accel.core.errors import InputError, RayAccelError
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Job:
     """A training job: `workers` workers, each asking `devices_per_worker` units
     of `resource` (NeuronCores on Neuron, GPUs on CUDA) and `cpus_per_worker` CPUs."""
@@ -56,7 +56,7 @@ class Job:
         return f"{self.workers} worker(s) x {self.devices_per_worker} {self.resource} ({self.size} in all)"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FreePartition:
     """One partition's raylet as a policy sees it now."""
 

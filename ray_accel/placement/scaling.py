@@ -52,7 +52,15 @@ def new_job(
             )
         family, resource = kinds[0]
     jid = job_id or uuid.uuid4().hex[:12]
-    return Job(jid, name or jid, workers, devices_per_worker, family, resource, cpus_per_worker)
+    return Job(
+        id=jid,
+        name=name or jid,
+        workers=workers,
+        devices_per_worker=devices_per_worker,
+        family=family,
+        resource=resource,
+        cpus_per_worker=cpus_per_worker,
+    )
 
 
 def place(

@@ -1,5 +1,5 @@
 """Finding backends (the entry-point group ``ray_accel.backends``), and the
-host as the active ones see it (`Inventory`: one call for the CLI and the
+host as the active ones see it (`PluginInventory`: one call for the CLI and the
 bridge).
 
 Discovery never raises for what the machine reports: a plugin that cannot
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from ray_accel.core.devices import Device, validate_inventory
 from ray_accel.core.errors import InputError, RayAccelError
-from ray_accel.core.reader import Node, ReadError, dump, dump_fields, parse_json
+from ray_accel.core.reader import Cursor, ReadError, dump, dump_fields, parse_json
 from ray_accel.plugins.interface import DevicePlugin
 
 ENTRY_POINT_GROUP = "ray_accel.backends"
@@ -194,7 +194,7 @@ class NoActiveBackend(RayAccelError):
 
 
 @dataclass(frozen=True)
-class Inventory:
+class PluginInventory:
     statuses: tuple[PluginStatus, ...]
 
     @property
@@ -228,7 +228,7 @@ class Inventory:
         }
 
 
-def discover(backend: str | None = None) -> Inventory:
+def discover(backend: str | None = None) -> PluginInventory:
     """Discover plugins; a plugin that rejected its user-given configuration
     (a bad RAYACCEL_MOCK, say) is a user error, not a missing device."""
     statuses = discover_plugins(only=backend)
@@ -238,7 +238,7 @@ def discover(backend: str | None = None) -> Inventory:
     for s in statuses:
         if isinstance(s.error, InputError):
             raise s.error
-    return Inventory(tuple(statuses))
+    return PluginInventory(tuple(statuses))
 
 
 def spec_backend(value: str | None) -> str | None:
@@ -246,7 +246,7 @@ def spec_backend(value: str | None) -> str | None:
     if not value:
         return None
     try:
-        rows = Node(parse_json(value, SPEC_ENV, "{error}")).list()
+        rows = Cursor(parse_json(value, SPEC_ENV, "{error}")).list()
         return rows[0].at("backend").text() if rows else None
     except ReadError as e:
         raise InputError(f"bad {SPEC_ENV}: {e}") from None

@@ -32,7 +32,7 @@ CREATE_PARAMS = ("gcs_address", "cluster_id_hex", "allow_cluster_id_nil", "fetch
 DRAIN_PARAMS = ("node_id", "reason", "reason_message", "deadline_timestamp_ms", "timeout")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GcsNode:
     """One row of the GCS node table, with its resources."""
 

@@ -110,7 +110,15 @@ class AcceleratorBackend(Backend):
         # Every worker gets the whole job: its backend's runtime decides from
         # it what this worker sees (its raylet's devices, or its own only).
         job = tuple(
-            WorkerSlot(rank, f.node_id, f.own_ids, addr, port, comm_port, f.accelerator_type)
+            WorkerSlot(
+                rank=rank,
+                node_id=f.node_id,
+                own_ids=f.own_ids,
+                master_addr=addr,
+                master_port=port,
+                comm_port=comm_port,
+                accelerator_type=f.accelerator_type,
+            )
             for rank, f in zip(ranks, facts, strict=True)
         )
         hooks = list(backend_config.hooks)

@@ -102,7 +102,7 @@ def describe_backend() -> dict[str, str | None]:
     return {"backend": plugin.name if plugin else None, "collective": choice.collective, "reason": choice.reason}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WorkerFacts:
     """What a worker says of itself at on_start (`describe`)."""
 

@@ -12,7 +12,14 @@ FAMILY_NEURON = "neuron"  # any family name: the core knows none
 
 def dev(index: int, peers: tuple[str, ...] = (), external: tuple[str, ...] = ()) -> Device:
     return Device(
-        f"neuron:{index}", FAMILY_NEURON, index, "Trainium2", 0, (index,), peers=peers, external_peers=external
+        id=f"neuron:{index}",
+        family=FAMILY_NEURON,
+        index=index,
+        model="Trainium2",
+        memory_bytes=0,
+        core_ids=(index,),
+        peers=peers,
+        external_peers=external,
     )
 
 
@@ -30,5 +37,14 @@ def test_an_external_peer_that_is_on_the_host_is_refused(external: str) -> None:
 
 
 def test_host_warnings_are_in_the_json() -> None:
-    info = HostInfo("neuron", FAMILY_NEURON, None, "neuron_cores", "NEURON_RT_VISIBLE_CORES", 1, 2, warnings=("w",))
+    info = HostInfo(
+        plugin="neuron",
+        family=FAMILY_NEURON,
+        accelerator_type=None,
+        resource_name="neuron_cores",
+        visible_ids_env="NEURON_RT_VISIBLE_CORES",
+        device_count=1,
+        core_count=2,
+        warnings=("w",),
+    )
     assert dump_fields(info)["warnings"] == ["w"]

@@ -23,7 +23,15 @@ def dev(
     index: int, cores: tuple[int, ...] | None = None, peers: tuple[str, ...] = (), id: str = "", memory_bytes: int = 0
 ) -> Device:
     core_ids = (index,) if cores is None else cores
-    return Device(id or f"d:{index}", "f", index, "m", memory_bytes, core_ids, peers=peers)
+    return Device(
+        id=id or f"d:{index}",
+        family="f",
+        index=index,
+        model="m",
+        memory_bytes=memory_bytes,
+        core_ids=core_ids,
+        peers=peers,
+    )
 
 
 @pytest.mark.parametrize(
@@ -80,5 +88,5 @@ def test_a_verdicts_source_must_be_a_lower_case_word() -> None:
 
 
 def test_a_device_in_doubt_is_healthy_again_only_when_cleared_by_hand() -> None:
-    t = Tracked("d:0", Health.UNKNOWN, 1.0, doubt="its kept health could not be read")
+    t = Tracked(device_id="d:0", state=Health.UNKNOWN, since=1.0, doubt="its kept health could not be read")
     assert healthy_again(t, 3) == "cleared by hand: ray-accel health clear d:0 (its kept health could not be read)"

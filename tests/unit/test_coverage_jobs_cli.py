@@ -22,18 +22,51 @@ RECORD = SimpleNamespace(host_ip=IP)  # what top_jobs reads of the host record
 
 
 def _job(job_id: str, name: str, phase: Phase, partition: str, detail: str = "") -> JobRecord:
-    rows = (Replica(0, 1, 0, 1, 0, this_host(IP).key, partition, "n0", ("0",), 7),)
-    return JobRecord(job_id, name, "", 5.0, 1, 1, (Transition(phase, 5.0),), replicas=rows, detail=detail)
+    rows = (
+        Replica(
+            world_rank=0,
+            world_size=1,
+            local_rank=0,
+            local_world_size=1,
+            node_rank=0,
+            host=this_host(IP).key,
+            partition=partition,
+            node_id="n0",
+            devices=("0",),
+            pid=7,
+        ),
+    )
+    return JobRecord(
+        id=job_id,
+        name=name,
+        ray_run_id="",
+        submitted_at=5.0,
+        min_workers=1,
+        max_workers=1,
+        transitions=(Transition(phase, 5.0),),
+        replicas=rows,
+        detail=detail,
+    )
 
 
 JOBS = [_job("aaa111", "train", Phase.RESTARTING, "p1", "lost a worker"), _job("bbb222", "train", Phase.RUNNING, "p0")]
 HEALTH = HostHealth(
-    1.0,
-    HealthSettings(),
-    (),
-    (
-        PartitionHealth("p0", PartState.SERVING, 1.0, ("mock:0",), (), "n0", ""),
-        PartitionHealth("p1", PartState.DRAINING, 1.0, ("mock:1",), ("mock:1",), "n1", "mock:1: fault"),
+    at=1.0,
+    settings=HealthSettings(),
+    devices=(),
+    partitions=(
+        PartitionHealth(
+            partition="p0", state=PartState.SERVING, since=1.0, devices=("mock:0",), out=(), node_id="n0", detail=""
+        ),
+        PartitionHealth(
+            partition="p1",
+            state=PartState.DRAINING,
+            since=1.0,
+            devices=("mock:1",),
+            out=("mock:1",),
+            node_id="n1",
+            detail="mock:1: fault",
+        ),
     ),
 )
 

@@ -33,7 +33,9 @@ def test_without_rays_reason_names_a_dead_node_says_why_by_number(monkeypatch: p
 
     monkeypatch.setattr(module("ray._private.state"), "GlobalState", Table)
     monkeypatch.setitem(sys.modules, "ray.core.generated.common_pb2", None)
-    assert gcs.read_nodes("192.0.2.1:6379") == (gcs.GcsNode("cd", False, death_reason="3", death_message="gone"),)
+    assert gcs.read_nodes("192.0.2.1:6379") == (
+        gcs.GcsNode(node_id="cd", alive=False, death_reason="3", death_message="gone"),
+    )
 
 
 def test_a_drivers_free_resources_are_plain_names_and_floats(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -20,7 +20,11 @@ ROW = re.compile(r"^\| (\w+) \| `ray_accel\.(\w+)` \| (.*) \|$")
 # A type as the tables name it: `Name` (capitalised, letters and digits).
 TYPE = re.compile(r"`([A-Z][A-Za-z0-9]+)`")
 # Ray's own types the tables name, and the module of Ray that has each.
-RAY_TYPES = {"ScalingConfig": "ray.train", "AcceleratorManager": "ray._private.accelerators"}
+RAY_TYPES = {
+    "ScalingConfig": "ray.train",
+    "AcceleratorManager": "ray._private.accelerators",
+    "Node": "ray._private.node",
+}
 
 
 def layer_rows(document: Path) -> list[tuple[str, str, str]]:

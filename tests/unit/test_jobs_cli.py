@@ -26,7 +26,20 @@ from tests.unit.test_jobs_model import apply_all
 
 
 def _job() -> JobRecord:
-    rows = (Replica(0, 1, 0, 1, 0, "h", "p0", "n0", ("0", "1"), 7),)
+    rows = (
+        Replica(
+            world_rank=0,
+            world_size=1,
+            local_rank=0,
+            local_world_size=1,
+            node_rank=0,
+            host="h",
+            partition="p0",
+            node_id="n0",
+            devices=("0", "1"),
+            pid=7,
+        ),
+    )
     events = [
         Event(SUBMITTED, "abc123", 10.0, Submitted("train-a", min_workers=1, max_workers=2)),
         Event(STARTING, "abc123", 11.0, Started(rows, "gloo", "no stack")),
