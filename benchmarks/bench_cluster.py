@@ -187,7 +187,15 @@ def synthetic(partitions: int, seed: int = 0) -> Synthetic:
                 pid += 1
                 live += 1
                 snap = Snapshot(
-                    key, nid, part.name, time.time(), 0.002, tuple(readings), tuple(workloads), orphans, tuple(errors)
+                    host=key,
+                    node_id=nid,
+                    partition=part.name,
+                    taken_at=time.time(),
+                    took_s=0.002,
+                    devices=tuple(readings),
+                    workloads=tuple(workloads),
+                    orphans=orphans,
+                    errors=tuple(errors),
                 )
                 snapshots[nid] = snap.to_json()
     return Synthetic(nodes, available, snapshots, partitions)
@@ -197,13 +205,13 @@ def gcs_table(nodes: Sequence[Mapping[str, Any]], available: Mapping[str, Mappin
     """What `gcs.gcs_nodes` makes of the GCS's node table (a dead node has no totals)."""
     return {
         n["NodeID"]: GcsNode(
-            n["NodeID"],
-            bool(n["Alive"]),
-            dict(n["Resources"]) if n["Alive"] else {},
-            dict(available.get(n["NodeID"], {})),
-            n.get("Labels", {}),
-            n.get("NodeManagerAddress", ""),
-            n.get("NodeManagerHostname", ""),
+            node_id=n["NodeID"],
+            alive=bool(n["Alive"]),
+            total=dict(n["Resources"]) if n["Alive"] else {},
+            available=dict(available.get(n["NodeID"], {})),
+            labels=n.get("Labels", {}),
+            ip=n.get("NodeManagerAddress", ""),
+            hostname=n.get("NodeManagerHostname", ""),
         )
         for n in nodes
     }
@@ -224,7 +232,9 @@ def top(c: Synthetic) -> dict[str, Any]:
     return payload
 
 
-SPANNING = Job("span", "span", 4, 4, "neuron", "neuron_cores")  # 16 cores: 4 partitions of one host
+SPANNING = Job(
+    id="span", name="span", workers=4, devices_per_worker=4, family="neuron", resource="neuron_cores"
+)  # 16 cores: 4 partitions of one host
 
 
 def queue(n: int = 16, seed: int = 1) -> list[Job]:
@@ -232,7 +242,16 @@ def queue(n: int = 16, seed: int = 1) -> list[Job]:
     out = []
     for i in range(n):
         per = rng.choice([1, 2, 4])
-        out.append(Job(f"q{i}", f"q{i}", rng.choice([1, 2, 4, 8]), per, "neuron", "neuron_cores"))
+        out.append(
+            Job(
+                id=f"q{i}",
+                name=f"q{i}",
+                workers=rng.choice([1, 2, 4, 8]),
+                devices_per_worker=per,
+                family="neuron",
+                resource="neuron_cores",
+            )
+        )
     return out
 
 

@@ -174,7 +174,14 @@ def job_stream(seed: int, steps: int, capacity: int) -> list[tuple[int, Job, int
         for _ in range(arrivals):
             size = rng.choices(SIZES, SIZE_WEIGHTS)[0]
             k = rng.choice([c for c in PER_WORKER if c <= size])
-            job = Job(f"j{n}", f"j{n}", size // k, k, "neuron", "neuron_cores")
+            job = Job(
+                id=f"j{n}",
+                name=f"j{n}",
+                workers=size // k,
+                devices_per_worker=k,
+                family="neuron",
+                resource="neuron_cores",
+            )
             out.append((step, job, max(1, int(rng.expovariate(1 / mean_duration)))))
             n += 1
     return out

@@ -76,7 +76,7 @@ def main() -> int:
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     say("\n== starting one raylet per partition")
     request = StartRequest(
-        Join(head=True, port=free_port()), Split(partitions=2), ray=RayOptions.read(["--num-cpus", "2"])
+        join=Join(head=True, port=free_port()), split=Split(partitions=2), ray=RayOptions.read(["--num-cpus", "2"])
     )
     ok = False
     failure: str | None = None

@@ -20,7 +20,13 @@ from ray_accel.core.health_state import HealthSettings
 from tests.stand_ins import LOOPBACK
 
 SPEC = BridgeSpec(
-    "neuron_cores", "NEURON_RT_VISIBLE_CORES", "neuron", "Trainium", tuple(range(4)), "mock", NEURON_TRAITS
+    resource_name="neuron_cores",
+    visible_ids_env="NEURON_RT_VISIBLE_CORES",
+    family="neuron",
+    accelerator_type="Trainium",
+    unit_ids=tuple(range(4)),
+    backend="mock",
+    traits=NEURON_TRAITS,
 )
 
 
@@ -29,7 +35,9 @@ Spawn = Callable[[], "subprocess.Popen[bytes]"]
 
 def record_of(raylet: object, health: HealthSettings | None) -> HostRecord:
     block = port_blocks(42000, [184])[0]
-    part = PartitionEntry("p0", ("neuron:0",), (0, 1), False, block, (raylet,))  # type: ignore[arg-type]
+    part = PartitionEntry(
+        name="p0", device_ids=("neuron:0",), core_ids=(0, 1), head=False, ports=block, processes=(raylet,)
+    )  # type: ignore[arg-type]
     return HostRecord(
         host=statedir.host_name(),
         host_ip=LOOPBACK,

@@ -68,9 +68,14 @@ def started_record(
     workers = [MIN_WORKER_PORTS, *(worker_port_count(s.cpus, n) for s, n in zip(shares, units, strict=True))]
     blocks = port_blocks(port_base if port_base is not None else SEARCH_FROM, workers)
     spec = BridgeSpec(
-        "neuron_cores", "NEURON_RT_VISIBLE_CORES", devices[0].family, None,
-        tuple(c for d in devices for c in d.core_ids), "mock", traits_for(devices),
-    )  # fmt: skip
+        resource_name="neuron_cores",
+        visible_ids_env="NEURON_RT_VISIBLE_CORES",
+        family=devices[0].family,
+        accelerator_type=None,
+        unit_ids=tuple(c for d in devices for c in d.core_ids),
+        backend="mock",
+        traits=traits_for(devices),
+    )
     entries = tuple(
         PartitionEntry(
             name=p.name,

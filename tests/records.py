@@ -11,48 +11,52 @@ from ray_accel.cluster.host import port_blocks
 from ray_accel.cluster.record import HostRecord, PartitionEntry, RayProcess
 
 SPEC = BridgeSpec(
-    "neuron_cores", "NEURON_RT_VISIBLE_CORES", "neuron", "Trainium", tuple(range(32)), "neuron", NEURON_TRAITS
+    resource_name="neuron_cores",
+    visible_ids_env="NEURON_RT_VISIBLE_CORES",
+    family="neuron",
+    accelerator_type="Trainium",
+    unit_ids=tuple(range(32)),
+    backend="neuron",
+    traits=NEURON_TRAITS,
 )
-
-
 RAY = "/venv/lib/python3.11/site-packages/ray"
 
 
 def valid_record() -> HostRecord:
     blocks = port_blocks(21000, [184, 184, 300], client_server=True)
     head = PartitionEntry(
-        "head",
-        (),
-        (),
-        True,
-        blocks[0],
-        (
+        name="head",
+        device_ids=(),
+        core_ids=(),
+        head=True,
+        ports=blocks[0],
+        processes=(
             RayProcess("gcs_server", 4242, 1000, f"{RAY}/core/src/ray/gcs/gcs_server"),
             RayProcess("raylet", 4250, 1010, f"{RAY}/core/src/ray/raylet/raylet"),
             RayProcess("ray_client_server", 4251, 1011, "-m ray.util.client.server"),
         ),
-        "ab" * 28,
-        "10.0.0.1",
-        "/state/head.log",
+        node_id="ab" * 28,
+        node_ip="10.0.0.1",
+        log="/state/head.log",
     )
     p0 = PartitionEntry(
-        "p0",
-        tuple(f"neuron:{i}" for i in range(8)),
-        tuple(range(16)),
-        False,
-        blocks[1],
-        (RayProcess("raylet", 4260, 1020, f"{RAY}/core/src/ray/raylet/raylet"),),
-        "cd" * 28,
-        "10.0.0.1",
-        "/state/p0.log",
+        name="p0",
+        device_ids=tuple(f"neuron:{i}" for i in range(8)),
+        core_ids=tuple(range(16)),
+        head=False,
+        ports=blocks[1],
+        processes=(RayProcess("raylet", 4260, 1020, f"{RAY}/core/src/ray/raylet/raylet"),),
+        node_id="cd" * 28,
+        node_ip="10.0.0.1",
+        log="/state/p0.log",
     )
     worker = PartitionEntry(
-        "p1",
-        tuple(f"neuron:{i}" for i in range(8, 16)),
-        tuple(range(16, 32)),
-        False,
-        blocks[2],
-        (RayProcess("raylet", 4300, 1100, f"{RAY}/core/src/ray/raylet/raylet"),),
+        name="p1",
+        device_ids=tuple(f"neuron:{i}" for i in range(8, 16)),
+        core_ids=tuple(range(16, 32)),
+        head=False,
+        ports=blocks[2],
+        processes=(RayProcess("raylet", 4300, 1100, f"{RAY}/core/src/ray/raylet/raylet"),),
     )
     return HostRecord(
         host="host-a",

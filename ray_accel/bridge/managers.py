@@ -37,7 +37,7 @@ from typing import Any
 
 from ray_accel.core import masks, ray_resources
 from ray_accel.core.errors import InputError, RayAccelError
-from ray_accel.core.reader import Node, ReadError, dump, load, parse_json
+from ray_accel.core.reader import Cursor, ReadError, dump, load, parse_json
 from ray_accel.core.visibility import VisibilityError, format_mask, parse_visible_ids
 from ray_accel.partition.plan import Partition
 from ray_accel.plugins.discovery import SPEC_ENV as SPEC_ENV
@@ -71,7 +71,7 @@ class BridgeUnsupported(RayAccelError):
     """This Ray version is outside the range ray-accel supports."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BridgeSpec:
     resource_name: str
     visible_ids_env: str
@@ -113,7 +113,7 @@ def specs_from_env(value: str | None) -> list[BridgeSpec]:
     if not value:
         return []
     try:
-        return [load(BridgeSpec, row.data) for row in Node(parse_json(value, SPEC_ENV, "{error}")).list()]
+        return [load(BridgeSpec, row.data) for row in Cursor(parse_json(value, SPEC_ENV, "{error}")).list()]
     except ReadError as e:
         raise InputError(f"bad {SPEC_ENV}: " + (f"missing {e.path!r}" if e.problem == "missing" else str(e))) from None
 

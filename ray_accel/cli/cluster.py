@@ -20,7 +20,7 @@ from ray_accel.cli.params import (
 from ray_accel.cluster.raylet import Join, Offer, Services, Split, StartRequest
 from ray_accel.core import validate
 from ray_accel.core.errors import InputError
-from ray_accel.core.health_state import Action, HealthSettings, Repair
+from ray_accel.core.health_state import HealthSettings, OnUnhealthy, Repair
 from ray_accel.core.reader import dump_fields
 
 # The options a recover takes; every other one shapes a new start.
@@ -83,9 +83,9 @@ RECOVER_OPTIONS = ("head", "address", "recover", "timeout", "as_json")
     "health",
     lambda on_unhealthy, health_interval, drain_deadline, return_check, check_interval, check_timeout, repair: (
         HealthSettings(
-            Action(on_unhealthy),
-            health_interval,
-            drain_deadline,
+            action=OnUnhealthy(on_unhealthy),
+            interval_s=health_interval,
+            drain_deadline_s=drain_deadline,
             return_check=return_check == "on",
             check_interval_s=check_interval,
             check_timeout_s=check_timeout,
@@ -165,7 +165,15 @@ def start(
     if recover:
         recover_partitions(say, timeout, after=ensure_decider)
         return emit(as_json, status(), render.started_text)
-    request = StartRequest(join, split, offer, services, RayOptions.read(ray_args), health, timeout)
+    request = StartRequest(
+        join=join,
+        split=split,
+        offer=offer,
+        services=services,
+        ray=RayOptions.read(ray_args),
+        health=health,
+        timeout_s=timeout,
+    )
     record = start_partitions(request, say, after=start_decider)
     out = [{"device": d, "partition": p.name} for p in record.partitions for d in p.out]
     payload = status()

@@ -28,13 +28,13 @@ from ray_accel.core.files import describe
 def health_text(payload: Mapping[str, Any], now: float | None = None) -> str:
     now = time.time() if now is None else now
     decider = payload["decider"]
-    head = decider_line(decider["pid"], decider["alive"], payload["action"])
+    heading = decider_line(decider["pid"], decider["alive"], payload["action"])
     if payload["at"] is not None:
-        head += f"; last poll {ago(payload['at'], now)} (poll {payload['polls']})"
+        heading += f"; last poll {ago(payload['at'], now)} (poll {payload['polls']})"
     if raylet := payload.get("head"):
-        head += f"\nhead raylet (no devices): pid {raylet['pid']}, {'alive' if raylet['alive'] else 'DEAD'}"
+        heading += f"\nhead raylet (no devices): pid {raylet['pid']}, {'alive' if raylet['alive'] else 'DEAD'}"
     if payload["at"] is None:
-        return head + "\nno health state yet: the decider has not polled"
+        return heading + "\nno health state yet: the decider has not polled"
     counters = payload["counters"]
     devices = table(
         payload["devices"],
@@ -61,7 +61,7 @@ def health_text(payload: Mapping[str, Any], now: float | None = None) -> str:
         ("DETAIL", lambda p: p["detail"] or "-"),
     )
     errors = [f"error: {e}" for e in payload["errors"]]
-    return "\n\n".join([head, devices, parts, *(["\n".join(errors)] if errors else [])])
+    return "\n\n".join([heading, devices, parts, *(["\n".join(errors)] if errors else [])])
 
 
 Kept = Mapping[str, str | float | int | None]  # a check or repair as `health --json` shows it

@@ -77,7 +77,7 @@ def jobs_text(jobs: Sequence[JobRecord], waiting: Waiting = None, now: float | N
 def job_text(job: JobRecord, waiting: Waiting = None, now: float | None = None) -> str:
     now = time.time() if now is None else now
     t0 = job.submitted_at
-    head = [
+    heading = [
         f"job {job.id} ({job.name}): {job.phase.value}, Ray state {job.ray_state or '-'}",
         f"workers: {job.workers} now, allowed {job.min_workers}..{job.max_workers}; "
         f"restarts {job.restarts}, attempts {job.attempts}; Ray run {job.ray_run_id or '-'}",
@@ -85,11 +85,11 @@ def job_text(job: JobRecord, waiting: Waiting = None, now: float | None = None) 
     ]
     if job.collective:
         why = f" ({job.collective_reason})" if job.collective_reason else ""
-        head.append(f"collective: {job.collective}{why}")
+        heading.append(f"collective: {job.collective}{why}")
     if job.detail:
-        head.append(f"detail: {job.detail}")
+        heading.append(f"detail: {job.detail}")
     if note := (waiting or {}).get(job.id):
-        head.append(f"waits: {note}")
+        heading.append(f"waits: {note}")
     replicas = table(
         job.replicas,
         ("RANK", lambda r: f"{r.world_rank}/{r.world_size}"),
@@ -102,7 +102,7 @@ def job_text(job: JobRecord, waiting: Waiting = None, now: float | None = None) 
         ("PHASE", lambda r: r.phase.value),
         ("HISTORY", lambda r: " -> ".join(p.phase.value for p in r.transitions)),
     )
-    return "\n".join(head) + "\n\n" + replicas
+    return "\n".join(heading) + "\n\n" + replicas
 
 
 @click.group(invoke_without_command=True)
@@ -113,7 +113,8 @@ def jobs(ctx: click.Context, as_json: bool) -> int:
     if ctx.invoked_subcommand is not None:
         return 0
     listed, waiting = read_recorded_jobs()
-    return emit(as_json, {"jobs": [job_json(j, waiting=waiting) for j in listed]}, lambda _: jobs_text(listed, waiting))
+    payload = {"jobs": [job_json(j, waiting=waiting) for j in listed]}
+    return emit(as_json, payload, lambda _: jobs_text(listed, waiting))
 
 
 @jobs.command()

@@ -102,7 +102,8 @@ def _old_partitions(ctx: click.Context, param: click.Parameter, value: str | Non
     of (on stderr, or with --json inside the JSON document: `output.warn`)."""
     if value is None:
         return None
-    count = PARTITION_COUNT.convert(value, next(p for p in ctx.command.params if p.name == "partitions"), ctx)
+    partitions = next(p for p in ctx.command.params if p.name == "partitions")
+    count = PARTITION_COUNT.convert(value, partitions, ctx)
     warn("--agents is deprecated: use --partitions")
     return count
 

@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # the status module is imported only by the commands that sho
     from ray_accel.cluster.status import ClusterPartition, ClusterView, HostStatus
     from ray_accel.metrics.collect import OrphanReading
     from ray_accel.partition.plan import Plan
-    from ray_accel.plugins.discovery import Inventory
+    from ray_accel.plugins.discovery import PluginInventory
 
 T = TypeVar("T")
 
@@ -53,7 +53,7 @@ def partition_kind(accelerator_type: str | None, models: Sequence[str]) -> str |
     return accelerator_type or (f"none ({' + '.join(models)})" if len(models) > 1 else None)
 
 
-def devices_text(inventory: Inventory) -> str:
+def devices_text(inventory: PluginInventory) -> str:
     """The host (named by its one accelerator type, or every type of a mixed
     host), its devices and every backend's state."""
     infos = [p.host_info() for p in inventory.plugins]
@@ -194,9 +194,14 @@ def started_text(payload: HostStatus) -> str:
     env = " ".join(f"{k}={v}" for k, v in payload.env.items())
     address, dashboard = payload.gcs_address, payload.dashboard_address
     submit = [f"submit a job: ray job submit --address {dashboard} -- python script.py"] if dashboard else []
-    lines = [status_text(payload), f"cluster address: {address}", *submit, f"driver environment: export {env}"]
-    lines.append(f"connect a driver: python -c \"import ray; ray.init(address='{address}')\"")
-    lines.append(f"target a partition: .options(label_selector={{'{PARTITION_LABEL}': '<partition>'}})")
+    lines = [
+        status_text(payload),
+        f"cluster address: {address}",
+        *submit,
+        f"driver environment: export {env}",
+        f"connect a driver: python -c \"import ray; ray.init(address='{address}')\"",
+        f"target a partition: .options(label_selector={{'{PARTITION_LABEL}': '<partition>'}})",
+    ]
     return "\n".join(lines)
 
 
@@ -214,7 +219,9 @@ def orphans_text(orphans: Sequence[OrphanReading], errors: Sequence[str] = ()) -
 
 def status_with_orphans_text(payload: HostStatus, orphans: Orphans | None) -> str:
     text = status_text(payload)
-    return text if orphans is None else f"{text}\n\n{orphans_text(orphans.orphans, orphans.orphan_errors)}"
+    if orphans is None:
+        return text
+    return text + "\n\n" + orphans_text(orphans.orphans, orphans.orphan_errors)
 
 
 def top_text(payload: dict[str, Any]) -> str:
@@ -278,12 +285,12 @@ def cluster_status_text(view: ClusterView) -> str:
     """`status --cluster`: one row per partition raylet of every host."""
     parts = view.partitions
     dead = sum(not p.alive for p in parts)
-    head = f"cluster {view.gcs_address}: {len(parts)} partitions on {len(view.hosts)} hosts" + (
+    heading = f"cluster {view.gcs_address}: {len(parts)} partitions on {len(view.hosts)} hosts" + (
         f" ({dead} dead)" if dead else ""
     )
     warnings = [f"warning: {w}" for w in view.warnings]
     if not parts:
-        return "\n".join([head, *warnings])
+        return "\n".join([heading, *warnings])
 
     def amounts(p: ClusterPartition) -> str:
         keys = [k for k in (p.resource, "CPU") if k and k in p.total]
@@ -301,4 +308,4 @@ def cluster_status_text(view: ClusterView) -> str:
         ("FREE/TOTAL", amounts),
     )
     other = [f"other nodes (no partition label): {view.other_nodes}"] if view.other_nodes else []
-    return "\n".join([head, rows, *other, *warnings])
+    return "\n".join([heading, rows, *other, *warnings])

@@ -219,7 +219,7 @@ class HostResources:
     sources: Mapping[str, str] = field(default_factory=dict)  # amount -> "host" or the user's flag
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Share:
     """One partition's part of the host, and where its raylet runs."""
 
@@ -371,7 +371,17 @@ def divide(
         if cpu_set is not None and cpus[i] > len(cpu_set):
             warnings.append(f"partition {name}: {cpus[i]} CPUs counted but pinned to {len(cpu_set)} ({reason})")
         own = {k: v[i] for k, v in custom.items() if v[i] > 0}
-        shares.append(Share(name, cpus[i], memory[i], store[i], own, cpu_set, reason))
+        shares.append(
+            Share(
+                partition=name,
+                cpus=cpus[i],
+                memory=memory[i],
+                object_store_memory=store[i],
+                resources=own,
+                cpu_set=cpu_set,
+                pin_reason=reason,
+            )
+        )
     return Division(tuple(shares), pinning, tuple(warnings))
 
 
@@ -386,7 +396,7 @@ OBJECT_STORE_MINIMUM = 75 * 1024 * 1024
 # A head's own raylet (docs/design.md): no CPUs, devices or memory to
 # schedule on; Ray's smallest object store. It comes out of the host's
 # figures before the partitions divide them (`partitions_host`).
-HEAD_SHARE = Share(HEAD, 0, 0, OBJECT_STORE_MINIMUM)
+HEAD_SHARE = Share(partition=HEAD, cpus=0, memory=0, object_store_memory=OBJECT_STORE_MINIMUM)
 
 
 def partitions_host(host: HostResources, head: Share | None) -> HostResources:

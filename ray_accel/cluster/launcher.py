@@ -31,13 +31,13 @@ from ray_accel.cluster.record import RayProcess, parse_processes
 from ray_accel.core.errors import InputError
 from ray_accel.core.files import open_for_write, read_bytes, tail_lines
 from ray_accel.core.processes import ProcessRecord
-from ray_accel.core.reader import Node, parse_json
+from ray_accel.core.reader import Cursor, parse_json
 
 RESULT_LIMIT = 1024 * 1024
 POLL_S = 0.1
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Launch:
     """One `ray start` for partition `name` in a launcher of its own session."""
 
@@ -102,19 +102,21 @@ class Launch:
 
     def members(self) -> list[ProcessRecord]:
         """What is left of this launcher's process group."""
-        return [] if self.leader is None else procs.group_members(self.leader.pid, self.leader.start_ticks)
+        if self.leader is None:
+            return []
+        return procs.group_members(self.leader.pid, self.leader.start_ticks)
 
     def _read_result(self, why: str | None) -> LaunchReport:
         processes: tuple[RayProcess, ...] = ()
         said: list[str | None] = [None] * 4  # node_id, gcs_address, node_ip, dashboard_url
         try:
             raw = read_bytes(self.result_path, RESULT_LIMIT, follow=False)
-            obj = Node(parse_json(raw, str(self.result_path)))
+            obj = Cursor(parse_json(raw, str(self.result_path)))
             processes = parse_processes(obj.at("processes", []).data, "processes")
             ok = obj.at("ok", None).data is True and why is None
             # What a launcher said, cut short; a null or empty string says nothing.
             said_error, *said = (
-                Node(obj.mapping().get(k) or "", k).text(1 << 20, empty=True, forbid="")[:2000] or None
+                Cursor(obj.mapping().get(k) or "", k).text(1 << 20, empty=True, forbid="")[:2000] or None
                 for k in ("error", "node_id", "gcs_address", "node_ip", "dashboard_url")
             )
             error = why or said_error or (None if ok else "the launcher reported a failure")
@@ -128,7 +130,15 @@ class Launch:
             error = f"{error}; log {self.log_path}: " + " | ".join(tail_lines(self.log_path, 3))
         node_id, gcs_address, node_ip, dashboard_url = said
         return LaunchReport(
-            ok, error, processes, node_id, gcs_address, node_ip, dashboard_url, self.name, str(self.log_path)
+            ok=ok,
+            error=error,
+            processes=processes,
+            node_id=node_id,
+            gcs_address=gcs_address,
+            node_ip=node_ip,
+            dashboard_url=dashboard_url,
+            name=self.name,
+            log=str(self.log_path),
         )
 
 
@@ -144,10 +154,10 @@ class Launches:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def run(self, name: str, args: Sequence[str], env: Mapping[str, str]) -> LaunchReport:
-        launch = Launch(name, args, env, self.log_dir, self.timeout_s)
+        launch = Launch(name=name, args=args, env=env, log_dir=self.log_dir, timeout_s=self.timeout_s)
         with self._lock:
             if self.abort.is_set():
-                return LaunchReport(False, "interrupted", name=name)
+                return LaunchReport(ok=False, error="interrupted", name=name)
             self.launches.append(launch)
             launch.begin()
         return launch.wait(self.abort)
@@ -197,13 +207,14 @@ def leftovers(log_dir: Path, name: str) -> list[ProcessRecord]:
     result = log_dir / f"{name}.result.json"
     found: list[ProcessRecord] = []
     try:
-        leader = Node(parse_json(read_bytes(Path(leader_path(str(result))), RESULT_LIMIT, follow=False), name))
+        leader = Cursor(parse_json(read_bytes(Path(leader_path(str(result))), RESULT_LIMIT, follow=False), name))
         found += procs.group_members(leader.at("pid").int(1, 1 << 22), leader.at("start_ticks").int(0, (1 << 63) - 1))
     except (OSError, InputError):
         pass  # no leader file: that launch never started (or it is another version's)
     try:
         named = parse_processes(
-            Node(parse_json(read_bytes(result, RESULT_LIMIT, follow=False), name)).at("processes", []).data, "processes"
+            Cursor(parse_json(read_bytes(result, RESULT_LIMIT, follow=False), name)).at("processes", []).data,
+            "processes",
         )
     except (OSError, InputError):
         named = ()

@@ -92,7 +92,11 @@ class Arg:
 
 def _takes_value(name: str, following: str) -> bool:
     """Whether option `name` takes `following` as its value (an unknown option: unless it looks like one)."""
-    return name not in NO_VALUE and (name in VALUE or not following.startswith("-"))
+    if name in NO_VALUE:
+        return False
+    if name in VALUE:
+        return True
+    return not following.startswith("-")
 
 
 def parse(args: Sequence[str]) -> tuple[Arg, ...]:
@@ -370,7 +374,7 @@ class Services:
     dashboard: bool = True
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StartRequest:
     """What `ray-accel start` is asked for (the CLI's options, checked)."""
 

@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # the record's module is imported only once Ray has started s
     from ray_accel.cluster.record import RayProcess
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LaunchReport:
     """The result file `launcher` reads: how the start went and what it
     started; the launcher adds which partition it was, and its log."""
@@ -111,7 +111,7 @@ def main(argv: list[str]) -> int:
         _pin()
     except (OSError, ValueError) as e:  # a CPU set this process may not use: report it, start nothing
         return _report(
-            result_path, LaunchReport(False, f"cannot pin to {CPU_SET_ENV}={os.environ.get(CPU_SET_ENV)}: {e}")
+            result_path, LaunchReport(ok=False, error=f"cannot pin to {CPU_SET_ENV}={os.environ.get(CPU_SET_ENV)}: {e}")
         )
 
     # Ray names a raylet's socket files raylet, raylet.1, ... by looking at the
@@ -144,7 +144,7 @@ def main(argv: list[str]) -> int:
             rayapi_node.kill_node(node)
     elif error is None:
         error = "ray start created no node"
-    report = LaunchReport(error is None, error, processes)
+    report = LaunchReport(ok=error is None, error=error, processes=processes)
     if facts is not None:
         url = facts.webui_url and (facts.webui_url if "://" in facts.webui_url else f"http://{facts.webui_url}")
         report = dataclasses.replace(

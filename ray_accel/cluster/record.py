@@ -38,7 +38,7 @@ from ray_accel.core.errors import InputError
 from ray_accel.core.health_state import HealthSettings, PartitionState, PartState
 from ray_accel.core.hosts import canonical_ip
 from ray_accel.core.processes import ProcessRecord
-from ray_accel.core.reader import Node, ReadError, dump, dump_fields, parse_document, show
+from ray_accel.core.reader import Cursor, ReadError, dump, dump_fields, parse_document, show
 from ray_accel.core.validate import HEAD
 from ray_accel.core.visibility import format_visible_ids
 from ray_accel.partition.plan import MaskView, Mode, Partition
@@ -111,7 +111,7 @@ class RayProcess:
         return ProcessRecord(self.pid, self.start_ticks)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PartitionEntry:
     name: str
     device_ids: tuple[str, ...]
@@ -206,7 +206,7 @@ class HostChange:
     mode: str | None = None  # the host's mode once it is done
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HostRecord:
     """What `start` started on one host. The host is its name (as a file
     name: `statedir.host_name`) and the node IP its raylets use; `host_ip` is
@@ -308,10 +308,10 @@ def dumps(record: HostRecord) -> str:
 # ---------------------------------------------------------------- upgrades
 
 # One older shape of the record: the raw record (its JSON object, at a
-# `Node`) to the record one shape on, or None where the record is not of its
+# `Cursor`) to the record one shape on, or None where the record is not of its
 # shape. An upgrade checks only what it reads (an earlier `decider_state`);
 # whatever does not fit is left as it is, for the parser to refuse naming it.
-Upgrade = Callable[[Node], Node | None]
+Upgrade = Callable[[Cursor], Cursor | None]
 
 
 @dataclass(frozen=True)
@@ -321,12 +321,12 @@ class Upgraded:
     writes it back as 3), and the names of the upgrades that changed it, in
     order."""
 
-    record: Node
+    record: Cursor
     legacy: bool
     applied: tuple[str, ...]
 
 
-def upgrade(obj: Node) -> Upgraded:
+def upgrade(obj: Cursor) -> Upgraded:
     """The record at `obj` brought to the current shape by the upgrades of
     its version and of every version after it (`UPGRADES`); a version this
     ray-accel does not read is a `ReadError` naming it."""
@@ -349,12 +349,12 @@ def upgrade(obj: Node) -> Upgraded:
     return Upgraded(current, version == LEGACY_VERSION, tuple(applied))
 
 
-def _like(obj: Node, data: object) -> Node:
+def _like(obj: Cursor, data: object) -> Cursor:
     """`data` where `obj` was: a refusal names the same path."""
-    return Node(data, obj.path, obj.style)
+    return Cursor(data, obj.path, obj.style)
 
 
-def _each_entry(obj: Node, change: Callable[[Node], Node | None]) -> Node | None:
+def _each_entry(obj: Cursor, change: Callable[[Cursor], Cursor | None]) -> Cursor | None:
     """The record with `change` applied to each partition entry that is an
     object, and to its head raylet's (an upgrade of a partition's shape
     applies to both); None where it changed none."""
@@ -377,7 +377,7 @@ def _each_entry(obj: Node, change: Callable[[Node], Node | None]) -> Node | None
     return _like(obj, data) if changed else None
 
 
-def _missing(obj: Node, defaults: Mapping[str, object]) -> Node | None:
+def _missing(obj: Cursor, defaults: Mapping[str, object]) -> Cursor | None:
     """The object at `obj` with each key of `defaults` it lacks set to its
     default; None where it lacks none."""
     data = obj.mapping()
@@ -385,7 +385,7 @@ def _missing(obj: Node, defaults: Mapping[str, object]) -> Node | None:
     return _like(obj, {**data, **absent}) if absent else None
 
 
-def _v3_node_json_to_v4(obj: Node) -> Node | None:
+def _v3_node_json_to_v4(obj: Cursor) -> Cursor | None:
     """Version 3 (`node.json`, an earlier ray-accel's: no node IP, read as
     `legacy`): its spec names no backend and carries no traits; read as
     LEGACY_BACKEND with default traits (and written back without them)."""
@@ -396,14 +396,14 @@ def _v3_node_json_to_v4(obj: Node) -> Node | None:
     return _like(obj, {**obj.mapping(), "version": 4, "spec": legacy_spec})
 
 
-def _v4_decider_state_to_health(obj: Node) -> Node | None:
+def _v4_decider_state_to_health(obj: Cursor) -> Cursor | None:
     """The decider as first written kept a partition's `decider_state`, not
     its `health`: "stopped" is STOPPED; "restarting" (a decider that died
     mid-restart, its raylet perhaps gone) is read as STOPPED too, so neither
     `--recover` nor the decider takes it for serving: the decider restarts
     it once its devices are healthy. A null one is serving."""
 
-    def to_health(entry: Node) -> Node | None:
+    def to_health(entry: Cursor) -> Cursor | None:
         data = entry.mapping()
         if "decider_state" not in data or "health" in data:
             return None
@@ -420,7 +420,7 @@ def _v4_decider_state_to_health(obj: Node) -> Node | None:
     return _each_entry(obj, to_health)
 
 
-def _v4_before_decider(obj: Node) -> Node | None:
+def _v4_before_decider(obj: Cursor) -> Cursor | None:
     """A record from before the health decider: no decider settings or
     process, and partitions with no devices out of service, serving."""
     entries = _each_entry(
@@ -431,19 +431,19 @@ def _v4_before_decider(obj: Node) -> Node | None:
     return entries if top is None else top
 
 
-def _v4_before_repartition(obj: Node) -> Node | None:
+def _v4_before_repartition(obj: Cursor) -> Cursor | None:
     """A record from before `ray-accel repartition`: no repartition helper."""
     return _missing(obj, {"repartition": None})
 
 
-def _v4_before_head_raylet(obj: Node) -> Node | None:
+def _v4_before_head_raylet(obj: Cursor) -> Cursor | None:
     """A record from before the device-less head raylet: none, and on a
     head host its head partition (GCS and all) first in `partitions`, where
     it stays (`_record` reads it there)."""
     return _missing(obj, {"head_raylet": None})
 
 
-def _v4_partition_without_share(obj: Node) -> Node | None:
+def _v4_partition_without_share(obj: Cursor) -> Cursor | None:
     """Partitions from before shares, labels, models and types per
     partition: no share recorded, no labels or models of their own, and the
     host's accelerator type (as then)."""
@@ -457,7 +457,7 @@ def _v4_partition_without_share(obj: Node) -> Node | None:
     )
 
 
-def _v4_to_v5(obj: Node) -> Node | None:
+def _v4_to_v5(obj: Cursor) -> Cursor | None:
     """Version 5 records the start's terms a host change plans with (none
     known for a 4), a host change under way (none) and the devices a change
     left unassigned (none)."""
@@ -494,12 +494,12 @@ def parse_record(raw: bytes | str, source: str) -> HostRecord:
     return parse_document(raw, f"state file {source}", _upgraded_record, RecordError, "does not fit the state record")
 
 
-def _upgraded_record(obj: Node) -> HostRecord:
+def _upgraded_record(obj: Cursor) -> HostRecord:
     upgraded = upgrade(obj)
     return _record(upgraded.record, upgraded.legacy)
 
 
-def _checked(node: Node, check: Callable[..., T], *args: object) -> T:
+def _checked(node: Cursor, check: Callable[..., T], *args: object) -> T:
     """`check(*args)`, its `InputError` named at `node`."""
     try:
         return check(*args)
@@ -507,7 +507,7 @@ def _checked(node: Node, check: Callable[..., T], *args: object) -> T:
         node.fail(str(e))
 
 
-def _record(obj: Node, legacy: bool) -> HostRecord:
+def _record(obj: Cursor, legacy: bool) -> HostRecord:
     """The record in the current shape (`legacy`: read from a version-3
     record, which names no node IP and no backend)."""
     spec = _spec(obj.at("spec"))
@@ -538,7 +538,7 @@ def _record(obj: Node, legacy: bool) -> HostRecord:
     _checked(args_node, validate_ray_args, ray_args)
     gcs_host, gcs_port = _checked(address, validate.host_port, address.text(300), address.path)
     if auth.token_path is not None:
-        Node(auth.token_path, "auth.token_path").text(MAX_TEXT)
+        Cursor(auth.token_path, "auth.token_path").text(MAX_TEXT)
     return HostRecord(
         host=obj.at("host").text(255),
         host_ip=None if legacy else _ip(obj.at("host_ip")),
@@ -569,12 +569,12 @@ def _record(obj: Node, legacy: bool) -> HostRecord:
     )
 
 
-def _amounts(node: Node) -> tuple[tuple[str, float], ...]:
-    amounts = Node(node.data or {}, node.path)
+def _amounts(node: Cursor) -> tuple[tuple[str, float], ...]:
+    amounts = Cursor(node.data or {}, node.path)
     return tuple((k, v.number(0.0, 1e15)) for k, v in amounts.items(256))
 
 
-def _change(obj: Node, spec: BridgeSpec) -> HostChange:
+def _change(obj: Cursor, spec: BridgeSpec) -> HostChange:
     return HostChange(
         kind=obj.at("kind").one_of(CHANGE_KINDS),
         step=obj.at("step").text(128),
@@ -587,7 +587,7 @@ def _change(obj: Node, spec: BridgeSpec) -> HostChange:
     )
 
 
-def _spare(obj: Node) -> Spare:
+def _spare(obj: Cursor) -> Spare:
     return Spare(
         device_ids=obj.at("device_ids").texts(256, MAX_UNITS),
         core_ids=_units(obj.at("core_ids")),
@@ -596,19 +596,19 @@ def _spare(obj: Node) -> Spare:
     )
 
 
-def _opt(node: Node, read: Callable[[Node], T]) -> T | None:
+def _opt(node: Cursor, read: Callable[[Cursor], T]) -> T | None:
     return None if node.data is None else read(node)
 
 
-def _helper(node: Node, kind: str) -> RayProcess:
+def _helper(node: Cursor, kind: str) -> RayProcess:
     proc = _process(node)
     if proc.kind != kind:
         node.at("kind").fail(f"{proc.kind!r}: the {node.path.rsplit('.', 1)[-1]}'s kind is {kind!r}")
     return proc
 
 
-def _labels(node: Node) -> tuple[tuple[str, str], ...]:
-    labels = Node(node.data or {}, node.path)
+def _labels(node: Cursor) -> tuple[tuple[str, str], ...]:
+    labels = Cursor(node.data or {}, node.path)
     for key, value in labels.items(256):
         try:
             validate.label_key(key, labels.path)
@@ -618,7 +618,7 @@ def _labels(node: Node) -> tuple[tuple[str, str], ...]:
     return tuple((str(k), str(v)) for k, v in labels.mapping().items())
 
 
-def _share(obj: Node) -> Share:
+def _share(obj: Cursor) -> Share:
     cpu_set = obj.at("cpu_set", None).optional()
     return Share(
         partition=obj.at("partition").text(63),
@@ -626,19 +626,19 @@ def _share(obj: Node) -> Share:
         memory=obj.at("memory").int(0, 1 << 62),
         object_store_memory=obj.at("object_store_memory").int(0, 1 << 62),
         resources={
-            Node(k, f"{obj.path}.resources").text(128): v.number(0.0, 1e15)
-            for k, v in Node(obj.at("resources", None).data or {}, f"{obj.path}.resources").items(256)
+            Cursor(k, f"{obj.path}.resources").text(128): v.number(0.0, 1e15)
+            for k, v in Cursor(obj.at("resources", None).data or {}, f"{obj.path}.resources").items(256)
         },
         cpu_set=None if cpu_set is None else tuple(c.int(0, 1 << 16) for c in cpu_set.list(1 << 16)),
         pin_reason=_opt(obj.at("pin_reason", None), lambda n: n.text(MAX_TEXT)),
     )
 
 
-def _units(node: Node) -> tuple[int, ...]:
+def _units(node: Cursor) -> tuple[int, ...]:
     return tuple(c.int(0, MAX_UNITS) for c in node.list(MAX_UNITS))
 
 
-def _partition(obj: Node, spec: BridgeSpec, head: bool = False) -> PartitionEntry:
+def _partition(obj: Cursor, spec: BridgeSpec, head: bool = False) -> PartitionEntry:
     """A partition's entry, or with `head` the head raylet's (named HEAD, no devices)."""
     named = obj.at("partition")
     name = named.one_of([HEAD]) if head else _checked(named, validate.partition_name, named.text(63))
@@ -680,10 +680,10 @@ def _partition(obj: Node, spec: BridgeSpec, head: bool = False) -> PartitionEntr
 
 def parse_processes(data: object, where: str) -> tuple[RayProcess, ...]:
     """A list of recorded processes, or `ReadError` naming `where`."""
-    return tuple(_process(p) for p in Node(data, where).list(MAX_PROCESSES))
+    return tuple(_process(p) for p in Cursor(data, where).list(MAX_PROCESSES))
 
 
-def _process(obj: Node) -> RayProcess:
+def _process(obj: Cursor) -> RayProcess:
     return RayProcess(
         kind=_matching(obj.at("kind"), _KIND, 48, "{value} is not a process kind"),
         # PID 0 and negative PIDs name process groups to kill(2): never a process.
@@ -693,14 +693,14 @@ def _process(obj: Node) -> RayProcess:
     )
 
 
-def _matching(node: Node, pattern: re.Pattern[str], limit: int, message: str) -> str:
+def _matching(node: Cursor, pattern: re.Pattern[str], limit: int, message: str) -> str:
     text = node.text(limit)
     if not pattern.match(text):
         node.fail(message.format(value=show(text)))
     return text
 
 
-def _ports(obj: Node) -> RayletPorts:
+def _ports(obj: Cursor) -> RayletPorts:
     named_node = obj.at("named")
     named = {key: value.int(1024, 65535) for key, value in named_node.only(NAMED).items()}
     for key in ("node_manager_port", "object_manager_port"):
@@ -711,7 +711,7 @@ def _ports(obj: Node) -> RayletPorts:
     return RayletPorts(obj.at("base").int(1024, 65535), named, lo, hi)
 
 
-def _spec(obj: Node) -> BridgeSpec:
+def _spec(obj: Cursor) -> BridgeSpec:
     resource = _matching(obj.at("resource_name"), _RESOURCE, 128, "{value} is not a resource name")
     env = _matching(obj.at("visible_ids_env"), _ENV_NAME, 128, "{value} is not an environment variable name")
     family = _matching(obj.at("family"), _KIND, 64, "{value} is not a family name")
@@ -730,7 +730,7 @@ def _spec(obj: Node) -> BridgeSpec:
     )
 
 
-def _process_env(node: Node) -> tuple[tuple[str, str], ...]:
+def _process_env(node: Cursor) -> tuple[tuple[str, str], ...]:
     out = []
     for row in node.list(64):
         pair = row.list(2)
@@ -740,7 +740,7 @@ def _process_env(node: Node) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def _ip(node: Node) -> str:
+def _ip(node: Cursor) -> str:
     canonical = canonical_ip(node.text(64))
     if canonical is None:
         node.fail(f"{show(node.data)} is not an IP address")

@@ -24,7 +24,7 @@ from ray_accel.partition.inherited import InheritedMask, restrict
 from ray_accel.partition.plan import Mode, Partition, PartitionError, plan_partitions
 
 
-class Action(enum.Enum):
+class ChangeKind(enum.Enum):
     KEPT = "kept"
     RESTARTED = "restarted"
     REMOVED = "removed"
@@ -39,7 +39,7 @@ class Change:
     its `ports`, once the change is planned whole."""
 
     partition: str
-    action: Action
+    action: ChangeKind
     devices: tuple[str, ...]
     part: Partition | None = field(default=None, metadata=LOCAL)
     share: Share | None = None
@@ -63,9 +63,9 @@ class Resplit:
 
     @property
     def changed(self) -> bool:
-        return any(c.action is not Action.KEPT for c in self.changes)
+        return any(c.action is not ChangeKind.KEPT for c in self.changes)
 
-    def of(self, *actions: Action) -> list[Change]:
+    def of(self, *actions: ChangeKind) -> list[Change]:
         return [c for c in self.changes if c.action in actions]
 
     def view(self) -> Changes:
@@ -104,11 +104,11 @@ def resplit(record: HostRecord, devices: Sequence[Device], split: Split, out: Co
             )
     new = {p.name: p for p in plan}
     changes = [
-        Change(old.name, Action.REMOVED, old.serving.device_ids)
+        Change(old.name, ChangeKind.REMOVED, old.serving.device_ids)
         if (part := new.get(old.name)) is None
-        else Change(old.name, Action.KEPT if _kept(old, part) else Action.RESTARTED, part.device_ids, part)
+        else Change(old.name, ChangeKind.KEPT if _kept(old, part) else ChangeKind.RESTARTED, part.device_ids, part)
         for old in record.partitions
     ]
     known = {p.name for p in record.partitions}
-    changes += [Change(p.name, Action.ADDED, p.device_ids, p) for p in plan if p.name not in known]
+    changes += [Change(p.name, ChangeKind.ADDED, p.device_ids, p) for p in plan if p.name not in known]
     return Resplit(mode, tuple(changes), plan.warnings)

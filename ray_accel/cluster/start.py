@@ -62,7 +62,7 @@ from ray_accel.plugins.discovery import discover
 from ray_accel.rayapi.gcs import Progress, wait_registered
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LaunchPlan:
     """What a start launches, made once from its request: the partitions, each
     one's share of the host, ray-accel's labels and port block for each raylet
@@ -80,7 +80,7 @@ class LaunchPlan:
     bridge_env: Mapping[str, str]  # the bridge's variables for every raylet; none where Ray cannot take it
     auth: auth.Auth
     notes: tuple[str, ...]  # said before the first raylet starts
-    out: tuple[OutOfService, ...]
+    out: tuple[OutOfServiceDevice, ...]
     served: tuple[Partition, ...]  # each partition as its raylet serves it: less its devices `out`
 
     @property
@@ -107,7 +107,7 @@ class PlannedRaylet:
 
 
 @dataclass(frozen=True)
-class OutOfService:
+class OutOfServiceDevice:
     """A planned device the kept device health has out of service."""
 
     device: str
@@ -127,7 +127,7 @@ def kept_dir() -> Path | None:
 
 def kept_out(
     state_dir: Path | None, plan: Plan, devices: Sequence[Device]
-) -> tuple[tuple[OutOfService, ...], list[str]]:
+) -> tuple[tuple[OutOfServiceDevice, ...], list[str]]:
     """The planned devices device health has out of service
     (`health_kept.out_of_service`), and what to say of them; every device of
     a partition out is an `InputError` (a raylet serves at least one)."""
@@ -144,7 +144,7 @@ def kept_out(
                 f"`ray-accel health clear {gone[0]}` returns one, or plan without them"
             )
         for d in gone:
-            out.append(OutOfService(d, part.name, why[d], tuple(units.get(d, ()))))
+            out.append(OutOfServiceDevice(d, part.name, why[d], tuple(units.get(d, ()))))
             notes.append(
                 f"{d} is out of service ({why[d]}): {part.name} starts without it; "
                 f"`ray-accel health clear {d}` returns it"

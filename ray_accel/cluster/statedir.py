@@ -250,8 +250,12 @@ def place_for(ip: str | None) -> Place:
     the host label writes the IP (`ip_text`: one text per address, and a safe
     file name)."""
     explicit = bool(os.environ.get(STATE_ENV))
-    directory = search_root() if explicit or ip is None else home_root() / ip_text(ip)
-    return Place(directory, directory / (STATE_FILE if ip is not None else LEGACY_FILE), explicit)
+    name = STATE_FILE if ip is not None else LEGACY_FILE
+    if explicit or ip is None:
+        directory = search_root()
+    else:
+        directory = home_root() / ip_text(ip)
+    return Place(directory, directory / name, explicit)
 
 
 def place_of(record: HostRecord) -> Place:

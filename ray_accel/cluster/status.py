@@ -24,7 +24,7 @@ from ray_accel.cluster.record import HostRecord, PartitionEntry, RayProcess, Rec
 from ray_accel.core.checks import CheckResult, RepairResult
 from ray_accel.core.errors import RayAccelError
 from ray_accel.core.health import DeviceHealth, Health
-from ray_accel.core.health_state import Action, PartitionState, read_health
+from ray_accel.core.health_state import OnUnhealthy, PartitionState, read_health
 from ray_accel.core.visibility import format_visible_ids
 from ray_accel.partition.plan import (
     CORES_LABEL,
@@ -43,7 +43,7 @@ if TYPE_CHECKING:  # the process checks are this host's view only: `status --clu
     from ray_accel.cluster import procs
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PartitionStatus:
     """One partition of `status`; the fields are its JSON keys."""
 
@@ -76,12 +76,12 @@ class DeciderStatus:
     alive: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HealthSummary:
     """The decider and what it saw: its action, whether it runs, every device
     that is not healthy with its last event."""
 
-    action: Action
+    action: OnUnhealthy
     interval_s: float
     drain_deadline_s: float
     decider: DeciderStatus
@@ -94,7 +94,7 @@ class HealthSummary:
     repairs: tuple[RepairResult, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HostStatus:
     """`status`; the fields are its JSON keys."""
 
@@ -120,7 +120,7 @@ class HostStatus:
     unassigned: tuple[UnassignedStatus, ...] = ()  # devices no partition serves since a change could not start theirs
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ChangeStatus:
     """A host change in the record; the fields are its `status --json` keys."""
 
@@ -148,7 +148,15 @@ def status() -> HostStatus:
     if record is None or found.place is None:
         note, where = found.note(), str(statedir.search_root())
         return HostStatus(
-            False, statedir.host_name(), None, None, where, None, False, None, warnings=(note,) if note else ()
+            running=False,
+            host=statedir.host_name(),
+            host_ip=None,
+            state_file=None,
+            state_dir=where,
+            gcs_address=None,
+            gcs_alive=False,
+            dashboard_address=None,
+            warnings=(note,) if note else (),
         )
     return describe(record, found.place)
 
@@ -196,26 +204,26 @@ def describe(record: HostRecord, place: statedir.Place) -> HostStatus:
         avail = node.available if node else {}
         problems = [checks[r].describe() for r in p.processes if r in checks and not checks[r].ours]
         return PartitionStatus(
-            p.name,
-            p.serving.device_ids,
-            p.serving.core_ids,
-            p.visible_ids,
-            p.out,
-            None if record.health is None or p.head else record.state_of(p),
-            p.accelerator_type,
-            p.models,
-            raylet.pid if raylet else None,
-            p.node_id,
-            p.head,
-            alive,
-            (node is not None and node.alive) if nodes is not None else None,
-            {k: total[k] - avail.get(k, 0.0) for k in (resource, "CPU") if k in total},
-            {k: total[k] for k in (resource, "CPU") if k in total},
-            (p.ports.min_worker_port, p.ports.max_worker_port),
-            tuple(problems),
-            p.share,
-            None if p.share is None else p.share.cpu_set,
-            p.log,
+            partition=p.name,
+            device_ids=p.serving.device_ids,
+            core_ids=p.serving.core_ids,
+            visible_ids=p.visible_ids,
+            out=p.out,
+            health=None if record.health is None or p.head else record.state_of(p),
+            accelerator_type=p.accelerator_type,
+            models=p.models,
+            pid=raylet.pid if raylet else None,
+            node_id=p.node_id,
+            head=p.head,
+            alive=alive,
+            registered=(node is not None and node.alive) if nodes is not None else None,
+            in_use={k: total[k] - avail.get(k, 0.0) for k in (resource, "CPU") if k in total},
+            total={k: total[k] for k in (resource, "CPU") if k in total},
+            worker_ports=(p.ports.min_worker_port, p.ports.max_worker_port),
+            problems=tuple(problems),
+            share=p.share,
+            cpu_set=None if p.share is None else p.share.cpu_set,
+            log=p.log,
         )
 
     out = [row(p) for p in record.partitions]
@@ -226,36 +234,36 @@ def describe(record: HostRecord, place: statedir.Place) -> HostStatus:
         alive = decider is not None and decider in checks and checks[decider].ours
         out_ids = {d for p in record.partitions for d in p.out}
         summary = HealthSummary(
-            record.health.action,
-            record.health.interval_s,
-            record.health.drain_deadline_s,
-            DeciderStatus(None if decider is None else decider.pid, alive),
-            None if health is None else health.at,
-            None if health is None else health.polls,
-            () if health is None else tuple(d for d in health.devices if d.state is not Health.HEALTHY),
-            () if health is None else health.errors,
+            action=record.health.action,
+            interval_s=record.health.interval_s,
+            drain_deadline_s=record.health.drain_deadline_s,
+            decider=DeciderStatus(None if decider is None else decider.pid, alive),
+            at=None if health is None else health.at,
+            polls=None if health is None else health.polls,
+            not_healthy=() if health is None else tuple(d for d in health.devices if d.state is not Health.HEALTHY),
+            errors=() if health is None else health.errors,
             checks=() if health is None else tuple(c for c in health.checks if c.device_id in out_ids),
             repairs=() if health is None else tuple(r for r in health.repairs if r.device_id in out_ids),
         )
     return HostStatus(
-        any(p.alive for p in out) or bool(head and head.alive),
-        record.host,
-        record.host_ip,
-        str(place.file),
-        str(place.directory),
-        record.gcs_address,
-        gcs_up,
-        record.dashboard_url,
-        record.cpu_pinning,
-        record.inherited_mask,
-        record.auth,
-        record.auth.env(),
-        tuple(warnings),
-        tuple(out),
-        summary,
-        head,
-        _change(record, checks),
-        tuple(UnassignedStatus(u.device_ids, u.core_ids, u.reason) for u in record.unassigned),
+        running=any(p.alive for p in out) or bool(head and head.alive),
+        host=record.host,
+        host_ip=record.host_ip,
+        state_file=str(place.file),
+        state_dir=str(place.directory),
+        gcs_address=record.gcs_address,
+        gcs_alive=gcs_up,
+        dashboard_address=record.dashboard_url,
+        cpu_pinning=record.cpu_pinning,
+        inherited_mask=record.inherited_mask,
+        auth=record.auth,
+        env=record.auth.env(),
+        warnings=tuple(warnings),
+        partitions=tuple(out),
+        health=summary,
+        head=head,
+        change=_change(record, checks),
+        unassigned=tuple(UnassignedStatus(u.device_ids, u.core_ids, u.reason) for u in record.unassigned),
     )
 
 
@@ -302,7 +310,7 @@ def _resources(amounts: Mapping[str, float]) -> dict[str, float]:
     return {k: float(v) for k, v in sorted(amounts.items()) if not k.startswith("node:")}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ClusterPartition:
     """One partition raylet of `status --cluster`; the fields are its JSON keys."""
 

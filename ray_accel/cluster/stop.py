@@ -56,11 +56,15 @@ def stop(grace_s: float = 5.0, place: statedir.Place | None = None) -> Stopped:
         checks = procs.require_trusted(record, str(place.file), "stop")
         # Tell a `start --block` watching these partitions that this is asked for.
         statedir.save(replace(record, stopping=True))
-        # Worker raylets first, the head (GCS) last, so no raylet sees its GCS vanish.
+        # The partitions' raylets together (each waits on its own exit, so one
+        # grace period serves them all), the head (GCS) last, so no raylet
+        # sees its GCS vanish.
         ordered = record.raylets()
+        own = [p for p in ordered if not p.head]
+        last = [p for p in ordered if p.head]
         signalled: list[int] = []
-        for p in ordered:
-            signalled += procs.terminate([r.record for r in p.processes if checks[r].ours], grace_s)
+        for group in (own, last):
+            signalled += procs.terminate([r.record for p in group for r in p.processes if checks[r].ours], grace_s)
         if record.change is not None:  # what a change's launches left that the record does not name yet
             signalled += launcher.stop_leftovers(place.directory, [t.name for t in record.change.target], grace_s)
         if record.head:

@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass
 
 from ray_accel.core.health import one_line
-from ray_accel.core.reader import Node, ReadError, parse_json
+from ray_accel.core.reader import Cursor, ReadError, parse_json
 
 DEFAULT_CHECK_TIMEOUT_S = 60.0
 MAX_DETAIL = 400  # a detail is one short line: health and top show it beside the device
@@ -106,7 +106,7 @@ def parse_result_line(line: str) -> tuple[CheckOutcome, str]:
     """One `result_line` read back; a `ReadError` naming what does not fit."""
     if not line.startswith(RESULT_MARK):
         raise ReadError(f"does not start with {RESULT_MARK.strip()!r}")
-    obj = Node(parse_json(line[len(RESULT_MARK) :], "the check's result")).only(RESULT_KEYS)
+    obj = Cursor(parse_json(line[len(RESULT_MARK) :], "the check's result")).only(RESULT_KEYS)
     outcome = obj.at("outcome").enum(CheckOutcome)
     detail = obj.at("detail").text(MAX_DETAIL, empty=True, printable=True)
     return outcome, detail

@@ -31,7 +31,7 @@ class DeviceError(RayAccelError):
     """
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Device:
     id: DeviceId
     family: str
@@ -51,7 +51,7 @@ class Device:
     accelerator_type: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HostInfo:
     """What a plugin knows about the host as a whole."""
 

@@ -21,7 +21,7 @@ import enum
 import re
 from dataclasses import dataclass
 
-from ray_accel.core.reader import LINE_BREAKS, Node, ReadError, show
+from ray_accel.core.reader import LINE_BREAKS, Cursor, ReadError, show
 
 # A kind is a short word of the rule's vocabulary ("xid", "ecc", "lost",
 # "components", "unreachable", ...); a backend may add its own.
@@ -51,12 +51,12 @@ class Health(enum.Enum):
 
 
 def _line(value: object, where: str, limit: int, empty: bool = False) -> str:
-    return Node(value, where).text(limit, empty, LINE_BREAKS)
+    return Cursor(value, where).text(limit, empty, LINE_BREAKS)
 
 
 def _check_time(value: float, where: str) -> None:
     """Seconds since the epoch: finite, not negative."""
-    Node(value, where).number(0.0, message="{value} is not a time (finite, not negative)")
+    Cursor(value, where).number(0.0, message="{value} is not a time (finite, not negative)")
 
 
 # ---------------------------------------------------------------------------
@@ -83,7 +83,7 @@ class HealthEvent:
             _line(self.code, "code", MAX_CODE_CHARS)
         _line(self.reason, "reason", MAX_TEXT_CHARS)
         _check_time(self.at, "at")
-        Node(self.fatal, "fatal").bool()
+        Cursor(self.fatal, "fatal").bool()
 
     def same(self, other: HealthEvent | None) -> bool:
         """The same condition (device, kind and code), whenever seen."""
@@ -105,7 +105,7 @@ class DeviceHealth:
 
     def __post_init__(self) -> None:
         _line(self.device_id, "device_id", MAX_ID_CHARS)
-        Node(self.state, "state").enum(Health)
+        Cursor(self.state, "state").enum(Health)
         if self.source is not None and not _KIND.match(_line(self.source, "source", 64)):
             raise ReadError(f"{show(self.source)} is not a source (a lower-case word)", "source")
         _check_time(self.since, "since")
@@ -127,8 +127,10 @@ class HealthReport:
 
     def __post_init__(self) -> None:
         _check_time(self.at, "at")
-        ids = [d.device_id for d in self.devices]
-        if (i := next((i for i, d in enumerate(ids) if d in ids[:i]), None)) is not None:
-            raise ReadError(f"{ids[i]!r} is listed twice", f"devices[{i}].device_id")
+        seen: set[str] = set()
+        for i, dev in enumerate(self.devices):
+            if dev.device_id in seen:
+                raise ReadError(f"{dev.device_id!r} is listed twice", f"devices[{i}].device_id")
+            seen.add(dev.device_id)
         for i, error in enumerate(self.errors):
             _line(error, f"errors[{i}]", MAX_TEXT_CHARS)

@@ -27,14 +27,14 @@ from ray_accel.core.checks import CheckResult, RepairResult
 from ray_accel.core.health import Health
 from ray_accel.core.health_state import HealthFileError, read_health
 from ray_accel.core.health_track import Fault, Tracked
-from ray_accel.core.reader import Node, ReadError, dump, load, parse_json, read_file
+from ray_accel.core.reader import Cursor, ReadError, dump, load, parse_json, read_file
 
 KEPT_FILE = "devices.json"
 VERSION = 1
 MAX_BYTES = 4 * 1024 * 1024
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class KeptDevice:
     device_id: str
     since: float  # when it entered the state it had
@@ -78,7 +78,7 @@ def parse_kept(raw: bytes | str, source: str) -> Kept:
     """The file's content: its devices, or unknown with why (never an error:
     any content is one or the other)."""
     try:
-        obj = Node(parse_json(raw, source), source).only({"version", "at", "devices"})
+        obj = Cursor(parse_json(raw, source), source).only({"version", "at", "devices"})
         version = obj.at("version", None).data
         if version != VERSION or isinstance(version, bool):
             raise ReadError(f"version {version!r}; this ray-accel reads version {VERSION}", source)
@@ -108,11 +108,11 @@ def doubted(kept: Kept, out: Iterable[str], now: float) -> tuple[KeptDevice, ...
     if not kept.unknown:
         return kept.devices
     doubt = f"{kept.unknown}; it was out of service"
-    return tuple(KeptDevice(d, now, doubt=doubt) for d in dict.fromkeys(out))
+    return tuple(KeptDevice(device_id=d, since=now, doubt=doubt) for d in dict.fromkeys(out))
 
 
 def keep(t: Tracked, counters: Mapping[str, int]) -> KeptDevice:
-    return KeptDevice(t.device_id, t.since, t.faults, dict(counters), t.doubt)
+    return KeptDevice(device_id=t.device_id, since=t.since, faults=t.faults, counters=dict(counters), doubt=t.doubt)
 
 
 def resume(tracked: Sequence[Tracked], kept: Sequence[KeptDevice]) -> tuple[Tracked, ...]:
@@ -121,11 +121,13 @@ def resume(tracked: Sequence[Tracked], kept: Sequence[KeptDevice]) -> tuple[Trac
     by_id = {k.device_id: k for k in kept}
     out = []
     for t in tracked:
-        if (k := by_id.get(t.device_id)) is not None:
-            last = k.faults[-1].event if k.faults else None
-            state = Health.UNHEALTHY if k.faults else Health.UNKNOWN
-            t = replace(t, state=state, since=k.since, last_event=last, faults=k.faults, doubt=k.doubt)
-        out.append(t)
+        k = by_id.get(t.device_id)
+        if k is None:
+            out.append(t)
+            continue
+        last = k.faults[-1].event if k.faults else None
+        state = Health.UNHEALTHY if k.faults else Health.UNKNOWN
+        out.append(replace(t, state=state, since=k.since, last_event=last, faults=k.faults, doubt=k.doubt))
     return tuple(out)
 
 

@@ -21,7 +21,7 @@ from ray_accel.core import validate
 from ray_accel.core.checks import DEFAULT_CHECK_TIMEOUT_S, CheckResult, RepairResult
 from ray_accel.core.errors import InputError
 from ray_accel.core.health import DeviceHealth, HealthEvent
-from ray_accel.core.reader import Node, ReadError, dump_fields, load, parse_document, read_file
+from ray_accel.core.reader import Cursor, ReadError, dump_fields, load, parse_document, read_file
 
 VERSION = 1
 HEALTH_FILE = "health.json"
@@ -41,7 +41,7 @@ class HealthFileError(ReadError):
     """`health.json` does not fit its schema."""
 
 
-class Action(enum.Enum):
+class OnUnhealthy(enum.Enum):
     """What the decider does when a device of a partition turns unhealthy
     (`ray-accel start --on-unhealthy`)."""
 
@@ -72,11 +72,11 @@ class PartState(enum.Enum):
         return self in (PartState.SERVING, PartState.SHRUNK)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HealthSettings:
     """The choices `start` made for the host's decider (kept in the host record)."""
 
-    action: Action = Action.REPORT
+    action: OnUnhealthy = OnUnhealthy.REPORT
     interval_s: float = 5.0
     drain_deadline_s: float = 120.0
     # Given by keyword: what proves a device before it returns, and what repairs it.
@@ -89,9 +89,9 @@ class HealthSettings:
     @classmethod
     def from_json(cls, data: object, where: str = "health") -> HealthSettings:
         """The settings as kept; a record from before the checks reads with their defaults."""
-        obj = Node(data, where).only(SETTINGS_KEYS)
+        obj = Cursor(data, where).only(SETTINGS_KEYS)
         return cls(
-            action=obj.at("action", None).enum(Action),
+            action=obj.at("action", None).enum(OnUnhealthy),
             interval_s=obj.at("interval_s", None).number(MIN_INTERVAL_S, MAX_INTERVAL_S),
             drain_deadline_s=obj.at("drain_deadline_s", None).number(0.0, MAX_DEADLINE_S),
             return_check=obj.at("return_check", True).bool(),
@@ -127,7 +127,7 @@ class PartitionState:
     target: tuple[str, ...] | None = None  # a drain's: the devices it serves once restarted
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PartitionHealth:
     """One partition of the host, as the decider left it after a poll: its
     `PartitionState` (`held`) with what its raylet serves."""
@@ -155,7 +155,7 @@ class PartitionHealth:
         return PartitionState(self.state, self.since, self.detail, self.deadline, self.target)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HostHealth:
     """`health.json`: the host's devices and partitions after the last poll."""
 
@@ -226,7 +226,7 @@ _PROOFS = ("checks", "repairs", "checking", "check_counts", "repair_counts")
 _TOP = {"version", "at", *SETTINGS_KEYS, "polls", "devices", "events", "partitions"}
 
 
-def _health(obj: Node) -> HostHealth:
+def _health(obj: Cursor) -> HostHealth:
     obj.only({*_TOP, "counters", "errors", *_PROOFS})
     version = obj.mapping().get("version")
     if version != VERSION or isinstance(version, bool):
@@ -235,34 +235,34 @@ def _health(obj: Node) -> HostHealth:
     devices = tuple(load(DeviceHealth, d.data, d.path) for d in obj.at("devices", None).list())
     parts = tuple(load(PartitionHealth, p.data, p.path) for p in obj.at("partitions", None).list())
     for key, names in (("devices", [d.device_id for d in devices]), ("partitions", [p.partition for p in parts])):
-        if (dup := next((n for n in names if names.count(n) > 1), None)) is not None:
+        dup = next((n for n in names if names.count(n) > 1), None)
+        if dup is not None:
             raise ReadError(f"{dup!r} appears twice", key)
     events = tuple(load(HealthEvent, e.data, e.path) for e in obj.at("events", []).list())
     counters = {
-        Node(device, "counters").text(): {Node(k, row.path).text(): v.int(0, 1 << 62) for k, v in row.items()}
+        Cursor(device, "counters").text(): {Cursor(k, row.path).text(): v.int(0, 1 << 62) for k, v in row.items()}
         for device, row in obj.at("counters", {}).items()
     }
-    at, polls = obj.at("at", None).number(0.0, MAX_TIME), obj.at("polls", 0).int(0, 1 << 62)
     return HostHealth(
-        at,
-        settings,
-        devices,
-        parts,
-        events[-MAX_EVENTS:],
-        counters,
-        polls,
-        obj.at("errors", []).texts(),
+        at=obj.at("at", None).number(0.0, MAX_TIME),
+        settings=settings,
+        devices=devices,
+        partitions=parts,
+        events=events[-MAX_EVENTS:],
+        counters=counters,
+        polls=obj.at("polls", 0).int(0, 1 << 62),
+        errors=obj.at("errors", []).texts(),
         checks=tuple(load(CheckResult, c.data, c.path) for c in obj.at("checks", []).list()),
         repairs=tuple(load(RepairResult, r.data, r.path) for r in obj.at("repairs", []).list()),
-        checking={Node(d, "checking").text(): t.number(0.0, MAX_TIME) for d, t in obj.at("checking", {}).items()},
+        checking={Cursor(d, "checking").text(): t.number(0.0, MAX_TIME) for d, t in obj.at("checking", {}).items()},
         check_counts=_counts(obj.at("check_counts", {})),
         repair_counts=_counts(obj.at("repair_counts", {})),
     )
 
 
-def _counts(node: Node) -> dict[str, dict[str, int]]:
+def _counts(node: Cursor) -> dict[str, dict[str, int]]:
     """device -> outcome -> count."""
     return {
-        Node(device, node.path).text(): {Node(k, row.path).text(): v.int(0, 1 << 62) for k, v in row.items()}
+        Cursor(device, node.path).text(): {Cursor(k, row.path).text(): v.int(0, 1 << 62) for k, v in row.items()}
         for device, row in node.items()
     }

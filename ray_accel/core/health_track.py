@@ -36,7 +36,9 @@ def recovery_polls(environ: Mapping[str, str]) -> int:
     """K, the clean polls in a row that end a level fault
     (`RAYACCEL_HEALTH_RECOVERY_POLLS`, 1..10000, default 3); an `InputError` naming the value."""
     raw = environ.get(RECOVERY_POLLS_ENV)
-    return DEFAULT_RECOVERY_POLLS if raw is None else ascii_int(raw, RECOVERY_POLLS_ENV, 1, MAX_RECOVERY_POLLS)
+    if raw is None:
+        return DEFAULT_RECOVERY_POLLS
+    return ascii_int(raw, RECOVERY_POLLS_ENV, 1, MAX_RECOVERY_POLLS)
 
 
 def cleared_by_hand(device_id: str) -> str:
@@ -66,10 +68,13 @@ class Findings:
     levels: tuple[Level, ...] = ()
 
     def merged(self, other: Findings) -> Findings:
-        return Findings(self.device_id, *(getattr(self, f) + getattr(other, f) for f in _LISTS))
-
-
-_LISTS = ("vouched", "unread", "events", "levels")  # Findings' fields after device_id, merged by concatenation
+        return Findings(
+            self.device_id,
+            vouched=self.vouched + other.vouched,
+            unread=self.unread + other.unread,
+            events=self.events + other.events,
+            levels=self.levels + other.levels,
+        )
 
 
 @dataclass(frozen=True)
@@ -81,7 +86,7 @@ class Fault:
     clean_words: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Tracked:
     """One device's state between polls."""
 
@@ -96,7 +101,7 @@ class Tracked:
 
 def start(device_ids: Iterable[str], now: float) -> tuple[Tracked, ...]:
     """Before the first poll every device is UNKNOWN."""
-    return tuple(Tracked(d, Health.UNKNOWN, now) for d in device_ids)
+    return tuple(Tracked(device_id=d, state=Health.UNKNOWN, since=now) for d in device_ids)
 
 
 def _put(faults: list[Fault], fault: Fault) -> None:
@@ -126,9 +131,14 @@ def advance(prev: Tracked, findings: Findings, now: float, k: int) -> tuple[Trac
                 faults.remove(open_)
             else:
                 _put(faults, replace(open_, clean=open_.clean + 1))
-    unknown = prev.doubt or findings.unread or not findings.vouched
-    state = Health.UNHEALTHY if faults else Health.UNKNOWN if unknown else Health.HEALTHY
-    since, last = (prev.since if state is prev.state else now), (new[-1] if new else prev.last_event)
+    if faults:
+        state = Health.UNHEALTHY
+    elif prev.doubt or findings.unread or not findings.vouched:
+        state = Health.UNKNOWN
+    else:
+        state = Health.HEALTHY
+    since = prev.since if state is prev.state else now
+    last = new[-1] if new else prev.last_event
     after = replace(prev, state=state, since=since, last_event=last, faults=tuple(faults), unread=findings.unread)
     return after, tuple(new)
 
@@ -149,12 +159,13 @@ def healthy_again(t: Tracked, k: int) -> str:
         if t.unread:
             return "a poll that reads its health sources (unreadable now: " + "; ".join(t.unread) + ")"
         return "a poll that reads a health source of it (none can be read)"
-    return "; and ".join(
-        f"{cleared_by_hand(t.device_id)} ({f.event.reason})"
-        if f.sticky
-        else f"{f.clean_words} for {k} polls in a row ({f.clean} so far)"
-        for f in t.faults
-    )
+    parts = []
+    for f in t.faults:
+        if f.sticky:
+            parts.append(f"{cleared_by_hand(t.device_id)} ({f.event.reason})")
+        else:
+            parts.append(f"{f.clean_words} for {k} polls in a row ({f.clean} so far)")
+    return "; and ".join(parts)
 
 
 def verdict(t: Tracked, k: int) -> DeviceHealth:
@@ -166,15 +177,21 @@ def step_all(
 ) -> tuple[tuple[Tracked, ...], HealthReport]:
     """Every device advanced by its findings (a device without any: nothing
     could be read of it), and the poll's report."""
-    steps = [advance(p, findings.get(p.device_id, Findings(p.device_id)), now, k) for p in previous]
-    tracked, events = [t for t, _ in steps], [e for _, new in steps for e in new]
+    tracked = []
+    events: list[HealthEvent] = []
+    for prev in previous:
+        t, new = advance(prev, findings.get(prev.device_id, Findings(prev.device_id)), now, k)
+        tracked.append(t)
+        events += new
     unread = [f"{t.device_id}: {u}" for t in tracked for u in t.unread]
     out_errors = tuple(dict.fromkeys(one_line(e, 1024) for e in [*errors, *unread]))
-    return tuple(tracked), HealthReport(now, tuple(verdict(t, k) for t in tracked), tuple(events), out_errors)
+    report = HealthReport(now, tuple(verdict(t, k) for t in tracked), tuple(events), out_errors)
+    return tuple(tracked), report
 
 
 def clear_device(tracked: Sequence[Tracked], device_id: str) -> tuple[Tracked, ...]:
     """`clear` on `device_id`; an `InputError` naming it when it is not one of `tracked`."""
     if device_id not in {t.device_id for t in tracked}:
-        raise InputError(f"no device {device_id!r} on this host (devices: {', '.join(t.device_id for t in tracked)})")
+        known = ", ".join(t.device_id for t in tracked)
+        raise InputError(f"no device {device_id!r} on this host (devices: {known})")
     return tuple(clear(t) if t.device_id == device_id else t for t in tracked)

@@ -45,7 +45,12 @@ def with_count(resource: str, count: int, init_kwargs: dict[str, Any]) -> None:
 
 def start_args(resource: str, count: int, others: Mapping[str, float]) -> list[str]:
     """`ray start` flags for `count` of `resource` and the custom resources `others`."""
-    gpu = is_ray_gpu(resource)
-    resources = dict(others) if gpu else {**others, resource: count}
-    args = ["--num-gpus", str(count)] if gpu else []
-    return args + (["--resources", json.dumps(resources)] if resources else [])
+    resources = dict(others)
+    args: list[str] = []
+    if is_ray_gpu(resource):
+        args += ["--num-gpus", str(count)]
+    else:
+        resources[resource] = count
+    if resources:
+        args += ["--resources", json.dumps(resources)]
+    return args

@@ -8,7 +8,7 @@ path of the bad field: `partitions[2].raylet.pid: 'x' is not an integer`.
 
 - `parse_json` / `parse_toml` / `read_file`: the envelope (size bound, UTF-8,
   nesting depth, bad syntax naming the source).
-- `Node`: a cursor over parsed data that carries its path, for readers whose
+- `Cursor`: a cursor over parsed data that carries its path, for readers whose
   fields need their own checks; a `Style` writes paths and refusals in a
   reader's own words where its users already know them.
 - `load` / `dump`: a frozen dataclass from and to JSON-able data, driven by
@@ -132,7 +132,7 @@ def parse_toml(raw: bytes | str, source: str, bad: str = "malformed TOML in {sou
 
 
 def parse_document(
-    raw: bytes | str, source: str, read: Callable[[Node], T], error: Callable[[str], Exception], misfit: str
+    raw: bytes | str, source: str, read: Callable[[Cursor], T], error: Callable[[str], Exception], misfit: str
 ) -> T:
     """`read` of the JSON document in `raw` (`source`: "state file X"), every
     refusal raised as `error`: bad syntax as `parse_json` words it, a field
@@ -142,7 +142,7 @@ def parse_document(
     except ReadError as e:
         raise error(str(e)) from None
     try:
-        return read(Node(data))
+        return read(Cursor(data))
     except ReadError as e:
         raise error(f"{source} {misfit}: {e}") from None
 
@@ -178,7 +178,7 @@ class Style:
 DOTTED = Style()
 
 
-class Node:
+class Cursor:
     """Parsed data at `path`; each method checks it as one kind of value and
     returns it, or raises `ReadError` naming the path. `message`, where
     taken, replaces the standard wording (`{value}` is the value shown,
@@ -196,22 +196,22 @@ class Node:
         wording = message or self.style.words.get(check, standard)
         self.fail(wording.format(value=show(self.data), key=self.key, **fields))
 
-    def _child(self, data: object, key: str | builtins.int) -> Node:
-        return Node(data, self.style.child(self.path, key), self.style, key)
+    def _child(self, data: object, key: str | builtins.int) -> Cursor:
+        return Cursor(data, self.style.child(self.path, key), self.style, key)
 
     def mapping(self, message: str | None = None) -> Mapping[str, object]:
         if not isinstance(self.data, dict):
             self._refuse(message, f"{type(self.data).__name__} is not an object", "mapping")
         return self.data
 
-    def only(self, allowed: Collection[str], message: str | None = None) -> Node:
+    def only(self, allowed: Collection[str], message: str | None = None) -> Cursor:
         """This object, with no key beyond `allowed` (`message`: `{value}` is the key shown)."""
         for key in self.mapping():
             if key not in allowed:
                 self._child(key, key if key.isprintable() else show(key))._refuse(message, "unknown key {value}")
         return self
 
-    def at(self, key: str, default: object = _MISSING) -> Node:
+    def at(self, key: str, default: object = _MISSING) -> Cursor:
         """The value under `key`; `default` where absent, else a refusal
         naming the key as missing."""
         data = self.mapping()
@@ -219,13 +219,13 @@ class Node:
             return self._child(data.get(key, default), key)
         self._child(None, key).fail("missing")
 
-    def items(self, limit: builtins.int = MAX_ITEMS) -> Iterator[tuple[str, Node]]:
+    def items(self, limit: builtins.int = MAX_ITEMS) -> Iterator[tuple[str, Cursor]]:
         data = self.mapping()
         if len(data) > limit:
             self._refuse(None, "{count} entries, more than {limit}", "size", count=len(data), limit=limit)
         return ((k, self._child(v, k)) for k, v in data.items())
 
-    def list(self, limit: builtins.int = MAX_ITEMS, message: str | None = None) -> builtins.list[Node]:
+    def list(self, limit: builtins.int = MAX_ITEMS, message: str | None = None) -> builtins.list[Cursor]:
         if not isinstance(self.data, list):
             self._refuse(message, "{value} is not a list", "list")
         if len(self.data) > limit:
@@ -236,7 +236,7 @@ class Node:
         """A list of at most `count` strings, each as `text` reads it."""
         return tuple(v.text(limit) for v in self.list(count))
 
-    def optional(self) -> Node | None:
+    def optional(self) -> Cursor | None:
         """None for a null, else this node."""
         return None if self.data is None else self
 
@@ -305,7 +305,7 @@ class Node:
             self.fail(f"{show(self.data)} is not one of {', '.join(str(m.value) for m in kind)}")
 
 
-def kept(read: Callable[[Node], T], node: Node, problems: builtins.list[str]) -> T | None:
+def kept(read: Callable[[Cursor], T], node: Cursor, problems: builtins.list[str]) -> T | None:
     """`read(node)`, or None with its refusal added to `problems`: for input
     whose bad parts are skipped on purpose, each one named."""
     try:
@@ -318,7 +318,7 @@ def kept(read: Callable[[Node], T], node: Node, problems: builtins.list[str]) ->
 # ------------------------------------------------------------- typed values
 
 
-def _load(kind: Any, node: Node) -> Any:
+def _load(kind: Any, node: Cursor) -> Any:
     origin, args = typing.get_origin(kind), typing.get_args(kind)
     if origin in (typing.Union, types.UnionType):
         if node.data is None and type(None) in args:
@@ -345,7 +345,7 @@ def _load(kind: Any, node: Node) -> Any:
     if dataclasses.is_dataclass(kind) and isinstance(kind, type):
         return _load_object(kind, node)
     readers: dict[Any, Any] = {
-        bool: Node.bool,
+        bool: Cursor.bool,
         int: lambda n: n.int(-(1 << 63), (1 << 64) - 1),
         # Any int or float, kept as given: a value's own checks bound it.
         float: lambda n: n.data if type(n.data) in (int, float) else n.fail(f"{show(n.data)} is not a number"),
@@ -356,7 +356,7 @@ def _load(kind: Any, node: Node) -> Any:
     return readers[kind](node)
 
 
-def _load_object(cls: type[T], node: Node) -> T:
+def _load_object(cls: type[T], node: Cursor) -> T:
     fields = [f for f in dataclasses.fields(cls) if f.init]  # type: ignore[arg-type]
     node.only([f.name for f in fields])
     hints = typing.get_type_hints(cls)
@@ -378,7 +378,7 @@ def load(cls: type[T], data: object, where: str = "") -> T:
     tuple[X, ...] and fixed tuples, Mapping[str, X], Enum, Literal and nested dataclasses.
     Absent fields take their defaults; an unknown key, a missing field or a
     value of the wrong kind is a `ReadError` naming its path under `where`."""
-    return typing.cast(T, _load(cls, Node(data, where)))
+    return typing.cast(T, _load(cls, Cursor(data, where)))
 
 
 # A dataclass field's metadata for what stays in the process: `dump` leaves it

@@ -113,7 +113,9 @@ def label_value(value: str, key: str, what: str) -> str:
 def node_labels(text: str, what: str = "--labels") -> dict[str, str]:
     """`key=value,key2=value2` (the form `ray start --labels` takes) into a dict."""
     out: dict[str, str] = {}
-    for pair in text.split(",") if text.strip() else ():
+    if not text.strip():
+        return out
+    for pair in text.split(","):
         key, sep, value = pair.partition("=")
         key, value = key.strip(), value.strip()
         if not sep or "=" in value:

@@ -99,8 +99,9 @@ def format_visible_ids(ids: Iterable[int], style: Style = "list") -> str:
         if isinstance(i, bool) or not isinstance(i, int) or i < 0 or i > MAX_VISIBLE_ID:
             raise VisibilityError(f"bad id {i!r}: ids are integers 0..{MAX_VISIBLE_ID}")
     ordered = sorted(values)
-    if (dup := next((a for a, b in itertools.pairwise(ordered) if a == b), None)) is not None:
-        raise VisibilityError(f"duplicate id {dup}")
+    for a, b in itertools.pairwise(ordered):
+        if a == b:
+            raise VisibilityError(f"duplicate id {a}")
     if style == "list":
         return ",".join(str(i) for i in ordered)
     if style != "ranges":

@@ -90,7 +90,7 @@ def fold(health: HostHealth, report: HealthReport, extra_errors: Sequence[str]) 
     )
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Decider:
     place: state.Place
     created: float
@@ -115,7 +115,9 @@ class Decider:
         except RayAccelError as e:
             say(f"warning: {e}")
             return None
-        return None if record is None or record.stopping or record.created != self.created else record
+        if record is None or record.stopping or record.created != self.created:
+            return None
+        return record
 
     def poll(self) -> HostRecord | None:
         record = self.current()
@@ -325,7 +327,8 @@ def build(place: state.Place, created: float) -> Decider:
         say(f"warning: {kept.unknown}: the devices the record has out of service stay out")
     if monitor is not None:
         monitor.resume(doubted(kept, (d for p in record.partitions for d in p.out), now))
-    health = HostHealth(now, settings, (), tuple(rules.view_of(record, p) for p in record.partitions))
+    parts = tuple(rules.view_of(record, p) for p in record.partitions)
+    health = HostHealth(at=now, settings=settings, devices=(), partitions=parts)
     pending = (kept.unknown,) if kept.unknown and kept.found else ()
     proofs = {k.device_id: Proof(k.check, k.checking, k.repair) for k in kept.devices}
     for device, proof in proofs.items():
@@ -334,7 +337,15 @@ def build(place: state.Place, created: float) -> Decider:
             say(f"{device}: a check begun at {begun} never ended: checked again")
     usable = plugin if why is None else None
     return Decider(
-        place, created, settings, tuple(devices), monitor, health, pending=pending, plugin=usable, proofs=proofs
+        place=place,
+        created=created,
+        settings=settings,
+        devices=tuple(devices),
+        monitor=monitor,
+        health=health,
+        pending=pending,
+        plugin=usable,
+        proofs=proofs,
     )
 
 
@@ -346,7 +357,7 @@ def with_proofs(kept: Sequence[KeptDevice], proofs: Mapping[str, Proof], now: fl
     ]
     known = {k.device_id for k in kept}
     extra = [
-        KeptDevice(d, now, check=p.check, checking=p.checking, repair=p.repair)
+        KeptDevice(device_id=d, since=now, check=p.check, checking=p.checking, repair=p.repair)
         for d, p in proofs.items()
         if d not in known
     ]

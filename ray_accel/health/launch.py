@@ -59,6 +59,8 @@ def _wait_first_poll(place: state.Place, started: float, proc: subprocess.Popen[
 
 def ensure_decider(record: HostRecord, progress: Progress) -> HostRecord:
     """`start --recover`: start the decider again where it is gone."""
-    if record.health is None or (record.decider is not None and procs.check(record.decider).ours):
+    if record.health is None:
+        return record
+    if record.decider is not None and procs.check(record.decider).ours:
         return record
     return start_decider(replace(record, decider=None), progress)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from ray_accel.core.checks import CheckOutcome, CheckResult, RepairOutcome, RepairResult
 from ray_accel.core.health import DeviceHealth, Health
-from ray_accel.core.health_state import Action, HealthSettings, Repair
+from ray_accel.core.health_state import HealthSettings, OnUnhealthy, Repair
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ AGAIN: Mapping[CheckOutcome, Again] = {
 
 def checks_anything(settings: HealthSettings) -> bool:
     """Whether devices are checked before they return at all."""
-    return settings.return_check and settings.action is not Action.REPORT
+    return settings.return_check and settings.action is not OnUnhealthy.REPORT
 
 
 def current_check(health: DeviceHealth | None, proof: Proof | None) -> CheckResult | None:

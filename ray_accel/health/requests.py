@@ -27,7 +27,7 @@ from ray_accel.core.errors import InputError, RayAccelError
 from ray_accel.core.files import UnreadableFile, read_bytes, write_atomic
 from ray_accel.core.health_kept import KEPT_FILE, KeptDevice, cleared, doubted, dumps, read_kept
 from ray_accel.core.health_state import MAX_TIME
-from ray_accel.core.reader import CONTROL, Node, dump, load, parse_json
+from ray_accel.core.reader import CONTROL, Cursor, dump, load, parse_json
 
 REQUESTS_DIR = "health-requests"
 MAX_BYTES = 4096
@@ -42,7 +42,7 @@ class ClearRequest:
 
 def parse_request(raw: bytes, source: str) -> ClearRequest:
     """A request file's content, or `ReadError` naming `source` and the field."""
-    obj = Node(parse_json(raw, f"request {source}", "{source} is not JSON: {error}"), f"request {source}")
+    obj = Cursor(parse_json(raw, f"request {source}", "{source} is not JSON: {error}"), f"request {source}")
     obj.only({"clear", "at"})
     return ClearRequest(obj.at("clear").text(MAX_ID, forbid=CONTROL[:32]), obj.at("at").number(0.0, MAX_TIME))
 
@@ -110,7 +110,8 @@ def clear_kept(place: state.Place, out: Collection[str], device_id: str) -> Path
         if not kept.unknown and device_id not in {d.device_id for d in kept.devices}:
             known = ", ".join(d.device_id for d in kept.devices[:20])
             raise InputError(f"device {device_id!r} is not one whose health is kept here (devices: {known})")
-        return write_atomic(place.directory / KEPT_FILE, dumps(cleared(doubted(kept, out, now), device_id), now))
+        devices = cleared(doubted(kept, out, now), device_id)
+        return write_atomic(place.directory / KEPT_FILE, dumps(devices, now))
 
 
 def tell_check(state_dir: Path, result: CheckResult) -> Path:
@@ -123,7 +124,7 @@ def tell_check(state_dir: Path, result: CheckResult) -> Path:
 
 def parse_check(raw: bytes, source: str) -> CheckResult:
     """A check request's content, or `ReadError` naming `source` and the field."""
-    obj = Node(parse_json(raw, f"request {source}", "{source} is not JSON: {error}"), f"request {source}")
+    obj = Cursor(parse_json(raw, f"request {source}", "{source} is not JSON: {error}"), f"request {source}")
     obj.only({"check"})
     return load(CheckResult, obj.at("check").data, f"request {source}: check")
 
@@ -164,7 +165,7 @@ def keep_check(place: state.Place, result: CheckResult) -> Path:
             raise RayAccelError(f"the check of {result.device_id} is not kept: {kept.unknown}")
         devices = list(kept.devices)
         if result.device_id not in {d.device_id for d in devices}:
-            devices.append(KeptDevice(result.device_id, now))
+            devices.append(KeptDevice(device_id=result.device_id, since=now))
         kept_now = tuple(
             replace(d, check=result, checking=None) if d.device_id == result.device_id else d for d in devices
         )

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 
 from ray_accel.cluster.record import HostRecord, PartitionEntry
 from ray_accel.core.health import DeviceHealth, Health
-from ray_accel.core.health_state import Action, HealthSettings, PartitionHealth, PartState
+from ray_accel.core.health_state import HealthSettings, OnUnhealthy, PartitionHealth, PartState
 
 # A restart that failed is tried again after this long, not on every poll.
 RETRY_S = 30.0
@@ -144,7 +144,16 @@ def view_of(record: HostRecord, p: PartitionEntry) -> PartitionHealth:
     out = _out(p.device_ids, p.out, held.target)
     serves = p.serving.device_ids
     return PartitionHealth(
-        p.name, held.state, held.since, serves, out, p.node_id, held.detail, held.deadline, held.target, p.head
+        partition=p.name,
+        state=held.state,
+        since=held.since,
+        devices=serves,
+        out=out,
+        node_id=p.node_id,
+        detail=held.detail,
+        deadline=held.deadline,
+        target=held.target,
+        head=p.head,
     )
 
 
@@ -161,13 +170,13 @@ def observe(settings: HealthSettings, view: PartitionHealth, facts: Facts, now: 
         target = wanted(full, view.out, health, facts.proven)
         if any(d not in target for d in view.devices):
             return Seen.UNHEALTHY, target
-        back = any(d not in view.devices for d in target) and settings.action is Action.SHRINK
+        back = any(d not in view.devices for d in target) and settings.action is OnUnhealthy.SHRINK
         return (Seen.BACK if back else Seen.STEADY), target
     if view.state is PartState.STOPPED:
         target = wanted(full, full, health, facts.proven)
         if view.detail.startswith(RESTART_FAILED) and now < view.since + RETRY_S:
             return Seen.STEADY, target
-        if settings.action is Action.DRAIN and target != full:
+        if settings.action is OnUnhealthy.DRAIN and target != full:
             return Seen.STEADY, target  # under drain it comes back whole or not at all
     elif facts.raylet_alive and view.deadline is not None and now < view.deadline:
         return Seen.STEADY, view.devices
@@ -177,8 +186,9 @@ def observe(settings: HealthSettings, view: PartitionHealth, facts: Facts, now: 
 
 
 def decide(settings: HealthSettings, view: PartitionHealth, facts: Facts, now: float) -> Step:
-    health, full = facts.health, facts.full
-    if settings.action is Action.REPORT:
+    health = facts.health
+    full = facts.full
+    if settings.action is OnUnhealthy.REPORT:
         bad = [d for d in full if state_of(health, d) is Health.UNHEALTHY]
         detail = f"reported only (--on-unhealthy report): {_detail(health, bad)}" if bad else ""
         return Step(replace(view, state=PartState.SERVING, devices=full, out=(), detail=detail), Effect.NONE)
@@ -197,8 +207,8 @@ def decide(settings: HealthSettings, view: PartitionHealth, facts: Facts, now: f
         return Step(_settled(view, state, now, (), full, detail), effect)
     bad = [d for d in view.devices if d not in target]
     back = [d for d in target if d not in view.devices]
-    target = () if settings.action is Action.DRAIN else target
-    shrinks = settings.action is Action.SHRINK and bad
+    target = () if settings.action is OnUnhealthy.DRAIN else target
+    shrinks = settings.action is OnUnhealthy.SHRINK and bad
     verb = "restarted without it" if shrinks else ("restarted with it" if back else "stopped")
     what = f"to restart with {len(target)} of {len(full)} devices" if target else "to stop"
     detail = f"drained {what}: {_detail(health, bad) if bad else ', '.join(back) + ' healthy again'}"

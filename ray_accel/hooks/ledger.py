@@ -54,7 +54,8 @@ def hook_id(factory: HookFactory) -> str:
 
 
 def ledger_dir(run_id: str) -> Path:
-    path = Path(os.environ.get(HOOK_DIR_ENV) or Path(tempfile.gettempdir()) / "ray-accel-hooks") / _safe(run_id)
+    root = Path(os.environ.get(HOOK_DIR_ENV) or Path(tempfile.gettempdir()) / "ray-accel-hooks")
+    path = root / _safe(run_id)
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
     return path
 
@@ -64,7 +65,7 @@ def _safe(name: str) -> str:
 
 
 @dataclass(frozen=True)
-class Entry:
+class LedgerEntry:
     """One ledger file, as `reader.dump` writes it; the process is [pid, start]."""
 
     workload: Workload
@@ -89,7 +90,7 @@ def open_entry(run_id: str, workload: Workload, factories: Sequence[HookFactory]
     me = ProcessRecord.of()
     if me is None:
         raise RuntimeError("cannot read this process's own /proc entry")
-    entry = Entry(workload, (me.pid, me.start_ticks), this_host(), tuple(hook_id(f) for f in factories))
+    entry = LedgerEntry(workload, (me.pid, me.start_ticks), this_host(), tuple(hook_id(f) for f in factories))
     path = entry_path(run_id, workload.workload_id)
     write_atomic(path, json.dumps(reader.dump(entry)))
     return path
@@ -103,7 +104,7 @@ def reconcile(run_id: str, factories: Sequence[HookFactory]) -> list[str]:
     done = []
     for path in sorted(ledger_dir(run_id).glob("*.json")):
         try:
-            entry = reader.load(Entry, json.loads(path.read_text()))
+            entry = reader.load(LedgerEntry, json.loads(path.read_text()))
         except (OSError, ValueError):
             log.warning("ray-accel: unreadable hook ledger entry %s left alone", path)
             continue

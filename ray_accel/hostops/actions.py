@@ -158,8 +158,10 @@ def redeploy_exporters(record: HostRecord, names: Sequence[str], progress: Progr
     """Start the metrics exporters of partitions `names` (those serving) again;
     the host's host-level values go to `host_level_partition`. A failure is
     reported, never fatal."""
+    if not record.metrics:
+        return
     parts = [p for p in record.partitions if p.name in names and p.health.state.exporting and p.node_id]
-    if not record.metrics or not parts:
+    if not parts:
         return
     op = driver_ops.DriverOp("exporters", record.gcs_address, deployment(record, parts))
     try:

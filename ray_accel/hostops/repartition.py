@@ -47,7 +47,7 @@ from ray_accel.cluster.host import (
 from ray_accel.cluster.raylet import Split
 from ray_accel.cluster.record import REPARTITION_KIND, HostChange, HostRecord, PartitionEntry, Spare
 from ray_accel.cluster.recover import recorded_share
-from ray_accel.cluster.resplit import Action, Changes, Resplit, resplit
+from ray_accel.cluster.resplit import ChangeKind, Changes, Resplit, resplit
 from ray_accel.cluster.signals import interruptible, shielded
 from ray_accel.core.devices import Device
 from ray_accel.core.errors import InputError, RayAccelError
@@ -122,14 +122,16 @@ def plan_change(
     of `out` in service, planned whole (see the module doc); `free` says
     whether a port is free now."""
     plan = resplit(record, devices, split, out)
-    parts = [c.part for c in plan.of(Action.RESTARTED, Action.ADDED) if c.part is not None]
+    parts = [c.part for c in plan.of(ChangeKind.RESTARTED, ChangeKind.ADDED) if c.part is not None]
     if not parts:
         return Planned(plan, (), plan.warnings)
     old = {p.name: p for p in record.partitions}
     starting = {d for p in parts for d in p.device_ids}
     # A stopped partition's share goes to the new ones where they take its devices; one whose
     # devices no new partition takes keeps its share, with its devices left unassigned (`change`).
-    stopping = [c for c in plan.of(Action.RESTARTED, Action.REMOVED) if set(old[c.partition].device_ids) & starting]
+    stopping = [
+        c for c in plan.of(ChangeKind.RESTARTED, ChangeKind.REMOVED) if set(old[c.partition].device_ids) & starting
+    ]
     spares = tuple(s for s in record.unassigned if set(s.device_ids) <= starting)
     freed = [recorded_share(old[c.partition], record) for c in stopping] + [s.share for s in spares]
     pool = HostResources(
@@ -251,7 +253,7 @@ def begin(
         (place.directory / RESULT_FILE).unlink(missing_ok=True)
         inputs = Inputs(str(place.directory), record.created, place.explicit, timeout_s)
         helper, proc = helpers.spawn(REPARTITION_KIND, WHAT, inputs, log, record.spec.to_env())
-        touched = tuple(c.partition for c in plan.resplit.of(Action.RESTARTED, Action.REMOVED))
+        touched = tuple(c.partition for c in plan.resplit.of(ChangeKind.RESTARTED, ChangeKind.REMOVED))
         recorded = HostChange(
             kind="repartition",
             step=steps.PLANNED,

@@ -48,12 +48,17 @@ PHASES = tuple(p.value for p in Phase)
 TERMINAL = frozenset({Phase.SUCCEEDED, Phase.FAILED})
 # Ray's state -> ours; None keeps the current phase.
 RAY_STATE_PHASE: Mapping[str, Phase | None] = {
-    **dict.fromkeys(("INITIALIZING", "SCHEDULING", "RESCHEDULING"), Phase.PENDING),
+    "INITIALIZING": Phase.PENDING,
+    "SCHEDULING": Phase.PENDING,
+    "RESCHEDULING": Phase.PENDING,
     "RUNNING": Phase.RUNNING,
-    **dict.fromkeys(("RESTARTING", "RESIZING", "PREEMPTING"), Phase.RESTARTING),
+    "RESTARTING": Phase.RESTARTING,
+    "RESIZING": Phase.RESTARTING,
+    "PREEMPTING": Phase.RESTARTING,
     "SHUTTING_DOWN": None,
     "FINISHED": Phase.SUCCEEDED,
-    **dict.fromkeys(("ERRORED", "ABORTED"), Phase.FAILED),
+    "ERRORED": Phase.FAILED,
+    "ABORTED": Phase.FAILED,
 }
 # Event kinds, in the order one attempt sends them.
 SUBMITTED = "submitted"  # the controller started: name, Ray's run id, allowed workers
@@ -70,7 +75,7 @@ class Transition:
     reason: str = ""  # the Ray state or event that caused it
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Replica(Rank):
     """One training worker of one attempt: its ranks (per raylet) and where it runs."""
 
@@ -124,7 +129,7 @@ class Event:
     data: EventData = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class JobRecord:
     id: str  # AcceleratorTorchConfig.run_id: the same over restarts of one fit()
     name: str
@@ -193,7 +198,14 @@ def _move(job: JobRecord, phase: Phase | None, at: float, reason: str) -> JobRec
 
 def new_job(event: Event) -> JobRecord:
     d = event.data if isinstance(event.data, Submitted) else Submitted()
-    job = JobRecord(event.job_id, d.name or event.job_id, d.ray_run_id, event.at, d.min_workers, d.max_workers)
+    job = JobRecord(
+        id=event.job_id,
+        name=d.name or event.job_id,
+        ray_run_id=d.ray_run_id,
+        submitted_at=event.at,
+        min_workers=d.min_workers,
+        max_workers=d.max_workers,
+    )
     return _move(job, Phase.PENDING, event.at, "submitted")
 
 

@@ -172,4 +172,6 @@ def read_jobs(timeout_s: float = 30.0) -> list[JobRecord]:
     import ray
 
     handle = store(create=False)
-    return [] if handle is None else list(ray.get(handle.list.remote(), timeout=timeout_s))
+    if handle is None:
+        return []
+    return list(ray.get(handle.list.remote(), timeout=timeout_s))

@@ -133,7 +133,7 @@ class OrphanReading:
     command: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Snapshot:
     host: str
     node_id: str
@@ -147,7 +147,8 @@ class Snapshot:
 
     def to_json(self) -> dict[str, object]:
         # The readings are tuples (see `WorkloadReading`): each written as an object.
-        devices, workloads = [d._asdict() for d in self.devices], [w.to_json() for w in self.workloads]
+        devices = [d._asdict() for d in self.devices]
+        workloads = [w.to_json() for w in self.workloads]
         return dump_fields(self, devices=devices, workloads=workloads)
 
 
@@ -163,7 +164,18 @@ def device_readings(
     kind = {d.id: d.accelerator_type or accelerator_type for d in devices}
 
     def unknown(d: Device, reason: str) -> DeviceReading:
-        return DeviceReading(d.id, host, partition, d.family, kind[d.id], None, None, d.memory_bytes, None, reason)
+        return DeviceReading(
+            id=d.id,
+            host=host,
+            partition=partition,
+            family=d.family,
+            accelerator_type=kind[d.id],
+            utilization=None,
+            memory_used_bytes=None,
+            memory_total_bytes=d.memory_bytes,
+            recent_events=None,
+            reason=reason,
+        )
 
     if telemetry is None:
         return [unknown(d, "this backend takes no device samples") for d in devices], []
@@ -172,7 +184,8 @@ def device_readings(
     except Exception as e:
         reason = f"metric source failed: {type(e).__name__}: {e}"
         return [unknown(d, reason) for d in devices], [reason]
-    out, errors = [], []
+    out: list[DeviceReading] = []
+    errors: list[str] = []
     for d in devices:
         s = samples.get(d.id)
         if s is None:
@@ -189,7 +202,9 @@ def cmdline(pid: int) -> str:
     """The process's command line as one string ('' if it is gone); Ray's
     workers retitle themselves here (`ray::TrainWorker.train`)."""
     raw = read_small(f"/proc/{pid}/cmdline")
-    return "" if raw is None else raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()
+    if raw is None:
+        return ""
+    return raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()
 
 
 def workload_readings(
@@ -320,15 +335,15 @@ def collect(
     errors += orphan_errors + workload_errors
     _log_new(at.partition, errors)
     return Snapshot(
-        at.host,
-        at.node_id,
-        at.partition,
-        time.time(),
-        time.perf_counter() - start,
-        tuple(readings),
-        tuple(workloads),
-        tuple(orphans),
-        tuple(errors),
+        host=at.host,
+        node_id=at.node_id,
+        partition=at.partition,
+        taken_at=time.time(),
+        took_s=time.perf_counter() - start,
+        devices=tuple(readings),
+        workloads=tuple(workloads),
+        orphans=tuple(orphans),
+        errors=tuple(errors),
     )
 
 

@@ -160,7 +160,13 @@ def gauge_values(
     out: list[tuple[str, float, dict[str, str]]] = []
     verdict = {d.device_id: d.state for d in health.devices} if health is not None else {}
     for d in snap.devices:
-        tags = dict(zip(DEVICE_TAGS, (d.host, d.partition, d.id, d.family, d.accelerator_type or ""), strict=True))
+        tags = {
+            "host": d.host,
+            "partition": d.partition,
+            "device_id": d.id,
+            "family": d.family,
+            "accelerator_type": d.accelerator_type or "",
+        }
         read = (d.utilization, d.memory_used_bytes, d.memory_total_bytes, d.power_watts, d.temperature_c)
         out += [(key, float(v), tags) for key, v in zip(DEVICE_VALUES, read, strict=True) if v is not None]
         if (state := verdict.get(d.id)) in (Health.HEALTHY, Health.UNHEALTHY):
@@ -170,8 +176,15 @@ def gauge_values(
         out += [("w_rss", float(w.rss_bytes), wt), ("w_cpu", w.cpu_seconds, wt)]
         for dev, nbytes in sorted(w.device_memory_bytes.items()):
             out.append(("w_dev", float(nbytes), {**wt, "device_id": dev}))
-    orphans = ((o.host, o.partition, o.device_id, str(o.pid), o.command[:COMMAND_MAX]) for o in snap.orphans)
-    out += [("orphan", 1.0, dict(zip(ORPHAN_TAGS, values, strict=True))) for values in orphans]
+    for o in snap.orphans:
+        orphan_tags = {
+            "host": o.host,
+            "partition": o.partition,
+            "device_id": o.device_id,
+            "pid": str(o.pid),
+            "command": o.command[:COMMAND_MAX],
+        }
+        out.append(("orphan", 1.0, orphan_tags))
     if host is not None:
         ht = {"host": host.host, "family": host.family, "accelerator_type": host.accelerator_type}
         out += [("n_devices", float(host.devices), ht), ("n_mem", float(host.memory_used_bytes), ht)]
@@ -224,8 +237,14 @@ def out_values(health: HostHealth, host: HostValues) -> list[tuple[str, float, d
     out = []
     for d in health.devices:
         if d.device_id in owner and d.state in (Health.HEALTHY, Health.UNHEALTHY):
-            values = (host.host, owner[d.device_id], d.device_id, host.family, host.accelerator_type)
-            out.append(("healthy", float(d.state is Health.HEALTHY), dict(zip(DEVICE_TAGS, values, strict=True))))
+            tags = {
+                "host": host.host,
+                "partition": owner[d.device_id],
+                "device_id": d.device_id,
+                "family": host.family,
+                "accelerator_type": host.accelerator_type,
+            }
+            out.append(("healthy", float(d.state is Health.HEALTHY), tags))
     return out
 
 

@@ -35,7 +35,8 @@ class InheritedMask:
         ids = set(self.ids)
         shown = tuple(d.id for d in devices if ids & set(d.core_ids))
         whole = sum(1 for d in devices if set(d.core_ids) <= ids)
-        extra = f", {len(shown) - whole} partly" if len(shown) > whole else ""
+        partly = len(shown) - whole
+        extra = f", {partly} partly" if partly else ""
         units = sum(len(d.core_ids) for d in devices)
         told = (
             f"inherited mask {self.env}={self.value}: planning over {len(self.ids)} of {units} "
@@ -66,8 +67,12 @@ def inherited_mask(plugin: DevicePlugin, environ: Mapping[str, str]) -> Inherite
 def restrict(devices: Sequence[Device], mask: InheritedMask) -> list[Device]:
     """The devices the mask shows, each with only its shown cores."""
     shown = set(mask.ids)
-    cut = [(d, tuple(c for c in d.core_ids if c in shown)) for d in devices]
-    return [d if cores == d.core_ids else dataclasses.replace(d, core_ids=cores) for d, cores in cut if cores]
+    out = []
+    for d in devices:
+        cores = tuple(c for c in d.core_ids if c in shown)
+        if cores:
+            out.append(d if cores == d.core_ids else dataclasses.replace(d, core_ids=cores))
+    return out
 
 
 def plan_within_mask(
@@ -98,11 +103,12 @@ def plan_within_mask(
             # the mask is named as such rather than as unknown.
             whole = plan_partitions(devices, mode, partitions, manual, default_type, traits=traits)
             kept = {d.id for d in shown}
-            outside = [(p.name, i) for p in whole for i in p.device_ids if i not in kept]
-            if outside:
-                raise PartitionError(
-                    f"partition {outside[0][0]!r}: device {outside[0][1]} is outside the inherited mask "
-                    f"{mask.env}={mask.value} (it shows {format_visible_ids(mask.ids, 'ranges') or 'nothing'})"
-                )
+            for part in whole:
+                for did in part.device_ids:
+                    if did not in kept:
+                        raise PartitionError(
+                            f"partition {part.name!r}: device {did} is outside the inherited mask "
+                            f"{mask.env}={mask.value} (it shows {format_visible_ids(mask.ids, 'ranges') or 'nothing'})"
+                        )
     plan = plan_partitions(shown, mode, partitions, manual, default_type, traits=traits)
     return dataclasses.replace(plan, warnings=(*plan.warnings, *notes), mask=view)

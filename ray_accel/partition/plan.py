@@ -203,8 +203,13 @@ def group_type(group: Sequence[Device], default_type: str | None = None, host_mo
 
 def _make(name: str, group: Sequence[Device], default_type: str | None = None, host_models: int = 1) -> Partition:
     ordered = sorted(group, key=lambda d: d.index)
-    ids, cores = tuple(d.id for d in ordered), tuple(sorted(c for d in ordered for c in d.core_ids))
-    return Partition(name, ids, cores, group_type(ordered, default_type, host_models), models_of(ordered))
+    return Partition(
+        name,
+        tuple(d.id for d in ordered),
+        tuple(sorted(c for d in ordered for c in d.core_ids)),
+        group_type(ordered, default_type, host_models),
+        models_of(ordered),
+    )
 
 
 def _islands(devices: Sequence[Device]) -> dict[DeviceId, int]:
@@ -214,8 +219,9 @@ def _islands(devices: Sequence[Device]) -> dict[DeviceId, int]:
     for d in sorted(devices, key=lambda d: d.index):
         if d.id in island:
             continue
-        island[d.id] = n = len(set(island.values()))
+        n = len(set(island.values()))
         stack = [d.id]
+        island[d.id] = n
         while stack:
             for p in by_id[stack.pop()].peers:
                 if p in by_id and p not in island:
@@ -471,7 +477,9 @@ def node_host(name: str, ip: str, labels: Mapping[str, str]) -> str:
     `NodeManagerHostname`, and node IP, `NodeManagerAddress`): the value
     `start` gave its host label, also for a raylet started without it. Where
     Ray names neither, the label itself."""
-    return host_key(name, ip) if name and ip else labels.get(HOST_LABEL) or name or ip or "?"
+    if name and ip:
+        return host_key(name, ip)
+    return labels.get(HOST_LABEL) or name or ip or "?"
 
 
 def topology_labels(

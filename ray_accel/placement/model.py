@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from ray_accel.core.errors import InputError, RayAccelError
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Job:
     """A training job: `workers` workers, each asking `devices_per_worker` units
     of `resource` (NeuronCores on Neuron, GPUs on CUDA) and `cpus_per_worker` CPUs."""
@@ -56,7 +56,7 @@ class Job:
         return f"{self.workers} worker(s) x {self.devices_per_worker} {self.resource} ({self.size} in all)"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FreePartition:
     """One partition's raylet as a policy sees it now."""
 
@@ -145,7 +145,9 @@ class PlacementError(RayAccelError):
 
     def __init__(self, message: str, job: Job, largest_workers: int, largest_worker: int) -> None:
         super().__init__(message)
-        self.job, self.largest_workers, self.largest_worker = job, largest_workers, largest_worker
+        self.job = job
+        self.largest_workers = largest_workers
+        self.largest_worker = largest_worker
 
 
 def eligible(job: Job, part: FreePartition) -> bool:

@@ -57,7 +57,8 @@ class Policy(ABC):
         parts = [p for p in partitions if capacity(job, p) > 0]
         if largest_fit(job, parts) < job.workers:
             raise refusal(job, partitions)
-        return assess(job, partitions, slots_for(self._choose(job, sorted(parts, key=lambda p: p.key))))
+        choice = self._choose(job, sorted(parts, key=lambda p: p.key))
+        return assess(job, partitions, slots_for(choice))
 
     def optimize(
         self,
@@ -66,7 +67,9 @@ class Policy(ABC):
         previous: Mapping[str, Assignment],
         move: bool = False,
     ) -> Placement:
-        if (dup := next((i for i, n in Counter(j.id for j in jobs).items() if n > 1), None)) is not None:
+        ids = [j.id for j in jobs]
+        if len(set(ids)) != len(ids):
+            dup = next(i for i, n in Counter(ids).items() if n > 1)
             raise InputError(f"job id {dup!r} appears twice")
         parts = tuple(partitions)
         running = [previous[j.id] for j in jobs if j.id in previous]
@@ -96,7 +99,10 @@ class Policy(ABC):
 
 
 def _by_host(parts: Sequence[FreePartition]) -> dict[str, list[FreePartition]]:
-    return {h: [p for p in parts if p.host == h] for h in dict.fromkeys(p.host for p in parts)}
+    out: dict[str, list[FreePartition]] = {}
+    for p in parts:
+        out.setdefault(p.host, []).append(p)
+    return out
 
 
 def _fill(job: Job, order: Sequence[FreePartition]) -> Choice:
@@ -171,7 +177,9 @@ class Spread(Policy):
         room = {p.key: capacity(job, p) for p in parts}
         on_host: Counter[str] = Counter()
         on_part: Counter[tuple[str, str]] = Counter()
-        host_room = Counter({h: sum(room[p.key] for p in ps) for h, ps in _by_host(parts).items()})
+        host_room: Counter[str] = Counter()
+        for p in parts:
+            host_room[p.host] += room[p.key]
         for _ in range(job.workers):
             p = min(
                 (q for q in parts if room[q.key] > 0),

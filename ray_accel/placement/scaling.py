@@ -52,7 +52,15 @@ def new_job(
             )
         family, resource = kinds[0]
     jid = job_id or uuid.uuid4().hex[:12]
-    return Job(jid, name or jid, workers, devices_per_worker, family, resource, cpus_per_worker)
+    return Job(
+        id=jid,
+        name=name or jid,
+        workers=workers,
+        devices_per_worker=devices_per_worker,
+        family=family,
+        resource=resource,
+        cpus_per_worker=cpus_per_worker,
+    )
 
 
 def place(
@@ -82,9 +90,12 @@ def to_scaling_config(assignment: Assignment, view: LiveView, **scaling: Any) ->
     if job.cpus_per_worker > 0:
         resources["CPU"] = job.cpus_per_worker
     selectors = [dict(view.selectors[s.key]) for s in assignment.workers]
-    gpu = ray_resources.is_ray_gpu(job.resource)
     return ScalingConfig(
-        num_workers=job.workers, resources_per_worker=resources, use_gpu=gpu, label_selector=selectors, **scaling
+        num_workers=job.workers,
+        resources_per_worker=resources,
+        use_gpu=ray_resources.is_ray_gpu(job.resource),
+        label_selector=selectors,
+        **scaling,
     )
 
 

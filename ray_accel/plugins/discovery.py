@@ -1,5 +1,5 @@
 """Finding backends (the entry-point group ``ray_accel.backends``), and the
-host as the active ones see it (`Inventory`: one call for the CLI and the
+host as the active ones see it (`PluginInventory`: one call for the CLI and the
 bridge).
 
 Discovery never raises for what the machine reports: a plugin that cannot
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from ray_accel.core.devices import Device, validate_inventory
 from ray_accel.core.errors import InputError, RayAccelError
-from ray_accel.core.reader import Node, ReadError, dump, dump_fields, parse_json
+from ray_accel.core.reader import Cursor, ReadError, dump, dump_fields, parse_json
 from ray_accel.plugins.interface import DevicePlugin
 
 ENTRY_POINT_GROUP = "ray_accel.backends"
@@ -81,7 +81,9 @@ def _activate(name: str, factory: object) -> PluginStatus:
         devices = validate_inventory(plugin.list_devices())
     except Exception as e:
         return _inactive(name, f"discovery failed: {type(e).__name__}: {e}", e)
-    return PluginStatus(name, True, None, plugin) if devices else _inactive(name, "no devices found")
+    if not devices:
+        return _inactive(name, "no devices found")
+    return PluginStatus(name=name, active=True, reason=None, plugin=plugin)
 
 
 def discover_plugins(only: str | None = None) -> list[PluginStatus]:
@@ -118,7 +120,8 @@ def load_plugin(name: str) -> DevicePlugin:
     whose raylet's spec names it needs its runtime, not its hardware).
     `BackendUnavailable` names the backend and why it cannot be had."""
     eps = _entry_points()
-    if (ep := next((e for e in eps if e.name == name), None)) is None:
+    ep = next((e for e in eps if e.name == name), None)
+    if ep is None:
         installed = ", ".join(e.name for e in eps) or "none"
         raise BackendUnavailable(f"backend {name!r} is not installed here (installed: {installed})")
     try:
@@ -191,7 +194,7 @@ class NoActiveBackend(RayAccelError):
 
 
 @dataclass(frozen=True)
-class Inventory:
+class PluginInventory:
     statuses: tuple[PluginStatus, ...]
 
     @property
@@ -201,7 +204,8 @@ class Inventory:
     @property
     def primary(self) -> DevicePlugin | None:
         """The plugin a raylet is split by: Ray resolves one family per node."""
-        return next(iter(self.plugins), None)
+        plugins = self.plugins
+        return plugins[0] if plugins else None
 
     def require_primary(self) -> DevicePlugin:
         if (plugin := self.primary) is None:
@@ -224,7 +228,7 @@ class Inventory:
         }
 
 
-def discover(backend: str | None = None) -> Inventory:
+def discover(backend: str | None = None) -> PluginInventory:
     """Discover plugins; a plugin that rejected its user-given configuration
     (a bad RAYACCEL_MOCK, say) is a user error, not a missing device."""
     statuses = discover_plugins(only=backend)
@@ -234,7 +238,7 @@ def discover(backend: str | None = None) -> Inventory:
     for s in statuses:
         if isinstance(s.error, InputError):
             raise s.error
-    return Inventory(tuple(statuses))
+    return PluginInventory(tuple(statuses))
 
 
 def spec_backend(value: str | None) -> str | None:
@@ -242,7 +246,7 @@ def spec_backend(value: str | None) -> str | None:
     if not value:
         return None
     try:
-        rows = Node(parse_json(value, SPEC_ENV, "{error}")).list()
+        rows = Cursor(parse_json(value, SPEC_ENV, "{error}")).list()
         return rows[0].at("backend").text() if rows else None
     except ReadError as e:
         raise InputError(f"bad {SPEC_ENV}: {e}") from None

@@ -15,7 +15,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from ray_accel.core.reader import Node, ReadError, parse_json, read_file
+from ray_accel.core.reader import Cursor, ReadError, parse_json, read_file
 
 READINGS_FILE = "readings.json"
 MAX_BYTES = 64 << 20
@@ -36,7 +36,7 @@ def read_readings(directory: Path | None, now: float) -> tuple[Mapping[str, obje
         raw = read_file(path, str(path), MAX_BYTES)
         if raw is None:
             return None, f"no health decider readings ({path} does not exist)"
-        top = Node(parse_json(raw, str(path), nan=True), str(path))
+        top = Cursor(parse_json(raw, str(path), nan=True), str(path))
         at, interval = top.at("at").number(0.0), top.at("interval_s").number(0.0)
         readings = top.at("readings").optional()
         data = None if readings is None else readings.mapping()

@@ -121,7 +121,9 @@ class GlooRuntime(Runtime):
 
     def worker_env(self, worker: WorkerSlot, job: Sequence[WorkerSlot], collective: str) -> dict[str, str]:
         check_collective(collective, (GLOO,), "a worker without an accelerator runtime")
-        return rank_env(worker) if self._visible_ids_env is None else own_ids_env(self._visible_ids_env, worker)
+        if self._visible_ids_env is None:
+            return rank_env(worker)
+        return own_ids_env(self._visible_ids_env, worker)
 
 
 class Telemetry(ABC):
@@ -238,8 +240,10 @@ class DevicePlugin(ABC):
         """Read this family's visibility variable into schedulable ids."""
         cores = set(all_core_ids(self.list_devices()))
         ids = parse_visible_ids(value)
-        if (unknown := next((i for i in ids or () if cores and i not in cores), None)) is not None:
-            raise VisibilityError(f"{self.visible_ids_env}={value!r} names {unknown}, not on this host")
+        if ids is not None and cores:
+            unknown = [i for i in ids if i not in cores]
+            if unknown:
+                raise VisibilityError(f"{self.visible_ids_env}={value!r} names {unknown[0]}, not on this host")
         return ids
 
     def process_env(self) -> dict[str, str]:

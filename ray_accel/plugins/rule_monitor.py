@@ -34,7 +34,9 @@ class Rule(Generic[StateT, ObsT]):
 
 class RuleMonitor(HealthMonitor, Generic[StateT, ObsT]):
     def __init__(self, rule: Rule[StateT, ObsT], state: StateT, clock: Callable[[], float]) -> None:
-        self.clock, self._rule, self._state = clock, rule, state
+        self.clock = clock
+        self._rule = rule
+        self._state = state
         self._lock = threading.Lock()
 
     @abstractmethod
@@ -43,7 +45,8 @@ class RuleMonitor(HealthMonitor, Generic[StateT, ObsT]):
 
     def poll(self) -> HealthReport:
         with self._lock:
-            self._state, report = self._rule.step(self._state, self.observe(), self.clock())
+            obs = self.observe()
+            self._state, report = self._rule.step(self._state, obs, self.clock())
             return report
 
     def clear(self, device_id: str) -> None:

@@ -9,7 +9,6 @@ which every worker can make; every other is a backend's.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -42,7 +41,7 @@ class Rank:
             raise InputError(f"local rank {self.local_rank} outside local world size {self.local_world_size}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WorkerSlot:
     """One training worker: its ranks, its raylet (node id), its own device
     ids and their accelerator type (as discovery named it for its raylet),
@@ -78,9 +77,17 @@ class CollectiveChoice:
 
 
 def rank_env(worker: WorkerSlot) -> dict[str, str]:
-    # `Rank`'s fields are in the order of the first five names.
-    values = (*dataclasses.astuple(worker.rank), worker.master_addr, worker.master_port)
-    return dict(zip(RANK_ENV_NAMES, map(str, values), strict=True))
+    rank = worker.rank
+    values = {
+        "RANK": rank.world_rank,
+        "WORLD_SIZE": rank.world_size,
+        "LOCAL_RANK": rank.local_rank,
+        "LOCAL_WORLD_SIZE": rank.local_world_size,
+        "NODE_RANK": rank.node_rank,
+        "MASTER_ADDR": worker.master_addr,
+        "MASTER_PORT": worker.master_port,
+    }
+    return {name: str(values[name]) for name in RANK_ENV_NAMES}
 
 
 def raylet_union(worker: WorkerSlot, job: Sequence[WorkerSlot]) -> list[str]:

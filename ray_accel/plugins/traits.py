@@ -49,7 +49,7 @@ class DeviceTraits:
     def from_json(cls, row: object) -> DeviceTraits:
         """Traits as `reader.dump` wrote them, every field present; anything
         else is an `InputError` naming the field."""
-        node = reader.Node(row, "traits")
+        node = reader.Cursor(row, "traits")
         for f in dataclasses.fields(cls):
             node.at(f.name)
         return reader.load(cls, row, "traits")

@@ -32,7 +32,7 @@ CREATE_PARAMS = ("gcs_address", "cluster_id_hex", "allow_cluster_id_nil", "fetch
 DRAIN_PARAMS = ("node_id", "reason", "reason_message", "deadline_timestamp_ms", "timeout")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GcsNode:
     """One row of the GCS node table, with its resources."""
 
@@ -57,9 +57,11 @@ class DrainReply:
 
 
 def _global_state(address: str) -> Any:
-    create = attr(attr(module(RAYLET), "GcsClientOptions", RAYLET), "create", f"{RAYLET}.GcsClientOptions")
+    options = attr(module(RAYLET), "GcsClientOptions", RAYLET)
+    create = attr(options, "create", f"{RAYLET}.GcsClientOptions")
     require_params(create, CREATE_PARAMS, f"{RAYLET}.GcsClientOptions.create")
-    gs = attr(module(STATE), "GlobalState", STATE)()
+    state = module(STATE)
+    gs = attr(state, "GlobalState", STATE)()
     init = attr(gs, "_initialize_global_state", f"{STATE}.GlobalState")
     init(create(address, None, allow_cluster_id_nil=True, fetch_cluster_id_if_nil=False))
     return gs
@@ -70,23 +72,28 @@ def read_nodes(address: str) -> tuple[GcsNode, ...]:
     and available resources and its labels."""
     gs = _global_state(address)
     where = f"{STATE}.GlobalState"
-    calls = ("total_resources_per_node", "available_resources_per_node", "node_table")
-    total, avail, table = (method(gs, name, where)() for name in calls)
+    total = method(gs, "total_resources_per_node", where)()
+    avail = method(gs, "available_resources_per_node", where)()
+    table = method(gs, "node_table", where)()
     reasons = _death_reasons()
-    return tuple(
-        GcsNode(
-            node_id=n["NodeID"],
-            alive=bool(n["Alive"]),
-            total=dict(total.get(n["NodeID"], {})),
-            available=dict(avail.get(n["NodeID"], {})),
-            labels=dict(n.get("Labels", {})),
-            ip=n.get("NodeManagerAddress", ""),
-            hostname=n.get("NodeManagerHostname", ""),
-            death_reason=reasons.get(code, str(code)) if (code := int(n.get("DeathReason") or 0)) else "",
-            death_message=str(n.get("DeathReasonMessage") or ""),
+    out = []
+    for n in table:
+        node_id = n["NodeID"]
+        code = int(n.get("DeathReason") or 0)
+        out.append(
+            GcsNode(
+                node_id=node_id,
+                alive=bool(n["Alive"]),
+                total=dict(total.get(node_id, {})),
+                available=dict(avail.get(node_id, {})),
+                labels=dict(n.get("Labels", {})),
+                ip=n.get("NodeManagerAddress", ""),
+                hostname=n.get("NodeManagerHostname", ""),
+                death_reason=reasons.get(code, str(code)) if code else "",
+                death_message=str(n.get("DeathReasonMessage") or ""),
+            )
         )
-        for n in table
-    )
+    return tuple(out)
 
 
 def _death_reasons() -> Mapping[int, str]:
@@ -126,9 +133,14 @@ def drain_node(
     gcs = attr(module(RAYLET), "GcsClient", RAYLET)(address=address) if client is None else client
     drain = method(gcs, "drain_node", f"{RAYLET}.GcsClient")
     require_params(drain, DRAIN_PARAMS, f"{RAYLET}.GcsClient.drain_node")
-    # The parameters just checked, by name.
-    values = (node_id, reason, reason_message, deadline_ms, timeout_s)
-    accepted, rejection = drain(**dict(zip(DRAIN_PARAMS, values, strict=True)))
+    # The parameters just checked (DRAIN_PARAMS), by name.
+    accepted, rejection = drain(
+        node_id=node_id,
+        reason=reason,
+        reason_message=reason_message,
+        deadline_timestamp_ms=deadline_ms,
+        timeout=timeout_s,
+    )
     return DrainReply(bool(accepted), str(rejection or ""))
 
 

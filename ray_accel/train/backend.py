@@ -58,7 +58,9 @@ def resolve_collective(requested: str | None, facts: Sequence[WorkerFacts]) -> t
     found = {f.collective for f in facts}
     if len(found) > 1:
         raise ValueError(f"workers disagree on the collective backend ({sorted(found)}): set backend explicitly")
-    return (found.pop() if found else GLOO), "; ".join(dict.fromkeys(f.reason for f in facts if f.reason))
+    collective = found.pop() if found else GLOO
+    reasons = dict.fromkeys(f.reason for f in facts if f.reason)  # each once, in the workers' order
+    return collective, "; ".join(reasons)
 
 
 def align_ray_context(
@@ -108,7 +110,15 @@ class AcceleratorBackend(Backend):
         # Every worker gets the whole job: its backend's runtime decides from
         # it what this worker sees (its raylet's devices, or its own only).
         job = tuple(
-            WorkerSlot(rank, f.node_id, f.own_ids, addr, port, comm_port, f.accelerator_type)
+            WorkerSlot(
+                rank=rank,
+                node_id=f.node_id,
+                own_ids=f.own_ids,
+                master_addr=addr,
+                master_port=port,
+                comm_port=comm_port,
+                accelerator_type=f.accelerator_type,
+            )
             for rank, f in zip(ranks, facts, strict=True)
         )
         hooks = list(backend_config.hooks)

@@ -34,10 +34,18 @@ class JobCallback(_ControllerCallback):
 
         self.job_id = config.run_id
         lo, hi = allowed_workers(train_run_context.scaling_config.num_workers)
-        name = getattr(getattr(train_run_context, "run_config", None), "name", None) or self.job_id
-        actor = ray.get_runtime_context().get_actor_id()
-        data = model.Submitted(name, getattr(train_run_context, "run_id", ""), lo, hi, actor)
-        store.send(model.SUBMITTED, self.job_id, data)
+        run_config = getattr(train_run_context, "run_config", None)
+        store.send(
+            model.SUBMITTED,
+            self.job_id,
+            model.Submitted(
+                name=getattr(run_config, "name", None) or self.job_id,
+                ray_run_id=getattr(train_run_context, "run_id", ""),
+                min_workers=lo,
+                max_workers=hi,
+                controller=ray.get_runtime_context().get_actor_id(),
+            ),
+        )
 
     def after_controller_state_update(self, previous_state: Any, current_state: Any) -> None:
         if self.job_id is None:

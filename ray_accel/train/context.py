@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from ray_accel.plugins.runtime import Rank
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TrainContext(Rank):
     """Its ranks (per raylet) and where it runs."""
 

@@ -14,5 +14,11 @@ from ray_accel.plugins.runtime import Rank
 
 def assign_ranks(node_ids: Sequence[str]) -> list[Rank]:
     """`node_ids[i]` is the raylet of world rank i."""
-    order, size = list(dict.fromkeys(node_ids)), len(node_ids)
-    return [Rank(i, size, node_ids[:i].count(n), node_ids.count(n), order.index(n)) for i, n in enumerate(node_ids)]
+    order = list(dict.fromkeys(node_ids))
+    seen: dict[str, int] = {}
+    out: list[Rank] = []
+    for n in node_ids:
+        local = seen.get(n, 0)
+        seen[n] = local + 1
+        out.append(Rank(len(out), len(node_ids), local, node_ids.count(n), order.index(n)))
+    return out

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -71,8 +70,10 @@ class Alignment:
 
 def shared_ips(ips: Sequence[str], raylets: Sequence[str]) -> dict[str, int]:
     """IPs that host more than one of the job's raylets, with how many each."""
-    per_ip = Counter(ip for ip, _ in set(zip(ips, raylets, strict=True)))
-    return {ip: n for ip, n in per_ip.items() if n > 1}
+    per_ip: dict[str, set[str]] = {}
+    for ip, raylet in zip(ips, raylets, strict=True):
+        per_ip.setdefault(ip, set()).add(raylet)
+    return {ip: len(r) for ip, r in per_ip.items() if len(r) > 1}
 
 
 def read_ray_ranks() -> dict[str, int] | None:

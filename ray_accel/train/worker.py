@@ -65,7 +65,8 @@ def backend() -> DevicePlugin | None:
             raise WorkerBackendError(
                 f"this training worker cannot load its raylet's backend {named[0].backend!r}: {type(e).__name__}: {e}"
             ) from e
-        _state.plugin, _state.loaded = plugin, True
+        _state.plugin = plugin
+        _state.loaded = True
     return _state.plugin
 
 
@@ -101,7 +102,7 @@ def describe_backend() -> dict[str, str | None]:
     return {"backend": plugin.name if plugin else None, "collective": choice.collective, "reason": choice.reason}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WorkerFacts:
     """What a worker says of itself at on_start (`describe`)."""
 
@@ -148,9 +149,10 @@ def describe() -> WorkerFacts:
     ctx = ray.get_runtime_context()
     specs = specs_from_env(os.environ.get(SPEC_ENV))
     plugin = backend()  # first: a worker without its backend fails the job here, at start
+    accel = ctx.get_accelerator_ids()
     spec = specs[0] if specs else None
     resource = spec.resource_name if spec else (plugin.resource_name if plugin else None)
-    ids = tuple(str(i) for i in ctx.get_accelerator_ids().get(resource, [])) if resource else ()
+    ids = tuple(str(i) for i in accel.get(resource, [])) if resource else ()
     # A worker holding no device trains on gloo whatever its backend would pick.
     chosen = describe_backend() if ids else {"collective": GLOO}
     ip = ray.util.get_node_ip_address()

@@ -54,7 +54,7 @@ def job(per_worker: int) -> list[WorkerSlot]:
             raylets.append(part.name)
             own.append(part.core_ids[w * per_worker : (w + 1) * per_worker])
     return [
-        WorkerSlot(p, raylet, tuple(map(str, ids)), "10.0.0.5", 45000)
+        WorkerSlot(rank=p, node_id=raylet, own_ids=tuple(map(str, ids)), master_addr="10.0.0.5", master_port=45000)
         for p, raylet, ids in zip(assign_ranks(raylets), raylets, own, strict=True)
     ]
 

@@ -136,7 +136,15 @@ def sync_xla() -> dict[str, Any]:
         return real(reduce_type, inputs, *args, **kwargs)
 
     xm.all_reduce = recording
-    spec = BridgeSpec("neuron_cores", NeuronPlugin.visible_ids_env, "neuron", None, (0,), "neuron", NeuronPlugin.traits)
+    spec = BridgeSpec(
+        resource_name="neuron_cores",
+        visible_ids_env=NeuronPlugin.visible_ids_env,
+        family="neuron",
+        accelerator_type=None,
+        unit_ids=(0,),
+        backend="neuron",
+        traits=NeuronPlugin.traits,
+    )
     os.environ[SPEC_ENV] = spec.to_env()
     assert isinstance(worker.runtime(), NeuronRuntime), "the backend the spec names, loaded by name"
     init_xla_group(0, 1, 30)

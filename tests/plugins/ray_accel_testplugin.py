@@ -28,7 +28,15 @@ class FakeTPU(DevicePlugin):
         )
 
     def host_info(self) -> HostInfo:
-        return HostInfo(self.name, self.family, "FakeTPU-v1", self.resource_name, self.visible_ids_env, 4, 4)
+        return HostInfo(
+            plugin=self.name,
+            family=self.family,
+            accelerator_type="FakeTPU-v1",
+            resource_name=self.resource_name,
+            visible_ids_env=self.visible_ids_env,
+            device_count=4,
+            core_count=4,
+        )
 
 
 class Exploding(FakeTPU):

@@ -31,7 +31,13 @@ from tests.clirun import run_cli_here
 from tests.tagged import new_tag, tagged
 
 SPEC = BridgeSpec(
-    "neuron_cores", "NEURON_RT_VISIBLE_CORES", "neuron", "Trainium", tuple(range(32)), "neuron", NEURON_TRAITS
+    resource_name="neuron_cores",
+    visible_ids_env="NEURON_RT_VISIBLE_CORES",
+    family="neuron",
+    accelerator_type="Trainium",
+    unit_ids=tuple(range(32)),
+    backend="neuron",
+    traits=NEURON_TRAITS,
 )
 
 # (id, argv, extra environment, exit code, what the error names, class, setup)
@@ -279,7 +285,14 @@ def bystander(tag: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
 def _stale_record(directory: Path, pid: int) -> bytes:
     argv = (Path(f"/proc/{pid}/cmdline").read_bytes()).split(b"\0")[:-1]
     proc = RayProcess(kind="raylet", pid=pid, start_ticks=1, identity=identity([a.decode() for a in argv]))
-    entry = PartitionEntry("p0", ("neuron:0",), (0, 1), False, port_blocks(41000, [184])[0], (proc,))
+    entry = PartitionEntry(
+        name="p0",
+        device_ids=("neuron:0",),
+        core_ids=(0, 1),
+        head=False,
+        ports=port_blocks(41000, [184])[0],
+        processes=(proc,),
+    )
     record = HostRecord(
         host=statedir.host_name(),
         host_ip="127.0.0.1",

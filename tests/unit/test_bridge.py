@@ -45,10 +45,32 @@ from ray_accel.rayapi import accelerators
 from ray_accel.rayapi.feature import FAKE_RAY_VERSION_ENV, RayApiMissing, ray_version
 
 NEURON = BridgeSpec(
-    "neuron_cores", "NEURON_RT_VISIBLE_CORES", "neuron", "Trainium", tuple(range(32)), "neuron", NEURON_TRAITS
+    resource_name="neuron_cores",
+    visible_ids_env="NEURON_RT_VISIBLE_CORES",
+    family="neuron",
+    accelerator_type="Trainium",
+    unit_ids=tuple(range(32)),
+    backend="neuron",
+    traits=NEURON_TRAITS,
 )
-GPU = BridgeSpec("GPU", "CUDA_VISIBLE_DEVICES", "gpu", "A100", tuple(range(8)), "cuda", CUDA_TRAITS)
-TPU = BridgeSpec("FAKETPU", "FAKE_TPU_VISIBLE_CHIPS", "faketpu", "FakeTPU-v1", (0, 1, 2, 3), "faketpu", DeviceTraits())
+GPU = BridgeSpec(
+    resource_name="GPU",
+    visible_ids_env="CUDA_VISIBLE_DEVICES",
+    family="gpu",
+    accelerator_type="A100",
+    unit_ids=tuple(range(8)),
+    backend="cuda",
+    traits=CUDA_TRAITS,
+)
+TPU = BridgeSpec(
+    resource_name="FAKETPU",
+    visible_ids_env="FAKE_TPU_VISIBLE_CHIPS",
+    family="faketpu",
+    accelerator_type="FakeTPU-v1",
+    unit_ids=(0, 1, 2, 3),
+    backend="faketpu",
+    traits=DeviceTraits(),
+)
 
 
 def test_spec_round_trips_through_the_environment() -> None:
@@ -62,14 +84,14 @@ def test_spec_round_trips_through_the_environment() -> None:
 
 def test_process_env_reaches_every_raylet_through_the_spec() -> None:
     gpu = BridgeSpec(
-        "GPU",
-        "CUDA_VISIBLE_DEVICES",
-        "gpu",
-        "A100",
-        (0, 1),
-        "cuda",
-        CUDA_TRAITS,
-        (("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),),
+        resource_name="GPU",
+        visible_ids_env="CUDA_VISIBLE_DEVICES",
+        family="gpu",
+        accelerator_type="A100",
+        unit_ids=(0, 1),
+        backend="cuda",
+        traits=CUDA_TRAITS,
+        process_env=(("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),),
     )
     env = raylet_env([gpu], {"CUDA_DEVICE_ORDER": "FASTEST_FIRST"})
     assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID", "masks are NVML (PCI bus) indexes, whatever was inherited"

@@ -44,7 +44,13 @@ from tests.stand_ins import LOOPBACK, RAYLET_PATH, ray_process
 from tests.tagged import new_tag, tagged
 
 SPEC = BridgeSpec(
-    "neuron_cores", "NEURON_RT_VISIBLE_CORES", "neuron", "Trainium", tuple(range(32)), "neuron", NEURON_TRAITS
+    resource_name="neuron_cores",
+    visible_ids_env="NEURON_RT_VISIBLE_CORES",
+    family="neuron",
+    accelerator_type="Trainium",
+    unit_ids=tuple(range(32)),
+    backend="neuron",
+    traits=NEURON_TRAITS,
 )
 
 
@@ -113,7 +119,14 @@ def write_record(
     alone), in RAYACCEL_STATE_DIR (or at `path`)."""
     blocks = port_blocks(41000, [184] * len(parts))
     entries = tuple(
-        PartitionEntry(f"p{i}", (f"neuron:{2 * i}",), (4 * i, 4 * i + 1), False, blocks[i], procs)
+        PartitionEntry(
+            name=f"p{i}",
+            device_ids=(f"neuron:{2 * i}",),
+            core_ids=(4 * i, 4 * i + 1),
+            head=False,
+            ports=blocks[i],
+            processes=procs,
+        )
         for i, procs in enumerate(parts)
     )
     record = HostRecord(

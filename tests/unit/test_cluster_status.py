@@ -27,7 +27,7 @@ from ray_accel.cluster.status import (
 )
 from ray_accel.core.errors import RayAccelError
 from ray_accel.core.health import DeviceHealth, Health, HealthEvent
-from ray_accel.core.health_state import Action, PartitionState, PartState
+from ray_accel.core.health_state import OnUnhealthy, PartitionState, PartState
 from ray_accel.core.hosts import host_key, ip_text
 from ray_accel.core.reader import dump
 from ray_accel.core.visibility import parse_visible_ids
@@ -263,9 +263,27 @@ def test_partitions_sharing_a_label_get_their_own_lists() -> None:
 # cluster view.
 def partition(name: str, health: PartitionState | None, head: bool = False) -> PartitionStatus:
     return PartitionStatus(
-        name, ("mock:0",), (0, 1), "0,1", (), health, "Trainium", ("Trainium",), 4242, "ab" * 16, head, True,
-        True, {"neuron_cores": 1.0}, {"neuron_cores": 2.0}, (20000, 20099), (), None, (0, 1, 2), None,
-    )  # fmt: skip
+        partition=name,
+        device_ids=("mock:0",),
+        core_ids=(0, 1),
+        visible_ids="0,1",
+        out=(),
+        health=health,
+        accelerator_type="Trainium",
+        models=("Trainium",),
+        pid=4242,
+        node_id="ab" * 16,
+        head=head,
+        alive=True,
+        registered=True,
+        in_use={"neuron_cores": 1.0},
+        total={"neuron_cores": 2.0},
+        worker_ports=(20000, 20099),
+        problems=(),
+        share=None,
+        cpu_set=(0, 1, 2),
+        log=None,
+    )
 
 
 DRAINING = PartitionState(PartState.DRAINING, 5.0, "mock:1 failed; restarts without it by 65")
@@ -275,17 +293,34 @@ EVENT = HealthEvent("mock:1", "xid", "79", "XID 79 (GPU has fallen off the bus)"
 
 
 SUMMARY = HealthSummary(
-    Action.SHRINK, 5.0, 60.0, DeciderStatus(None, False), 5.0, 3,
-    (DeviceHealth("mock:1", Health.UNHEALTHY, 4.0, EVENT, "cleared by hand"),), (),
-)  # fmt: skip
+    action=OnUnhealthy.SHRINK,
+    interval_s=5.0,
+    drain_deadline_s=60.0,
+    decider=DeciderStatus(None, False),
+    at=5.0,
+    polls=3,
+    not_healthy=(DeviceHealth("mock:1", Health.UNHEALTHY, 4.0, EVENT, "cleared by hand"),),
+    errors=(),
+)
 
 
 STATUS = HostStatus(
-    True, "hostA", "10.0.0.1", "/state/host.json", "/state", "10.0.0.1:6379", True, "10.0.0.1:8265",
-    cpu_pinning="by NUMA node", inherited_mask=MaskView("NEURON_RT_VISIBLE_CORES", "0-3", (0, 1, 2, 3), (), "mask 0-3"),
-    env={"RAY_ADDRESS": "10.0.0.1:6379"}, warnings=("a warning",),
-    partitions=(partition("p0", None), partition("p1", DRAINING)), health=SUMMARY, head=partition("head", None, True),
-)  # fmt: skip
+    running=True,
+    host="hostA",
+    host_ip="10.0.0.1",
+    state_file="/state/host.json",
+    state_dir="/state",
+    gcs_address="10.0.0.1:6379",
+    gcs_alive=True,
+    dashboard_address="10.0.0.1:8265",
+    cpu_pinning="by NUMA node",
+    inherited_mask=MaskView("NEURON_RT_VISIBLE_CORES", "0-3", (0, 1, 2, 3), (), "mask 0-3"),
+    env={"RAY_ADDRESS": "10.0.0.1:6379"},
+    warnings=("a warning",),
+    partitions=(partition("p0", None), partition("p1", DRAINING)),
+    health=SUMMARY,
+    head=partition("head", None, True),
+)
 
 
 def test_status_text_shows_the_host_the_mask_the_dashboard_and_what_is_not_healthy() -> None:
@@ -302,7 +337,21 @@ def test_status_text_shows_the_host_the_mask_the_dashboard_and_what_is_not_healt
         "  mock:1 unhealthy: XID 79 (GPU has fallen off the bus)",
         "warning: a warning",
     ]
-    assert render.health_lines(HostStatus(True, "h", None, None, "/", None, False, None)) == []
+    assert (
+        render.health_lines(
+            HostStatus(
+                running=True,
+                host="h",
+                host_ip=None,
+                state_file=None,
+                state_dir="/",
+                gcs_address=None,
+                gcs_alive=False,
+                dashboard_address=None,
+            )
+        )
+        == []
+    )
 
 
 def test_after_start_a_user_is_told_how_to_submit_connect_and_target() -> None:

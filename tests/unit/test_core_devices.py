@@ -14,7 +14,14 @@ FAMILY_NEURON = "neuron"  # any family name: the core knows none
 
 def dev(index: int, peers: tuple[str, ...] = (), external: tuple[str, ...] = ()) -> Device:
     return Device(
-        f"neuron:{index}", FAMILY_NEURON, index, "Trainium2", 0, (index,), peers=peers, external_peers=external
+        id=f"neuron:{index}",
+        family=FAMILY_NEURON,
+        index=index,
+        model="Trainium2",
+        memory_bytes=0,
+        core_ids=(index,),
+        peers=peers,
+        external_peers=external,
     )
 
 
@@ -32,7 +39,16 @@ def test_an_external_peer_that_is_on_the_host_is_refused(external: str) -> None:
 
 
 def test_host_warnings_are_in_the_json() -> None:
-    info = HostInfo("neuron", FAMILY_NEURON, None, "neuron_cores", "NEURON_RT_VISIBLE_CORES", 1, 2, warnings=("w",))
+    info = HostInfo(
+        plugin="neuron",
+        family=FAMILY_NEURON,
+        accelerator_type=None,
+        resource_name="neuron_cores",
+        visible_ids_env="NEURON_RT_VISIBLE_CORES",
+        device_count=1,
+        core_count=2,
+        warnings=("w",),
+    )
     assert dump_fields(info)["warnings"] == ["w"]
 
 
@@ -40,7 +56,15 @@ def plain_dev(
     index: int, cores: tuple[int, ...] | None = None, peers: tuple[str, ...] = (), id: str = "", memory_bytes: int = 0
 ) -> Device:
     core_ids = (index,) if cores is None else cores
-    return Device(id or f"d:{index}", "f", index, "m", memory_bytes, core_ids, peers=peers)
+    return Device(
+        id=id or f"d:{index}",
+        family="f",
+        index=index,
+        model="m",
+        memory_bytes=memory_bytes,
+        core_ids=core_ids,
+        peers=peers,
+    )
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,15 @@ import torch
 from ray_accel_cuda import CudaPlugin
 from ray_accel_cuda.check import NvmlReading, NvmlWatch, nvml_problems, nvml_summary, pattern_check
 from ray_accel_cuda.nvml import Nvml
-from ray_accel_cuda.repair import NVIDIA_SMI_ENV, GpuState, Step, plan, repair_gpu, repair_with_nvml, reset_command
+from ray_accel_cuda.repair import (
+    NVIDIA_SMI_ENV,
+    GpuState,
+    RepairStep,
+    plan,
+    repair_gpu,
+    repair_with_nvml,
+    reset_command,
+)
 
 from ray_accel.core.checks import CheckOutcome, RepairOutcome, RepairResult
 from ray_accel.core.errors import InputError
@@ -29,22 +37,22 @@ from tests.fakes.fake_nvml import (
 )
 
 ACTIONS = {
-    "NONE": Step.NOTHING,
-    "RECOVER_IMEX_DOMAIN": Step.NOTHING,
-    "GPU_RESET": Step.RESET,
-    "DRAIN_AND_RESET": Step.RESET,
-    "DRAIN_P2P": Step.READ_AGAIN,
-    "NODE_REBOOT": Step.REBOOT,
-    "SYSTEM_REBOOT": Step.REBOOT,
-    "BUS_RESET": Step.REBOOT,
-    "GPU_RESET_BUS": Step.REBOOT,
-    None: Step.OPERATOR,
-    "SOMETHING_NEW": Step.OPERATOR,
+    "NONE": RepairStep.NOTHING,
+    "RECOVER_IMEX_DOMAIN": RepairStep.NOTHING,
+    "GPU_RESET": RepairStep.RESET,
+    "DRAIN_AND_RESET": RepairStep.RESET,
+    "DRAIN_P2P": RepairStep.READ_AGAIN,
+    "NODE_REBOOT": RepairStep.REBOOT,
+    "SYSTEM_REBOOT": RepairStep.REBOOT,
+    "BUS_RESET": RepairStep.REBOOT,
+    "GPU_RESET_BUS": RepairStep.REBOOT,
+    None: RepairStep.OPERATOR,
+    "SOMETHING_NEW": RepairStep.OPERATOR,
 }
 
 
 @pytest.mark.parametrize(("action", "step"), ACTIONS.items())
-def test_each_recovery_action_has_its_step(action: str | None, step: Step) -> None:
+def test_each_recovery_action_has_its_step(action: str | None, step: RepairStep) -> None:
     assert plan(action) is step
 
 

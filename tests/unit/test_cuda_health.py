@@ -23,9 +23,9 @@ from ray_accel_cuda.health import (
 from ray_accel_cuda.health_rule import (
     DEFAULT_IGNORED_XIDS,
     IGNORED_XIDS_ENV,
+    CudaObservation,
+    CudaSettings,
     GpuReading,
-    Observation,
-    Settings,
     Xid,
     parse_ignored_xids,
 )
@@ -220,10 +220,10 @@ def test_the_samples_and_the_monitor_both_see_every_event() -> None:
 
 
 def test_the_rule_lets_an_event_override_fatal_and_names_strange_gpus() -> None:
-    settings_ = Settings()
+    settings_ = CudaSettings()
     state = health_rule.initial(("g0",), settings_, 0.0)
-    obs = Observation(
-        gpus=(GpuReading("g0", True, ecc=0),),
+    obs = CudaObservation(
+        gpus=(GpuReading(device_id="g0", present=True, ecc=0),),
         xids=(Xid("g0", 79, fatal=False), Xid("g0", 13, fatal=True), Xid("elsewhere", 79)),
     )
     state, report = health_rule.step(state, obs, 1.0)

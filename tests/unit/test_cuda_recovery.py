@@ -9,10 +9,10 @@ import logging
 
 import pytest
 from ray_accel_cuda import health_rule
-from ray_accel_cuda.health_rule import BY_ACTION, GpuReading, Observation, Settings, Xid
+from ray_accel_cuda.health_rule import BY_ACTION, CudaObservation, CudaSettings, GpuReading, Xid
 
 from ray_accel.core.health import DeviceHealth, Health, HealthReport
-from ray_accel.core.health_state import Action, HealthSettings, PartitionHealth, PartState
+from ray_accel.core.health_state import HealthSettings, OnUnhealthy, PartitionHealth, PartState
 from ray_accel.core.health_track import RECOVERY_POLLS_ENV
 from ray_accel.core.reader import dump, load
 from ray_accel.health.rules import Effect, Facts, decide
@@ -38,9 +38,11 @@ def test_drain_and_reset_with_no_xid_makes_the_gpu_unhealthy_and_its_partition_d
     assert bad.healthy_again == "recovery action NONE for 2 polls in a row (0 so far)"
 
     full = tuple(d.device_id for d in report.devices[:4])
-    view = PartitionHealth("p0", PartState.SERVING, 0.0, full, (), "ab12", "")
+    view = PartitionHealth(
+        partition="p0", state=PartState.SERVING, since=0.0, devices=full, out=(), node_id="ab12", detail=""
+    )
     facts = Facts(full=full, raylet_alive=True, health={d.device_id: d for d in report.devices})
-    step = decide(HealthSettings(Action.SHRINK, 1.0, 10.0), view, facts, 100.0)
+    step = decide(HealthSettings(action=OnUnhealthy.SHRINK, interval_s=1.0, drain_deadline_s=10.0), view, facts, 100.0)
     assert step.effect is Effect.DRAIN and step.view.out == (bad.device_id,)
     assert f"{bad.device_id}: NVML recovery action DRAIN_AND_RESET" in step.message
 
@@ -134,10 +136,10 @@ def test_the_source_travels_in_the_health_file_and_an_older_file_reads_without_i
 
 
 def test_a_failed_read_of_the_action_leaves_the_gpu_unknown_and_the_xid_list_decides() -> None:
-    state = health_rule.initial(("g0",), Settings(), 0.0)
-    gpu = GpuReading("g0", True, ecc=0, recovery_error="nvmlDeviceGetFieldValues: NVML error 999")
-    state, report = health_rule.step(state, Observation((gpu,), (Xid("g0", 13),)), 1.0)
+    state = health_rule.initial(("g0",), CudaSettings(), 0.0)
+    gpu = GpuReading(device_id="g0", present=True, ecc=0, recovery_error="nvmlDeviceGetFieldValues: NVML error 999")
+    state, report = health_rule.step(state, CudaObservation((gpu,), (Xid("g0", 13),)), 1.0)
     assert report.devices[0].state is Health.UNKNOWN and report.devices[0].source == "xid"
     assert report.errors == ("g0: recovery action: nvmlDeviceGetFieldValues: NVML error 999",)
-    _, report = health_rule.step(state, Observation((gpu,), (Xid("g0", 79),)), 2.0)
+    _, report = health_rule.step(state, CudaObservation((gpu,), (Xid("g0", 79),)), 2.0)
     assert report.devices[0].state is Health.UNHEALTHY, "XID 79 is fatal by the list"

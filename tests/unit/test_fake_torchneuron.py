@@ -60,7 +60,15 @@ def partition_envs(cores: list[int], drop: tuple[str, ...] = ()) -> list[dict[st
     port, comm = free_port(), free_port()
     n = len(cores)
     slots = [
-        WorkerSlot(Rank(i, n, i, n, 0), "p1", (str(c),), "127.0.0.1", port, comm, "Trainium2")
+        WorkerSlot(
+            rank=Rank(i, n, i, n, 0),
+            node_id="p1",
+            own_ids=(str(c),),
+            master_addr="127.0.0.1",
+            master_port=port,
+            comm_port=comm,
+            accelerator_type="Trainium2",
+        )
         for i, c in enumerate(cores)
     ]
     ours = NeuronRuntime(probe=lambda: Stacks(torchneuron=None, xla="absent"), efa=lambda: False)

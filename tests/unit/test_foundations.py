@@ -11,7 +11,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ROOT / "ray_accel"
-# Per-field coercers: what the one reader's `Node` and `load` do.
+# Per-field coercers: what the one reader's `Cursor` and `load` do.
 FIELD_HELPERS = {
     "_show", "_int", "_text", "_bool", "_number", "_list", "_mapping", "_key", "_optional", "_obj", "_object",
     "_float", "_texts", "_time", "_enum", "_only", "_int_text", "_int_list", "_optional_str", "_text_or",

@@ -63,7 +63,15 @@ def test_a_missing_seam_is_not_taken_for_an_answer(monkeypatch: pytest.MonkeyPat
 
 
 def test_an_answer_is_the_node_table(monkeypatch: pytest.MonkeyPatch) -> None:
-    node = GcsNode("ab12", True, {"CPU": 2.0}, {"CPU": 1.0}, {"ray-accel.io/partition": "p0"}, "10.0.0.2", "h")
+    node = GcsNode(
+        node_id="ab12",
+        alive=True,
+        total={"CPU": 2.0},
+        available={"CPU": 1.0},
+        labels={"ray-accel.io/partition": "p0"},
+        ip="10.0.0.2",
+        hostname="h",
+    )
     monkeypatch.setattr(gcs, "read_nodes", lambda address: (node,))
     assert gcs.gcs_nodes(ADDRESS) == {"ab12": node}
 
@@ -111,4 +119,6 @@ def test_without_rays_reason_names_a_dead_node_says_why_by_number(monkeypatch: p
 
     monkeypatch.setattr(module("ray._private.state"), "GlobalState", Table)
     monkeypatch.setitem(sys.modules, "ray.core.generated.common_pb2", None)
-    assert gcs.read_nodes("192.0.2.1:6379") == (gcs.GcsNode("cd", False, death_reason="3", death_message="gone"),)
+    assert gcs.read_nodes("192.0.2.1:6379") == (
+        gcs.GcsNode(node_id="cd", alive=False, death_reason="3", death_message="gone"),
+    )

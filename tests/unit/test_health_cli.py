@@ -17,7 +17,7 @@ import pytest
 from ray_accel.cluster import procs, statedir
 from ray_accel.cluster.record import DECIDER_KIND, RecordError, dumps, parse_record
 from ray_accel.core.health import DeviceHealth, Health
-from ray_accel.core.health_state import Action, HealthSettings, PartitionState, PartState, read_health
+from ray_accel.core.health_state import HealthSettings, OnUnhealthy, PartitionState, PartState, read_health
 from ray_accel.health import rules
 from ray_accel.health.launch import start_decider
 from ray_accel.jobs.model import JobRecord, Phase, Replica, Transition, job_notes
@@ -82,7 +82,7 @@ def test_health_clear_on_a_state_folder_it_may_not_read_is_exit_2_naming_it(
 @badinput("exit-code")
 def test_the_decider_polls_reports_clears_and_is_stopped_first(env: dict[str, str], spawn: Spawn) -> None:
     raylet = spawn()
-    settings = HealthSettings(Action.REPORT, 0.2, 5.0)
+    settings = HealthSettings(action=OnUnhealthy.REPORT, interval_s=0.2, drain_deadline_s=5.0)
     record = record_of(ray_process(raylet), settings)
     statedir.save(record)
     record = start_decider(record, lambda m: None)
@@ -129,7 +129,10 @@ def test_the_decider_polls_reports_clears_and_is_stopped_first(env: dict[str, st
 
 def test_the_decider_ends_with_its_record_and_says_so(env: dict[str, str], spawn: Spawn) -> None:
     raylet = spawn()
-    record = start_decider(record_of(ray_process(raylet), HealthSettings(Action.SHRINK, 0.2, 5.0)), lambda m: None)
+    record = start_decider(
+        record_of(ray_process(raylet), HealthSettings(action=OnUnhealthy.SHRINK, interval_s=0.2, drain_deadline_s=5.0)),
+        lambda m: None,
+    )
     assert record.decider is not None
     place = statedir.place_of(record)
     statedir.save(replace(record, created=record.created + 1))  # another start's record now
@@ -223,18 +226,57 @@ def test_a_waiting_job_names_the_partition_it_waits_for() -> None:
     from ray_accel.core.health_state import HostHealth, PartitionHealth, PartState
 
     h = HostHealth(
-        1.0,
-        HealthSettings(Action.SHRINK),
-        (),
-        (
-            PartitionHealth("p0", PartState.SERVING, 1.0, ("neuron:0",), (), "a", ""),
-            PartitionHealth("p1", PartState.DRAINING, 1.0, ("neuron:1",), ("neuron:1",), "b", "neuron:1: XID 79"),
+        at=1.0,
+        settings=HealthSettings(action=OnUnhealthy.SHRINK),
+        devices=(),
+        partitions=(
+            PartitionHealth(
+                partition="p0",
+                state=PartState.SERVING,
+                since=1.0,
+                devices=("neuron:0",),
+                out=(),
+                node_id="a",
+                detail="",
+            ),
+            PartitionHealth(
+                partition="p1",
+                state=PartState.DRAINING,
+                since=1.0,
+                devices=("neuron:1",),
+                out=("neuron:1",),
+                node_id="b",
+                detail="neuron:1: XID 79",
+            ),
         ),
     )
 
     def job(job_id: str, phase: Phase, *where: tuple[str, str]) -> JobRecord:
-        rows = tuple(Replica(0, 1, 0, 1, 0, host, p, "n", (), 1) for host, p in where)
-        return JobRecord(job_id, job_id, "", 0.0, 1, 1, (Transition(phase, 0.0),), replicas=rows)
+        rows = tuple(
+            Replica(
+                world_rank=0,
+                world_size=1,
+                local_rank=0,
+                local_world_size=1,
+                node_rank=0,
+                host=host,
+                partition=p,
+                node_id="n",
+                devices=(),
+                pid=1,
+            )
+            for host, p in where
+        )
+        return JobRecord(
+            id=job_id,
+            name=job_id,
+            ray_run_id="",
+            submitted_at=0.0,
+            min_workers=1,
+            max_workers=1,
+            transitions=(Transition(phase, 0.0),),
+            replicas=rows,
+        )
 
     jobs = [
         job("a", Phase.RESTARTING, ("host_1.2.3.4", "p0"), ("host_1.2.3.4", "p1")),
@@ -247,17 +289,29 @@ def test_a_waiting_job_names_the_partition_it_waits_for() -> None:
 
 def test_a_step_reads_back_from_the_record_as_the_rules_left_it() -> None:
     full = tuple(f"neuron:{i}" for i in range(4))
-    record = record_of(ray_process(os.getpid()), HealthSettings(Action.SHRINK, 1.0, 10.0))
+    record = record_of(
+        ray_process(os.getpid()), HealthSettings(action=OnUnhealthy.SHRINK, interval_s=1.0, drain_deadline_s=10.0)
+    )
     p = replace(record.partitions[0], device_ids=full, core_ids=(0, 1, 2, 3), node_id="ab12")
     record = record.with_partitions([p])
     view = rules.view_of(record, p)
     assert (view.state, view.since, view.devices, view.out) == (PartState.SERVING, record.created, full, ())
     bad = {d: DeviceHealth(d, Health.UNHEALTHY if d == "neuron:2" else Health.HEALTHY, 1.0, None, "") for d in full}
-    drain = rules.decide(HealthSettings(Action.SHRINK, 1.0, 10.0), view, rules.Facts(full, True, bad), 5.0)
+    drain = rules.decide(
+        HealthSettings(action=OnUnhealthy.SHRINK, interval_s=1.0, drain_deadline_s=10.0),
+        view,
+        rules.Facts(full, True, bad),
+        5.0,
+    )
     draining = replace(p, health=drain.view.held)
     assert drain.effect is rules.Effect.DRAIN and rules.view_of(record, draining) == drain.view
     assert drain.view.out == ("neuron:2",) and drain.view.devices == full, "it serves them all until the restart"
-    restart = rules.decide(HealthSettings(Action.SHRINK, 1.0, 10.0), drain.view, rules.Facts(full, False, bad), 6.0)
+    restart = rules.decide(
+        HealthSettings(action=OnUnhealthy.SHRINK, interval_s=1.0, drain_deadline_s=10.0),
+        drain.view,
+        rules.Facts(full, False, bad),
+        6.0,
+    )
     # As the actions leave it: its raylet new, without the device.
     shrunk = replace(p, health=restart.view.held, out=("neuron:2",), out_core_ids=(2,), node_id="cd34")
     assert rules.view_of(record, shrunk) == replace(restart.view, node_id="cd34")

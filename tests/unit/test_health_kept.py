@@ -34,9 +34,9 @@ from ray_accel.core.health_kept import (
 )
 from ray_accel.core.health_state import (
     HEALTH_FILE,
-    Action,
     HealthSettings,
     HostHealth,
+    OnUnhealthy,
     PartitionHealth,
     PartitionState,
     PartState,
@@ -91,7 +91,7 @@ def test_load_of_dump_is_the_same_state(devices: list[KeptDevice], at: float) ->
 def test_missing_truncated_and_older_files_are_unknown_with_why(tmp_path: Path) -> None:
     missing = read_kept(tmp_path)
     assert missing.unknown == f"device health unknown: no {tmp_path / KEPT_FILE}" and not missing.found
-    text = dumps([KeptDevice(D, 1.0, (FAULT,), {ECC: 2})], 2.0)
+    text = dumps([KeptDevice(device_id=D, since=1.0, faults=(FAULT,), counters={ECC: 2})], 2.0)
     (tmp_path / KEPT_FILE).write_text(text[: len(text) // 2])
     truncated = read_kept(tmp_path)
     assert truncated.found and "is not valid JSON" in truncated.unknown, truncated
@@ -103,8 +103,10 @@ def test_missing_truncated_and_older_files_are_unknown_with_why(tmp_path: Path) 
 def test_an_unknown_file_keeps_what_the_record_had_out_in_doubt_until_cleared() -> None:
     why = "device health unknown: no such file"
     kept = doubted(Kept(unknown=why), ["neuron:3", "neuron:3"], 5.0)
-    assert kept == (KeptDevice("neuron:3", 5.0, doubt=f"{why}; it was out of service"),)
-    assert doubted(Kept((KeptDevice(D, 1.0),)), ["neuron:3"], 5.0) == (KeptDevice(D, 1.0),), "a known file stands"
+    assert kept == (KeptDevice(device_id="neuron:3", since=5.0, doubt=f"{why}; it was out of service"),)
+    assert doubted(Kept((KeptDevice(device_id=D, since=1.0),)), ["neuron:3"], 5.0) == (
+        KeptDevice(device_id=D, since=1.0),
+    ), "a known file stands"
     (t,) = resume(start(["neuron:3"], 1.0), kept)
     for now in range(10, 15):  # clean polls never end a doubt
         t, _ = advance(t, Findings("neuron:3", vouched=(ECC,)), now, 3)
@@ -114,12 +116,12 @@ def test_an_unknown_file_keeps_what_the_record_had_out_in_doubt_until_cleared() 
 
 
 def test_a_resumed_sticky_fault_is_unhealthy_before_any_poll_and_stays() -> None:
-    (t,) = resume(start([D], 1.0), [KeptDevice(D, 50.0, (FAULT,), {ECC: 2})])
+    (t,) = resume(start([D], 1.0), [KeptDevice(device_id=D, since=50.0, faults=(FAULT,), counters={ECC: 2})])
     assert (t.state, t.since, t.last_event) == (Health.UNHEALTHY, 50.0, EVENT)
     t, new = advance(t, CLEAN, 60.0, 3)
     assert t.state is Health.UNHEALTHY and new == ()
     level = Fault("lost", HealthEvent(D, "lost", None, "gone", 1.0, True), sticky=False, clean=2, clean_words="present")
-    (t,) = resume(start([D], 1.0), [KeptDevice(D, 1.0, (level,))])
+    (t,) = resume(start([D], 1.0), [KeptDevice(device_id=D, since=1.0, faults=(level,))])
     t, _ = advance(t, Findings(D, vouched=(ECC,), levels=(Level("lost", None, "present"),)), 2.0, 3)
     assert t.state is Health.HEALTHY, "the clean readings counted before the restart count"
 
@@ -187,7 +189,10 @@ def test_clear_without_a_decider_edits_the_kept_file_under_the_hosts_lock(env: d
     directory = Path(env["RAYACCEL_STATE_DIR"])
     event = HealthEvent("neuron:0", "ecc", ECC, "grew", 1.0, True)
     fault = Fault("ecc", event, sticky=True)
-    write_atomic(directory / KEPT_FILE, dumps([KeptDevice("neuron:0", 1.0, (fault,), {ECC: 2})], 1.0))
+    write_atomic(
+        directory / KEPT_FILE,
+        dumps([KeptDevice(device_id="neuron:0", since=1.0, faults=(fault,), counters={ECC: 2})], 1.0),
+    )
     with statedir.host_lock("test", statedir.place_of(record)):
         proc = run_cli_here("health", "clear", "neuron:0", env=env)
     assert proc.returncode != 0 and "lock" in proc.stderr.lower(), proc.stderr
@@ -204,7 +209,9 @@ def test_clear_without_a_decider_edits_the_kept_file_under_the_hosts_lock(env: d
 
 def test_plan_leaves_a_device_out_of_service_out_of_its_partition_and_says_so(tmp_path: Path) -> None:
     environ = {"RAYACCEL_MOCK": "trn1.32xlarge", "RAYACCEL_STATE_DIR": str(tmp_path)}
-    write_atomic(tmp_path / KEPT_FILE, dumps([KeptDevice(D, 1.0, (FAULT,), {ECC: 2})], 1.0))
+    write_atomic(
+        tmp_path / KEPT_FILE, dumps([KeptDevice(device_id=D, since=1.0, faults=(FAULT,), counters={ECC: 2})], 1.0)
+    )
     proc = run_cli_here("plan", "--partitions", "2", "--json", env=environ)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)["out_of_service"]
@@ -219,11 +226,24 @@ def test_plan_on_unreadable_kept_health_leaves_what_the_last_health_report_had_o
     """After `stop`, no record says what was out: where devices.json cannot be
     read, the last health.json does (a device is never healthy for want of a file)."""
     environ = {"RAYACCEL_MOCK": "trn1.32xlarge", "RAYACCEL_STATE_DIR": str(tmp_path)}
-    text = dumps([KeptDevice(D, 1.0, (FAULT,), {ECC: 2})], 1.0)
+    text = dumps([KeptDevice(device_id=D, since=1.0, faults=(FAULT,), counters={ECC: 2})], 1.0)
     (tmp_path / KEPT_FILE).write_text(text[: len(text) // 2])
     p1 = tuple(f"neuron:{i}" for i in range(8, 16))
-    shrunk = PartitionHealth("p1", PartState.SHRUNK, 1.0, tuple(d for d in p1 if d != D), (D,), "n", f"without {D}")
-    write_atomic(tmp_path / HEALTH_FILE, health_dumps(HostHealth(1.0, HealthSettings(Action.SHRINK), (), (shrunk,))))
+    shrunk = PartitionHealth(
+        partition="p1",
+        state=PartState.SHRUNK,
+        since=1.0,
+        devices=tuple(d for d in p1 if d != D),
+        out=(D,),
+        node_id="n",
+        detail=f"without {D}",
+    )
+    write_atomic(
+        tmp_path / HEALTH_FILE,
+        health_dumps(
+            HostHealth(at=1.0, settings=HealthSettings(action=OnUnhealthy.SHRINK), devices=(), partitions=(shrunk,))
+        ),
+    )
     proc = run_cli_here("plan", "--partitions", "2", "--json", env=environ)
     assert proc.returncode == 0, proc.stderr
     (out,) = json.loads(proc.stdout)["out_of_service"]
@@ -240,8 +260,21 @@ def test_plan_without_kept_health_leaves_what_the_last_health_report_had_out_out
     (it was put back in service silently)."""
     environ = {"RAYACCEL_MOCK": "trn1.32xlarge", "RAYACCEL_STATE_DIR": str(tmp_path)}
     p1 = tuple(f"neuron:{i}" for i in range(8, 16))
-    shrunk = PartitionHealth("p1", PartState.SHRUNK, 1.0, tuple(d for d in p1 if d != D), (D,), "n", f"without {D}")
-    write_atomic(tmp_path / HEALTH_FILE, health_dumps(HostHealth(1.0, HealthSettings(Action.SHRINK), (), (shrunk,))))
+    shrunk = PartitionHealth(
+        partition="p1",
+        state=PartState.SHRUNK,
+        since=1.0,
+        devices=tuple(d for d in p1 if d != D),
+        out=(D,),
+        node_id="n",
+        detail=f"without {D}",
+    )
+    write_atomic(
+        tmp_path / HEALTH_FILE,
+        health_dumps(
+            HostHealth(at=1.0, settings=HealthSettings(action=OnUnhealthy.SHRINK), devices=(), partitions=(shrunk,))
+        ),
+    )
     assert not (tmp_path / KEPT_FILE).exists()
     proc = run_cli_here("plan", "--partitions", "2", "--json", env=environ)
     assert proc.returncode == 0, proc.stderr
@@ -257,7 +290,7 @@ def test_plan_without_kept_health_leaves_what_the_last_health_report_had_out_out
 
 def test_a_partition_with_every_device_out_is_refused(tmp_path: Path) -> None:
     environ = {"RAYACCEL_MOCK": "trn1.32xlarge", "RAYACCEL_STATE_DIR": str(tmp_path)}
-    devices = [KeptDevice(f"neuron:{i}", 1.0, doubt="replaced") for i in range(8, 16)]
+    devices = [KeptDevice(device_id=f"neuron:{i}", since=1.0, doubt="replaced") for i in range(8, 16)]
     write_atomic(tmp_path / KEPT_FILE, dumps(devices, 1.0))
     proc = run_cli_here("plan", "--partitions", "2", env=environ)
     assert proc.returncode == 2 and "every device of partition p1 is out of service (replaced)" in proc.stderr
@@ -269,7 +302,10 @@ def test_clear_after_stop_edits_the_kept_file_and_names_a_device_not_kept(env: d
     assert proc.returncode == 1 and "no cluster" in proc.stderr, "nothing kept, nothing recorded"
     directory.mkdir(mode=0o700)
     event = HealthEvent("neuron:0", "ecc", ECC, "grew", 1.0, True)
-    write_atomic(directory / KEPT_FILE, dumps([KeptDevice("neuron:0", 1.0, (Fault("ecc", event, True),))], 1.0))
+    write_atomic(
+        directory / KEPT_FILE,
+        dumps([KeptDevice(device_id="neuron:0", since=1.0, faults=(Fault("ecc", event, True),))], 1.0),
+    )
     proc = run_cli_here("health", "clear", "neuron:7", env=env)
     assert proc.returncode == 2 and "'neuron:7' is not one whose health is kept here (devices: neuron:0)" in proc.stderr
     proc = run_cli_here("health", "clear", "neuron:0", env=env)
@@ -292,7 +328,9 @@ def test_a_decider_resuming_from_an_unreadable_file_keeps_the_record_s_out_devic
     previous version (beside that version's health.json) or cut short."""
     monkeypatch.setenv("RAYACCEL_MOCK", "trn1.32xlarge")
     env = {**env, "RAYACCEL_MOCK": "trn1.32xlarge"}
-    record = record_of(ray_process(spawn()), HealthSettings(Action.SHRINK, 0.2, 600.0))
+    record = record_of(
+        ray_process(spawn()), HealthSettings(action=OnUnhealthy.SHRINK, interval_s=0.2, drain_deadline_s=600.0)
+    )
     shrunk = PartitionState(PartState.SHRUNK, record.created, "without neuron:1: mem_ecc_uncorrected grew")
     p0 = replace(
         record.partitions[0],
@@ -306,7 +344,7 @@ def test_a_decider_resuming_from_an_unreadable_file_keeps_the_record_s_out_devic
     directory = statedir.place_of(record).directory
     statedir.save(record)
     fault = Fault("ecc", HealthEvent("neuron:1", "ecc", ECC, f"{ECC} grew from 0 to 2", 1.0, True), sticky=True)
-    text = dumps([KeptDevice("neuron:1", 1.0, (fault,), {ECC: 2})], 1.0)
+    text = dumps([KeptDevice(device_id="neuron:1", since=1.0, faults=(fault,), counters={ECC: 2})], 1.0)
     if damage == "truncated":
         (directory / KEPT_FILE).write_text(text[: len(text) // 2])
         why = "is not valid JSON"

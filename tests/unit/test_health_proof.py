@@ -20,9 +20,9 @@ from ray_accel.core.checks import CheckOutcome, CheckResult, NotSupported, Repai
 from ray_accel.core.health import DeviceHealth, Health, HealthEvent
 from ray_accel.core.health_kept import Kept, KeptDevice, dumps, parse_kept, read_kept
 from ray_accel.core.health_state import (
-    Action,
     HealthSettings,
     HostHealth,
+    OnUnhealthy,
     PartitionHealth,
     PartitionState,
     PartState,
@@ -40,7 +40,7 @@ from tests.stand_ins import ray_process
 from tests.strategies import kept_devices, words
 
 D = "neuron:9"
-SHRINK = HealthSettings(Action.SHRINK, 1.0, 10.0)
+SHRINK = HealthSettings(action=OnUnhealthy.SHRINK, interval_s=1.0, drain_deadline_s=10.0)
 EVENT = HealthEvent(D, "xid", "79", "XID 79", 5.0, True)
 
 
@@ -77,7 +77,15 @@ FULL = tuple(f"neuron:{i}" for i in range(8, 16))
 
 
 def shrunk() -> PartitionHealth:
-    return PartitionHealth("p1", PartState.SHRUNK, 0.0, tuple(d for d in FULL if d != D), (D,), "cd", "")
+    return PartitionHealth(
+        partition="p1",
+        state=PartState.SHRUNK,
+        since=0.0,
+        devices=tuple(d for d in FULL if d != D),
+        out=(D,),
+        node_id="cd",
+        detail="",
+    )
 
 
 def all_healthy() -> dict[str, DeviceHealth]:
@@ -95,12 +103,14 @@ def test_a_shrunk_partition_waits_for_an_unproven_device_and_takes_a_proven_one_
 
 
 def test_a_stopped_partition_restarts_with_its_proven_devices_only() -> None:
-    stopped = PartitionHealth("p1", PartState.STOPPED, 0.0, (), FULL, None, "stopped: x")
+    stopped = PartitionHealth(
+        partition="p1", state=PartState.STOPPED, since=0.0, devices=(), out=FULL, node_id=None, detail="stopped: x"
+    )
     half = frozenset(FULL[:4])
     step = rules.decide(SHRINK, stopped, rules.Facts(FULL, False, all_healthy(), half), 200.0)
     assert step.effect is rules.Effect.RESTART and step.view.devices == FULL[:4]
     # Under drain it comes back whole or not at all: nothing until every device is proven.
-    drain = HealthSettings(Action.DRAIN, 1.0, 10.0)
+    drain = HealthSettings(action=OnUnhealthy.DRAIN, interval_s=1.0, drain_deadline_s=10.0)
     assert rules.decide(drain, stopped, rules.Facts(FULL, False, all_healthy(), half), 200.0).effect is (
         rules.Effect.NONE
     )
@@ -115,7 +125,9 @@ def test_a_stopped_partition_needs_proof_only_of_the_devices_a_fault_took_out() 
     record = replace(record, partitions=(two,))
     assert rules.kept_in(record) == {"neuron:1"}
     full = ("neuron:0", "neuron:1")
-    stopped = PartitionHealth("p0", PartState.STOPPED, 0.0, (), full, None, "shrink: stopped")
+    stopped = PartitionHealth(
+        partition="p0", state=PartState.STOPPED, since=0.0, devices=(), out=full, node_id=None, detail="shrink: stopped"
+    )
     health = {d: healthy(device=d) for d in full}
     step = rules.decide(SHRINK, stopped, rules.Facts(full, False, health, rules.kept_in(record)), 200.0)
     assert step.effect is rules.Effect.RESTART and step.view.devices == ("neuron:1",)
@@ -142,7 +154,7 @@ def test_every_device_is_proven_with_the_return_check_off_or_under_report() -> N
     h = {D: healthy()}
     assert proven(SHRINK, [D], h, {}) == frozenset()
     assert proven(replace(SHRINK, return_check=False), [D], h, {}) == {D}
-    assert proven(HealthSettings(Action.REPORT), [D], h, {}) == {D}
+    assert proven(HealthSettings(action=OnUnhealthy.REPORT), [D], h, {}) == {D}
     assert proven(SHRINK, [D], h, {D: checked(CheckOutcome.PASSED)}) == {D}
 
 
@@ -170,7 +182,7 @@ def test_a_check_is_due_when_never_made_since_the_device_came_back_or_cut_short(
     assert not check_due(SHRINK, unhealthy(), None, 100.0)
     assert not check_due(SHRINK, None, None, 100.0)
     assert not check_due(replace(SHRINK, return_check=False), healthy(), None, 100.0)
-    assert not check_due(HealthSettings(Action.REPORT), healthy(), None, 100.0)
+    assert not check_due(HealthSettings(action=OnUnhealthy.REPORT), healthy(), None, 100.0)
 
 
 def test_a_repair_once_per_fault_and_only_when_asked_for() -> None:
@@ -230,15 +242,30 @@ def test_a_kept_file_from_before_the_checks_reads_with_none_kept() -> None:
 def test_the_settings_and_the_proofs_in_health_json_read_back(
     on: bool, interval: float, timeout: float, repair: Repair, made: Sequence[CheckResult]
 ) -> None:
-    s = HealthSettings(Action.SHRINK, 1.0, 10.0, return_check=on, check_interval_s=interval, check_timeout_s=timeout)
+    s = HealthSettings(
+        action=OnUnhealthy.SHRINK,
+        interval_s=1.0,
+        drain_deadline_s=10.0,
+        return_check=on,
+        check_interval_s=interval,
+        check_timeout_s=timeout,
+    )
     s = replace(s, repair=repair)
-    health = HostHealth(1.0, s, (), (), checks=tuple(made[:1]), check_counts={D: {"failed": 2}}, checking={D: 3.0})
+    health = HostHealth(
+        at=1.0,
+        settings=s,
+        devices=(),
+        partitions=(),
+        checks=tuple(made[:1]),
+        check_counts={D: {"failed": 2}},
+        checking={D: 3.0},
+    )
     assert parse_health(health_dumps(health), "h") == health
 
 
 def test_settings_of_an_older_record_read_with_the_defaults() -> None:
     s = HealthSettings.from_json({"action": "shrink", "interval_s": 2.0, "drain_deadline_s": 10.0})
-    assert s == HealthSettings(Action.SHRINK, 2.0, 10.0)
+    assert s == HealthSettings(action=OnUnhealthy.SHRINK, interval_s=2.0, drain_deadline_s=10.0)
     assert s.return_check and s.check_interval_s == 10.0 and s.check_timeout_s == 60.0 and s.repair is Repair.OFF
 
 
@@ -278,14 +305,14 @@ def out_record(raylet: object, settings: HealthSettings, part_state: PartState) 
 
 def decider_for(record: HostRecord, directory: Path, plugin: FakePlugin) -> Decider:
     place = statedir.Place(directory, directory / statedir.STATE_FILE, False)
-    health = HostHealth(1.0, record.health or HealthSettings(), (), ())
+    health = HostHealth(at=1.0, settings=record.health or HealthSettings(), devices=(), partitions=())
     return Decider(
-        place,
-        record.created,
-        record.health or HealthSettings(),
-        (),
-        FakeMonitor(),  # type: ignore[arg-type]
-        health,
+        place=place,
+        created=record.created,
+        settings=record.health or HealthSettings(),
+        devices=(),
+        monitor=FakeMonitor(),  # type: ignore[arg-type]
+        health=health,
         plugin=plugin,  # type: ignore[arg-type]
     )
 
@@ -351,10 +378,14 @@ def test_the_decider_repairs_once_per_fault_and_keeps_it(tmp_path: Path, monkeyp
 
 
 def test_a_check_begun_and_never_ended_is_kept_so_the_next_decider_checks_again(tmp_path: Path) -> None:
-    started = KeptDevice("neuron:0", 1.0, checking=50.0, check=CheckResult("neuron:0", CheckOutcome.PASSED, "", 40, 41))
-    merged = with_proofs((KeptDevice("neuron:0", 1.0),), {"neuron:0": Proof(started.check, 50.0)}, 60.0)
+    started = KeptDevice(
+        device_id="neuron:0", since=1.0, checking=50.0, check=CheckResult("neuron:0", CheckOutcome.PASSED, "", 40, 41)
+    )
+    merged = with_proofs((KeptDevice(device_id="neuron:0", since=1.0),), {"neuron:0": Proof(started.check, 50.0)}, 60.0)
     assert merged == (started,)
-    assert with_proofs((), {"neuron:0": Proof(None, 50.0)}, 60.0) == (KeptDevice("neuron:0", 60.0, checking=50.0),)
+    assert with_proofs((), {"neuron:0": Proof(None, 50.0)}, 60.0) == (
+        KeptDevice(device_id="neuron:0", since=60.0, checking=50.0),
+    )
     assert check_due(SHRINK, healthy(since=1.0, device="neuron:0"), Proof(started.check, 50.0), 60.0)
 
 
@@ -388,15 +419,25 @@ def test_health_check_by_hand_exit_codes(env: dict[str, str], spawn: Spawn) -> N
 def out_health() -> HostHealth:
     """p1 shrunk without neuron:9 (unhealthy, its check failed, a repair made); p0 serving neuron:0."""
     parts = (
-        PartitionHealth("p0", PartState.SERVING, 1.0, ("neuron:0",), (), "ab", ""),
-        PartitionHealth("p1", PartState.SHRUNK, 1.0, ("neuron:8",), (D,), "cd", "without neuron:9"),
+        PartitionHealth(
+            partition="p0", state=PartState.SERVING, since=1.0, devices=("neuron:0",), out=(), node_id="ab", detail=""
+        ),
+        PartitionHealth(
+            partition="p1",
+            state=PartState.SHRUNK,
+            since=1.0,
+            devices=("neuron:8",),
+            out=(D,),
+            node_id="cd",
+            detail="without neuron:9",
+        ),
     )
     devices = (healthy(device="neuron:0"), healthy(device="neuron:8"), unhealthy())
     return HostHealth(
-        1.0,
-        SHRINK,
-        devices,
-        parts,
+        at=1.0,
+        settings=SHRINK,
+        devices=devices,
+        partitions=parts,
         checks=(CheckResult(D, CheckOutcome.FAILED, "mock check: failed", 10.0, 11.0),),
         repairs=(repaired(RepairOutcome.REBOOT_REQUIRED, 5.0),),
         check_counts={D: {"failed": 3}},
@@ -469,7 +510,7 @@ def test_health_clear_with_no_decider_checks_first_and_clears_only_on_passed(
     directory = Path(env["RAYACCEL_STATE_DIR"])
     event = HealthEvent("neuron:0", "ecc", "mem_ecc_uncorrected", "grew", 1.0, True)
     fault = Fault("ecc", event, sticky=True)
-    write_atomic(directory / KEPT_FILE, dumps([KeptDevice("neuron:0", 1.0, (fault,))], 1.0))
+    write_atomic(directory / KEPT_FILE, dumps([KeptDevice(device_id="neuron:0", since=1.0, faults=(fault,))], 1.0))
     Path(env["RAYACCEL_MOCK_FAULTS"]).write_text(json.dumps({"checks": {"neuron:0": "failed"}}))
     proc = run_cli_here("health", "clear", "neuron:0", env=env)
     assert proc.returncode == 1 and "not cleared" in proc.stderr and "failed" in proc.stderr, proc.stderr

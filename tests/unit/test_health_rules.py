@@ -10,13 +10,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ray_accel.core.health import DeviceHealth, Health, HealthEvent
-from ray_accel.core.health_state import Action, HealthSettings, PartitionHealth, PartState
+from ray_accel.core.health_state import HealthSettings, OnUnhealthy, PartitionHealth, PartState
 from ray_accel.health.rules import RESTART_FAILED, RETRY_S, TABLE, Effect, Facts, Seen, decide, observe, wanted
 
 FULL = tuple(f"neuron:{i}" for i in range(8, 16))
-SHRINK = HealthSettings(Action.SHRINK, 1.0, 10.0)
-DRAIN = HealthSettings(Action.DRAIN, 1.0, 10.0)
-REPORT = HealthSettings(Action.REPORT, 1.0, 10.0)
+SHRINK = HealthSettings(action=OnUnhealthy.SHRINK, interval_s=1.0, drain_deadline_s=10.0)
+DRAIN = HealthSettings(action=OnUnhealthy.DRAIN, interval_s=1.0, drain_deadline_s=10.0)
+REPORT = HealthSettings(action=OnUnhealthy.REPORT, interval_s=1.0, drain_deadline_s=10.0)
 
 
 def health(
@@ -41,12 +41,22 @@ def facts(h: Mapping[str, DeviceHealth], alive: bool = True, proven: Sequence[st
 
 def serving() -> PartitionHealth:
     """A partition the decider has not seen before: serving as recorded."""
-    return PartitionHealth("p1", PartState.SERVING, 0.0, FULL, (), "ab12", "")
+    return PartitionHealth(
+        partition="p1", state=PartState.SERVING, since=0.0, devices=FULL, out=(), node_id="ab12", detail=""
+    )
 
 
 def shrunk(*out: str) -> PartitionHealth:
     """A partition restarted without `out`."""
-    return PartitionHealth("p1", PartState.SHRUNK, 0.0, tuple(d for d in FULL if d not in out), out, "cd34", "")
+    return PartitionHealth(
+        partition="p1",
+        state=PartState.SHRUNK,
+        since=0.0,
+        devices=tuple(d for d in FULL if d not in out),
+        out=out,
+        node_id="cd34",
+        detail="",
+    )
 
 
 def test_a_fatal_device_drains_then_shrinks_at_the_deadline() -> None:
@@ -122,7 +132,15 @@ def test_a_device_failing_during_the_drain_leaves_the_target() -> None:
 
 def test_a_failed_restart_is_tried_again_after_a_while() -> None:
     # As the actions leave it after a restart that failed.
-    failed = PartitionHealth("p1", PartState.STOPPED, 100.0, (), FULL, None, f"{RESTART_FAILED}: port taken")
+    failed = PartitionHealth(
+        partition="p1",
+        state=PartState.STOPPED,
+        since=100.0,
+        devices=(),
+        out=FULL,
+        node_id=None,
+        detail=f"{RESTART_FAILED}: port taken",
+    )
     assert decide(SHRINK, failed, facts(health(), alive=False), 100.0 + RETRY_S / 2).effect is Effect.NONE
     assert decide(SHRINK, failed, facts(health(), alive=False), 100.0 + RETRY_S).effect is Effect.RESTART
 
@@ -144,7 +162,15 @@ def test_properties_of_every_step(
     h = {d: DeviceHealth(d, s, 0.0, None, "") for d, s in zip(FULL, states, strict=True)}
     out = tuple(d for d, s in zip(FULL, states, strict=True) if s is not Health.HEALTHY)
     view = PartitionHealth(
-        "p1", state, 0.0, tuple(d for d in FULL if d not in out), out, "ab12", "", deadline=5.0, target=FULL[:4]
+        partition="p1",
+        state=state,
+        since=0.0,
+        devices=tuple(d for d in FULL if d not in out),
+        out=out,
+        node_id="ab12",
+        detail="",
+        deadline=5.0,
+        target=FULL[:4],
     )
     step = decide(settings, view, Facts(FULL, alive, h, frozenset(proven)), now)
     # A device out of service comes back only proven: into a restore's target, or a stopped partition's restart.
@@ -158,7 +184,7 @@ def test_properties_of_every_step(
     if step.effect is Effect.RESTART:
         assert step.view.devices
         assert all(h[d].state is not Health.UNHEALTHY for d in step.view.devices)
-    if settings.action is Action.REPORT:
+    if settings.action is OnUnhealthy.REPORT:
         assert step.effect is Effect.NONE and step.view.state is PartState.SERVING
     # UNKNOWN alone never takes a device out.
     if all(s is not Health.UNHEALTHY for s in states) and state in (PartState.SERVING, PartState.SHRUNK):
@@ -203,15 +229,35 @@ def scene(state: PartState, seen: Seen) -> tuple[PartitionHealth, Facts, float]:
         out = ("neuron:15",) if state is PartState.SHRUNK or seen is Seen.BACK else ()
         bad = ["neuron:11"] if seen is Seen.UNHEALTHY else []
         bad += list(out) if seen is not Seen.BACK else []
-        view = PartitionHealth("p1", state, 0.0, tuple(d for d in FULL if d not in out), out, "ab12", "")
+        view = PartitionHealth(
+            partition="p1",
+            state=state,
+            since=0.0,
+            devices=tuple(d for d in FULL if d not in out),
+            out=out,
+            node_id="ab12",
+            detail="",
+        )
         return view, facts(health(bad=bad)), 1.0
     if state is PartState.STOPPED:
         bad = {Seen.FULL: (), Seen.PART: FULL[4:], Seen.NOTHING: FULL, Seen.STEADY: ()}[seen]
         detail = f"{RESTART_FAILED}: port taken" if seen is Seen.STEADY else "stopped"
-        view = PartitionHealth("p1", state, 0.0, (), FULL, None, detail)
+        view = PartitionHealth(
+            partition="p1", state=state, since=0.0, devices=(), out=FULL, node_id=None, detail=detail
+        )
         return view, facts(health(bad=bad), alive=False), 1.0
     target = {Seen.FULL: FULL, Seen.PART: FULL[:4], Seen.NOTHING: (), Seen.STEADY: FULL[:4]}[seen]
-    view = PartitionHealth("p1", state, 0.0, FULL, (), "ab12", "", deadline=10.0, target=target)
+    view = PartitionHealth(
+        partition="p1",
+        state=state,
+        since=0.0,
+        devices=FULL,
+        out=(),
+        node_id="ab12",
+        detail="",
+        deadline=10.0,
+        target=target,
+    )
     return view, facts(health(), alive=seen is Seen.STEADY), 5.0 if seen is Seen.STEADY else 20.0
 
 

@@ -15,10 +15,10 @@ from ray_accel.core.errors import InputError
 from ray_accel.core.health import DeviceHealth, Health, HealthEvent, HealthReport
 from ray_accel.core.health_state import (
     MAX_EVENTS,
-    Action,
     HealthFileError,
     HealthSettings,
     HostHealth,
+    OnUnhealthy,
     PartitionHealth,
     PartState,
     count_events,
@@ -56,23 +56,34 @@ def host_healths(draw: st.DrawFn) -> HostHealth:
     names = draw(st.lists(NAMES, unique=True, max_size=4))
     parts = tuple(
         PartitionHealth(
-            n,
-            draw(st.sampled_from(list(PartState))),
-            draw(TIMES),
-            tuple(draw(st.lists(IDS, max_size=3))),
-            tuple(draw(st.lists(IDS, max_size=3))),
-            draw(st.none() | st.from_regex(r"[0-9a-f]{8}", fullmatch=True)),
-            draw(st.just("") | IDS),
-            draw(st.none() | TIMES),
-            draw(st.none() | st.tuples(IDS)),
-            draw(st.booleans()),
+            partition=n,
+            state=draw(st.sampled_from(list(PartState))),
+            since=draw(TIMES),
+            devices=tuple(draw(st.lists(IDS, max_size=3))),
+            out=tuple(draw(st.lists(IDS, max_size=3))),
+            node_id=draw(st.none() | st.from_regex(r"[0-9a-f]{8}", fullmatch=True)),
+            detail=draw(st.just("") | IDS),
+            deadline=draw(st.none() | TIMES),
+            target=draw(st.none() | st.tuples(IDS)),
+            head=draw(st.booleans()),
         )
         for n in names
     )
     evs = tuple(draw(st.lists(events(), max_size=5)))
-    settings = HealthSettings(draw(st.sampled_from(list(Action))), draw(st.floats(0.1, 3600)), draw(st.floats(0, 1e5)))
+    settings = HealthSettings(
+        action=draw(st.sampled_from(list(OnUnhealthy))),
+        interval_s=draw(st.floats(0.1, 3600)),
+        drain_deadline_s=draw(st.floats(0, 1e5)),
+    )
     return HostHealth(
-        draw(TIMES), settings, devices, parts, evs, count_events({}, evs), draw(st.integers(0, 1 << 40)), ()
+        at=draw(TIMES),
+        settings=settings,
+        devices=devices,
+        partitions=parts,
+        events=evs,
+        counters=count_events({}, evs),
+        polls=draw(st.integers(0, 1 << 40)),
+        errors=(),
     )
 
 
@@ -98,7 +109,7 @@ BAD_VALUES = st.one_of(
     host_healths(), st.sampled_from(["version", "action", "interval_s", "devices", "partitions", "polls"]), BAD_VALUES
 )
 def test_a_field_that_does_not_fit_is_named(h: HostHealth, key: str, value: object) -> None:
-    if key == "action" and value in [a.value for a in Action]:
+    if key == "action" and value in [a.value for a in OnUnhealthy]:
         return
     data = json.loads(dumps(h))
     data[key] = value
@@ -123,10 +134,20 @@ def test_a_field_that_does_not_fit_is_named(h: HostHealth, key: str, value: obje
 )
 def test_a_bad_health_file_is_refused_naming_the_field(change: object, needle: str) -> None:
     good = HostHealth(
-        1.0,
-        HealthSettings(),
-        (DeviceHealth("neuron:0", Health.HEALTHY, 1.0, None, ""),),
-        (PartitionHealth("p0", PartState.SERVING, 1.0, ("neuron:0",), (), None, ""),),
+        at=1.0,
+        settings=HealthSettings(),
+        devices=(DeviceHealth("neuron:0", Health.HEALTHY, 1.0, None, ""),),
+        partitions=(
+            PartitionHealth(
+                partition="p0",
+                state=PartState.SERVING,
+                since=1.0,
+                devices=("neuron:0",),
+                out=(),
+                node_id=None,
+                detail="",
+            ),
+        ),
     )
     data = json.loads(dumps(good))
     change(data)  # type: ignore[operator]
@@ -136,7 +157,7 @@ def test_a_bad_health_file_is_refused_naming_the_field(change: object, needle: s
 
 
 def test_the_file_keeps_the_last_events_and_counts_every_one(tmp_path: Path) -> None:
-    start = HostHealth(0.0, HealthSettings(), (), ())
+    start = HostHealth(at=0.0, settings=HealthSettings(), devices=(), partitions=())
     devices = (DeviceHealth("gpu-a", Health.HEALTHY, 0.0, None, ""),)
     h = start
     for i in range(MAX_EVENTS + 20):
@@ -162,12 +183,25 @@ def test_event_keys_and_the_exported_values() -> None:
     ev = HealthEvent("gpu-a", "xid", "13", "XID 13", 1.0, False)
     assert event_key(ev) == "xid:13" and event_key(HealthEvent("gpu-a", "lost", None, "lost", 1.0, True)) == "lost"
     h = HostHealth(
-        1.0,
-        HealthSettings(Action.SHRINK),
-        (DeviceHealth("gpu-a", Health.HEALTHY, 1.0, ev, ""), DeviceHealth("gpu-b", Health.UNHEALTHY, 1.0, None, "x")),
-        (PartitionHealth("p1", PartState.SHRUNK, 1.0, ("gpu-a",), ("gpu-b",), "ab", "without gpu-b"),),
-        (ev,),
-        {"gpu-a": {"xid:13": 2}},
+        at=1.0,
+        settings=HealthSettings(action=OnUnhealthy.SHRINK),
+        devices=(
+            DeviceHealth("gpu-a", Health.HEALTHY, 1.0, ev, ""),
+            DeviceHealth("gpu-b", Health.UNHEALTHY, 1.0, None, "x"),
+        ),
+        partitions=(
+            PartitionHealth(
+                partition="p1",
+                state=PartState.SHRUNK,
+                since=1.0,
+                devices=("gpu-a",),
+                out=("gpu-b",),
+                node_id="ab",
+                detail="without gpu-b",
+            ),
+        ),
+        events=(ev,),
+        counters={"gpu-a": {"xid:13": 2}},
     )
     values = health_values(h, "host_10.0.0.1")
     states = {(t["partition"], t["state"]): v for k, v, t in values if k == "p_state"}

@@ -202,5 +202,5 @@ def test_recovery_polls_refuses_anything_but_a_count_naming_it(text: str) -> Non
 
 
 def test_a_device_in_doubt_is_healthy_again_only_when_cleared_by_hand() -> None:
-    t = Tracked("d:0", Health.UNKNOWN, 1.0, doubt="its kept health could not be read")
+    t = Tracked(device_id="d:0", state=Health.UNKNOWN, since=1.0, doubt="its kept health could not be read")
     assert healthy_again(t, 3) == "cleared by hand: ray-accel health clear d:0 (its kept health could not be read)"

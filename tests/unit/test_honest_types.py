@@ -120,7 +120,15 @@ def test_auto_split_never_mixes_models_and_types_each_partition(case: tuple[tupl
 
 
 def test_a_partitions_spec_carries_its_own_type_to_rays_manager() -> None:
-    spec_all = BridgeSpec("GPU", "CUDA_VISIBLE_DEVICES", "gpu", None, (0, 1, 2), "cuda", CUDA_TRAITS)
+    spec_all = BridgeSpec(
+        resource_name="GPU",
+        visible_ids_env="CUDA_VISIBLE_DEVICES",
+        family="gpu",
+        accelerator_type=None,
+        unit_ids=(0, 1, 2),
+        backend="cuda",
+        traits=CUDA_TRAITS,
+    )
     plan = plan_for(mixed(), "auto-split")
     base = raylet_env([spec_all], {})
     for part, kind in zip(plan, ["V100", "A100"], strict=True):
@@ -135,7 +143,15 @@ def test_a_partitions_spec_carries_its_own_type_to_rays_manager() -> None:
 
 
 def test_partition_env_leaves_the_spec_alone_when_the_bridge_is_off() -> None:
-    spec_all = BridgeSpec("GPU", "CUDA_VISIBLE_DEVICES", "gpu", None, (0, 1, 2), "cuda", CUDA_TRAITS)
+    spec_all = BridgeSpec(
+        resource_name="GPU",
+        visible_ids_env="CUDA_VISIBLE_DEVICES",
+        family="gpu",
+        accelerator_type=None,
+        unit_ids=(0, 1, 2),
+        backend="cuda",
+        traits=CUDA_TRAITS,
+    )
     part = plan_for(mixed(), "auto-split").partitions[0]
     assert SPEC_ENV not in partition_env({}, spec_all.for_partition(part), part)
 
@@ -169,21 +185,28 @@ def test_devices_cli_keeps_each_models_type(cli: CliRunner) -> None:
 
 def test_spec_json_round_trip_keeps_no_type() -> None:
     spec = BridgeSpec(
-        "GPU", "CUDA_VISIBLE_DEVICES", "gpu", None, (0,), "cuda", CUDA_TRAITS, (("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),)
+        resource_name="GPU",
+        visible_ids_env="CUDA_VISIBLE_DEVICES",
+        family="gpu",
+        accelerator_type=None,
+        unit_ids=(0,),
+        backend="cuda",
+        traits=CUDA_TRAITS,
+        process_env=(("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),),
     )
     assert load(BridgeSpec, json.loads(json.dumps(dump(spec)))) == spec
 
 
 def test_partition_env_carries_the_process_env_with_or_without_the_bridge() -> None:
     spec_all = BridgeSpec(
-        "GPU",
-        "CUDA_VISIBLE_DEVICES",
-        "gpu",
-        None,
-        (0, 1, 2),
-        "cuda",
-        CUDA_TRAITS,
-        (("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),),
+        resource_name="GPU",
+        visible_ids_env="CUDA_VISIBLE_DEVICES",
+        family="gpu",
+        accelerator_type=None,
+        unit_ids=(0, 1, 2),
+        backend="cuda",
+        traits=CUDA_TRAITS,
+        process_env=(("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),),
     )
     part = plan_for(mixed(), "auto-split").partitions[1]
     for base in ({}, raylet_env([spec_all], {})):

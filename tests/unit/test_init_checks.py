@@ -27,9 +27,23 @@ from tests.badinput import badinput
 from tests.clirun import environment
 
 NEURON = BridgeSpec(
-    "neuron_cores", "NEURON_RT_VISIBLE_CORES", "neuron", "Trainium", tuple(range(32)), "neuron", NEURON_TRAITS
+    resource_name="neuron_cores",
+    visible_ids_env="NEURON_RT_VISIBLE_CORES",
+    family="neuron",
+    accelerator_type="Trainium",
+    unit_ids=tuple(range(32)),
+    backend="neuron",
+    traits=NEURON_TRAITS,
 )
-GPU = BridgeSpec("GPU", "CUDA_VISIBLE_DEVICES", "gpu", "A100", tuple(range(8)), "cuda", CUDA_TRAITS)
+GPU = BridgeSpec(
+    resource_name="GPU",
+    visible_ids_env="CUDA_VISIBLE_DEVICES",
+    family="gpu",
+    accelerator_type="A100",
+    unit_ids=tuple(range(8)),
+    backend="cuda",
+    traits=CUDA_TRAITS,
+)
 
 
 @badinput("leftover")

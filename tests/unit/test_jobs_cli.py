@@ -32,7 +32,20 @@ from tests.jobs_events import apply_all
 
 
 def _job() -> JobRecord:
-    rows = (Replica(0, 1, 0, 1, 0, "h", "p0", "n0", ("0", "1"), 7),)
+    rows = (
+        Replica(
+            world_rank=0,
+            world_size=1,
+            local_rank=0,
+            local_world_size=1,
+            node_rank=0,
+            host="h",
+            partition="p0",
+            node_id="n0",
+            devices=("0", "1"),
+            pid=7,
+        ),
+    )
     events = [
         Event(SUBMITTED, "abc123", 10.0, Submitted("train-a", min_workers=1, max_workers=2)),
         Event(STARTING, "abc123", 11.0, Started(rows, "gloo", "no stack")),
@@ -113,8 +126,31 @@ RECORD = SimpleNamespace(host_ip=IP)  # what top_jobs reads of the host record
 
 
 def _listed_job(job_id: str, name: str, phase: Phase, partition: str, detail: str = "") -> JobRecord:
-    rows = (Replica(0, 1, 0, 1, 0, this_host(IP).key, partition, "n0", ("0",), 7),)
-    return JobRecord(job_id, name, "", 5.0, 1, 1, (Transition(phase, 5.0),), replicas=rows, detail=detail)
+    rows = (
+        Replica(
+            world_rank=0,
+            world_size=1,
+            local_rank=0,
+            local_world_size=1,
+            node_rank=0,
+            host=this_host(IP).key,
+            partition=partition,
+            node_id="n0",
+            devices=("0",),
+            pid=7,
+        ),
+    )
+    return JobRecord(
+        id=job_id,
+        name=name,
+        ray_run_id="",
+        submitted_at=5.0,
+        min_workers=1,
+        max_workers=1,
+        transitions=(Transition(phase, 5.0),),
+        replicas=rows,
+        detail=detail,
+    )
 
 
 JOBS = [
@@ -124,12 +160,22 @@ JOBS = [
 
 
 HEALTH = HostHealth(
-    1.0,
-    HealthSettings(),
-    (),
-    (
-        PartitionHealth("p0", PartState.SERVING, 1.0, ("mock:0",), (), "n0", ""),
-        PartitionHealth("p1", PartState.DRAINING, 1.0, ("mock:1",), ("mock:1",), "n1", "mock:1: fault"),
+    at=1.0,
+    settings=HealthSettings(),
+    devices=(),
+    partitions=(
+        PartitionHealth(
+            partition="p0", state=PartState.SERVING, since=1.0, devices=("mock:0",), out=(), node_id="n0", detail=""
+        ),
+        PartitionHealth(
+            partition="p1",
+            state=PartState.DRAINING,
+            since=1.0,
+            devices=("mock:1",),
+            out=("mock:1",),
+            node_id="n1",
+            detail="mock:1: fault",
+        ),
     ),
 )
 

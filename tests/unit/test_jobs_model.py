@@ -42,7 +42,18 @@ from tests.jobs_events import apply_all
 def _replicas(n: int, partitions: list[str]) -> Started:
     return Started(
         tuple(
-            Replica(i, n, 0, 1, i, "h1", partitions[i], f"node{i}", tuple(str(8 * i + k) for k in range(8)), 100 + i)
+            Replica(
+                world_rank=i,
+                world_size=n,
+                local_rank=0,
+                local_world_size=1,
+                node_rank=i,
+                host="h1",
+                partition=partitions[i],
+                node_id=f"node{i}",
+                devices=tuple(str(8 * i + k) for k in range(8)),
+                pid=100 + i,
+            )
             for i in range(n)
         )
     )

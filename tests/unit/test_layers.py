@@ -252,7 +252,11 @@ TYPE = re.compile(r"`([A-Z][A-Za-z0-9]+)`")
 
 
 # Ray's own types the tables name, and the module of Ray that has each.
-RAY_TYPES = {"ScalingConfig": "ray.train", "AcceleratorManager": "ray._private.accelerators"}
+RAY_TYPES = {
+    "ScalingConfig": "ray.train",
+    "AcceleratorManager": "ray._private.accelerators",
+    "Node": "ray._private.node",
+}
 
 
 def layer_rows(document: Path) -> list[tuple[str, str, str]]:

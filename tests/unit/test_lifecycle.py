@@ -23,7 +23,7 @@ from ray_accel.hooks.config import (
     WorkloadDenied,
     WorkloadRetry,
 )
-from ray_accel.hooks.ledger import Entry, hook_id, ledger_dir, open_entry, reconcile
+from ray_accel.hooks.ledger import LedgerEntry, hook_id, ledger_dir, open_entry, reconcile
 from ray_accel.hooks.run import HookRun
 
 
@@ -182,7 +182,7 @@ def dead_entry(run_id: str, workload_id: str, factories: list[Any]) -> Path:
     """An entry of this host for a process that has ended (this PID, another start time)."""
     me = ProcessRecord.of()
     assert me is not None
-    entry = Entry(
+    entry = LedgerEntry(
         Workload(workload_id, "p0"),
         (me.pid, me.start_ticks + 1),
         ledger.this_host(),

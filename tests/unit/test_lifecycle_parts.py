@@ -122,7 +122,7 @@ def test_what_counts_as_a_ray_process() -> None:
     ],
 )
 def test_a_bad_launcher_result_is_a_failed_launch_never_a_crash(tmp_path: Path, content: bytes, needle: str) -> None:
-    launch = Launch("p0", [], {}, tmp_path, 1)
+    launch = Launch(name="p0", args=[], env={}, log_dir=tmp_path, timeout_s=1)
     launch.result_path.write_bytes(content)
     launch.log_path.write_text("line one\n\nlast line\n")
     result = launch._read_result(None)
@@ -131,7 +131,7 @@ def test_a_bad_launcher_result_is_a_failed_launch_never_a_crash(tmp_path: Path, 
 
 
 def test_a_good_launcher_result(tmp_path: Path) -> None:
-    launch = Launch("p0", [], {}, tmp_path, 1)
+    launch = Launch(name="p0", args=[], env={}, log_dir=tmp_path, timeout_s=1)
     proc = {"kind": "raylet", "pid": 4242, "start_ticks": 7, "identity": "/v/ray/core/src/ray/raylet/raylet"}
     launch.result_path.write_text(
         json.dumps({"ok": True, "processes": [proc], "node_id": "ab", "gcs_address": "h:1", "node_ip": "h"})
@@ -142,7 +142,7 @@ def test_a_good_launcher_result(tmp_path: Path) -> None:
 
 
 def test_a_fifo_where_the_result_should_be(tmp_path: Path) -> None:
-    launch = Launch("p0", [], {}, tmp_path, 1)
+    launch = Launch(name="p0", args=[], env={}, log_dir=tmp_path, timeout_s=1)
     os.mkfifo(launch.result_path)
     result = launch._read_result(None)
     assert not result.ok and "FIFO" in str(result.error)

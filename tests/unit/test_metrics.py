@@ -153,13 +153,23 @@ def test_process_device_memory_is_on_the_partitions_own_devices(
 
 def _snapshot(telemetry: MockTelemetry, devices: tuple[Device, ...], host: str = "hostA") -> Snapshot:
     readings, errors = device_readings(telemetry, devices, "p0", None, host)
-    return Snapshot(host, "node-a", "p0", 0.0, 0.0, tuple(readings), (), (), tuple(errors))
+    return Snapshot(
+        host=host,
+        node_id="node-a",
+        partition="p0",
+        taken_at=0.0,
+        took_s=0.0,
+        devices=tuple(readings),
+        workloads=(),
+        orphans=(),
+        errors=tuple(errors),
+    )
 
 
 def _verdicts(states: Mapping[str, Health]) -> HostHealth:
     """The host's decider's file with these device verdicts."""
     devices = tuple(DeviceHealth(d, s, 0.0, None, "" if s is Health.HEALTHY else "x") for d, s in states.items())
-    return HostHealth(0.0, HealthSettings(), devices, ())
+    return HostHealth(at=0.0, settings=HealthSettings(), devices=devices, partitions=())
 
 
 def _by_key(values: list[tuple[str, float, dict[str, str]]]) -> dict[str, list[tuple[float, dict[str, str]]]]:
@@ -236,7 +246,17 @@ def test_host_values_come_only_from_the_exporter_that_owns_them() -> None:
 
 def test_orphan_gauge_names_pid_and_a_bounded_command() -> None:
     orphan = OrphanReading("neuron:1", "hostA", "p0", 4242, "python " + "x" * 500)
-    snap = Snapshot("hostA", "node-a", "p0", 0.0, 0.0, (), (), (orphan,), ())
+    snap = Snapshot(
+        host="hostA",
+        node_id="node-a",
+        partition="p0",
+        taken_at=0.0,
+        took_s=0.0,
+        devices=(),
+        workloads=(),
+        orphans=(orphan,),
+        errors=(),
+    )
     ((key, value, tags),) = gauge_values(snap, None, None)
     assert (key, value) == ("orphan", 1.0)
     assert tags == {
@@ -256,7 +276,7 @@ def test_exporters_are_named_by_node_id_not_partition() -> None:
 
 def _gcs_node(node_id: str, host: str, part: str | None, alive: bool, ip: str = "10.0.0.1") -> GcsNode:
     """One row of the GCS's node table."""
-    return GcsNode(node_id, alive, labels={PARTITION_LABEL: part} if part else {}, ip=ip, hostname=host)
+    return GcsNode(node_id=node_id, alive=alive, labels={PARTITION_LABEL: part} if part else {}, ip=ip, hostname=host)
 
 
 def partition_nodes(nodes: list[GcsNode]) -> tuple[ClusterPartition, ...]:
@@ -266,7 +286,21 @@ def partition_nodes(nodes: list[GcsNode]) -> tuple[ClusterPartition, ...]:
 
 def raylet_row(partition: str, host: str, ip: str, node_id: str, alive: bool) -> ClusterPartition:
     """A partition raylet as `top` gets it, with only what `top` shows."""
-    return ClusterPartition(host, host, partition, node_id, ip, alive, None, None, None, None, None, {}, {})
+    return ClusterPartition(
+        host=host,
+        host_name=host,
+        partition=partition,
+        node_id=node_id,
+        ip=ip,
+        alive=alive,
+        resource=None,
+        accelerator_type=None,
+        core_ids=None,
+        mask=None,
+        device_indexes=None,
+        total={},
+        available={},
+    )
 
 
 def test_partition_nodes_keeps_every_hosts_partitions_and_drops_replaced_dead_ones() -> None:
@@ -470,26 +504,26 @@ def test_top_payload_joins_every_hosts_snapshots_and_names_missing_ones() -> Non
     devices = _devices(telemetry)
     orphan = OrphanReading("neuron:1", "hostA", "p0", 4242, "python hog.py")
     a = Snapshot(
-        "hostA",
-        "a0",
-        "p0",
-        0.0,
-        0.002,
-        tuple(device_readings(telemetry, devices[:8], "p0", None, "hostA")[0]),
-        (),
-        (orphan,),
-        (),
+        host="hostA",
+        node_id="a0",
+        partition="p0",
+        taken_at=0.0,
+        took_s=0.002,
+        devices=tuple(device_readings(telemetry, devices[:8], "p0", None, "hostA")[0]),
+        workloads=(),
+        orphans=(orphan,),
+        errors=(),
     )
     b = Snapshot(
-        "hostB",
-        "b0",
-        "p0",
-        0.0,
-        0.003,
-        tuple(device_readings(telemetry, devices[8:], "p0", None, "hostB")[0]),
-        (),
-        (),
-        ("x",),
+        host="hostB",
+        node_id="b0",
+        partition="p0",
+        taken_at=0.0,
+        took_s=0.003,
+        devices=tuple(device_readings(telemetry, devices[8:], "p0", None, "hostB")[0]),
+        workloads=(),
+        orphans=(),
+        errors=("x",),
     )
     parts = [
         raylet_row("p0", "hostA", "10.0.0.1", "a0", True),
@@ -512,7 +546,10 @@ def test_top_payload_joins_every_hosts_snapshots_and_names_missing_ones() -> Non
     assert "ORPHAN PID" in text and "4242" in text and "python hog.py" in text
     assert "DEAD" in text and "error: hostB/p1: no metrics exporter: gone" in text
     # The head raylet, apart from the partitions: the live node with Ray's head marker.
-    nodes = [GcsNode("ab" * 28, False), GcsNode("cd" * 28, True, {HEAD_RESOURCE: 1.0}, ip="10.0.0.1")]
+    nodes = [
+        GcsNode(node_id="ab" * 28, alive=False),
+        GcsNode(node_id="cd" * 28, alive=True, total={HEAD_RESOURCE: 1.0}, ip="10.0.0.1"),
+    ]
     payload["head"] = head_of(nodes)
     assert payload["head"] == {"node_id": "cd" * 28, "ip": "10.0.0.1"} and head_of(nodes[:1]) is None
     assert render.top_text(payload).startswith("head raylet: node cdcdcdcdcdcd on 10.0.0.1\n\n")
@@ -527,18 +564,50 @@ def test_top_shows_a_drained_and_a_stopped_partition_from_the_host_level_exporte
     p0, p1, p2 = (tuple(d.id for d in devices[i : i + 4]) for i in (0, 4, 8))
     bad = p1[0]
     health = HostHealth(
-        1.0,
-        HealthSettings(),
-        tuple(DeviceHealth(d, Health.UNHEALTHY if d == bad else Health.HEALTHY, 1.0, None, "") for d in p0 + p1),
-        (
-            PartitionHealth("p0", PartState.SERVING, 1.0, p0, (), "a0", ""),
-            PartitionHealth("p1", PartState.DRAINING, 2.0, p1, (bad,), "a1", f"drained to stop: {bad}: gone", 9.0, ()),
-            PartitionHealth("p2", PartState.STOPPED, 3.0, (), p2, None, "stopped: its devices are out of service"),
+        at=1.0,
+        settings=HealthSettings(),
+        devices=tuple(
+            DeviceHealth(d, Health.UNHEALTHY if d == bad else Health.HEALTHY, 1.0, None, "") for d in p0 + p1
+        ),
+        partitions=(
+            PartitionHealth(
+                partition="p0", state=PartState.SERVING, since=1.0, devices=p0, out=(), node_id="a0", detail=""
+            ),
+            PartitionHealth(
+                partition="p1",
+                state=PartState.DRAINING,
+                since=2.0,
+                devices=p1,
+                out=(bad,),
+                node_id="a1",
+                detail=f"drained to stop: {bad}: gone",
+                deadline=9.0,
+                target=(),
+            ),
+            PartitionHealth(
+                partition="p2",
+                state=PartState.STOPPED,
+                since=3.0,
+                devices=(),
+                out=p2,
+                node_id=None,
+                detail="stopped: its devices are out of service",
+            ),
         ),
     )
     mine, _ = device_readings(telemetry, devices[:4], "p0", None, "hostA")
     adopted, _ = device_readings(telemetry, devices[4:8], "p1", None, "hostA")
-    snap = Snapshot("hostA", "a0", "p0", 0.0, 0.002, tuple(mine), (), (), ())
+    snap = Snapshot(
+        host="hostA",
+        node_id="a0",
+        partition="p0",
+        taken_at=0.0,
+        took_s=0.002,
+        devices=tuple(mine),
+        workloads=(),
+        orphans=(),
+        errors=(),
+    )
     host_level = {
         **snap.to_json(),
         "health": partition_health(health, "p0"),
@@ -570,7 +639,16 @@ def test_top_shows_a_drained_and_a_stopped_partition_from_the_host_level_exporte
 
 
 def test_status_text_shows_orphans_or_says_why_not() -> None:
-    base = HostStatus(True, "hostA", None, "/x", "/", "10.0.0.1:6379", True, None)
+    base = HostStatus(
+        running=True,
+        host="hostA",
+        host_ip=None,
+        state_file="/x",
+        state_dir="/",
+        gcs_address="10.0.0.1:6379",
+        gcs_alive=True,
+        dashboard_address=None,
+    )
     hog = OrphanReading("neuron:1", "hostA", "p0", 7, "hog")
     text = render.status_with_orphans_text(base, Orphans((hog,)))
     assert "ORPHAN PID" in text and "hog" in text
@@ -723,10 +801,12 @@ def test_a_drained_partitions_exporter_leaves_and_its_devices_move_to_the_host_l
 
     def host(p0_state: PartState, p1_state: PartState, p1_node: str = "node-a") -> HostHealth:
         parts = (
-            PartitionHealth("p0", p0_state, 1.0, p0, (), "node-0", ""),
-            PartitionHealth("p1", p1_state, 1.0, p1, ("neuron:11",), p1_node, ""),
+            PartitionHealth(partition="p0", state=p0_state, since=1.0, devices=p0, out=(), node_id="node-0", detail=""),
+            PartitionHealth(
+                partition="p1", state=p1_state, since=1.0, devices=p1, out=("neuron:11",), node_id=p1_node, detail=""
+            ),
         )
-        return HostHealth(1.0, HealthSettings(), (), parts)
+        return HostHealth(at=1.0, settings=HealthSettings(), devices=(), partitions=parts)
 
     draining = host(PartState.SERVING, PartState.DRAINING)
     assert leaves(draining, "node-a") and not leaves(draining, "node-0") and not leaves(None, "node-a")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from ray_accel_neuron import NeuronPlugin, health_rule
 from ray_accel_neuron.health_monitor import NeuronHealthMonitor
-from ray_accel_neuron.health_rule import DeviceReading, Node, Observation, Settings
+from ray_accel_neuron.health_rule import NeuronObservation, NeuronReading, NeuronSettings, Node
 from ray_accel_neuron.sysfs import UnhealthyComponents
 
 from ray_accel.core.errors import InputError
@@ -184,15 +184,22 @@ def test_a_bad_recovery_count_is_the_users_error_before_any_hardware(trn3: Neuro
 
 
 def test_the_rule_alone_on_values() -> None:
-    state = health_rule.initial(("neuron:0",), Settings(2), 0.0)
+    state = health_rule.initial(("neuron:0",), NeuronSettings(2), 0.0)
     readings = [
-        DeviceReading("neuron:0", True, ecc={"mem_ecc_uncorrected": Node(1)}, components=Node(UnhealthyComponents(()))),
-        DeviceReading("neuron:0", True, ecc={"mem_ecc_uncorrected": Node(1)}, components=Node(error="denied")),
-        DeviceReading("neuron:0", None, presence_error="stat failed"),
+        NeuronReading(
+            device_id="neuron:0",
+            present=True,
+            ecc={"mem_ecc_uncorrected": Node(1)},
+            components=Node(UnhealthyComponents(())),
+        ),
+        NeuronReading(
+            device_id="neuron:0", present=True, ecc={"mem_ecc_uncorrected": Node(1)}, components=Node(error="denied")
+        ),
+        NeuronReading(device_id="neuron:0", present=None, presence_error="stat failed"),
     ]
     got = []
     for n, r in enumerate(readings, 1):
-        state, report = health_rule.step(state, Observation((r,)), float(n))
+        state, report = health_rule.step(state, NeuronObservation((r,)), float(n))
         got.append(report.devices[0].state)
     assert got == [H, Q, Q]
 
@@ -200,28 +207,30 @@ def test_the_rule_alone_on_values() -> None:
 def test_neuron_monitor_counters_stand_in_for_ecc_nodes_sysfs_lacks() -> None:
     """Chosen by feature: the monitor's count only where sysfs has no node;
     the repairable count, which only sysfs has, stays sysfs."""
-    state = health_rule.initial(("neuron:0",), Settings(2), 0.0)
+    state = health_rule.initial(("neuron:0",), NeuronSettings(2), 0.0)
     sysfs_only = {"mem_ecc_repairable_uncorrected": Node(0)}
     got = []
     for n, mem in enumerate([0, 0, 3, 3], 1):
         counters = Node({"mem_ecc_uncorrected": mem, "sram_ecc_uncorrected": 0, "mem_ecc_corrected": 9})
-        r = DeviceReading("neuron:0", True, ecc=sysfs_only, counters=counters)
-        state, report = health_rule.step(state, Observation((r,)), float(n))
+        r = NeuronReading(device_id="neuron:0", present=True, ecc=sysfs_only, counters=counters)
+        state, report = health_rule.step(state, NeuronObservation((r,)), float(n))
         got.append((report.devices[0].state, [e.reason for e in report.events]))
     assert got == [(H, []), (H, []), (U, ["neuron-monitor mem_ecc_uncorrected grew from 0 to 3"]), (U, [])]
     assert report.devices[0].source == "sysfs-and-neuron-monitor"  # the repairable count is sysfs's
     # With the node in sysfs, sysfs is the source and the monitor's count is not read.
     both = {**sysfs_only, "mem_ecc_uncorrected": Node(0), "sram_ecc_uncorrected": Node(0)}
-    state = health_rule.initial(("neuron:0",), Settings(2), 0.0)
+    state = health_rule.initial(("neuron:0",), NeuronSettings(2), 0.0)
     for n, mem in enumerate([0, 7], 1):
-        r = DeviceReading("neuron:0", True, ecc=both, counters=Node({"mem_ecc_uncorrected": mem}))
-        state, report = health_rule.step(state, Observation((r,)), float(n))
+        r = NeuronReading(device_id="neuron:0", present=True, ecc=both, counters=Node({"mem_ecc_uncorrected": mem}))
+        state, report = health_rule.step(state, NeuronObservation((r,)), float(n))
     assert report.devices[0].state is H and report.events == ()
     assert report.devices[0].source == "sysfs"
     # A monitor without a fresh report is an unreadable source: unknown, never healthy.
-    state = health_rule.initial(("neuron:0",), Settings(2), 0.0)
-    r = DeviceReading("neuron:0", True, ecc=sysfs_only, counters=Node(error="neuron-monitor: waiting"))
-    _, report = health_rule.step(state, Observation((r,)), 1.0)
+    state = health_rule.initial(("neuron:0",), NeuronSettings(2), 0.0)
+    r = NeuronReading(
+        device_id="neuron:0", present=True, ecc=sysfs_only, counters=Node(error="neuron-monitor: waiting")
+    )
+    _, report = health_rule.step(state, NeuronObservation((r,)), 1.0)
     assert report.devices[0].state is Q and "mem_ecc_uncorrected: neuron-monitor: waiting" in report.errors[0]
 
 
@@ -258,12 +267,14 @@ def test_a_tree_without_ecc_nodes_is_judged_by_the_hosts_neuron_monitor(tmp_path
 
 def test_a_baseline_read_through_neuron_monitor_outlives_the_decider() -> None:
     """kept() -> resumed(): growth while no decider ran is still growth."""
-    first = health_rule.initial(("neuron:0",), Settings(2), 0.0)
+    first = health_rule.initial(("neuron:0",), NeuronSettings(2), 0.0)
     sysfs_only = {"mem_ecc_repairable_uncorrected": Node(0)}
 
-    def reading(mem: int) -> Observation:
+    def reading(mem: int) -> NeuronObservation:
         counters = Node({"mem_ecc_uncorrected": mem, "sram_ecc_uncorrected": 0})
-        return Observation((DeviceReading("neuron:0", True, ecc=sysfs_only, counters=counters),))
+        return NeuronObservation(
+            (NeuronReading(device_id="neuron:0", present=True, ecc=sysfs_only, counters=counters),)
+        )
 
     state, _ = health_rule.step(first, reading(1), 1.0)
     resumed = health_rule.resumed(first, health_rule.kept(state))
@@ -277,25 +288,25 @@ def test_a_baseline_read_through_neuron_monitor_outlives_the_decider() -> None:
 # the recovery count from the environment, and a monitor with no
 # neuron-monitor.
 def test_a_device_missing_from_a_poll_is_unknown_not_healthy() -> None:
-    state = health_rule.initial(("neuron:0", "neuron:1"), Settings(2), 0.0)
-    read = DeviceReading("neuron:0", True, ecc={"mem_ecc_uncorrected": Node(0)})
-    _, report = health_rule.step(state, Observation((read,)), 1.0)
+    state = health_rule.initial(("neuron:0", "neuron:1"), NeuronSettings(2), 0.0)
+    read = NeuronReading(device_id="neuron:0", present=True, ecc={"mem_ecc_uncorrected": Node(0)})
+    _, report = health_rule.step(state, NeuronObservation((read,)), 1.0)
     assert [d.state for d in report.devices] == [Health.HEALTHY, Health.UNKNOWN]
     assert "not read this poll" in report.devices[1].healthy_again
 
 
 def test_a_neuron_monitor_row_without_the_counter_makes_the_device_unknown_naming_it() -> None:
-    state = health_rule.initial(("neuron:0",), Settings(2), 0.0)
+    state = health_rule.initial(("neuron:0",), NeuronSettings(2), 0.0)
     sysfs_only = {"mem_ecc_repairable_uncorrected": Node(0)}
-    read = DeviceReading("neuron:0", True, ecc=sysfs_only, counters=Node({"sram_ecc_uncorrected": 0}))
-    _, report = health_rule.step(state, Observation((read,)), 1.0)
+    read = NeuronReading(device_id="neuron:0", present=True, ecc=sysfs_only, counters=Node({"sram_ecc_uncorrected": 0}))
+    _, report = health_rule.step(state, NeuronObservation((read,)), 1.0)
     assert report.devices[0].state is Health.UNKNOWN
     assert any("its neuron_hw_counters row has no mem_ecc_uncorrected" in e for e in report.errors)
 
 
 def test_the_recovery_count_is_read_from_the_environment() -> None:
-    assert Settings.from_environ({RECOVERY_POLLS_ENV: "5"}) == Settings(5)
-    assert Settings.from_environ({}) == Settings()
+    assert NeuronSettings.from_environ({RECOVERY_POLLS_ENV: "5"}) == NeuronSettings(5)
+    assert NeuronSettings.from_environ({}) == NeuronSettings()
 
 
 def test_without_neuron_monitor_the_decider_is_handed_no_readings(tmp_path: Path) -> None:

@@ -50,9 +50,20 @@ def test_six_minutes_after_xid_79_both_gauges_and_top_say_unhealthy() -> None:
     snap = collect(plugin.telemetry, devices, "A100", os.getpid(), (), process_table(), Where("h", "node", "p0"))
     bad = devices[1].id
     assert [d.recent_events for d in snap.devices] == [0] * 8, "the sample's window has passed"
-    part = PartitionHealth("p0", PartState.SERVING, clock.now, tuple(d.id for d in devices), (), "node", "")
+    part = PartitionHealth(
+        partition="p0",
+        state=PartState.SERVING,
+        since=clock.now,
+        devices=tuple(d.id for d in devices),
+        out=(),
+        node_id="node",
+        detail="",
+    )
     # As the exporter reads it: the decider's file.
-    health = parse_health(dumps(HostHealth(clock.now, HealthSettings(), report.devices, (part,))), "health.json")
+    health = parse_health(
+        dumps(HostHealth(at=clock.now, settings=HealthSettings(), devices=report.devices, partitions=(part,))),
+        "health.json",
+    )
 
     healthy = {tags["device_id"]: v for key, v, tags in gauge_values(snap, None, health) if key == "healthy"}
     assert healthy == {d.id: 0.0 if d.id == bad else 1.0 for d in devices}
@@ -62,7 +73,23 @@ def test_six_minutes_after_xid_79_both_gauges_and_top_say_unhealthy() -> None:
     assert states[bad] == "unhealthy" and all(states[d.id] == "healthy" for d in devices if d.id != bad)
 
     payload = top_payload(
-        [ClusterPartition("h", "h", "p0", "node", "10.0.0.1", True, None, None, None, None, None, {}, {})],
+        [
+            ClusterPartition(
+                host="h",
+                host_name="h",
+                partition="p0",
+                node_id="node",
+                ip="10.0.0.1",
+                alive=True,
+                resource=None,
+                accelerator_type=None,
+                core_ids=None,
+                mask=None,
+                device_indexes=None,
+                total={},
+                available={},
+            )
+        ],
         {"node": {**snap.to_json(), "health": partition_health(health, "p0")}},
     )
     row = next(d for d in payload["devices"] if d["id"] == bad)

@@ -112,7 +112,16 @@ def test_gpu_islands_kept_together() -> None:
 def _acme(count: int, peers: dict[int, tuple[int, ...]]) -> list[Device]:
     """A third-party family the planner has never heard of."""
     return [
-        Device(f"acme{i}", "acme", i, "Acme X1", 1 << 30, (i,), numa_node=0, peers=tuple(f"acme{j}" for j in peers[i]))
+        Device(
+            id=f"acme{i}",
+            family="acme",
+            index=i,
+            model="Acme X1",
+            memory_bytes=1 << 30,
+            core_ids=(i,),
+            numa_node=0,
+            peers=tuple(f"acme{j}" for j in peers[i]),
+        )
         for i in range(count)
     ]
 

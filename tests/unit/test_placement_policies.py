@@ -75,13 +75,13 @@ def jobs(draw: st.DrawFn, n: int | None = None) -> list[Job]:
         family, resource = draw(st.sampled_from(KINDS))
         out.append(
             Job(
-                f"j{j}",
-                f"job{j}",
-                draw(st.integers(1, 8)),
-                draw(st.sampled_from([1, 2, 4, 8])),
-                family,
-                resource,
-                draw(st.sampled_from([0.0, 0.0, 0.5, 1.0])),
+                id=f"j{j}",
+                name=f"job{j}",
+                workers=draw(st.integers(1, 8)),
+                devices_per_worker=draw(st.sampled_from([1, 2, 4, 8])),
+                family=family,
+                resource=resource,
+                cpus_per_worker=draw(st.sampled_from([0.0, 0.0, 0.5, 1.0])),
             )
         )
     return out
@@ -116,7 +116,15 @@ def test_allocate_covers_every_worker_or_names_the_largest_job_that_fits(
         assert f"fits is {fit} worker(s)" in str(e) or "no live partition offers" in str(e)
         assert repr(j.name) in str(e)
         if fit:
-            smaller = Job(j.id, j.name, fit, j.devices_per_worker, j.family, j.resource, j.cpus_per_worker)
+            smaller = Job(
+                id=j.id,
+                name=j.name,
+                workers=fit,
+                devices_per_worker=j.devices_per_worker,
+                family=j.family,
+                resource=j.resource,
+                cpus_per_worker=j.cpus_per_worker,
+            )
             check_fits(policy.allocate(smaller, parts), parts)  # the size it names does fit
         return
     assert fit >= j.workers
@@ -183,7 +191,7 @@ def fixture_view() -> tuple[FreePartition, ...]:
 
 
 def job(workers: int, per: int, name: str = "j", family: str = "neuron", resource: str = "neuron_cores") -> Job:
-    return Job(name, name, workers, per, family, resource)
+    return Job(id=name, name=name, workers=workers, devices_per_worker=per, family=family, resource=resource)
 
 
 def test_refusal_names_the_largest_job_of_that_worker_size_that_fits_now() -> None:
@@ -244,7 +252,17 @@ def test_topology_spans_the_fewest_hosts_roomiest_first_when_no_host_holds_the_j
         cores, devices = tuple(range(8 * i, 8 * i + 8)), tuple(range(4 * i, 4 * i + 4))
         name = f"p{i}"
         return FreePartition(
-            host, name, f"{host}-{name}", "neuron", "neuron_cores", 8, free, cores, devices, links, connected=True
+            host=host,
+            name=name,
+            node_id=f"{host}-{name}",
+            family="neuron",
+            resource="neuron_cores",
+            total=8,
+            free=free,
+            core_ids=cores,
+            device_ids=devices,
+            links=links,
+            connected=True,
         )
 
     parts = (part("a", 0, 8, frozenset(range(4, 8))), part("a", 1, 8, frozenset(range(4))), part("b", 0, 8))
@@ -256,16 +274,35 @@ def test_topology_spans_the_fewest_hosts_roomiest_first_when_no_host_holds_the_j
 
 
 def test_spread_puts_workers_on_different_hosts() -> None:
-    parts = [FreePartition(h, "p0", f"{h}-0", "neuron", "neuron_cores", 8, 8) for h in ("a", "b", "c")]
+    parts = [
+        FreePartition(host=h, name="p0", node_id=f"{h}-0", family="neuron", resource="neuron_cores", total=8, free=8)
+        for h in ("a", "b", "c")
+    ]
     a = Spread().allocate(job(3, 2), parts)
     assert sorted(s.host for s in a.workers) == ["a", "b", "c"]
     assert not a.connected
 
 
 def test_capacity_counts_cpus_when_asked() -> None:
-    p = FreePartition("a", "p0", "n", "neuron", "neuron_cores", 8, 8, cpus_free=1.0)
+    p = FreePartition(
+        host="a", name="p0", node_id="n", family="neuron", resource="neuron_cores", total=8, free=8, cpus_free=1.0
+    )
     assert capacity(job(4, 2), p) == 4
-    assert capacity(Job("c", "c", 4, 2, "neuron", "neuron_cores", 1.0), p) == 1
+    assert (
+        capacity(
+            Job(
+                id="c",
+                name="c",
+                workers=4,
+                devices_per_worker=2,
+                family="neuron",
+                resource="neuron_cores",
+                cpus_per_worker=1.0,
+            ),
+            p,
+        )
+        == 1
+    )
 
 
 @badinput("unnamed")

@@ -172,7 +172,9 @@ def test_jobs_submitted_together_share_no_partition() -> None:
 
 def test_the_builder_owns_placement_fields() -> None:
     view = view_from_nodes(*captured())
-    a = place(Job("j", "j", 1, 1, "neuron", "neuron_cores"), "pack", view)
+    a = place(
+        Job(id="j", name="j", workers=1, devices_per_worker=1, family="neuron", resource="neuron_cores"), "pack", view
+    )
     with pytest.raises(ValueError, match="label_selector is set by the placement"):
         to_scaling_config(a, view, label_selector={"x": "y"})
     with pytest.raises(ValueError, match="name family= and resource="):

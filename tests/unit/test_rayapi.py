@@ -162,9 +162,11 @@ def test_a_dead_node_says_why_by_rays_name(monkeypatch: pytest.MonkeyPatch) -> N
 
     monkeypatch.setattr(module("ray._private.state"), "GlobalState", Table)
     assert gcs.read_nodes("192.0.2.1:6379") == (
-        gcs.GcsNode("ab", True, {"CPU": 1.0}, {}, {}),
-        gcs.GcsNode("cd", False, death_reason="AUTOSCALER_DRAIN_PREEMPTED", death_message="device 3 failed"),
-        gcs.GcsNode("ef", False, death_reason="99"),
+        gcs.GcsNode(node_id="ab", alive=True, total={"CPU": 1.0}, available={}, labels={}),
+        gcs.GcsNode(
+            node_id="cd", alive=False, death_reason="AUTOSCALER_DRAIN_PREEMPTED", death_message="device 3 failed"
+        ),
+        gcs.GcsNode(node_id="ef", alive=False, death_reason="99"),
     )
 
 

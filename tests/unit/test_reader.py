@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ray_accel.core.errors import InputError
-from ray_accel.core.reader import MAX_DEPTH, Node, ReadError, dump, load, parse_json, parse_toml, read_file
+from ray_accel.core.reader import MAX_DEPTH, Cursor, ReadError, dump, load, parse_json, parse_toml, read_file
 from tests.badinput import badinput
 
 
@@ -159,7 +159,7 @@ def test_read_file(tmp_path: Path) -> None:
 
 @badinput("unnamed")
 def test_the_cursor_names_each_field() -> None:
-    root = Node({"partitions": [{}, {}, {"raylet": {"pid": "x"}}]})
+    root = Cursor({"partitions": [{}, {}, {"raylet": {"pid": "x"}}]})
     pid = root.at("partitions").list()[2].at("raylet").at("pid")
     with pytest.raises(ReadError, match=r"^partitions\[2\]\.raylet\.pid: 'x' is not an integer$"):
         pid.int(1, 10)
@@ -167,16 +167,16 @@ def test_the_cursor_names_each_field() -> None:
         root.at("partitions").list()[0].at("raylet")
     assert root.at("partitions").list()[0].at("raylet", None).optional() is None
     with pytest.raises(ReadError, match=r"^x: unknown key 'x'$"):
-        Node({"x": 1}).only(["y"])
+        Cursor({"x": 1}).only(["y"])
     with pytest.raises(ReadError, match="^a: 5 is outside 0..3$"):
-        Node(5, "a").int(0, 3)
+        Cursor(5, "a").int(0, 3)
     with pytest.raises(ReadError, match="^a: 'b' is not one of red, blue$"):
-        Node("b", "a").enum(Colour)
+        Cursor("b", "a").enum(Colour)
     with pytest.raises(ReadError, match="^a: my own words for 'b'$"):
-        Node("b", "a").bool("my own words for {value}")
+        Cursor("b", "a").bool("my own words for {value}")
     with pytest.raises(ReadError, match="is not one line"):
-        Node("a\tb").text()
-    assert Node("a\tb").text(forbid="\n") == "a\tb"
-    assert Node(2).number(0, 3) == 2.0 and Node("red").one_of(["red"]) == "red"
+        Cursor("a\tb").text()
+    assert Cursor("a\tb").text(forbid="\n") == "a\tb"
+    assert Cursor(2).number(0, 3) == 2.0 and Cursor("red").one_of(["red"]) == "red"
     with pytest.raises(ReadError, match="str is not an object"):
-        Node("red").mapping()
+        Cursor("red").mapping()

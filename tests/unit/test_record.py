@@ -30,7 +30,7 @@ from ray_accel.cluster.record import (
     upgrade,
 )
 from ray_accel.core.health_state import PartitionState, PartState
-from ray_accel.core.reader import Node
+from ray_accel.core.reader import Cursor
 from ray_accel.plugins.traits import DeviceTraits
 from tests.badinput import badinput
 from tests.records import valid_record
@@ -388,7 +388,7 @@ def test_every_fixture_is_named_and_every_upgrade_is_shown_by_one() -> None:
 @pytest.mark.parametrize("name", sorted(APPLIED))
 def test_each_old_shape_goes_through_its_named_upgrades(name: str) -> None:
     data = raw(name)
-    upgraded = upgrade(Node(data))
+    upgraded = upgrade(Cursor(data))
     assert upgraded.applied == APPLIED[name]
     assert upgraded.legacy == (data["version"] == 3)
     assert upgraded.record.mapping()["version"] == VERSION
@@ -399,7 +399,7 @@ def test_each_old_shape_goes_through_its_named_upgrades(name: str) -> None:
 def test_a_current_record_goes_through_none() -> None:
     current = json.loads(dumps(load("v4-complete.json")))
     assert current["version"] == VERSION
-    assert upgrade(Node(current)).applied == ()
+    assert upgrade(Cursor(current)).applied == ()
 
 
 def test_a_version_3_node_json_is_read_as_before_and_written_back_as_3() -> None:

@@ -47,7 +47,10 @@ def test_a_partition_restarts_on_its_recorded_ports(  # the first too: the GCS i
     checked: list[tuple[list[int], str]],
 ) -> None:
     record = valid_record()
-    head = replace(record.partitions[0], share=Share("p0", 3, 4_000_000_000, 1_000_000_000))
+    head = replace(
+        record.partitions[0],
+        share=Share(partition="p0", cpus=3, memory=4_000_000_000, object_store_memory=1_000_000_000),
+    )
     said: list[str] = []
     launches = Launches()
     new = recover.relaunch(record, head, head.serving, {"ray-accel/x": "1"}, launches, said.append)
@@ -62,7 +65,10 @@ def test_a_partition_restarts_on_its_recorded_ports(  # the first too: the GCS i
 
 def test_a_raylet_that_does_not_come_back_is_an_error_naming_why(checked: list[tuple[list[int], str]]) -> None:
     record = valid_record()
-    p1 = replace(record.partitions[1], share=Share("p1", 3, 4_000_000_000, 1_000_000_000))
+    p1 = replace(
+        record.partitions[1],
+        share=Share(partition="p1", cpus=3, memory=4_000_000_000, object_store_memory=1_000_000_000),
+    )
     with pytest.raises(RayAccelError, match=r"^partition p1 did not restart: raylet exited with 1"):
         recover.relaunch(record, p1, p1.serving, {}, Launches(ok=False), lambda _: None)
 
@@ -82,5 +88,5 @@ def test_a_record_without_shares_divides_the_host_by_units_as_start_does() -> No
     shares = [recover.recorded_share(p, record) for p in record.partitions]
     assert [s.partition for s in shares] == ["p0", "p1"]
     assert abs(shares[0].cpus - shares[1].cpus) <= 1, "16 cores each: equal parts"
-    kept = Share("p1", 3, 4_000_000_000, 1_000_000_000)
+    kept = Share(partition="p1", cpus=3, memory=4_000_000_000, object_store_memory=1_000_000_000)
     assert recover.recorded_share(replace(record.partitions[1], share=kept), record) is kept

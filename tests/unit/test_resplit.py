@@ -16,7 +16,7 @@ from ray_accel.cluster.auth import Auth
 from ray_accel.cluster.host import port_blocks
 from ray_accel.cluster.raylet import Split
 from ray_accel.cluster.record import HostRecord, PartitionEntry
-from ray_accel.cluster.resplit import Action, out_of_service, resplit
+from ray_accel.cluster.resplit import ChangeKind, out_of_service, resplit
 from ray_accel.core.devices import Device
 from ray_accel.core.reader import dump
 from ray_accel.partition.plan import Partition, PartitionError
@@ -31,14 +31,38 @@ def record_of(devices: Sequence[Device], parts: Sequence[Partition]) -> HostReco
     """A record of `parts` started on `devices` (processes and ports do not matter to the plan)."""
     blocks = port_blocks(21000, [184] * len(parts), client_server=False)
     spec = BridgeSpec(
-        "units", "VISIBLE", devices[0].family, None, tuple(c for d in devices for c in d.core_ids), "mock",
-        traits_for(devices),
-    )  # fmt: skip
+        resource_name="units",
+        visible_ids_env="VISIBLE",
+        family=devices[0].family,
+        accelerator_type=None,
+        unit_ids=tuple(c for d in devices for c in d.core_ids),
+        backend="mock",
+        traits=traits_for(devices),
+    )
     entries = tuple(
-        PartitionEntry(p.name, p.device_ids, p.core_ids, False, blocks[i], (), "ab" * 28) for i, p in enumerate(parts)
+        PartitionEntry(
+            name=p.name,
+            device_ids=p.device_ids,
+            core_ids=p.core_ids,
+            head=False,
+            ports=blocks[i],
+            processes=(),
+            node_id="ab" * 28,
+        )
+        for i, p in enumerate(parts)
     )
     return HostRecord(
-        "host", "10.0.0.1", 1.0, True, "manual", spec, (), "10.0.0.1:6379", 6379, Auth("none", None, ""), entries
+        host="host",
+        host_ip="10.0.0.1",
+        created=1.0,
+        head=True,
+        mode="manual",
+        spec=spec,
+        ray_args=(),
+        gcs_address="10.0.0.1:6379",
+        gcs_port=6379,
+        auth=Auth("none", None, ""),
+        partitions=entries,
     )
 
 
@@ -86,7 +110,7 @@ def test_a_partition_serving_fewer_devices_than_planned_is_restarted() -> None:
 def test_auto_split_plans_without_devices_out_of_service() -> None:
     record = started(FOUR)
     plan = resplit(record, TRN1, Split("auto-split", partitions=3), frozenset({"neuron:15"}))
-    added = plan.of(Action.ADDED)
+    added = plan.of(ChangeKind.ADDED)
     assert [c.partition for c in added] == ["p0", "p1", "p2"]
     assert all(len(c.devices) == 5 for c in added)
     assert "neuron:15" not in {d for c in added for d in c.devices}
@@ -153,12 +177,12 @@ def test_every_partition_has_one_action_and_kept_means_the_same(
     by_name = {c.partition: c for c in plan.changes}
     assert len(by_name) == len(plan.changes)
     old = {p.name: p for p in record.partitions}
-    assert {n for n, c in by_name.items() if c.action is not Action.ADDED} == set(old)
-    assert {n for n, c in by_name.items() if c.action is not Action.REMOVED} == {p.name for p in new}
+    assert {n for n, c in by_name.items() if c.action is not ChangeKind.ADDED} == set(old)
+    assert {n for n, c in by_name.items() if c.action is not ChangeKind.REMOVED} == {p.name for p in new}
     for name, c in by_name.items():
-        if c.action is Action.KEPT:
+        if c.action is ChangeKind.KEPT:
             assert old[name].device_ids == c.devices and old[name].core_ids == c.part.core_ids  # type: ignore[union-attr]
-        if c.action is Action.RESTARTED:
+        if c.action is ChangeKind.RESTARTED:
             assert old[name].device_ids != c.devices
     assert plan.changed == (before != after and [(p.name, p.device_ids) for p in new] != [
         (p.name, p.device_ids) for p in record.partitions

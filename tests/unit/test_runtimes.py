@@ -26,7 +26,7 @@ from tests.fakes.neuron_runtime import NeuronRuntimeError, start_job, torch_xla_
 
 def job(raylets: list[str], own: list[list[int]]) -> list[WorkerSlot]:
     return [
-        WorkerSlot(p, raylet, tuple(map(str, ids)), "10.0.0.1", 29500)
+        WorkerSlot(rank=p, node_id=raylet, own_ids=tuple(map(str, ids)), master_addr="10.0.0.1", master_port=29500)
         for p, raylet, ids in zip(assign_ranks(raylets), raylets, own, strict=True)
     ]
 

@@ -193,5 +193,13 @@ def test_divide_refuses_an_object_store_below_rays_minimum() -> None:
 
 
 def test_share_json_round_trip() -> None:
-    share = Share("p0", 2, 5, 6, {"x": 0.5}, (0, 1), "NUMA node 0")
+    share = Share(
+        partition="p0",
+        cpus=2,
+        memory=5,
+        object_store_memory=6,
+        resources={"x": 0.5},
+        cpu_set=(0, 1),
+        pin_reason="NUMA node 0",
+    )
     assert load(Share, share.to_json()) == share

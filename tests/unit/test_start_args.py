@@ -49,11 +49,33 @@ from ray_accel.rayapi.feature import FAKE_RAY_VERSION_ENV
 from tests.badinput import badinput
 
 SPEC = BridgeSpec(
-    "neuron_cores", "NEURON_RT_VISIBLE_CORES", "neuron", "Trainium", tuple(range(32)), "neuron", NEURON_TRAITS
+    resource_name="neuron_cores",
+    visible_ids_env="NEURON_RT_VISIBLE_CORES",
+    family="neuron",
+    accelerator_type="Trainium",
+    unit_ids=tuple(range(32)),
+    backend="neuron",
+    traits=NEURON_TRAITS,
 )
-GPU = BridgeSpec("GPU", "CUDA_VISIBLE_DEVICES", "gpu", "A100", tuple(range(8)), "cuda", CUDA_TRAITS)
+GPU = BridgeSpec(
+    resource_name="GPU",
+    visible_ids_env="CUDA_VISIBLE_DEVICES",
+    family="gpu",
+    accelerator_type="A100",
+    unit_ids=tuple(range(8)),
+    backend="cuda",
+    traits=CUDA_TRAITS,
+)
 PART = Partition("p1", ("neuron:8", "neuron:9"), (16, 17, 18, 19))
-SHARE = Share("p1", 3, 4_000_000_000, 1_500_000_000, {"license": 2.0}, (4, 5), "NUMA node 1")
+SHARE = Share(
+    partition="p1",
+    cpus=3,
+    memory=4_000_000_000,
+    object_store_memory=1_500_000_000,
+    resources={"license": 2.0},
+    cpu_set=(4, 5),
+    pin_reason="NUMA node 1",
+)
 
 
 def value(args: list[str], flag: str) -> str:
@@ -77,7 +99,7 @@ def start_args(
 
 def test_a_raylet_gets_its_share_not_the_host() -> None:
     req = StartRequest(
-        Join(head=True),
+        join=Join(head=True),
         offer=Offer(labels={"team": "a"}),
         ray=RayOptions.read(["--num-cpus", "8", "--memory=9", "--temp-dir", "/x"]),
     )
@@ -92,7 +114,7 @@ def test_a_raylet_gets_its_share_not_the_host() -> None:
 
 
 def test_the_head_raylet_holds_no_devices_cpus_or_partition_label() -> None:
-    req = StartRequest(Join(head=True), offer=Offer(labels={"team": "a"}))
+    req = StartRequest(join=Join(head=True), offer=Offer(labels={"team": "a"}))
     args = start_args(
         Partition(validate.HEAD, (), ()), raylet_ports(30000, 1, True), SPEC, True, None, req, 6379, HEAD_SHARE
     )
@@ -104,7 +126,7 @@ def test_the_head_raylet_holds_no_devices_cpus_or_partition_label() -> None:
 
 
 def test_gpu_count_goes_to_num_gpus_and_custom_resources_stay() -> None:
-    share = Share("p0", 1, 10**9, 10**8)
+    share = Share(partition="p0", cpus=1, memory=10**9, object_store_memory=10**8)
     args = start_args(PART, raylet_ports(30000, 0), GPU, False, "h:1", StartRequest(), 0, share)
     assert value(args, "--num-gpus") == "4"
     assert "--resources" not in args, "nothing custom, nothing to pass"
@@ -119,8 +141,8 @@ def test_gpu_count_goes_to_num_gpus_and_custom_resources_stay() -> None:
     ],
 )
 def test_dashboard_on_by_default_on_the_head(dashboard: bool, ray_args: list[str], expect: str | None) -> None:
-    req = StartRequest(Join(head=True), services=Services(dashboard=dashboard), ray=RayOptions.read(ray_args))
-    share = Share("p0", 1, 10**9, 10**8)
+    req = StartRequest(join=Join(head=True), services=Services(dashboard=dashboard), ray=RayOptions.read(ray_args))
+    share = Share(partition="p0", cpus=1, memory=10**9, object_store_memory=10**8)
     args = start_args(PART, raylet_ports(30000, 0), SPEC, True, None, req, 6379, share)
     got = value(args, "--include-dashboard") if "--include-dashboard" in args else None
     assert got == expect
@@ -133,7 +155,9 @@ def test_pinned_partition_env_names_its_cpus() -> None:
     env = partition_env({"X": "1", CPU_SET_ENV: "stale"}, SPEC, PART, SHARE)
     assert env[CPU_SET_ENV] == "4-5"
     assert env["NEURON_RT_VISIBLE_CORES"] == "16,17,18,19"
-    unpinned = partition_env({CPU_SET_ENV: "stale"}, SPEC, PART, Share("p1", 1, 1, 1))
+    unpinned = partition_env(
+        {CPU_SET_ENV: "stale"}, SPEC, PART, Share(partition="p1", cpus=1, memory=1, object_store_memory=1)
+    )
     assert CPU_SET_ENV not in unpinned
 
 

@@ -51,7 +51,7 @@ def test_every_entry_names_its_owner_and_format() -> None:
 
 
 def test_the_per_partition_files_are_where_the_launch_puts_them(tmp_path: Path) -> None:
-    launch = Launch("p0", [], {}, tmp_path, 1.0)
+    launch = Launch(name="p0", args=[], env={}, log_dir=tmp_path, timeout_s=1.0)
     made = {launch.log_path.name, launch.result_path.name, Path(leader_path(str(launch.result_path))).name}
     table = {name.replace(statedir.PARTITION, "p0") for name in statedir.FILES}
     assert made <= table

@@ -25,7 +25,8 @@ from ray_accel.plugins.runtime import GLOO, WorkerSlot
 from ray_accel.train.ranks import assign_ranks
 from tests.badinput import badinput
 
-MASTER = ("10.0.0.1", 29500, 29511)  # rank 0's node IP, MASTER_PORT, the port for NEURON_RT_ROOT_COMM_ID
+# Rank 0's node IP, MASTER_PORT, the port for NEURON_RT_ROOT_COMM_ID.
+MASTER = {"master_addr": "10.0.0.1", "master_port": 29500, "comm_port": 29511}
 TORCHNEURON = Stacks(torchneuron=None, xla="torch-xla is not installed (test)")
 XLA_ONLY = Stacks(torchneuron="TorchNeuron is not installed (test)", xla=None)
 BOTH = Stacks(torchneuron=None, xla=None)
@@ -38,7 +39,7 @@ def trn2_job(cores_per_worker: int = 1, accelerator_type: str | None = "Trainium
     raylets = ["p0", "p0", "p1", "p1"]
     own = [[base + w * cores_per_worker + k for k in range(cores_per_worker)] for base in (0, 32) for w in range(2)]
     return [
-        WorkerSlot(p, raylet, tuple(map(str, ids)), *MASTER, accelerator_type=accelerator_type)
+        WorkerSlot(rank=p, node_id=raylet, own_ids=tuple(map(str, ids)), **MASTER, accelerator_type=accelerator_type)
         for p, raylet, ids in zip(assign_ranks(raylets), raylets, own, strict=True)
     ]
 

@@ -36,6 +36,18 @@ def test_the_contexts_old_backend_name_answers_with_a_warning() -> None:
     written against it keeps working, told of the new name."""
     from ray_accel.train.context import TrainContext
 
-    ctx = TrainContext(0, 2, 0, 2, 0, "n1", "p0", "gloo", ("0", "1"), ("0",), "neuron")
+    ctx = TrainContext(
+        world_rank=0,
+        world_size=2,
+        local_rank=0,
+        local_world_size=2,
+        node_rank=0,
+        node_id="n1",
+        partition="p0",
+        collective="gloo",
+        visible_ids=("0", "1"),
+        own_ids=("0",),
+        device_family="neuron",
+    )
     with pytest.warns(FutureWarning, match=r"\.collective"):
         assert ctx.backend == ctx.collective == "gloo"

@@ -23,8 +23,15 @@ from ray_accel.plugins.runtime import Rank, WorkerSlot
 from ray_accel.train.worker import protected_vars
 from tests.integration.train_hooks import SetsEnv
 
-SLOT = WorkerSlot(Rank(1, 2, 1, 2, 0), "raylet", ("2", "3"), "10.0.0.1", 29500)
-JOB = [WorkerSlot(Rank(0, 2, 0, 2, 0), "raylet", ("0", "1"), "10.0.0.1", 29500), SLOT]
+SLOT = WorkerSlot(
+    rank=Rank(1, 2, 1, 2, 0), node_id="raylet", own_ids=("2", "3"), master_addr="10.0.0.1", master_port=29500
+)
+JOB = [
+    WorkerSlot(
+        rank=Rank(0, 2, 0, 2, 0), node_id="raylet", own_ids=("0", "1"), master_addr="10.0.0.1", master_port=29500
+    ),
+    SLOT,
+]
 
 
 @pytest.fixture(autouse=True)

@@ -216,7 +216,18 @@ class FakeWorkerGroup:
         if fn is worker.describe:
             self.called.append("describe")
             return [
-                worker.WorkerFacts(r, ip, "h", 1000 + i, r[-2:], None, None, None, (str(2 * i), str(2 * i + 1)), "gloo")
+                worker.WorkerFacts(
+                    node_id=r,
+                    ip=ip,
+                    host="h",
+                    pid=1000 + i,
+                    partition=r[-2:],
+                    family=None,
+                    visible_ids_env=None,
+                    accelerator_type=None,
+                    own_ids=(str(2 * i), str(2 * i + 1)),
+                    collective="gloo",
+                )
                 for i, (r, ip) in enumerate(zip(RAYLETS, self.ips, strict=True))
             ]
         return [self._run(i, fn, *args) for i in range(len(self.ips))]

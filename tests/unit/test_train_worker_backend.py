@@ -94,7 +94,7 @@ def test_a_backend_without_a_runtime_trains_on_gloo_with_its_own_ids(
 def test_a_worker_without_a_spec_asks_discovery_and_with_nothing_found_trains_on_gloo(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(discovery, "discover", lambda: discovery.Inventory(()))
+    monkeypatch.setattr(discovery, "discover", lambda: discovery.PluginInventory(()))
     assert worker.describe_backend() == {"backend": None, "collective": "gloo", "reason": ""}
     assert isinstance(worker.runtime(), GlooRuntime)
 

@@ -19,11 +19,27 @@ from ray_accel.train.worker import WorkerFacts, WorkerSetup
 def setup(per_worker: int, collective: str, index: int = 0) -> WorkerSetup:
     raylets = ["p0", "p0", "p1", "p1"]
     job = tuple(
-        WorkerSlot(p, r, tuple(str(i * per_worker + k) for k in range(per_worker)), "10.0.0.1", 29500, 29501)
+        WorkerSlot(
+            rank=p,
+            node_id=r,
+            own_ids=tuple(str(i * per_worker + k) for k in range(per_worker)),
+            master_addr="10.0.0.1",
+            master_port=29500,
+            comm_port=29501,
+        )
         for i, (p, r) in enumerate(zip(assign_ranks(raylets), raylets, strict=True))
     )
     facts = WorkerFacts(
-        job[index].node_id, "10.0.0.1", "h", 1, None, "neuron", "NEURON_RT_VISIBLE_CORES", None, (), collective
+        node_id=job[index].node_id,
+        ip="10.0.0.1",
+        host="h",
+        pid=1,
+        partition=None,
+        family="neuron",
+        visible_ids_env="NEURON_RT_VISIBLE_CORES",
+        accelerator_type=None,
+        own_ids=(),
+        collective=collective,
     )
     return WorkerSetup("run", index, job, facts, collective)
 

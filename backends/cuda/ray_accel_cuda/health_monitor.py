@@ -24,7 +24,7 @@ from ray_accel.core.devices import Device
 from ray_accel.plugins.rule_monitor import RuleMonitor
 from ray_accel_cuda import health_rule
 from ray_accel_cuda.health import PollErrors, XidMonitor, action_names, ecc_uncorrected, recovery_action
-from ray_accel_cuda.health_rule import GpuReading, Observation, Settings, Xid
+from ray_accel_cuda.health_rule import CudaObservation, CudaSettings, GpuReading, Xid
 from ray_accel_cuda.nvml import NA, NOT_FOUND, GpuLost, Nvml, error_code, text
 
 log = logging.getLogger(__name__)
@@ -34,13 +34,13 @@ def _why(err: BaseException) -> str:
     return f"{type(err).__name__}: {err}"
 
 
-class CudaHealthMonitor(RuleMonitor[health_rule.State, Observation]):
+class CudaHealthMonitor(RuleMonitor[health_rule.CudaState, CudaObservation]):
     def __init__(
         self,
         nvml: Nvml,
         devices: Sequence[Device],
         handles: Mapping[str, Any],
-        settings: Settings,
+        settings: CudaSettings,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.nvml = nvml
@@ -68,20 +68,24 @@ class CudaHealthMonitor(RuleMonitor[health_rule.State, Observation]):
             h = NA
         except Exception as e:
             if error_code(e) == NOT_FOUND:
-                return None, GpuReading(device_id, False, absent_why="NVML no longer finds it by its UUID")
-            return None, GpuReading(device_id, None, presence_error=f"nvmlDeviceGetHandleByUUID: {_why(e)}")
+                return None, GpuReading(
+                    device_id=device_id, present=False, absent_why="NVML no longer finds it by its UUID"
+                )
+            return None, GpuReading(
+                device_id=device_id, present=None, presence_error=f"nvmlDeviceGetHandleByUUID: {_why(e)}"
+            )
         if h is not NA:
             return h, None
         h = self.handles[device_id]
         try:
             uuid = text(self.nvml.query("nvmlDeviceGetUUID", h))
         except GpuLost:
-            return None, GpuReading(device_id, False, absent_why="NVML: GPU is lost")
+            return None, GpuReading(device_id=device_id, present=False, absent_why="NVML: GPU is lost")
         except Exception as e:
-            return None, GpuReading(device_id, None, presence_error=f"nvmlDeviceGetUUID: {_why(e)}")
+            return None, GpuReading(device_id=device_id, present=None, presence_error=f"nvmlDeviceGetUUID: {_why(e)}")
         if uuid != device_id:
             why = f"nvmlDeviceGetUUID: its handle now answers as {uuid!r}"
-            return None, GpuReading(device_id, None, presence_error=why)
+            return None, GpuReading(device_id=device_id, present=None, presence_error=why)
         return h, None
 
     def _reading(self, device_id: str) -> GpuReading:
@@ -91,7 +95,7 @@ class CudaHealthMonitor(RuleMonitor[health_rule.State, Observation]):
         try:
             recovery, recovery_error = recovery_action(self.nvml, h, self._actions), None
         except GpuLost:
-            return GpuReading(device_id, False, absent_why="NVML: GPU is lost")
+            return GpuReading(device_id=device_id, present=False, absent_why="NVML: GPU is lost")
         except Exception as e:
             recovery, recovery_error = None, f"nvmlDeviceGetFieldValues: {_why(e)}"
         if recovery is not None and recovery.name is None and recovery.value not in self._warned:
@@ -99,15 +103,21 @@ class CudaHealthMonitor(RuleMonitor[health_rule.State, Observation]):
             log.warning("GPU %s: %s", device_id, recovery.reason())
         try:
             return GpuReading(
-                device_id, True, ecc=ecc_uncorrected(self.nvml, h), recovery=recovery, recovery_error=recovery_error
+                device_id=device_id,
+                present=True,
+                ecc=ecc_uncorrected(self.nvml, h),
+                recovery=recovery,
+                recovery_error=recovery_error,
             )
         except GpuLost:
-            return GpuReading(device_id, False, absent_why="NVML: GPU is lost")
+            return GpuReading(device_id=device_id, present=False, absent_why="NVML: GPU is lost")
         except Exception as e:
             why = f"nvmlDeviceGetTotalEccErrors: {_why(e)}"
-            return GpuReading(device_id, True, ecc_error=why, recovery=recovery, recovery_error=recovery_error)
+            return GpuReading(
+                device_id=device_id, present=True, ecc_error=why, recovery=recovery, recovery_error=recovery_error
+            )
 
-    def observe(self) -> Observation:
+    def observe(self) -> CudaObservation:
         """What NVML says now (I/O only; the rule decides)."""
         polled = self.xids.poll()
         source: health_rule.XidSource = "read"
@@ -122,7 +132,7 @@ class CudaHealthMonitor(RuleMonitor[health_rule.State, Observation]):
             source = "failed"
         elif not polled.supported:
             source = "unsupported"
-        return Observation(
+        return CudaObservation(
             gpus=tuple(self._reading(d.id) for d in self.devices),
             xids=tuple(Xid(uuid, xid) for uuid, xid in polled.events),
             xid_source=source,

@@ -129,12 +129,12 @@ def xid_reason(xid: int, fatal: bool) -> str:
 
 
 @dataclass(frozen=True)
-class Settings:
+class CudaSettings:
     ignored_xids: frozenset[int] = DEFAULT_IGNORED_XIDS
     recovery_polls: int = health_track.DEFAULT_RECOVERY_POLLS
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str]) -> Settings:
+    def from_environ(cls, environ: Mapping[str, str]) -> CudaSettings:
         """The user's settings; a bad value is an `InputError` naming the variable."""
         return cls(ignored_xids(environ), health_track.recovery_polls(environ))
 
@@ -164,7 +164,7 @@ class Recovery:
         return f"NVML recovery action {self.name}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GpuReading:
     """What NVML said about one GPU in one poll."""
 
@@ -182,7 +182,7 @@ XidSource = Literal["read", "unsupported", "failed"]
 
 
 @dataclass(frozen=True)
-class Observation:
+class CudaObservation:
     """What the CUDA health sources said in one poll."""
 
     gpus: tuple[GpuReading, ...]
@@ -194,8 +194,8 @@ class Observation:
 
 
 @dataclass(frozen=True)
-class State:
-    settings: Settings
+class CudaState:
+    settings: CudaSettings
     tracked: tuple[Tracked, ...]
     ecc: Mapping[str, int] = field(default_factory=dict)  # last count per GPU: the baseline for growth
 
@@ -203,11 +203,11 @@ class State:
         return tuple(t.device_id for t in self.tracked)
 
 
-def initial(device_ids: tuple[str, ...], settings: Settings, now: float) -> State:
-    return State(settings, health_track.start(device_ids, now))
+def initial(device_ids: tuple[str, ...], settings: CudaSettings, now: float) -> CudaState:
+    return CudaState(settings, health_track.start(device_ids, now))
 
 
-def _findings(gpu: GpuReading, xids: tuple[Xid, ...], obs: Observation, prev: State, now: float) -> Findings:
+def _findings(gpu: GpuReading, xids: tuple[Xid, ...], obs: CudaObservation, prev: CudaState, now: float) -> Findings:
     d = gpu.device_id
     vouched: list[str] = []
     unread: list[str] = []
@@ -247,7 +247,7 @@ def _findings(gpu: GpuReading, xids: tuple[Xid, ...], obs: Observation, prev: St
     return Findings(d, tuple(vouched), tuple(unread), tuple(events), tuple(levels))
 
 
-def step(previous: State, obs: Observation, now: float) -> tuple[State, HealthReport]:
+def step(previous: CudaState, obs: CudaObservation, now: float) -> tuple[CudaState, HealthReport]:
     """The next state and this poll's report."""
     known = set(previous.device_ids())
     errors = list(obs.errors)
@@ -260,7 +260,7 @@ def step(previous: State, obs: Observation, now: float) -> tuple[State, HealthRe
     readings = {g.device_id: g for g in obs.gpus}
     findings: dict[str, Findings] = {}
     for d in previous.device_ids():
-        gpu = readings.get(d, GpuReading(d, None, presence_error="not read this poll"))
+        gpu = readings.get(d, GpuReading(device_id=d, present=None, presence_error="not read this poll"))
         findings[d] = _findings(gpu, tuple(by_gpu.get(d, ())), obs, previous, now)
     for f in obs.other:
         if f.device_id in findings:
@@ -272,22 +272,22 @@ def step(previous: State, obs: Observation, now: float) -> tuple[State, HealthRe
     tracked, report = health_track.step_all(previous.tracked, findings, errors, now, previous.settings.recovery_polls)
     by_action = {g.device_id for g in obs.gpus if g.recovery is not None}
     devices = tuple(replace(v, source=RECOVERY if v.device_id in by_action else XID) for v in report.devices)
-    return State(previous.settings, tracked, ecc), replace(report, devices=devices)
+    return CudaState(previous.settings, tracked, ecc), replace(report, devices=devices)
 
 
-def clear(previous: State, device_id: str) -> State:
-    return State(previous.settings, health_track.clear_device(previous.tracked, device_id), previous.ecc)
+def clear(previous: CudaState, device_id: str) -> CudaState:
+    return CudaState(previous.settings, health_track.clear_device(previous.tracked, device_id), previous.ecc)
 
 
-def kept(state: State) -> tuple[KeptDevice, ...]:
+def kept(state: CudaState) -> tuple[KeptDevice, ...]:
     """What of `state` outlives the decider: each GPU's faults and ECC baseline."""
     ecc = state.ecc
     return tuple(health_kept.keep(t, {ECC_CODE: ecc[t.device_id]} if t.device_id in ecc else {}) for t in state.tracked)
 
 
-def resumed(state: State, kept: Sequence[KeptDevice]) -> State:
+def resumed(state: CudaState, kept: Sequence[KeptDevice]) -> CudaState:
     ecc = {d: n for (d, name), n in health_kept.baselines(kept, state.device_ids()).items() if name == ECC_CODE}
-    return State(state.settings, health_kept.resume(state.tracked, kept), {**state.ecc, **ecc})
+    return CudaState(state.settings, health_kept.resume(state.tracked, kept), {**state.ecc, **ecc})
 
 
 RULE: Final = Rule(step, clear, kept, resumed)

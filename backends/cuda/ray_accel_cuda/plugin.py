@@ -21,7 +21,7 @@ from ray_accel.plugins.check_runner import child_command, find_device, run_check
 from ray_accel.plugins.interface import DevicePlugin
 from ray_accel_cuda.enumeration import enumerate_gpus, inconsistency
 from ray_accel_cuda.health_monitor import CudaHealthMonitor
-from ray_accel_cuda.health_rule import Settings
+from ray_accel_cuda.health_rule import CudaSettings
 from ray_accel_cuda.nvml import NA, Nvml, NvmlUnavailable, text
 from ray_accel_cuda.repair import repair_with_nvml
 from ray_accel_cuda.runtime import COLLECTIVES, FAMILY, PROCESS_ENV, PROTECTED_ENV, TRAITS, CudaRuntime
@@ -48,7 +48,7 @@ class CudaPlugin(DevicePlugin):
     ) -> None:
         # The user's health settings are checked here, before any hardware is
         # touched: a bad value is an InputError naming the variable (exit 2).
-        self._health_settings = Settings.from_environ(os.environ if environ is None else environ)
+        self._health_settings = CudaSettings.from_environ(os.environ if environ is None else environ)
         self.nvml = Nvml(nvml_module)
         self._clock = clock
         self._wall_clock = wall_clock

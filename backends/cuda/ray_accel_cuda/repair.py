@@ -52,7 +52,7 @@ READ_AGAIN_ACTIONS: Final = frozenset({"DRAIN_P2P"})
 UNREAD: Final = "unread"  # the action word of a GPU whose recovery action cannot be read
 
 
-class Step(enum.Enum):
+class RepairStep(enum.Enum):
     NOTHING = "nothing"
     RESET = "reset"
     READ_AGAIN = "read again"
@@ -60,18 +60,18 @@ class Step(enum.Enum):
     OPERATOR = "operator"
 
 
-def plan(action: str | None) -> Step:
+def plan(action: str | None) -> RepairStep:
     """What to do for the recovery action `action` (the binding's name less
     its prefix; None: unreadable or a value the binding does not name)."""
     if action in NOTHING_ACTIONS:
-        return Step.NOTHING
+        return RepairStep.NOTHING
     if action in RESET_ACTIONS:
-        return Step.RESET
+        return RepairStep.RESET
     if action in READ_AGAIN_ACTIONS:
-        return Step.READ_AGAIN
+        return RepairStep.READ_AGAIN
     if action in REBOOT_ACTIONS:
-        return Step.REBOOT
-    return Step.OPERATOR
+        return RepairStep.REBOOT
+    return RepairStep.OPERATOR
 
 
 def reset_command(nvidia_smi: str, gpu: str) -> list[str]:
@@ -159,16 +159,16 @@ def decide(state: GpuState, note: str = "") -> tuple[RepairOutcome, str] | None:
     """The outcome where nothing is to be run, or None where the reset is to
     run now; `note` goes before the detail."""
     step = plan(state.action)
-    if step is Step.READ_AGAIN:
+    if step is RepairStep.READ_AGAIN:
         return RepairOutcome.FAILED, f"{note}{state.action_why}: still asked after the drain; try again later"
-    if step is Step.NOTHING:
+    if step is RepairStep.NOTHING:
         return RepairOutcome.OK, f"{note}{state.action_why}: nothing to run"
-    if step is Step.REBOOT:
+    if step is RepairStep.REBOOT:
         return (
             RepairOutcome.REBOOT_REQUIRED,
             f"{note}{state.action_why}: NVIDIA documents no per-GPU command; nothing run",
         )
-    if step is Step.OPERATOR:
+    if step is RepairStep.OPERATOR:
         return RepairOutcome.OPERATOR, f"{note}{state.action_why}: no repair ray-accel may run; the operator's"
     blocker = reset_blocker(state)
     if blocker is None:
@@ -189,7 +189,7 @@ def repair_gpu(
     started = clock()
     state = read()
     note = ""
-    if plan(state.action) is Step.READ_AGAIN:
+    if plan(state.action) is RepairStep.READ_AGAIN:
         # The caller drained the GPU before asking: NVIDIA's next step is to read the action again.
         note = f"{state.action_why}: drained, read again: "
         state = read()

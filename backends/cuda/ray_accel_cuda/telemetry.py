@@ -39,7 +39,9 @@ class CudaTelemetry(Telemetry):
             power_mw = q("nvmlDeviceGetPowerUsage", h)
             temp = q("nvmlDeviceGetTemperature", h, getattr(self.nvml.module, "NVML_TEMPERATURE_GPU", 0))
         except GpuLost:
-            return DeviceSample(d.id, None, None, d.memory_bytes)
+            return DeviceSample(
+                device_id=d.id, utilization=None, memory_used_bytes=None, memory_total_bytes=d.memory_bytes
+            )
         return DeviceSample(
             device_id=d.id,
             utilization=None if util is NA else util.gpu / 100,

@@ -108,7 +108,7 @@ from ray_accel_neuron.runtime import FAMILY as NEURON_FAMILY
 
 from ray_accel.core.checks import CheckOutcome, RepairOutcome
 from ray_accel.core.errors import InputError
-from ray_accel.core.reader import Node, ReadError, parse_json, read_file, show
+from ray_accel.core.reader import Cursor, ReadError, parse_json, read_file, show
 
 FAULTS_ENV = "RAYACCEL_MOCK_FAULTS"
 REPAIRS_FILE = "repairs.jsonl"  # beside the fault file: one JSON line per reset the mock made
@@ -202,14 +202,14 @@ class Faults:
         return self.repairs.get(device_id, RepairOutcome.OK)
 
 
-def _device(node: Node, devices: Collection[str]) -> str:
+def _device(node: Cursor, devices: Collection[str]) -> str:
     device = node.text(message="{value} is not a device id")
     if device not in devices:
         node.fail(f"{show(device)} is not a device of this mock host")
     return device
 
 
-def _code(kind: str, node: Node, family: str) -> str:
+def _code(kind: str, node: Cursor, family: str) -> str:
     allowed = KINDS[family][kind]
     if kind == "xid":
         return str(node.int(0, cuda_rule.MAX_XID))
@@ -225,7 +225,7 @@ def _code(kind: str, node: Node, family: str) -> str:
     return value
 
 
-def _event(obj: Node, devices: Collection[str], family: str) -> FaultEvent:
+def _event(obj: Cursor, devices: Collection[str], family: str) -> FaultEvent:
     obj.only(EVENT_KEYS)
     kinds = KINDS[family]
     kind = obj.at("kind").one_of(kinds, f"{{value}} is not one of {', '.join(kinds)} (a {family} mock host)")
@@ -246,11 +246,11 @@ def _event(obj: Node, devices: Collection[str], family: str) -> FaultEvent:
     )
 
 
-def _counters(obj: Node, devices: Collection[str], family: str) -> dict[tuple[str, str], int]:
+def _counters(obj: Cursor, devices: Collection[str], family: str) -> dict[tuple[str, str], int]:
     names = KINDS[family]["ecc"] or ()
     out = {}
     for device, node in obj.items():
-        _device(Node(device, node.path), devices)
+        _device(Cursor(device, node.path), devices)
         for name, value in node.items():
             if name not in names:
                 value.fail(f"{show(name)} is not one of {', '.join(names)}")
@@ -258,7 +258,7 @@ def _counters(obj: Node, devices: Collection[str], family: str) -> dict[tuple[st
     return out
 
 
-def _check(node: Node) -> CheckSpec:
+def _check(node: Cursor) -> CheckSpec:
     choices = ", ".join(CHECK_OUTCOMES)
     if isinstance(node.data, str):
         return CheckSpec(CheckOutcome(node.one_of(CHECK_OUTCOMES, f"{{value}} is not one of {choices}")))
@@ -273,20 +273,20 @@ def _check(node: Node) -> CheckSpec:
     )
 
 
-def _checks(obj: Node, devices: Collection[str]) -> dict[str, CheckSpec]:
+def _checks(obj: Cursor, devices: Collection[str]) -> dict[str, CheckSpec]:
     out = {}
     for device, node in obj.items():
-        _device(Node(device, node.path), devices)
+        _device(Cursor(device, node.path), devices)
         out[device] = _check(node)
     return out
 
 
-def _repairs(obj: Node, devices: Collection[str], family: str) -> dict[str, RepairOutcome]:
+def _repairs(obj: Cursor, devices: Collection[str], family: str) -> dict[str, RepairOutcome]:
     if obj.mapping() and family != GPU_FAMILY:
         obj.fail(f"a {family} mock host has no reset to make (AWS publishes none for one device)")
     out = {}
     for device, node in obj.items():
-        _device(Node(device, node.path), devices)
+        _device(Cursor(device, node.path), devices)
         outcome = node.one_of(REPAIR_OUTCOMES, f"{{value}} is not one of {', '.join(REPAIR_OUTCOMES)}")
         out[device] = RepairOutcome(outcome)
     return out
@@ -300,7 +300,7 @@ def parse_faults(text: str, devices: Collection[str], family: str, where: str = 
     if not text.strip():
         return Faults()
     try:
-        obj = Node(parse_json(text, where, "{source}: not JSON ({error})")).only(TOP_KEYS)
+        obj = Cursor(parse_json(text, where, "{source}: not JSON ({error})")).only(TOP_KEYS)
         lost = [_device(x, devices) for x in obj.at("lost", []).list()]
         for i, x in enumerate(lost):
             if x in lost[:i]:
@@ -333,7 +333,7 @@ def parse_resets(text: str, devices: Collection[str], where: str = REPAIRS_FILE)
         if not line.strip():
             continue
         try:
-            obj = Node(parse_json(line, REPAIRS_FILE, "not JSON ({error})")).only(REPAIR_KEYS)
+            obj = Cursor(parse_json(line, REPAIRS_FILE, "not JSON ({error})")).only(REPAIR_KEYS)
             device = _device(obj.at("device"), devices)
             obj.at("time").number(0)
             action = obj.at("action").one_of(RECOVERY_ACTIONS)

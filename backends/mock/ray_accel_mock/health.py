@@ -80,19 +80,21 @@ class MockHealthMonitor(RuleMonitor[Any, Any]):
             start = {}
         # The family's rule and observation, chosen once.
         rule: Rule[Any, Any]
-        state: neuron_rule.State | cuda_rule.State
+        state: neuron_rule.NeuronState | cuda_rule.CudaState
         self._observation: Callable[[Faults | None, str | None, float], Any]
         if self.neuron:
             self._grown = {(d, name): 0 for d in self._ids for name in ECC_FILES}
             base = {key: start.get(key, 0) for key in self._grown}
-            first = neuron_rule.initial(self._ids, neuron_rule.Settings(k), now)
-            state = neuron_rule.State(first.settings, first.tracked, base, frozenset(base))
+            first = neuron_rule.initial(self._ids, neuron_rule.NeuronSettings(k), now)
+            state = neuron_rule.NeuronState(first.settings, first.tracked, base, frozenset(base))
             rule, self._observation = neuron_rule.RULE, self._neuron_observation
         else:
             self._grown = {(d, cuda_rule.ECC_CODE): 0 for d in self._ids}
-            settings = cuda_rule.Settings(cuda_rule.ignored_xids(env), k)
+            settings = cuda_rule.CudaSettings(cuda_rule.ignored_xids(env), k)
             tracked = cuda_rule.initial(self._ids, settings, now).tracked
-            state = cuda_rule.State(settings, tracked, {d: start.get((d, cuda_rule.ECC_CODE), 0) for d in self._ids})
+            state = cuda_rule.CudaState(
+                settings, tracked, {d: start.get((d, cuda_rule.ECC_CODE), 0) for d in self._ids}
+            )
             rule, self._observation = cuda_rule.RULE, self._cuda_observation
         super().__init__(rule, state, clock)
 
@@ -120,45 +122,49 @@ class MockHealthMonitor(RuleMonitor[Any, Any]):
                 out.append(Findings(d.id, levels=(Level("marked", event, "not marked unhealthy in the spec"),)))
         return tuple(out)
 
-    def _neuron_observation(self, faults: Faults | None, failure: str | None, now: float) -> neuron_rule.Observation:
+    def _neuron_observation(
+        self, faults: Faults | None, failure: str | None, now: float
+    ) -> neuron_rule.NeuronObservation:
         marks = self._marks(now)
         if faults is None or faults.fail:
             why = failure or "mock health source failed (injected)"
             node: neuron_rule.Node[int] = neuron_rule.Node(error=why)
             devices = tuple(
-                neuron_rule.DeviceReading(
-                    d,
-                    None,
+                neuron_rule.NeuronReading(
+                    device_id=d,
+                    present=None,
                     presence_error=why,
                     ecc=dict.fromkeys(ECC_FILES, node),
                     components=neuron_rule.Node(error=why),
                 )
                 for d in self._ids
             )
-            return neuron_rule.Observation(devices, (why,), marks)
+            return neuron_rule.NeuronObservation(devices, (why,), marks)
         for e in self._take(faults):
             self._grown[(e.device, e.code)] += e.count
         readings = []
         for d in self._ids:
             if d in faults.lost:
-                readings.append(neuron_rule.DeviceReading(d, False, absent_why="lost in the mock fault file"))
+                readings.append(
+                    neuron_rule.NeuronReading(device_id=d, present=False, absent_why="lost in the mock fault file")
+                )
                 continue
             readings.append(
-                neuron_rule.DeviceReading(
-                    d,
-                    True,
+                neuron_rule.NeuronReading(
+                    device_id=d,
+                    present=True,
                     ecc={name: neuron_rule.Node(self._count(faults, d, name)) for name in ECC_FILES},
                     components=neuron_rule.Node(current_components(faults.events, d)),
                 )
             )
-        return neuron_rule.Observation(tuple(readings), (), marks)
+        return neuron_rule.NeuronObservation(tuple(readings), (), marks)
 
-    def _cuda_observation(self, faults: Faults | None, failure: str | None, now: float) -> cuda_rule.Observation:
+    def _cuda_observation(self, faults: Faults | None, failure: str | None, now: float) -> cuda_rule.CudaObservation:
         marks = self._marks(now)
         if faults is None or faults.fail:
             why = failure or "mock health source failed (injected)"
-            gpus = tuple(cuda_rule.GpuReading(d, None, presence_error=why) for d in self._ids)
-            return cuda_rule.Observation(gpus, (), "failed", why, (), marks)
+            gpus = tuple(cuda_rule.GpuReading(device_id=d, present=None, presence_error=why) for d in self._ids)
+            return cuda_rule.CudaObservation(gpus, (), "failed", why, (), marks)
         recovery = {}
         for d in self._ids:
             action = faults.recovery_of(d)
@@ -171,12 +177,14 @@ class MockHealthMonitor(RuleMonitor[Any, Any]):
             else:
                 self._grown[(e.device, e.code)] += e.count
         gpus = tuple(
-            cuda_rule.GpuReading(d, False, absent_why="lost in the mock fault file")
+            cuda_rule.GpuReading(device_id=d, present=False, absent_why="lost in the mock fault file")
             if d in faults.lost
-            else cuda_rule.GpuReading(d, True, ecc=self._count(faults, d, cuda_rule.ECC_CODE), recovery=recovery.get(d))
+            else cuda_rule.GpuReading(
+                device_id=d, present=True, ecc=self._count(faults, d, cuda_rule.ECC_CODE), recovery=recovery.get(d)
+            )
             for d in self._ids
         )
-        return cuda_rule.Observation(gpus, tuple(xids), "read", None, (), marks)
+        return cuda_rule.CudaObservation(gpus, tuple(xids), "read", None, (), marks)
 
     def observe(self) -> Any:
         faults, failure = None, None

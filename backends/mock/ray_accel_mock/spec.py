@@ -45,7 +45,7 @@ from ray_accel_neuron.runtime import FAMILY as FAMILY_NEURON
 
 from ray_accel.core.devices import Device, DeviceError, validate_inventory
 from ray_accel.core.errors import InputError
-from ray_accel.core.reader import Node, ReadError, Style, parse_toml, read_file, show
+from ray_accel.core.reader import Cursor, ReadError, Style, parse_toml, read_file, show
 from ray_accel.core.validate import PARTITION_NAME
 
 GIB = 1024**3
@@ -360,7 +360,7 @@ def _above(hi: int, limit: str) -> str:
     return f"{{key}} = {{value}} is above the maximum {hi} ({limit})"
 
 
-def _label(node: Node, derived: bool = False) -> str | None:
+def _label(node: Cursor, derived: bool = False) -> str | None:
     """A value that becomes a Ray label (the raylet writes an accelerator type
     with '-' for ' '), so it must follow Ray's label-value rule."""
     if node.data is None:
@@ -380,12 +380,12 @@ def spec_from_table(data: Mapping[str, Any], source: str) -> HostSpec:
     `source`, the field and its value. Every count is checked against its
     maximum before anything is built."""
     try:
-        return _spec(Node(data, source, SPEC))
+        return _spec(Cursor(data, source, SPEC))
     except ReadError as e:
         raise SpecError(str(e)) from None
 
 
-def _spec(top: Node) -> HostSpec:
+def _spec(top: Cursor) -> HostSpec:
     source = top.path
     top.only((*HOST_TABLES, "devices"), "unknown table or key {value}: a spec has [host] and, optionally, [[devices]]")
     given = [t for t in HOST_TABLES if t in top.mapping()]
@@ -394,7 +394,7 @@ def _spec(top: Node) -> HostSpec:
     table = given[0] if given else "host"
     if not given:
         top.fail("missing [host] table")
-    host = Node(top.at(table).mapping("{key} must be a [{key}] table, got {value}"), f"{source} [{table}]", SPEC)
+    host = Cursor(top.at(table).mapping("{key} must be a [{key}] table, got {value}"), f"{source} [{table}]", SPEC)
     host.only(HOST_KEYS, UNKNOWN + ", ".join(HOST_KEYS))
     family = host.at("family", None).one_of(
         (FAMILY_NEURON, FAMILY_GPU), "family must be 'neuron' or 'gpu', got {value}"
@@ -441,7 +441,7 @@ def _spec(top: Node) -> HostSpec:
         top.fail(f"devices must be a non-empty array of [[devices]] tables, got {show(rows)}")
     if len(rows) > max_devices:
         top.fail(f"{len(rows)} [[devices]] listed, above the maximum {max_devices} ({device_limit})")
-    nodes = [Node(row, f"{source} [[devices]][{i}]", SPEC) for i, row in enumerate(rows)]
+    nodes = [Cursor(row, f"{source} [[devices]][{i}]", SPEC) for i, row in enumerate(rows)]
     ids: list[str] = []
     by_index: dict[int, str] = {}
     for row in nodes:

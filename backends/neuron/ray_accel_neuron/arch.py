@@ -29,7 +29,7 @@ TABLE = "table"  # the driver's `connected_devices` lists each device's links
 ALL_TO_ALL = "all-to-all"  # every device reaches every other through a switch
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Generation:
     accelerator_type: str  # what Ray's `accelerator_type:` resource and label carry
     device_name: str  # sysfs info/architecture/device_name
@@ -49,10 +49,35 @@ class Generation:
         return self.default_lnc is None or self.default_lnc > 1
 
 
-TRAINIUM = Generation("Trainium", "Trainium1", (0x7164,), 2, 32 * GIB, 1, ("trn1", "trn1n"), ("NDv2",))
-INFERENTIA2 = Generation("Inferentia2", "Inferentia2", (0x7264,), 2, 32 * GIB, 1, ("inf2",), ("NDv3",))
+TRAINIUM = Generation(
+    accelerator_type="Trainium",
+    device_name="Trainium1",
+    pci_device_ids=(0x7164,),
+    physical_cores=2,
+    memory_bytes=32 * GIB,
+    default_lnc=1,
+    instance_prefixes=("trn1", "trn1n"),
+    arch_types=("NDv2",),
+)
+INFERENTIA2 = Generation(
+    accelerator_type="Inferentia2",
+    device_name="Inferentia2",
+    pci_device_ids=(0x7264,),
+    physical_cores=2,
+    memory_bytes=32 * GIB,
+    default_lnc=1,
+    instance_prefixes=("inf2",),
+    arch_types=("NDv3",),
+)
 TRAINIUM2 = Generation(
-    "Trainium2", "Trainium2", (0x7364,), 8, 96 * GIB, 2, ("trn2", "trn2n", "trn2u", "trn2p"), ("NDv3",)
+    accelerator_type="Trainium2",
+    device_name="Trainium2",
+    pci_device_ids=(0x7364,),
+    physical_cores=8,
+    memory_bytes=96 * GIB,
+    default_lnc=2,
+    instance_prefixes=("trn2", "trn2n", "trn2u", "trn2p"),
+    arch_types=("NDv3",),
 )
 # Trainium3 (driver 2.30.2.0: NDv4/NCv4/Trn3/Trainium3, TRN3_DEVICE_ID0/1 =
 # 0x7564/0x7565; `v4/address_map.h`: 2 dies x 2 SENGs x 2 NCs = 8 physical
@@ -73,13 +98,13 @@ TRAINIUM2 = Generation(
 # reused by V4) prints the Trn2 torus table for it on 16-device hosts under
 # "TODO PDS update", and an empty line on others.
 TRAINIUM3 = Generation(
-    "Trainium3",
-    "Trainium3",
-    (0x7564, 0x7565),
-    8,
-    144 * GIB,
-    2,
-    (
+    accelerator_type="Trainium3",
+    device_name="Trainium3",
+    pci_device_ids=(0x7564, 0x7565),
+    physical_cores=8,
+    memory_bytes=144 * GIB,
+    default_lnc=2,
+    instance_prefixes=(
         "trn3",
         "trn3e",
         "trn3e-dev0",
@@ -97,7 +122,14 @@ TRAINIUM3 = Generation(
 )
 # Inf1 (NDv1, 4 NeuronCore-v1, 8 GiB) is recognised so that it is named, not mistaken.
 INFERENTIA = Generation(
-    "Inferentia", "Inferentia", (0x7064, 0x7065, 0x7066, 0x7067), 4, 8 * GIB, 1, ("inf1",), ("NDv1",)
+    accelerator_type="Inferentia",
+    device_name="Inferentia",
+    pci_device_ids=(0x7064, 0x7065, 0x7066, 0x7067),
+    physical_cores=4,
+    memory_bytes=8 * GIB,
+    default_lnc=1,
+    instance_prefixes=("inf1",),
+    arch_types=("NDv1",),
 )
 
 GENERATIONS = (TRAINIUM, INFERENTIA2, TRAINIUM2, TRAINIUM3, INFERENTIA)
@@ -154,7 +186,16 @@ def reported(name: str) -> Generation | None:
     kind = safe_type(name)
     if kind is None:
         return None
-    return Generation(kind, name.strip(), (), None, None, None, (), known=False)
+    return Generation(
+        accelerator_type=kind,
+        device_name=name.strip(),
+        pci_device_ids=(),
+        physical_cores=None,
+        memory_bytes=None,
+        default_lnc=None,
+        instance_prefixes=(),
+        known=False,
+    )
 
 
 def from_device_name(name: str) -> Generation | None:

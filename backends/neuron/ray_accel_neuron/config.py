@@ -31,7 +31,7 @@ DEFAULT_LNC_FILE = "/opt/aws/neuron/logical_nc_config"
 DEFAULT_MONITOR_PERIOD_S = 5  # neuron-monitor's own default period
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Config:
     sys_root: str
     neuron_root: str

@@ -24,7 +24,7 @@ from ray_accel.core.devices import Device
 from ray_accel.plugins.rule_monitor import RuleMonitor
 from ray_accel_neuron import health_rule, limits, sysfs
 from ray_accel_neuron.config import Config
-from ray_accel_neuron.health_rule import DeviceReading, Node, Observation, Settings
+from ray_accel_neuron.health_rule import NeuronObservation, NeuronReading, NeuronSettings, Node
 from ray_accel_neuron.monitor import READINGS_KEY, MonitorStream, Report
 from ray_accel_neuron.tools import find_tool
 
@@ -51,9 +51,9 @@ def read_components(path: str) -> Node[sysfs.UnhealthyComponents]:
     return read_node(path, sysfs.parse_unhealthy_components)
 
 
-class NeuronHealthMonitor(RuleMonitor[health_rule.State, Observation]):
+class NeuronHealthMonitor(RuleMonitor[health_rule.NeuronState, NeuronObservation]):
     def __init__(
-        self, cfg: Config, devices: Sequence[Device], settings: Settings, clock: Callable[[], float] = time.time
+        self, cfg: Config, devices: Sequence[Device], settings: NeuronSettings, clock: Callable[[], float] = time.time
     ) -> None:
         self.cfg = cfg
         self.devices = tuple(sorted(devices, key=lambda d: d.index))
@@ -85,7 +85,7 @@ class NeuronHealthMonitor(RuleMonitor[health_rule.State, Observation]):
             return Node(error=f"neuron-monitor's neuron_hw_counters has no neuron_device_index {index}")
         return Node(row)
 
-    def _reading(self, d: Device) -> DeviceReading:
+    def _reading(self, d: Device) -> NeuronReading:
         i = d.index
         gone = []
         if i in self._had_dir and not os.path.isdir(self._device_dir(i)):
@@ -93,12 +93,12 @@ class NeuronHealthMonitor(RuleMonitor[health_rule.State, Observation]):
         if i in self._had_node and not os.path.exists(self._dev_node(i)):
             gone.append(f"its device node {self._dev_node(i)} is gone")
         if gone:
-            return DeviceReading(d.id, False, absent_why="; ".join(gone))
+            return NeuronReading(device_id=d.id, present=False, absent_why="; ".join(gone))
         present = True if (i in self._had_dir or i in self._had_node) else None
         hw = os.path.join(self._device_dir(i), "stats", "hardware")
-        return DeviceReading(
-            d.id,
-            present,
+        return NeuronReading(
+            device_id=d.id,
+            present=present,
             ecc={name: read_count(os.path.join(hw, name)) for name in sysfs.ECC_FILES},
             components=read_components(
                 os.path.join(self._device_dir(i), sysfs.HEALTH_STATUS_DIR, "unhealthy_components")
@@ -106,11 +106,11 @@ class NeuronHealthMonitor(RuleMonitor[health_rule.State, Observation]):
             counters=self._counters(i),
         )
 
-    def observe(self) -> Observation:
+    def observe(self) -> NeuronObservation:
         """What sysfs, /dev and neuron-monitor show now (I/O only; the rule decides)."""
         if self.stream is not None:
             self._latest = self.stream.latest()
-        return Observation(tuple(self._reading(d) for d in self.devices))
+        return NeuronObservation(tuple(self._reading(d) for d in self.devices))
 
     def readings(self) -> Mapping[str, object] | None:
         if self.stream is None:

@@ -86,8 +86,8 @@ class Node(Generic[T]):
         return self.value is None and self.error is None
 
 
-@dataclass(frozen=True)
-class DeviceReading:
+@dataclass(frozen=True, kw_only=True)
+class NeuronReading:
     """What sysfs and /dev showed of one device in one poll."""
 
     device_id: str
@@ -103,24 +103,24 @@ class DeviceReading:
 
 
 @dataclass(frozen=True)
-class Observation:
-    devices: tuple[DeviceReading, ...]
+class NeuronObservation:
+    devices: tuple[NeuronReading, ...]
     errors: tuple[str, ...] = ()
     other: tuple[Findings, ...] = ()  # findings from outside sysfs (the mock's spec), merged per device
 
 
 @dataclass(frozen=True)
-class Settings:
+class NeuronSettings:
     recovery_polls: int = health_track.DEFAULT_RECOVERY_POLLS
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str]) -> Settings:
+    def from_environ(cls, environ: Mapping[str, str]) -> NeuronSettings:
         return cls(health_track.recovery_polls(environ))
 
 
 @dataclass(frozen=True)
-class State:
-    settings: Settings
+class NeuronState:
+    settings: NeuronSettings
     tracked: tuple[Tracked, ...]
     ecc: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (device, file) -> last count
     seen: frozenset[tuple[str, str]] = frozenset()  # (device, node) read at least once
@@ -129,8 +129,8 @@ class State:
         return tuple(t.device_id for t in self.tracked)
 
 
-def initial(device_ids: tuple[str, ...], settings: Settings, now: float) -> State:
-    return State(settings, health_track.start(device_ids, now))
+def initial(device_ids: tuple[str, ...], settings: NeuronSettings, now: float) -> NeuronState:
+    return NeuronState(settings, health_track.start(device_ids, now))
 
 
 def components_event(device_id: str, reading: UnhealthyComponents, now: float) -> HealthEvent:
@@ -151,7 +151,7 @@ def _monitor_count(counters: Node[Mapping[str, int]], name: str) -> Node[int]:
     return Node(counters.value[name])
 
 
-def _findings(r: DeviceReading, prev: State, now: float) -> tuple[Findings, set[tuple[str, str]], dict[str, int]]:
+def _findings(r: NeuronReading, prev: NeuronState, now: float) -> tuple[Findings, set[tuple[str, str]], dict[str, int]]:
     d = r.device_id
     vouched: list[str] = []
     unread: list[str] = []
@@ -199,7 +199,7 @@ def _findings(r: DeviceReading, prev: State, now: float) -> tuple[Findings, set[
     return Findings(d, tuple(vouched), tuple(unread), tuple(events), tuple(levels)), seen, counts
 
 
-def step(previous: State, obs: Observation, now: float) -> tuple[State, HealthReport]:
+def step(previous: NeuronState, obs: NeuronObservation, now: float) -> tuple[NeuronState, HealthReport]:
     """The next state and this poll's report."""
     readings = {r.device_id: r for r in obs.devices}
     findings: dict[str, Findings] = {}
@@ -220,7 +220,7 @@ def step(previous: State, obs: Observation, now: float) -> tuple[State, HealthRe
         previous.tracked, findings, obs.errors, now, previous.settings.recovery_polls
     )
     devices = tuple(replace(v, source=_source(findings[v.device_id].vouched)) for v in report.devices)
-    return State(previous.settings, tracked, ecc, frozenset(seen)), replace(report, devices=devices)
+    return NeuronState(previous.settings, tracked, ecc, frozenset(seen)), replace(report, devices=devices)
 
 
 def _source(vouched: tuple[str, ...]) -> str | None:
@@ -229,12 +229,12 @@ def _source(vouched: tuple[str, ...]) -> str | None:
     return "-and-".join(s for s in SOURCES if any(v.startswith(f"{s} ") for v in vouched)) or None
 
 
-def clear(previous: State, device_id: str) -> State:
+def clear(previous: NeuronState, device_id: str) -> NeuronState:
     tracked = health_track.clear_device(previous.tracked, device_id)
-    return State(previous.settings, tracked, previous.ecc, previous.seen)
+    return NeuronState(previous.settings, tracked, previous.ecc, previous.seen)
 
 
-def kept(state: State) -> tuple[KeptDevice, ...]:
+def kept(state: NeuronState) -> tuple[KeptDevice, ...]:
     """What of `state` outlives the decider: each device's faults and ECC baselines."""
     counts: dict[str, dict[str, int]] = {}
     for (d, name), n in state.ecc.items():
@@ -242,10 +242,10 @@ def kept(state: State) -> tuple[KeptDevice, ...]:
     return tuple(health_kept.keep(t, counts.get(t.device_id, {})) for t in state.tracked)
 
 
-def resumed(state: State, kept: Sequence[KeptDevice]) -> State:
+def resumed(state: NeuronState, kept: Sequence[KeptDevice]) -> NeuronState:
     ecc = health_kept.baselines(kept, state.device_ids())
     ecc = {k: n for k, n in ecc.items() if k[1] in ECC_LABELS}
-    return State(state.settings, health_kept.resume(state.tracked, kept), {**state.ecc, **ecc}, state.seen)
+    return NeuronState(state.settings, health_kept.resume(state.tracked, kept), {**state.ecc, **ecc}, state.seen)
 
 
 RULE: Final = Rule(step, clear, kept, resumed)

@@ -37,7 +37,7 @@ from ray_accel_neuron.runtime import FAMILY
 from ray_accel_neuron.sysfs import DevNode, PciFunction, Reading, SysfsDevice
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Sources:
     neuron_root: str
     dev_root: str
@@ -57,7 +57,7 @@ class Sources:
     file_lnc: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Inventory:
     devices: tuple[Device, ...]
     generation: Generation | None
@@ -367,7 +367,15 @@ def merge(src: Sources) -> Inventory:
         )
         if on
     ]
-    return Inventory(tuple(devices), gen, decision.source, instance, lnc, tuple(warnings), tuple(used))
+    return Inventory(
+        devices=tuple(devices),
+        generation=gen,
+        generation_source=decision.source,
+        instance=instance,
+        lnc=lnc,
+        warnings=tuple(warnings),
+        sources=tuple(used),
+    )
 
 
 def _bdfs(visible: Mapping[int, str], ls: Mapping[int, LsDevice]) -> dict[int, str]:

@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import IO
 
-from ray_accel.core.reader import Node, ReadError, kept, parse_json
+from ray_accel.core.reader import Cursor, ReadError, kept, parse_json
 from ray_accel_neuron.tools import kill_group
 
 MAX_LINE_BYTES = 32 * 1024 * 1024
@@ -50,7 +50,7 @@ class MonitorError(ValueError):
     """A report that is not neuron-monitor JSON."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Report:
     core_utilization: Mapping[int, float] = field(default_factory=dict)  # global core -> percent
     core_memory: Mapping[int, int] = field(default_factory=dict)  # global core -> device bytes
@@ -66,21 +66,21 @@ CORE = re.compile(r"[0-9]{1,6}")  # a global NeuronCore number, as the report's 
 HW_COUNTERS = ("mem_ecc_corrected", "mem_ecc_uncorrected", "sram_ecc_corrected", "sram_ecc_uncorrected")
 
 
-def _core(node: Node) -> int:
+def _core(node: Cursor) -> int:
     if not isinstance(node.key, str) or not CORE.fullmatch(node.key):
         node.fail(f"{node.key!r} is not a NeuronCore number")
     return int(node.key)
 
 
-def _utilization(node: Node) -> tuple[int, float]:
+def _utilization(node: Cursor) -> tuple[int, float]:
     return _core(node), node.at("neuroncore_utilization").number(0, 100)
 
 
-def _memory(node: Node) -> tuple[int, int]:
+def _memory(node: Cursor) -> tuple[int, int]:
     return _core(node), sum(count.int(0) for _, count in node.items())
 
 
-def _hw(row: Node) -> tuple[int, dict[str, int]]:
+def _hw(row: Cursor) -> tuple[int, dict[str, int]]:
     counts = {k: row.at(k).int(0) for k in HW_COUNTERS if k in row.mapping()}
     if not counts:
         row.fail("holds no ECC count")
@@ -88,7 +88,7 @@ def _hw(row: Node) -> tuple[int, dict[str, int]]:
 
 
 def _runtime(
-    rt: Node,
+    rt: Cursor,
     util: dict[int, float],
     mem: dict[int, int],
     by_pid: dict[int, dict[int, int]],
@@ -134,7 +134,7 @@ def report_of(data: object) -> Report:
     by_pid: dict[int, dict[int, int]] = {}
     problems: list[str] = []
     pids = []
-    top = Node(data)
+    top = Cursor(data)
     for rt in kept(lambda n: n.at("neuron_runtime_data", []).list(), top, problems) or ():
         if (pid := kept(lambda n: _runtime(n, util, mem, by_pid, problems), rt, problems)) is not None:
             pids.append(pid)
@@ -142,7 +142,15 @@ def report_of(data: object) -> Report:
         lambda n: n.at("system_data", {}).at("neuron_hw_counters", {}).at("neuron_devices", []).list(), top, problems
     )
     counters = dict(filter(None, (kept(_hw, row, problems) for row in hw or ())))
-    return Report(util, mem, by_pid, counters, tuple(pids), tuple(problems), data)
+    return Report(
+        core_utilization=util,
+        core_memory=mem,
+        pid_core_memory=by_pid,
+        hw_counters=counters,
+        runtime_pids=tuple(pids),
+        problems=tuple(problems),
+        data=data,
+    )
 
 
 def config_json(period_s: int) -> str:

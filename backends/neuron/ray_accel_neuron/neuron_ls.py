@@ -40,7 +40,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ray_accel.core.reader import Node, ReadError, Style, parse_json, show
+from ray_accel.core.reader import Cursor, ReadError, Style, parse_json, show
 from ray_accel_neuron import limits
 from ray_accel_neuron.tools import ToolError, run_tool
 
@@ -67,7 +67,7 @@ class LsProcess:
     command: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LsDevice:
     index: int
     nc_count: int  # logical cores
@@ -108,7 +108,7 @@ NEURON_LS = Style(
 BAD_JSON = "{source} printed invalid JSON ({error})"
 
 
-def _lnc(node: Node) -> int | None:
+def _lnc(node: Cursor) -> int | None:
     """`logical_neuroncore_config`, where printed: 1 or 2."""
     lnc = None if node.data is None else node.int()
     if lnc is not None and lnc not in limits.LNC_VALUES:
@@ -116,18 +116,18 @@ def _lnc(node: Node) -> int | None:
     return lnc
 
 
-def _device(entry: Node) -> LsDevice:
+def _device(entry: Cursor) -> LsDevice:
     """One device object; `ReadError` or `limits.OutOfRange` name the bad field."""
     fields = entry.mapping()
     first = entry.at("neuron_device", None)
     index = limits.device_index(first.int(), first.path)
-    device = Node(entry.data, f"neuron-ls device {index}", NEURON_LS)
+    device = Cursor(entry.data, f"neuron-ls device {index}", NEURON_LS)
     nc = device.at("nc_count", None)
     ids = device.at("neuroncore_ids", None).optional()
     links = device.at("connected_to", None).optional()
     numa = device.at("numa_node", None)
     if isinstance(numa.data, str) and re.fullmatch(r"-?[0-9]{1,9}", numa.data.strip()):
-        numa = Node(int(numa.data), numa.path, NEURON_LS)  # printed as a string ("-1")
+        numa = Cursor(int(numa.data), numa.path, NEURON_LS)  # printed as a string ("-1")
     memory = device.at("memory_size", None)
     bdf = device.at("bdf", None)
     if bdf.data is not None and normalize_bdf(bdf.data) is None:
@@ -153,7 +153,7 @@ def _device(entry: Node) -> LsDevice:
     )
 
 
-def _process(node: Node) -> LsProcess:
+def _process(node: Cursor) -> LsProcess:
     pid = node.at("pid", None)
     if (value := pid.int()) <= 0:
         pid.fail(f"is {value}, not a process id")
@@ -174,7 +174,7 @@ class LsListing:
 def _devices(data: list[Any], where: str) -> tuple[LsDevice, ...]:
     if len(data) > limits.MAX_DEVICES:
         raise NeuronLsError(f"{where} lists {len(data)} devices, more than {limits.MAX_DEVICES}")
-    devices = [_device(Node(entry, f"neuron-ls device #{pos}", NEURON_LS)) for pos, entry in enumerate(data)]
+    devices = [_device(Cursor(entry, f"neuron-ls device #{pos}", NEURON_LS)) for pos, entry in enumerate(data)]
     seen: set[int] = set()
     for d in devices:
         if d.index in seen:
@@ -230,7 +230,7 @@ def _new_output(data: object) -> LsListing:
     devices = _devices(data[key], "neuron-ls --output-format json")
     instance = data.get("instance_type")
     instance = (instance.strip() or None) if isinstance(instance, str) else None
-    lnc = _lnc(Node(data, "neuron-ls top-level", NEURON_LS).at("logical_neuroncore_config", None))
+    lnc = _lnc(Cursor(data, "neuron-ls top-level", NEURON_LS).at("logical_neuroncore_config", None))
     out = []
     for d in devices:
         if lnc is not None and d.lnc is not None and d.lnc != lnc:

@@ -202,6 +202,6 @@ class NeuronPlugin(DevicePlugin):
         # One per plugin: it keeps the rule's state (baselines, open faults) between
         # polls, and owns the host's neuron-monitor (the decider polls it).
         if self._health is None:
-            settings = health_rule.Settings(self._config.recovery_polls)
+            settings = health_rule.NeuronSettings(self._config.recovery_polls)
             self._health = NeuronHealthMonitor(self._config, self.list_devices(), settings)
         return self._health

@@ -149,7 +149,7 @@ def parse_serial(text: str) -> str | None:
 # ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SysfsDevice:
     index: int
     path: str
