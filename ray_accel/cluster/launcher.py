@@ -90,10 +90,12 @@ class Launch:
         return self.result
 
     def kill(self) -> None:
-        """SIGKILL the launcher and every member of its group."""
+        """SIGKILL the launcher, every member of its group, and what they
+        started in a group of their own."""
         assert self.proc is not None
-        for member in self.members():
-            if member.alive():
+        never = procs.never_signal()
+        for member in procs.tree(self.members()):
+            if member.pid not in never and member.alive():
                 procs.send(member.pid, signal.SIGKILL)
         if self.proc.poll() is None:
             self.proc.kill()

@@ -200,16 +200,9 @@ def terminate(records: Iterable[ProcessRecord], grace_s: float = 5.0) -> list[in
     descendants; SIGKILL what is left after `grace_s`. Returns the PIDs
     signalled. The caller has checked that the records are ours; PID 1, this
     process and its ancestors are skipped whatever it says."""
-    live = [r for r in records if r.alive()]
-    if not live:
+    targets = {r.pid: r for r in tree(records)}
+    if not targets:
         return []
-    kids = children_map(snapshot().values())
-    targets: dict[int, ProcessRecord] = {}
-    for r in live:
-        targets[r.pid] = r
-        for pid in descendants(r.pid, kids):
-            if (child := ProcessRecord.of(pid)) is not None:
-                targets.setdefault(pid, child)
     never = never_signal()
     signalled = [pid for pid, r in targets.items() if pid not in never and r.alive() and send(pid, signal.SIGTERM)]
     _wait_gone([targets[p] for p in signalled], grace_s)
@@ -218,6 +211,25 @@ def terminate(records: Iterable[ProcessRecord], grace_s: float = 5.0) -> list[in
         send(pid, signal.SIGKILL)
     _wait_gone([targets[p] for p in left], 5)
     return sorted(signalled)
+
+
+def tree(records: Iterable[ProcessRecord]) -> list[ProcessRecord]:
+    """The given processes that are still those processes, and every
+    descendant of theirs, parents first. One reading of /proc, made before
+    anything is signalled: a process whose parent was killed is no longer
+    below it (Ray's agents, for one, outlive their raylet for a moment)."""
+    live = [r for r in records if r.alive()]
+    if not live:
+        return []
+    kids = children_map(snapshot().values())
+    found: dict[int, ProcessRecord] = {}
+    for r in live:
+        found.setdefault(r.pid, r)
+        for pid in descendants(r.pid, kids):
+            child = ProcessRecord.of(pid)
+            if child is not None:
+                found.setdefault(pid, child)
+    return list(found.values())
 
 
 def _wait_gone(records: Sequence[ProcessRecord], seconds: float) -> None:
