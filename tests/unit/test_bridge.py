@@ -16,7 +16,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from ray_accel_cuda.runtime import TRAITS as CUDA_TRAITS
-from ray_accel_neuron.runtime import TRAITS as NEURON_TRAITS
 
 from ray_accel.bridge import autoinstall, managers
 from ray_accel.bridge.managers import (
@@ -43,25 +42,8 @@ from ray_accel.core.visibility import format_visible_ids
 from ray_accel.plugins.traits import DeviceTraits
 from ray_accel.rayapi import accelerators
 from ray_accel.rayapi.feature import FAKE_RAY_VERSION_ENV, RayApiMissing, ray_version
+from tests.bridge_specs import GPU, NEURON
 
-NEURON = BridgeSpec(
-    resource_name="neuron_cores",
-    visible_ids_env="NEURON_RT_VISIBLE_CORES",
-    family="neuron",
-    accelerator_type="Trainium",
-    unit_ids=tuple(range(32)),
-    backend="neuron",
-    traits=NEURON_TRAITS,
-)
-GPU = BridgeSpec(
-    resource_name="GPU",
-    visible_ids_env="CUDA_VISIBLE_DEVICES",
-    family="gpu",
-    accelerator_type="A100",
-    unit_ids=tuple(range(8)),
-    backend="cuda",
-    traits=CUDA_TRAITS,
-)
 TPU = BridgeSpec(
     resource_name="FAKETPU",
     visible_ids_env="FAKE_TPU_VISIBLE_CHIPS",

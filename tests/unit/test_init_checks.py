@@ -13,8 +13,6 @@ from typing import Any
 
 import pytest
 import ray
-from ray_accel_cuda.runtime import TRAITS as CUDA_TRAITS
-from ray_accel_neuron.runtime import TRAITS as NEURON_TRAITS
 
 import ray_accel
 from ray_accel.bridge.managers import BridgeSpec, BridgeUnsupported
@@ -24,26 +22,8 @@ from ray_accel.core.errors import InputError
 from ray_accel.partition.inherited import InheritedMask
 from ray_accel.partition.plan import Partition
 from tests.badinput import badinput
+from tests.bridge_specs import GPU, NEURON
 from tests.clirun import environment
-
-NEURON = BridgeSpec(
-    resource_name="neuron_cores",
-    visible_ids_env="NEURON_RT_VISIBLE_CORES",
-    family="neuron",
-    accelerator_type="Trainium",
-    unit_ids=tuple(range(32)),
-    backend="neuron",
-    traits=NEURON_TRAITS,
-)
-GPU = BridgeSpec(
-    resource_name="GPU",
-    visible_ids_env="CUDA_VISIBLE_DEVICES",
-    family="gpu",
-    accelerator_type="A100",
-    unit_ids=tuple(range(8)),
-    backend="cuda",
-    traits=CUDA_TRAITS,
-)
 
 
 @badinput("leftover")

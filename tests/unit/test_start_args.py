@@ -13,8 +13,6 @@ import re
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from ray_accel_cuda.runtime import TRAITS as CUDA_TRAITS
-from ray_accel_neuron.runtime import TRAITS as NEURON_TRAITS
 
 from ray_accel.bridge.managers import BridgeSpec, BridgeUnsupported, check_ray_version
 from ray_accel.cluster import raylet
@@ -47,25 +45,9 @@ from ray_accel.core.errors import InputError
 from ray_accel.partition.plan import Partition, check_user_keys
 from ray_accel.rayapi.feature import FAKE_RAY_VERSION_ENV
 from tests.badinput import badinput
+from tests.bridge_specs import GPU
+from tests.bridge_specs import NEURON as SPEC
 
-SPEC = BridgeSpec(
-    resource_name="neuron_cores",
-    visible_ids_env="NEURON_RT_VISIBLE_CORES",
-    family="neuron",
-    accelerator_type="Trainium",
-    unit_ids=tuple(range(32)),
-    backend="neuron",
-    traits=NEURON_TRAITS,
-)
-GPU = BridgeSpec(
-    resource_name="GPU",
-    visible_ids_env="CUDA_VISIBLE_DEVICES",
-    family="gpu",
-    accelerator_type="A100",
-    unit_ids=tuple(range(8)),
-    backend="cuda",
-    traits=CUDA_TRAITS,
-)
 PART = Partition("p1", ("neuron:8", "neuron:9"), (16, 17, 18, 19))
 SHARE = Share(
     partition="p1",
