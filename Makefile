@@ -31,10 +31,18 @@ PYTEST_ARGS ?=
 
 .PHONY: demo test lint unit test-xla dist lanes clean
 
-$(STAMP): Makefile pyproject.toml $(addsuffix /pyproject.toml,$(BACKENDS))
+# uv installs into the venv (in CI from the package cache: 2 s where pip
+# takes 80), and reads no pip configuration: where pip is told to find wheels
+# (this machine's CPU build of torch) is handed to it.
+FIND_LINKS = $(shell $(PYTHON) -m pip config list 2>/dev/null | sed -n "s/^[^=]*find-links='\(.*\)'$$/--find-links \1/p" | sort -u)
+
+$(VENV)/bin/uv:
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q $(PINS)
-	$(PY) -m pip install -q --no-deps -e . $(addprefix -e ,$(BACKENDS))
+	$(PY) -m pip install -q $(UV_PIN)
+
+$(STAMP): Makefile pyproject.toml $(addsuffix /pyproject.toml,$(BACKENDS)) | $(VENV)/bin/uv
+	VIRTUAL_ENV=$(VENV) $(VENV)/bin/uv pip install -q $(FIND_LINKS) $(PINS)
+	VIRTUAL_ENV=$(VENV) $(VENV)/bin/uv pip install -q --no-deps -e . $(addprefix -e ,$(BACKENDS))
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -49,10 +57,6 @@ unit: $(STAMP)
 	.ci/pytest-tiers $(PY) $(PYTEST_ARGS)
 
 test: lint unit
-
-# uv makes the venvs of the XLA lane and of the wheel lanes.
-$(VENV)/bin/uv: | $(STAMP)
-	$(PY) -m pip install -q $(UV_PIN)
 
 # torch-xla pins torch 2.9, so the XLA lane has a venv of its own, made with uv.
 $(XLA_STAMP): Makefile pyproject.toml $(addsuffix /pyproject.toml,$(BACKENDS)) | $(VENV)/bin/uv

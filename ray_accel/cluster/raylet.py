@@ -226,13 +226,15 @@ def ray_start_args(
     gcs: str | None,
     gcs_port: int = 0,
     dashboard: bool = True,
+    log_monitor: bool = True,
 ) -> list[str]:
     """`ray start` arguments for one partition: its ports, its accelerator
     count, its share of the host (`share`), its labels (the user's, then
     ray-accel's own per partition: host, topology), then what it is given of
     the user's own `ray start` options. With no `gcs` to join it is the head
     raylet (`part` without devices, no partition label), its GCS on
-    `gcs_port`, its dashboard on unless not `dashboard`."""
+    `gcs_port`, its dashboard on unless not `dashboard`. It runs Ray's log
+    monitor only where `log_monitor` (one per host: `carries_log_monitor`)."""
     head = gcs is None
     passed = user.passed_on(head)
     args = ["start"]
@@ -249,6 +251,11 @@ def ray_start_args(
     args += ["--object-store-memory", str(share.object_store_memory)]
     if head and not dashboard and user.include_dashboard is None:
         args += ["--include-dashboard", "false"]
+    if not log_monitor:
+        # Every log monitor tails every worker's log in the session's logs
+        # folder, which the host's raylets share: a second one would print
+        # each line of a worker twice on its driver (docs/design.md).
+        args += ["--include-log-monitor", "false"]
     if not user.usage_stats_off:
         args.append("--disable-usage-stats")
     return args + passed
@@ -273,6 +280,7 @@ class RayletLaunch:
     gcs: str | None
     gcs_port: int = 0
     dashboard: bool = True
+    log_monitor: bool = True  # it runs the host's one log monitor
 
     def job(self, base_env: dict[str, str]) -> tuple[str, list[str], dict[str, str]]:
         """The launcher's job: the raylet's name, its `ray start` arguments and
@@ -287,6 +295,7 @@ class RayletLaunch:
             self.gcs,
             self.gcs_port,
             self.dashboard,
+            self.log_monitor,
         )
         return self.part.name, args, partition_env(base_env, self.spec, self.part, self.share)
 

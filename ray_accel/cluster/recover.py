@@ -5,7 +5,7 @@ decider's shrink and return and a repartition (`ray_accel.hostops`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from ray_accel.bridge.managers import raylet_env
@@ -45,6 +45,7 @@ def relaunch(
         user=RayOptions.read(record.ray_args),
         labels={**dict(record.labels), **extra_labels},
         gcs=record.gcs_address,
+        log_monitor=carries_log_monitor(record, p.name, lambda r: procs.check(r).ours),
     )
     base_env = raylet_base_env(record.auth)
     env = {**base_env, **raylet_env([record.spec], base_env)}
@@ -60,6 +61,18 @@ def relaunch(
         log=result.log,
         labels=tuple(extra_labels.items()),
     )
+
+
+def carries_log_monitor(record: HostRecord, name: str, alive: Callable[[RayProcess], bool]) -> bool:
+    """Whether partition `name`'s new raylet is to run the host's log monitor:
+    when no other raylet of the host runs one that is `alive`. One per host,
+    as Ray asks (`ray start --help`, --include-log-monitor): its raylets
+    share one logs folder, and each monitor would send every line again. The
+    head raylet, which no host change touches, has it from the start; on a
+    joining host the first partition has it, and where a change stops that
+    one, the first raylet started after it takes it on."""
+    others = [r for q in record.raylets() if q.name != name for r in q.of_kind("log_monitor")]
+    return not any(alive(r) for r in others)
 
 
 def terminate_raylet(p: PartitionEntry, checks: Mapping[RayProcess, procs.Check]) -> None:

@@ -300,6 +300,8 @@ def launch(
             gcs=gcs,
             gcs_port=lp.gcs_port,
             dashboard=req.services.dashboard,
+            # The host's one log monitor: with the head raylet, or joining, the first partition.
+            log_monitor=i == 0,
         )
         pinned = f", CPUs {format_cpulist(share.cpu_set)}" if share.cpu_set is not None else ""
         progress(f"starting {part.name}: {lp.spec.visible_ids_env}={part.visible_ids}{pinned}")

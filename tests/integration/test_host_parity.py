@@ -185,6 +185,51 @@ def test_state_api_and_ray_nodes_count_the_host_once(labelled: Cluster) -> None:
     assert f"/{host_cpus()}.0 CPU" in status.stdout and "/3.0 license" in status.stdout
 
 
+# One task per partition prints a line of its own; the driver keeps Ray's log
+# deduplication off, so a line sent twice shows twice.
+PRINTS = r"""
+import sys, time
+import ray
+ray.init(address=sys.argv[1])
+parts = sorted({n["Labels"]["ray-accel.io/partition"] for n in ray.nodes()
+                if n["Alive"] and "ray-accel.io/partition" in n["Labels"]})
+
+@ray.remote(num_cpus=0)
+def say(part):
+    print(f"printed-in-{part}", flush=True)
+
+ray.get([say.options(label_selector={"ray-accel.io/partition": p}).remote(p) for p in parts], timeout=120)
+time.sleep(3)  # Ray's log monitors poll the logs folder; every copy has arrived by then
+print("PARTS " + " ".join(parts))
+"""
+
+
+def test_a_workers_line_reaches_its_driver_once(labelled: Cluster) -> None:
+    # Ray asks for one log monitor per host (`ray start --help`,
+    # --include-log-monitor): the host's raylets share one logs folder, and
+    # each monitor sends every line in it.
+    proc = subprocess.run(
+        [sys.executable, "-c", PRINTS, labelled.address],
+        env={**ray_env(labelled), "RAY_DEDUP_LOGS": "0"},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout + proc.stderr
+    parts = next(ln for ln in proc.stdout.splitlines() if ln.startswith("PARTS ")).split()[1:]
+    assert parts == ["p0", "p1"]
+    seen = {p: sum(f"printed-in-{p}" in ln for ln in out.splitlines()) for p in parts}
+    assert seen == {"p0": 1, "p1": 1}, out[-3000:]
+    monitors = [
+        proc
+        for entry in [record(labelled)["head_raylet"], *record(labelled)["partitions"]]
+        for proc in entry["processes"]
+        if proc["kind"] == "log_monitor"
+    ]
+    assert len(monitors) == 1 and monitors[0] in record(labelled)["head_raylet"]["processes"], monitors
+
+
 def test_job_submit_runs_one_task_per_partition_by_label(labelled: Cluster, tmp_path: Path) -> None:
     (tmp_path / "job.py").write_text(PER_PARTITION)
     proc = subprocess.run(

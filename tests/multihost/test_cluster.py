@@ -261,6 +261,13 @@ def test_shared_home_keeps_one_record_per_host(cluster: Cluster) -> None:
         assert all(p["labels"]["ray-accel.io/host"] == key(h) for p in recorded["partitions"])
         every = recorded_pids(recorded)  # raylets, GCS, launchers: all of this host only
         assert pids <= every and every <= cluster.pids(h) and not every & cluster.pids(other), (h, every)
+        # One log monitor per host (Ray's `ray start --help`): the head raylet's on A, the first partition's on B.
+        carriers = [
+            entry["partition"]
+            for entry in [*([recorded["head_raylet"]] if recorded.get("head_raylet") else []), *recorded["partitions"]]
+            if any(proc["kind"] == "log_monitor" for proc in entry["processes"])
+        ]
+        assert carriers == [recorded["partitions"][0]["partition"] if h is b else recorded["head_raylet"]["partition"]]
 
 
 def test_top_lists_every_device_of_both_hosts(cluster: Cluster) -> None:

@@ -90,3 +90,50 @@ def test_a_record_without_shares_divides_the_host_by_units_as_start_does() -> No
     assert abs(shares[0].cpus - shares[1].cpus) <= 1, "16 cores each: equal parts"
     kept = Share(partition="p1", cpus=3, memory=4_000_000_000, object_store_memory=1_000_000_000)
     assert recover.recorded_share(replace(record.partitions[1], share=kept), record) is kept
+
+
+def monitor(pid: int) -> RayProcess:
+    return RayProcess("log_monitor", pid, 3000 + pid, f"{RAY}/_private/log_monitor.py")
+
+
+def with_monitor(entry: Any, pid: int) -> Any:
+    return replace(entry, processes=(*entry.processes, monitor(pid)))
+
+
+def test_one_log_monitor_per_host_the_head_keeps_it() -> None:
+    record = valid_record()
+    record = replace(record, head_raylet=with_monitor(record.head_raylet, 10))
+    for name in ("p0", "p1", "new"):
+        assert not recover.carries_log_monitor(record, name, lambda r: True), name
+    # The head's monitor gone (its raylet ended): the next raylet started takes it on.
+    assert recover.carries_log_monitor(record, "p1", lambda r: False)
+
+
+def test_a_joining_hosts_monitor_moves_with_the_partition_that_had_it() -> None:
+    record = replace(valid_record(), head=False, head_raylet=None)
+    p0, p1 = record.partitions
+    record = replace(record, partitions=(with_monitor(p0, 20), p1))
+    # p0 restarted (recover, shrink, return): its own old monitor does not count.
+    assert recover.carries_log_monitor(record, "p0", lambda r: True)
+    assert not recover.carries_log_monitor(record, "p1", lambda r: True)
+    # p0 stopped by a repartition that replaced it: the first new raylet takes it.
+    assert recover.carries_log_monitor(record, "p01", lambda r: r.pid != 20)
+    # Nobody has one (a record from before): the raylet started takes it.
+    assert recover.carries_log_monitor(replace(record, partitions=(p0, p1)), "p1", lambda r: True)
+
+
+def test_the_raylet_started_asks_ray_for_a_log_monitor_only_where_it_carries_it(
+    checked: list[tuple[list[int], str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record = valid_record()
+    record = replace(record, head_raylet=with_monitor(record.head_raylet, 10))
+    asked: list[int] = []
+    monkeypatch.setattr(procs, "check", lambda r: asked.append(r.pid) or SimpleNamespace(ours=alive))
+    for alive, expected in ((True, ["--include-log-monitor", "false"]), (False, [])):
+        launches = Launches()
+        recover.relaunch(record, record.partitions[1], record.partitions[1].serving, {}, launches, lambda _: None)
+        ((_, args, _),) = launches.asked
+        flag = "--include-log-monitor"
+        found = [a for i, a in enumerate(args) if flag in (a, args[i - 1])]
+        assert found == expected, alive
+    assert asked == [10, 10], "only the other raylets' monitors are looked at"
