@@ -226,8 +226,7 @@ def order(keys: Sequence[Hashable | None]) -> list[int]:
 
 # Seconds each Ray-tier module took in a CI run on two cores, three shards
 # beside the pure tier (its tests, their cluster starts included), to
-# balance `shard`; a module not listed counts UNLISTED_S. Only the balance
-# depends on these: every module runs either way.
+# balance `shard`; a module not listed counts UNLISTED_S. Only the balance depends on these: every module runs either way.
 MODULE_SECONDS: Mapping[str, float] = {
     "tests/integration/test_health.py": 542,
     "tests/integration/test_repartition.py": 442,
