@@ -31,9 +31,12 @@ PYTEST_ARGS ?=
 
 .PHONY: demo test lint unit test-xla dist lanes clean
 
-# uv installs into the venv (in CI from the package cache: 2 s where pip
-# takes 80), and reads no pip configuration: where pip is told to find wheels
-# (this machine's CPU build of torch) is handed to it.
+# uv installs into the venv (from the package cache: 19 s where pip takes
+# 80), and reads no pip configuration: where pip is told to find wheels (this
+# machine's CPU build of torch) is handed to it. It compiles the bytecode at
+# install, as pip does: left to the first imports, every process of the
+# suite's first minutes compiles Ray's modules at once, and raylets miss
+# Ray's 30 s to register.
 FIND_LINKS = $(shell $(PYTHON) -m pip config list 2>/dev/null | sed -n "s/^[^=]*find-links='\(.*\)'$$/--find-links \1/p" | sort -u)
 
 $(VENV)/bin/uv:
@@ -41,7 +44,7 @@ $(VENV)/bin/uv:
 	$(PY) -m pip install -q $(UV_PIN)
 
 $(STAMP): Makefile pyproject.toml $(addsuffix /pyproject.toml,$(BACKENDS)) | $(VENV)/bin/uv
-	VIRTUAL_ENV=$(VENV) $(VENV)/bin/uv pip install -q $(FIND_LINKS) $(PINS)
+	VIRTUAL_ENV=$(VENV) $(VENV)/bin/uv pip install -q --compile-bytecode $(FIND_LINKS) $(PINS)
 	VIRTUAL_ENV=$(VENV) $(VENV)/bin/uv pip install -q --no-deps -e . $(addprefix -e ,$(BACKENDS))
 	touch $(STAMP)
 
