@@ -3,22 +3,12 @@ server) and two partitions, for the tests of the record and of what reads it."""
 
 from __future__ import annotations
 
-from ray_accel_neuron.runtime import TRAITS as NEURON_TRAITS
-
-from ray_accel.bridge.managers import BridgeSpec
 from ray_accel.cluster.auth import Auth
 from ray_accel.cluster.host import port_blocks
 from ray_accel.cluster.record import HostRecord, PartitionEntry, RayProcess
+from tests.bridge_specs import NEURON
 
-SPEC = BridgeSpec(
-    resource_name="neuron_cores",
-    visible_ids_env="NEURON_RT_VISIBLE_CORES",
-    family="neuron",
-    accelerator_type="Trainium",
-    unit_ids=tuple(range(32)),
-    backend="neuron",
-    traits=NEURON_TRAITS,
-)
+SPEC = NEURON  # the Trainium host of tests/bridge_specs.py
 RAY = "/venv/lib/python3.11/site-packages/ray"
 
 

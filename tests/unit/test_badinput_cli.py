@@ -17,28 +17,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ray_accel_neuron.runtime import TRAITS as NEURON_TRAITS
 
-from ray_accel.bridge.managers import BridgeSpec
 from ray_accel.cluster import statedir
 from ray_accel.cluster.auth import Auth
 from ray_accel.cluster.host import port_blocks
 from ray_accel.cluster.procs import identity
 from ray_accel.cluster.record import HostRecord, PartitionEntry, RayProcess, dumps
 from tests.badinput import badinput
+from tests.bridge_specs import NEURON
 from tests.cli_process import run_cli
 from tests.clirun import run_cli_here
 from tests.tagged import new_tag, tagged
 
-SPEC = BridgeSpec(
-    resource_name="neuron_cores",
-    visible_ids_env="NEURON_RT_VISIBLE_CORES",
-    family="neuron",
-    accelerator_type="Trainium",
-    unit_ids=tuple(range(32)),
-    backend="neuron",
-    traits=NEURON_TRAITS,
-)
+SPEC = NEURON  # the Trainium host of tests/bridge_specs.py
 
 # (id, argv, extra environment, exit code, what the error names, class, setup)
 # setup: "" nothing; "stale" a record naming a process that is gone; "shared" a 1777 state dir.

@@ -26,9 +26,7 @@ from typing import Any
 
 import psutil
 import pytest
-from ray_accel_neuron.runtime import TRAITS as NEURON_TRAITS
 
-from ray_accel.bridge.managers import BridgeSpec
 from ray_accel.cluster import statedir
 from ray_accel.cluster.auth import Auth
 from ray_accel.cluster.host import port_blocks
@@ -38,20 +36,13 @@ from ray_accel.core.errors import InputError
 from ray_accel.core.hosts import ip_text
 from ray_accel.core.processes import read_cmdline
 from tests.badinput import badinput
+from tests.bridge_specs import NEURON
 from tests.cli_process import run_cli
 from tests.clirun import run_cli_here
 from tests.stand_ins import LOOPBACK, RAYLET_PATH, ray_process
 from tests.tagged import new_tag, tagged
 
-SPEC = BridgeSpec(
-    resource_name="neuron_cores",
-    visible_ids_env="NEURON_RT_VISIBLE_CORES",
-    family="neuron",
-    accelerator_type="Trainium",
-    unit_ids=tuple(range(32)),
-    backend="neuron",
-    traits=NEURON_TRAITS,
-)
+SPEC = NEURON  # the Trainium host of tests/bridge_specs.py
 
 
 @pytest.fixture
