@@ -148,7 +148,13 @@ def start_cluster(tmp: Path, spec: ClusterSpec) -> Cluster:
         "PYTHONPATH": repo_pythonpath(),
         **spec.env,
     }
-    proc = run_cli(*spec.command(free_port()), env=env, timeout=300)
+    try:
+        proc = run_cli(*spec.command(free_port()), env=env, timeout=300)
+    except BaseException:
+        # Interrupted (SIGINT, a timeout): subprocess.run has killed the start
+        # before it could undo its launches; its record names what they started.
+        run_cli("stop", "--grace", "2", env=env)
+        raise
     if proc.returncode != 0:
         run_cli("stop", "--grace", "2", env=env)
         raise StartFailed(f"ray-accel start ({spec.name}) failed ({proc.returncode}): {proc.stderr[-3000:]}")

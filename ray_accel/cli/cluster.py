@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import click
 
-import ray_accel.health  # noqa: F401  (registers the host's decider: stop checks it by kind)
 from ray_accel.cli import render
 from ray_accel.cli.output import emit, json_option, progress
 from ray_accel.cli.params import (

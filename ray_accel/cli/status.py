@@ -28,7 +28,6 @@ def status_command(cluster: bool, as_json: bool) -> int:
     if cluster:
         return emit(as_json, cluster_status(), render.cluster_status_text)
 
-    import ray_accel.health  # noqa: F401  (registers the host's decider: status checks its helpers by kind)
     from ray_accel.cli.connect import host_orphans
 
     payload = status()
