@@ -62,14 +62,13 @@ unit: $(STAMP)
 test: lint unit
 
 # torch-xla pins torch 2.9, so the XLA lane has a venv of its own, made with
-# uv. Ray's modules are compiled at install, as in the main venv (there, all
-# of it; here torch's and torch-xla's are left to their first import: all of
-# them cost 40 CPU-s, Ray's 6).
+# uv. Only Ray's modules are compiled at install (.ci/compile-ray says why);
+# torch's and torch-xla's are left to their first import.
 $(XLA_STAMP): Makefile pyproject.toml $(addsuffix /pyproject.toml,$(BACKENDS)) | $(VENV)/bin/uv
 	test -x $(XLA_VENV)/bin/python || $(VENV)/bin/uv venv -q --python $(PYTHON) $(XLA_VENV)
 	VIRTUAL_ENV=$(XLA_VENV) $(VENV)/bin/uv pip install -q $(XLA_PINS)
 	VIRTUAL_ENV=$(XLA_VENV) $(VENV)/bin/uv pip install -q --no-deps -e . $(addprefix -e ,$(BACKENDS))
-	$(XLA_VENV)/bin/python -m compileall -q -j0 $$($(XLA_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/ray >/dev/null
+	.ci/compile-ray $(XLA_VENV)
 	touch $(XLA_STAMP)
 
 # Only the files that mark tests `xla` are collected (collecting the whole suite

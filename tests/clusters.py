@@ -148,15 +148,17 @@ def start_cluster(tmp: Path, spec: ClusterSpec) -> Cluster:
         "PYTHONPATH": repo_pythonpath(),
         **spec.env,
     }
+    started = False
     try:
         proc = run_cli(*spec.command(free_port()), env=env, timeout=300)
-    except BaseException:
-        # Interrupted (SIGINT, a timeout): subprocess.run has killed the start
-        # before it could undo its launches; its record names what they started.
-        run_cli("stop", "--grace", "2", env=env)
-        raise
-    if proc.returncode != 0:
-        run_cli("stop", "--grace", "2", env=env)
+        started = proc.returncode == 0
+    finally:
+        # A failed start, or one interrupted (SIGINT, a timeout: subprocess.run
+        # killed it before it could undo its launches): its record names what
+        # it started.
+        if not started:
+            run_cli("stop", "--grace", "2", env=env)
+    if not started:
         raise StartFailed(f"ray-accel start ({spec.name}) failed ({proc.returncode}): {proc.stderr[-3000:]}")
     return Cluster(env, json.loads(proc.stdout), proc.stderr)
 
