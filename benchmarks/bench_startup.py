@@ -1,12 +1,14 @@
 """Questions: how long until 4 partitions are registered, with `ray-accel start`
-against the way users split a host today (4 hand-written `ray start` commands
-with masks, run one after the other)? And what does Ray's dashboard (on by
+against the way users split a host today (the same layout by hand: a
+device-less `ray start --head`, then 4 `ray start` commands with masks, run
+one after the other)? And what does Ray's dashboard (on by
 default, as with `ray start --head`) cost in start time and resident memory?
 
 Host: mock trn1.32xlarge split into 4 (8 cores each). Every side gives each
-raylet a block of ports of its own, 1 CPU and 1 GiB of object store (ray-accel
-is given the host figures `-- --num-cpus 4 --object-store-memory 4 GiB`, which
-it divides by 4). `ray-accel start` runs through its CLI, as a user runs it,
+partition's raylet a block of ports of its own, 1 CPU and 1 GiB of object store
+(ray-accel is given the host figures `-- --num-cpus 4 --object-store-memory 4
+GiB`, which it divides by 4), and each side's head no CPU, no device and Ray's
+smallest object store (75 MiB), as ray-accel's head has. `ray-accel start` runs through its CLI, as a user runs it,
 and is stopped with `ray-accel stop`. The baseline runs each `ray start` with
 `--block` in the background and waits for its raylet to register before the
 next (the same order and timing as sequential non-blocking commands);
@@ -58,6 +60,7 @@ from ray_accel.rayapi.gcs import gcs_nodes
 PRESET = "trn1.32xlarge"
 PARTITIONS = 4
 HOST_CORES = 32
+HEAD_OBJECT_STORE = 75 * 1024 * 1024  # Ray's minimum, what ray-accel's device-less head gets
 # A hand-written block per raylet, as a user would lay it out: the named
 # ports, then 184 worker ports (Ray's own default range is far larger).
 NAMED_PORTS = (
@@ -158,7 +161,7 @@ def stop_ray_starts(procs: list[subprocess.Popen[bytes]]) -> None:
 
 def run_hand_written(label: str, parts: int) -> tuple[float, int]:
     port = free_port()
-    blocks = hand_written_ports(parts)
+    blocks = hand_written_ports(parts + 1)  # the head's, then each partition's
     scratch = tempfile.TemporaryDirectory()  # the same token `ray-accel start` would use or make
     cluster_auth = auth.provide(auth.decide(os.environ, Path(scratch.name), create=True), os.environ)
     env = {**os.environ, **cluster_auth.env()}
@@ -170,19 +173,24 @@ def run_hand_written(label: str, parts: int) -> tuple[float, int]:
     start = time.perf_counter()
     try:
         for i, ports in enumerate(blocks):
-            each = HOST_CORES // parts
-            cores = ",".join(str(c) for c in range(i * each, (i + 1) * each))
-            args = [str(BIN / "ray"), "start", "--block", "--disable-usage-stats", "--num-cpus", "1"]
-            args += (
-                ["--head", "--port", str(port), "--include-dashboard", "false"] if i == 0 else ["--address", address]
-            )
+            args = [str(BIN / "ray"), "start", "--block", "--disable-usage-stats"]
+            if i == 0:
+                # The head, as ray-accel's: no devices, no CPUs, Ray's smallest object store.
+                args += ["--head", "--port", str(port), "--include-dashboard", "false", "--num-cpus", "0"]
+                args += ["--resources", "{}", "--object-store-memory", str(HEAD_OBJECT_STORE)]
+                mask = {"NEURON_RT_VISIBLE_CORES": ""}
+            else:
+                each = HOST_CORES // parts
+                cores = ",".join(str(c) for c in range((i - 1) * each, i * each))
+                args += ["--address", address, "--num-cpus", "1"]
+                args += ["--resources", json.dumps({"neuron_cores": each}), "--object-store-memory", str(1 << 30)]
+                args += ["--labels", f"ray-accel.io/partition=p{i - 1}"]
+                mask = {"NEURON_RT_VISIBLE_CORES": cores}
             args += ports
-            args += ["--resources", json.dumps({"neuron_cores": each}), "--object-store-memory", str(1 << 30)]
-            args += ["--labels", f"ray-accel.io/partition=p{i}"]
             procs.append(
                 subprocess.Popen(
                     args,
-                    env={**env, "NEURON_RT_VISIBLE_CORES": cores},
+                    env={**env, **mask},
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
@@ -257,7 +265,7 @@ def main() -> None:
             lambda label: run_ray_accel(label, parts, metrics=True, dashboard=True),
         ),
         (
-            f"{parts} sequential `ray start` with masks, no dashboard",
+            f"`ray start --head` (no devices), then {parts} with masks, sequential, no dashboard",
             lambda label: run_hand_written(label, parts),
         ),
     ]

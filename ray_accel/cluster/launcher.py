@@ -14,6 +14,7 @@ Ctrl-C from killing launchers half-way: `start` decides what to stop.
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import signal
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ray_accel.cluster import procs
+from ray_accel.cluster.launch_server import LOG_FILE, ForkedLauncher, LaunchServer
 from ray_accel.cluster.raylet import launch_argv, leader_path
 from ray_accel.cluster.raylet_launch import LaunchReport
 from ray_accel.cluster.record import RayProcess, parse_processes
@@ -46,7 +48,7 @@ class Launch:
     env: Mapping[str, str]
     log_dir: Path
     timeout_s: float
-    proc: subprocess.Popen[bytes] | None = None
+    proc: subprocess.Popen[bytes] | ForkedLauncher | None = None
     leader: ProcessRecord | None = None
     result: LaunchReport | None = None
 
@@ -58,15 +60,27 @@ class Launch:
     def log_path(self) -> Path:
         return self.log_dir / f"{self.name}.log"
 
-    def begin(self) -> None:
-        cmd = [sys.executable, "-m", "ray_accel.cluster.raylet_launch", *launch_argv(str(self.result_path), self.args)]
+    def begin(self, server: LaunchServer | None = None) -> None:
+        """Start the launcher: forked by `server` where it can, else spawned."""
+        argv = launch_argv(str(self.result_path), self.args)
         try:
             self.result_path.unlink(missing_ok=True)
             Path(leader_path(str(self.result_path))).unlink(missing_ok=True)
             log = open_for_write(self.log_path)
         except OSError as e:
             raise InputError(f"cannot write the launch files of {self.name} in {self.log_dir}: {e}") from None
-        self.proc = procs.spawn(cmd, self.env, log)
+        forked = None
+        if server is not None and server.forks(self.env):
+            try:
+                forked = server.fork(argv, self.env, log)
+            except BaseException:
+                os.close(log)
+                raise
+        if forked is not None:
+            os.close(log)  # the server passed its copy on to the launcher
+            self.proc, self.leader = forked, forked.record
+            return
+        self.proc = procs.spawn([sys.executable, "-m", "ray_accel.cluster.raylet_launch", *argv], self.env, log)
         # Not yet waited for, so the PID cannot have been reused; unreadable
         # (never seen), its group is left alone rather than guessed at.
         self.leader = ProcessRecord.of(self.proc.pid)
@@ -144,16 +158,21 @@ class Launch:
         )
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Launches:
     """Every launch of one `start` or `--recover`, so that all of them can be
-    stopped, whatever state each is in."""
+    stopped, whatever state each is in. `forked`: the launchers are forked by
+    one launch server (`launch_server`), started with the first launch, which
+    imports Ray's command once for all of them: worth it where more than one
+    raylet starts. `close` ends the server."""
 
     log_dir: Path
     timeout_s: float
+    forked: bool = False
     abort: threading.Event = field(default_factory=threading.Event)
     launches: list[Launch] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _server: LaunchServer | None = None
 
     def run(self, name: str, args: Sequence[str], env: Mapping[str, str]) -> LaunchReport:
         launch = Launch(name=name, args=args, env=env, log_dir=self.log_dir, timeout_s=self.timeout_s)
@@ -161,8 +180,24 @@ class Launches:
             if self.abort.is_set():
                 return LaunchReport(ok=False, error="interrupted", name=name)
             self.launches.append(launch)
-            launch.begin()
+            launch.begin(self._server_for(env))
         return launch.wait(self.abort)
+
+    def _server_for(self, env: Mapping[str, str]) -> LaunchServer | None:
+        if self.forked and self._server is None:
+            self.forked = False  # one try: a server that cannot start leaves every launch spawned
+            try:
+                self._server = LaunchServer(env, self.log_dir / LOG_FILE)
+            except OSError:
+                return None
+        return self._server
+
+    def close(self) -> None:
+        """End the launch server, if one runs (the launchers it forked go on)."""
+        with self._lock:
+            server, self._server = self._server, None
+        if server is not None:
+            server.close()
 
     def run_all(self, jobs: Sequence[tuple[str, Sequence[str], Mapping[str, str]]]) -> list[LaunchReport]:
         """Launch `jobs` at once; every result, in order. An interrupt here

@@ -250,10 +250,13 @@ def group_members(pgid: int, not_before_ticks: int) -> list[ProcessRecord]:
     ]
 
 
-def spawn(argv: Sequence[str], env: Mapping[str, str], log_fd: int) -> subprocess.Popen[bytes]:
+def spawn(
+    argv: Sequence[str], env: Mapping[str, str], log_fd: int, pass_fds: Sequence[int] = ()
+) -> subprocess.Popen[bytes]:
     """Start a process we own in a session of its own (a Ctrl-C in the
     caller's terminal never reaches it), its output to `log_fd`, which is
-    closed here whether or not the start succeeds."""
+    closed here whether or not the start succeeds (`pass_fds`: descriptors
+    it inherits, left open here)."""
     try:
         return subprocess.Popen(
             list(argv),
@@ -262,6 +265,7 @@ def spawn(argv: Sequence[str], env: Mapping[str, str], log_fd: int) -> subproces
             stdout=log_fd,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            pass_fds=tuple(pass_fds),
         )
     finally:
         os.close(log_fd)

@@ -2,6 +2,16 @@
 exact processes it started.
 
 Usage (by the launcher): python -m ray_accel.cluster.raylet_launch RESULT_JSON -- start ARGS...
+or, as a launch server: python -m ray_accel.cluster.raylet_launch --serve FD
+
+A launch server imports Ray's `ray` command once (about a CPU-second, most
+of what a launcher costs), then forks one launcher per request on the
+socket FD (`launch_server.LaunchServer` is its other end): each request is the
+launcher's arguments and environment, with its log's file descriptor
+attached; the server answers with the child's PID and start time, and says
+when each child exits. The server has one thread (a fork copies only the
+calling thread), and a child leaves through this module's `main`, exactly as
+a launcher started on its own does.
 
 Detection runs in the process that starts a raylet, so this is where our
 managers must be registered. Ray's `Node` keeps a handle on every process it
@@ -14,7 +24,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import selectors
+import signal
+import socket
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -153,5 +167,104 @@ def main(argv: list[str]) -> int:
     return _report(result_path, report)
 
 
+SERVE = "--serve"
+MESSAGE_LIMIT = 1 << 20  # a request: the launcher's arguments and its whole environment
+
+
+def _send(sock: socket.socket, message: Mapping[str, int | None]) -> None:
+    try:
+        sock.send(json.dumps(message).encode())
+    except OSError:  # the asker is gone: nobody to tell (the next read sees the end)
+        pass
+
+
+def serve(sock: socket.socket) -> list[str] | None:
+    """Fork a launcher for each request on `sock` until it closes; None in
+    the server when it does, the launcher's arguments in a forked child (its
+    session, output and environment already its own)."""
+    from ray_accel.core.processes import ProcessRecord
+
+    rayapi_node.load_ray_cli()
+    # SIGCHLD wakes the loop through this pipe (no second thread to reap).
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    selector = selectors.DefaultSelector()
+    selector.register(sock, selectors.EVENT_READ)
+    selector.register(wake_r, selectors.EVENT_READ)
+    while True:
+        for key, _ in selector.select():
+            if key.fileobj is not sock:
+                _drain(wake_r)
+                continue
+            data, fds, _, _ = socket.recv_fds(sock, MESSAGE_LIMIT, 1)
+            if not data:  # the asker is done (or gone): its launchers live on alone
+                return None
+            request = json.loads(data)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            # The child closes its end once it leads a session of its own: the
+            # answer waits for that, as `Popen(start_new_session=True)` returns only after it.
+            ready_r, ready_w = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                os.setsid()
+                os.close(ready_w)
+                signal.set_wakeup_fd(-1)
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                selector.close()
+                log, devnull = fds[0], os.open(os.devnull, os.O_RDONLY)
+                os.dup2(devnull, 0)
+                os.dup2(log, 1)
+                os.dup2(log, 2)
+                for fd in (devnull, log, wake_r, wake_w, ready_r):
+                    os.close(fd)
+                sock.close()
+                os.environ.clear()
+                os.environ.update(request["env"])
+                return list(request["argv"])
+            os.close(ready_w)
+            os.read(ready_r, 1)
+            os.close(ready_r)
+            for fd in fds:
+                os.close(fd)
+            child = ProcessRecord.of(pid)  # not yet reaped: its start time is the child's
+            _send(sock, {"pid": pid, "start_ticks": None if child is None else child.start_ticks})
+        _reap(sock)
+
+
+def _drain(fd: int) -> None:
+    """Read a non-blocking pipe empty."""
+    try:
+        while os.read(fd, 512):
+            pass
+    except BlockingIOError:
+        pass
+
+
+def _reap(sock: socket.socket) -> None:
+    """Reap every child that ended, saying how each did."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        _send(sock, {"exited": pid, "code": os.waitstatus_to_exitcode(status)})
+
+
+def _serve_main(argv: list[str]) -> int:
+    sock = socket.socket(fileno=int(argv[0]))
+    forked = serve(sock)
+    if forked is None:
+        return 0
+    return main(forked)
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == [SERVE]:
+        sys.exit(_serve_main(sys.argv[2:]))
     sys.exit(main(sys.argv[1:]))

@@ -255,13 +255,16 @@ def start(req: StartRequest, progress: Progress, after: helpers.After | None = N
     with state.host_lock("start", place), interruptible():
         for old in refuse_running("start", place):  # a record whose processes are all gone is stale
             state.clear(old)
-        launches = Launches(state.ensure_dir(place), req.timeout_s)
+        launches = Launches(log_dir=state.ensure_dir(place), timeout_s=req.timeout_s, forked=True)
         try:
             # The token file the plan's auth needs, made under the lock; this
             # process talks to the cluster with that auth from here on.
             cluster_auth = auth.provide(lp.auth, os.environ)
             base_env = auth.raylet_base_env(cluster_auth)
-            record = launch(lp, cluster_auth, base_env, launches, progress)
+            try:
+                record = launch(lp, cluster_auth, base_env, launches, progress)
+            finally:
+                launches.close()
             if req.services.metrics:
                 record = exporters.deploy(record, record.partitions, progress)
             if after is not None:

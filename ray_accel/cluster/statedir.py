@@ -157,6 +157,12 @@ FILES: Mapping[str, StateFile] = MappingProxyType(
                 format='JSON: `{"ok": true}` once a repartition helper finished its change; written atomically',
             ),
             StateFile(
+                name="launch-server.log",
+                owner="ray_accel.cluster.launch_server",
+                format="text: the output of the launch server that forks a start's launchers (its own, not "
+                "theirs: each launch has its log)",
+            ),
+            StateFile(
                 name=f"{PARTITION}.log",
                 owner="ray_accel.cluster.launcher",
                 format="text: the output of the launch of the partition's raylet (`ray start`)",

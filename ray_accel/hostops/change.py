@@ -199,7 +199,7 @@ def _launch(
     stale = launcher.stop_leftovers(place.directory, [target.name])
     if stale:
         progress(f"{target.name}: stopped {len(stale)} processes an earlier try of its launch left")
-    launches = Launches(state.ensure_dir(place), timeout_s)
+    launches = Launches(log_dir=state.ensure_dir(place), timeout_s=timeout_s)
     try:
         check_free(target.ports.named.values(), f"starting {target.name}")
         entry = relaunch(record, target, target.serving, dict(target.labels), launches, progress)

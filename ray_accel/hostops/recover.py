@@ -94,17 +94,19 @@ def recover(progress: Progress, timeout_s: float = 180.0, after: helpers.After |
         token = record.auth.token_path
         if token is not None and not Path(token).is_file():
             raise InputError(f"the cluster's token file {token} is gone; cannot restart raylets")
-        launches = Launches(state.ensure_dir(place), timeout_s)
+        launches = Launches(log_dir=state.ensure_dir(place), timeout_s=timeout_s, forked=len(dead) > 1)
         try:
             for p in dead:
                 # The raylet's leftovers (Ray's agents, workers) go first: they hold its ports.
                 terminate_raylet(p, checks)
                 new = relaunch(record, p, p.serving, dict(p.labels), launches, progress)
                 record = state.save(record.replacing(new))
+            launches.close()
             restarted = [q for q in record.partitions if q.name in {p.name for p in dead}]
             wait_registered(record.gcs_address, [q.node_id for q in restarted if q.node_id], timeout_s, progress)
         except BaseException:
             with shielded():
+                launches.close()
                 launches.undo()
                 # What was restarted is gone again: the record says what still runs.
                 gone = set(launches.processes())

@@ -88,6 +88,12 @@ def capture_nodes(socket_tag: str) -> Iterator[list[Any]]:
         cls._prepare_socket_file = original_prepare
 
 
+def load_ray_cli() -> None:
+    """Import Ray's `ray` command and all it imports (about a CPU-second:
+    a launch server pays it once for every launcher it forks)."""
+    attr(module(SCRIPTS), "cli", SCRIPTS)
+
+
 def run_ray_cli(args: list[str]) -> None:
     """Ray's own `ray` command, in this process (click's exceptions and
     SystemExit reach the caller)."""

@@ -28,6 +28,7 @@ CONSTANTS = [
     ("ray_accel.health.launch", "LOG_FILE"),
     ("ray_accel.hostops.repartition", "LOG_FILE"),
     ("ray_accel.hostops.repartition", "RESULT_FILE"),
+    ("ray_accel.cluster.launch_server", "LOG_FILE"),
 ]
 
 
