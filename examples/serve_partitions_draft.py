@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 VISIBLE_VARS = ("NEURON_RT_VISIBLE_CORES", "CUDA_VISIBLE_DEVICES")
+# Serve's HTTP port, and the head's fallback proxy port (RAY_SERVE_FALLBACK_PROXY_HTTP_PORT).
+SERVE_PORTS = (8000, 8500)
 
 
 def build_app(replicas: int, resource: str, cores: int, max_per_node: int | None) -> Any:
@@ -76,7 +78,7 @@ def where_everything_runs() -> dict[str, Any]:
     actors = [
         {"class": a.class_name, "name": a.name, "state": a.state, "node_id": a.node_id, "pid": a.pid}
         for a in list_actors(limit=1000)
-        if "Serve" in (a.class_name or "") or "Where" in (a.class_name or "")
+        if any(part in (a.class_name or "") for part in ("Serve", "Proxy", "Where"))
     ]
     nodes = [
         {
@@ -89,7 +91,19 @@ def where_everything_runs() -> dict[str, Any]:
         }
         for n in list_nodes(limit=100)
     ]
-    return {"actors": actors, "nodes": nodes}
+    return {"actors": actors, "nodes": nodes, "listeners": listeners(SERVE_PORTS)}
+
+
+def listeners(ports: Sequence[int]) -> list[dict[str, Any]]:
+    """Every process listening on one of `ports` on this host (several
+    sockets on one port mean SO_REUSEPORT is in use)."""
+    import psutil
+
+    found = []
+    for c in psutil.net_connections(kind="tcp"):
+        if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port in ports:
+            found.append({"address": f"{c.laddr.ip}:{c.laddr.port}", "pid": c.pid})
+    return found
 
 
 class Client:
