@@ -20,6 +20,7 @@ docs/serving-findings.md. A later build replaces it.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import threading
@@ -32,17 +33,19 @@ from typing import Any
 VISIBLE_VARS = ("NEURON_RT_VISIBLE_CORES", "CUDA_VISIBLE_DEVICES")
 # Serve's HTTP port, and the head's fallback proxy port (RAY_SERVE_FALLBACK_PROXY_HTTP_PORT).
 SERVE_PORTS = (8000, 8500)
+PARTITION_LABEL = "ray-accel.io/partition"
 
 
-def build_app(replicas: int, resource: str, cores: int, max_per_node: int | None) -> Any:
-    """A deployment whose replicas say where they run and what they see."""
+def build_app(replicas: int, resource: str, cores: int, max_per_node: int | None, partition: str | None) -> Any:
+    """A deployment whose replicas say where they run and what they see;
+    `partition`: pinned there through Ray's label selector."""
     import ray
     from ray import serve
 
-    options: dict[str, Any] = {
-        "num_replicas": replicas,
-        "ray_actor_options": {"resources": {resource: cores}, "num_cpus": 0},
-    }
+    actor_options: dict[str, Any] = {"resources": {resource: cores}, "num_cpus": 0}
+    if partition is not None:
+        actor_options["label_selector"] = {PARTITION_LABEL: partition}
+    options: dict[str, Any] = {"num_replicas": replicas, "ray_actor_options": actor_options}
     if max_per_node is not None:
         options["max_replicas_per_node"] = max_per_node
 
@@ -106,20 +109,40 @@ def listeners(ports: Sequence[int]) -> list[dict[str, Any]]:
     return found
 
 
-class Client:
-    """A steady client: about `rate` requests a second, each result kept."""
+def ask_on(connection: http.client.HTTPConnection) -> dict[str, Any]:
+    """One GET on a kept-alive connection; the answer's JSON, or the error as text."""
+    try:
+        connection.request("GET", "/")
+        reply = connection.getresponse()
+        body = reply.read()
+        if reply.status != 200:
+            return {"ok": False, "error": f"HTTP {reply.status}"}
+        return {"ok": True, "body": json.loads(body)}
+    except Exception as e:  # every failure is what we count
+        connection.close()
+        return {"ok": False, "error": f"{type(e).__name__}: {e}"}
 
-    def __init__(self, url: str, rate: float) -> None:
+
+class Client:
+    """A steady client: about `rate` requests a second, each result kept;
+    `keep_alive`: all on one HTTP/1.1 connection (opened again after an error)."""
+
+    def __init__(self, url: str, rate: float, keep_alive: bool = False) -> None:
         self.url = url
         self.period = 1.0 / rate
+        self.keep_alive = keep_alive
         self.results: list[dict[str, Any]] = []
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
 
     def run(self) -> None:
+        connection = http.client.HTTPConnection("127.0.0.1", 8000, timeout=5.0)
         while not self.stop.is_set():
             started = time.time()
-            got = ask(self.url)
+            if self.keep_alive:
+                got = ask_on(connection)
+            else:
+                got = ask(self.url)
             got["t"] = started
             got["latency_s"] = time.time() - started
             self.results.append(got)
@@ -146,6 +169,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--drain-seconds", type=float, default=0.0)
     parser.add_argument("--drain-deadline", type=float, default=60.0)
+    parser.add_argument("--partition", default=None, help="pin every replica to this partition (label selector)")
+    parser.add_argument("--clients", type=int, default=1, help="steady clients during the drain, 10 req/s each")
+    parser.add_argument("--keep-alive", action="store_true", help="each client keeps one HTTP connection")
     args = parser.parse_args(argv)
 
     import ray
@@ -155,7 +181,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ray.init(address=args.address)
     serve.start(http_options={"host": "127.0.0.1", "port": 8000})
     started = time.time()
-    serve.run(build_app(args.replicas, args.resource, args.cores, args.max_per_node), name="where", route_prefix="/")
+    serve.run(
+        build_app(args.replicas, args.resource, args.cores, args.max_per_node, args.partition),
+        name="where",
+        route_prefix="/",
+    )
     deployed_s = time.time() - started
     url = "http://127.0.0.1:8000/"
     answers = [ask(url) for _ in range(args.requests)]
@@ -178,8 +208,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.drain_seconds > 0 and replicas:
         head_id = next(n["node_id"] for n in report["placement"]["nodes"] if n["head"])
         victim = next((r["node_id"] for r in replicas.values() if r["node_id"] != head_id), None)
-        client = Client(url, 10.0)
-        client.thread.start()
+        clients = [Client(url, 10.0, args.keep_alive) for _ in range(args.clients)]
+        for client in clients:
+            client.thread.start()
         time.sleep(5)
         drained_at = time.time()
         drain = drain_one(args.address, victim, args.drain_deadline) if victim else {"skipped": "no non-head replica"}
@@ -187,21 +218,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         while time.time() - drained_at < args.drain_seconds:
             time.sleep(5)
             timeline.append({"t": time.time() - drained_at, **where_everything_runs()})
-        client.stop.set()
-        client.thread.join(10)
-        failed = [r for r in client.results if not r["ok"]]
+        for client in clients:
+            client.stop.set()
+            client.thread.join(10)
+        results = [r for client in clients for r in client.results]
+        failed = [r for r in results if not r["ok"]]
         drain_report = {
             "victim": victim,
             "drain": drain,
-            "requests": len(client.results),
+            "requests": len(results),
             "failed": len(failed),
             "failures": [{"t": r["t"] - drained_at, "error": r["error"]} for r in failed],
             "answered_by_after": sorted(
-                {
-                    r["body"]["node_id"]
-                    for r in client.results
-                    if r["ok"] and r["t"] > drained_at + args.drain_seconds / 2
-                }
+                {r["body"]["node_id"] for r in results if r["ok"] and r["t"] > drained_at + args.drain_seconds / 2}
             ),
             "timeline": timeline,
             "serve_status": str(serve.status()),
