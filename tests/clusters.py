@@ -242,6 +242,7 @@ MODULE_SECONDS: Mapping[str, float] = {
     "tests/integration/test_host_parity.py": 119,
     "tests/integration/test_torchneuron.py": 116,
     "tests/integration/test_metrics.py": 78,
+    "tests/integration/test_serve.py": 78,
     "tests/integration/test_head_share.py": 76,
     "tests/integration/test_launcher.py": 72,
     "tests/integration/test_honest_types.py": 64,

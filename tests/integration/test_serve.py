@@ -1,0 +1,152 @@
+"""Ray Serve on a partitioned host: one replica per partition.
+
+The shared mock trn1.32xlarge split in four (`tests.clusters.TRN1_X4`, 8
+NeuronCores per partition). One driver deploys one Serve application of 4
+replicas, each asking 4 NeuronCores and no CPU, at most one per Ray node
+(`max_replicas_per_node=1`: a partition is a Ray node, so one per
+partition), sends HTTP requests to the host's Serve port until every replica
+has answered, reads Serve's own status (`serve.status()`) and shuts Serve
+down. Each reply says its replica, its partition (its node's
+`ray-accel.io/partition` label) and its `NEURON_RT_VISIBLE_CORES`.
+
+Serve's options used here are Ray's own (docs.ray.io/en/latest/serve/api/doc/
+ray.serve.deployment_decorator.html: `ray_actor_options`,
+`max_replicas_per_node`); what they do on co-located raylets is in
+docs/serving-findings.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from ray_accel.cluster.host import free_port
+from ray_accel.core.visibility import parse_visible_ids
+from tests.clusters import Cluster, SharedClusters
+
+pytestmark = pytest.mark.ray
+
+REPLICAS = 4
+CORES = 4
+# Requests sent at most: the kernel spreads new connections over the proxies
+# (SO_REUSEPORT) and each proxy's router over the replicas, so the first few
+# may all reach one replica; 200 leave no doubt that every replica is reached.
+MAX_REQUESTS = 200
+
+SERVE_ONE_PER_PARTITION = r"""
+import json, os, sys, time, urllib.request
+import ray
+from ray import serve
+
+address, port, replicas, cores, max_requests = sys.argv[1], int(sys.argv[2]), *map(int, sys.argv[3:6])
+ray.init(address=address, log_to_driver=False)
+
+@serve.deployment(
+    num_replicas=replicas,
+    max_replicas_per_node=1,
+    ray_actor_options={"resources": {"neuron_cores": cores}, "num_cpus": 0},
+)
+class Where:
+    def __call__(self, request):
+        labels = ray.get_runtime_context().get_node_labels()
+        partition = labels.get("ray-accel.io/partition")
+        if isinstance(partition, list):
+            partition = partition[0] if partition else None
+        return {
+            "replica": serve.get_replica_context().replica_id.unique_id,
+            "partition": partition,
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "visible": os.environ.get("NEURON_RT_VISIBLE_CORES"),
+            "pid": os.getpid(),
+        }
+
+def plain(state):
+    # Serve's status enums are str enums, some already plain strings in 2.60.
+    return str(getattr(state, "value", state))
+
+out = {"replies": [], "failed": []}
+try:
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    started = time.monotonic()
+    serve.run(Where.bind(), name="where", route_prefix="/")
+    out["deployed_s"] = time.monotonic() - started
+    seen = set()
+    for _ in range(max_requests):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30) as reply:
+                body = json.loads(reply.read())
+        except Exception as e:
+            out["failed"].append(f"{type(e).__name__}: {e}")
+            continue
+        out["replies"].append(body)
+        seen.add(body["replica"])
+        if len(seen) == replicas:
+            break
+    status = serve.status()
+    app = status.applications["where"]
+    out["status"] = {
+        "app": plain(app.status),
+        "deployments": {
+            name: {
+                "status": plain(d.status),
+                "replica_states": {plain(k): v for k, v in d.replica_states.items()},
+            }
+            for name, d in app.deployments.items()
+        },
+        "proxies": {node: plain(s) for node, s in status.proxies.items()},
+    }
+finally:
+    serve.shutdown()
+out["shut_down"] = True
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def served(shared_clusters: SharedClusters, trn1x4_cluster: Cluster) -> Iterator[tuple[Cluster, dict[str, Any]]]:
+    """The driver's result on the shared four-partition cluster. A driver
+    that did not shut Serve down (it failed or ran out of time) may leave
+    Serve's detached controller behind, so the shared cluster is stopped
+    then: the next module sharing it gets a clean one."""
+    clean = False
+    try:
+        result = trn1x4_cluster.driver(
+            SERVE_ONE_PER_PARTITION, str(free_port()), str(REPLICAS), str(CORES), str(MAX_REQUESTS), timeout=300
+        )
+        clean = bool(result.get("shut_down"))
+        yield trn1x4_cluster, result
+    finally:
+        if not clean:
+            shared_clusters.release()
+
+
+def test_every_replica_answers_over_http(served: tuple[Cluster, dict[str, Any]]) -> None:
+    _, result = served
+    assert result["failed"] == [], result["failed"]
+    assert len({r["replica"] for r in result["replies"]}) == REPLICAS, result["replies"]
+
+
+def test_one_replica_per_partition_with_disjoint_cores_inside_it(served: tuple[Cluster, dict[str, Any]]) -> None:
+    cluster, result = served
+    by_replica = {r["replica"]: r for r in result["replies"]}
+    partitions = sorted(r["partition"] for r in by_replica.values())
+    assert partitions == sorted(p["partition"] for p in cluster.status["partitions"]), by_replica
+    seen: set[int] = set()
+    for reply in by_replica.values():
+        visible = parse_visible_ids(reply["visible"])
+        assert visible is not None and len(visible) == CORES, reply
+        assert set(visible) <= set(cluster.part(reply["partition"])["core_ids"]), reply
+        assert not seen & set(visible), (reply, sorted(seen))
+        seen |= set(visible)
+    assert len(seen) == REPLICAS * CORES
+
+
+def test_serve_status_says_running_with_every_replica(served: tuple[Cluster, dict[str, Any]]) -> None:
+    _, result = served
+    status = result["status"]
+    assert status["app"] == "RUNNING", status
+    assert status["deployments"] == {"Where": {"status": "HEALTHY", "replica_states": {"RUNNING": REPLICAS}}}, status
+    # A proxy on the head (the controller's node) and one on each partition with a replica.
+    assert len(status["proxies"]) == 1 + REPLICAS and set(status["proxies"].values()) == {"HEALTHY"}, status
