@@ -59,12 +59,9 @@ def where(name, count, selector):
     class Where:
         def __call__(self, request):
             labels = ray.get_runtime_context().get_node_labels()
-            partition = labels.get("ray-accel.io/partition")
-            if isinstance(partition, list):
-                partition = partition[0] if partition else None
             return {
                 "replica": serve.get_replica_context().replica_id.unique_id,
-                "partition": partition,
+                "partition": labels.get("ray-accel.io/partition"),
                 "node_id": ray.get_runtime_context().get_node_id(),
                 "visible": os.environ.get("NEURON_RT_VISIBLE_CORES"),
                 "pid": os.getpid(),
