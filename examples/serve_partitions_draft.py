@@ -1,4 +1,4 @@
-"""DRAFT, exploration only: Ray Serve on a partitioned host, to see what Ray does.
+"""The measuring script of docs/serving-findings.md: Ray Serve on a partitioned host, to see what Ray does.
 
     python examples/serve_partitions_draft.py --address ADDR --out DIR [--replicas N] [--cores C]
         [--max-per-node K] [--drain-seconds S]
@@ -13,8 +13,8 @@ status. With `--drain-seconds S` it then drains (through the GCS, as
 client sends about 10 requests a second, and counts failed requests for S
 seconds after the drain.
 
-Not a test and not a finished example: the findings are in
-docs/serving-findings.md. A later build replaces it.
+Not a test and not an example of use (that is examples/serve_partitions.py):
+it records what docs/serving-findings.md reports, with the commands there.
 """
 
 from __future__ import annotations
