@@ -52,7 +52,8 @@ cluster is stopped with `ray-accel stop` however the run ends.
     python benchmarks/bench_cluster.py [--repeats 50] [--real-runs 5] [--no-real] [--quick] [--json]
 
 `--quick`: 5 repeats, 2 real runs of each command (no warm-up call), the same
-sizes and the same real cluster.
+sizes, and a real cluster of 2 partitions (the same commands and code path;
+a cluster of 8 costs CI's 2 cores some 40 CPU-seconds to start).
 """
 
 from __future__ import annotations
@@ -302,9 +303,9 @@ REAL_CALLS = (
 )
 
 
-def measure_real(runs: int, warm: bool) -> dict[str, Any]:
-    with CliCluster(PRESET, PER_HOST, ["--no-dashboard", "--", "--num-cpus", str(PER_HOST)]) as cluster:
-        say(f"real: starting {PER_HOST} partitions")
+def measure_real(runs: int, warm: bool, partitions: int) -> dict[str, Any]:
+    with CliCluster(PRESET, partitions, ["--no-dashboard", "--", "--num-cpus", str(partitions)]) as cluster:
+        say(f"real: starting {partitions} partitions")
         # Ray gives each raylet 30 s to appear in the GCS (node.py,
         # raylet_start_wait_time_s); 8 starting at once on a small, busy
         # machine can miss it. Such a start stops itself; one more is made.
@@ -312,7 +313,7 @@ def measure_real(runs: int, warm: bool) -> dict[str, Any]:
             took = cluster.start(attempts=2)
         except StartFailed as e:
             raise SystemExit(f"real cluster: {e}") from None
-        say(f"real: {PER_HOST} partitions up in {took:.1f} s (attempt {cluster.attempts})")
+        say(f"real: {partitions} partitions up in {took:.1f} s (attempt {cluster.attempts})")
         rows: list[dict[str, Any]] = []
         for name, args in REAL_CALLS:
             samples = []
@@ -332,7 +333,7 @@ def measure_real(runs: int, warm: bool) -> dict[str, Any]:
     floor = rows[0]["median_s"]
     for r in rows:
         r["over_floor"] = r["median_s"] / floor
-    return {"partitions": PER_HOST, "start_s": took, "start_attempts": cluster.attempts, "runs": runs, "rows": rows}
+    return {"partitions": partitions, "start_s": took, "start_attempts": cluster.attempts, "runs": runs, "rows": rows}
 
 
 def ms(seconds: float) -> str:
@@ -344,13 +345,14 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=50, help="timed calls per synthetic figure")
     ap.add_argument("--real-runs", type=int, default=5, help="timed runs of each real CLI command")
     ap.add_argument("--no-real", action="store_true", help="skip the real cluster")
-    ap.add_argument("--quick", action="store_true", help="5 repeats, 2 real runs, no warm-up call")
+    ap.add_argument("--quick", action="store_true", help="5 repeats, 2 real runs of 2 partitions, no warm-up call")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     repeats = 5 if args.quick else args.repeats
     real_runs = 2 if args.quick else args.real_runs
     rows = measure_synthetic(repeats)
-    real = None if args.no_real else measure_real(real_runs, warm=not args.quick)
+    real_partitions = 2 if args.quick else PER_HOST
+    real = None if args.no_real else measure_real(real_runs, warm=not args.quick, partitions=real_partitions)
     superlinear = [r["call"] for r in rows if r["growth"]["512/64"] > SUPERLINEAR]
     if args.json:
         out = {"sizes": SIZES, "per_host": PER_HOST, "repeats": repeats, "clock": "process_time", "rows": rows}
