@@ -21,7 +21,7 @@ RAY := 2.60.0
 OLDEST_RAY := 2.57.0
 TORCH_PIN := torch==2.13.0
 UV_PIN := uv==0.13.9
-PINS := "ray[default,train]==$(RAY)" "$(TORCH_PIN)" $(TOOL_PINS) $(TEST_PINS) ruff==0.17.6 mypy==2.4.1
+PINS := "ray[default,train,serve]==$(RAY)" "$(TORCH_PIN)" $(TOOL_PINS) $(TEST_PINS) ruff==0.17.6 mypy==2.4.1
 XLA_PINS := "torch==2.9.0" "torch-xla==2.9.0" "ray[default,train]==$(RAY)" $(TOOL_PINS) $(TEST_PINS)
 # pytest-randomly shuffles every run (.ci/pytest-tiers prints the seed); replay one with
 # `make unit PYTEST_ARGS=--randomly-seed=N`. The tests that start Ray or make

@@ -1,5 +1,6 @@
 """What a release declares agrees with itself: the `ray` extra's range is the
-bridge's list of supported Ray minors, the lanes test its two ends, the four
+bridge's list of supported Ray minors, the `serve` extra is Ray's own in that
+range and the project's venv installs it, the lanes test its two ends, the four
 packages name the same Pythons, each one the lanes run, and they and the
 CHANGELOG carry one version."""
 
@@ -28,6 +29,17 @@ def test_the_ray_extra_declares_the_supported_minors() -> None:
     first, last = minor(low), minor(high)
     declared = [f"{first[0]}.{m}" for m in range(first[1], last[1])]
     assert tuple(declared) == SUPPORTED_RAY
+
+
+def test_the_serve_extra_is_rays_own_in_the_same_range_and_the_venv_has_it() -> None:
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    ray_extra = re.fullmatch(r"ray\[default,train\](.*)", extras["ray"][0])
+    assert ray_extra is not None, extras["ray"]
+    assert extras["serve"] == [f"ray[serve]{ray_extra.group(1)}"]
+    pins = re.search(r"^PINS := (.*)$", (ROOT / "Makefile").read_text(), re.M)
+    assert pins is not None
+    ray_pin = re.search(r'"ray\[([a-z,]+)\]==\$\(RAY\)"', pins.group(1))
+    assert ray_pin is not None and "serve" in ray_pin.group(1).split(","), pins.group(1)
 
 
 def test_the_lanes_test_both_ends_of_the_range() -> None:
