@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -107,10 +106,7 @@ class Launch:
         """SIGKILL the launcher, every member of its group, and what they
         started in a group of their own."""
         assert self.proc is not None
-        never = procs.never_signal()
-        for member in procs.tree(self.members()):
-            if member.pid not in never and member.alive():
-                procs.send(member.pid, signal.SIGKILL)
+        procs.kill_tree(self.members())
         if self.proc.poll() is None:
             self.proc.kill()
         with suppress(subprocess.TimeoutExpired):

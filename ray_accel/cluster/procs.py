@@ -195,22 +195,60 @@ def send(pid: int, sig: int) -> bool:
         return False
 
 
+# Readings of /proc that `_hold` makes at most while it stops a tree: each
+# round stops what the last one found, so a tree settles in as many rounds as
+# it is deep (a launcher, Ray's node, a raylet, its agents: four).
+HOLD_ROUNDS = 20
+
+
+def _hold(records: Iterable[ProcessRecord]) -> list[ProcessRecord]:
+    """Stop (SIGSTOP) the given processes that are still those processes and
+    every descendant of theirs, reading /proc again until no new descendant
+    appears; the processes stopped, parents first. A stopped process starts
+    nothing, so none is born after the last reading and outlives the signal
+    its parent is about to get (a raylet stopped as it starts its agents,
+    which would go on under PID 1). PID 1, this process and its ancestors
+    are never stopped."""
+    never = never_signal()
+    held: dict[int, ProcessRecord] = {}
+    roots = list(records)
+    for _ in range(HOLD_ROUNDS):
+        new = [r for r in tree([*roots, *held.values()]) if r.pid not in held and r.pid not in never]
+        if not new:
+            break
+        for r in new:
+            if send(r.pid, signal.SIGSTOP):
+                held[r.pid] = r
+    return list(held.values())
+
+
 def terminate(records: Iterable[ProcessRecord], grace_s: float = 5.0) -> list[int]:
     """SIGTERM the given processes that are still those processes, and their
     descendants; SIGKILL what is left after `grace_s`. Returns the PIDs
-    signalled. The caller has checked that the records are ours; PID 1, this
-    process and its ancestors are skipped whatever it says."""
-    targets = {r.pid: r for r in tree(records)}
-    if not targets:
-        return []
-    never = never_signal()
-    signalled = [pid for pid, r in targets.items() if pid not in never and r.alive() and send(pid, signal.SIGTERM)]
+    signalled. The whole tree is stopped first (`_hold`), then each member
+    gets SIGTERM and SIGCONT, so each handles the SIGTERM as it resumes and
+    none was started unseen. The caller has checked that the records are
+    ours; PID 1, this process and its ancestors are skipped whatever it says."""
+    targets = {r.pid: r for r in _hold(records)}
+    signalled = [pid for pid, r in targets.items() if r.alive() and send(pid, signal.SIGTERM)]
+    for pid in targets:
+        send(pid, signal.SIGCONT)
     _wait_gone([targets[p] for p in signalled], grace_s)
     left = [p for p in signalled if targets[p].alive()]
     for pid in left:
         send(pid, signal.SIGKILL)
     _wait_gone([targets[p] for p in left], 5)
     return sorted(signalled)
+
+
+def kill_tree(records: Iterable[ProcessRecord]) -> list[int]:
+    """SIGKILL the given processes that are still those processes and every
+    descendant of theirs, the whole tree stopped first (`_hold`). Returns the
+    PIDs killed."""
+    held = _hold(records)
+    killed = [r.pid for r in held if r.alive() and send(r.pid, signal.SIGKILL)]
+    _wait_gone(held, 5)
+    return sorted(killed)
 
 
 def tree(records: Iterable[ProcessRecord]) -> list[ProcessRecord]:

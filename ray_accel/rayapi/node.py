@@ -15,6 +15,8 @@ from ray_accel.rayapi.feature import attr, missing, module, require_params
 NODE = "ray._private.node"
 UTILS = "ray._private.utils"
 SCRIPTS = "ray.scripts.scripts"
+# Read by `Node` from `RayParams.env_vars` (Ray 2.60 `_private/node.py`): the new node's ID.
+NODE_ID_ENV = "RAY_OVERRIDE_NODE_ID_FOR_TESTING"
 
 
 @dataclass(frozen=True)
@@ -58,17 +60,36 @@ def _node_class() -> Any:
 @contextmanager
 def capture_nodes(socket_tag: str) -> Iterator[list[Any]]:
     """Within: every `Node` Ray builds in this process is appended to the
-    list yielded, and its raylet and plasma sockets are named
+    list yielded, its raylet and plasma sockets are named
     `<prefix>.<socket_tag>` in place of Ray's `raylet`, `raylet.1`, ... (Ray
     picks the first free name by looking at the disk, so raylets started at
-    the same moment on one host pick the same one)."""
+    the same moment on one host pick the same one), and a new node's ID is
+    drawn from `os.urandom`.
+
+    Ray draws a new node's ID with `NodeID.from_random()`
+    (`_private/node.py`), from one generator per process that is seeded
+    once (C++ `FillRandom`, a static `std::mt19937`). Importing Ray's `ray`
+    command seeds it (seen on Ray 2.60 with Serve installed), so every
+    launcher a launch server forks afterwards would draw the same ID as its
+    siblings, and their raylets would register under one node. The ID is
+    given the way Ray's own test clusters give one: `RayParams.env_vars`'s
+    `RAY_OVERRIDE_NODE_ID_FOR_TESTING`, which `Node` reads before it starts
+    anything and passes on to the raylet it starts."""
     cls = _node_class()
     captured: list[Any] = []
     original_init = cls.__init__
     original_prepare = cls._prepare_socket_file
+    id_size = int(attr(module("ray"), "NodeID", "ray").size())
 
     def capturing_init(self: Any, *args: Any, **kwargs: Any) -> None:
         captured.append(self)
+        if not kwargs.get("connect_only", False):
+            params: Any = args[0] if args else kwargs.get("ray_params")
+            if not hasattr(params, "env_vars"):
+                raise missing(f"{NODE}.Node was given no RayParams with env_vars")
+            given = params.env_vars or {}
+            if NODE_ID_ENV not in given:
+                params.env_vars = {**given, NODE_ID_ENV: os.urandom(id_size).hex()}
         original_init(self, *args, **kwargs)
 
     def tagged_socket(self: Any, socket_path: str | None, default_prefix: str) -> Any:

@@ -226,3 +226,11 @@ actors = {p: Holder.options(label_selector={"ray-accel.io/partition": p}).remote
 print(json.dumps({p: ray.get(a.where.remote()) for p, a in actors.items()}), flush=True)
 time.sleep(float(sys.argv[2]))
 """
+
+# Ray's node table through Ray's own API: each node's ID and whether it is alive.
+NODES = r"""
+import json, sys
+import ray
+ray.init(address=sys.argv[1], log_to_driver=False)
+print(json.dumps([{"NodeID": n["NodeID"], "Alive": n["Alive"]} for n in ray.nodes()]))
+"""

@@ -52,6 +52,12 @@ def test_status_json(trn1_cluster: Cluster) -> None:
         assert {"partition", "device_ids", "core_ids", "visible_ids", "pid", "node_id", "alive"} <= set(p)
         assert p["alive"] and p["registered"]
         assert p["total"]["neuron_cores"] == 16
+    # Each raylet is its own node in Ray (their launchers, forked from one
+    # launch server, once drew one node ID and registered as one node).
+    nodes = [p["node_id"] for p in status["partitions"]] + [status["head"]["node_id"]]
+    assert len(set(nodes)) == len(nodes), nodes
+    alive = {n["NodeID"] for n in trn1_cluster.driver(drivers.NODES) if n["Alive"]}
+    assert set(nodes) <= alive, (nodes, alive)
     state = Path(trn1_cluster.env["RAYACCEL_STATE_DIR"])
     assert state.stat().st_mode & 0o777 == 0o700
     assert (state / "host.json").stat().st_mode & 0o777 == 0o600

@@ -11,6 +11,7 @@ import inspect
 import logging
 import sys
 import types
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -185,25 +186,55 @@ def test_capturing_nodes_patches_rays_node_only_while_inside() -> None:
     assert (cls.__init__, cls._prepare_socket_file) == before, "Ray's Node is as it was"
 
 
+@dataclass
+class FakeParams:
+    """The one field of Ray's `RayParams` that `capture_nodes` reads."""
+
+    env_vars: dict[str, str] | None = None
+
+
+class FakeNode:
+    """Ray's `Node` as `capture_nodes` uses it: built from a `RayParams`, its
+    socket files prepared under `_sockets_dir`."""
+
+    def __init__(self, ray_params: FakeParams, connect_only: bool = False) -> None:
+        self.params = ray_params
+        self._sockets_dir = "/run/s"
+
+    def _prepare_socket_file(self, socket_path: str, default_prefix: str) -> str:
+        return socket_path
+
+
 def test_a_socket_is_named_by_its_tag(monkeypatch: pytest.MonkeyPatch) -> None:
-    class FakeNode:
-        def __init__(self, sockets: str) -> None:
-            self._sockets_dir = sockets
-
-        def _prepare_socket_file(self, socket_path: str, default_prefix: str) -> str:
-            return socket_path
-
     monkeypatch.setattr(node, "_node_class", lambda: FakeNode)
     with node.capture_nodes("p1.77") as captured:
-        made = FakeNode("/run/s")
+        made = FakeNode(FakeParams())
         assert made._prepare_socket_file(None, "raylet") == "/run/s/raylet.p1.77"  # type: ignore[arg-type]
         assert made._prepare_socket_file("/given", "plasma_store") == "/given", "a path Ray was given stays"
-        odd = FakeNode("/x")
+        odd = FakeNode(FakeParams())
         del odd._sockets_dir
         with pytest.raises(RayApiMissing, match="Node has no _sockets_dir"):
             odd._prepare_socket_file(None, "raylet")  # type: ignore[arg-type]
     assert captured == [made, odd]
-    assert FakeNode("/y")._prepare_socket_file("/z", "raylet") == "/z"
+    assert FakeNode(FakeParams())._prepare_socket_file("/z", "raylet") == "/z"
+
+
+def test_each_new_node_gets_an_id_of_its_own_drawn_from_the_os(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not from Ray's generator, which launchers forked from one launch server
+    share: the ID goes in through `RayParams.env_vars`, as Ray's test clusters
+    give one; one given already, or a node that only connects, is left alone."""
+    monkeypatch.setattr(node, "_node_class", lambda: FakeNode)
+    with node.capture_nodes("p0.1"):
+        first, second = FakeNode(FakeParams()), FakeNode(FakeParams(env_vars={"OTHER": "1"}))
+        given = FakeNode(FakeParams(env_vars={node.NODE_ID_ENV: "ab" * 28}))
+        joining = FakeNode(FakeParams(), connect_only=True)
+        with pytest.raises(RayApiMissing, match="no RayParams with env_vars"):
+            FakeNode(object())  # type: ignore[arg-type]
+    ids = [n.params.env_vars[node.NODE_ID_ENV] for n in (first, second)]  # type: ignore[index]
+    assert ids[0] != ids[1] and all(len(bytes.fromhex(i)) == 28 for i in ids), ids
+    assert second.params.env_vars["OTHER"] == "1"  # type: ignore[index]
+    assert given.params.env_vars == {node.NODE_ID_ENV: "ab" * 28}
+    assert joining.params.env_vars is None
 
 
 def test_node_facts_and_processes_come_from_rays_node() -> None:
