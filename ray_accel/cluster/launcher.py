@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import stat
 import subprocess
 import sys
 import threading
@@ -178,6 +179,24 @@ class Launches:
             self.launches.append(launch)
             launch.begin(self._server_for(env))
         return launch.wait(self.abort)
+
+    def check_files(self, names: Sequence[str]) -> None:
+        """Refuse, naming it, a launch file of partitions `names` (its log,
+        result or leader file) that is there but is not a regular file (a
+        FIFO, a link, a folder): checked before the first launch, so that a
+        bad one stops the start before anything runs, whichever partition's
+        it is. Each launch opens its own files with the same refusal."""
+        for name in names:
+            launch = Launch(name=name, args=(), env={}, log_dir=self.log_dir, timeout_s=self.timeout_s)
+            for path in (launch.log_path, launch.result_path, Path(leader_path(str(launch.result_path)))):
+                try:
+                    mode = path.lstat().st_mode
+                except FileNotFoundError:
+                    continue
+                except OSError as e:
+                    raise InputError(f"cannot read the launch file {path} of {name}: {e}") from None
+                if not stat.S_ISREG(mode):
+                    raise InputError(f"the launch file {path} of {name} is not a regular file")
 
     def _server_for(self, env: Mapping[str, str]) -> LaunchServer | None:
         if self.forked and self._server is None:

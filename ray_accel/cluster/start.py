@@ -331,6 +331,7 @@ def launch(
             out_core_ids=tuple(c for o in lp.out if o.partition == part.name for c in o.units),
         )
 
+    launches.check_files([r.served.name for r in raylets])
     gcs, first = req.join.address, 0
     heads: list[LaunchReport] = []
     if head:

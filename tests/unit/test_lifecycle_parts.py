@@ -4,6 +4,7 @@ signals turned into a clean interrupt."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -154,11 +155,18 @@ def test_a_fifo_where_a_launch_log_goes_stops_start_before_any_launch(tmp_path: 
     state_dir.mkdir(mode=0o700)
     os.mkfifo(state_dir / "p0.log")
     env = {"RAYACCEL_MOCK": "trn1.32xlarge", "RAYACCEL_STATE_DIR": str(state_dir), "HOME": str(tmp_path), **tag}
-    proc = run_cli("start", "--head", "--partitions", "2", "--no-metrics", env=env, timeout=60)
-    assert proc.returncode == 2, proc.stderr
-    assert "p0.log" in proc.stderr and "Traceback" not in proc.stderr
-    assert tagged(tag) == {}
-    assert not (state_dir / "host.json").exists()
+    try:
+        proc = run_cli("start", "--head", "--partitions", "2", "--no-metrics", env=env, timeout=60)
+        assert proc.returncode == 2, proc.stderr
+        assert "p0.log" in proc.stderr and "Traceback" not in proc.stderr
+        assert tagged(tag) == {}, "the start launched something"
+        assert not (state_dir / "host.json").exists()
+    finally:
+        # What a start that got past the check began (a CLI killed at the
+        # timeout undoes nothing): this test's processes only, by PID.
+        for pid in tagged(tag):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
 
 
 # ------------------------------------------------------------------ the lock and signals
