@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ray_accel.core.reader import load
 
@@ -48,21 +48,27 @@ def leave_cluster() -> None:
 
 
 @dataclass(frozen=True)
-class Orphans:
-    """What `status` adds from this host's exporters; the fields are its JSON keys."""
+class FromExporters:
+    """What `status` adds from this host's exporters; the fields are its JSON
+    keys. `orphan_errors`: the exporters that did not answer (so neither
+    their orphans nor their workloads are known), and why."""
 
     orphans: tuple[OrphanReading, ...]
     orphan_errors: tuple[str, ...] = ()
+    # Each workload as `top --json` lists it (`WorkloadReading.to_json`): a Serve replica's names in it.
+    workloads: tuple[dict[str, Any], ...] = ()
 
 
-def host_orphans(status: HostStatus) -> Orphans:
-    """The orphans of this host's live partitions, from their exporters
-    (connects as a driver, and leaves); a failure to ask is reported, not raised."""
+def from_exporters(status: HostStatus) -> FromExporters:
+    """The orphans and workloads of this host's live partitions, from their
+    exporters (connects as a driver, and leaves); a failure to ask is
+    reported, not raised."""
     from ray_accel.metrics import snapshots
     from ray_accel.metrics.collect import OrphanReading
 
     live = {p.node_id: p.partition for p in status.partitions if p.alive and p.node_id}
     orphans: list[OrphanReading] = []
+    workloads: list[dict[str, Any]] = []
     errors: list[str] = []
     try:
         connect_to_recorded_cluster()
@@ -71,8 +77,9 @@ def host_orphans(status: HostStatus) -> Orphans:
                 errors.append(f"{live[node_id]}: {snap or 'no sample yet'}")
             else:
                 orphans += [load(OrphanReading, o) for o in snap.get("orphans", [])]
+                workloads += snap.get("workloads", [])
     except Exception as e:
-        return Orphans((), (f"metrics exporters not reachable: {type(e).__name__}: {e}",))
+        return FromExporters((), (f"metrics exporters not reachable: {type(e).__name__}: {e}",))
     finally:
         leave_cluster()
-    return Orphans(tuple(orphans), tuple(errors))
+    return FromExporters(tuple(orphans), tuple(errors), tuple(workloads))

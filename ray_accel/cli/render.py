@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ray_accel.core.numa import format_cpulist
@@ -11,7 +11,7 @@ from ray_accel.core.visibility import format_visible_ids
 from ray_accel.partition.plan import PARTITION_LABEL
 
 if TYPE_CHECKING:  # the status module is imported only by the commands that show it
-    from ray_accel.cli.connect import Orphans
+    from ray_accel.cli.connect import FromExporters
     from ray_accel.cluster.host import Division, Share
     from ray_accel.cluster.status import ClusterPartition, ClusterView, HostStatus
     from ray_accel.metrics.collect import OrphanReading
@@ -217,11 +217,44 @@ def orphans_text(orphans: Sequence[OrphanReading], errors: Sequence[str] = ()) -
     return "\n".join(lines)
 
 
-def status_with_orphans_text(payload: HostStatus, orphans: Orphans | None) -> str:
+def replica_text(w: Mapping[str, Any]) -> str | None:
+    """A workload's Serve replica, `<app>/<deployment> <replica id>` with `?`
+    for what is unknown; None for a worker that is not a replica (or a
+    snapshot from an exporter that does not tell)."""
+    if w.get("kind") != "serve_replica":
+        return None
+    app, deployment, replica_id = ("?" if w.get(k) is None else w[k] for k in ("app", "deployment", "replica_id"))
+    return f"{app}/{deployment} {replica_id}"
+
+
+def workloads_text(workloads: Sequence[Mapping[str, Any]], errors: Sequence[str] = ()) -> str:
+    """`status`: each partition's workloads (its raylet's Ray workers), a Serve
+    replica named, and why what is not known of one is not. None at all is
+    said only when every exporter answered (`errors` says which did not)."""
+    if not workloads:
+        return "" if errors else "workloads: none"
+    rows = table(
+        workloads,
+        ("PARTITION", lambda w: w["partition"]),
+        ("WORKLOAD", lambda w: w["workload"]),
+        ("PID", lambda w: w["pid"]),
+        ("SERVE REPLICA", replica_text),
+    )
+    unknown = [
+        f"{w['partition']} {w['workload']}: {field} unknown: {why}"
+        for w in workloads
+        for field, why in (w.get("unknown") or {}).items()
+    ]
+    return "\n".join([rows, *unknown])
+
+
+def status_with_exporters_text(payload: HostStatus, seen: FromExporters | None) -> str:
+    """`status`, and what this host's exporters say: each partition's workloads and the orphans."""
     text = status_text(payload)
-    if orphans is None:
+    if seen is None:
         return text
-    return text + "\n\n" + orphans_text(orphans.orphans, orphans.orphan_errors)
+    parts = [text, workloads_text(seen.workloads, seen.orphan_errors), orphans_text(seen.orphans, seen.orphan_errors)]
+    return "\n\n".join(p for p in parts if p)
 
 
 def top_text(payload: dict[str, Any]) -> str:
@@ -266,6 +299,7 @@ def top_text(payload: dict[str, Any]) -> str:
         ("WORKLOAD", lambda w: w["workload"]),
         ("HOST", lambda w: w["host"]),
         ("PARTITION", lambda w: w["partition"]),
+        ("SERVE REPLICA", replica_text),
         ("PIDS", lambda w: len(w["pids"])),
         ("CPU S", lambda w: f"{w['cpu_seconds']:.1f}"),
         ("RSS", lambda w: f"{w['rss_bytes'] / 1024**2:.0f} MiB"),

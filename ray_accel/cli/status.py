@@ -6,6 +6,8 @@ seconds) imports only the cluster view's path, not `start`'s.
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from ray_accel.cli import render
@@ -28,12 +30,22 @@ def status_command(cluster: bool, as_json: bool) -> int:
     if cluster:
         return emit(as_json, cluster_status(), render.cluster_status_text)
 
-    from ray_accel.cli.connect import host_orphans
+    from ray_accel.cli.connect import from_exporters
 
     payload = status()
     # Only a GCS that answered is asked through a driver: ray.init on a dead
     # or foreign address waits for minutes (Ray's own GCS connect timeout).
     answered = any(p.registered is not None for p in payload.partitions)
-    orphans = host_orphans(payload) if payload.running and payload.gcs_alive and answered else None
-    shown = payload if orphans is None else dump_fields(payload, **dump_fields(orphans))
-    return emit(as_json, shown, lambda _: render.status_with_orphans_text(payload, orphans))
+    seen = from_exporters(payload) if payload.running and payload.gcs_alive and answered else None
+    shown = payload if seen is None else with_workloads(dump_fields(payload, **dump_fields(seen)))
+    return emit(as_json, shown, lambda _: render.status_with_exporters_text(payload, seen))
+
+
+def with_workloads(shown: dict[str, Any]) -> dict[str, Any]:
+    """`status --json` with each partition's own workloads under it (`workloads`,
+    as `top --json` has them), as well as all of them at the top."""
+    partitions = [
+        {**p, "workloads": [w for w in shown["workloads"] if w.get("partition") == p["partition"]]}
+        for p in shown["partitions"]
+    ]
+    return {**shown, "partitions": partitions}

@@ -53,7 +53,8 @@ def top_payload(partitions: Sequence[ClusterPartition], snaps: Mapping[str, dict
     for p in partitions:
         where = f"{p.host}/{p.partition}"
         snap = snaps.get(p.node_id, "raylet is dead" if not p.alive else "no snapshot")
-        row = dump_fields(p, device_ids=[], exporter="ok", took_s=None)
+        # `workloads`: its raylet's Ray workers, Serve replicas named (`metrics.replicas.replica_fields`).
+        row = dump_fields(p, device_ids=[], exporter="ok", took_s=None, workloads=[])
         parts.append(row)
         if isinstance(snap, str) or not snap:
             row["exporter"] = snap or "no sample yet"
@@ -88,7 +89,9 @@ def top_payload(partitions: Sequence[ClusterPartition], snaps: Mapping[str, dict
             }
             for d in snap.get("out_of_service", [])
         ]
-        workloads += snap.get("workloads", [])
+        mine: list[dict[str, Any]] = snap.get("workloads", [])
+        row["workloads"] = mine
+        workloads += mine
         orphans += [load(OrphanReading, o) for o in snap.get("orphans", [])]
         errors += [f"{where}: {e}" for e in snap.get("errors", [])]
     return {"partitions": parts, "devices": devices, "workloads": workloads, "orphans": orphans, "errors": errors}

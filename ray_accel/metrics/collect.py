@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -40,7 +40,9 @@ from ray_accel.core.processes import (
     read_small,
 )
 from ray_accel.core.reader import dump_fields
+from ray_accel.metrics.replicas import ServeReplica, from_title, replica_fields
 from ray_accel.plugins.interface import Telemetry
+from ray_accel.rayapi.serve import REPLICA_TITLE_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +101,8 @@ class WorkloadReading(NamedTuple):
     partition: str
     pid: int
     processes: tuple[ProcessReading, ...]
+    # The Serve replica it is (`metrics.replicas`), None for any other worker.
+    serve: ServeReplica | None = None
 
     @property
     def rss_bytes(self) -> int:
@@ -117,9 +121,9 @@ class WorkloadReading(NamedTuple):
         return out
 
     def to_json(self) -> dict[str, Any]:
-        named = {k: v for k, v in self._asdict().items() if k != "processes"}
+        named = {k: v for k, v in self._asdict().items() if k not in ("processes", "serve")}
         totals = {k: getattr(self, k) for k in ("cpu_seconds", "rss_bytes", "device_memory_bytes")}
-        return {**named, "pids": [p.pid for p in self.processes], **totals}
+        return {**named, "pids": [p.pid for p in self.processes], **totals, **replica_fields(self.serve)}
 
 
 @dataclass(frozen=True)
@@ -150,6 +154,13 @@ class Snapshot:
         devices = [d._asdict() for d in self.devices]
         workloads = [w.to_json() for w in self.workloads]
         return dump_fields(self, devices=devices, workloads=workloads)
+
+
+def with_replicas(snap: Snapshot, found: Mapping[int, ServeReplica], errors: Sequence[str] = ()) -> Snapshot:
+    """`snap` with the workloads of `found` (by root PID) named by it
+    (`metrics.replicas.ReplicaIds`), and `errors` added."""
+    workloads = tuple(w._replace(serve=found[w.pid]) if w.pid in found else w for w in snap.workloads)
+    return replace(snap, workloads=workloads, errors=(*snap.errors, *errors))
 
 
 def device_readings(
@@ -233,7 +244,10 @@ def workload_readings(
         ]
         if readings and readings[0][0] == root:
             name = title.partition(" ")[0] or readings[0][1]
-            out.append(_new_tuple(WorkloadReading, (f"{name}[{root}]", at.host, at.partition, root, tuple(readings))))
+            # A Serve replica is told by its title; its id is the exporter's to find (`metrics.replicas`).
+            serve = from_title(title) if name.startswith(REPLICA_TITLE_PREFIX) else None
+            reading = (f"{name}[{root}]", at.host, at.partition, root, tuple(readings), serve)
+            out.append(_new_tuple(WorkloadReading, reading))
     return out, errors
 
 

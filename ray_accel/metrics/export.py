@@ -12,6 +12,10 @@ the host's key (`<name>_<node IP>`, the value of its raylets' host label:
 hosts that share a name are two hosts. Host-level values come from one partition per host, so a host is
 counted once (Ray's dashboard reports every GPU from every raylet of a host).
 `ray-accel top` and `status` read the same snapshots back from the actors.
+A Ray Serve replica among the workers is named by its app, deployment and
+replica id (`metrics.replicas`): the id from Ray's actor table, read only
+when a replica process the exporter has not identified appears; its
+processes are in the workload gauges as any worker's.
 
 Names: Ray 2.60's recorder registers every `ray.util.metrics` gauge as
 `ray_<name>` (`NAMESPACE = "ray"` in
@@ -60,12 +64,14 @@ from ray_accel.core.health import Health
 from ray_accel.core.health_state import HostHealth, PartState, read_health
 from ray_accel.core.hosts import HostId, this_host_name
 from ray_accel.core.processes import ProcessTable
-from ray_accel.metrics.collect import DeviceReading, Snapshot, Where, collect, device_readings
+from ray_accel.metrics.collect import DeviceReading, Snapshot, Where, collect, device_readings, with_replicas
+from ray_accel.metrics.replicas import ReplicaIds
 
 # The exporters' names and a reader's connection live with the readers (`top`, `status`).
 from ray_accel.metrics.snapshots import NAMESPACE, actor_name, connect
 from ray_accel.plugins.discovery import process_backend
 from ray_accel.plugins.host_readings import read_readings
+from ray_accel.rayapi.serve import live_actors
 
 log = logging.getLogger(__name__)
 
@@ -340,6 +346,8 @@ class PartitionExporter:
         self.table = ProcessTable()  # kept between samples: each reads again only what may have changed
         self.where = Where(HostId(this_host_name(), ray.util.get_node_ip_address()).key, entry.node_id, entry.partition)
         self.g = {key: Gauge(s.name, s.description, s.tags) for key, s in GAUGES.items()}
+        # Serve replicas' ids, from Ray's actor table once per new replica process.
+        self.replicas = ReplicaIds(entry.node_id, live_actors)
         self._last: Snapshot | None = None
         self._health: tuple[HostHealth | None, str | None] = (None, None)
         self._adopted: tuple[DeviceReading, ...] | None = None  # the host-level exporter's: see `snapshot`
@@ -399,6 +407,13 @@ class PartitionExporter:
         snap = collect(
             self.telemetry, self.devices, self.accelerator_type, self.raylet_pid, (os.getpid(),), table, self.where
         )
+        started = time.perf_counter()
+        named, lookup_errors = self.replicas.identify(
+            {w.pid: w.serve for w in snap.workloads if w.serve is not None}, time.monotonic()
+        )
+        if named or lookup_errors:
+            snap = with_replicas(snap, named, lookup_errors)
+            snap = replace(snap, took_s=snap.took_s + time.perf_counter() - started)  # the lookup is part of the sample
         health, problem = self._read_health()
         level = self.host_level if health is None else host_level_of(health) == self.where.partition
         values = gauge_values(snap, self._host_values(level), health)

@@ -9,8 +9,12 @@ on the partitions of the host's accelerator type (label selector
 replicas on partitions chosen by name (`ray-accel.io/partition` in
 `p1,p2`), on the cores the first left free. It sends HTTP requests to the
 host's Serve port until every replica has answered, reads Serve's own status
-(`serve.status()`) and shuts Serve down. Each reply says its replica, its
-partition (its node's `ray-accel.io/partition` label) and its
+(`serve.status()`) and its replicas' actors in Ray's State API
+(`ray.util.state.list_actors`), then waits while the test reads `ray-accel
+top --once --json` and `status --json` (each partition's `workloads`, its
+replicas named: app, deployment, replica id, PID) and Ray's Prometheus
+endpoints, and shuts Serve down. Each reply says its replica, its partition
+(its node's `ray-accel.io/partition` label), its node, its PID and its
 `NEURON_RT_VISIBLE_CORES`.
 
 The options are Ray's own (docs.ray.io/en/latest/serve/api/doc/
@@ -21,7 +25,15 @@ raylets is in docs/serving-findings.md.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import queue
+import subprocess
+import sys
+import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +41,7 @@ import pytest
 from ray_accel.cluster.host import free_port
 from ray_accel.core.visibility import parse_visible_ids
 from tests.clusters import Cluster, SharedClusters
+from tests.integration.scrapes import scrape_all, top
 
 pytestmark = pytest.mark.ray
 
@@ -113,27 +126,127 @@ try:
         for app_name, app in status.applications.items()
     }
     out["proxies"] = {node: plain(s) for node, s in status.proxies.items()}
+    # Serve's replicas as Ray's State API lists their actors.
+    from ray.util.state import list_actors
+    actors = list_actors(filters=[("state", "=", "ALIVE")], limit=10000, raise_on_missing_output=False)
+    out["actors"] = [
+        {"name": a.name, "pid": a.pid, "node_id": a.node_id, "class_name": a.class_name}
+        for a in actors
+        if (a.name or "").startswith("SERVE_REPLICA::")
+    ]
+    # The replicas stay up while the test reads ray-accel's view of them.
+    print(json.dumps(out), flush=True)
+    sys.stdin.readline()
 finally:
     serve.shutdown()
-out["shut_down"] = True
-print(json.dumps(out))
+print(json.dumps({"shut_down": True}), flush=True)
 """
 
 
-@pytest.fixture(scope="module")
-def served(shared_clusters: SharedClusters, trn1x4_cluster: Cluster) -> Iterator[tuple[Cluster, dict[str, Any]]]:
-    """The driver's result on the shared four-partition cluster. A driver
-    that did not shut Serve down (it failed or ran out of time) may leave
-    Serve's detached controller behind, so the shared cluster is stopped
-    then: the next module sharing it gets a clean one."""
-    clean = False
+def json_lines(proc: subprocess.Popen[str]) -> queue.Queue[dict[str, Any] | None]:
+    """The driver's JSON lines as it prints them (None once its stdout ends)."""
+    lines: queue.Queue[dict[str, Any] | None] = queue.Queue()
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("{"):
+                with contextlib.suppress(ValueError):
+                    lines.put(json.loads(line))
+        lines.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    return lines
+
+
+def next_json(lines: queue.Queue[dict[str, Any] | None], timeout: float, log: Path) -> dict[str, Any]:
     try:
-        result = trn1x4_cluster.driver(
-            SERVE_ONE_PER_PARTITION, str(free_port()), str(REPLICAS), str(CORES), str(MAX_REQUESTS), timeout=300
+        got = lines.get(timeout=timeout)
+    except queue.Empty:
+        got = None
+    assert got is not None, f"the driver printed no result: {log.read_text()[-3000:]}"
+    return got
+
+
+def replica_pids(result: dict[str, Any]) -> set[int]:
+    return {int(r["pid"]) for r in (*result["replies"], *result["pinned"])}
+
+
+def top_naming(cluster: Cluster, result: dict[str, Any], timeout: float = 90.0) -> dict[str, Any]:
+    """`top --once --json` once it names every replica that answered (its
+    exporter samples every 5 s), or its last view after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        view = top(cluster)
+        named = {w["pid"] for p in view["partitions"] for w in p["workloads"] if w.get("replica_id")}
+        if replica_pids(result) <= named or time.monotonic() > deadline:
+            return view
+        time.sleep(2)
+
+
+def replica_series(cluster: Cluster, result: dict[str, Any], timeout: float = 60.0) -> list[tuple[str, dict[str, str]]]:
+    """(name, tags) of the workload series whose workload is a replica that
+    answered, once each has its RSS series (Ray reports every 10 s), or after `timeout`."""
+    wanted = {f"[{pid}]" for pid in replica_pids(result)}
+    deadline = time.monotonic() + timeout
+    while True:
+        found = [
+            (name, tags)
+            for name, tags, _ in scrape_all(cluster)
+            if name.startswith("ray_accel_workload_") and tags["workload"].endswith(tuple(wanted))
+        ]
+        rss = {t["workload"][t["workload"].rindex("[") :] for n, t in found if n == "ray_accel_workload_rss_bytes"}
+        if rss >= wanted or time.monotonic() > deadline:
+            return found
+        time.sleep(2)
+
+
+@pytest.fixture(scope="module")
+def served(
+    shared_clusters: SharedClusters, trn1x4_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Cluster, dict[str, Any]]]:
+    """The driver's result on the shared four-partition cluster, with
+    ray-accel's views read while its replicas ran (`top`: `top --once
+    --json`; `ray_accel_status`: `status --json`; `series`: the replicas' workload
+    series; `top_text`, `status_text`: their tables). A driver that did not shut Serve down (it failed or ran out of
+    time) may leave Serve's detached controller behind, so the shared
+    cluster is stopped then: the next module sharing it gets a clean one."""
+    cluster, clean = trn1x4_cluster, False
+    log = tmp_path_factory.mktemp("serve") / "driver.err"
+    args = [str(free_port()), str(REPLICAS), str(CORES), str(MAX_REQUESTS)]
+    with log.open("w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", SERVE_ONE_PER_PARTITION, cluster.address, *args],
+            env=cluster.driver_env(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
         )
-        clean = bool(result.get("shut_down"))
-        yield trn1x4_cluster, result
+    try:
+        lines = json_lines(proc)
+        result = next_json(lines, 300, log)
+        result["top"] = top_naming(cluster, result)
+        status = cluster.cli("status", "--json")
+        assert status.returncode == 0, status.stderr[-2000:]
+        result["ray_accel_status"] = json.loads(status.stdout)
+        result["series"] = replica_series(cluster, result)
+        # The tables as a user sees them (kept beside the driver's log).
+        for command in ("top", "status"):
+            shown = cluster.cli(command, *(["--once"] if command == "top" else []))
+            assert shown.returncode == 0, shown.stderr[-2000:]
+            result[f"{command}_text"] = shown.stdout
+            (log.parent / f"{command}.txt").write_text(shown.stdout)
+        assert proc.stdin is not None
+        proc.stdin.write("done\n")
+        proc.stdin.flush()
+        clean = bool(next_json(lines, 120, log).get("shut_down"))
+        proc.wait(timeout=60)
+        yield cluster, result
     finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
         if not clean:
             shared_clusters.release()
 
@@ -192,3 +305,111 @@ def test_serve_status_says_running_with_every_replica(served: tuple[Cluster, dic
     # A proxy on the head (the controller's node) and one on each partition with a replica.
     proxies = result["proxies"]
     assert len(proxies) == 1 + REPLICAS and set(proxies.values()) == {"HEALTHY"}, proxies
+
+
+APPS = {"where": "Where", "pinned": "Pinned"}  # app -> its deployment
+
+
+def replicas_named(result: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """Each replica that answered, by PID: what its reply says of itself."""
+    out = {}
+    for app, key in (("where", "replies"), ("pinned", "pinned")):
+        for r in result[key]:
+            out[int(r["pid"])] = {**r, "app": app, "deployment": APPS[app]}
+    return out
+
+
+def test_top_lists_each_replica_under_its_partition(served: tuple[Cluster, dict[str, Any]]) -> None:
+    """`top --json`: each replica under its own partition's `workloads`, with
+    its app, deployment, replica id (as Serve's replica context gives it)
+    and PID, nothing unknown; the same entries in the top-level list."""
+    _, result = served
+    view, replies = result["top"], replicas_named(result)
+    fields = ("kind", "app", "deployment", "replica_id", "pid", "partition", "unknown")
+    listed = {
+        w["pid"]: ({k: w[k] for k in fields}, p["node_id"])
+        for p in view["partitions"]
+        for w in p["workloads"]
+        if w["kind"] == "serve_replica"
+    }
+    assert listed == {
+        pid: (
+            {
+                "kind": "serve_replica",
+                "app": r["app"],
+                "deployment": r["deployment"],
+                "replica_id": r["replica"],
+                "pid": pid,
+                "partition": r["partition"],
+                "unknown": {},
+            },
+            r["node_id"],
+        )
+        for pid, r in replies.items()
+    }, (view["errors"], [p["workloads"] for p in view["partitions"]])
+    # Every partition's workloads are its own, and all are in the top-level list as well.
+    assert all(w["partition"] == p["partition"] for p in view["partitions"] for w in p["workloads"])
+    assert [w for p in view["partitions"] for w in p["workloads"]] == view["workloads"]
+
+
+def test_the_replicas_top_names_are_serves_own(served: tuple[Cluster, dict[str, Any]]) -> None:
+    """What `top` says of each replica (app, deployment, id, PID, raylet) is
+    what Ray's State API says of its actor (`SERVE_REPLICA::<app>#<deployment>#<id>`),
+    and as many as `serve.status()` counts running."""
+    _, result = served
+    in_top = {
+        (w["app"], w["deployment"], w["replica_id"], w["pid"], p["node_id"])
+        for p in result["top"]["partitions"]
+        for w in p["workloads"]
+        if w["kind"] == "serve_replica"
+    }
+    in_state_api = {
+        (*a["name"].removeprefix("SERVE_REPLICA::").split("#"), a["pid"], a["node_id"]) for a in result["actors"]
+    }
+    assert in_top == in_state_api, (in_top, result["actors"])
+    running = {app: s["deployments"][APPS[app]]["replica_states"]["RUNNING"] for app, s in result["status"].items()}
+    assert running == {app: sum(t[0] == app for t in in_top) for app in APPS}
+
+
+def test_status_names_each_partitions_replicas(served: tuple[Cluster, dict[str, Any]]) -> None:
+    """`status --json`: each partition's `workloads` name its replicas as `top` does."""
+    _, result = served
+    fields = ("app", "deployment", "replica_id", "pid")
+    in_status = {
+        (p["partition"], *(w[k] for k in fields))
+        for p in result["ray_accel_status"]["partitions"]
+        for w in p["workloads"]
+        if w["kind"] == "serve_replica"
+    }
+    replies = replicas_named(result)
+    assert in_status == {(r["partition"], r["app"], r["deployment"], r["replica"], pid) for pid, r in replies.items()}
+
+
+def test_replica_processes_are_attributed_to_their_partition_in_the_metrics(
+    served: tuple[Cluster, dict[str, Any]],
+) -> None:
+    """Each replica's process tree has its workload series (RSS, CPU time),
+    tagged with the partition it runs on, as a training worker's."""
+    _, result = served
+    partition_of = {f"[{pid}]": r["partition"] for pid, r in replicas_named(result).items()}
+    seen: dict[str, set[str]] = {}
+    for name, tags in result["series"]:
+        pid = tags["workload"][tags["workload"].rindex("[") :]
+        assert tags["partition"] == partition_of[pid], (name, tags)
+        seen.setdefault(name, set()).add(pid)
+    for name in ("ray_accel_workload_rss_bytes", "ray_accel_workload_cpu_seconds"):
+        assert seen.get(name) == set(partition_of), (name, sorted(seen.get(name, ())), sorted(partition_of))
+
+
+def test_tops_and_statuss_tables_name_each_replica_on_its_partitions_row(
+    served: tuple[Cluster, dict[str, Any]],
+) -> None:
+    """Each replica's row in `top`'s workloads table and `status`'s: its
+    partition, its title and PID, `<app>/<deployment> <replica id>`."""
+    _, result = served
+    for command in ("top", "status"):
+        lines = result[f"{command}_text"].splitlines()
+        for pid, r in replicas_named(result).items():
+            named = f"{r['app']}/{r['deployment']} {r['replica']}"
+            rows = [line.split() for line in lines if f"[{pid}]" in line and named in line]
+            assert len(rows) == 1 and r["partition"] in rows[0], (command, pid, named, result[f"{command}_text"])

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import ray
 
-from ray_accel.cli.connect import Orphans, connect_to_recorded_cluster, host_orphans
+from ray_accel.cli.connect import FromExporters, connect_to_recorded_cluster, from_exporters
 from ray_accel.core.errors import RayAccelError
 from ray_accel.metrics.collect import OrphanReading
 
@@ -61,25 +61,27 @@ def test_a_driver_takes_the_recorded_auth_and_prints_pushed_messages_to_stderr(
     assert calls == [("auth", "the auth"), ("stderr", None), ("no arrow", None), ("connect", "10.0.0.1:6379")]
 
 
-def test_orphans_come_from_each_live_partitions_exporter_and_a_silent_one_is_named(
+def test_orphans_and_workloads_come_from_each_live_partitions_exporter_and_a_silent_one_is_named(
     monkeypatch: pytest.MonkeyPatch, calls: list[tuple[str, object]]
 ) -> None:
     from ray_accel.metrics import snapshots as export
 
     orphan = {"device_id": "mock:0", "host": "h", "partition": "p0", "pid": 42, "command": "python x.py"}
+    replica = {"workload": "ray::ServeReplica:a:D[7]", "partition": "p0", "pid": 7, "replica_id": "abc"}
     asked: list[dict[str, str]] = []
 
     def snapshots(live: dict[str, str], timeout_s: float) -> dict[str, Any]:
         asked.append(dict(live))
-        return {"n0": {"orphans": [orphan]}, "n1": "actor died"}
+        return {"n0": {"orphans": [orphan], "workloads": [replica]}, "n1": "actor died"}
 
     monkeypatch.setattr(export, "snapshots", snapshots)
-    got = host_orphans(recorded())
+    got = from_exporters(recorded())
     assert asked == [{"n0": "p0", "n1": "p1"}], "only live partitions are asked"
-    assert got == Orphans((OrphanReading("mock:0", "h", "p0", 42, "python x.py"),), ("p1: actor died",))
+    orphans = (OrphanReading("mock:0", "h", "p0", 42, "python x.py"),)
+    assert got == FromExporters(orphans, ("p1: actor died",), (replica,)), "each workload as its exporter wrote it"
     assert calls[-1] == ("shutdown", None), "the driver leaves"
     monkeypatch.setattr(export, "snapshots", lambda live, timeout_s: {"n0": {}})
-    assert host_orphans(recorded()).orphan_errors == ("p0: no sample yet",)
+    assert from_exporters(recorded()).orphan_errors == ("p0: no sample yet",)
 
 
 def test_a_cluster_that_cannot_be_asked_is_reported_not_raised(
@@ -91,7 +93,7 @@ def test_a_cluster_that_cannot_be_asked_is_reported_not_raised(
         raise RayAccelError("no cluster: no ray-accel partitions recorded on this host")
 
     monkeypatch.setattr(status, "cluster_nodes", no_cluster)
-    got = host_orphans(recorded())
+    got = from_exporters(recorded())
     assert got.orphans == () and got.orphan_errors == (
         "metrics exporters not reachable: RayAccelError: no cluster: no ray-accel partitions recorded on this host",
     )

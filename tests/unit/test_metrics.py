@@ -24,7 +24,7 @@ from ray_accel_mock import load_spec
 from ray_accel_mock.telemetry import MockTelemetry
 
 from ray_accel.cli import render
-from ray_accel.cli.connect import Orphans
+from ray_accel.cli.connect import FromExporters
 from ray_accel.cli.top import DEVICE_FIELDS, head_of, top_payload
 from ray_accel.cluster.status import ClusterPartition, HostStatus, cluster_view
 from ray_accel.core import masks
@@ -650,10 +650,10 @@ def test_status_text_shows_orphans_or_says_why_not() -> None:
         dashboard_address=None,
     )
     hog = OrphanReading("neuron:1", "hostA", "p0", 7, "hog")
-    text = render.status_with_orphans_text(base, Orphans((hog,)))
+    text = render.status_with_exporters_text(base, FromExporters((hog,)))
     assert "ORPHAN PID" in text and "hog" in text
-    assert "orphans: none" in render.status_with_orphans_text(base, Orphans(()))
-    assert "orphans unknown: p0: gone" in render.status_with_orphans_text(base, Orphans((), ("p0: gone",)))
+    assert "orphans: none" in render.status_with_exporters_text(base, FromExporters(()))
+    assert "orphans unknown: p0: gone" in render.status_with_exporters_text(base, FromExporters((), ("p0: gone",)))
 
 
 @given(

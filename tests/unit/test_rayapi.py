@@ -19,7 +19,7 @@ import pytest
 
 from ray_accel.cluster import auth as cluster_auth
 from ray_accel.cluster import driver, host, raylet
-from ray_accel.rayapi import accelerators, address, gcs, node, state, train
+from ray_accel.rayapi import accelerators, address, gcs, node, serve, state, train
 from ray_accel.rayapi import auth as rayapi_auth
 from ray_accel.rayapi.feature import FAKE_RAY_VERSION_ENV, RayApiMissing, attr, module, ray_version, require_params
 
@@ -339,3 +339,57 @@ def test_a_drivers_free_resources_are_plain_names_and_floats(monkeypatch: pytest
     got = state.available_resources_per_node()
     assert got == {"ab": {"CPU": 2.0, "memory": 1.5}, "cd": {}}
     assert isinstance(got["ab"]["CPU"], float)
+
+
+def test_serves_replica_names_are_the_installed_serves() -> None:
+    """The rules `rayapi.serve` copies (so the exporter never imports Serve)
+    are the installed Serve's own: its actor name, class name and parse."""
+    common = module("ray.serve._private.common")
+    assert serve.REPLICA_NAME_PREFIX == common.REPLICA_ID_FULL_ID_STR_PREFIX
+    for app in ("where", ""):
+        deployment = common.DeploymentID(name="Where", app_name=app)
+        replica = common.ReplicaID(unique_id="zs6inek3", deployment_id=deployment)
+        assert deployment.to_replica_actor_class_name().startswith(serve.REPLICA_CLASS_PREFIX)
+        assert serve.is_replica_title(f"ray::{deployment.to_replica_actor_class_name()}")
+        assert serve.replica_name(replica.to_full_id_str()) == serve.ReplicaName(
+            app=app, deployment="Where", replica_id="zs6inek3"
+        )
+        parsed = common.ReplicaID.from_full_id_str(replica.to_full_id_str())
+        assert (parsed.deployment_id.app_name, parsed.deployment_id.name, parsed.unique_id) == (
+            app,
+            "Where",
+            "zs6inek3",
+        )
+    for other in ("ServeController", "SERVE_REPLICA::a#b#c#d", "SERVE_REPLICA::#id", "SERVE_PROXY_ACTOR-x"):
+        assert serve.replica_name(other) is None, other
+
+
+def test_live_actors_are_read_from_the_connected_processs_actor_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[dict[str, Any]] = []
+    rows = {
+        "a1": {
+            "Name": "SERVE_REPLICA::where#Where#r1",
+            "ActorClassName": "ServeReplica:where:Where",
+            "Pid": 4242,
+            "Address": {"IPAddress": "10.0.0.1", "Port": 1, "NodeID": "ab" * 28},
+            "State": "ALIVE",
+        },
+        "a2": {"Name": "", "ActorClassName": "Holder", "Pid": 0, "Address": {}, "State": "ALIVE"},
+    }
+
+    class GlobalState:
+        def actor_table(self, actor_id: str | None, job_id: object = None, actor_state_name: str | None = None) -> Any:
+            asked.append({"actor_id": actor_id, "actor_state_name": actor_state_name})
+            return rows
+
+    monkeypatch.setattr(module("ray._private.state"), "state", GlobalState())
+    assert serve.live_actors() == (
+        serve.LiveActor(
+            name="SERVE_REPLICA::where#Where#r1", class_name="ServeReplica:where:Where", pid=4242, node_id="ab" * 28
+        ),
+        serve.LiveActor(name="", class_name="Holder", pid=0, node_id=""),
+    )
+    assert asked == [{"actor_id": None, "actor_state_name": "ALIVE"}], "only live actors, in one read"
+    monkeypatch.setattr(module("ray._private.state"), "state", object())
+    with pytest.raises(RayApiMissing, match=r"ray._private.state.GlobalState has no actor_table"):
+        serve.live_actors()
