@@ -157,6 +157,11 @@ def answer_within(query: Callable[[], T], timeout_s: float, what: str) -> T | No
     (it runs on, in a daemon thread: Ray's client waits for an absent GCS),
     `GcsError` naming `what` and the cause when it raised, `RayApiMissing`
     as it is."""
+    # Ray's GCS client and state modules are imported before the clock starts
+    # (`import ray` is most of a CLI's second, several seconds on a loaded
+    # host): `timeout_s` is for the GCS's answer, not for this process's imports.
+    module(RAYLET)
+    module(STATE)
     got: list[T] = []
     failed: list[BaseException] = []
 

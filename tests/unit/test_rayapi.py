@@ -10,6 +10,7 @@ import importlib.metadata
 import inspect
 import logging
 import sys
+import time
 import types
 from dataclasses import dataclass
 from typing import Any
@@ -393,3 +394,24 @@ def test_live_actors_are_read_from_the_connected_processs_actor_table(monkeypatc
     monkeypatch.setattr(module("ray._private.state"), "state", object())
     with pytest.raises(RayApiMissing, match=r"ray._private.state.GlobalState has no actor_table"):
         serve.live_actors()
+
+
+def test_a_gcs_querys_time_starts_after_rays_modules_are_imported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a loaded host, importing Ray took longer than a query's whole 5 s:
+    the GCS answered, yet `status` said it had not. The imports come first."""
+    imported: list[str] = []
+
+    def slow_import(name: str) -> types.ModuleType:
+        if name not in imported:  # as Python's: slow the first time, then from sys.modules
+            time.sleep(0.3)
+            imported.append(name)
+        return types.ModuleType(name)
+
+    def query() -> str:  # as `read_nodes`: Ray's client and state, then the answer
+        gcs.module(gcs.RAYLET)
+        gcs.module(gcs.STATE)
+        return "answer"
+
+    monkeypatch.setattr(gcs, "module", slow_import)
+    assert gcs.answer_within(query, 0.2, "a GCS") == "answer"
+    assert imported == [gcs.RAYLET, gcs.STATE]
