@@ -1,9 +1,10 @@
 """Ray's node table as `gcs.gcs_nodes` returns it, for the tests of `status`
 and its `--json` output: two hosts of two partitions (one raylet dead) and a
-plain node."""
+plain node; a partition raylet as `top` gets it."""
 
 from __future__ import annotations
 
+from ray_accel.cluster.status import ClusterPartition
 from ray_accel.core.hosts import host_key
 from ray_accel.partition.plan import CORES_LABEL, DEVICES_LABEL, HOST_LABEL, PARTITION_LABEL, RESOURCE_LABEL, TYPE_LABEL
 from ray_accel.rayapi.gcs import GcsNode
@@ -42,3 +43,22 @@ NODES = {
     "n2": node("ha", "p1", "10.0.0.1", cores="16-31"),
     "plain": node(None, None, "10.0.0.3"),
 }
+
+
+def raylet_row(partition: str, host: str, ip: str, node_id: str, alive: bool) -> ClusterPartition:
+    """A partition raylet as `top` gets it, with only what `top` shows."""
+    return ClusterPartition(
+        host=host,
+        host_name=host,
+        partition=partition,
+        node_id=node_id,
+        ip=ip,
+        alive=alive,
+        resource=None,
+        accelerator_type=None,
+        core_ids=None,
+        mask=None,
+        device_indexes=None,
+        total={},
+        available={},
+    )

@@ -56,6 +56,7 @@ from ray_accel.partition.plan import CORES_LABEL, PARTITION_LABEL
 from ray_accel.rayapi.gcs import GcsNode
 from tests.dashboard_queries import METRICS
 from tests.exporter_worker import as_exporter_worker
+from tests.status_nodes import raylet_row
 
 
 class Flaky(MockTelemetry):
@@ -282,25 +283,6 @@ def _gcs_node(node_id: str, host: str, part: str | None, alive: bool, ip: str = 
 def partition_nodes(nodes: list[GcsNode]) -> tuple[ClusterPartition, ...]:
     """The partition raylets `top` shows of `nodes`."""
     return cluster_view("a:1", {n.node_id: n for n in nodes}).partitions
-
-
-def raylet_row(partition: str, host: str, ip: str, node_id: str, alive: bool) -> ClusterPartition:
-    """A partition raylet as `top` gets it, with only what `top` shows."""
-    return ClusterPartition(
-        host=host,
-        host_name=host,
-        partition=partition,
-        node_id=node_id,
-        ip=ip,
-        alive=alive,
-        resource=None,
-        accelerator_type=None,
-        core_ids=None,
-        mask=None,
-        device_indexes=None,
-        total={},
-        available={},
-    )
 
 
 def test_partition_nodes_keeps_every_hosts_partitions_and_drops_replaced_dead_ones() -> None:

@@ -22,7 +22,7 @@ from ray_accel.cli import render
 from ray_accel.cli.connect import FromExporters
 from ray_accel.cli.status import with_workloads
 from ray_accel.cli.top import top_payload
-from ray_accel.cluster.status import ClusterPartition, HostStatus
+from ray_accel.cluster.status import HostStatus
 from ray_accel.core.processes import process_table
 from ray_accel.metrics.collect import (
     ProcessReading,
@@ -44,6 +44,7 @@ from ray_accel.metrics.replicas import (
     replica_fields,
 )
 from ray_accel.rayapi.serve import LiveActor
+from tests.status_nodes import raylet_row
 
 NODE = "aa" * 28
 OTHER_NODE = "bb" * 28
@@ -256,31 +257,17 @@ def test_a_replicas_processes_are_in_its_partitions_gauges_as_a_training_workers
     assert replica["w_rss"][0] == 2 * 2**20 and replica["w_dev"][1]["device_id"] == "neuron:0"
 
 
-def partition_row(partition: str, node_id: str) -> ClusterPartition:
-    return ClusterPartition(
-        host="hostA",
-        host_name="hostA",
-        partition=partition,
-        node_id=node_id,
-        ip="10.0.0.1",
-        alive=True,
-        resource=None,
-        accelerator_type=None,
-        core_ids=None,
-        mask=None,
-        device_indexes=None,
-        total={},
-        available={},
-    )
-
-
 def test_top_json_lists_each_partitions_replicas_under_it_and_its_table_names_them() -> None:
     snaps: dict[str, dict[str, Any] | str] = {
         "a0": snapshot("a0", "p0", reading(100, "ray::TrainWorker.train", "p0", None)).to_json(),
         "a1": snapshot("a1", "p1", reading(200, TITLE, "p1", REPLICA), reading(300, TITLE, "p1", UNNAMED)).to_json(),
         "a2": "no metrics exporter: gone",
     }
-    parts = [partition_row("p0", "a0"), partition_row("p1", "a1"), partition_row("p2", "a2")]
+    parts = [
+        raylet_row("p0", "hostA", "10.0.0.1", "a0", True),
+        raylet_row("p1", "hostA", "10.0.0.1", "a1", True),
+        raylet_row("p2", "hostA", "10.0.0.1", "a2", True),
+    ]
     payload = top_payload(parts, snaps)
     rows = {p["partition"]: p["workloads"] for p in payload["partitions"]}
     assert [w["pid"] for w in rows["p0"]] == [100] and rows["p2"] == [], "no snapshot: no workloads"
@@ -321,7 +308,7 @@ def test_an_older_exporters_workloads_still_show() -> None:
     for w in old["workloads"]:  # type: ignore[union-attr]
         for k in ("kind", "app", "deployment", "replica_id", "unknown"):
             del w[k]
-    payload = top_payload([partition_row("p0", "a0")], {"a0": old})
+    payload = top_payload([raylet_row("p0", "hostA", "10.0.0.1", "a0", True)], {"a0": old})
     assert render.replica_text(payload["partitions"][0]["workloads"][0]) is None
     assert TITLE in render.top_text(payload)
 
