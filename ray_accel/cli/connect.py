@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ray_accel.core.reader import load
 
 if TYPE_CHECKING:  # the status module is imported only by the commands that show it
     from ray_accel.cluster.record import HostRecord
     from ray_accel.cluster.status import HostStatus
-    from ray_accel.metrics.collect import OrphanReading
+    from ray_accel.metrics.collect import OrphanReading, WorkloadJson
     from ray_accel.rayapi.gcs import GcsNode
 
 
@@ -56,7 +56,7 @@ class FromExporters:
     orphans: tuple[OrphanReading, ...]
     orphan_errors: tuple[str, ...] = ()
     # Each workload as `top --json` lists it (`WorkloadReading.to_json`): a Serve replica's names in it.
-    workloads: tuple[dict[str, Any], ...] = ()
+    workloads: tuple[WorkloadJson, ...] = ()
 
 
 def from_exporters(status: HostStatus) -> FromExporters:
@@ -68,7 +68,7 @@ def from_exporters(status: HostStatus) -> FromExporters:
 
     live = {p.node_id: p.partition for p in status.partitions if p.alive and p.node_id}
     orphans: list[OrphanReading] = []
-    workloads: list[dict[str, Any]] = []
+    workloads: list[WorkloadJson] = []
     errors: list[str] = []
     try:
         connect_to_recorded_cluster()

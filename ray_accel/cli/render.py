@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ray_accel.core.numa import format_cpulist
@@ -14,7 +14,7 @@ if TYPE_CHECKING:  # the status module is imported only by the commands that sho
     from ray_accel.cli.connect import FromExporters
     from ray_accel.cluster.host import Division, Share
     from ray_accel.cluster.status import ClusterPartition, ClusterView, HostStatus
-    from ray_accel.metrics.collect import OrphanReading
+    from ray_accel.metrics.collect import OrphanReading, WorkloadJson
     from ray_accel.partition.plan import Plan
     from ray_accel.plugins.discovery import PluginInventory
 
@@ -217,7 +217,7 @@ def orphans_text(orphans: Sequence[OrphanReading], errors: Sequence[str] = ()) -
     return "\n".join(lines)
 
 
-def replica_text(w: Mapping[str, Any]) -> str | None:
+def replica_text(w: WorkloadJson) -> str | None:
     """A workload's Serve replica, `<app>/<deployment> <replica id>` with `?`
     for what is unknown; None for a worker that is not a replica (or a
     snapshot from an exporter that does not tell)."""
@@ -227,7 +227,7 @@ def replica_text(w: Mapping[str, Any]) -> str | None:
     return f"{app}/{deployment} {replica_id}"
 
 
-def workloads_text(workloads: Sequence[Mapping[str, Any]], errors: Sequence[str] = ()) -> str:
+def workloads_text(workloads: Sequence[WorkloadJson], errors: Sequence[str] = ()) -> str:
     """`status`: each partition's workloads (its raylet's Ray workers), a Serve
     replica named, and why what is not known of one is not. None at all is
     said only when every exporter answered (`errors` says which did not)."""

@@ -24,6 +24,7 @@ from ray_accel.jobs.store import HEAD_RESOURCE
 
 if TYPE_CHECKING:
     from ray_accel.cluster.status import ClusterPartition
+    from ray_accel.metrics.collect import WorkloadJson
     from ray_accel.rayapi.gcs import GcsNode
 
 # What `top --json` shows of each device of an exporter's snapshot.
@@ -43,7 +44,7 @@ def top_payload(partitions: Sequence[ClusterPartition], snaps: Mapping[str, dict
 
     parts: list[dict[str, Any]] = []
     devices: list[dict[str, Any]] = []
-    workloads: list[dict[str, Any]] = []
+    workloads: list[WorkloadJson] = []
     orphans: list[OrphanReading] = []
     errors: list[str] = []
     # A drained or stopped partition has no exporter: its host's host-level one reports it.
@@ -89,7 +90,7 @@ def top_payload(partitions: Sequence[ClusterPartition], snaps: Mapping[str, dict
             }
             for d in snap.get("out_of_service", [])
         ]
-        mine: list[dict[str, Any]] = snap.get("workloads", [])
+        mine: list[WorkloadJson] = snap.get("workloads", [])
         row["workloads"] = mine
         workloads += mine
         orphans += [load(OrphanReading, o) for o in snap.get("orphans", [])]

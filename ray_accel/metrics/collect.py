@@ -30,7 +30,7 @@ import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from ray_accel.core.devices import Device
 from ray_accel.core.processes import (
@@ -40,7 +40,7 @@ from ray_accel.core.processes import (
     read_small,
 )
 from ray_accel.core.reader import dump_fields
-from ray_accel.metrics.replicas import ServeReplica, from_title, replica_fields
+from ray_accel.metrics.replicas import ReplicaFields, ServeReplica, from_title, replica_fields
 from ray_accel.plugins.interface import Telemetry
 from ray_accel.rayapi.serve import REPLICA_TITLE_PREFIX
 
@@ -92,6 +92,19 @@ class ProcessReading(NamedTuple):
 _NONE: Mapping[str, int] = MappingProxyType({})
 
 
+class WorkloadJson(ReplicaFields):
+    """A workload as a snapshot and `top --json` write it (`WorkloadReading.to_json`)."""
+
+    workload: str
+    host: str
+    partition: str
+    pid: int
+    pids: list[int]
+    cpu_seconds: float
+    rss_bytes: int
+    device_memory_bytes: dict[str, int]
+
+
 class WorkloadReading(NamedTuple):
     """One Ray worker's whole process tree (a tuple, as `ProcessReading`: a
     frozen dataclass's __init__ costs several times more, once per worker)."""
@@ -120,10 +133,23 @@ class WorkloadReading(NamedTuple):
                 out[k] = out.get(k, 0) + v
         return out
 
-    def to_json(self) -> dict[str, Any]:
-        named = {k: v for k, v in self._asdict().items() if k not in ("processes", "serve")}
-        totals = {k: getattr(self, k) for k in ("cpu_seconds", "rss_bytes", "device_memory_bytes")}
-        return {**named, "pids": [p.pid for p in self.processes], **totals, **replica_fields(self.serve)}
+    def to_json(self) -> WorkloadJson:
+        serve = replica_fields(self.serve)
+        return WorkloadJson(
+            workload=self.workload,
+            host=self.host,
+            partition=self.partition,
+            pid=self.pid,
+            pids=[p.pid for p in self.processes],
+            cpu_seconds=self.cpu_seconds,
+            rss_bytes=self.rss_bytes,
+            device_memory_bytes=self.device_memory_bytes,
+            kind=serve["kind"],
+            app=serve["app"],
+            deployment=serve["deployment"],
+            replica_id=serve["replica_id"],
+            unknown=serve["unknown"],
+        )
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any
+from typing import TypedDict
 
 from ray_accel.rayapi.serve import REPLICA_TITLE_PREFIX, LiveActor, is_replica_title, replica_name
 
@@ -145,17 +145,27 @@ class ReplicaIds:
         return shown, errors
 
 
-def replica_fields(serve: ServeReplica | None) -> dict[str, Any]:
+class ReplicaFields(TypedDict):
+    """A workload's Serve fields in a snapshot's and `top`'s JSON (`replica_fields`)."""
+
+    kind: str
+    app: str | None
+    deployment: str | None
+    replica_id: str | None
+    unknown: dict[str, str]
+
+
+def replica_fields(serve: ServeReplica | None) -> ReplicaFields:
     """A workload's fields in a snapshot's and `top`'s JSON: `kind`
     (`serve_replica` or `ray_worker`), `app`, `deployment`, `replica_id`
     (None for a worker that is not a replica, or where unknown) and
     `unknown` (field -> why it is unknown; empty when all are known)."""
     if serve is None:
-        return {"kind": "ray_worker", "app": None, "deployment": None, "replica_id": None, "unknown": {}}
-    return {
-        "kind": "serve_replica",
-        "app": serve.app,
-        "deployment": serve.deployment,
-        "replica_id": serve.replica_id,
-        "unknown": dict(serve.unknown),
-    }
+        return ReplicaFields(kind="ray_worker", app=None, deployment=None, replica_id=None, unknown={})
+    return ReplicaFields(
+        kind="serve_replica",
+        app=serve.app,
+        deployment=serve.deployment,
+        replica_id=serve.replica_id,
+        unknown=dict(serve.unknown),
+    )
