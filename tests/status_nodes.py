@@ -4,7 +4,7 @@ plain node; a partition raylet as `top` gets it."""
 
 from __future__ import annotations
 
-from ray_accel.cluster.status import ClusterPartition
+from ray_accel.cluster.status import ClusterPartition, HostStatus
 from ray_accel.core.hosts import host_key
 from ray_accel.partition.plan import CORES_LABEL, DEVICES_LABEL, HOST_LABEL, PARTITION_LABEL, RESOURCE_LABEL, TYPE_LABEL
 from ray_accel.rayapi.gcs import GcsNode
@@ -61,4 +61,18 @@ def raylet_row(partition: str, host: str, ip: str, node_id: str, alive: bool) ->
         device_indexes=None,
         total={},
         available={},
+    )
+
+
+def running_host_status() -> HostStatus:
+    """A running host with a live GCS and no partitions, for the tests that add their own."""
+    return HostStatus(
+        running=True,
+        host="hostA",
+        host_ip=None,
+        state_file="/x",
+        state_dir="/",
+        gcs_address="10.0.0.1:6379",
+        gcs_alive=True,
+        dashboard_address=None,
     )

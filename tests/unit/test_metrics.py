@@ -26,7 +26,7 @@ from ray_accel_mock.telemetry import MockTelemetry
 from ray_accel.cli import render
 from ray_accel.cli.connect import FromExporters
 from ray_accel.cli.top import DEVICE_FIELDS, head_of, top_payload
-from ray_accel.cluster.status import ClusterPartition, HostStatus, cluster_view
+from ray_accel.cluster.status import ClusterPartition, cluster_view
 from ray_accel.core import masks
 from ray_accel.core.devices import Device
 from ray_accel.core.health import DeviceHealth, Health
@@ -56,7 +56,7 @@ from ray_accel.partition.plan import CORES_LABEL, PARTITION_LABEL
 from ray_accel.rayapi.gcs import GcsNode
 from tests.dashboard_queries import METRICS
 from tests.exporter_worker import as_exporter_worker
-from tests.status_nodes import raylet_row
+from tests.status_nodes import raylet_row, running_host_status
 
 
 class Flaky(MockTelemetry):
@@ -621,16 +621,7 @@ def test_top_shows_a_drained_and_a_stopped_partition_from_the_host_level_exporte
 
 
 def test_status_text_shows_orphans_or_says_why_not() -> None:
-    base = HostStatus(
-        running=True,
-        host="hostA",
-        host_ip=None,
-        state_file="/x",
-        state_dir="/",
-        gcs_address="10.0.0.1:6379",
-        gcs_alive=True,
-        dashboard_address=None,
-    )
+    base = running_host_status()
     hog = OrphanReading("neuron:1", "hostA", "p0", 7, "hog")
     text = render.status_with_exporters_text(base, FromExporters((hog,)))
     assert "ORPHAN PID" in text and "hog" in text

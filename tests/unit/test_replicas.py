@@ -22,7 +22,6 @@ from ray_accel.cli import render
 from ray_accel.cli.connect import FromExporters
 from ray_accel.cli.status import with_workloads
 from ray_accel.cli.top import top_payload
-from ray_accel.cluster.status import HostStatus
 from ray_accel.core.processes import process_table
 from ray_accel.metrics.collect import (
     ProcessReading,
@@ -44,7 +43,7 @@ from ray_accel.metrics.replicas import (
     replica_fields,
 )
 from ray_accel.rayapi.serve import LiveActor
-from tests.status_nodes import raylet_row
+from tests.status_nodes import raylet_row, running_host_status
 
 NODE = "aa" * 28
 OTHER_NODE = "bb" * 28
@@ -314,16 +313,7 @@ def test_an_older_exporters_workloads_still_show() -> None:
 
 
 def test_status_lists_each_partitions_workloads_replicas_named() -> None:
-    base = HostStatus(
-        running=True,
-        host="hostA",
-        host_ip=None,
-        state_file="/x",
-        state_dir="/",
-        gcs_address="10.0.0.1:6379",
-        gcs_alive=True,
-        dashboard_address=None,
-    )
+    base = running_host_status()
     workloads = (
         *snapshot("a0", "p0", reading(100, "ray::TrainWorker.train", "p0", None)).to_json()["workloads"],  # type: ignore[misc]
         *snapshot("a1", "p1", reading(200, TITLE, "p1", REPLICA), reading(300, TITLE, "p1", UNNAMED)).to_json()[
