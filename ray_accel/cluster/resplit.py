@@ -5,8 +5,11 @@ Per partition one of four actions: kept (same name, devices and units: its
 raylet, node id, share and labels stay), restarted (same name, other
 devices), removed (its name is not in the new split), added (a new name).
 The new split is planned over the host's devices without those device
-health keeps out of service; a manual spec naming one is refused. Pure:
-the caller reads the record, the devices and what is out of service.
+health keeps out of service; a manual spec naming one is refused, unless it
+names the partition that holds the device out exactly as that partition was
+planned: that partition is kept as it serves now (shrunk), and the device
+returns to it when health lets it. Pure: the caller reads the record, the
+devices and what is out of service.
 """
 
 from __future__ import annotations
@@ -78,9 +81,18 @@ def out_of_service(record: HostRecord) -> frozenset[str]:
 
 
 def _kept(old: PartitionEntry, new: Partition) -> bool:
-    # A partition serving fewer devices than planned, or one the decider
-    # drains or stopped, is not what the new split asks for even with the same devices.
-    return old.device_ids == new.device_ids and old.core_ids == new.core_ids and not old.out and not old.held
+    # The same devices and units as planned: a shrunk partition too (its
+    # devices out stay out until the decider returns them; restarting it
+    # would drain what it serves for nothing). One the decider drains,
+    # restores or stopped is its to bring back, not the new split's.
+    return old.device_ids == new.device_ids and old.core_ids == new.core_ids and not old.held
+
+
+def _holds_out(record: HostRecord, new: Partition, device: str) -> bool:
+    """`new` names `device`, out of service, only because it is the partition
+    that holds it out, as planned and kept: it stays out, nothing restarts."""
+    old = next((p for p in record.partitions if p.name == new.name), None)
+    return old is not None and device in old.out and _kept(old, new)
 
 
 def resplit(record: HostRecord, devices: Sequence[Device], split: Split, out: Collection[str]) -> Resplit:
@@ -96,7 +108,7 @@ def resplit(record: HostRecord, devices: Sequence[Device], split: Split, out: Co
         usable, mode, split.partitions, split.manual, record.spec.accelerator_type, traits=record.spec.traits
     )
     for p in plan:
-        bad = next((d for d in p.device_ids if d in out), None)
+        bad = next((d for d in p.device_ids if d in out and not _holds_out(record, p, d)), None)
         if bad is not None:
             raise PartitionError(
                 f"partition {p.name!r}: device {bad} is out of service (device health keeps it out until it is "
@@ -106,7 +118,9 @@ def resplit(record: HostRecord, devices: Sequence[Device], split: Split, out: Co
     changes = [
         Change(old.name, ChangeKind.REMOVED, old.serving.device_ids)
         if (part := new.get(old.name)) is None
-        else Change(old.name, ChangeKind.KEPT if _kept(old, part) else ChangeKind.RESTARTED, part.device_ids, part)
+        else Change(old.name, ChangeKind.KEPT, old.serving.device_ids, part)
+        if _kept(old, part)
+        else Change(old.name, ChangeKind.RESTARTED, part.device_ids, part)
         for old in record.partitions
     ]
     known = {p.name for p in record.partitions}

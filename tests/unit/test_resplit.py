@@ -18,6 +18,7 @@ from ray_accel.cluster.raylet import Split
 from ray_accel.cluster.record import HostRecord, PartitionEntry
 from ray_accel.cluster.resplit import ChangeKind, out_of_service, resplit
 from ray_accel.core.devices import Device
+from ray_accel.core.health_state import PartitionState, PartState
 from ray_accel.core.reader import dump
 from ray_accel.partition.plan import Partition, PartitionError
 from tests.planning import plan_for, traits_for
@@ -105,6 +106,42 @@ def test_a_partition_serving_fewer_devices_than_planned_is_restarted() -> None:
     record = record.with_partitions([record.partitions[0], shrunk, *record.partitions[2:]])
     got = actions(record, Split("manual", manual="a=0-3;b=4-6;c=8-11;d=12-15"), out_of_service(record))
     assert got == {"a": "kept", "b": "restarted", "c": "kept", "d": "kept"}
+
+
+def shrunk_b(state: PartState = PartState.SHRUNK) -> HostRecord:
+    """FOUR with neuron:5 out of b (b serves 4, 6 and 7), b in `state`."""
+    record = started(FOUR)
+    b = replace(record.partitions[1], out=("neuron:5",), out_core_ids=(10, 11), health=PartitionState(state))
+    return record.with_partitions([record.partitions[0], b, *record.partitions[2:]])
+
+
+def test_a_shrunk_partition_named_as_planned_is_kept_with_its_device_still_out() -> None:
+    # The split that names b whole (4-7) while neuron:5 is out of it: b is the
+    # partition holding it out, so b keeps running shrunk (a restart would
+    # drain what it serves for nothing) and the decider returns the device later.
+    record = shrunk_b()
+    plan = resplit(record, TRN1, Split("manual", manual="a=0-3;b=4-7;cd=8-15"), out_of_service(record))
+    assert {c.partition: c.action.value for c in plan.changes} == {
+        "a": "kept", "b": "kept", "c": "removed", "d": "removed", "cd": "added",
+    }  # fmt: skip
+    (b,) = [c for c in plan.changes if c.partition == "b"]
+    assert b.devices == ("neuron:4", "neuron:6", "neuron:7"), "what it serves after: without the device out"
+    assert not resplit(record, TRN1, Split("manual", manual=FOUR), out_of_service(record)).changed
+
+
+@pytest.mark.parametrize(
+    ("state", "manual"),
+    [
+        (PartState.SHRUNK, "a=0-3;b=4-5;c=6-11;d=12-15"),  # b other devices: neuron:5 would serve
+        (PartState.SHRUNK, "a=0-3;bc=4-11;d=12-15"),  # another partition takes it
+        (PartState.DRAINING, FOUR),  # the decider drains b: its own to bring back
+        (PartState.STOPPED, FOUR),
+    ],
+)
+def test_a_device_out_of_service_is_refused_anywhere_else(state: PartState, manual: str) -> None:
+    record = shrunk_b(state)
+    with pytest.raises(PartitionError, match="device neuron:5 is out of service"):
+        resplit(record, TRN1, Split("manual", manual=manual), out_of_service(record))
 
 
 def test_auto_split_plans_without_devices_out_of_service() -> None:
