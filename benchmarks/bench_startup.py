@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import socket
 import statistics
 import subprocess
@@ -52,7 +51,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.harness import BIN, CliCluster, StartFailed, run_main, say, shielded, stop_popen
+from benchmarks.harness import BIN, CliCluster, StartFailed, run_main, say, shielded, stop_ray_starts
 from ray_accel.cli.render import render
 from ray_accel.cluster import auth
 from ray_accel.rayapi.gcs import gcs_nodes
@@ -140,25 +139,6 @@ def hand_written_ports(n: int) -> list[list[str]]:
     raise SystemExit(f"no free block of {n * BLOCK} ports from 21000")
 
 
-def stop_ray_starts(procs: list[subprocess.Popen[bytes]]) -> None:
-    """Stop the blocking `ray start` commands (each stops what it started on
-    SIGTERM), then anything they started that outlived them, by PID."""
-    started: list[psutil.Process] = []
-    for p in procs:
-        try:
-            started += psutil.Process(p.pid).children(recursive=True)
-        except psutil.NoSuchProcess:
-            pass
-    for p in reversed(procs):  # the head last
-        stop_popen(p, signal.SIGTERM)
-    for child in started:
-        try:
-            if child.is_running():  # same PID and start time
-                child.kill()
-        except psutil.NoSuchProcess:
-            pass
-
-
 def run_hand_written(label: str, parts: int) -> tuple[float, int]:
     port = free_port()
     blocks = hand_written_ports(parts + 1)  # the head's, then each partition's
@@ -213,14 +193,7 @@ def run_hand_written(label: str, parts: int) -> tuple[float, int]:
         return took, tree_rss([p.pid for p in procs])
     finally:
         with shielded():
-            stop_ray_starts(procs)
-            # `ray start --head` leaves Ray's current-cluster file naming it; a
-            # later plain ray.init() would try to join the stopped cluster.
-            from ray._common.utils import get_ray_address_file
-
-            address_file = Path(get_ray_address_file(None))
-            if address_file.exists() and address_file.read_text().strip() == address:
-                address_file.unlink()
+            stop_ray_starts(procs, address)
             scratch.cleanup()
             say(f"{label}: stopped")
 

@@ -35,6 +35,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TypeVar
 
+import psutil
+
 BIN = Path(sys.executable).parent
 RAY_ACCEL = str(BIN / "ray-accel")
 T = TypeVar("T")
@@ -141,6 +143,34 @@ def stop_popen(proc: subprocess.Popen[Any], first: int = signal.SIGTERM, grace_s
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def stop_ray_starts(procs: Sequence[subprocess.Popen[Any]], address: str = "") -> None:
+    """Stop the blocking `ray start` commands (each stops what it started on
+    SIGTERM), then anything they started that outlived them, by PID.
+    `address`: the head's, whose current-cluster file `ray start --head`
+    leaves behind (a later plain `ray.init()` would try to join the stopped
+    cluster): removed if it still names that address."""
+    started: list[psutil.Process] = []
+    for p in procs:
+        try:
+            started += psutil.Process(p.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            pass
+    for p in reversed(procs):  # the head last
+        stop_popen(p, signal.SIGTERM)
+    for child in started:
+        try:
+            if child.is_running():  # same PID and start time
+                child.kill()
+        except psutil.NoSuchProcess:
+            pass
+    if address:
+        from ray._common.utils import get_ray_address_file
+
+        address_file = Path(get_ray_address_file(None))
+        if address_file.exists() and address_file.read_text().strip() == address:
+            address_file.unlink()
 
 
 class CliCluster:

@@ -5,10 +5,11 @@ p3=12-15`, 8 NeuronCores each), `--on-unhealthy shrink --drain-deadline
 60`. One driver deploys 3 replicas of 2 NeuronCores, at most one per Ray
 node (so per partition), one of them on p1 (p3 is held while they are
 placed), with Serve's one proxy on the device-less head raylet
-(`proxy_location="HeadOnly"`), and a client sends 14 requests a second to
-the host's Serve port, one HTTP connection per request, recording each
-(when, status, partition, error). Three events, in order, on the one
-cluster:
+(`proxy_location="HeadOnly"`), and a client (a process of its own) sends 14
+requests a second to the host's Serve port, one HTTP connection per
+request, recording each (when, status, partition, error); both are in
+tests/serve_traffic.py, which benchmarks/bench_serve.py runs too. Three
+events, in order, on the one cluster:
 
 1. neuron:5 of p1 is lost: the decider drains p1 through Ray and restarts it
    without the device (6 NeuronCores in Ray's view); its replica moves to p3;
@@ -28,8 +29,8 @@ README "Serving on partitions" and docs/serving-findings.md.
 
 from __future__ import annotations
 
-import collections
 import json
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -38,10 +39,10 @@ import pytest
 
 from ray_accel.cluster.host import free_port
 from ray_accel.core.health_state import PartState
+from tests import serve_traffic
 from tests.integration.cluster_harness import Cluster, ClusterSpec, start_cluster
 from tests.integration.health_steps import (
     alive_node,
-    background_driver,
     gcs_view,
     part,
     result_of,
@@ -58,106 +59,9 @@ DRAIN_DEADLINE_S = 60
 RATE = 14  # requests a second, sent on a fixed schedule whatever the replies take
 LOST = "neuron:5"  # of p1 (neuron:4-7, NeuronCores 8-15)
 
-# argv: the GCS address, the Serve port, the output folder, the rate. Deploys, then
-# sends requests until OUT/stop exists, answering each OUT/ask-N with
-# OUT/answer-N.json (Serve's status and where its replicas run).
-SERVE_AND_SEND = r"""
-import concurrent.futures, json, os, sys, threading, time, urllib.error, urllib.request
-from pathlib import Path
-import ray
-from ray import serve
-from ray.util.state import list_actors
-
-address, port, out, rate = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4])
-ray.init(address=address, log_to_driver=False)
-
-@serve.deployment(
-    num_replicas=3,
-    max_replicas_per_node=1,  # per Ray node, so per partition
-    ray_actor_options={"resources": {"neuron_cores": 2}, "num_cpus": 0},
-)
-class Where:
-    def __call__(self, request):
-        return {"partition": ray.get_runtime_context().get_node_labels().get("ray-accel.io/partition")}
-
-@ray.remote(resources={"neuron_cores": 8}, num_cpus=0)
-class Hold:
-    def ready(self):
-        return True
-
-# p3 full while the replicas are placed: one per partition of p0, p1 and p2.
-hold = Hold.options(label_selector={"ray-accel.io/partition": "p3"}).remote()
-ray.get(hold.ready.remote(), timeout=120)
-# One proxy, on the head raylet: it holds no device, so no drain ever takes it
-# (a partition's proxy keeps taking connections until Serve removes it: README).
-serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
-serve.run(Where.bind(), name="where", route_prefix="/")
-ray.kill(hold)
-
-url = f"http://127.0.0.1:{port}/"
-log = open(out / "requests.jsonl", "a", buffering=1)
-lock = threading.Lock()
-
-def one(sent):
-    # urllib sends `Connection: close`: one connection per request.
-    row = {"t": sent}
-    try:
-        with urllib.request.urlopen(url, timeout=30) as reply:
-            row["status"] = reply.status
-            row["partition"] = json.loads(reply.read())["partition"]
-    except urllib.error.HTTPError as e:
-        row["status"], row["error"] = e.code, f"HTTPError: {e}"
-    except Exception as e:
-        row["status"], row["error"] = None, f"{type(e).__name__}: {e}"
-    row["took"] = time.time() - sent
-    with lock:
-        log.write(json.dumps(row) + "\n")
-
-def send():
-    # A fixed schedule: a slow reply delays no later request.
-    with concurrent.futures.ThreadPoolExecutor(16) as pool:
-        due = time.time()
-        while not (out / "stop").exists():
-            sent = time.time()
-            with lock:  # sent, not answered yet: the test waits for its answer before it counts
-                log.write(json.dumps({"t": sent, "pending": True}) + "\n")
-            pool.submit(one, sent)
-            due += 1 / rate
-            time.sleep(max(0.0, due - time.time()))
-
-def plain(state):
-    return str(getattr(state, "value", state))
-
-def answer():
-    status = serve.status().applications["where"]
-    (deployment,) = status.deployments.values()
-    alive = list_actors(filters=[("class_name", "=", "ServeReplica:where:Where"), ("state", "=", "ALIVE")])
-    return {
-        "app": plain(status.status),
-        "replica_states": {plain(k): v for k, v in deployment.replica_states.items()},
-        "replica_nodes": sorted(a.node_id for a in alive),
-        "proxies": {node: plain(s) for node, s in serve.status().proxies.items()},
-    }
-
-sender = threading.Thread(target=send, daemon=True)
-sender.start()
-(out / "serving").write_text(json.dumps(answer()))
-asked = 0
-while not (out / "stop").exists():
-    if (out / f"ask-{asked}").exists():
-        tmp = out / f"answer-{asked}.tmp"
-        tmp.write_text(json.dumps(answer()))
-        os.replace(tmp, out / f"answer-{asked}.json")
-        asked += 1
-    time.sleep(0.1)
-sender.join()
-serve.shutdown()
-print(json.dumps({"shut_down": True}))
-"""
-
 
 class Served:
-    """The driver above, asked and read from the test."""
+    """The driver (`serve_traffic.deploy`) and the client's record, asked and read from the test."""
 
     def __init__(self, cluster: Cluster, out: Path) -> None:
         self.cluster, self.out, self.asked = cluster, out, 0
@@ -171,14 +75,7 @@ class Served:
 
     def requests(self) -> list[dict[str, Any]]:
         """Every request sent, by when: its answer, or `pending` while it has none."""
-        text = (self.out / "requests.jsonl").read_text()
-        rows: dict[float, dict[str, Any]] = {}
-        for line in text.splitlines():
-            if line.endswith("}"):  # the last line may be half written
-                row = json.loads(line)
-                if not row.get("pending") or row["t"] not in rows:
-                    rows[row["t"]] = row
-        return sorted(rows.values(), key=lambda r: float(r["t"]))
+        return serve_traffic.requests(self.out)
 
     def placed(self) -> dict[str, Any] | None:
         """Serve's answer once 3 replicas are RUNNING and nothing else, each on a
@@ -198,21 +95,6 @@ class Served:
             if node not in nodes or not nodes[node].alive or node in draining or node not in serving:
                 return None
         return {**answer, "partitions": sorted(serving[n] for n in answer["replica_nodes"])}
-
-
-def window(rows: list[dict[str, Any]], start: float, end: float) -> dict[str, Any]:
-    """The requests sent in [start, end): how many, which failed, the fewest sent in any whole second."""
-    inside = [r for r in rows if start <= r["t"] < end]
-    failed = [r for r in inside if r.get("status") != 200]
-    per_second = collections.Counter(int(r["t"] - start) for r in inside)
-    whole = range(int(end - start))
-    return {
-        "seconds": round(end - start, 1),
-        "requests": len(inside),
-        "failed": failed,
-        "fewest_per_s": min((per_second.get(s, 0) for s in whole), default=0),
-        "partitions": dict(collections.Counter(r.get("partition") for r in inside)),
-    }
 
 
 def test_replicas_keep_serving_through_a_shrink_a_repartition_and_a_return(tmp_path: Path) -> None:
@@ -241,7 +123,10 @@ def test_replicas_keep_serving_through_a_shrink_a_repartition_and_a_return(tmp_p
     out = tmp_path / "serve"
     out.mkdir()
     log = tmp_path / "driver.log"
-    driver = background_driver(cluster, SERVE_AND_SEND, str(free_port()), str(out), str(RATE), log=log)
+    port = str(free_port())
+    options = json.dumps({"max_per_node": 1, "hold": "p3"})  # one replica per partition: p0, p1 and p2
+    driver = serve_traffic.spawn("deploy", [cluster.address, port, str(out), options], cluster.driver_env(), log)
+    sender: subprocess.Popen[str] | None = None
     served = Served(cluster, out)
     report: dict[str, dict[str, Any]] = {}
 
@@ -251,8 +136,8 @@ def test_replicas_keep_serving_through_a_shrink_a_repartition_and_a_return(tmp_p
         assert driver.poll() is None, log.read_text()[-3000:]
         end = time.time()
         # Every request sent before `end` answered (or timed out after 30 s, then failed).
-        until(lambda: not any(r.get("pending") for r in served.requests() if r["t"] < end), 40)
-        seen = window(served.requests(), start, end)
+        until(lambda: serve_traffic.answered_before(out, end), 40)
+        seen = serve_traffic.window(served.requests(), start, end)
         report[name] = {**seen, "failed": len(seen["failed"]), "placed": placed["partitions"], "end": end}
         print(f"\n{name}: {json.dumps({**report[name], 'end': round(end - start, 1)})}")
         assert seen["failed"] == [], seen["failed"][:10]
@@ -262,6 +147,9 @@ def test_replicas_keep_serving_through_a_shrink_a_repartition_and_a_return(tmp_p
     try:
         until(lambda: (out / "serving").exists() or driver.poll() is not None, 300)
         assert driver.poll() is None, log.read_text()[-3000:]
+        client_log = tmp_path / "client.log"
+        sender = serve_traffic.spawn("client", [port, str(out), str(RATE)], cluster.driver_env(), client_log)
+        until(lambda: serve_traffic.requests(out), 60)
         first = json.loads((out / "serving").read_text())
         node_of = {p["partition"]: p["node_id"] for p in cluster.refresh()["partitions"]}
         assert sorted(first["replica_nodes"]) == sorted(node_of[p] for p in ("p0", "p1", "p2")), (first, node_of)
@@ -301,17 +189,20 @@ def test_replicas_keep_serving_through_a_shrink_a_repartition_and_a_return(tmp_p
         placed = settled("return", t2, 180)
         assert placed["partitions"] == ["p0", "p1", "p23"], placed
 
-        everything = window(served.requests(), t0 - 3, report["return"]["end"])
+        everything = serve_traffic.window(served.requests(), t0 - 3, report["return"]["end"])
         print(f"all: {everything['requests']} requests, {len(everything['failed'])} failed")
         assert everything["failed"] == []
     finally:
         (out / "stop").write_text("1")
         try:
+            if sender is not None:
+                sender.wait(timeout=60)
             if driver.poll() is None:
                 result_of(driver, log, 120)
         finally:
-            if driver.poll() is None:
-                driver.kill()
-                driver.wait()
+            for proc in (driver, sender):
+                if proc is not None and proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
             stopped = cluster.stop()
     assert stopped.returncode == 0, stopped.stderr
