@@ -25,7 +25,7 @@ PINS := "ray[default,train,serve]==$(RAY)" "$(TORCH_PIN)" $(TOOL_PINS) $(TEST_PI
 XLA_PINS := "torch==2.9.0" "torch-xla==2.9.0" "ray[default,train]==$(RAY)" $(TOOL_PINS) $(TEST_PINS)
 # pytest-randomly shuffles every run (.ci/pytest-tiers prints the seed); replay one with
 # `make unit PYTEST_ARGS=--randomly-seed=N`. The tests that start Ray or make
-# hosts run in three shards, each in its own network namespace, the pure tests
+# hosts run in two shards, each in its own network namespace, the pure tests
 # beside them (.ci/pytest-tiers).
 PYTEST_ARGS ?=
 

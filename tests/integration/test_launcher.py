@@ -7,7 +7,6 @@ partition's GPUs. Bad input that must start nothing is in the pure tier
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from tests.cli_process import run_cli
 from tests.clusters import ClusterSpec
 from tests.integration import drivers
 from tests.integration.cluster_harness import Cluster, free_port, raylet_pids, start_cluster
+from tests.integration.health_steps import until
 
 pytestmark = pytest.mark.ray
 
@@ -86,16 +86,16 @@ def test_killed_partition_is_seen_dead_others_serve_and_recover_restores(own_trn
     trn1_cluster = own_trn1
     victim = trn1_cluster.part("p1")
     mask = victim["visible_ids"]
-    psutil.Process(victim["pid"]).kill()
-    killed_at = time.monotonic()
-    while True:
-        status = trn1_cluster.refresh()
-        p1 = next(p for p in status["partitions"] if p["partition"] == "p1")
-        if not p1["alive"]:
-            break
-        assert time.monotonic() - killed_at < 5, "status must show the dead raylet within 5 s"
-        time.sleep(0.2)
-    assert time.monotonic() - killed_at < 5
+    raylet = psutil.Process(victim["pid"])
+    raylet.kill()
+    # Gone (or a zombie) once SIGKILL lands; the first status after that reads
+    # it dead from its PID, without waiting for the GCS to miss its heartbeats
+    # (about 30 s). A bound in seconds would measure the host's load instead:
+    # `status` itself took over 5 s on a busy two-core CI run.
+    until(lambda: _ended(raylet), 10)
+    status = trn1_cluster.refresh()
+    p1 = next(p for p in status["partitions"] if p["partition"] == "p1")
+    assert not p1["alive"], p1
     assert next(p for p in status["partitions"] if p["partition"] == "p0")["alive"]
     served = trn1_cluster.driver(drivers.NEURON_TASKS, "p0", "10")
     assert all(_cores(r["cores"]) <= set(range(16)) for r in served)
@@ -107,6 +107,13 @@ def test_killed_partition_is_seen_dead_others_serve_and_recover_restores(own_trn
     assert p1["alive"] and p1["visible_ids"] == mask and p1["pid"] != victim["pid"]
     again = trn1_cluster.driver(drivers.NEURON_TASKS, "p1", "10")
     assert all(_cores(r["cores"]) <= set(range(16, 32)) for r in again)
+
+
+def _ended(process: psutil.Process) -> bool:
+    try:
+        return process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 def test_p4d_split_four_ways_actors_see_their_gpus_then_one_is_drained(tmp_path: Path) -> None:
