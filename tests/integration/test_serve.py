@@ -72,8 +72,10 @@ def where(name, count, selector):
     class Where:
         def __call__(self, request):
             labels = ray.get_runtime_context().get_node_labels()
+            context = serve.get_replica_context()
             return {
-                "replica": serve.get_replica_context().replica_id.unique_id,
+                "replica": context.replica_id.unique_id,
+                "rank": {k: getattr(context.rank, k) for k in ("rank", "node_rank", "local_rank")},
                 "partition": labels.get("ray-accel.io/partition"),
                 "node_id": ray.get_runtime_context().get_node_id(),
                 "visible": os.environ.get("NEURON_RT_VISIBLE_CORES"),
@@ -126,6 +128,11 @@ try:
         for app_name, app in status.applications.items()
     }
     out["proxies"] = {node: plain(s) for node, s in status.proxies.items()}
+    # Serve's fallback proxy port (RAY_SERVE_FALLBACK_PROXY_HTTP_PORT, 8500):
+    # every raylet of the host would race for it if each started one.
+    import socket
+    with socket.socket() as probe:
+        out["fallback_listening"] = probe.connect_ex(("127.0.0.1", 8500)) == 0
     # Serve's replicas as Ray's State API lists their actors.
     from ray.util.state import list_actors
     actors = list_actors(filters=[("state", "=", "ALIVE")], limit=10000, raise_on_missing_output=False)
@@ -413,3 +420,32 @@ def test_tops_and_statuss_tables_name_each_replica_on_its_partitions_row(
             named = f"{r['app']}/{r['deployment']} {r['replica']}"
             rows = [line.split() for line in lines if f"[{pid}]" in line and named in line]
             assert len(rows) == 1 and r["partition"] in rows[0], (command, pid, named, result[f"{command}_text"])
+
+
+def test_replica_ranks_count_each_partition_as_a_node(served: tuple[Cluster, dict[str, Any]]) -> None:
+    """Serve ranks a deployment's replicas per Ray node (`ReplicaRank`:
+    `node_rank`, `local_rank`; `serve/_private/deployment_state.py` keys them
+    on node id), and a partition is a Ray node: one replica per partition has
+    local rank 0 and a node rank of its own, as ray-accel ranks Train's
+    workers per raylet. Ray already does this on co-located raylets; nothing
+    is changed."""
+    _, result = served
+    for replies, count in ((result["replies"], REPLICAS), (result["pinned"], 2)):
+        rank_of = {r["replica"]: (r["partition"], r["rank"]) for r in replies}
+        assert len(rank_of) == count, rank_of
+        partitions = [partition for partition, _ in rank_of.values()]
+        ranks = [rank for _, rank in rank_of.values()]
+        assert len(set(partitions)) == count, rank_of
+        assert sorted(r["rank"] for r in ranks) == list(range(count)), rank_of
+        assert sorted(r["node_rank"] for r in ranks) == list(range(count)), rank_of
+        assert [r["local_rank"] for r in ranks] == [0] * count, rank_of
+
+
+def test_no_fallback_proxy_contends_for_its_port(served: tuple[Cluster, dict[str, Any]]) -> None:
+    """Serve starts its head's fallback proxy (port 8500) only beside native
+    proxies (`serve/_private/proxy_state.py`, `_start_fallback_proxy_if_needed`);
+    with Serve's default proxies on five raylets of one host, nothing listens
+    there, so no two raylets race for it."""
+    _, result = served
+    assert len(result["proxies"]) == 1 + REPLICAS, result["proxies"]
+    assert result["fallback_listening"] is False
