@@ -127,6 +127,11 @@ class HookRun:
             return False
         return True
 
+    @property
+    def terminated(self) -> bool:
+        """Whether post_terminate has run (it runs once)."""
+        return self._terminated
+
     def post_terminate(self) -> None:
         if self._terminated:
             return

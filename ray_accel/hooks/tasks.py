@@ -7,15 +7,24 @@
 A task runs pre_create and post_create before its body and pre_terminate and
 post_terminate after it, whatever happens; env vars a hook returns apply to
 that call only. An actor runs pre_create/post_create in its constructor and the
-terminate hooks when `ray_accel_terminate()` is called or its process exits;
-one that is killed outright is reconciled by the next hooked workload of the
-same `run_id` on that host.
+terminate hooks when `ray_accel_terminate()` is called, when its `__del__`
+runs, or when its process exits, whichever comes first; one that is killed
+outright is reconciled by the next hooked workload of the same `run_id` on
+that host.
+
+A Ray Serve deployment's class is hooked the same way (`@serve.deployment`
+above `@with_hooks(...)`): Serve constructs it in each replica's actor and,
+at a replica's graceful shutdown, calls its `__del__` before it kills the
+actor (Serve 2.60 `serve/_private/replica.py`, `call_destructor`), so the
+terminate hooks run around the class's own `__del__`, awaited where that is
+a coroutine, as Serve accepts.
 """
 
 from __future__ import annotations
 
 import atexit
 import functools
+import inspect
 import os
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
@@ -90,11 +99,47 @@ def _wrap_actor(cls: type, factories: tuple[HookFactory, ...], run_id: str, time
     def ray_accel_terminate(self: Any) -> None:
         _terminate(self._ray_accel_hooks, timeout)
 
-    attrs = {"__init__": __init__, "ray_accel_terminate": ray_accel_terminate, "__module__": cls.__module__}
+    # The class's own destructor runs between pre_terminate and
+    # post_terminate, as a task's body runs between them.
+    original_del: Any = getattr(cls, "__del__", None)
+
+    def unfinished(self: Any) -> HookRun | None:
+        # None where the constructor failed before its hooks ran, or they have ended.
+        hooks: HookRun | None = vars(self).get("_ray_accel_hooks")
+        return None if hooks is None or hooks.terminated else hooks
+
+    def __del__(self: Any) -> None:
+        hooks = unfinished(self)
+        if hooks is not None:
+            hooks.pre_terminate(timeout)
+        try:
+            if original_del is not None:
+                original_del(self)
+        finally:
+            if hooks is not None:
+                hooks.post_terminate()
+
+    async def async_del(self: Any) -> None:
+        hooks = unfinished(self)
+        if hooks is not None:
+            hooks.pre_terminate(timeout)
+        try:
+            await original_del(self)
+        finally:
+            if hooks is not None:
+                hooks.post_terminate()
+
+    destructor = async_del if inspect.iscoroutinefunction(original_del) else __del__
+    attrs = {
+        "__init__": __init__,
+        "__del__": destructor,
+        "ray_accel_terminate": ray_accel_terminate,
+        "__module__": cls.__module__,
+    }
     return type(cls.__name__, (cls,), attrs)
 
 
 def _terminate(hooks: HookRun, timeout: float) -> None:
-    if not getattr(hooks, "_terminated", False):
+    if not hooks.terminated:
         hooks.pre_terminate(timeout)
         hooks.post_terminate()

@@ -7,15 +7,17 @@ replica asking 4 NeuronCores and no CPU, at most one per Ray node
 on the partitions of the host's accelerator type (label selector
 `ray-accel.io/accelerator-type`), so one per partition; then "pinned", 2
 replicas on partitions chosen by name (`ray-accel.io/partition` in
-`p1,p2`), on the cores the first left free. It sends HTTP requests to the
+`p1,p2`), on the cores the first left free, its class under ray-accel's
+`@with_hooks` (examples/hooks.py's recording hook, whose calls go to a
+file the test reads after Serve shut down). It sends HTTP requests to the
 host's Serve port until every replica has answered, reads Serve's own status
 (`serve.status()`) and its replicas' actors in Ray's State API
 (`ray.util.state.list_actors`), then waits while the test reads `ray-accel
 top --once --json` and `status --json` (each partition's `workloads`, its
 replicas named: app, deployment, replica id, PID) and Ray's Prometheus
 endpoints, and shuts Serve down. Each reply says its replica, its partition
-(its node's `ray-accel.io/partition` label), its node, its PID and its
-`NEURON_RT_VISIBLE_CORES`.
+(its node's `ray-accel.io/partition` label), its node, its PID, its
+`NEURON_RT_VISIBLE_CORES`, Serve's ranks for it and the hook's variable.
 
 The options are Ray's own (docs.ray.io/en/latest/serve/api/doc/
 ray.serve.deployment_decorator.html: `ray_actor_options` with
@@ -41,6 +43,7 @@ import pytest
 from ray_accel.cluster.host import free_port
 from ray_accel.core.visibility import parse_visible_ids
 from tests.clusters import Cluster, SharedClusters
+from tests.integration.health_steps import until
 from tests.integration.scrapes import scrape_all, top
 
 pytestmark = pytest.mark.ray
@@ -58,22 +61,16 @@ import ray
 from ray import serve
 
 address, port, replicas, cores, max_requests = sys.argv[1], int(sys.argv[2]), *map(int, sys.argv[3:6])
+hooks_log = sys.argv[6]
 ray.init(address=address, log_to_driver=False)
 
-def where(name, count, selector):
-    # Ray's own placement options: the accelerator, no CPU, one per Ray node
-    # (a partition), and a label selector naming the partitions to use.
-    @serve.deployment(
-        name=name,
-        num_replicas=count,
-        max_replicas_per_node=1,
-        ray_actor_options={"resources": {"neuron_cores": cores}, "num_cpus": 0, "label_selector": selector},
-    )
+def where(name, count, selector, hooked=False):
     class Where:
         def __call__(self, request):
             labels = ray.get_runtime_context().get_node_labels()
             context = serve.get_replica_context()
             return {
+                "hook_token": os.environ.get("EXAMPLE_HOOK_TOKEN"),
                 "replica": context.replica_id.unique_id,
                 "rank": {k: getattr(context.rank, k) for k in ("rank", "node_rank", "local_rank")},
                 "partition": labels.get("ray-accel.io/partition"),
@@ -81,7 +78,21 @@ def where(name, count, selector):
                 "visible": os.environ.get("NEURON_RT_VISIBLE_CORES"),
                 "pid": os.getpid(),
             }
-    return Where.bind()
+    if hooked:
+        # ray-accel's lifecycle hooks, as on a plain actor: examples/hooks.py
+        # records each call and gives the workload EXAMPLE_HOOK_TOKEN.
+        from examples.hooks import Recording
+        from ray_accel import with_hooks
+        Where = with_hooks(Recording(hooks_log), run_id="serve-pinned")(Where)
+    # Ray's own placement options: the accelerator, no CPU, one per Ray node
+    # (a partition), and a label selector naming the partitions to use.
+    deployment = serve.deployment(
+        name=name,
+        num_replicas=count,
+        max_replicas_per_node=1,
+        ray_actor_options={"resources": {"neuron_cores": cores}, "num_cpus": 0, "label_selector": selector},
+    )
+    return deployment(Where).bind()
 
 def plain(state):
     # Serve's status enums are str enums, some already plain strings in 2.60.
@@ -109,8 +120,10 @@ try:
     # Every partition of the host's accelerator type, one replica each.
     serve.run(where("Where", replicas, {"ray-accel.io/accelerator-type": "Trainium"}), name="where", route_prefix="/")
     out["deployed_s"] = time.monotonic() - started
-    # Two chosen partitions by name, on the cores the first app left free.
-    serve.run(where("Pinned", 2, {"ray-accel.io/partition": "in(p1,p2)"}), name="pinned", route_prefix="/pinned")
+    # Two chosen partitions by name, on the cores the first app left free,
+    # with ray-accel's lifecycle hooks.
+    pinned = where("Pinned", 2, {"ray-accel.io/partition": "in(p1,p2)"}, hooked=True)
+    serve.run(pinned, name="pinned", route_prefix="/pinned")
     out["replies"] = ask_until_all(f"http://127.0.0.1:{port}/", replicas, out)
     out["pinned"] = ask_until_all(f"http://127.0.0.1:{port}/pinned", 2, out)
     status = serve.status()
@@ -220,7 +233,8 @@ def served(
     cluster is stopped then: the next module sharing it gets a clean one."""
     cluster, clean = trn1x4_cluster, False
     log = tmp_path_factory.mktemp("serve") / "driver.err"
-    args = [str(free_port()), str(REPLICAS), str(CORES), str(MAX_REQUESTS)]
+    hooks_log = log.parent / "hooks.log"
+    args = [str(free_port()), str(REPLICAS), str(CORES), str(MAX_REQUESTS), str(hooks_log)]
     with log.open("w") as err:
         proc = subprocess.Popen(
             [sys.executable, "-c", SERVE_ONE_PER_PARTITION, cluster.address, *args],
@@ -249,6 +263,7 @@ def served(
         proc.stdin.flush()
         clean = bool(next_json(lines, 120, log).get("shut_down"))
         proc.wait(timeout=60)
+        result["hooks_log"] = hooks_log
         yield cluster, result
     finally:
         if proc.poll() is None:
@@ -449,3 +464,29 @@ def test_no_fallback_proxy_contends_for_its_port(served: tuple[Cluster, dict[str
     _, result = served
     assert len(result["proxies"]) == 1 + REPLICAS, result["proxies"]
     assert result["fallback_listening"] is False
+
+
+def test_lifecycle_hooks_run_around_each_replica_as_around_an_actor(served: tuple[Cluster, dict[str, Any]]) -> None:
+    """`@with_hooks` under `@serve.deployment` ("pinned"): each replica runs
+    pre_create and post_create as it starts, with the hook's environment
+    variable in its requests, and pre_terminate and post_terminate once each
+    when Serve shuts it down (Serve calls the class's `__del__` first).
+    The other application's replicas are not hooked and see no variable."""
+    _, result = served
+    assert {r["hook_token"] for r in result["pinned"]} == {"granted"}, result["pinned"]
+    assert {r["hook_token"] for r in result["replies"]} == {None}, result["replies"]
+    log: Path = result["hooks_log"]
+    ended = ["post_terminate"] * 2
+
+    def events() -> list[dict[str, Any]]:
+        return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+    until(lambda: [e["event"] for e in events() if e["event"] == "post_terminate"] == ended, 60)
+    by_workload: dict[str, list[dict[str, Any]]] = {}
+    for event in events():
+        by_workload.setdefault(event["workload"], []).append(event)
+    assert len(by_workload) == 2, by_workload
+    order = ["pre_create", "post_create", "pre_terminate", "post_terminate"]
+    for workload, seen in by_workload.items():
+        assert workload.startswith("actor-") and [e["event"] for e in seen] == order, seen
+    assert {e["pid"] for seen in by_workload.values() for e in seen} == {r["pid"] for r in result["pinned"]}
