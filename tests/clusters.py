@@ -232,39 +232,39 @@ def order(keys: Sequence[Hashable | None]) -> list[int]:
     return [i for members in groups.values() for i in members]
 
 
-# Seconds each Ray-tier module took in a CI run on two cores (its tests, their
-# cluster starts included), to balance `shard`; a module not listed counts
-# UNLISTED_S. Only the balance depends on these: every module runs either way.
+# Seconds each Ray-tier module took in a CI run on two cores with two shards
+# (its tests, their cluster starts included; a shared cluster's start counts
+# in the module whose test needed it first), to balance `shard`; a module not
+# listed counts UNLISTED_S. Only the balance depends on these: every module
+# runs either way.
 MODULE_SECONDS: Mapping[str, float] = {
-    "tests/integration/test_health.py": 317,
-    "tests/integration/test_repartition.py": 290,
-    "tests/integration/test_repartition_crashes.py": 245,
-    "tests/integration/test_health_proof.py": 224,
-    "tests/integration/test_jobs.py": 221,
-    "tests/integration/test_health_crashes.py": 213,
-    "tests/integration/test_train.py": 186,
-    "tests/multihost/test_cluster.py": 175,
-    # Measured alone on two cores (171 s, its cluster's start included), not yet in a CI run.
-    "tests/integration/test_serve_continuity.py": 171,
-    "tests/integration/test_lifecycle.py": 153,
-    "tests/integration/test_health_durable.py": 133,
-    "tests/integration/test_train_context.py": 120,
-    "tests/integration/test_host_parity.py": 119,
-    "tests/integration/test_torchneuron.py": 116,
-    # Measured alone on two cores (78 to 89 s over three runs), not yet in a CI run.
-    "tests/integration/test_serve.py": 85,
-    "tests/integration/test_metrics.py": 78,
-    "tests/integration/test_head_share.py": 76,
-    "tests/integration/test_launcher.py": 72,
-    "tests/integration/test_honest_types.py": 64,
-    "tests/integration/test_health_seen.py": 62,
-    "tests/integration/test_auth.py": 51,
-    "tests/integration/test_prometheus.py": 44,
-    "tests/multihost/test_hosts.py": 28,
-    "tests/integration/test_benchmarks.py": 22,
-    "tests/integration/test_task_hooks.py": 20,
-    "tests/integration/test_init.py": 19,
+    "tests/integration/test_train.py": 361,
+    "tests/integration/test_health.py": 346,
+    "tests/integration/test_health_crashes.py": 291,
+    "tests/integration/test_repartition.py": 262,
+    "tests/integration/test_health_proof.py": 257,
+    "tests/integration/test_train_context.py": 232,
+    "tests/integration/test_repartition_crashes.py": 227,
+    "tests/integration/test_serve_continuity.py": 219,
+    "tests/integration/test_torchneuron.py": 174,
+    "tests/integration/test_lifecycle.py": 173,
+    "tests/integration/test_jobs.py": 168,
+    "tests/integration/test_health_durable.py": 139,
+    "tests/integration/test_launcher.py": 138,
+    "tests/multihost/test_cluster.py": 136,
+    "tests/integration/test_host_parity.py": 108,
+    "tests/integration/test_prometheus.py": 80,
+    "tests/integration/test_head_share.py": 74,
+    "tests/integration/test_metrics.py": 60,
+    "tests/integration/test_health_seen.py": 58,
+    "tests/integration/test_serve.py": 57,
+    "tests/integration/test_honest_types.py": 42,
+    "tests/integration/test_auth.py": 27,
+    "tests/multihost/test_hosts.py": 25,
+    "tests/integration/test_benchmarks.py": 25,
     "tests/integration/test_trainium3.py": 18,
+    "tests/integration/test_init.py": 14,
+    "tests/integration/test_task_hooks.py": 13,
 }
 UNLISTED_S = 60.0
 
